@@ -1,0 +1,81 @@
+//! The command table: what each command is, independent of how it runs.
+//!
+//! `table.rs` is generated from a real redis-server 7 (`scripts/gen-command-table.py`): arity,
+//! flags, first/last/step key positions, ACL categories, tips, key specs and docs are Redis's
+//! own, so `COMMAND`, `COMMAND INFO` and `COMMAND DOCS` answer what clients expect and the
+//! proxy finds keys from the same rows. Arity follows Redis: `n > 0` exact argument count
+//! including the command name, `n < 0` at least `-n`.
+
+mod table;
+
+pub use table::COMMANDS;
+
+/// A static reply-shaped value (key specs, docs). Maps are written as RESP3 maps or RESP2
+/// flat arrays, like Redis.
+#[derive(Debug)]
+pub enum Val {
+    Str(&'static str),
+    Int(i64),
+    Null,
+    Arr(&'static [Val]),
+    Map(&'static [(&'static str, Val)]),
+}
+
+/// One row of the command table.
+#[derive(Debug)]
+pub struct CommandSpec {
+    /// Lowercase name; subcommands are `container|sub` (e.g. `config|get`).
+    pub name: &'static str,
+    pub arity: i32,
+    pub flags: &'static [&'static str],
+    /// Legacy key positions (1-based argv index; `last_key` -1 = last argument).
+    pub first_key: i32,
+    pub last_key: i32,
+    pub step: i32,
+    pub acl_categories: &'static [&'static str],
+    pub tips: &'static [&'static str],
+    pub key_specs: &'static [Val],
+    pub subcommands: &'static [CommandSpec],
+    pub docs: Val,
+}
+
+impl CommandSpec {
+    pub fn has_flag(&self, flag: &str) -> bool {
+        self.flags.contains(&flag)
+    }
+
+    /// Name without the container prefix (`get` for `config|get`).
+    pub fn short_name(&self) -> &'static str {
+        self.name.rsplit('|').next().unwrap_or(self.name)
+    }
+
+    /// Looks up a subcommand by name, any case.
+    pub fn subcommand(&self, sub: &[u8]) -> Option<&'static CommandSpec> {
+        self.subcommands
+            .iter()
+            .find(|c| c.short_name().as_bytes().eq_ignore_ascii_case(sub))
+    }
+}
+
+/// Looks up a command by name, any case, without allocating.
+pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    COMMANDS
+        .iter()
+        .find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_any_case() {
+        let get = lookup(b"GeT").unwrap();
+        assert_eq!(
+            (get.arity, get.first_key, get.last_key, get.step),
+            (2, 1, 1, 1)
+        );
+        assert!(lookup(b"config").unwrap().subcommand(b"GET").is_some());
+        assert!(lookup(b"nosuch").is_none());
+    }
+}

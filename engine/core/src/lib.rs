@@ -1,0 +1,74 @@
+//! engine-core: the keyspace, the data types, the command table and the slot map.
+//!
+//! Pure: no I/O, no clock reads, no threads, no unsafe. Builds for `wasm32-unknown-unknown`
+//! so the browser replica runs exactly this code. Time is an input (`now_us`, Unix
+//! microseconds); the engine process (`engine/server`) owns sockets, the clock and the loop.
+//!
+//! # Layout
+//!
+//! - [`command`]: THE command table (`command/table.rs`, Redis 7 metadata) and lookup.
+//! - `dispatch`: lookup → arity → handler, the only place that writes the arity error.
+//! - `keyspace`: the key → value map with expiry; lazy expiry on lookup.
+//! - `expire`: the active, budgeted expiry cycle (Redis `expire.c`).
+//! - `types/`: one file per data type, value API first, then its commands.
+//! - `cmd/`: keyspace-generic (DEL, EXPIRE, SCAN…) and server commands (INFO, CONFIG, CLIENT…).
+//! - [`slot`]: CRC16 hash slots and the jump-consistent-hash slot → instance map.
+#![forbid(unsafe_code)]
+
+pub mod command;
+pub mod slot;
+
+pub use resp::Proto;
+
+/// Per-connection state the engine reads and changes (HELLO, CLIENT SETNAME, …).
+/// The server creates one per connection and keeps it next to the socket.
+#[derive(Clone, Debug, Default)]
+pub struct Client {
+    /// CLIENT ID: unique per engine process, increasing from 1.
+    pub id: u64,
+    /// CLIENT SETNAME / HELLO SETNAME.
+    pub name: Option<Vec<u8>>,
+    /// RESP version chosen with HELLO.
+    pub proto: Proto,
+    /// Peer address `ip:port` (CLIENT LIST `addr=`).
+    pub addr: String,
+    /// Local address `ip:port` (CLIENT LIST `laddr=`).
+    pub laddr: String,
+    /// Socket descriptor number, for CLIENT LIST `fd=`.
+    pub fd: i64,
+    /// When the connection was accepted, Unix µs.
+    pub created_us: u64,
+    /// When the last command ran, Unix µs.
+    pub last_cmd_us: u64,
+    /// Name of the last command run (`get`, `client|list`), for CLIENT LIST `cmd=`.
+    pub last_cmd: &'static str,
+}
+
+/// What the server must do after `exec`, beyond sending the bytes written to `out`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Keep serving the connection.
+    Continue,
+    /// QUIT: flush the reply already written, then close.
+    Close,
+    /// CLIENT LIST: the core has no view of other connections; the server writes the reply
+    /// (a verbatim string of [`Engine::client_info_line`] for each client).
+    ClientList,
+}
+
+/// Figures only the process knows; the server keeps them current (cheap fields on every
+/// accept/close, RSS from a periodic timer) and INFO prints them.
+#[derive(Clone, Debug, Default)]
+pub struct HostInfo {
+    pub pid: u32,
+    pub tcp_port: u16,
+    pub started_us: u64,
+    pub executable: String,
+    pub config_file: String,
+    pub connected_clients: u64,
+    pub rss_bytes: u64,
+}
+
+/// Settings that `CONFIG GET`/`CONFIG SET` expose and the engine reads.
+pub use crate::engine::{Config, Engine};
+mod engine;

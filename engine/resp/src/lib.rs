@@ -1,0 +1,19 @@
+//! RESP, the Redis serialization protocol: a request parser and a reply encoder.
+//!
+//! Pure and `wasm32`-safe: no I/O, no allocation per request on the hot path.
+//!
+//! - [`parse`]: turns bytes from a connection's read buffer into argument ranges
+//!   (multibulk `*N\r\n$L\r\n…` and inline `GET foo\r\n` requests). Resumable: an incomplete
+//!   request is `Ok(None)`, never an error; malformed input is a [`ProtocolError`] whose text is
+//!   Redis's `Protocol error: …` reply (redis `networking.c`, `processMultibulkBuffer`).
+//! - [`encode`]: writes replies straight into an output `Vec<u8>` in RESP2 or RESP3
+//!   ([`Proto`]), so the same handler code serves both protocol versions.
+//!
+//! Spec: <https://redis.io/docs/latest/develop/reference/protocol-spec/>.
+#![forbid(unsafe_code)]
+
+pub mod encode;
+pub mod parse;
+
+pub use encode::{Proto, ReplyWriter};
+pub use parse::{Limits, ProtocolError, RequestParser};

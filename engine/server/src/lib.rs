@@ -1,0 +1,1 @@
+//! The recached engine process (skeleton).

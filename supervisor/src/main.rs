@@ -1,0 +1,2 @@
+//! `recached`: the one binary (skeleton).
+fn main() {}

@@ -1,10 +1,48 @@
-//! The recached proxy: routes each command by key to one of N RESP backends.
-//! (Skeleton: the loop is to be written.)
+//! The recached proxy: routes each command by key to one of N RESP backends (recached
+//! engines or plain redis-servers), so clients see one server.
+//!
+//! ```text
+//!  clients ──► listener ──► Client (parser, reply slots) ──route──► Backend i (one shared,
+//!                ▲                       ▲                            pipelined connection)
+//!                └──── replies, in each client's request order ◄──────┘  FIFO per backend
+//! ```
+//!
+//! # Layout
+//!
+//! - [`route`]: what to do with one request (forward by key, split, fan out, answer locally,
+//!   refuse with `-ERR`), from the shared command table. Pure.
+//! - [`split`]: splitting MGET/MSET/DEL/UNLINK/EXISTS/TOUCH by instance and merging replies
+//!   in key order; SCAN cursor encoding. Pure.
+//! - `client`: a client connection and its queue of reply slots (ordering under pipelining).
+//! - `backend`: a backend connection, its in-flight FIFO and reconnect/backoff states.
+//! - `event_loop`: the single-threaded mio loop tying them together.
+//!
+//! # Behaviour worth knowing
+//!
+//! - Unlike twemproxy, a command the proxy cannot route gets an `-ERR` naming it and the
+//!   connection stays open.
+//! - An instance that is down makes requests for its keys fail fast with
+//!   `-ERR instance <i> (<host:port>) is unavailable`; other instances keep serving and the
+//!   proxy reconnects by itself (100 ms backoff doubling to 1 s).
+//! - RESP2 only for now (`HELLO 3` → `-NOPROTO`); the proxy presents database 0 only.
+//! - A protocol error from a client gets Redis's exact `-ERR Protocol error: …` text, then the
+//!   connection is closed after the replies before it are sent.
+
+mod backend;
+mod client;
+mod event_loop;
+pub mod route;
+pub mod split;
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 /// Everything `recached proxy` needs.
 #[derive(Clone, Debug)]
 pub struct ProxyOptions {
-    /// TCP port (`--port`).
+    /// TCP port (`--port`); 0 picks a free port (logged).
     pub port: u16,
     /// Listen address (`--bind`), default 127.0.0.1.
     pub bind: String,
@@ -12,8 +50,63 @@ pub struct ProxyOptions {
     pub backends: Vec<String>,
 }
 
-/// Runs the proxy in the foreground until SIGTERM/SIGINT.
-pub fn run(opts: ProxyOptions) -> std::io::Result<()> {
-    let _ = opts;
-    todo!()
+/// Runs the proxy in the foreground until SIGTERM/SIGINT, then returns `Ok(())`.
+///
+/// Errors: no backends, an address that does not resolve, or the listening port is taken.
+pub fn run(opts: ProxyOptions) -> io::Result<()> {
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let mut ids = Vec::new();
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        ids.push(signal_hook::flag::register(sig, Arc::clone(&shutdown))?);
+    }
+    let result = run_until(opts, shutdown);
+    for id in ids {
+        signal_hook::low_level::unregister(id);
+    }
+    result
+}
+
+/// Runs the proxy until `shutdown` is set (checked at least every 100 ms). For embedding
+/// and tests; [`run`] sets the flag from SIGTERM/SIGINT.
+pub fn run_until(opts: ProxyOptions, shutdown: Arc<AtomicBool>) -> io::Result<()> {
+    if opts.backends.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the proxy needs at least one backend (--backends HOST:PORT,…)",
+        ));
+    }
+    let listen = resolve(&bind_addr(&opts.bind, opts.port))?;
+    let backends = opts
+        .backends
+        .iter()
+        .map(|b| Ok((b.clone(), resolve(b)?)))
+        .collect::<io::Result<Vec<_>>>()?;
+    let mut proxy = event_loop::Proxy::new(listen, backends, shutdown)?;
+    log::info!(
+        "proxy: listening on {} in front of {} instance(s): {}",
+        proxy.local_addr(),
+        opts.backends.len(),
+        opts.backends.join(", ")
+    );
+    proxy.run()
+}
+
+fn bind_addr(bind: &str, port: u16) -> String {
+    if bind.contains(':') && !bind.starts_with('[') {
+        format!("[{bind}]:{port}")
+    } else {
+        format!("{bind}:{port}")
+    }
+}
+
+fn resolve(addr: &str) -> io::Result<SocketAddr> {
+    addr.to_socket_addrs()
+        .map_err(|e| io::Error::new(e.kind(), format!("{addr}: {e}")))?
+        .next()
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{addr}: no address found"),
+            )
+        })
 }

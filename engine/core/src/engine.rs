@@ -1,64 +1,174 @@
-//! The engine: one keyspace plus settings and statistics. (Skeleton: to be completed.)
+//! The engine: one keyspace plus settings, statistics and the command handlers.
+//!
+//! Everything the engine does happens in [`Engine::exec`] (one command) and [`Engine::cron`]
+//! (background work per timer tick); both take the time as an argument, so the same code runs
+//! in the server process and in the browser replica.
+
+use crate::dispatch::{self, Handlers};
+use crate::expire;
+use crate::keyspace::Keyspace;
 use crate::{Client, Flow, HostInfo};
 
 /// Settings visible through CONFIG GET/SET (Redis names).
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// `proto-max-bulk-len`, bytes.
+    /// `proto-max-bulk-len`, bytes: the largest bulk string a client may send, and the largest
+    /// string APPEND/SETRANGE may build.
     pub proto_max_bulk_len: u64,
-    /// `hz`: background tasks per second (active expiry).
+    /// `hz`: background tasks per second (active expiry). Clamped to 1..=500 like Redis.
     pub hz: u32,
+    /// Seed for the keyspace hasher and sampling RNG; the server fills it randomly so hash
+    /// flooding cannot be planned. Tests use fixed seeds.
+    pub hash_seed: u64,
+    /// `maxclients` (reported; the server enforces it).
+    pub maxclients: u64,
+    /// `timeout`: idle client timeout in seconds, 0 = never (reported; the server enforces it).
+    pub timeout: u64,
+    /// `maxmemory`, bytes, 0 = no limit. Stored and reported; eviction is a later issue.
+    pub maxmemory: u64,
+    /// `maxmemory-policy` (one of [`MAXMEMORY_POLICIES`]). Stored and reported.
+    pub maxmemory_policy: &'static str,
 }
+
+/// Values `maxmemory-policy` accepts, in Redis's order (its error text lists them so).
+pub const MAXMEMORY_POLICIES: &[&str] = &[
+    "volatile-lru",
+    "volatile-lfu",
+    "volatile-random",
+    "volatile-ttl",
+    "allkeys-lru",
+    "allkeys-lfu",
+    "allkeys-random",
+    "noeviction",
+];
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             proto_max_bulk_len: 512 * 1024 * 1024,
             hz: 10,
+            hash_seed: 0,
+            maxclients: 10000,
+            timeout: 0,
+            maxmemory: 0,
+            maxmemory_policy: "noeviction",
         }
     }
+}
+
+/// Counters INFO reports (reset by CONFIG RESETSTAT), besides the keyspace's own.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// Commands run (handler called), like redis `stat_numcommands`.
+    pub total_commands_processed: u64,
+    /// Commands refused before running: unknown command/subcommand, wrong arity.
+    pub rejected_calls: u64,
+    /// Commands that ran and answered an error.
+    pub failed_calls: u64,
+    /// Commands that changed the keyspace.
+    pub dirty_commands: u64,
+    /// Keys removed by the active expiry cycle (also counted in `expired_keys`).
+    pub active_expired_keys: u64,
+}
+
+/// Network counters only the server sees; it adds to them (on accept, refusal, read and
+/// write) and INFO `stats` prints them.
+#[derive(Clone, Debug, Default)]
+pub struct NetStats {
+    pub total_connections_received: u64,
+    pub rejected_connections: u64,
+    pub total_net_input_bytes: u64,
+    pub total_net_output_bytes: u64,
 }
 
 pub struct Engine {
     pub config: Config,
     pub host: HostInfo,
+    /// Connection and byte counters, kept current by the server.
+    pub net: NetStats,
+    pub(crate) ks: Keyspace,
+    pub(crate) stats: Stats,
+    pub(crate) handlers: Handlers,
+    /// INFO `run_id`: 40 hex digits derived from the hash seed.
+    pub(crate) run_id: String,
+    /// INFO `used_memory_peak`, updated by `cron` and INFO.
+    pub(crate) used_memory_peak: u64,
+    /// INFO `instantaneous_ops_per_sec`, sampled by `cron`.
+    pub(crate) ops_per_sec: u64,
+    /// `(time µs, total_commands_processed)` at the last ops sample.
+    ops_sample: (u64, u64),
 }
 
 impl Engine {
     pub fn new(config: Config) -> Engine {
+        let mut ks = Keyspace::new(config.hash_seed);
+        let run_id = (0..3).map(|_| format!("{:016x}", ks.next_random())).collect::<String>()[..40].to_string();
         Engine {
+            ks,
             config,
             host: HostInfo::default(),
+            net: NetStats::default(),
+            stats: Stats::default(),
+            handlers: Handlers::new(),
+            run_id,
+            used_memory_peak: crate::cmd::server::USED_MEMORY_STARTUP,
+            ops_per_sec: 0,
+            ops_sample: (0, 0),
         }
     }
 
     /// Runs one command. `argv[0]` is the command name (any case). The reply (one RESP frame,
     /// in `client.proto`) is appended to `out`. `now_us`: Unix time in microseconds.
-    pub fn exec(
-        &mut self,
-        client: &mut Client,
-        argv: &[&[u8]],
-        now_us: u64,
-        out: &mut Vec<u8>,
-    ) -> Flow {
-        let _ = (client, argv, now_us, out);
-        todo!()
+    pub fn exec(&mut self, client: &mut Client, argv: &[&[u8]], now_us: u64, out: &mut Vec<u8>) -> Flow {
+        dispatch::exec(self, client, argv, now_us, out)
     }
 
-    /// Background work for one tick of the server's timer (active expiry within a time budget,
-    /// Redis `activeExpireCycle`). Called `hz` times per second.
+    /// Background work for one tick of the server's timer: the active expiry cycle (Redis
+    /// `activeExpireCycle`, bounded by [`expire::EXPIRE_KEYS_PER_CRON`] sampled keys) and
+    /// releasing entries of an asynchronous flush. Called `hz` times per second.
     pub fn cron(&mut self, now_us: u64) {
-        let _ = now_us;
+        let removed = expire::active_cycle(&mut self.ks, now_us / 1000, expire::EXPIRE_KEYS_PER_CRON);
+        self.stats.active_expired_keys += removed as u64;
+        self.ks.lazy_free_step(expire::LAZY_FREE_PER_CRON);
+        let used = crate::cmd::server::USED_MEMORY_STARTUP + self.ks.used_bytes() as u64;
+        self.used_memory_peak = self.used_memory_peak.max(used);
+        // Ops/sec over the last ≥ 100 ms (Redis averages 16 such samples).
+        let (t0, n0) = self.ops_sample;
+        let elapsed = now_us.saturating_sub(t0);
+        if elapsed >= 100_000 {
+            let n = self.stats.total_commands_processed;
+            if t0 != 0 {
+                self.ops_per_sec = n.saturating_sub(n0) * 1_000_000 / elapsed;
+            }
+            self.ops_sample = (now_us, n);
+        }
     }
 
-    /// One CLIENT LIST / CLIENT INFO line (no trailing newline) for `client`.
+    /// One CLIENT LIST / CLIENT INFO line (no trailing newline) for `client`, with Redis 7.0's
+    /// fields in Redis's order (`networking.c` `catClientInfoString`). Buffer figures the core
+    /// does not know are 0.
     pub fn client_info_line(&self, client: &Client, now_us: u64) -> String {
-        let _ = (client, now_us);
-        todo!()
+        crate::cmd::connection::client_info_line(client, now_us)
     }
 
-    /// Number of keys (DBSIZE).
+    /// Number of keys (DBSIZE), including expired keys not yet reclaimed, like Redis.
     pub fn dbsize(&self) -> u64 {
-        todo!()
+        self.ks.len() as u64
+    }
+
+    /// Keys with a TTL.
+    pub fn expires_count(&self) -> u64 {
+        self.ks.volatile_len() as u64
+    }
+
+    /// Logical memory estimate of the dataset, bytes (INFO `used_memory` minus the baseline).
+    pub fn dataset_bytes(&self) -> u64 {
+        self.ks.used_bytes() as u64
+    }
+
+    /// Changes made since start (redis `server.dirty`): snapshots and the keychange feed
+    /// compare it to decide whether anything happened.
+    pub fn dirty(&self) -> u64 {
+        self.ks.dirty
     }
 }

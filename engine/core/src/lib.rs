@@ -15,8 +15,16 @@
 //! - [`slot`]: CRC16 hash slots and the jump-consistent-hash slot → instance map.
 #![forbid(unsafe_code)]
 
+pub mod args;
+pub mod cmd;
 pub mod command;
+pub mod dispatch;
+pub mod error;
+pub mod expire;
+pub mod glob;
+pub mod keyspace;
 pub mod slot;
+pub mod types;
 
 pub use resp::Proto;
 
@@ -70,5 +78,5 @@ pub struct HostInfo {
 }
 
 /// Settings that `CONFIG GET`/`CONFIG SET` expose and the engine reads.
-pub use crate::engine::{Config, Engine};
+pub use crate::engine::{Config, Engine, NetStats, Stats};
 mod engine;

@@ -6,6 +6,8 @@
 //!   (multibulk `*N\r\n$L\r\n…` and inline `GET foo\r\n` requests). Resumable: an incomplete
 //!   request is `Ok(None)`, never an error; malformed input is a [`ProtocolError`] whose text is
 //!   Redis's `Protocol error: …` reply (redis `networking.c`, `processMultibulkBuffer`).
+//! - [`reply`]: [`frame_len`] / [`FrameScanner`] find where the first complete reply frame
+//!   (RESP2 or RESP3, nested aggregates included) of a backend's output ends; used by the proxy.
 //! - [`encode`]: writes replies straight into an output `Vec<u8>` in RESP2 or RESP3
 //!   ([`Proto`]), so the same handler code serves both protocol versions.
 //!
@@ -14,6 +16,8 @@
 
 pub mod encode;
 pub mod parse;
+pub mod reply;
 
 pub use encode::{Proto, ReplyWriter};
 pub use parse::{Limits, ProtocolError, RequestParser};
+pub use reply::{FrameScanner, frame_len};

@@ -1,6 +1,33 @@
 //! The recached engine process: one single-threaded mio loop around `engine-core`.
-//! (Skeleton: the loop is to be written.)
+//!
+//! `recached server --port P` calls [`run`], which binds the listener, fills the engine's
+//! [`HostInfo`](engine_core::HostInfo) and serves RESP clients until SIGTERM or SIGINT.
+//!
+//! # Layout
+//!
+//! - [`event_loop`]: the loop: accept, serve (read → parse → execute → write), the `hz` timer,
+//!   signals. Its module docs give the order of one iteration.
+//! - [`conn`]: one connection: read buffer, parser, engine `Client`, output buffer, and the
+//!   read / execute / flush steps with their edge-triggered rules.
+//! - [`budget`]: every named bound of the loop (accept batch, read budget, query buffer limit,
+//!   output high-water mark) with its reason.
+//! - [`host`]: the clock (Unix µs, read once per iteration) and RSS.
+//!
+//! The engine (`engine-core`) is pure; everything that touches sockets, the clock or the
+//! process lives here.
+
+pub mod budget;
+pub mod conn;
+pub mod event_loop;
+pub mod host;
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+
+use engine_core::{Engine, HostInfo};
+use log::info;
+use mio::net::TcpListener;
 
 /// Everything `recached server` needs; the `recached` binary fills it from flags and the
 /// TOML config (config parsing lives in the binary, not here).
@@ -16,8 +43,62 @@ pub struct ServerOptions {
     pub engine: engine_core::Config,
 }
 
-/// Runs the engine in the foreground until SIGTERM/SIGINT or SHUTDOWN.
-pub fn run(opts: ServerOptions) -> std::io::Result<()> {
-    let _ = opts;
-    todo!()
+impl Default for ServerOptions {
+    /// Port 6400 (the first engine of a fleet) on 127.0.0.1, no config file, default settings.
+    fn default() -> Self {
+        ServerOptions {
+            port: 6400,
+            bind: "127.0.0.1".to_string(),
+            config_file: None,
+            engine: engine_core::Config::default(),
+        }
+    }
+}
+
+/// Resolves `bind` (an IP address or a host name) with `port` to the first socket address.
+fn listen_addr(bind: &str, port: u16) -> io::Result<SocketAddr> {
+    (bind, port).to_socket_addrs()?.next().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bind address {bind:?} resolves to nothing"),
+        )
+    })
+}
+
+/// Runs the engine in the foreground until SIGTERM/SIGINT (then returns `Ok(())`).
+///
+/// Errors: the bind address does not resolve or cannot be bound (e.g. port in use), or the
+/// poller fails; each carries the address in its message.
+pub fn run(opts: ServerOptions) -> io::Result<()> {
+    let addr = listen_addr(&opts.bind, opts.port)?;
+    // mio sets SO_REUSEADDR and close-on-exec on the listener (and on accepted sockets).
+    let listener = TcpListener::bind(addr)
+        .map_err(|e| io::Error::new(e.kind(), format!("Could not bind {addr}: {e}")))?;
+    let local = listener.local_addr()?;
+
+    let mut engine = Engine::new(opts.engine);
+    let started_us = host::now_us();
+    engine.host = HostInfo {
+        pid: std::process::id(),
+        tcp_port: local.port(),
+        started_us,
+        executable: std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        config_file: opts
+            .config_file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        connected_clients: 0,
+        rss_bytes: host::RssReader::new().rss_bytes().unwrap_or(0),
+    };
+
+    let mut event_loop = event_loop::EventLoop::new(listener, engine)?;
+    info!(
+        "recached engine pid={} listening on {local}",
+        std::process::id()
+    );
+    info!("Ready to accept connections tcp on port {}", local.port());
+    event_loop.run()
 }

@@ -1,0 +1,120 @@
+//! Argument parsing with Redis's exact acceptance rules.
+//!
+//! - [`parse_i64`] is redis `string2ll` (`util.c`): optional `-`, no `+`, no leading zeros,
+//!   no spaces, at most 20 characters, no overflow. `-0` is rejected, `0` accepted.
+//! - [`parse_u64_cursor`] is the SCAN cursor rule (`strtoul` of the whole string).
+//! - [`Opt`]: case-insensitive option keyword matching (`strcasecmp`).
+
+use crate::error::CmdError;
+
+/// redis `string2ll`: the strict decimal integer grammar shared by every integer argument.
+pub fn parse_i64(s: &[u8]) -> Option<i64> {
+    // LONG_STR_SIZE is 21: "-9223372036854775808" has 20 characters.
+    if s.is_empty() || s.len() >= 21 {
+        return None;
+    }
+    if s == b"0" {
+        return Some(0);
+    }
+    let (neg, digits) = match s[0] {
+        b'-' => (true, &s[1..]),
+        _ => (false, s),
+    };
+    match digits.first() {
+        Some(b'1'..=b'9') => {}
+        _ => return None,
+    }
+    let mut v: u64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    if neg {
+        if v > (i64::MAX as u64) + 1 {
+            return None;
+        }
+        Some((v as i64).wrapping_neg())
+    } else {
+        i64::try_from(v).ok()
+    }
+}
+
+/// Integer argument or `ERR value is not an integer or out of range`.
+pub fn int_arg(s: &[u8]) -> Result<i64, CmdError> {
+    parse_i64(s).ok_or(CmdError::NotInteger)
+}
+
+/// SCAN cursor (redis `parseScanCursorOrReply`): `strtoul(…, 10)` over the whole string, no
+/// leading space, no overflow; a sign and leading zeros are accepted (`-1` wraps to 2^64-1).
+pub fn parse_u64_cursor(s: &[u8]) -> Result<u64, CmdError> {
+    let mut i = 0;
+    let mut neg = false;
+    if i < s.len() && (s[i] == b'+' || s[i] == b'-') {
+        neg = s[i] == b'-';
+        i += 1;
+    }
+    let digits = &s[i..];
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        // `strtoul("")` parses nothing; redis checks `eptr[0] != '\0'`, so "" is cursor 0.
+        if s.is_empty() {
+            return Ok(0);
+        }
+        return Err(CmdError::InvalidCursor);
+    }
+    let mut v: u64 = 0;
+    for &c in digits {
+        v = v
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(c - b'0')))
+            .ok_or(CmdError::InvalidCursor)?;
+    }
+    Ok(if neg { v.wrapping_neg() } else { v })
+}
+
+/// Case-insensitive keyword comparison (redis `strcasecmp` on option names).
+#[inline]
+pub fn is(arg: &[u8], keyword: &str) -> bool {
+    arg.eq_ignore_ascii_case(keyword.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string2ll_rules() {
+        for (s, v) in [
+            ("0", Some(0)),
+            ("-1", Some(-1)),
+            ("9223372036854775807", Some(i64::MAX)),
+            ("-9223372036854775808", Some(i64::MIN)),
+            ("9223372036854775808", None),
+            ("-9223372036854775809", None),
+            ("-0", None),
+            ("01", None),
+            ("+1", None),
+            (" 1", None),
+            ("1 ", None),
+            ("", None),
+            ("-", None),
+            ("1a", None),
+            ("00000000000000000000001", None),
+        ] {
+            assert_eq!(parse_i64(s.as_bytes()), v, "{s}");
+        }
+    }
+
+    #[test]
+    fn cursor_rules() {
+        assert_eq!(parse_u64_cursor(b"0"), Ok(0));
+        assert_eq!(parse_u64_cursor(b"18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(parse_u64_cursor(b"18446744073709551616"), Err(CmdError::InvalidCursor));
+        assert_eq!(parse_u64_cursor(b"abc"), Err(CmdError::InvalidCursor));
+        assert_eq!(parse_u64_cursor(b"12x"), Err(CmdError::InvalidCursor));
+        assert_eq!(parse_u64_cursor(b" 0"), Err(CmdError::InvalidCursor));
+        assert_eq!(parse_u64_cursor(b""), Ok(0));
+        assert_eq!(parse_u64_cursor(b"-1"), Ok(u64::MAX));
+    }
+}

@@ -1,0 +1,262 @@
+//! Connection commands: PING ECHO QUIT RESET SELECT HELLO and CLIENT
+//! (SETNAME GETNAME ID INFO LIST HELP), with redis 7.0 `networking.c` / `server.c` semantics.
+//!
+//! Only database 0 exists: SELECT answers like a redis-server started with `--databases 1`.
+//! There are no users or passwords yet: HELLO's AUTH accepts user `default` with any password
+//! (Redis's default user is `nopass`) and refuses other users with WRONGPASS.
+
+use std::fmt::Write as _;
+
+use crate::args::{self, int_arg};
+use crate::dispatch::Call;
+use crate::error::{CmdError, c_str_lossy};
+use crate::{Client, Engine, Flow, Proto};
+
+/// Version reported to clients, which gate features on it (HELLO, INFO `redis_version`).
+pub const REDIS_VERSION: &str = "7.0.15";
+
+/// PING [message] → PONG | message.
+pub fn ping(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    match c.argv.len() {
+        1 => c.w().simple(b"PONG"),
+        2 => {
+            let m = c.argv[1];
+            c.w().bulk(m)
+        }
+        _ => return Err(CmdError::Arity("ping")),
+    }
+    Ok(())
+}
+
+/// ECHO message → message.
+pub fn echo(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let m = c.argv[1];
+    c.w().bulk(m);
+    Ok(())
+}
+
+/// QUIT → OK, then the server closes the connection.
+pub fn quit(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    c.w().ok();
+    c.flow = Flow::Close;
+    Ok(())
+}
+
+/// RESET → RESET: back to RESP2, no name, database 0 (redis `clearClientConnectionState`).
+pub fn reset(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    c.client.proto = Proto::Resp2;
+    c.client.name = None;
+    c.w().simple(b"RESET");
+    Ok(())
+}
+
+/// SELECT index → OK for 0; `ERR DB index is out of range` otherwise.
+pub fn select(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let id = int_arg(c.argv[1])?;
+    if i32::try_from(id).is_err() {
+        return Err(CmdError::NotInteger);
+    }
+    if id != 0 {
+        return Err(CmdError::DbIndexOutOfRange);
+    }
+    c.w().ok();
+    Ok(())
+}
+
+/// redis `clientSetNameOrReply`: empty clears the name; bytes outside `!`..`~` are refused.
+fn set_name(client: &mut Client, name: &[u8]) -> Result<(), CmdError> {
+    if name.is_empty() {
+        client.name = None;
+        return Ok(());
+    }
+    if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
+        return Err(CmdError::Static("ERR Client names cannot contain spaces, newlines or special characters."));
+    }
+    client.name = Some(name.to_vec());
+    Ok(())
+}
+
+/// HELLO [protover [AUTH username password] [SETNAME clientname]] → server properties map.
+pub fn hello(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let argv = c.argv;
+    let mut ver = None;
+    let mut j = 1;
+    if argv.len() >= 2 {
+        let v = args::parse_i64(argv[1])
+            .ok_or(CmdError::Static("ERR Protocol version is not an integer or out of range"))?;
+        if !(2..=3).contains(&v) {
+            return Err(CmdError::Static("NOPROTO unsupported protocol version"));
+        }
+        ver = Some(v);
+        j = 2;
+    }
+    let mut auth: Option<(&[u8], &[u8])> = None;
+    let mut setname: Option<&[u8]> = None;
+    while j < argv.len() {
+        let more = argv.len() - 1 - j;
+        if args::is(argv[j], "auth") && more >= 2 {
+            auth = Some((argv[j + 1], argv[j + 2]));
+            j += 3;
+        } else if args::is(argv[j], "setname") && more >= 1 {
+            setname = Some(argv[j + 1]);
+            j += 2;
+        } else {
+            return Err(CmdError::Other(format!(
+                "ERR Syntax error in HELLO option '{}'",
+                c_str_lossy(argv[j], usize::MAX)
+            )));
+        }
+    }
+    if let Some((user, _password)) = auth {
+        if user != b"default" {
+            return Err(CmdError::Static("WRONGPASS invalid username-password pair or user is disabled."));
+        }
+    }
+    if let Some(n) = setname {
+        set_name(c.client, n)?;
+    }
+    if let Some(v) = ver {
+        c.client.proto = if v == 3 { Proto::Resp3 } else { Proto::Resp2 };
+    }
+    let (id, proto) = (c.client.id as i64, c.client.proto.version());
+    let mut w = c.w();
+    w.map(7);
+    w.bulk(b"server");
+    w.bulk(b"redis");
+    w.bulk(b"version");
+    w.bulk(REDIS_VERSION.as_bytes());
+    w.bulk(b"proto");
+    w.integer(proto);
+    w.bulk(b"id");
+    w.integer(id);
+    w.bulk(b"mode");
+    w.bulk(b"standalone");
+    w.bulk(b"role");
+    w.bulk(b"master");
+    w.bulk(b"modules");
+    w.array(0);
+    Ok(())
+}
+
+/// CLIENT SETNAME name → OK.
+pub fn client_setname(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let n = c.argv[2];
+    set_name(c.client, n)?;
+    c.w().ok();
+    Ok(())
+}
+
+/// CLIENT GETNAME → name | nil.
+pub fn client_getname(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    match c.client.name.clone() {
+        Some(n) => c.w().bulk(&n),
+        None => c.w().null(),
+    }
+    Ok(())
+}
+
+/// CLIENT ID → integer.
+pub fn client_id(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let id = c.client.id as i64;
+    c.w().integer(id);
+    Ok(())
+}
+
+/// CLIENT INFO → this connection's CLIENT LIST line.
+pub fn client_info(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let mut line = client_info_line(c.client, c.now_us);
+    line.push('\n');
+    c.w().verbatim(line.as_bytes());
+    Ok(())
+}
+
+/// CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id …] → verbatim text, written by the
+/// server (it alone knows every connection). TYPE other than `normal` lists nothing (there
+/// are no replica or pub/sub clients yet); an ID filter is validated but the server lists all.
+pub fn client_list(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let argv = c.argv;
+    if argv.len() == 4 && args::is(argv[2], "type") {
+        let t = argv[3];
+        if args::is(t, "normal") {
+            c.flow = Flow::ClientList;
+        } else if ["master", "replica", "slave", "pubsub"].iter().any(|n| args::is(t, n)) {
+            c.w().verbatim(b"");
+        } else {
+            return Err(CmdError::Other(format!("ERR Unknown client type '{}'", c_str_lossy(t, usize::MAX))));
+        }
+        return Ok(());
+    }
+    if argv.len() > 3 && args::is(argv[2], "id") {
+        for a in &argv[3..] {
+            match args::parse_i64(a) {
+                Some(id) if id >= 1 => {}
+                _ => return Err(CmdError::Static("ERR Invalid client ID")),
+            }
+        }
+    } else if argv.len() != 2 {
+        return Err(CmdError::Syntax);
+    }
+    c.flow = Flow::ClientList;
+    Ok(())
+}
+
+/// CLIENT HELP → the subcommands recached implements.
+pub fn client_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    help(
+        c,
+        "CLIENT",
+        &[
+            "GETNAME",
+            "    Return the name of the current connection.",
+            "ID",
+            "    Return the ID of the current connection.",
+            "INFO",
+            "    Return information about the current client connection.",
+            "LIST [options ...]",
+            "    Return information about client connections. Options:",
+            "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+            "      Return clients of specified type.",
+            "SETNAME <name>",
+            "    Assign the name <name> to the current connection.",
+        ],
+    );
+    Ok(())
+}
+
+/// redis `addReplyHelp`: a header line, the given lines, then the HELP line, as status replies.
+pub fn help(c: &mut Call, container: &str, lines: &[&str]) {
+    let mut w = c.w();
+    w.array(lines.len() + 3);
+    w.simple(format!("{container} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:").as_bytes());
+    for l in lines {
+        w.simple(l.as_bytes());
+    }
+    w.simple(b"HELP");
+    w.simple(b"    Print this help.");
+}
+
+/// One CLIENT LIST line in redis 7.0's field order (`catClientInfoString`). Buffer and memory
+/// figures live in the server; they are reported as 0 here.
+pub fn client_info_line(client: &Client, now_us: u64) -> String {
+    let age = now_us.saturating_sub(client.created_us) / 1_000_000;
+    let idle = now_us.saturating_sub(client.last_cmd_us.max(client.created_us)) / 1_000_000;
+    let name = client.name.as_deref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
+    let cmd = if client.last_cmd.is_empty() { "NULL" } else { client.last_cmd };
+    let mut s = String::with_capacity(256);
+    let _ = write!(
+        s,
+        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 \
+         multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
+         tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
+        client.id,
+        client.addr,
+        client.laddr,
+        client.fd,
+        name,
+        age,
+        idle,
+        cmd,
+        client.proto.version()
+    );
+    s
+}

@@ -1,0 +1,350 @@
+//! Generic keyspace commands, with redis 7.0 `db.c` and `expire.c` semantics.
+//!
+//! DEL UNLINK EXISTS TOUCH TYPE EXPIRE PEXPIRE EXPIREAT PEXPIREAT (NX XX GT LT) TTL PTTL
+//! EXPIRETIME PEXPIRETIME PERSIST RENAME RENAMENX KEYS SCAN RANDOMKEY DBSIZE FLUSHDB FLUSHALL.
+
+use crate::args::{self, int_arg};
+use crate::dispatch::Call;
+use crate::error::CmdError;
+use crate::glob;
+use crate::Engine;
+
+/// DEL|UNLINK key [key …] → number of keys removed. (UNLINK frees in the background in
+/// Redis; values here are flat buffers, freed in O(1), so both delete now.)
+pub fn del(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let mut n = 0;
+    for k in &c.argv[1..] {
+        n += i64::from(e.ks.delete(k, c.now_ms));
+    }
+    c.w().integer(n);
+    Ok(())
+}
+
+/// EXISTS key [key …] → how many of the keys exist (a key named twice counts twice).
+pub fn exists(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let mut n = 0;
+    for k in &c.argv[1..] {
+        n += i64::from(e.ks.lookup_read(k, c.now_ms).is_some());
+    }
+    c.w().integer(n);
+    Ok(())
+}
+
+/// TOUCH key [key …] → how many of the keys exist (access time is not tracked yet).
+pub fn touch(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let mut n = 0;
+    for k in &c.argv[1..] {
+        n += i64::from(e.ks.lookup_read(k, c.now_ms).is_some());
+    }
+    c.w().integer(n);
+    Ok(())
+}
+
+/// TYPE key → `+string` … or `+none`.
+pub fn type_(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let name = match e.ks.lookup_read(c.argv[1], c.now_ms) {
+        Some(i) => e.ks.value(i).type_name(),
+        None => "none",
+    };
+    c.w().simple(name.as_bytes());
+    Ok(())
+}
+
+/// Conditions of EXPIRE and friends (7.0).
+#[derive(Default)]
+struct ExpireFlags {
+    nx: bool,
+    xx: bool,
+    gt: bool,
+    lt: bool,
+}
+
+/// redis `parseExtendedExpireArgumentsOrReply`.
+fn parse_expire_flags(argv: &[&[u8]]) -> Result<ExpireFlags, CmdError> {
+    let mut f = ExpireFlags::default();
+    for a in argv {
+        if args::is(a, "nx") {
+            f.nx = true;
+        } else if args::is(a, "xx") {
+            f.xx = true;
+        } else if args::is(a, "gt") {
+            f.gt = true;
+        } else if args::is(a, "lt") {
+            f.lt = true;
+        } else {
+            return Err(CmdError::unsupported_option(a));
+        }
+    }
+    if f.nx && (f.xx || f.gt || f.lt) {
+        return Err(CmdError::Static("ERR NX and XX, GT or LT options at the same time are not compatible"));
+    }
+    if f.gt && f.lt {
+        return Err(CmdError::Static("ERR GT and LT options at the same time are not compatible"));
+    }
+    Ok(f)
+}
+
+/// Unit and base of an EXPIRE variant.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    Seconds,
+    Millis,
+}
+
+/// redis `expireGenericCommand`: `basetime` is now (relative forms) or 0 (absolute forms).
+/// → 1 if the TTL was set (or the key deleted because the time is past), 0 if the key is
+/// missing or a condition failed.
+fn expire_generic(e: &mut Engine, c: &mut Call, base_ms: i64, unit: Unit) -> Result<(), CmdError> {
+    let flags = parse_expire_flags(&c.argv[3..])?;
+    let mut when = int_arg(c.argv[2])?;
+    let bad = CmdError::InvalidExpire(c.spec.name);
+    if unit == Unit::Seconds {
+        if when > i64::MAX / 1000 || when < i64::MIN / 1000 {
+            return Err(bad);
+        }
+        when *= 1000;
+    }
+    if when > i64::MAX - base_ms {
+        return Err(bad);
+    }
+    when += base_ms;
+    let Some(i) = e.ks.lookup_write(c.argv[1], c.now_ms) else {
+        c.w().integer(0);
+        return Ok(());
+    };
+    let current = e.ks.expire_at(i).map(|t| t as i64);
+    let refuse = (flags.nx && current.is_some())
+        || (flags.xx && current.is_none())
+        || (flags.gt && current.is_none_or(|cur| when <= cur))
+        || (flags.lt && current.is_some_and(|cur| when >= cur));
+    if refuse {
+        c.w().integer(0);
+        return Ok(());
+    }
+    // redis `checkAlreadyExpired`: a time not in the future deletes the key now.
+    if when <= c.now_ms as i64 {
+        e.ks.remove_at(i);
+    } else {
+        e.ks.set_expire(i, when as u64);
+    }
+    c.w().integer(1);
+    Ok(())
+}
+
+/// EXPIRE key seconds [NX|XX|GT|LT].
+pub fn expire(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let now = c.now_ms as i64;
+    expire_generic(e, c, now, Unit::Seconds)
+}
+
+/// PEXPIRE key milliseconds [NX|XX|GT|LT].
+pub fn pexpire(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let now = c.now_ms as i64;
+    expire_generic(e, c, now, Unit::Millis)
+}
+
+/// EXPIREAT key unix-seconds [NX|XX|GT|LT].
+pub fn expireat(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    expire_generic(e, c, 0, Unit::Seconds)
+}
+
+/// PEXPIREAT key unix-ms [NX|XX|GT|LT].
+pub fn pexpireat(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    expire_generic(e, c, 0, Unit::Millis)
+}
+
+/// What a TTL variant reports.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TtlOut {
+    RemainingSeconds,
+    RemainingMillis,
+    AbsoluteSeconds,
+    AbsoluteMillis,
+}
+
+/// redis `ttlGenericCommand`: -2 missing, -1 no TTL; seconds round to nearest.
+fn ttl_generic(e: &mut Engine, c: &mut Call, out: TtlOut) -> Result<(), CmdError> {
+    let Some(i) = e.ks.lookup_read(c.argv[1], c.now_ms) else {
+        c.w().integer(-2);
+        return Ok(());
+    };
+    let Some(at) = e.ks.expire_at(i) else {
+        c.w().integer(-1);
+        return Ok(());
+    };
+    let at = at as i64;
+    let now = c.now_ms as i64;
+    let v = match out {
+        TtlOut::RemainingSeconds => ((at - now).max(0) + 500) / 1000,
+        TtlOut::RemainingMillis => (at - now).max(0),
+        TtlOut::AbsoluteSeconds => (at + 500) / 1000,
+        TtlOut::AbsoluteMillis => at,
+    };
+    c.w().integer(v);
+    Ok(())
+}
+
+/// TTL key → seconds left | -1 | -2.
+pub fn ttl(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    ttl_generic(e, c, TtlOut::RemainingSeconds)
+}
+
+/// PTTL key → ms left | -1 | -2.
+pub fn pttl(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    ttl_generic(e, c, TtlOut::RemainingMillis)
+}
+
+/// EXPIRETIME key → Unix seconds | -1 | -2.
+pub fn expiretime(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    ttl_generic(e, c, TtlOut::AbsoluteSeconds)
+}
+
+/// PEXPIRETIME key → Unix ms | -1 | -2.
+pub fn pexpiretime(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    ttl_generic(e, c, TtlOut::AbsoluteMillis)
+}
+
+/// PERSIST key → 1 if a TTL was removed, else 0.
+pub fn persist(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let n = match e.ks.lookup_write(c.argv[1], c.now_ms) {
+        Some(i) => e.ks.persist(i),
+        None => false,
+    };
+    c.w().integer(i64::from(n));
+    Ok(())
+}
+
+/// redis `renameGenericCommand`.
+fn rename_generic(e: &mut Engine, c: &mut Call, nx: bool) -> Result<(), CmdError> {
+    let (from, to) = (c.argv[1], c.argv[2]);
+    let Some(i) = e.ks.lookup_write(from, c.now_ms) else {
+        return Err(CmdError::NoSuchKey);
+    };
+    if from == to {
+        if nx { c.w().integer(0) } else { c.w().ok() }
+        return Ok(());
+    }
+    if nx && e.ks.lookup_write(to, c.now_ms).is_some() {
+        c.w().integer(0);
+        return Ok(());
+    }
+    // The lookup of `to` may have deleted an expired key and moved `from`: look it up again.
+    let i = if nx { e.ks.lookup_write(from, c.now_ms).expect("present above") } else { i };
+    e.ks.rename(i, to, c.now_ms);
+    if nx { c.w().integer(1) } else { c.w().ok() }
+    Ok(())
+}
+
+/// RENAME key newkey → OK; `ERR no such key`.
+pub fn rename(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    rename_generic(e, c, false)
+}
+
+/// RENAMENX key newkey → 1 | 0; `ERR no such key`.
+pub fn renamenx(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    rename_generic(e, c, true)
+}
+
+/// KEYS pattern → every live key matching (O(N), like Redis).
+pub fn keys(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let pattern = c.argv[1];
+    let all = pattern == b"*";
+    let mut found: Vec<&[u8]> = Vec::new();
+    e.ks.for_each_live(c.now_ms, |k, _| {
+        if all || glob::matches(pattern, k, false) {
+            found.push(k);
+        }
+    });
+    let mut w = c.w();
+    w.array(found.len());
+    for k in found {
+        w.bulk(k);
+    }
+    Ok(())
+}
+
+/// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type] → [next cursor, [keys…]].
+pub fn scan(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let cursor = args::parse_u64_cursor(c.argv[1])?;
+    let mut count: i64 = 10;
+    let mut pattern: Option<&[u8]> = None;
+    let mut type_name: Option<&[u8]> = None;
+    let argv = c.argv;
+    let mut i = 2;
+    while i < argv.len() {
+        let more = argv.len() - i - 1;
+        if args::is(argv[i], "count") && more >= 1 {
+            count = int_arg(argv[i + 1])?;
+            if count < 1 {
+                return Err(CmdError::Syntax);
+            }
+        } else if args::is(argv[i], "match") && more >= 1 {
+            let p = argv[i + 1];
+            pattern = if p == b"*" { None } else { Some(p) };
+        } else if args::is(argv[i], "type") && more >= 1 {
+            type_name = Some(argv[i + 1]);
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        i += 2;
+    }
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    let next = e.ks.scan(cursor, count as usize, c.now_ms, |k, v| {
+        if let Some(t) = type_name {
+            if !v.type_name().as_bytes().eq_ignore_ascii_case(t) {
+                return;
+            }
+        }
+        if let Some(p) = pattern {
+            if !glob::matches(p, k, false) {
+                return;
+            }
+        }
+        keys.push(k.to_vec());
+    });
+    let mut w = c.w();
+    w.array(2);
+    w.bulk(itoa::Buffer::new().format(next).as_bytes());
+    w.array(keys.len());
+    for k in &keys {
+        w.bulk(k);
+    }
+    Ok(())
+}
+
+/// RANDOMKEY → a random live key | nil.
+pub fn randomkey(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    // Expired keys met on the way are reclaimed, as in redis `dbRandomKey`; each try either
+    // returns or deletes a key, so this ends.
+    while let Some(i) = e.ks.random_position() {
+        if e.ks.expired_at(i, c.now_ms) {
+            e.ks.expire_now(i);
+            continue;
+        }
+        let k = e.ks.get_at(i).0.to_vec();
+        c.w().bulk(&k);
+        return Ok(());
+    }
+    c.w().null();
+    Ok(())
+}
+
+/// DBSIZE → number of keys.
+pub fn dbsize(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let n = e.ks.len() as i64;
+    c.w().integer(n);
+    Ok(())
+}
+
+/// FLUSHDB|FLUSHALL [ASYNC|SYNC] → OK. ASYNC releases the old entries from `cron`.
+pub fn flush(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let lazy = match c.argv.len() {
+        1 => false,
+        2 if args::is(c.argv[1], "sync") => false,
+        2 if args::is(c.argv[1], "async") => true,
+        _ => return Err(CmdError::Syntax),
+    };
+    e.ks.flush(lazy);
+    c.w().ok();
+    Ok(())
+}

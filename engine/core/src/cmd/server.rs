@@ -1,0 +1,704 @@
+//! Server commands: TIME, INFO, CONFIG (GET SET RESETSTAT HELP) and COMMAND (COUNT INFO DOCS
+//! GETKEYS LIST HELP).
+//!
+//! COMMAND replies are generated from the one command table (`command/table.rs`, Redis 7.0.15's
+//! own metadata), in Redis's reply shapes: flags and ACL categories are sets of status
+//! strings, tips a set of bulk strings, key specs a set of maps, subcommands an array (a set
+//! when empty); in docs, `flags`/`doc_flags` are sets of status strings, `history` a set,
+//! `subcommands` a map (redis `server.c` `addReplyCommandInfo` / `addReplyCommandDocs`).
+//! Entries are listed in table order rather than Redis's hash order.
+
+use std::fmt::Write as _;
+
+use resp::ReplyWriter;
+
+use crate::args;
+use crate::cmd::connection::{REDIS_VERSION, help};
+use crate::command::{COMMANDS, CommandSpec, Val};
+use crate::dispatch::{self, Call};
+use crate::error::{CmdError, c_str_lossy};
+use crate::glob;
+use crate::Engine;
+use crate::engine::MAXMEMORY_POLICIES;
+
+/// TIME → [unix seconds, microseconds] as bulk strings.
+pub fn time(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let (s, us) = (c.now_us / 1_000_000, c.now_us % 1_000_000);
+    let mut w = c.w();
+    w.array(2);
+    w.bulk(itoa::Buffer::new().format(s).as_bytes());
+    w.bulk(itoa::Buffer::new().format(us).as_bytes());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// INFO
+// ---------------------------------------------------------------------------------------------
+
+/// Sections INFO knows, in Redis's order; `default`/`all`/`everything` select them all.
+const SECTIONS: &[&str] = &["server", "clients", "memory", "persistence", "stats", "replication", "cluster", "keyspace"];
+
+/// Baseline reported in `used_memory_startup` (an empty redis-server reports about this much).
+pub const USED_MEMORY_STARTUP: u64 = 870_000;
+
+/// INFO [section …] → the text of the selected sections (`# Name` headers, `field:value` lines,
+/// sections separated by a blank line, CRLF line ends), as a bulk/verbatim string.
+pub fn info(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let mut want = [false; SECTIONS.len()];
+    if c.argv.len() == 1 {
+        want = [true; SECTIONS.len()];
+    }
+    for a in &c.argv[1..] {
+        if args::is(a, "default") || args::is(a, "all") || args::is(a, "everything") {
+            want = [true; SECTIONS.len()];
+        } else if let Some(i) = SECTIONS.iter().position(|s| args::is(a, s)) {
+            want[i] = true;
+        }
+    }
+    let text = info_text(e, c.now_us, &want);
+    c.w().verbatim(text.as_bytes());
+    Ok(())
+}
+
+/// redis `bytesToHuman`.
+fn human(n: u64) -> String {
+    let units = [(1u64 << 50, 'P'), (1 << 40, 'T'), (1 << 30, 'G'), (1 << 20, 'M'), (1 << 10, 'K')];
+    for (size, unit) in units {
+        if n >= size {
+            return format!("{:.2}{unit}", n as f64 / size as f64);
+        }
+    }
+    format!("{n}B")
+}
+
+fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
+    let mut s = String::with_capacity(2048);
+    let mut first = true;
+    let now_ms = now_us / 1000;
+    let used = USED_MEMORY_STARTUP + e.ks.used_bytes() as u64;
+    e.used_memory_peak = e.used_memory_peak.max(used);
+    for (i, name) in SECTIONS.iter().enumerate() {
+        if !want[i] {
+            continue;
+        }
+        if !first {
+            s.push_str("\r\n");
+        }
+        first = false;
+        let mut title = name.to_string();
+        title[..1].make_ascii_uppercase();
+        let _ = write!(s, "# {title}\r\n");
+        let mut line = |k: &str, v: &dyn std::fmt::Display| {
+            let _ = write!(s, "{k}:{v}\r\n");
+        };
+        match *name {
+            "server" => {
+                let up = now_us.saturating_sub(e.host.started_us) / 1_000_000;
+                line("redis_version", &REDIS_VERSION);
+                line("recached_version", &env!("CARGO_PKG_VERSION"));
+                line("redis_git_sha1", &"00000000");
+                line("redis_git_dirty", &0);
+                line("redis_build_id", &"0");
+                line("redis_mode", &"standalone");
+                line("arch_bits", &(usize::BITS));
+                line("process_id", &e.host.pid);
+                line("process_supervised", &"no");
+                line("run_id", &e.run_id);
+                line("tcp_port", &e.host.tcp_port);
+                line("server_time_usec", &now_us);
+                line("uptime_in_seconds", &up);
+                line("uptime_in_days", &(up / 86400));
+                line("hz", &e.config.hz);
+                line("configured_hz", &e.config.hz);
+                line("executable", &e.host.executable);
+                line("config_file", &e.host.config_file);
+                line("io_threads_active", &0);
+            }
+            "clients" => {
+                line("connected_clients", &e.host.connected_clients);
+                line("cluster_connections", &0);
+                line("maxclients", &e.config.maxclients);
+                line("blocked_clients", &0);
+                line("tracking_clients", &0);
+                line("clients_in_timeout_table", &0);
+            }
+            "memory" => {
+                let rss = e.host.rss_bytes;
+                line("used_memory", &used);
+                line("used_memory_human", &human(used));
+                line("used_memory_rss", &rss);
+                line("used_memory_rss_human", &human(rss));
+                line("used_memory_peak", &e.used_memory_peak);
+                line("used_memory_peak_human", &human(e.used_memory_peak));
+                line(
+                    "used_memory_peak_perc",
+                    &format!("{:.2}%", used as f64 * 100.0 / e.used_memory_peak.max(1) as f64),
+                );
+                line("used_memory_startup", &USED_MEMORY_STARTUP);
+                line("used_memory_dataset", &e.ks.used_bytes());
+                line("maxmemory", &e.config.maxmemory);
+                line("maxmemory_human", &human(e.config.maxmemory));
+                line("maxmemory_policy", &e.config.maxmemory_policy);
+                line("mem_fragmentation_ratio", &format!("{:.2}", rss as f64 / used as f64));
+                line("mem_allocator", &"libc");
+                line("lazyfree_pending_objects", &e.ks.lazy_free_pending());
+            }
+            "persistence" => {
+                line("loading", &0);
+                line("async_loading", &0);
+                line("rdb_changes_since_last_save", &e.ks.dirty);
+                line("rdb_bgsave_in_progress", &0);
+                line("rdb_last_save_time", &(e.host.started_us / 1_000_000));
+                line("rdb_last_bgsave_status", &"ok");
+                line("aof_enabled", &0);
+                line("aof_rewrite_in_progress", &0);
+            }
+            "stats" => {
+                let st = &e.stats;
+                line("total_connections_received", &e.net.total_connections_received);
+                line("total_commands_processed", &st.total_commands_processed);
+                line("instantaneous_ops_per_sec", &e.ops_per_sec);
+                line("total_net_input_bytes", &e.net.total_net_input_bytes);
+                line("total_net_output_bytes", &e.net.total_net_output_bytes);
+                line("rejected_connections", &e.net.rejected_connections);
+                line("expired_keys", &e.ks.stats.expired_keys);
+                line("evicted_keys", &0);
+                line("keyspace_hits", &e.ks.stats.keyspace_hits);
+                line("keyspace_misses", &e.ks.stats.keyspace_misses);
+                line("pubsub_channels", &0);
+                line("pubsub_patterns", &0);
+                line("total_error_replies", &(st.rejected_calls + st.failed_calls));
+            }
+            "replication" => {
+                line("role", &"master");
+                line("connected_slaves", &0);
+                line("master_failover_state", &"no-failover");
+                line("master_replid", &e.run_id);
+                line("master_repl_offset", &0);
+                line("second_repl_offset", &-1);
+                line("repl_backlog_active", &0);
+            }
+            "cluster" => {
+                line("cluster_enabled", &0);
+            }
+            "keyspace" => {
+                if !e.ks.is_empty() {
+                    let avg = e.ks.avg_ttl_ms(now_ms, 100);
+                    let _ = write!(
+                        s,
+                        "db0:keys={},expires={},avg_ttl={}\r\n",
+                        e.ks.len(),
+                        e.ks.volatile_len(),
+                        avg
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    s
+}
+
+// ---------------------------------------------------------------------------------------------
+// CONFIG
+// ---------------------------------------------------------------------------------------------
+
+/// A parameter CONFIG GET/SET knows.
+struct Param {
+    name: &'static str,
+    get: fn(&Engine) -> String,
+    /// None = immutable (`can't set immutable config`), unless the value equals the current one.
+    set: Option<fn(&mut Engine, &[u8]) -> Result<(), &'static str>>,
+}
+
+/// The parameters, in a fixed order (Redis answers in its hash order).
+const PARAMS: &[Param] = &[
+    Param {
+        name: "proto-max-bulk-len",
+        get: |e| e.config.proto_max_bulk_len.to_string(),
+        set: Some(|e, v| {
+            let n = parse_memory(v).ok_or("argument must be a memory value")?;
+            if n < 1024 * 1024 || n > i64::MAX as u64 {
+                return Err("argument must be between 1048576 and 9223372036854775807 inclusive");
+            }
+            e.config.proto_max_bulk_len = n;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "hz",
+        get: |e| e.config.hz.to_string(),
+        set: Some(|e, v| {
+            let n = args::parse_i64(v).ok_or("argument couldn't be parsed into an integer")?;
+            if !(0..=i64::from(i32::MAX)).contains(&n) {
+                return Err("argument must be between 0 and 2147483647 inclusive");
+            }
+            // Redis clamps to 1..=500 (CONFIG_MIN_HZ, CONFIG_MAX_HZ).
+            e.config.hz = n.clamp(1, 500) as u32;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "timeout",
+        get: |e| e.config.timeout.to_string(),
+        set: Some(|e, v| {
+            let n = args::parse_i64(v).ok_or("argument couldn't be parsed into an integer")?;
+            if !(0..=i64::from(i32::MAX)).contains(&n) {
+                return Err("argument must be between 0 and 2147483647 inclusive");
+            }
+            e.config.timeout = n as u64;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "maxclients",
+        get: |e| e.config.maxclients.to_string(),
+        set: Some(|e, v| {
+            let n = args::parse_i64(v).ok_or("argument couldn't be parsed into an integer")?;
+            if !(1..=i64::from(u32::MAX)).contains(&n) {
+                return Err("argument must be between 1 and 4294967295 inclusive");
+            }
+            e.config.maxclients = n as u64;
+            Ok(())
+        }),
+    },
+    Param { name: "save", get: |_| String::new(), set: None },
+    Param { name: "appendonly", get: |_| "no".into(), set: None },
+    Param { name: "databases", get: |_| "1".into(), set: None },
+    Param { name: "port", get: |e| e.host.tcp_port.to_string(), set: None },
+    Param {
+        name: "maxmemory",
+        get: |e| e.config.maxmemory.to_string(),
+        set: Some(|e, v| {
+            e.config.maxmemory = parse_memory(v).ok_or("argument must be a memory value")?;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "maxmemory-policy",
+        get: |e| e.config.maxmemory_policy.to_string(),
+        set: Some(|e, v| {
+            e.config.maxmemory_policy = MAXMEMORY_POLICIES
+                .iter()
+                .find(|p| args::is(v, p))
+                .ok_or(
+                    "argument(s) must be one of the following: volatile-lru, volatile-lfu, \
+                     volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction",
+                )?;
+            Ok(())
+        }),
+    },
+    Param { name: "cluster-enabled", get: |_| "no".into(), set: None },
+];
+
+/// redis `memtoull`: a non-negative integer with an optional b/k/kb/m/mb/g/gb unit (any case).
+fn parse_memory(v: &[u8]) -> Option<u64> {
+    let split = v.iter().position(|b| !b.is_ascii_digit()).unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let mul: u64 = match unit.to_ascii_lowercase().as_slice() {
+        b"" | b"b" => 1,
+        b"k" => 1000,
+        b"kb" => 1024,
+        b"m" => 1000 * 1000,
+        b"mb" => 1024 * 1024,
+        b"g" => 1000 * 1000 * 1000,
+        b"gb" => 1024 * 1024 * 1024,
+        _ => return None,
+    };
+    if num.is_empty() {
+        return None;
+    }
+    std::str::from_utf8(num).ok()?.parse::<u64>().ok()?.checked_mul(mul)
+}
+
+fn find_param(name: &[u8]) -> Option<&'static Param> {
+    PARAMS.iter().find(|p| args::is(name, p.name))
+}
+
+/// CONFIG GET pattern [pattern …] → map of matching parameters. A pattern without glob
+/// characters is looked up by name and answered under the name as given.
+pub fn config_get(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let mut found: Vec<(std::borrow::Cow<'static, [u8]>, &'static Param)> = Vec::new();
+    for pat in &c.argv[2..] {
+        if !pat.iter().any(|b| matches!(b, b'[' | b'*' | b'?')) {
+            if let Some(p) = find_param(pat) {
+                if !found.iter().any(|(_, q)| std::ptr::eq(*q, p)) {
+                    found.push((pat.to_vec().into(), p));
+                }
+            }
+            continue;
+        }
+        for p in PARAMS {
+            if !found.iter().any(|(_, q)| std::ptr::eq(*q, p)) && glob::matches(pat, p.name.as_bytes(), true) {
+                found.push((p.name.as_bytes().into(), p));
+            }
+        }
+    }
+    let values: Vec<String> = found.iter().map(|(_, p)| (p.get)(e)).collect();
+    let mut w = c.w();
+    w.map(found.len());
+    for ((name, _), v) in found.iter().zip(&values) {
+        w.bulk(name);
+        w.bulk(v.as_bytes());
+    }
+    Ok(())
+}
+
+/// CONFIG SET parameter value [parameter value …] → OK; all or nothing, Redis's error texts.
+pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let argv = c.argv;
+    if argv.len() % 2 == 1 {
+        return Err(CmdError::Arity("config|set"));
+    }
+    let pairs: Vec<(&[u8], &[u8])> = argv[2..].chunks_exact(2).map(|p| (p[0], p[1])).collect();
+    let fail = |name: &[u8], why: &str| {
+        CmdError::Other(format!(
+            "ERR CONFIG SET failed (possibly related to argument '{}') - {why}",
+            c_str_lossy(name, usize::MAX)
+        ))
+    };
+    // Validate every name first, as Redis does, so nothing is applied on error.
+    let mut params: Vec<&'static Param> = Vec::new();
+    let mut pending_err: Option<CmdError> = None;
+    for (name, value) in &pairs {
+        let Some(p) = find_param(name) else {
+            return Err(CmdError::Other(format!(
+                "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
+                c_str_lossy(name, usize::MAX)
+            )));
+        };
+        if pending_err.is_none() {
+            if p.set.is_none() && (p.get)(e).as_bytes() != *value {
+                pending_err = Some(fail(name, "can't set immutable config"));
+            } else if params.iter().any(|q| std::ptr::eq(*q, p)) {
+                pending_err = Some(fail(name, "duplicate parameter"));
+            }
+        }
+        params.push(p);
+    }
+    if let Some(err) = pending_err {
+        return Err(err);
+    }
+    let saved = e.config.clone();
+    for (p, (name, value)) in params.iter().zip(&pairs) {
+        if let Some(set) = p.set {
+            if let Err(why) = set(e, value) {
+                e.config = saved;
+                return Err(fail(name, why));
+            }
+        }
+    }
+    c.w().ok();
+    Ok(())
+}
+
+/// CONFIG RESETSTAT → OK; zeroes the INFO counters.
+pub fn config_resetstat(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    e.stats = Default::default();
+    e.ks.stats = Default::default();
+    e.net = Default::default();
+    e.used_memory_peak = USED_MEMORY_STARTUP + e.ks.used_bytes() as u64;
+    c.w().ok();
+    Ok(())
+}
+
+/// CONFIG HELP.
+pub fn config_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    help(
+        c,
+        "CONFIG",
+        &[
+            "GET <pattern>",
+            "    Return parameters matching the glob-like <pattern> and their values.",
+            "SET <directive> <value>",
+            "    Set the configuration <directive> to <value>.",
+            "RESETSTAT",
+            "    Reset statistics reported by the INFO command.",
+            "HELP",
+            "    Prints this help.",
+        ],
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// COMMAND
+// ---------------------------------------------------------------------------------------------
+
+/// Writes a table value; `key` is the map key it sits under, which decides Redis's set /
+/// status-string shapes (see the module doc).
+fn write_val(w: &mut ReplyWriter<'_>, v: &Val, key: Option<&str>) {
+    match v {
+        Val::Str(s) => w.bulk(s.as_bytes()),
+        Val::Int(n) => w.integer(*n),
+        Val::Null => w.null(),
+        Val::Arr(items) => match key {
+            Some("flags") | Some("doc_flags") => {
+                w.set(items.len());
+                for it in *items {
+                    match it {
+                        Val::Str(s) => w.simple(s.as_bytes()),
+                        other => write_val(w, other, None),
+                    }
+                }
+            }
+            Some("history") => {
+                w.set(items.len());
+                for it in *items {
+                    write_val(w, it, None);
+                }
+            }
+            _ => {
+                w.array(items.len());
+                for it in *items {
+                    write_val(w, it, None);
+                }
+            }
+        },
+        Val::Map(pairs) => {
+            w.map(pairs.len());
+            for (k, v) in *pairs {
+                w.bulk(k.as_bytes());
+                write_val(w, v, Some(k));
+            }
+        }
+    }
+}
+
+/// One COMMAND / COMMAND INFO entry: the 10 fields of redis `addReplyCommandInfo`.
+fn write_entry(w: &mut ReplyWriter<'_>, spec: &CommandSpec) {
+    w.array(10);
+    w.bulk(spec.name.as_bytes());
+    w.integer(i64::from(spec.arity));
+    w.set(spec.flags.len());
+    for f in spec.flags {
+        w.simple(f.as_bytes());
+    }
+    w.integer(i64::from(spec.first_key));
+    w.integer(i64::from(spec.last_key));
+    w.integer(i64::from(spec.step));
+    w.set(spec.acl_categories.len());
+    for a in spec.acl_categories {
+        w.simple(a.as_bytes());
+    }
+    w.set(spec.tips.len());
+    for t in spec.tips {
+        w.bulk(t.as_bytes());
+    }
+    w.set(spec.key_specs.len());
+    for k in spec.key_specs {
+        write_val(w, k, None);
+    }
+    if spec.subcommands.is_empty() {
+        w.set(0);
+    } else {
+        w.array(spec.subcommands.len());
+        for s in spec.subcommands {
+            write_entry(w, s);
+        }
+    }
+}
+
+/// One COMMAND DOCS value (redis `addReplyCommandDocs`): the stored docs plus, for a
+/// container, a `subcommands` map.
+fn write_docs(w: &mut ReplyWriter<'_>, spec: &CommandSpec) {
+    let Val::Map(pairs) = &spec.docs else {
+        w.map(0);
+        return;
+    };
+    let subs = !spec.subcommands.is_empty();
+    w.map(pairs.len() + usize::from(subs));
+    for (k, v) in *pairs {
+        w.bulk(k.as_bytes());
+        write_val(w, v, Some(k));
+    }
+    if subs {
+        w.bulk(b"subcommands");
+        w.map(spec.subcommands.len());
+        for s in spec.subcommands {
+            w.bulk(s.name.as_bytes());
+            write_docs(w, s);
+        }
+    }
+}
+
+/// A row by name, any case: `get`, or `config|get` for a subcommand.
+fn lookup_fullname(name: &[u8]) -> Option<&'static CommandSpec> {
+    match name.iter().position(|&b| b == b'|') {
+        None => dispatch::lookup_index(name).map(|i| &COMMANDS[i]),
+        Some(p) => {
+            let top = &COMMANDS[dispatch::lookup_index(&name[..p])?];
+            top.subcommand(&name[p + 1..])
+        }
+    }
+}
+
+/// COMMAND → every entry.
+pub fn command(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let mut w = c.w();
+    w.array(COMMANDS.len());
+    for spec in COMMANDS {
+        write_entry(&mut w, spec);
+    }
+    Ok(())
+}
+
+/// COMMAND COUNT → number of commands.
+pub fn command_count(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    c.w().integer(COMMANDS.len() as i64);
+    Ok(())
+}
+
+/// COMMAND INFO [name …] → entries, nil for unknown names; all entries without names.
+pub fn command_info(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    if c.argv.len() == 2 {
+        return command(e, c);
+    }
+    let names = &c.argv[2..];
+    let mut w = c.w();
+    w.array(names.len());
+    for n in names {
+        match lookup_fullname(n) {
+            Some(spec) => write_entry(&mut w, spec),
+            None => w.null(),
+        }
+    }
+    Ok(())
+}
+
+/// COMMAND DOCS [name …] → map name → docs; unknown names are left out.
+pub fn command_docs(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let argv = c.argv;
+    let mut w = c.w();
+    if argv.len() == 2 {
+        w.map(COMMANDS.len());
+        for spec in COMMANDS {
+            w.bulk(spec.name.as_bytes());
+            write_docs(&mut w, spec);
+        }
+        return Ok(());
+    }
+    let specs: Vec<&CommandSpec> = argv[2..].iter().filter_map(|n| lookup_fullname(n)).collect();
+    w.map(specs.len());
+    for spec in specs {
+        w.bulk(spec.name.as_bytes());
+        write_docs(&mut w, spec);
+    }
+    Ok(())
+}
+
+/// COMMAND GETKEYS command [arg …] → the key arguments, from the table's key positions.
+pub fn command_getkeys(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let cmd = &c.argv[2..];
+    let (spec, _) = dispatch::resolve(&e.handlers, cmd).map_err(|_| CmdError::Static("ERR Invalid command specified"))?;
+    if !dispatch::arity_ok(spec, cmd.len()) {
+        return Err(CmdError::Static("ERR Invalid number of arguments specified for command"));
+    }
+    let keys = key_positions(spec, cmd.len());
+    if keys.is_empty() {
+        return Err(CmdError::Static("ERR The command has no key arguments"));
+    }
+    let mut w = c.w();
+    w.array(keys.len());
+    for i in keys {
+        w.bulk(cmd[i]);
+    }
+    Ok(())
+}
+
+/// Key argument positions of a call with `argc` arguments (redis `getKeysUsingLegacyRangeSpec`):
+/// `first..=last` by `step`, a negative `last` counting from the end.
+pub fn key_positions(spec: &CommandSpec, argc: usize) -> Vec<usize> {
+    if spec.first_key <= 0 || spec.step <= 0 {
+        return Vec::new();
+    }
+    let argc = argc as i64;
+    let first = i64::from(spec.first_key);
+    let last = if spec.last_key < 0 { argc + i64::from(spec.last_key) } else { i64::from(spec.last_key) };
+    let mut v = Vec::new();
+    let mut i = first;
+    while i <= last && i < argc {
+        v.push(i as usize);
+        i += i64::from(spec.step);
+    }
+    v
+}
+
+/// COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern] → command names,
+/// subcommands included.
+pub fn command_list(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let argv = c.argv;
+    enum Filter<'a> {
+        All,
+        Module,
+        AclCat(&'a [u8]),
+        Pattern(&'a [u8]),
+    }
+    let filter = match argv.len() {
+        2 => Filter::All,
+        5 if args::is(argv[2], "filterby") => {
+            if args::is(argv[3], "module") {
+                Filter::Module
+            } else if args::is(argv[3], "aclcat") {
+                Filter::AclCat(argv[4])
+            } else if args::is(argv[3], "pattern") {
+                Filter::Pattern(argv[4])
+            } else {
+                return Err(CmdError::Syntax);
+            }
+        }
+        _ => return Err(CmdError::Syntax),
+    };
+    let keep = |s: &CommandSpec| match &filter {
+        Filter::All => true,
+        Filter::Module => false,
+        Filter::AclCat(cat) => s.acl_categories.iter().any(|a| a[1..].as_bytes().eq_ignore_ascii_case(cat)),
+        Filter::Pattern(p) => glob::matches(p, s.name.as_bytes(), true),
+    };
+    let mut names: Vec<&str> = Vec::new();
+    for spec in COMMANDS {
+        if keep(spec) {
+            names.push(spec.name);
+        }
+        for sub in spec.subcommands {
+            if keep(sub) {
+                names.push(sub.name);
+            }
+        }
+    }
+    let mut w = c.w();
+    w.array(names.len());
+    for n in names {
+        w.bulk(n.as_bytes());
+    }
+    Ok(())
+}
+
+/// COMMAND HELP.
+pub fn command_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    help(
+        c,
+        "COMMAND",
+        &[
+            "(no subcommand)",
+            "    Return details about all Redis commands.",
+            "COUNT",
+            "    Return the total number of commands in this Redis server.",
+            "LIST",
+            "    Return a list of all commands in this Redis server.",
+            "INFO [<command-name> ...]",
+            "    Return details about multiple Redis commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "DOCS [<command-name> ...]",
+            "    Return documentation details about multiple Redis commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "GETKEYS <full-command>",
+            "    Return the keys from a full Redis command.",
+            "HELP",
+            "    Print this help.",
+        ],
+    );
+    Ok(())
+}

@@ -1,0 +1,216 @@
+//! Command dispatch: lookup → arity → handler → bookkeeping (redis `processCommand` / `call`).
+//!
+//! - Lookup is case-insensitive and allocation-free over the generated table
+//!   ([`crate::command::COMMANDS`]). A container command (CONFIG, CLIENT, COMMAND) with at least
+//!   one argument resolves to its subcommand row (`config|get`), like redis
+//!   `lookupCommandLogic`.
+//! - The arity check here is the only place that writes
+//!   `ERR wrong number of arguments for '<fullname>' command`; handlers assume their arity.
+//! - [`HANDLERS`] maps table rows to handler functions by name, once, when the engine is built:
+//!   one declarative mapping, no per-command predicates elsewhere.
+//! - Bookkeeping: command and error counters, the client's last command, and the change
+//!   counter (`Keyspace::dirty`, bumped by every keyspace mutation) compared before/after so
+//!   write effects are observed in one place.
+
+use resp::ReplyWriter;
+
+use crate::command::{COMMANDS, CommandSpec};
+use crate::error::{CmdError, unknown_command_message};
+use crate::{Client, Engine, Flow};
+
+/// One command invocation as a handler sees it.
+pub struct Call<'a> {
+    pub client: &'a mut Client,
+    /// `argv[0]` is the command name as sent.
+    pub argv: &'a [&'a [u8]],
+    /// Unix time, µs and ms.
+    pub now_us: u64,
+    pub now_ms: u64,
+    /// The row being run (subcommand row for containers).
+    pub spec: &'static CommandSpec,
+    /// What the server must do after the reply (QUIT, CLIENT LIST).
+    pub flow: Flow,
+    out: &'a mut Vec<u8>,
+}
+
+impl Call<'_> {
+    /// A writer for the reply, in the client's protocol.
+    pub fn w(&mut self) -> ReplyWriter<'_> {
+        ReplyWriter::new(self.out, self.client.proto)
+    }
+}
+
+/// A command implementation. It writes its reply through [`Call::w`] or returns an error
+/// (written by the dispatcher); it never writes part of a reply and then fails.
+pub type Handler = fn(&mut Engine, &mut Call<'_>) -> Result<(), CmdError>;
+
+/// The handler of a table row, by full name. Rows without a handler (subcommands that exist in
+/// Redis but not here) answer as an unknown subcommand.
+pub fn handler_for(name: &str) -> Option<Handler> {
+    use crate::cmd::{connection as conn, keys, server};
+    use crate::types::string as s;
+    Some(match name {
+        // strings
+        "get" => s::get,
+        "set" => s::set,
+        "setnx" => s::setnx,
+        "setex" => s::setex,
+        "psetex" => s::psetex,
+        "getset" => s::getset,
+        "getdel" => s::getdel,
+        "getex" => s::getex,
+        "mget" => s::mget,
+        "mset" => s::mset,
+        "msetnx" => s::msetnx,
+        "incr" => s::incr,
+        "decr" => s::decr,
+        "incrby" => s::incrby,
+        "decrby" => s::decrby,
+        "incrbyfloat" => s::incrbyfloat,
+        "append" => s::append,
+        "strlen" => s::strlen,
+        "getrange" | "substr" => s::getrange,
+        "setrange" => s::setrange,
+        // keyspace
+        "del" | "unlink" => keys::del,
+        "exists" => keys::exists,
+        "touch" => keys::touch,
+        "type" => keys::type_,
+        "expire" => keys::expire,
+        "pexpire" => keys::pexpire,
+        "expireat" => keys::expireat,
+        "pexpireat" => keys::pexpireat,
+        "ttl" => keys::ttl,
+        "pttl" => keys::pttl,
+        "expiretime" => keys::expiretime,
+        "pexpiretime" => keys::pexpiretime,
+        "persist" => keys::persist,
+        "rename" => keys::rename,
+        "renamenx" => keys::renamenx,
+        "keys" => keys::keys,
+        "scan" => keys::scan,
+        "randomkey" => keys::randomkey,
+        "dbsize" => keys::dbsize,
+        "flushdb" | "flushall" => keys::flush,
+        // connection
+        "select" => conn::select,
+        "ping" => conn::ping,
+        "echo" => conn::echo,
+        "quit" => conn::quit,
+        "reset" => conn::reset,
+        "hello" => conn::hello,
+        "client|setname" => conn::client_setname,
+        "client|getname" => conn::client_getname,
+        "client|id" => conn::client_id,
+        "client|info" => conn::client_info,
+        "client|list" => conn::client_list,
+        "client|help" => conn::client_help,
+        // server
+        "time" => server::time,
+        "info" => server::info,
+        "config|get" => server::config_get,
+        "config|set" => server::config_set,
+        "config|resetstat" => server::config_resetstat,
+        "config|help" => server::config_help,
+        "command" => server::command,
+        "command|count" => server::command_count,
+        "command|info" => server::command_info,
+        "command|docs" => server::command_docs,
+        "command|getkeys" => server::command_getkeys,
+        "command|list" => server::command_list,
+        "command|help" => server::command_help,
+        _ => return None,
+    })
+}
+
+/// Handlers per table row: `(row handler, subcommand handlers)`, built once per engine.
+pub struct Handlers(Vec<(Option<Handler>, Vec<Option<Handler>>)>);
+
+impl Handlers {
+    pub fn new() -> Handlers {
+        Handlers(
+            COMMANDS
+                .iter()
+                .map(|c| (handler_for(c.name), c.subcommands.iter().map(|s| handler_for(s.name)).collect()))
+                .collect(),
+        )
+    }
+}
+
+impl Default for Handlers {
+    fn default() -> Self {
+        Handlers::new()
+    }
+}
+
+/// Position of a top-level command in the table, any case.
+pub fn lookup_index(name: &[u8]) -> Option<usize> {
+    COMMANDS.iter().position(|c| c.name.len() == name.len() && c.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// The row and handler `argv` resolves to, or the error Redis gives for an unknown
+/// command or subcommand.
+pub fn resolve(handlers: &Handlers, argv: &[&[u8]]) -> Result<(&'static CommandSpec, Option<Handler>), CmdError> {
+    let Some(ci) = lookup_index(argv[0]) else {
+        return Err(CmdError::Other(unknown_command_message(argv)));
+    };
+    let top = &COMMANDS[ci];
+    if argv.len() >= 2 && !top.subcommands.is_empty() {
+        let sub = argv[1];
+        return match top.subcommands.iter().position(|s| s.short_name().as_bytes().eq_ignore_ascii_case(sub)) {
+            Some(si) => Ok((&top.subcommands[si], handlers.0[ci].1[si])),
+            None => Err(CmdError::UnknownSubcommand { sub: sub.to_vec(), container: argv[0].to_vec() }),
+        };
+    }
+    Ok((top, handlers.0[ci].0))
+}
+
+/// redis `commandCheckArity`.
+pub fn arity_ok(spec: &CommandSpec, argc: usize) -> bool {
+    let argc = argc as i64;
+    let arity = i64::from(spec.arity);
+    if arity > 0 { arity == argc } else { argc >= -arity }
+}
+
+/// Runs one command (see [`Engine::exec`]).
+pub fn exec(e: &mut Engine, client: &mut Client, argv: &[&[u8]], now_us: u64, out: &mut Vec<u8>) -> Flow {
+    if argv.is_empty() {
+        return Flow::Continue;
+    }
+    let resolved = resolve(&e.handlers, argv);
+    let (spec, handler) = match resolved {
+        Ok(x) => x,
+        Err(err) => {
+            e.stats.rejected_calls += 1;
+            ReplyWriter::new(out, client.proto).error(&err.message());
+            return Flow::Continue;
+        }
+    };
+    if !arity_ok(spec, argv.len()) {
+        e.stats.rejected_calls += 1;
+        ReplyWriter::new(out, client.proto).error(&crate::error::arity_message(spec.name));
+        return Flow::Continue;
+    }
+    let Some(handler) = handler else {
+        // A Redis subcommand recached does not implement.
+        e.stats.rejected_calls += 1;
+        let err = CmdError::UnknownSubcommand { sub: argv[1].to_vec(), container: argv[0].to_vec() };
+        ReplyWriter::new(out, client.proto).error(&err.message());
+        return Flow::Continue;
+    };
+    client.last_cmd = spec.name;
+    client.last_cmd_us = now_us;
+    e.stats.total_commands_processed += 1;
+    let dirty_before = e.ks.dirty;
+    let mut call = Call { client, argv, now_us, now_ms: now_us / 1000, spec, flow: Flow::Continue, out };
+    if let Err(err) = handler(e, &mut call) {
+        e.stats.failed_calls += 1;
+        call.w().error(&err.message());
+    }
+    if e.ks.dirty != dirty_before {
+        // Single place where a command's changes are observed: the keychange feed and
+        // snapshot scheduling hang off this counter.
+        e.stats.dirty_commands += 1;
+    }
+    call.flow
+}

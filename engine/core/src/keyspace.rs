@@ -1,0 +1,605 @@
+//! The keyspace: key → [`Entry`] (value + optional expiry), with lazy expiry on lookup.
+//!
+//! # Shape
+//! - `map`: an [`IndexMap`] (insertion-ordered hash map over a dense entry vector) with a
+//!   seeded foldhash hasher. Positions `0..len` make random sampling O(1) (RANDOMKEY) and give
+//!   SCAN a cursor; deletion is `swap_remove` (the last entry moves into the hole).
+//! - `volatile`: the map positions of keys that have a TTL, dense too, for the active expiry
+//!   sampler (Redis keeps a separate `expires` dict for the same reason). Each volatile entry
+//!   stores its own position in `volatile` (`vpos`), so both vectors are fixed up in O(1) on
+//!   every swap_remove.
+//!
+//! # Time
+//! Expiry times are absolute Unix milliseconds. A key is expired when `now_ms > expire_at`
+//! (redis `keyIsExpired`). Every lookup, read or write, deletes an expired key first
+//! (redis `expireIfNeeded`) and counts it in [`KeyspaceStats::expired_keys`].
+//!
+//! # SCAN guarantee
+//! The cursor is the number of positions not yet visited; a call visits positions
+//! `cursor-1, cursor-2, …` downward (cursor 0 starts at `len`). `swap_remove(i)` only moves the
+//! *last* entry into `i`: an entry from the visited top can move down into the unvisited region
+//! (returned twice, which SCAN allows) but no entry ever moves from the unvisited region into the
+//! visited one, and insertions go to the top. So every key present for the whole scan is returned
+//! at least once, as Redis guarantees (`dictScan`'s reverse-binary cursor gives the same promise).
+//!
+//! # Memory
+//! `used_bytes` is a logical estimate kept in O(1) per change: key bytes + value bytes +
+//! [`ENTRY_OVERHEAD`] per key (+ [`EXPIRE_OVERHEAD`] per TTL).
+//!
+//! # Changes
+//! Every mutation bumps `dirty` (redis `server.dirty`), in this one place, so the dispatcher can
+//! tell whether a command changed anything.
+
+use indexmap::IndexMap;
+
+use crate::types::Value;
+
+/// Approximate bytes per key beyond key and value bytes: the entry vector slot, the hash index
+/// slot and allocator rounding (Redis's dictEntry + robj + sds headers are about the same).
+pub const ENTRY_OVERHEAD: usize = 72;
+/// Approximate bytes for a key's TTL (its `volatile` slot).
+pub const EXPIRE_OVERHEAD: usize = 8;
+
+const NO_VPOS: usize = usize::MAX;
+
+/// A stored key's value and expiry.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub value: Value,
+    /// Absolute Unix ms; `None` = persistent.
+    expire_at: Option<u64>,
+    /// Position in `Keyspace::volatile` when `expire_at` is set.
+    vpos: usize,
+}
+
+impl Entry {
+    pub fn expire_at(&self) -> Option<u64> {
+        self.expire_at
+    }
+}
+
+/// What [`Keyspace::set`] keeps from an existing key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// Overwrite clears the TTL (plain SET).
+    Nothing,
+    /// KEEPTTL.
+    Ttl,
+}
+
+/// Counters INFO reports.
+#[derive(Clone, Debug, Default)]
+pub struct KeyspaceStats {
+    pub keyspace_hits: u64,
+    pub keyspace_misses: u64,
+    pub expired_keys: u64,
+}
+
+type Map = IndexMap<Box<[u8]>, Entry, foldhash::fast::FixedState>;
+
+/// Owned remains of a flushed keyspace, freed a slice at a time by
+/// [`Keyspace::lazy_free_step`] (FLUSHALL ASYNC).
+pub type Graveyard = indexmap::map::IntoIter<Box<[u8]>, Entry>;
+
+pub struct Keyspace {
+    map: Map,
+    volatile: Vec<usize>,
+    seed: u64,
+    rng: u64,
+    used_bytes: usize,
+    /// Number of changes since start (redis `server.dirty`).
+    pub dirty: u64,
+    pub stats: KeyspaceStats,
+    /// Flushed entries awaiting release (FLUSHALL/FLUSHDB ASYNC).
+    graveyard: Vec<Graveyard>,
+}
+
+/// Bytes accounted for one entry.
+fn entry_bytes(key: &[u8], e: &Entry) -> usize {
+    key.len() + e.value.mem_size() + ENTRY_OVERHEAD + if e.expire_at.is_some() { EXPIRE_OVERHEAD } else { 0 }
+}
+
+impl Keyspace {
+    /// An empty keyspace; `seed` keys the hasher (the server passes a random one so hash
+    /// flooding cannot be planned) and the sampling RNG.
+    pub fn new(seed: u64) -> Keyspace {
+        Keyspace {
+            map: Map::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+            volatile: Vec::new(),
+            seed,
+            rng: seed ^ 0x9E37_79B9_7F4A_7C15,
+            used_bytes: 0,
+            dirty: 0,
+            stats: KeyspaceStats::default(),
+            graveyard: Vec::new(),
+        }
+    }
+
+    /// Number of keys, including expired keys not yet reclaimed (like redis DBSIZE).
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Number of keys with a TTL.
+    pub fn volatile_len(&self) -> usize {
+        self.volatile.len()
+    }
+
+    /// Logical memory estimate of the stored data, bytes.
+    pub fn used_bytes(&self) -> usize {
+        self.used_bytes
+    }
+
+    /// SplitMix64: deterministic per seed, good enough for sampling.
+    pub fn next_random(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn is_expired(e: &Entry, now_ms: u64) -> bool {
+        matches!(e.expire_at, Some(at) if now_ms > at)
+    }
+
+    /// Position of `key` if present and not expired; an expired key is deleted first.
+    fn lookup(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
+        let (i, _, e) = self.map.get_full(key)?;
+        if Self::is_expired(e, now_ms) {
+            self.remove_at(i);
+            self.stats.expired_keys += 1;
+            return None;
+        }
+        Some(i)
+    }
+
+    /// Lookup for reading: counts a keyspace hit or miss (redis `lookupKeyRead`).
+    pub fn lookup_read(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
+        let r = self.lookup(key, now_ms);
+        if r.is_some() {
+            self.stats.keyspace_hits += 1;
+        } else {
+            self.stats.keyspace_misses += 1;
+        }
+        r
+    }
+
+    /// Lookup before a write, or where Redis does not count hits (EXISTS, TTL, TYPE).
+    pub fn lookup_write(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
+        self.lookup(key, now_ms)
+    }
+
+    /// The key and entry at a position returned by a lookup.
+    pub fn get_at(&self, i: usize) -> (&[u8], &Entry) {
+        let (k, e) = self.map.get_index(i).expect("position from a lookup");
+        (k, e)
+    }
+
+    /// The value at a position returned by a lookup.
+    pub fn value(&self, i: usize) -> &Value {
+        &self.get_at(i).1.value
+    }
+
+    /// Absolute expiry (Unix ms) of the entry at `i`.
+    pub fn expire_at(&self, i: usize) -> Option<u64> {
+        self.get_at(i).1.expire_at
+    }
+
+    /// Changes the value at `i` in place (INCR, APPEND…), keeping its TTL and the memory
+    /// estimate right.
+    pub fn update<R>(&mut self, i: usize, f: impl FnOnce(&mut Value) -> R) -> R {
+        let (_, e) = self.map.get_index_mut(i).expect("position from a lookup");
+        let before = e.value.mem_size();
+        let r = f(&mut e.value);
+        let after = e.value.mem_size();
+        self.used_bytes = self.used_bytes + after - before;
+        self.dirty += 1;
+        r
+    }
+
+    /// Stores `value` at `key`. `existing` is the key's position from a lookup made just
+    /// before (None = absent). Returns the key's position.
+    pub fn set(&mut self, key: &[u8], value: Value, keep: Keep, existing: Option<usize>) -> usize {
+        self.dirty += 1;
+        match existing {
+            Some(i) => {
+                if keep == Keep::Nothing {
+                    self.persist_quiet(i);
+                }
+                let (_, e) = self.map.get_index_mut(i).expect("position from a lookup");
+                self.used_bytes = self.used_bytes + value.mem_size() - e.value.mem_size();
+                e.value = value;
+                i
+            }
+            None => {
+                let e = Entry { value, expire_at: None, vpos: NO_VPOS };
+                self.used_bytes += entry_bytes(key, &e);
+                let (i, _) = self.map.insert_full(key.into(), e);
+                i
+            }
+        }
+    }
+
+    /// Inserts an entry that keeps its expiry (RENAME). The key must be absent.
+    fn insert_entry(&mut self, key: Box<[u8]>, value: Value, expire_at: Option<u64>) -> usize {
+        let e = Entry { value, expire_at: None, vpos: NO_VPOS };
+        self.used_bytes += entry_bytes(&key, &e);
+        let (i, _) = self.map.insert_full(key, e);
+        if let Some(at) = expire_at {
+            self.set_expire(i, at);
+        }
+        i
+    }
+
+    /// Deletes the entry at `i` and returns it.
+    pub fn remove_at(&mut self, i: usize) -> (Box<[u8]>, Entry) {
+        self.dirty += 1;
+        let (k, e) = self.map.swap_remove_index(i).expect("position from a lookup");
+        self.used_bytes -= entry_bytes(&k, &e);
+        // The former last entry now sits at `i`: repoint its volatile slot first, so every
+        // volatile slot names a valid position before `volatile` itself is compacted.
+        if i < self.map.len() {
+            let moved = &self.map[i];
+            if moved.expire_at.is_some() {
+                self.volatile[moved.vpos] = i;
+            }
+        }
+        if e.expire_at.is_some() {
+            self.volatile_remove(e.vpos);
+        }
+        (k, e)
+    }
+
+    fn volatile_remove(&mut self, vpos: usize) {
+        self.volatile.swap_remove(vpos);
+        if vpos < self.volatile.len() {
+            let moved = self.volatile[vpos];
+            self.map[moved].vpos = vpos;
+        }
+    }
+
+    /// Deletes `key` if present (and not expired). Returns whether a live key was deleted.
+    pub fn delete(&mut self, key: &[u8], now_ms: u64) -> bool {
+        match self.lookup(key, now_ms) {
+            Some(i) => {
+                self.remove_at(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sets the absolute expiry of the entry at `i`.
+    pub fn set_expire(&mut self, i: usize, at_ms: u64) {
+        self.dirty += 1;
+        let (_, e) = self.map.get_index_mut(i).expect("position from a lookup");
+        if e.expire_at.is_none() {
+            e.vpos = self.volatile.len();
+            self.volatile.push(i);
+            self.used_bytes += EXPIRE_OVERHEAD;
+        }
+        e.expire_at = Some(at_ms);
+    }
+
+    /// Removes the TTL of the entry at `i`; returns whether it had one (PERSIST).
+    pub fn persist(&mut self, i: usize) -> bool {
+        let had = self.persist_quiet(i);
+        if had {
+            self.dirty += 1;
+        }
+        had
+    }
+
+    fn persist_quiet(&mut self, i: usize) -> bool {
+        let (_, e) = self.map.get_index_mut(i).expect("position from a lookup");
+        if e.expire_at.take().is_none() {
+            return false;
+        }
+        let vpos = std::mem::replace(&mut e.vpos, NO_VPOS);
+        self.used_bytes -= EXPIRE_OVERHEAD;
+        self.volatile_remove(vpos);
+        true
+    }
+
+    /// Moves the entry at `from` (a lookup position) to key `to`, replacing any entry there;
+    /// the TTL moves with it (RENAME). `to` must differ from the source key.
+    pub fn rename(&mut self, from: usize, to: &[u8], now_ms: u64) {
+        let (_, e) = self.remove_at(from);
+        if let Some(j) = self.lookup(to, now_ms) {
+            self.remove_at(j);
+        }
+        self.insert_entry(to.into(), e.value, e.expire_at);
+    }
+
+    /// A uniformly random position, or None when empty.
+    pub fn random_position(&mut self) -> Option<usize> {
+        if self.map.is_empty() {
+            return None;
+        }
+        Some((self.next_random() % self.map.len() as u64) as usize)
+    }
+
+    /// Whether the entry at `i` is past its expiry at `now_ms`.
+    pub fn expired_at(&self, i: usize, now_ms: u64) -> bool {
+        Self::is_expired(self.get_at(i).1, now_ms)
+    }
+
+    /// Deletes the expired entry at `i`, counting it as expired (active expiry, RANDOMKEY).
+    pub fn expire_now(&mut self, i: usize) {
+        self.remove_at(i);
+        self.stats.expired_keys += 1;
+    }
+
+    /// A random volatile key's map position, or None when no key has a TTL.
+    pub fn random_volatile(&mut self) -> Option<usize> {
+        if self.volatile.is_empty() {
+            return None;
+        }
+        let v = (self.next_random() % self.volatile.len() as u64) as usize;
+        Some(self.volatile[v])
+    }
+
+    /// One SCAN step: visits up to `count` positions below `cursor` (0 = start at the top),
+    /// deleting expired entries on the way and calling `f` for live ones. Returns the next
+    /// cursor (0 = done). See the module doc for the guarantee.
+    pub fn scan(&mut self, cursor: u64, count: usize, now_ms: u64, mut f: impl FnMut(&[u8], &Value)) -> u64 {
+        let len = self.map.len() as u64;
+        let mut pos = if cursor == 0 || cursor > len { len } else { cursor } as usize;
+        let mut visited = 0;
+        while pos > 0 && visited < count {
+            pos -= 1;
+            visited += 1;
+            if self.expired_at(pos, now_ms) {
+                // The last entry (already visited, or `pos` itself) fills the hole: safe.
+                self.expire_now(pos);
+                continue;
+            }
+            let (k, e) = self.get_at(pos);
+            f(k, &e.value);
+        }
+        pos as u64
+    }
+
+    /// Calls `f` for every live key (KEYS). O(n).
+    pub fn for_each_live<'a>(&'a self, now_ms: u64, mut f: impl FnMut(&'a [u8], &'a Value)) {
+        for (k, e) in &self.map {
+            if !Self::is_expired(e, now_ms) {
+                f(k, &e.value);
+            }
+        }
+    }
+
+    /// Number of keys with a TTL and their average remaining TTL in ms (INFO keyspace
+    /// `avg_ttl`), estimated from up to `samples` random volatile keys.
+    pub fn avg_ttl_ms(&mut self, now_ms: u64, samples: usize) -> u64 {
+        if self.volatile.is_empty() {
+            return 0;
+        }
+        let n = samples.min(self.volatile.len());
+        let mut sum: u128 = 0;
+        for k in 0..n {
+            // Evenly spread over the volatile vector when sampling everything, random otherwise.
+            let v = if n == self.volatile.len() { k } else { (self.next_random() % self.volatile.len() as u64) as usize };
+            let at = self.map[self.volatile[v]].expire_at.unwrap_or(now_ms);
+            sum += u128::from(at.saturating_sub(now_ms));
+        }
+        (sum / n as u128) as u64
+    }
+
+    /// Removes every key. `lazy` hands the old entries to the graveyard, released a slice per
+    /// [`lazy_free_step`](Self::lazy_free_step) (FLUSHALL ASYNC), so a huge keyspace never
+    /// stalls the loop; otherwise they are dropped now.
+    pub fn flush(&mut self, lazy: bool) {
+        let old = std::mem::replace(
+            &mut self.map,
+            Map::with_hasher(foldhash::fast::FixedState::with_seed(self.seed)),
+        );
+        self.dirty += old.len() as u64;
+        self.volatile = Vec::new();
+        self.used_bytes = 0;
+        if lazy && !old.is_empty() {
+            self.graveyard.push(old.into_iter());
+        }
+    }
+
+    /// Drops up to `budget` flushed entries; returns how many were dropped.
+    pub fn lazy_free_step(&mut self, budget: usize) -> usize {
+        let mut freed = 0;
+        while freed < budget {
+            let Some(g) = self.graveyard.last_mut() else { break };
+            match g.next() {
+                Some(_) => freed += 1,
+                None => {
+                    self.graveyard.pop();
+                }
+            }
+        }
+        freed
+    }
+
+    /// Entries still waiting in the graveyard.
+    pub fn lazy_free_pending(&self) -> usize {
+        self.graveyard.iter().map(|g| g.len()).sum()
+    }
+
+    /// Checks internal invariants (tests).
+    #[cfg(test)]
+    pub fn check(&self) {
+        let mut n = 0;
+        let mut bytes = 0;
+        for (i, (k, e)) in self.map.iter().enumerate() {
+            bytes += entry_bytes(k, e);
+            if e.expire_at.is_some() {
+                n += 1;
+                assert_eq!(self.volatile[e.vpos], i);
+            } else {
+                assert_eq!(e.vpos, NO_VPOS);
+            }
+        }
+        assert_eq!(n, self.volatile.len());
+        assert_eq!(bytes, self.used_bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::StrValue;
+    use std::collections::{HashMap, HashSet};
+
+    fn sv(s: &str) -> Value {
+        Value::Str(StrValue::from_slice(s.as_bytes()))
+    }
+
+    /// Random operations against a HashMap reference with a fake clock.
+    #[test]
+    fn model_vs_hashmap() {
+        let mut ks = Keyspace::new(7);
+        let mut model: HashMap<Vec<u8>, (Value, Option<u64>)> = HashMap::new();
+        let mut now = 1_000_000u64;
+        let mut rng = 12345u64;
+        let mut rand = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        for step in 0..20_000 {
+            let key = format!("k{}", rand(200)).into_bytes();
+            // The model's view after lazy expiry.
+            if let Some((_, Some(at))) = model.get(&key) {
+                if now > *at {
+                    model.remove(&key);
+                }
+            }
+            match rand(7) {
+                0 | 1 => {
+                    let v = sv(&step.to_string());
+                    let ex = ks.lookup_write(&key, now);
+                    ks.set(&key, v.clone(), Keep::Nothing, ex);
+                    model.insert(key, (v, None));
+                }
+                2 => {
+                    let got = ks.lookup_read(&key, now).map(|i| ks.value(i).clone());
+                    assert_eq!(got, model.get(&key).map(|m| m.0.clone()));
+                }
+                3 => {
+                    assert_eq!(ks.delete(&key, now), model.remove(&key).is_some());
+                }
+                4 => {
+                    if let Some(i) = ks.lookup_write(&key, now) {
+                        let at = now + rand(50);
+                        ks.set_expire(i, at);
+                        model.get_mut(&key).unwrap().1 = Some(at);
+                    } else {
+                        assert!(!model.contains_key(&key));
+                    }
+                }
+                5 => {
+                    if let Some(i) = ks.lookup_write(&key, now) {
+                        ks.persist(i);
+                        model.get_mut(&key).unwrap().1 = None;
+                    }
+                }
+                _ => {
+                    now += rand(10);
+                    // Active expiry of a few random volatile keys.
+                    for _ in 0..3 {
+                        if let Some(i) = ks.random_volatile() {
+                            if ks.expired_at(i, now) {
+                                let k = ks.get_at(i).0.to_vec();
+                                ks.expire_now(i);
+                                model.remove(&k);
+                            }
+                        }
+                    }
+                }
+            }
+            if step % 97 == 0 {
+                ks.check();
+                let live: usize = model.values().filter(|(_, at)| at.is_none_or(|a| now <= a)).count();
+                let mut n = 0;
+                ks.for_each_live(now, |_, _| n += 1);
+                assert_eq!(n, live);
+            }
+        }
+        ks.check();
+    }
+
+    /// Every key present for the whole scan is returned, under concurrent deletes and inserts.
+    #[test]
+    fn scan_guarantee_under_churn() {
+        for seed in 0..20u64 {
+            let mut ks = Keyspace::new(seed);
+            for i in 0..1000 {
+                ks.set(format!("stable{i}").as_bytes(), sv("v"), Keep::Nothing, None);
+                ks.set(format!("churn{i}").as_bytes(), sv("v"), Keep::Nothing, None);
+            }
+            let mut seen = HashSet::new();
+            let mut cursor = 0;
+            let mut next_new = 0;
+            let mut rounds = 0;
+            loop {
+                cursor = ks.scan(cursor, 10, 0, |k, _| {
+                    seen.insert(k.to_vec());
+                });
+                // Churn between calls: delete some churn keys, add new ones.
+                for _ in 0..5 {
+                    let victim = format!("churn{}", ks.next_random() % 1000);
+                    ks.delete(victim.as_bytes(), 0);
+                    ks.set(format!("new{next_new}").as_bytes(), sv("v"), Keep::Nothing, None);
+                    next_new += 1;
+                }
+                rounds += 1;
+                assert!(rounds < 10_000, "scan must terminate");
+                if cursor == 0 {
+                    break;
+                }
+            }
+            for i in 0..1000 {
+                assert!(seen.contains(format!("stable{i}").as_bytes()), "seed {seed}: stable{i} missed");
+            }
+            ks.check();
+        }
+    }
+
+    #[test]
+    fn lazy_expiry_on_lookup() {
+        let mut ks = Keyspace::new(1);
+        let i = ks.set(b"a", sv("1"), Keep::Nothing, None);
+        ks.set_expire(i, 100);
+        assert!(ks.lookup_read(b"a", 100).is_some(), "alive at its expiry ms");
+        assert!(ks.lookup_read(b"a", 101).is_none());
+        assert_eq!(ks.stats.expired_keys, 1);
+        assert_eq!(ks.len(), 0);
+        ks.check();
+    }
+
+    #[test]
+    fn rename_keeps_ttl_and_lazy_flush_frees() {
+        let mut ks = Keyspace::new(3);
+        for i in 0..100 {
+            ks.set(format!("k{i}").as_bytes(), sv("x"), Keep::Nothing, None);
+        }
+        let i = ks.lookup_write(b"k5", 0).unwrap();
+        ks.set_expire(i, 5000);
+        let i = ks.lookup_write(b"k5", 0).unwrap();
+        ks.rename(i, b"k7", 0);
+        let j = ks.lookup_write(b"k7", 0).unwrap();
+        assert_eq!(ks.expire_at(j), Some(5000));
+        assert_eq!(ks.len(), 99);
+        ks.check();
+        ks.flush(true);
+        assert_eq!(ks.len(), 0);
+        assert_eq!(ks.used_bytes(), 0);
+        assert_eq!(ks.lazy_free_pending(), 99);
+        assert_eq!(ks.lazy_free_step(50), 50);
+        assert_eq!(ks.lazy_free_step(500), 49);
+        assert_eq!(ks.lazy_free_pending(), 0);
+    }
+}

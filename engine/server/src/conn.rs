@@ -1,0 +1,340 @@
+//! One client connection: its socket, read buffer, request parser, engine [`Client`] state and
+//! output buffer, plus the three steps the loop drives: [`Conn::read`], [`Conn::execute`] and
+//! [`Conn::flush`].
+//!
+//! # Buffers
+//!
+//! ```text
+//! rbuf:  [ consumed | unparsed request bytes | free space (zeroed) ]
+//!        0          rstart                   rend                  rbuf.len()
+//! out:   [ written  | replies not yet written ]
+//!        0          out_pos                   out.len()
+//! ```
+//!
+//! `rbuf` is kept fully initialised (its `len` is the usable capacity), so `read` goes straight
+//! into `rbuf[rend..]` without `unsafe`; the zeroing cost is paid only when the buffer grows.
+//! Unparsed bytes are moved to the front only when that is cheap (budget `COMPACT_MAX`), else the
+//! buffer grows by doubling, up to the query buffer limit (Redis `client-query-buffer-limit`).
+//!
+//! # Edge-triggered reads and writes
+//!
+//! mio is edge-triggered: after a readable event we must read until the socket is drained or we
+//! get no further event. A read that does not fill the free space means the kernel queue was
+//! emptied at that moment, and data arriving later raises a new edge, so it ends the batch
+//! without the extra `read` that would only return `WouldBlock`: one `read` per batch in the
+//! usual case. Likewise a short `write` means the send buffer is full (WRITABLE fires when it
+//! drains). The exception is an event that reports a hang-up (`hangup`): its FIN may sit behind
+//! the data, so reads continue until one returns 0. `readable` remembers that the socket may still hold data when we stop early
+//! (read budget spent, or backpressure), since no new edge will come for those bytes.
+
+use std::io::{self, Read, Write};
+
+use engine_core::{Client, Engine, Flow};
+use mio::net::TcpStream;
+use resp::{Limits, ReplyWriter, RequestParser};
+
+use crate::budget::{
+    BUF_SHRINK_ABOVE, COMPACT_MAX, IDLE_BUF_FREE_US, OUTPUT_HIGH_WATER, QUERY_BUF_LIMIT,
+    READ_CHUNK, READ_MIN_SPACE,
+};
+
+/// Why a connection is being closed (for the log).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    /// QUIT.
+    Quit,
+    /// A malformed request; `-ERR Protocol error: …` was queued.
+    ProtocolError,
+    /// The peer closed its side (read returned 0).
+    PeerClosed,
+}
+
+/// Result of one `read` system call.
+#[derive(Debug)]
+pub enum ReadOutcome {
+    /// `n` bytes arrived; `more` is true when they filled the free space, so the socket may
+    /// hold more (read again); false when the kernel queue was drained.
+    Data { n: usize, more: bool },
+    /// Nothing to read (`WouldBlock`).
+    Drained,
+    /// End of stream: the peer closed its side.
+    Eof,
+    /// The unparsed input is above `QUERY_BUF_LIMIT`: close the connection.
+    QueryBufLimit,
+    /// A socket error: close the connection.
+    Error(io::Error),
+}
+
+/// Where [`Conn::execute`] stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Batch {
+    /// No complete request is left in the read buffer.
+    NeedInput,
+    /// Output is at the high-water mark: flush before executing more.
+    Throttled,
+    /// CLIENT LIST ran: the loop appends its reply (it alone sees every connection), then
+    /// calls `execute` again for the requests after it.
+    ClientList,
+    /// The connection is closing; nothing more is executed.
+    Closing,
+}
+
+pub struct Conn {
+    pub stream: TcpStream,
+    /// Received bytes, `[rstart, rend)` not yet consumed (see the module docs).
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    /// Resumable parser; its limits follow `proto-max-bulk-len`.
+    parser: RequestParser,
+    /// The engine's view of this connection (id, name, protocol, addresses, times).
+    pub client: Client,
+    /// Replies, `[out_pos, out.len())` not yet written.
+    out: Vec<u8>,
+    out_pos: usize,
+    /// The socket may hold unread bytes (set by readable events, cleared by a read that
+    /// drained the socket).
+    pub readable: bool,
+    /// An event reported a hang-up or error: keep reading until the read that returns it.
+    pub hangup: bool,
+    /// The peer closed its side; buffered requests still run, then the connection closes.
+    pub peer_closed: bool,
+    /// WRITABLE interest is registered (only while output is left over).
+    pub write_interest: bool,
+    /// Set once no more requests will run: close after the output is flushed.
+    pub closing: Option<CloseReason>,
+    /// In the loop's list of connections to continue on the next iteration.
+    pub queued: bool,
+}
+
+/// Reuses the allocation of a `Vec` of slices for slices of another lifetime: the vector is
+/// emptied first, and collecting a `vec::IntoIter` of a same-sized type is done in place, so
+/// the batch's `argv` costs no allocation per command.
+fn recycle<'a, 'b>(mut v: Vec<&'a [u8]>) -> Vec<&'b [u8]> {
+    v.clear();
+    v.into_iter()
+        .map(|_| -> &'b [u8] { unreachable!() })
+        .collect()
+}
+
+fn parser_limits(engine: &Engine) -> Limits {
+    Limits {
+        max_bulk_len: usize::try_from(engine.config.proto_max_bulk_len).unwrap_or(usize::MAX),
+        ..Limits::default()
+    }
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream, client: Client, engine: &Engine) -> Conn {
+        Conn {
+            stream,
+            rbuf: Vec::new(),
+            rstart: 0,
+            rend: 0,
+            parser: RequestParser::new(parser_limits(engine)),
+            client,
+            out: Vec::new(),
+            out_pos: 0,
+            readable: false,
+            hangup: false,
+            peer_closed: false,
+            write_interest: false,
+            closing: None,
+            queued: false,
+        }
+    }
+
+    /// Reply bytes waiting to be written.
+    pub fn out_pending(&self) -> usize {
+        self.out.len() - self.out_pos
+    }
+
+    /// Received bytes not yet consumed by a complete request.
+    pub fn in_pending(&self) -> usize {
+        self.rend - self.rstart
+    }
+
+    /// Output is at the high-water mark: stop reading and executing until it drains.
+    pub fn throttled(&self) -> bool {
+        self.out_pending() >= OUTPUT_HIGH_WATER
+    }
+
+    /// Makes at least `READ_MIN_SPACE` bytes free after `rend`; false when the unparsed input
+    /// is already above the query buffer limit.
+    fn make_room(&mut self) -> bool {
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+        }
+        if self.rbuf.len() - self.rend >= READ_MIN_SPACE {
+            return true;
+        }
+        let pending = self.in_pending();
+        if pending > QUERY_BUF_LIMIT {
+            return false;
+        }
+        if self.rstart > 0 && (pending <= COMPACT_MAX || self.rstart >= self.rbuf.len() / 2) {
+            self.rbuf.copy_within(self.rstart..self.rend, 0);
+            self.rstart = 0;
+            self.rend = pending;
+            if self.rbuf.len() - self.rend >= READ_MIN_SPACE {
+                return true;
+            }
+        }
+        let new_len = (self.rbuf.len() * 2)
+            .max(READ_CHUNK)
+            .max(self.rend + READ_MIN_SPACE);
+        self.rbuf.resize(new_len, 0);
+        true
+    }
+
+    /// One `read` system call into the free space of the read buffer.
+    pub fn read(&mut self) -> ReadOutcome {
+        if !self.make_room() {
+            return ReadOutcome::QueryBufLimit;
+        }
+        loop {
+            let space = &mut self.rbuf[self.rend..];
+            let room = space.len();
+            return match self.stream.read(space) {
+                Ok(0) => ReadOutcome::Eof,
+                Ok(n) => {
+                    self.rend += n;
+                    ReadOutcome::Data { n, more: n == room }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => ReadOutcome::Drained,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => ReadOutcome::Error(e),
+            };
+        }
+    }
+
+    /// Parses and runs every complete request in the read buffer, appending replies to the
+    /// output buffer, until input runs out, output reaches the high-water mark, CLIENT LIST
+    /// needs the loop, or the connection starts closing (QUIT, protocol error).
+    ///
+    /// A protocol error queues `-<error>\r\n` and discards the rest of the input, as Redis
+    /// does (`networking.c`, `setProtocolError` then close after reply).
+    pub fn execute(
+        &mut self,
+        engine: &mut Engine,
+        now_us: u64,
+        argv_store: &mut Vec<&'static [u8]>,
+    ) -> Batch {
+        loop {
+            if self.closing.is_some() {
+                return Batch::Closing;
+            }
+            if self.throttled() {
+                return Batch::Throttled;
+            }
+            // CONFIG SET proto-max-bulk-len applies from the next request, as in Redis. A new
+            // parser restarts at the first unconsumed byte, which is always the start of a
+            // request, so no state is lost.
+            let limits = parser_limits(engine);
+            if self.parser.limits().max_bulk_len != limits.max_bulk_len {
+                self.parser = RequestParser::new(limits);
+            }
+            let buf = &self.rbuf[self.rstart..self.rend];
+            if buf.is_empty() {
+                return Batch::NeedInput;
+            }
+            match self.parser.parse(buf) {
+                Ok(None) => return Batch::NeedInput,
+                Ok(Some(n)) => {
+                    let argc = self.parser.argc();
+                    if argc == 0 {
+                        // An empty inline line: Redis skips it silently.
+                        self.rstart += n;
+                        continue;
+                    }
+                    let mut argv = recycle(std::mem::take(argv_store));
+                    for i in 0..argc {
+                        argv.push(self.parser.arg(buf, i));
+                    }
+                    self.client.last_cmd_us = now_us;
+                    let flow = engine.exec(&mut self.client, &argv, now_us, &mut self.out);
+                    *argv_store = recycle(argv);
+                    self.rstart += n;
+                    match flow {
+                        Flow::Continue => {}
+                        Flow::Close => self.closing = Some(CloseReason::Quit),
+                        Flow::ClientList => return Batch::ClientList,
+                    }
+                }
+                Err(e) => {
+                    ReplyWriter::new(&mut self.out, self.client.proto).error(&e.to_string());
+                    self.rstart = self.rend;
+                    self.closing = Some(CloseReason::ProtocolError);
+                }
+            }
+        }
+    }
+
+    /// Appends the CLIENT LIST reply `text` in this client's protocol.
+    pub fn reply_verbatim(&mut self, text: &[u8]) {
+        ReplyWriter::new(&mut self.out, self.client.proto).verbatim(text);
+    }
+
+    /// Writes pending output until it is all written or the socket is full. An error means
+    /// the connection is dead.
+    pub fn flush(&mut self) -> io::Result<()> {
+        while self.out_pos < self.out.len() {
+            match self.stream.write(&self.out[self.out_pos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.out_pos += n;
+                    if self.out_pos < self.out.len() {
+                        break; // short write: the send buffer is full, WRITABLE will follow
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        } else if self.out_pos >= self.out.len() - self.out_pos {
+            // Dropping the written prefix costs no more than the bytes already written.
+            self.out.drain(..self.out_pos);
+            self.out_pos = 0;
+        }
+        Ok(())
+    }
+
+    /// Releases empty buffers that a burst left large, or that an idle connection does not
+    /// need (called from the timer).
+    pub fn shrink_idle_buffers(&mut self, now_us: u64) {
+        let idle = now_us.saturating_sub(self.client.last_cmd_us) >= IDLE_BUF_FREE_US;
+        if self.rstart == self.rend && (idle || self.rbuf.len() > BUF_SHRINK_ABOVE) {
+            self.rbuf = Vec::new();
+            self.rstart = 0;
+            self.rend = 0;
+        }
+        if self.out_pending() == 0 && (idle || self.out.capacity() > BUF_SHRINK_ABOVE) {
+            self.out = Vec::new();
+            self.out_pos = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::recycle;
+
+    #[test]
+    fn recycle_keeps_the_allocation() {
+        let mut v: Vec<&'static [u8]> = Vec::with_capacity(64);
+        let ptr = v.as_ptr() as usize;
+        let owned = [1u8, 2, 3];
+        let mut w = recycle(std::mem::take(&mut v));
+        w.push(&owned[..]);
+        assert_eq!(w.capacity(), 64);
+        assert_eq!(w.as_ptr() as usize, ptr);
+        v = recycle(w);
+        assert!(v.is_empty());
+        assert_eq!(v.capacity(), 64);
+    }
+}

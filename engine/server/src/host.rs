@@ -1,0 +1,62 @@
+//! What only the process knows: wall-clock time and resident memory.
+//!
+//! Time is read here, once per loop iteration, and handed to the pure engine as Unix
+//! microseconds (`engine-core` never reads a clock). RSS comes from `/proc/self/statm`
+//! (second field, resident pages × page size), as Redis's `zmalloc_get_rss` does on Linux.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Unix time in microseconds. A clock set before 1970 reads as 0 rather than panicking.
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// Reads the resident set size of this process, in bytes.
+pub struct RssReader {
+    page_size: u64,
+}
+
+impl RssReader {
+    pub fn new() -> Self {
+        let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .filter(|&p| p > 0)
+            .map(|p| p as u64)
+            .unwrap_or(4096);
+        RssReader { page_size }
+    }
+
+    /// Resident bytes, or `None` where `/proc` is unavailable (INFO then keeps the last value).
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+        let pages: u64 = statm.split_ascii_whitespace().nth(1)?.parse().ok()?;
+        Some(pages.saturating_mul(self.page_size))
+    }
+}
+
+impl Default for RssReader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rss_is_plausible() {
+        let rss = RssReader::new().rss_bytes().expect("/proc/self/statm");
+        // A running test binary is bigger than 100 KB and smaller than 100 GB.
+        assert!(rss > 100 * 1024 && rss < 100 << 30, "rss {rss}");
+    }
+
+    #[test]
+    fn clock_is_after_2020() {
+        assert!(now_us() > 1_577_836_800_000_000);
+    }
+}

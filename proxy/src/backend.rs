@@ -1,0 +1,282 @@
+//! One backend instance: a single persistent connection shared by every client
+//! (multiplexed), and its reconnect state.
+//!
+//! Requests from all clients are appended to `out` and written once per loop iteration;
+//! each gets a [`Waiter`] at the back of `inflight`. Redis answers a connection's requests
+//! in order, so the n-th complete reply frame read (delimited with
+//! `resp::reply::FrameScanner`) belongs to the n-th waiter.
+//!
+//! # Link states
+//!
+//! ```text
+//!            connect() ok               writable, no socket error
+//!   Down ─────────────────► Connecting ─────────────────────────► Up
+//!    ▲  retry_at reached      │  refused / timeout (CONNECT_TIMEOUT)  │ EOF, I/O error,
+//!    └────────────────────────┴───────────────────────────────────────┘ bad reply
+//!        backoff 100 ms, doubling to 1 s; reset once Up
+//! ```
+//!
+//! While Down, requests for the instance get [`Backend::unavailable`] at once
+//! (`-ERR instance 1 (127.0.0.1:6401) is unavailable`); when a link fails, every in-flight
+//! request gets the same error. Requests are queued during a connect attempt only for the
+//! first connect at start-up; during a reconnect they fail fast, so a dead instance never
+//! makes clients wait for a connect timeout. A link that breaks while up is retried at once,
+//! then with the backoff.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+use resp::reply::FrameScanner;
+
+use crate::client::{BIG_BUFFER, READ_CHUNK, Waiter};
+
+/// First retry delay after a failed connect; doubled per failure up to [`MAX_BACKOFF`].
+pub const MIN_BACKOFF: Duration = Duration::from_millis(100);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// A connect attempt still pending after this is abandoned (blackholed host).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// No socket; the next attempt is at `retry_at`.
+    Down { retry_at: Instant },
+    /// Non-blocking connect in progress. `queue`: accept requests meanwhile.
+    Connecting { since: Instant, queue: bool },
+    Up,
+}
+
+pub struct Backend {
+    pub index: usize,
+    pub addr: SocketAddr,
+    /// `host:port` as configured (for messages).
+    pub name: String,
+    pub stream: Option<TcpStream>,
+    pub link: Link,
+    /// Requests not yet written: `out[out_pos..]`.
+    pub out: Vec<u8>,
+    pub out_pos: usize,
+    /// Replies not yet delivered: `rbuf[rstart..rend]`.
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    scanner: FrameScanner,
+    /// One entry per request written or queued, in order.
+    pub inflight: VecDeque<Waiter>,
+    backoff: Duration,
+    /// The error reply for requests this instance cannot serve.
+    pub unavailable: Vec<u8>,
+    /// Listed in the loop's to-flush list this iteration.
+    pub dirty: bool,
+}
+
+impl Backend {
+    pub fn new(index: usize, name: String, addr: SocketAddr) -> Self {
+        let unavailable = format!("-ERR instance {index} ({name}) is unavailable\r\n").into_bytes();
+        Backend {
+            index,
+            addr,
+            name,
+            stream: None,
+            link: Link::Down {
+                retry_at: Instant::now(),
+            },
+            out: Vec::new(),
+            out_pos: 0,
+            rbuf: vec![0; READ_CHUNK],
+            rstart: 0,
+            rend: 0,
+            scanner: FrameScanner::new(),
+            inflight: VecDeque::new(),
+            backoff: MIN_BACKOFF,
+            unavailable,
+            dirty: false,
+        }
+    }
+
+    /// Whether a request sent now will be attempted (else answer [`Self::unavailable`]).
+    pub fn accepts(&self) -> bool {
+        matches!(
+            self.link,
+            Link::Up | Link::Connecting { queue: true, .. }
+        )
+    }
+
+    /// Queues a request; the caller marks the backend dirty so it is written this iteration.
+    pub fn send(&mut self, request: &[u8], waiter: Waiter) {
+        self.out.extend_from_slice(request);
+        self.inflight.push_back(waiter);
+    }
+
+    /// Unwritten request bytes.
+    pub fn unsent(&self) -> usize {
+        self.out.len() - self.out_pos
+    }
+
+    /// Starts a non-blocking connect. `queue`: see [`Link::Connecting`].
+    pub fn connect(&mut self, registry: &Registry, token: Token, now: Instant, queue: bool) {
+        match TcpStream::connect(self.addr) {
+            Ok(mut stream) => {
+                if let Err(e) = registry.register(
+                    &mut stream,
+                    token,
+                    Interest::READABLE | Interest::WRITABLE,
+                ) {
+                    log::warn!("instance {} ({}): register: {e}", self.index, self.name);
+                    self.schedule_retry(now);
+                    return;
+                }
+                self.stream = Some(stream);
+                self.link = Link::Connecting { since: now, queue };
+            }
+            Err(e) => {
+                log::debug!("instance {} ({}): connect: {e}", self.index, self.name);
+                self.schedule_retry(now);
+            }
+        }
+    }
+
+    fn schedule_retry(&mut self, now: Instant) {
+        self.link = Link::Down {
+            retry_at: now + self.backoff,
+        };
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+
+    /// While connecting: `Ok(true)` once connected, `Ok(false)` if still in progress.
+    pub fn finish_connect(&mut self) -> io::Result<bool> {
+        let Some(stream) = &self.stream else {
+            return Ok(false);
+        };
+        if let Some(e) = stream.take_error()? {
+            return Err(e);
+        }
+        match stream.peer_addr() {
+            Ok(_) => {
+                let _ = stream.set_nodelay(true);
+                self.link = Link::Up;
+                self.backoff = MIN_BACKOFF;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Drops the connection: returns the waiters to answer with [`Self::unavailable`] and
+    /// schedules the next attempt (at once if the link had been up, else after the backoff).
+    pub fn fail(&mut self, registry: &Registry, now: Instant) -> VecDeque<Waiter> {
+        let was_up = self.link == Link::Up;
+        if let Some(mut s) = self.stream.take() {
+            let _ = registry.deregister(&mut s);
+        }
+        self.out.clear();
+        self.out_pos = 0;
+        self.rstart = 0;
+        self.rend = 0;
+        self.scanner = FrameScanner::new();
+        if was_up {
+            self.backoff = MIN_BACKOFF;
+            self.link = Link::Down { retry_at: now };
+        } else {
+            self.schedule_retry(now);
+        }
+        std::mem::take(&mut self.inflight)
+    }
+
+    /// Writes queued requests until done or the socket is full.
+    pub fn flush(&mut self) -> io::Result<()> {
+        let Some(stream) = &mut self.stream else {
+            return Ok(());
+        };
+        while self.out_pos < self.out.len() {
+            match stream.write(&self.out[self.out_pos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.out_pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+            if self.out.capacity() > BIG_BUFFER {
+                self.out = Vec::new();
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what the socket has. `Ok(false)`: the instance closed the connection.
+    pub fn read(&mut self) -> io::Result<bool> {
+        let Some(stream) = &mut self.stream else {
+            return Ok(true);
+        };
+        loop {
+            if self.rstart == self.rend {
+                self.rstart = 0;
+                self.rend = 0;
+            }
+            if self.rbuf.len() - self.rend < READ_CHUNK / 4 {
+                if self.rstart > 0 {
+                    self.rbuf.copy_within(self.rstart..self.rend, 0);
+                    self.rend -= self.rstart;
+                    self.rstart = 0;
+                } else {
+                    let grown = self.rbuf.len() * 2;
+                    self.rbuf.resize(grown, 0);
+                }
+                continue;
+            }
+            let room = self.rbuf.len() - self.rend;
+            match stream.read(&mut self.rbuf[self.rend..]) {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
+                    self.rend += n;
+                    // A short read drained the socket (Linux edge-triggered epoll reports
+                    // new data with a new event), which saves one read per batch.
+                    if n < room {
+                        return Ok(true);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Calls `deliver(waiter, reply)` for each complete reply frame read so far.
+    /// `Err` for a malformed reply or a reply nobody asked for: the link must be dropped.
+    pub fn deliver_replies(&mut self, mut deliver: impl FnMut(Waiter, &[u8])) -> Result<(), String> {
+        loop {
+            let buf = &self.rbuf[self.rstart..self.rend];
+            if buf.is_empty() {
+                break;
+            }
+            match self.scanner.scan(buf) {
+                Ok(Some(len)) => {
+                    let Some(w) = self.inflight.pop_front() else {
+                        return Err("reply without a request".into());
+                    };
+                    deliver(w, &buf[..len]);
+                    self.rstart += len;
+                }
+                Ok(None) => break,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+            if self.rbuf.len() > BIG_BUFFER {
+                self.rbuf = vec![0; READ_CHUNK];
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,319 @@
+//! A client connection: its read buffer and parser, and the queue of reply slots that keeps
+//! replies in request order.
+//!
+//! # Reply ordering
+//!
+//! Every request gets a slot at the back of [`Replies`] when it is parsed, identified by a
+//! sequence number (`base_seq` + its position). Backend replies arrive in each backend's own
+//! order, which under pipelining across instances is not the client's order, so a reply is
+//! parked in its slot until every earlier slot is done; then the finished slots at the
+//! front are moved to the output buffer. A reply for the front slot (the common case) is
+//! copied straight to the output without being parked.
+//!
+//! ```text
+//!  requests:  GET a (inst 0)   GET b (inst 1)   PING (local)   MGET a b (parts on 0 and 1)
+//!  slots:     seq 10 Plain     seq 11 Plain     seq 12 Ready   seq 13 Parts[2]
+//!             ▲ base_seq = 10
+//!  inst 1 answers b  → parked in 11;  inst 0 answers a → 10 is the front: out ← a, then 11
+//!  (parked) and 12 (ready) follow; 13 waits for both parts, then merges (crate::split).
+//! ```
+//!
+//! Bounds: the event loop stops parsing a client's input while it has more than
+//! `MAX_PENDING` slots or more than `OUTPUT_HIGH_WATER` bytes of unsent output, so one client
+//! cannot make the proxy buffer without limit; it resumes once the client catches up.
+
+use std::collections::VecDeque;
+
+use mio::net::TcpStream;
+use resp::RequestParser;
+
+use crate::route::Session;
+use crate::split::{self, Merge};
+
+/// Where a backend reply goes: client `token` (checked against `client_id`, since tokens are
+/// reused), slot `seq`, part `part` of that slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waiter {
+    pub token: usize,
+    pub client_id: u64,
+    pub seq: u64,
+    pub part: u32,
+}
+
+#[derive(Debug)]
+enum SlotState {
+    /// One backend reply, forwarded as is; `Some` once it arrived out of order.
+    Plain(Option<Vec<u8>>),
+    /// Several parts (split or fan-out), merged when the last one arrives.
+    Parts {
+        replies: Vec<Option<Vec<u8>>>,
+        remaining: usize,
+        merge: Merge,
+    },
+    /// The reply, complete.
+    Ready(Vec<u8>),
+}
+
+#[derive(Debug)]
+struct Slot {
+    state: SlotState,
+    /// QUIT or a protocol error: close the connection once this reply is out.
+    close_after: bool,
+}
+
+/// A client's pending replies and output buffer.
+#[derive(Debug, Default)]
+pub struct Replies {
+    pending: VecDeque<Slot>,
+    /// Sequence number of `pending[0]`.
+    base_seq: u64,
+    /// Bytes ready to write to the socket, from `out_pos` on.
+    pub out: Vec<u8>,
+    pub out_pos: usize,
+    /// Set once a `close_after` reply reached `out`: no more requests are read.
+    pub closing: bool,
+}
+
+impl Replies {
+    /// Slots whose reply has not reached `out` yet.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Unsent output bytes.
+    pub fn unsent(&self) -> usize {
+        self.out.len() - self.out_pos
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.base_seq + self.pending.len() as u64
+    }
+
+    /// A reply known now (local answer, or an instance known to be down).
+    pub fn push_local(&mut self, reply: &[u8], close_after: bool) {
+        if self.pending.is_empty() {
+            self.out.extend_from_slice(reply);
+            self.closing |= close_after;
+        } else {
+            self.pending.push_back(Slot {
+                state: SlotState::Ready(reply.to_vec()),
+                close_after,
+            });
+        }
+    }
+
+    /// A slot for one forwarded request; returns its sequence number.
+    pub fn push_plain(&mut self) -> u64 {
+        let seq = self.next_seq();
+        self.pending.push_back(Slot {
+            state: SlotState::Plain(None),
+            close_after: false,
+        });
+        seq
+    }
+
+    /// A slot for `parts` replies merged with `merge`; returns its sequence number.
+    pub fn push_parts(&mut self, parts: usize, merge: Merge) -> u64 {
+        let seq = self.next_seq();
+        self.pending.push_back(Slot {
+            state: SlotState::Parts {
+                replies: (0..parts).map(|_| None).collect(),
+                remaining: parts,
+                merge,
+            },
+            close_after: false,
+        });
+        seq
+    }
+
+    /// Stores the reply for part `part` of slot `seq`, then moves every finished slot at the
+    /// front to `out`. Unknown slots (already answered) are ignored.
+    pub fn fill(&mut self, seq: u64, part: u32, reply: &[u8]) {
+        let Some(idx) = seq.checked_sub(self.base_seq) else {
+            return;
+        };
+        let Some(slot) = self.pending.get_mut(idx as usize) else {
+            return;
+        };
+        match &mut slot.state {
+            SlotState::Plain(None) if idx == 0 => {
+                self.out.extend_from_slice(reply);
+                self.pending.pop_front();
+                self.base_seq += 1;
+            }
+            SlotState::Plain(parked @ None) => *parked = Some(reply.to_vec()),
+            SlotState::Parts {
+                replies,
+                remaining,
+                merge,
+            } => {
+                let Some(r @ None) = replies.get_mut(part as usize) else {
+                    return;
+                };
+                *r = Some(reply.to_vec());
+                *remaining -= 1;
+                if *remaining == 0 {
+                    let all: Vec<&[u8]> = replies.iter().map(|r| r.as_deref().unwrap_or(b"")).collect();
+                    let mut merged = Vec::new();
+                    split::merge(merge, &all, &mut merged);
+                    slot.state = SlotState::Ready(merged);
+                }
+            }
+            _ => return,
+        }
+        self.drain_ready();
+    }
+
+    /// Moves finished slots from the front of the queue to `out`.
+    fn drain_ready(&mut self) {
+        while let Some(front) = self.pending.front_mut() {
+            match &mut front.state {
+                SlotState::Ready(bytes) | SlotState::Plain(Some(bytes)) => {
+                    self.out.extend_from_slice(bytes);
+                }
+                _ => break,
+            }
+            let close = front.close_after;
+            self.pending.pop_front();
+            self.base_seq += 1;
+            if close {
+                self.closing = true;
+                // Nothing after QUIT is answered; drop what was queued behind it.
+                self.base_seq += self.pending.len() as u64;
+                self.pending.clear();
+                break;
+            }
+        }
+    }
+
+    /// Marks everything written up to `n` more bytes; frees the buffer when drained.
+    pub fn consumed(&mut self, n: usize) {
+        self.out_pos += n;
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+            if self.out.capacity() > BIG_BUFFER {
+                self.out = Vec::new();
+            }
+        }
+    }
+}
+
+/// Buffers grown past this by one large request or reply are released once empty.
+pub const BIG_BUFFER: usize = 1 << 20;
+
+/// Initial read buffer size.
+pub const READ_CHUNK: usize = 16 * 1024;
+
+/// One client connection.
+pub struct Client {
+    pub stream: TcpStream,
+    /// Unique for the life of the process (slab tokens are reused).
+    pub id: u64,
+    pub parser: RequestParser,
+    /// Read buffer: unparsed input is `rbuf[rstart..rend]`.
+    pub rbuf: Vec<u8>,
+    pub rstart: usize,
+    pub rend: usize,
+    pub replies: Replies,
+    pub session: Session,
+    /// The peer shut its side: answer what was asked, then close.
+    pub read_closed: bool,
+    /// Input is left unparsed because a bound was hit; the loop retries it.
+    pub paused: bool,
+    /// Listed in the loop's to-flush list this iteration.
+    pub dirty: bool,
+}
+
+impl Client {
+    pub fn new(stream: TcpStream, id: u64, parser: RequestParser) -> Self {
+        Client {
+            stream,
+            id,
+            parser,
+            rbuf: vec![0; READ_CHUNK],
+            rstart: 0,
+            rend: 0,
+            replies: Replies::default(),
+            session: Session { id, name: None },
+            read_closed: false,
+            paused: false,
+            dirty: false,
+        }
+    }
+
+    /// Makes room at the end of the read buffer: reuse consumed space, else grow.
+    pub fn reserve_read(&mut self) {
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+            if self.rbuf.len() > BIG_BUFFER {
+                self.rbuf = vec![0; READ_CHUNK];
+            }
+        }
+        if self.rbuf.len() - self.rend < READ_CHUNK / 4 {
+            if self.rstart > 0 {
+                self.rbuf.copy_within(self.rstart..self.rend, 0);
+                self.rend -= self.rstart;
+                self.rstart = 0;
+            }
+            if self.rbuf.len() - self.rend < READ_CHUNK / 4 {
+                let grown = (self.rbuf.len() * 2).max(READ_CHUNK);
+                self.rbuf.resize(grown, 0);
+            }
+        }
+    }
+
+    /// Nothing left to answer or send.
+    pub fn idle(&self) -> bool {
+        self.replies.pending_len() == 0 && self.replies.unsent() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_leave_in_request_order() {
+        let mut r = Replies::default();
+        let a = r.push_plain();
+        let b = r.push_plain();
+        r.push_local(b"+PONG\r\n", false);
+        let m = r.push_parts(2, Merge::Sum);
+        r.fill(b, 0, b"$1\r\nb\r\n");
+        assert_eq!(r.out, b"");
+        r.fill(m, 1, b":2\r\n");
+        r.fill(a, 0, b"$1\r\na\r\n");
+        assert_eq!(r.out, b"$1\r\na\r\n$1\r\nb\r\n+PONG\r\n");
+        r.fill(m, 0, b":3\r\n");
+        assert_eq!(r.out, b"$1\r\na\r\n$1\r\nb\r\n+PONG\r\n:5\r\n");
+        assert_eq!(r.pending_len(), 0);
+        // A duplicate or stale fill is ignored.
+        r.fill(m, 0, b":9\r\n");
+        assert_eq!(r.pending_len(), 0);
+    }
+
+    #[test]
+    fn close_after_drops_later_slots() {
+        let mut r = Replies::default();
+        let a = r.push_plain();
+        r.push_local(b"+OK\r\n", true);
+        let _late = r.push_plain();
+        assert!(!r.closing);
+        r.fill(a, 0, b"+A\r\n");
+        assert!(r.closing);
+        assert_eq!(r.out, b"+A\r\n+OK\r\n");
+        assert_eq!(r.pending_len(), 0);
+    }
+
+    #[test]
+    fn consumed_resets_buffer() {
+        let mut r = Replies::default();
+        r.push_local(b"+OK\r\n", false);
+        r.consumed(2);
+        assert_eq!(r.unsent(), 3);
+        r.consumed(3);
+        assert_eq!((r.out.len(), r.out_pos), (0, 0));
+    }
+}

@@ -1,0 +1,698 @@
+//! Routing: what the proxy does with one parsed request. Pure apart from the [`Fleet`]
+//! counters it reads; no sockets.
+//!
+//! Keys are found from the shared command table (`engine_core::command`, Redis 7's own
+//! `first_key`/`last_key`/`step`), never from per-command predicates. A key goes to
+//! `instance_for_key(key, N)` (CRC16 hash slot, then jump consistent hash over slot blocks;
+//! `engine_core::slot`), instance `i` being the i-th `--backends` address.
+//!
+//! | request | plan |
+//! |---|---|
+//! | one key (GET, SET, INCR, EXPIRE, …) | forward the original bytes to the key's instance |
+//! | MGET, DEL, UNLINK, EXISTS, TOUCH, MSET | one part per instance, merged in key order ([`crate::split`]); forwarded unsplit when every key is on one instance |
+//! | MSETNX, RENAME, RENAMENX, other multi-key | forwarded if every key is on one instance; else MSETNX gets an `-ERR` (it cannot be atomic across instances) and the others `-CROSSSLOT` |
+//! | PING, ECHO, QUIT, SELECT, HELLO, RESET, CLIENT SETNAME/GETNAME/ID/SETINFO | answered by the proxy |
+//! | DBSIZE, FLUSHALL, FLUSHDB, KEYS, RANDOMKEY, INFO | sent to every instance, merged |
+//! | SCAN | one instance at a time, the instance encoded in the cursor ([`crate::split::scan_cursor_decode`]) |
+//! | COMMAND, TIME, CONFIG GET | forwarded to the first instance that is up |
+//! | unknown, blocking, transactions, pub/sub, movable keys, other keyless | `-ERR` naming the command; the connection stays open |
+//!
+//! Arity is checked here with the table's arity and Redis's exact error text, so a malformed
+//! request never reaches key extraction.
+//!
+//! HELLO: only protocol 2 (RESP2) is served for now: `HELLO 3` gets `-NOPROTO unsupported
+//! protocol version`, as a server without RESP3 would answer. Backends are always spoken to
+//! in RESP2, so every reply the proxy forwards is RESP2. The HELLO map says `server: redis`,
+//! `version: 7.0.15`, `mode: standalone` (to a client the proxy is one standalone server).
+//!
+//! INFO (any section argument is ignored) answers the proxy's own view plus the fleet's
+//! keyspace, gathered with `INFO keyspace` from every instance:
+//!
+//! ```text
+//! # Server       redis_version:7.0.15, recached_version, recached_role:proxy, process_id,
+//!                tcp_port, uptime_in_seconds
+//! # Clients      connected_clients (of the proxy)
+//! # Persistence  loading:0            (ioredis waits while loading:1)
+//! # Proxy        instances:N, instance<i>:addr=host:port,status=up|down,
+//!                instances_answering:K (instances that answered this INFO)
+//! # Keyspace     db0:keys=<sum>,expires=<sum>,avg_ttl=0   (omitted when empty, as Redis)
+//! ```
+//!
+//! A down instance does not fail INFO (clients use it as a health check); it shows as
+//! `status=down` and its keys are missing from the sum.
+
+use std::borrow::Cow;
+use std::time::Instant;
+
+use engine_core::command::{self, CommandSpec};
+
+use crate::split::{self, Merge, Part, push_array_header, push_bulk};
+
+/// Argument access over a parsed request (the parser's ranges into the read buffer, or a
+/// plain slice in tests).
+pub trait Args {
+    fn argc(&self) -> usize;
+    fn arg(&self, i: usize) -> &[u8];
+}
+
+impl Args for [&[u8]] {
+    fn argc(&self) -> usize {
+        self.len()
+    }
+    fn arg(&self, i: usize) -> &[u8] {
+        self[i]
+    }
+}
+
+/// The per-connection state the proxy itself answers for.
+#[derive(Debug, Default)]
+pub struct Session {
+    /// CLIENT ID: unique in this proxy process, from 1.
+    pub id: u64,
+    /// CLIENT SETNAME / HELLO SETNAME.
+    pub name: Option<Vec<u8>>,
+}
+
+/// What routing needs to know about the proxy as a whole.
+#[derive(Debug)]
+pub struct Fleet {
+    /// `host:port` of each instance, in instance order.
+    pub addrs: Vec<String>,
+    /// Whether each instance's connection is up right now.
+    pub up: Vec<bool>,
+    /// Connected clients (INFO).
+    pub clients: usize,
+    /// Listening port (INFO).
+    pub port: u16,
+    /// Start time (INFO uptime).
+    pub started: Instant,
+    /// Advanced by every RANDOMKEY, to spread the first instance asked.
+    pub rotation: usize,
+}
+
+impl Fleet {
+    pub fn new(addrs: Vec<String>, port: u16) -> Self {
+        Fleet {
+            up: vec![false; addrs.len()],
+            addrs,
+            clients: 0,
+            port,
+            started: Instant::now(),
+            rotation: 0,
+        }
+    }
+
+    pub fn instances(&self) -> usize {
+        self.addrs.len()
+    }
+}
+
+/// What to do with a request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Send the request unchanged to this instance; its reply is the reply.
+    Forward(usize),
+    /// Send the request unchanged to the first instance that is up.
+    ForwardAny,
+    /// Send each part to its instance, then merge.
+    Split { parts: Vec<Part>, merge: Merge },
+    /// Send `request` (or, if `None`, the request unchanged) to every instance, then merge.
+    FanOut {
+        request: Option<Vec<u8>>,
+        merge: Merge,
+    },
+    /// Send a rewritten request to one instance and post-process its reply.
+    Rewrite {
+        instance: usize,
+        request: Vec<u8>,
+        merge: Merge,
+    },
+    /// Answer with these bytes.
+    Reply(Cow<'static, [u8]>),
+    /// Answer with these bytes, then close the connection (QUIT).
+    ReplyThenClose(Cow<'static, [u8]>),
+}
+
+/// `-CROSSSLOT …`, Redis Cluster's text (PROTOCOL-NOTES b3).
+pub const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
+
+/// The instance that owns `key` among `n`.
+pub fn instance_of(key: &[u8], n: usize) -> usize {
+    if n <= 1 {
+        0
+    } else {
+        engine_core::slot::instance_for_key(key, n as u32) as usize
+    }
+}
+
+/// Decides what to do with one request (`argc() >= 1`).
+pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet) -> Plan {
+    let argc = args.argc();
+    let Some(spec) = command::lookup(args.arg(0)) else {
+        return Plan::Reply(unknown_command(args).into());
+    };
+    if !arity_ok(spec.arity, argc) {
+        return Plan::Reply(arity_error(spec.name).into());
+    }
+    let n = fleet.instances();
+    // Hot path: exactly one key (GET, SET, INCR, …).
+    if spec.first_key > 0 && spec.first_key == spec.last_key {
+        return Plan::Forward(instance_of(args.arg(spec.first_key as usize), n));
+    }
+    match spec.name {
+        "mget" => split_keys(args, 1, Merge::Values(Vec::new()), n),
+        "del" | "unlink" | "exists" | "touch" => split_keys(args, 1, Merge::Sum, n),
+        "mset" | "msetnx" if argc % 2 == 0 => Plan::Reply(arity_error(spec.name).into()),
+        "mset" => split_keys(args, 2, Merge::AllOk, n),
+        "msetnx" => match same_instance(args, spec, n) {
+            Some(i) => Plan::Forward(i),
+            None => reply_static(
+                b"-ERR MSETNX keys live on different instances, so it cannot be atomic \
+                  (use a {hash tag} to keep them together)\r\n",
+            ),
+        },
+        "ping" => match argc {
+            1 => reply_static(b"+PONG\r\n"),
+            2 => Plan::Reply(bulk(args.arg(1)).into()),
+            _ => Plan::Reply(arity_error(spec.name).into()),
+        },
+        "echo" => Plan::Reply(bulk(args.arg(1)).into()),
+        "quit" => Plan::ReplyThenClose(Cow::Borrowed(b"+OK\r\n")),
+        "reset" => {
+            session.name = None;
+            reply_static(b"+RESET\r\n")
+        }
+        "select" => match parse_i64(args.arg(1)) {
+            Some(0) => reply_static(b"+OK\r\n"),
+            Some(_) => reply_static(b"-ERR DB index is out of range\r\n"),
+            None => reply_static(b"-ERR value is not an integer or out of range\r\n"),
+        },
+        "hello" => hello(args, session),
+        "client" => client(args, spec, session),
+        "command" | "time" => Plan::ForwardAny,
+        "config" if args.arg(1).eq_ignore_ascii_case(b"get") => Plan::ForwardAny,
+        "dbsize" => fan_out(Merge::Sum),
+        "flushall" | "flushdb" => fan_out(Merge::AllOk),
+        "keys" => fan_out(Merge::Concat),
+        "randomkey" => {
+            fleet.rotation = fleet.rotation.wrapping_add(1);
+            fan_out(Merge::AnyNonNil {
+                start: fleet.rotation % n.max(1),
+            })
+        }
+        "info" => {
+            let mut request = Vec::new();
+            push_array_header(&mut request, 2);
+            push_bulk(&mut request, b"INFO");
+            push_bulk(&mut request, b"keyspace");
+            Plan::FanOut {
+                request: Some(request),
+                merge: Merge::Info {
+                    header: info_header(fleet),
+                },
+            }
+        }
+        "scan" => scan(args, n),
+        _ if spec.has_flag("blocking") => not_supported(
+            spec,
+            "blocking commands would stall the instance connection shared by all clients",
+        ),
+        "watch" | "unwatch" | "multi" | "exec" | "discard" => not_supported(
+            spec,
+            "transactions need a connection of their own to one instance",
+        ),
+        _ if spec.has_flag("movablekeys") => {
+            not_supported(spec, "its keys cannot be found from the command table")
+        }
+        _ if spec.first_key > 0 => match same_instance(args, spec, n) {
+            Some(i) => Plan::Forward(i),
+            None => reply_static(CROSSSLOT),
+        },
+        _ => not_supported(spec, "it has no key to route by"),
+    }
+}
+
+fn reply_static(bytes: &'static [u8]) -> Plan {
+    Plan::Reply(Cow::Borrowed(bytes))
+}
+
+fn fan_out(merge: Merge) -> Plan {
+    Plan::FanOut {
+        request: None,
+        merge,
+    }
+}
+
+/// Redis arity: `n > 0` exactly `n` arguments (with the name), `n < 0` at least `-n`.
+fn arity_ok(arity: i32, argc: usize) -> bool {
+    if arity >= 0 {
+        argc == arity as usize
+    } else {
+        argc >= arity.unsigned_abs() as usize
+    }
+}
+
+/// Redis 7: `-ERR wrong number of arguments for '<name>' command` (full lowercase name).
+fn arity_error(name: &str) -> Vec<u8> {
+    format!("-ERR wrong number of arguments for '{name}' command\r\n").into_bytes()
+}
+
+/// Redis 7.0 `processCommand`: the name and the first arguments, each cut so the text stays
+/// under ~128 bytes, CR/LF shown as spaces.
+fn unknown_command<A: Args + ?Sized>(args: &A) -> Vec<u8> {
+    let mut listed = Vec::new();
+    for i in 1..args.argc() {
+        if listed.len() >= 128 {
+            break;
+        }
+        let room = 128 - listed.len();
+        let a = args.arg(i);
+        listed.push(b'\'');
+        listed.extend_from_slice(&a[..a.len().min(room)]);
+        listed.extend_from_slice(b"' ");
+    }
+    let name = args.arg(0);
+    let mut out = b"-ERR unknown command '".to_vec();
+    out.extend_from_slice(&name[..name.len().min(128)]);
+    out.extend_from_slice(b"', with args beginning with: ");
+    out.extend_from_slice(&listed);
+    sanitize_error(&mut out[1..]);
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// An error line may echo user input: CR and LF become spaces (Redis does the same).
+fn sanitize_error(text: &mut [u8]) {
+    for b in text {
+        if *b == b'\r' || *b == b'\n' {
+            *b = b' ';
+        }
+    }
+}
+
+fn not_supported(spec: &CommandSpec, why: &str) -> Plan {
+    let name = spec.name.replace('|', " ").to_uppercase();
+    Plan::Reply(format!("-ERR {name} is not supported by the recached proxy: {why}\r\n").into_bytes().into())
+}
+
+fn bulk(b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(b.len() + 16);
+    push_bulk(&mut out, b);
+    out
+}
+
+/// Strict decimal i64, as Redis's `string2ll`.
+fn parse_i64(b: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(b).ok()?;
+    if s.starts_with('+') || (s.len() > 1 && s.starts_with('0')) || s.starts_with("-0") {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// Key argument positions of a command, from the table (`last_key` < 0 counts from the end).
+fn key_positions(spec: &CommandSpec, argc: usize) -> impl Iterator<Item = usize> {
+    let first = spec.first_key.max(0) as usize;
+    let last = if spec.last_key < 0 {
+        argc as i64 + spec.last_key as i64
+    } else {
+        spec.last_key as i64
+    };
+    let last = last.clamp(0, argc as i64 - 1) as usize;
+    let step = spec.step.max(1) as usize;
+    (first..=last).step_by(step).filter(move |_| first > 0)
+}
+
+/// The instance every key of the request lives on, if there is one.
+fn same_instance<A: Args + ?Sized>(args: &A, spec: &CommandSpec, n: usize) -> Option<usize> {
+    let mut owner = None;
+    for pos in key_positions(spec, args.argc()) {
+        let i = instance_of(args.arg(pos), n);
+        match owner {
+            None => owner = Some(i),
+            Some(o) if o != i => return None,
+            Some(_) => {}
+        }
+    }
+    owner
+}
+
+/// Splits a key-list command; forwards it unchanged when all its keys are on one instance.
+fn split_keys<A: Args + ?Sized>(args: &A, step: usize, merge: Merge, n: usize) -> Plan {
+    let argc = args.argc();
+    let first = instance_of(args.arg(1), n);
+    if (1 + step..argc)
+        .step_by(step)
+        .all(|k| instance_of(args.arg(k), n) == first)
+    {
+        return Plan::Forward(first);
+    }
+    let all: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
+    let s = split::split(&all, step, |k| instance_of(k, n));
+    let merge = match merge {
+        Merge::Values(_) => Merge::Values(s.seq),
+        other => other,
+    };
+    Plan::Split {
+        parts: s.parts,
+        merge,
+    }
+}
+
+/// `SCAN cursor [MATCH p] [COUNT c] [TYPE t]`: sent to the cursor's instance with the
+/// backend cursor in its place.
+fn scan<A: Args + ?Sized>(args: &A, n: usize) -> Plan {
+    let cursor = std::str::from_utf8(args.arg(1))
+        .ok()
+        .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|s| s.parse::<u64>().ok());
+    let Some(cursor) = cursor else {
+        return reply_static(b"-ERR invalid cursor\r\n");
+    };
+    let (instance, backend_cursor) = split::scan_cursor_decode(cursor, n);
+    let mut request = Vec::new();
+    push_array_header(&mut request, args.argc());
+    push_bulk(&mut request, args.arg(0));
+    push_bulk(
+        &mut request,
+        itoa::Buffer::new().format(backend_cursor).as_bytes(),
+    );
+    for i in 2..args.argc() {
+        push_bulk(&mut request, args.arg(i));
+    }
+    Plan::Rewrite {
+        instance,
+        request,
+        merge: Merge::Scan {
+            instance,
+            instances: n,
+        },
+    }
+}
+
+/// Redis `clientSetName`: no spaces, newlines or other characters outside `!`..`~`.
+fn valid_client_name(name: &[u8]) -> bool {
+    name.iter().all(|&b| (b'!'..=b'~').contains(&b))
+}
+
+const BAD_NAME: &[u8] =
+    b"-ERR Client names cannot contain spaces, newlines or special characters.\r\n";
+
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]` (Redis `helloCommand`): RESP2 only.
+fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
+    let argc = args.argc();
+    if argc >= 2 {
+        match parse_i64(args.arg(1)) {
+            Some(2) => {}
+            Some(_) => return reply_static(b"-NOPROTO unsupported protocol version\r\n"),
+            None => {
+                return reply_static(
+                    b"-ERR Protocol version is not an integer or out of range\r\n",
+                );
+            }
+        }
+    }
+    let mut name = None;
+    let mut i = 2;
+    while i < argc {
+        let opt = args.arg(i);
+        let more = argc - i - 1;
+        if opt.eq_ignore_ascii_case(b"AUTH") && more >= 2 {
+            // No ACLs in front of the fleet yet: the default user needs no password.
+            i += 3;
+        } else if opt.eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
+            let n = args.arg(i + 1);
+            if !valid_client_name(n) {
+                return reply_static(BAD_NAME);
+            }
+            name = Some(n.to_vec());
+            i += 2;
+        } else {
+            let mut out = b"-ERR Syntax error in HELLO option '".to_vec();
+            out.extend_from_slice(opt);
+            sanitize_error(&mut out[1..]);
+            out.extend_from_slice(b"'\r\n");
+            return Plan::Reply(out.into());
+        }
+    }
+    if let Some(n) = name {
+        session.name = Some(n);
+    }
+    let mut out = Vec::new();
+    push_array_header(&mut out, 14);
+    for (k, v) in [
+        ("server", "redis"),
+        ("version", "7.0.15"),
+        ("proto", ""),
+        ("id", ""),
+        ("mode", "standalone"),
+        ("role", "master"),
+    ] {
+        push_bulk(&mut out, k.as_bytes());
+        match k {
+            "proto" => out.extend_from_slice(b":2\r\n"),
+            "id" => {
+                out.push(b':');
+                out.extend_from_slice(itoa::Buffer::new().format(session.id).as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            _ => push_bulk(&mut out, v.as_bytes()),
+        }
+    }
+    push_bulk(&mut out, b"modules");
+    out.extend_from_slice(b"*0\r\n");
+    Plan::Reply(out.into())
+}
+
+/// CLIENT SETNAME / GETNAME / ID / SETINFO, answered for the client's proxy connection.
+fn client<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, session: &mut Session) -> Plan {
+    let sub = args.arg(1);
+    let argc = args.argc();
+    // SETINFO (Redis 7.2) is not in the 7.0 table; clients send it on connect and ignore errors.
+    if sub.eq_ignore_ascii_case(b"SETINFO") {
+        if argc != 4 {
+            return Plan::Reply(arity_error("client|setinfo").into());
+        }
+        let attr = args.arg(2);
+        if attr.eq_ignore_ascii_case(b"LIB-NAME") || attr.eq_ignore_ascii_case(b"LIB-VER") {
+            return reply_static(b"+OK\r\n");
+        }
+        let mut out = b"-ERR Unrecognized option '".to_vec();
+        out.extend_from_slice(attr);
+        sanitize_error(&mut out[1..]);
+        out.extend_from_slice(b"'\r\n");
+        return Plan::Reply(out.into());
+    }
+    let Some(sub_spec) = spec.subcommand(sub) else {
+        let mut out = b"-ERR unknown subcommand '".to_vec();
+        out.extend_from_slice(&sub[..sub.len().min(128)]);
+        out.extend_from_slice(b"'. Try CLIENT HELP.");
+        sanitize_error(&mut out[1..]);
+        out.extend_from_slice(b"\r\n");
+        return Plan::Reply(out.into());
+    };
+    if !arity_ok(sub_spec.arity, argc) {
+        return Plan::Reply(arity_error(sub_spec.name).into());
+    }
+    match sub_spec.short_name() {
+        "setname" => {
+            let name = args.arg(2);
+            if !valid_client_name(name) {
+                return reply_static(BAD_NAME);
+            }
+            session.name = (!name.is_empty()).then(|| name.to_vec());
+            reply_static(b"+OK\r\n")
+        }
+        "getname" => match &session.name {
+            Some(n) => Plan::Reply(bulk(n).into()),
+            None => reply_static(b"$-1\r\n"),
+        },
+        "id" => Plan::Reply(format!(":{}\r\n", session.id).into_bytes().into()),
+        _ => not_supported(sub_spec, "the proxy answers only SETNAME, GETNAME, ID and SETINFO"),
+    }
+}
+
+/// The proxy's own INFO sections; [`Merge::Info`] appends the instances' keyspace.
+fn info_header(fleet: &Fleet) -> Vec<u8> {
+    let mut s = format!(
+        "# Server\r\nredis_version:7.0.15\r\nrecached_version:{}\r\nrecached_role:proxy\r\n\
+         process_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\r\n\
+         # Clients\r\nconnected_clients:{}\r\n\r\n# Persistence\r\nloading:0\r\n\r\n\
+         # Proxy\r\ninstances:{}\r\n",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        fleet.port,
+        fleet.started.elapsed().as_secs(),
+        fleet.clients,
+        fleet.instances(),
+    );
+    for (i, addr) in fleet.addrs.iter().enumerate() {
+        let status = if fleet.up[i] { "up" } else { "down" };
+        s.push_str(&format!("instance{i}:addr={addr},status={status}\r\n"));
+    }
+    s.into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fleet(n: usize) -> Fleet {
+        Fleet::new((0..n).map(|i| format!("127.0.0.1:{}", 7000 + i)).collect(), 6380)
+    }
+
+    fn run(args: &[&[u8]], n: usize) -> Plan {
+        plan(args, &mut Session::default(), &mut fleet(n))
+    }
+
+    fn reply(p: Plan) -> Vec<u8> {
+        match p {
+            Plan::Reply(b) | Plan::ReplyThenClose(b) => b.into_owned(),
+            other => panic!("expected a reply, got {other:?}"),
+        }
+    }
+
+    /// Two keys that land on different instances out of 2.
+    fn keys_on_both() -> (Vec<u8>, Vec<u8>) {
+        let a = b"k0".to_vec();
+        let ia = instance_of(&a, 2);
+        let b = (1..1000)
+            .map(|i| format!("k{i}").into_bytes())
+            .find(|k| instance_of(k, 2) != ia)
+            .unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn single_key_commands_forward_to_the_key_instance() {
+        for key in [&b"foo"[..], b"bar", b"{user1000}.following"] {
+            assert_eq!(
+                run(&[b"GET", key], 3),
+                Plan::Forward(instance_of(key, 3))
+            );
+            assert_eq!(
+                run(&[b"set", key, b"v", b"EX", b"10"], 3),
+                Plan::Forward(instance_of(key, 3))
+            );
+        }
+    }
+
+    #[test]
+    fn arity_and_unknown_errors_use_redis_text() {
+        assert_eq!(
+            reply(run(&[b"GET"], 2)),
+            b"-ERR wrong number of arguments for 'get' command\r\n"
+        );
+        assert_eq!(
+            reply(run(&[b"FOO", b"a", b"b"], 2)),
+            b"-ERR unknown command 'FOO', with args beginning with: 'a' 'b' \r\n"
+        );
+        assert_eq!(
+            reply(run(&[b"FOO"], 2)),
+            b"-ERR unknown command 'FOO', with args beginning with: \r\n"
+        );
+        assert_eq!(
+            reply(run(&[b"MSET", b"a"], 2)),
+            b"-ERR wrong number of arguments for 'mset' command\r\n"
+        );
+        assert_eq!(
+            reply(run(&[b"MSET", b"a", b"1", b"b"], 2)),
+            b"-ERR wrong number of arguments for 'mset' command\r\n"
+        );
+        assert_eq!(
+            reply(run(&[b"PING", b"a", b"b"], 2)),
+            b"-ERR wrong number of arguments for 'ping' command\r\n"
+        );
+    }
+
+    #[test]
+    fn multi_key_on_one_instance_forwards_else_splits_or_refuses() {
+        let (a, b) = keys_on_both();
+        let ia = instance_of(&a, 2);
+        assert_eq!(run(&[b"MGET", &a, &a], 2), Plan::Forward(ia));
+        assert!(matches!(run(&[b"MGET", &a, &b], 2), Plan::Split { ref parts, .. } if parts.len() == 2));
+        assert!(matches!(run(&[b"DEL", &a, &b], 2), Plan::Split { merge: Merge::Sum, .. }));
+        assert!(matches!(
+            run(&[b"MSET", &a, b"1", &b, b"2"], 2),
+            Plan::Split { merge: Merge::AllOk, .. }
+        ));
+        assert_eq!(reply(run(&[b"RENAME", &a, &b], 2)), CROSSSLOT);
+        assert_eq!(run(&[b"RENAME", &a, &a], 2), Plan::Forward(ia));
+        assert!(reply(run(&[b"MSETNX", &a, b"1", &b, b"2"], 2)).starts_with(b"-ERR MSETNX"));
+        assert_eq!(run(&[b"MSETNX", &a, b"1"], 2), Plan::Forward(ia));
+        // Hash tags keep keys together.
+        assert_eq!(
+            run(&[b"RENAME", b"{t}a", b"{t}b"], 2),
+            Plan::Forward(instance_of(b"t", 2))
+        );
+    }
+
+    #[test]
+    fn local_answers() {
+        assert_eq!(reply(run(&[b"PING"], 2)), b"+PONG\r\n");
+        assert_eq!(reply(run(&[b"ping", b"hi"], 2)), b"$2\r\nhi\r\n");
+        assert_eq!(reply(run(&[b"ECHO", b"x y"], 2)), b"$3\r\nx y\r\n");
+        assert_eq!(reply(run(&[b"SELECT", b"0"], 2)), b"+OK\r\n");
+        assert_eq!(
+            reply(run(&[b"SELECT", b"1"], 2)),
+            b"-ERR DB index is out of range\r\n"
+        );
+        assert_eq!(
+            reply(run(&[b"HELLO", b"3"], 2)),
+            b"-NOPROTO unsupported protocol version\r\n"
+        );
+        assert!(matches!(run(&[b"QUIT"], 2), Plan::ReplyThenClose(_)));
+        let hello = reply(run(&[b"HELLO", b"2"], 2));
+        assert!(hello.starts_with(b"*14\r\n$6\r\nserver\r\n"));
+        let mut session = Session {
+            id: 7,
+            name: None,
+        };
+        let mut f = fleet(2);
+        assert_eq!(
+            reply(plan(&[&b"CLIENT"[..], b"SETNAME", b"app"][..], &mut session, &mut f)),
+            b"+OK\r\n"
+        );
+        assert_eq!(
+            reply(plan(&[&b"client"[..], b"getname"][..], &mut session, &mut f)),
+            b"$3\r\napp\r\n"
+        );
+        assert_eq!(
+            reply(plan(&[&b"CLIENT"[..], b"ID"][..], &mut session, &mut f)),
+            b":7\r\n"
+        );
+        assert_eq!(
+            reply(plan(&[&b"CLIENT"[..], b"SETNAME", b"a b"][..], &mut session, &mut f)),
+            BAD_NAME
+        );
+    }
+
+    #[test]
+    fn keyless_commands_fan_out_or_are_refused() {
+        assert!(matches!(run(&[b"DBSIZE"], 2), Plan::FanOut { merge: Merge::Sum, .. }));
+        assert!(matches!(run(&[b"KEYS", b"*"], 2), Plan::FanOut { merge: Merge::Concat, .. }));
+        assert!(matches!(run(&[b"FLUSHALL"], 2), Plan::FanOut { merge: Merge::AllOk, .. }));
+        assert_eq!(run(&[b"COMMAND"], 2), Plan::ForwardAny);
+        let r = reply(run(&[b"CONFIG", b"SET", b"x", b"y"], 2));
+        assert!(r.starts_with(b"-ERR CONFIG is not supported"), "{}", String::from_utf8_lossy(&r));
+    }
+
+    #[test]
+    fn scan_rewrites_the_cursor_for_its_instance() {
+        // Proxy cursor 7 with 2 instances = instance 1, backend cursor 3.
+        match run(&[b"SCAN", b"7", b"COUNT", b"10"], 2) {
+            Plan::Rewrite {
+                instance, request, ..
+            } => {
+                assert_eq!(instance, 1);
+                assert_eq!(request, b"*4\r\n$4\r\nSCAN\r\n$1\r\n3\r\n$5\r\nCOUNT\r\n$2\r\n10\r\n");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(reply(run(&[b"SCAN", b"x"], 2)), b"-ERR invalid cursor\r\n");
+        assert_eq!(
+            reply(run(&[b"SCAN", b"18446744073709551616"], 2)),
+            b"-ERR invalid cursor\r\n"
+        );
+    }
+}

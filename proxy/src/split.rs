@@ -1,0 +1,565 @@
+//! Splitting multi-key commands by instance, and merging the instances' replies.
+//!
+//! Pure functions over byte slices: no sockets, no state. The event loop sends each
+//! [`Part`] to its instance, collects one reply per part (in part order) and calls
+//! [`merge`] once all have arrived. The design follows twemproxy's `redis_fragment_argx`
+//! and `redis_post_coalesce_*` (STYLE.md guideline 13), with the key → part map kept as
+//! explicit data instead of pointers between messages.
+//!
+//! ```text
+//!  client:  MGET  k0  k1  k2  k3  k4          (keys in the caller's order)
+//!                 │   │   │   │   │
+//!  instance_of:   1   0   1   1   0
+//!                 │   │   │   │   │
+//!  parts:   part 0 → instance 1: MGET k0 k2 k3      (parts in order of first appearance)
+//!           part 1 → instance 0: MGET k1 k4
+//!  seq:     k0→(0,0) k1→(1,0) k2→(0,1) k3→(0,2) k4→(1,1)     key index → (part, position)
+//!
+//!  replies: part 0: *3 [v0 v2 v3]    part 1: *2 [v1 v4]
+//!  merge:   walk `seq` in key order, copy element `position` of reply `part`
+//!           → *5 [v0 v1 v2 v3 v4]
+//! ```
+//!
+//! Merge rules, per [`Merge`] kind: MGET re-emits values in key order; DEL, UNLINK, EXISTS,
+//! TOUCH and DBSIZE add the integers; MSET and FLUSHALL/FLUSHDB answer `+OK` if every part
+//! did; KEYS concatenates. **Any part that answered an error makes the whole reply that
+//! error** (the first in part order), like twemproxy's `ferror` — except INFO, which reports
+//! what it could gather, and RANDOMKEY, which only needs one instance to answer.
+//!
+//! SCAN goes to one instance at a time; its cursor carries the instance (see
+//! [`scan_cursor_decode`]).
+
+use resp::reply::frame_len;
+
+/// One sub-request: the full RESP request for `instance`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Part {
+    pub instance: usize,
+    pub request: Vec<u8>,
+}
+
+/// The result of [`split`]: parts in order of first appearance of their instance, and for
+/// each key of the original request (in order) where its value comes back.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Split {
+    pub parts: Vec<Part>,
+    /// `seq[k] = (part index, position of key k among that part's keys)`.
+    pub seq: Vec<(u32, u32)>,
+}
+
+/// How the replies of the parts (or of a fan-out to every instance) become one reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Merge {
+    /// MGET: an array of the values in the caller's key order; needs the split's `seq`.
+    Values(Vec<(u32, u32)>),
+    /// DEL, UNLINK, EXISTS, TOUCH, DBSIZE: the sum of the integer replies.
+    Sum,
+    /// MSET, FLUSHALL, FLUSHDB: `+OK` if every part answered `+OK`.
+    AllOk,
+    /// KEYS: the arrays concatenated (in instance order).
+    Concat,
+    /// RANDOMKEY sent to every instance: the first non-nil key, starting with part `start`.
+    AnyNonNil { start: usize },
+    /// SCAN sent to one instance: rewrite the returned cursor (see [`scan_cursor_encode`]).
+    Scan { instance: usize, instances: usize },
+    /// INFO: `header` (the proxy's own sections) then a `# Keyspace` section with the
+    /// instances' `db0` keys and expires added up. Errors count as unavailable instances.
+    Info { header: Vec<u8> },
+}
+
+/// Groups the keys of a multi-key request by instance.
+///
+/// `args` is the whole request (`args[0]` is the command name, sent unchanged in each part);
+/// keys are at `1, 1 + step, 1 + 2*step, …` and each key takes the `step - 1` arguments after
+/// it along (MSET: `step` = 2, key then value). `args.len() - 1` must be a multiple of `step`
+/// (the caller checks arity first).
+pub fn split(args: &[&[u8]], step: usize, instance_of: impl Fn(&[u8]) -> usize) -> Split {
+    let nkeys = (args.len() - 1) / step;
+    // Pass 1: the instance of each key, parts in order of first appearance, keys per part.
+    let mut part_of_instance: Vec<(usize, u32)> = Vec::new(); // (instance, part index)
+    let mut part_keys: Vec<u32> = Vec::new();
+    let mut seq = Vec::with_capacity(nkeys);
+    for k in 0..nkeys {
+        let instance = instance_of(args[1 + k * step]);
+        let part = match part_of_instance.iter().find(|(i, _)| *i == instance) {
+            Some(&(_, p)) => p,
+            None => {
+                let p = part_of_instance.len() as u32;
+                part_of_instance.push((instance, p));
+                part_keys.push(0);
+                p
+            }
+        };
+        seq.push((part, part_keys[part as usize]));
+        part_keys[part as usize] += 1;
+    }
+    // Pass 2: each part's request, header first.
+    let mut parts: Vec<Part> = part_of_instance
+        .iter()
+        .zip(&part_keys)
+        .map(|(&(instance, _), &keys)| {
+            let mut request = Vec::new();
+            push_array_header(&mut request, 1 + keys as usize * step);
+            push_bulk(&mut request, args[0]);
+            Part { instance, request }
+        })
+        .collect();
+    for (k, &(part, _)) in seq.iter().enumerate() {
+        let request = &mut parts[part as usize].request;
+        for arg in &args[1 + k * step..1 + (k + 1) * step] {
+            push_bulk(request, arg);
+        }
+    }
+    Split { parts, seq }
+}
+
+/// Writes the merged reply of `replies` (one complete RESP frame per part, in part order)
+/// into `out`.
+pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
+    let tolerant = matches!(merge, Merge::Info { .. } | Merge::AnyNonNil { .. });
+    if !tolerant && let Some(err) = replies.iter().find(|r| r.first() == Some(&b'-')) {
+        out.extend_from_slice(err);
+        return;
+    }
+    let ok = match merge {
+        Merge::Values(seq) => merge_values(seq, replies, out),
+        Merge::Sum => merge_sum(replies, out),
+        Merge::AllOk => {
+            let all_ok = replies.iter().all(|r| *r == b"+OK\r\n");
+            if all_ok {
+                out.extend_from_slice(b"+OK\r\n");
+            }
+            all_ok
+        }
+        Merge::Concat => merge_concat(replies, out),
+        Merge::AnyNonNil { start } => merge_any_non_nil(*start, replies, out),
+        Merge::Scan {
+            instance,
+            instances,
+        } => merge_scan(*instance, *instances, replies, out),
+        Merge::Info { header } => {
+            merge_info(header, replies, out);
+            true
+        }
+    };
+    if !ok {
+        out.extend_from_slice(UNEXPECTED_REPLY);
+    }
+}
+
+/// Sent when an instance answers with a shape the command cannot have (not a RESP server?).
+pub const UNEXPECTED_REPLY: &[u8] = b"-ERR unexpected reply from an instance\r\n";
+
+fn merge_values(seq: &[(u32, u32)], replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
+    let mut elems: Vec<Vec<&[u8]>> = Vec::with_capacity(replies.len());
+    for r in replies {
+        match array_elems(r) {
+            Some(e) => elems.push(e),
+            None => return false,
+        }
+    }
+    let mut merged = Vec::new();
+    push_array_header(&mut merged, seq.len());
+    for &(part, pos) in seq {
+        match elems.get(part as usize).and_then(|e| e.get(pos as usize)) {
+            Some(v) => merged.extend_from_slice(v),
+            None => return false,
+        }
+    }
+    out.extend_from_slice(&merged);
+    true
+}
+
+fn merge_sum(replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
+    let mut sum: i64 = 0;
+    for r in replies {
+        match integer(r) {
+            Some(n) => sum = sum.saturating_add(n),
+            None => return false,
+        }
+    }
+    out.push(b':');
+    out.extend_from_slice(itoa::Buffer::new().format(sum).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    true
+}
+
+fn merge_concat(replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
+    let mut all = Vec::new();
+    for r in replies {
+        match array_elems(r) {
+            Some(e) => all.extend(e),
+            None => return false,
+        }
+    }
+    push_array_header(out, all.len());
+    for e in all {
+        out.extend_from_slice(e);
+    }
+    true
+}
+
+fn merge_any_non_nil(start: usize, replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
+    let n = replies.len();
+    let mut first_error = None;
+    for i in 0..n {
+        let r = replies[(start + i) % n];
+        match r.first() {
+            Some(b'$') if !r.starts_with(b"$-1\r\n") => {
+                out.extend_from_slice(r);
+                return true;
+            }
+            Some(b'-') => first_error = first_error.or(Some(r)),
+            _ => {}
+        }
+    }
+    if replies.iter().all(|r| r.first() == Some(&b'-'))
+        && let Some(err) = first_error
+    {
+        out.extend_from_slice(err);
+    } else {
+        out.extend_from_slice(b"$-1\r\n");
+    }
+    true
+}
+
+fn merge_scan(instance: usize, instances: usize, replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
+    let [reply] = replies else { return false };
+    let Some(elems) = array_elems(reply) else {
+        return false;
+    };
+    let [cursor, keys] = elems[..] else {
+        return false;
+    };
+    let Some(backend_next) = bulk(cursor)
+        .flatten()
+        .and_then(|c| std::str::from_utf8(c).ok()?.parse::<u64>().ok())
+    else {
+        return false;
+    };
+    match scan_cursor_encode(backend_next, instance, instances) {
+        Some(next) => {
+            push_array_header(out, 2);
+            push_bulk(out, itoa::Buffer::new().format(next).as_bytes());
+            out.extend_from_slice(keys);
+        }
+        None => {
+            out.extend_from_slice(b"-ERR instance ");
+            out.extend_from_slice(itoa::Buffer::new().format(instance).as_bytes());
+            out.extend_from_slice(b" returned a SCAN cursor too large to encode\r\n");
+        }
+    }
+    true
+}
+
+fn merge_info(header: &[u8], replies: &[&[u8]], out: &mut Vec<u8>) {
+    let (mut keys, mut expires, mut answered) = (0u64, 0u64, 0usize);
+    for r in replies {
+        let Some(Some(text)) = bulk(r) else { continue };
+        answered += 1;
+        for line in text.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(fields) = line.strip_prefix(b"db0:") else {
+                continue;
+            };
+            for field in fields.split(|&b| b == b',') {
+                let mut kv = field.splitn(2, |&b| b == b'=');
+                let (Some(k), Some(v)) = (kv.next(), kv.next()) else {
+                    continue;
+                };
+                let v: u64 = std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                match k {
+                    b"keys" => keys += v,
+                    b"expires" => expires += v,
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut text = header.to_vec();
+    text.extend_from_slice(
+        format!(
+            "instances_answering:{answered}\r\n\r\n# Keyspace\r\n{}",
+            if keys > 0 {
+                format!("db0:keys={keys},expires={expires},avg_ttl=0\r\n")
+            } else {
+                String::new()
+            }
+        )
+        .as_bytes(),
+    );
+    push_bulk(out, &text);
+}
+
+/// SCAN cursor encoding: `proxy cursor = backend cursor × N + instance` (N = number of
+/// instances). Cursor 0 starts instance 0; when instance `i` returns backend cursor 0 the
+/// proxy returns `i + 1` (instance `i + 1`, backend cursor 0), and after the last instance 0.
+/// Returns `(instance, backend cursor)`.
+pub fn scan_cursor_decode(cursor: u64, instances: usize) -> (usize, u64) {
+    let n = instances.max(1) as u64;
+    ((cursor % n) as usize, cursor / n)
+}
+
+/// The proxy cursor to return after `instance` answered `backend_next`; `None` if
+/// `backend_next × N + instance` does not fit in 64 bits (the client is told so rather than
+/// given a cursor that would land on the wrong instance).
+pub fn scan_cursor_encode(backend_next: u64, instance: usize, instances: usize) -> Option<u64> {
+    if backend_next == 0 {
+        return Some(if instance + 1 < instances {
+            instance as u64 + 1
+        } else {
+            0
+        });
+    }
+    backend_next
+        .checked_mul(instances as u64)?
+        .checked_add(instance as u64)
+}
+
+// ----- RESP helpers: building requests, reading replies -----
+
+/// `*n\r\n`
+pub fn push_array_header(out: &mut Vec<u8>, n: usize) {
+    out.push(b'*');
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `$len\r\nbytes\r\n`
+pub fn push_bulk(out: &mut Vec<u8>, b: &[u8]) {
+    out.push(b'$');
+    out.extend_from_slice(itoa::Buffer::new().format(b.len()).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(b);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The header line of a frame (`*3`, `:12`) without `\r\n`, and the offset after it.
+fn header_line(frame: &[u8]) -> Option<(&[u8], usize)> {
+    let cr = frame.iter().position(|&b| b == b'\r')?;
+    Some((&frame[..cr], cr + 2))
+}
+
+fn parse_i64(digits: &[u8]) -> Option<i64> {
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// `:n` → n.
+fn integer(frame: &[u8]) -> Option<i64> {
+    let (line, _) = header_line(frame)?;
+    parse_i64(line.strip_prefix(b":")?)
+}
+
+/// `$len\r\nbytes\r\n` → Some(Some(bytes)); `$-1` → Some(None); anything else → None.
+fn bulk(frame: &[u8]) -> Option<Option<&[u8]>> {
+    let (line, at) = header_line(frame)?;
+    let len = parse_i64(line.strip_prefix(b"$")?)?;
+    if len < 0 {
+        return Some(None);
+    }
+    frame.get(at..at + len as usize).map(Some)
+}
+
+/// The element frames of an array (`*n` or RESP3 set `~n`); `*-1` gives no elements.
+fn array_elems(frame: &[u8]) -> Option<Vec<&[u8]>> {
+    let (line, mut at) = header_line(frame)?;
+    let n = match line.first() {
+        Some(b'*' | b'~') => parse_i64(&line[1..])?,
+        _ => return None,
+    };
+    let mut elems = Vec::with_capacity(n.clamp(0, 1024) as usize);
+    for _ in 0..n.max(0) {
+        let len = frame_len(&frame[at..]).ok()??;
+        elems.push(&frame[at..at + len]);
+        at += len;
+    }
+    Some(elems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(args: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        push_array_header(&mut out, args.len());
+        for a in args {
+            push_bulk(&mut out, a);
+        }
+        out
+    }
+
+    /// Instance = the key's first byte minus '0' (k0 → 0 is not used; keys are "0a", "1b").
+    fn by_first_digit(key: &[u8]) -> usize {
+        (key[0] - b'0') as usize
+    }
+
+    #[test]
+    fn split_mget_groups_by_instance_in_first_appearance_order() {
+        let args: &[&[u8]] = &[b"MGET", b"1a", b"0b", b"1c", b"1d", b"0e"];
+        let s = split(args, 1, by_first_digit);
+        assert_eq!(
+            s.parts,
+            vec![
+                Part {
+                    instance: 1,
+                    request: req(&[b"MGET", b"1a", b"1c", b"1d"])
+                },
+                Part {
+                    instance: 0,
+                    request: req(&[b"MGET", b"0b", b"0e"])
+                },
+            ]
+        );
+        assert_eq!(s.seq, vec![(0, 0), (1, 0), (0, 1), (0, 2), (1, 1)]);
+    }
+
+    #[test]
+    fn split_mset_keeps_values_with_keys() {
+        let args: &[&[u8]] = &[b"mset", b"0a", b"va", b"1b", b"vb", b"0c", b"vc"];
+        let s = split(args, 2, by_first_digit);
+        assert_eq!(s.parts.len(), 2);
+        assert_eq!(s.parts[0].request, req(&[b"mset", b"0a", b"va", b"0c", b"vc"]));
+        assert_eq!(s.parts[1].request, req(&[b"mset", b"1b", b"vb"]));
+        assert_eq!(s.seq, vec![(0, 0), (1, 0), (0, 1)]);
+    }
+
+    #[test]
+    fn split_one_instance_is_one_part() {
+        let args: &[&[u8]] = &[b"DEL", b"0a", b"0b"];
+        let s = split(args, 1, by_first_digit);
+        assert_eq!(s.parts.len(), 1);
+        assert_eq!(s.parts[0].request, req(args));
+    }
+
+    #[test]
+    fn merge_values_restores_key_order_with_nils() {
+        let args: &[&[u8]] = &[b"MGET", b"1a", b"0b", b"1c", b"1d", b"0e"];
+        let s = split(args, 1, by_first_digit);
+        let r0: &[u8] = b"*3\r\n$2\r\nva\r\n$-1\r\n$2\r\nvd\r\n";
+        let r1: &[u8] = b"*2\r\n$2\r\nvb\r\n$4\r\nv\r\ne\r\n";
+        let mut out = Vec::new();
+        merge(&Merge::Values(s.seq), &[r0, r1], &mut out);
+        assert_eq!(
+            out,
+            b"*5\r\n$2\r\nva\r\n$2\r\nvb\r\n$-1\r\n$2\r\nvd\r\n$4\r\nv\r\ne\r\n".to_vec()
+        );
+    }
+
+    #[test]
+    fn merge_any_error_wins() {
+        let mut out = Vec::new();
+        merge(
+            &Merge::Values(vec![(0, 0), (1, 0)]),
+            &[b"*1\r\n$1\r\na\r\n", b"-ERR instance 1 is unavailable\r\n"],
+            &mut out,
+        );
+        assert_eq!(out, b"-ERR instance 1 is unavailable\r\n");
+        out.clear();
+        merge(&Merge::Sum, &[b":1\r\n", b"-WRONGTYPE x\r\n"], &mut out);
+        assert_eq!(out, b"-WRONGTYPE x\r\n");
+    }
+
+    #[test]
+    fn merge_sum_ok_concat() {
+        let mut out = Vec::new();
+        merge(&Merge::Sum, &[b":2\r\n", b":0\r\n", b":5\r\n"], &mut out);
+        assert_eq!(out, b":7\r\n");
+        out.clear();
+        merge(&Merge::AllOk, &[b"+OK\r\n", b"+OK\r\n"], &mut out);
+        assert_eq!(out, b"+OK\r\n");
+        out.clear();
+        merge(&Merge::AllOk, &[b"+OK\r\n", b":1\r\n"], &mut out);
+        assert_eq!(out, UNEXPECTED_REPLY);
+        out.clear();
+        merge(
+            &Merge::Concat,
+            &[b"*1\r\n$1\r\na\r\n", b"*0\r\n", b"*2\r\n$1\r\nb\r\n$1\r\nc\r\n"],
+            &mut out,
+        );
+        assert_eq!(out, b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n");
+        out.clear();
+        merge(&Merge::Sum, &[b"+OK\r\n"], &mut out);
+        assert_eq!(out, UNEXPECTED_REPLY);
+    }
+
+    #[test]
+    fn merge_any_non_nil() {
+        let mut out = Vec::new();
+        let replies: &[&[u8]] = &[b"$1\r\na\r\n", b"$-1\r\n", b"$1\r\nc\r\n"];
+        merge(&Merge::AnyNonNil { start: 1 }, replies, &mut out);
+        assert_eq!(out, b"$1\r\nc\r\n");
+        out.clear();
+        merge(
+            &Merge::AnyNonNil { start: 0 },
+            &[b"-ERR down\r\n", b"$-1\r\n"],
+            &mut out,
+        );
+        assert_eq!(out, b"$-1\r\n");
+        out.clear();
+        merge(&Merge::AnyNonNil { start: 0 }, &[b"-ERR down\r\n"], &mut out);
+        assert_eq!(out, b"-ERR down\r\n");
+    }
+
+    #[test]
+    fn scan_cursor_round_trip_and_instance_walk() {
+        // Instance 1 of 3, backend cursor 7 → 7*3+1 = 22.
+        assert_eq!(scan_cursor_encode(7, 1, 3), Some(22));
+        assert_eq!(scan_cursor_decode(22, 3), (1, 7));
+        assert_eq!(scan_cursor_decode(0, 3), (0, 0));
+        // Backend done: next instance starts at backend cursor 0, the last one ends the scan.
+        assert_eq!(scan_cursor_encode(0, 0, 3), Some(1));
+        assert_eq!(scan_cursor_decode(1, 3), (1, 0));
+        assert_eq!(scan_cursor_encode(0, 2, 3), Some(0));
+        assert_eq!(scan_cursor_encode(u64::MAX / 2, 1, 3), None);
+        assert_eq!(scan_cursor_encode(5, 0, 1), Some(5));
+    }
+
+    #[test]
+    fn merge_scan_rewrites_cursor() {
+        let mut out = Vec::new();
+        let reply: &[u8] = b"*2\r\n$2\r\n12\r\n*1\r\n$1\r\nk\r\n";
+        merge(
+            &Merge::Scan {
+                instance: 1,
+                instances: 2,
+            },
+            &[reply],
+            &mut out,
+        );
+        assert_eq!(out, b"*2\r\n$2\r\n25\r\n*1\r\n$1\r\nk\r\n");
+        out.clear();
+        let done: &[u8] = b"*2\r\n$1\r\n0\r\n*0\r\n";
+        merge(
+            &Merge::Scan {
+                instance: 0,
+                instances: 2,
+            },
+            &[done],
+            &mut out,
+        );
+        assert_eq!(out, b"*2\r\n$1\r\n1\r\n*0\r\n");
+    }
+
+    #[test]
+    fn merge_info_adds_keyspace() {
+        let mut out = Vec::new();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        push_bulk(&mut a, b"# Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=0\r\n");
+        push_bulk(&mut b, b"# Keyspace\r\ndb0:keys=4,expires=0,avg_ttl=0\r\n");
+        merge(
+            &Merge::Info {
+                header: b"# Proxy\r\n".to_vec(),
+            },
+            &[&a, &b, b"-ERR instance 2 down\r\n"],
+            &mut out,
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("instances_answering:2\r\n"), "{text}");
+        assert!(text.contains("db0:keys=7,expires=1,avg_ttl=0\r\n"), "{text}");
+        assert!(text.starts_with("$"));
+    }
+}

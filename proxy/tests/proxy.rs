@@ -1,0 +1,562 @@
+//! End-to-end tests of the proxy in front of two real redis-servers.
+//!
+//! Each test starts its own two `redis-server`s on free ports (killed by PID when the guard
+//! drops) and runs the proxy in-process on a thread (`run_until`, stopped through its flag).
+//! Clients speak raw RESP over `TcpStream`, and a few checks go through `redis-cli`.
+//! Every wait is a bounded retry loop.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use recached_proxy::route::instance_of;
+use recached_proxy::{ProxyOptions, run_until};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Retries `f` every 20 ms until it returns `Some` or `limit` passes.
+fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A redis-server child process, killed by PID on drop.
+struct Redis {
+    port: u16,
+    child: Child,
+}
+
+impl Redis {
+    fn start(port: u16) -> Redis {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed");
+        let r = Redis { port, child };
+        wait_for(Duration::from_secs(10), || {
+            let mut c = Conn::try_connect(port)?;
+            (c.cmd(&["PING"]) == b"+PONG\r\n").then_some(())
+        })
+        .expect("redis-server did not start");
+        r
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The proxy on a thread; stopped through its shutdown flag on drop.
+struct Proxy {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Proxy {
+    fn start(backends: &[u16]) -> Proxy {
+        let port = free_port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let opts = ProxyOptions {
+            port,
+            bind: "127.0.0.1".into(),
+            backends: backends.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+        };
+        let flag = Arc::clone(&stop);
+        let thread = Some(thread::spawn(move || run_until(opts, flag)));
+        wait_for(Duration::from_secs(10), || {
+            let mut c = Conn::try_connect(port)?;
+            (c.cmd(&["PING"]) == b"+PONG\r\n").then_some(())
+        })
+        .expect("proxy did not start");
+        Proxy { port, stop, thread }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let r = t.join().expect("proxy thread panicked");
+            if !thread::panicking() {
+                r.expect("proxy returned an error");
+            }
+        }
+    }
+}
+
+/// Two redis-servers and a proxy in front of them.
+struct Fleet {
+    redis: Vec<Redis>,
+    proxy: Proxy,
+}
+
+impl Fleet {
+    fn start() -> Fleet {
+        let redis: Vec<Redis> = (0..2).map(|_| Redis::start(free_port())).collect();
+        let ports: Vec<u16> = redis.iter().map(|r| r.port).collect();
+        let proxy = Proxy::start(&ports);
+        Fleet { redis, proxy }
+    }
+
+    fn conn(&self) -> Conn {
+        Conn::connect(self.proxy.port)
+    }
+
+    fn backend(&self, i: usize) -> Conn {
+        Conn::connect(self.redis[i].port)
+    }
+}
+
+/// A raw RESP connection with a read timeout.
+struct Conn {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    fn try_connect(port: u16) -> Option<Conn> {
+        let s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        Some(Conn { s, buf: Vec::new() })
+    }
+
+    fn connect(port: u16) -> Conn {
+        Conn::try_connect(port).expect("connect")
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) {
+        self.s.write_all(bytes).unwrap();
+    }
+
+    fn send(&mut self, args: &[&str]) {
+        self.send_raw(&encode(args));
+    }
+
+    /// Reads one complete reply frame; empty if the connection closed or timed out.
+    fn reply(&mut self) -> Vec<u8> {
+        loop {
+            if let Ok(Some(n)) = resp::reply::frame_len(&self.buf) {
+                return self.buf.drain(..n).collect();
+            }
+            let mut chunk = [0u8; 65536];
+            match self.s.read(&mut chunk) {
+                Ok(0) | Err(_) => return Vec::new(),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    fn cmd(&mut self, args: &[&str]) -> Vec<u8> {
+        self.send(args);
+        self.reply()
+    }
+
+    /// True once the peer closed the connection (EOF within the read timeout).
+    fn closed(&mut self) -> bool {
+        let mut b = [0u8; 16];
+        matches!(self.s.read(&mut b), Ok(0))
+    }
+}
+
+fn encode(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    out
+}
+
+fn bulk(s: &str) -> Vec<u8> {
+    format!("${}\r\n{s}\r\n", s.len()).into_bytes()
+}
+
+fn int(n: i64) -> Vec<u8> {
+    format!(":{n}\r\n").into_bytes()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Keys `key:0..` with at least one on each of the two instances among the first few.
+fn keys(n: usize) -> Vec<String> {
+    let keys: Vec<String> = (0..n).map(|i| format!("key:{i}")).collect();
+    if n >= 10 {
+        let on0 = keys.iter().filter(|k| instance_of(k.as_bytes(), 2) == 0).count();
+        assert!(on0 > 0 && on0 < n, "test keys must span both instances");
+    }
+    keys
+}
+
+/// A key that lives on `instance` (of 2).
+fn key_on(instance: usize, prefix: &str) -> String {
+    (0..10_000)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|k| instance_of(k.as_bytes(), 2) == instance)
+        .unwrap()
+}
+
+#[test]
+fn set_get_and_every_key_lands_on_its_instance() {
+    let f = Fleet::start();
+    let mut c = f.conn();
+    assert_eq!(c.cmd(&["SET", "foo", "bar"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["GET", "foo"]), bulk("bar"));
+    assert_eq!(c.cmd(&["GET", "nosuch"]), b"$-1\r\n");
+    let ks = keys(100);
+    for k in &ks {
+        assert_eq!(c.cmd(&["SET", k, &format!("v-{k}")]), b"+OK\r\n");
+    }
+    let mut direct = [f.backend(0), f.backend(1)];
+    for k in &ks {
+        let owner = instance_of(k.as_bytes(), 2);
+        assert_eq!(direct[owner].cmd(&["GET", k]), bulk(&format!("v-{k}")), "{k} on {owner}");
+        assert_eq!(direct[1 - owner].cmd(&["EXISTS", k]), int(0), "{k} not on {}", 1 - owner);
+    }
+    // redis-cli through the proxy.
+    let out = Command::new("redis-cli")
+        .args(["-p", &f.proxy.port.to_string(), "GET", "foo"])
+        .output()
+        .expect("redis-cli must be installed");
+    assert_eq!(text(&out.stdout).trim(), "bar");
+}
+
+#[test]
+fn mget_of_50_keys_returns_values_in_order_with_nils() {
+    let f = Fleet::start();
+    let mut c = f.conn();
+    let ks = keys(50);
+    for (i, k) in ks.iter().enumerate() {
+        if i % 3 != 0 {
+            assert_eq!(c.cmd(&["SET", k, &format!("value{i}")]), b"+OK\r\n");
+        }
+    }
+    let mut args = vec!["MGET"];
+    args.extend(ks.iter().map(|s| s.as_str()));
+    let mut expected = b"*50\r\n".to_vec();
+    for i in 0..50 {
+        if i % 3 == 0 {
+            expected.extend_from_slice(b"$-1\r\n");
+        } else {
+            expected.extend_from_slice(&bulk(&format!("value{i}")));
+        }
+    }
+    assert_eq!(text(&c.cmd(&args)), text(&expected));
+
+    // The same through redis-cli: one line per value, empty for nil.
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(f.proxy.port.to_string())
+        .args(&args)
+        .output()
+        .unwrap();
+    let lines: Vec<String> = text(&out.stdout).lines().map(|l| l.to_string()).collect();
+    assert_eq!(lines.len(), 50, "{lines:?}");
+    for (i, l) in lines.iter().enumerate() {
+        let want = if i % 3 == 0 { String::new() } else { format!("value{i}") };
+        assert_eq!(l, &want);
+    }
+
+    // MSET across instances, then read back.
+    let mut mset = vec!["MSET".to_string()];
+    for k in &ks {
+        mset.push(k.clone());
+        mset.push(format!("m-{k}"));
+    }
+    let mset: Vec<&str> = mset.iter().map(|s| s.as_str()).collect();
+    assert_eq!(c.cmd(&mset), b"+OK\r\n");
+    let r = c.cmd(&args);
+    let mut expected = b"*50\r\n".to_vec();
+    for k in &ks {
+        expected.extend_from_slice(&bulk(&format!("m-{k}")));
+    }
+    assert_eq!(text(&r), text(&expected));
+}
+
+#[test]
+fn pipelined_mixed_commands_keep_their_order() {
+    let f = Fleet::start();
+    let mut c = f.conn();
+    let a = key_on(0, "a");
+    let b = key_on(1, "b");
+    let mut batch = Vec::new();
+    let mut expected = Vec::new();
+    for round in 0..200 {
+        let v = format!("v{round}");
+        batch.extend(encode(&["SET", &a, &v]));
+        expected.extend(b"+OK\r\n");
+        batch.extend(encode(&["INCR", &b]));
+        expected.extend(int(round + 1));
+        batch.extend(encode(&["PING"]));
+        expected.extend(b"+PONG\r\n");
+        batch.extend(encode(&["MGET", &b, &a, "nosuch"]));
+        expected.extend(format!("*3\r\n{}{}$-1\r\n", text(&bulk(&(round + 1).to_string())), text(&bulk(&v))).as_bytes());
+        batch.extend(encode(&["GET", &a]));
+        expected.extend(bulk(&v));
+        batch.extend(encode(&["EXISTS", &a, &b, &a]));
+        expected.extend(int(3));
+    }
+    // Inline form too.
+    batch.extend(format!("GET {a}\r\n").as_bytes());
+    expected.extend(bulk("v199"));
+    c.send_raw(&batch);
+    let mut got = Vec::new();
+    while got.len() < expected.len() {
+        let r = c.reply();
+        assert!(!r.is_empty(), "connection ended after {} bytes", got.len());
+        got.extend(r);
+    }
+    assert_eq!(text(&got), text(&expected));
+}
+
+#[test]
+fn del_exists_touch_unlink_sum_across_instances() {
+    let f = Fleet::start();
+    let mut c = f.conn();
+    let ks = keys(20);
+    for k in &ks {
+        c.cmd(&["SET", k, "x"]);
+    }
+    let mut exists = vec!["EXISTS"];
+    exists.extend(ks.iter().map(|s| s.as_str()));
+    exists.push("missing");
+    exists.push(&ks[0]); // counted twice, as Redis does
+    assert_eq!(c.cmd(&exists), int(21));
+    let mut touch = vec!["TOUCH"];
+    touch.extend(ks.iter().map(|s| s.as_str()));
+    assert_eq!(c.cmd(&touch), int(20));
+    let mut del = vec!["DEL"];
+    del.extend(ks[..10].iter().map(|s| s.as_str()));
+    del.push("missing");
+    assert_eq!(c.cmd(&del), int(10));
+    let mut unlink = vec!["UNLINK"];
+    unlink.extend(ks.iter().map(|s| s.as_str()));
+    assert_eq!(c.cmd(&unlink), int(10));
+    assert_eq!(c.cmd(&exists), int(0));
+}
+
+#[test]
+fn fan_out_dbsize_keys_flushall_and_scan_sees_every_key_once() {
+    let f = Fleet::start();
+    let mut c = f.conn();
+    let ks = keys(300);
+    for k in &ks {
+        c.cmd(&["SET", k, "1"]);
+    }
+    assert_eq!(c.cmd(&["DBSIZE"]), int(300));
+    let d0 = f.backend(0).cmd(&["DBSIZE"]);
+    let d1 = f.backend(1).cmd(&["DBSIZE"]);
+    assert!(d0 != int(0) && d1 != int(0), "both instances hold keys");
+    assert!(c.cmd(&["KEYS", "*"]).starts_with(b"*300\r\n"));
+
+    // SCAN to the end: every key exactly once.
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    let mut cursor = "0".to_string();
+    for _ in 0..1000 {
+        let r = c.cmd(&["SCAN", &cursor, "COUNT", "17"]);
+        let t = text(&r);
+        let lines: Vec<&str> = t.split("\r\n").collect();
+        // *2, $n, cursor, *k, then ($len, key) pairs.
+        assert_eq!(lines[0], "*2", "{t}");
+        cursor = lines[2].to_string();
+        let k: usize = lines[3][1..].parse().unwrap();
+        for j in 0..k {
+            *seen.entry(lines[5 + 2 * j].to_string()).or_default() += 1;
+        }
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(cursor, "0", "SCAN did not finish");
+    assert_eq!(seen.len(), 300);
+    assert!(seen.values().all(|&n| n == 1), "a key came back twice");
+    assert_eq!(c.cmd(&["SCAN", "abc"]), b"-ERR invalid cursor\r\n");
+
+    let r = c.cmd(&["RANDOMKEY"]);
+    assert!(r.starts_with(b"$") && r != b"$-1\r\n");
+    let info = text(&c.cmd(&["INFO"]));
+    assert!(info.contains("db0:keys=300,"), "{info}");
+    assert_eq!(c.cmd(&["FLUSHALL"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["DBSIZE"]), int(0));
+}
+
+#[test]
+fn unroutable_commands_get_an_error_and_the_connection_stays_open() {
+    let f = Fleet::start();
+    let mut c = f.conn();
+    assert_eq!(
+        c.cmd(&["NOSUCHCMD", "x"]),
+        b"-ERR unknown command 'NOSUCHCMD', with args beginning with: 'x' \r\n"
+    );
+    let r = c.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    assert!(r.starts_with(b"-ERR CONFIG is not supported"), "{}", text(&r));
+    let (a, b) = (key_on(0, "r"), key_on(1, "r"));
+    assert_eq!(
+        c.cmd(&["RENAME", &a, &b]),
+        b"-CROSSSLOT Keys in request don't hash to the same slot\r\n"
+    );
+    assert!(c.cmd(&["MSETNX", &a, "1", &b, "2"]).starts_with(b"-ERR MSETNX"));
+    assert_eq!(c.cmd(&["SET", "{t}x", "1"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["RENAME", "{t}x", "{t}y"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["GET", "{t}y"]), bulk("1"));
+    assert_eq!(c.cmd(&["GET"]), b"-ERR wrong number of arguments for 'get' command\r\n");
+    assert_eq!(c.cmd(&["SELECT", "1"]), b"-ERR DB index is out of range\r\n");
+    assert_eq!(c.cmd(&["HELLO", "3"]), b"-NOPROTO unsupported protocol version\r\n");
+    assert_eq!(c.cmd(&["ECHO", "hi"]), bulk("hi"));
+    assert!(c.cmd(&["COMMAND", "COUNT"]).starts_with(b":"));
+    assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
+    assert_eq!(c.cmd(&["QUIT"]), b"+OK\r\n");
+    assert!(c.closed());
+}
+
+#[test]
+fn protocol_error_gets_redis_text_then_close() {
+    let f = Fleet::start();
+    let mut c = f.conn();
+    c.send_raw(b"PING\r\n*1\r\n$x\r\n");
+    assert_eq!(c.reply(), b"+PONG\r\n");
+    assert_eq!(c.reply(), b"-ERR Protocol error: invalid bulk length\r\n");
+    assert!(c.closed());
+}
+
+#[test]
+fn a_dead_instance_fails_fast_and_is_reconnected() {
+    let mut f = Fleet::start();
+    let mut c = f.conn();
+    let (k0, k1) = (key_on(0, "d"), key_on(1, "d"));
+    assert_eq!(c.cmd(&["SET", &k0, "zero"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["SET", &k1, "one"]), b"+OK\r\n");
+    let port1 = f.redis[1].port;
+    f.redis[1].kill();
+
+    // Instance 1's keys: a fast error naming it; instance 0 keeps serving.
+    let want = format!("-ERR instance 1 (127.0.0.1:{port1}) is unavailable\r\n");
+    let started = Instant::now();
+    let got = wait_for(Duration::from_secs(5), || {
+        let r = c.cmd(&["GET", &k1]);
+        (text(&r) == want).then_some(())
+    });
+    assert!(got.is_some(), "no unavailable error");
+    for _ in 0..20 {
+        let t = Instant::now();
+        assert_eq!(text(&c.cmd(&["GET", &k1])), want);
+        assert!(t.elapsed() < Duration::from_millis(500), "error was not fast");
+        assert_eq!(c.cmd(&["GET", &k0]), bulk("zero"));
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // A split touching the dead instance fails as a whole; the connection stays usable.
+    assert_eq!(text(&c.cmd(&["MGET", &k0, &k1])), want);
+    assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
+
+    // Restart on the same port: the proxy reconnects by itself.
+    f.redis[1] = Redis::start(port1);
+    let back = wait_for(Duration::from_secs(5), || {
+        (c.cmd(&["SET", &k1, "again"]) == b"+OK\r\n").then_some(())
+    });
+    assert!(back.is_some(), "proxy did not reconnect");
+    assert_eq!(c.cmd(&["GET", &k1]), bulk("again"));
+    assert_eq!(text(&c.cmd(&["MGET", &k0, &k1])), text(&[b"*2\r\n".to_vec(), bulk("zero"), bulk("again")].concat()));
+}
+
+#[test]
+fn concurrent_pipelining_clients_each_get_their_own_replies() {
+    let f = Fleet::start();
+    let port = f.proxy.port;
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            thread::spawn(move || {
+                let mut c = Conn::connect(port);
+                for round in 0..20 {
+                    let mut batch = Vec::new();
+                    let mut expected = Vec::new();
+                    for i in 0..50 {
+                        let k = format!("c{t}:k{i}");
+                        let v = format!("t{t}r{round}i{i}");
+                        batch.extend(encode(&["SET", &k, &v]));
+                        expected.extend(b"+OK\r\n");
+                        batch.extend(encode(&["GET", &k]));
+                        expected.extend(bulk(&v));
+                        if i % 10 == 9 {
+                            let ks: Vec<String> = (i - 9..=i).map(|j| format!("c{t}:k{j}")).collect();
+                            let mut args = vec!["MGET"];
+                            args.extend(ks.iter().map(|s| s.as_str()));
+                            batch.extend(encode(&args));
+                            expected.extend(format!("*10\r\n").as_bytes());
+                            for j in i - 9..=i {
+                                expected.extend(bulk(&format!("t{t}r{round}i{j}")));
+                            }
+                        }
+                    }
+                    c.send_raw(&batch);
+                    let mut got = Vec::new();
+                    while got.len() < expected.len() {
+                        let r = c.reply();
+                        assert!(!r.is_empty(), "connection ended");
+                        got.extend(r);
+                    }
+                    assert_eq!(text(&got), text(&expected), "client {t} round {round}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn a_slow_reader_is_paused_and_resumed_without_losing_replies() {
+    // 4000 GETs of a 64 KB value = 256 MB of replies, far over the 16 MB output bound: the
+    // proxy must stop reading this client's requests, then resume as it reads.
+    let f = Fleet::start();
+    let mut c = f.conn();
+    let value = "v".repeat(64 * 1024);
+    assert_eq!(c.cmd(&["SET", "big", &value]), b"+OK\r\n");
+    const N: usize = 4000;
+    let mut writer = c.s.try_clone().unwrap();
+    let sender = thread::spawn(move || {
+        let one = encode(&["GET", "big"]);
+        for _ in 0..N {
+            writer.write_all(&one).unwrap();
+        }
+    });
+    thread::sleep(Duration::from_millis(300)); // let the proxy hit its bound
+    let want = bulk(&value);
+    let start = Instant::now();
+    for i in 0..N {
+        let r = c.reply();
+        assert!(r == want, "reply {i} wrong ({} bytes)", r.len());
+        assert!(start.elapsed() < Duration::from_secs(60));
+    }
+    sender.join().unwrap();
+    assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
+}

@@ -1,0 +1,305 @@
+//! The TOML configuration file and its defaults.
+//!
+//! One file serves every role: `recached start --config F` reads the fleet keys, and passes
+//! `--config F` on to each engine it starts, so `recached server --config F` reads the same
+//! `[engine]` section. `configs/recached.toml` lists every key with its default; the defaults
+//! here and there must stay equal (a unit test parses that file and compares).
+//!
+//! Precedence: built-in default < config file < command-line flag.
+//!
+//! Unknown keys are an error (`deny_unknown_fields`): a typo such as `proxy-port` must not be
+//! silently ignored. Errors read like `config recached.toml: TOML parse error at line 3, …`.
+//!
+//! Sizes (`proto_max_bulk_len`) take an integer number of bytes or a string with Redis's
+//! suffixes, case-insensitive (redis.conf header, `memtoull` in Redis `util.c`):
+//! `1k` = 1000, `1kb` = 1024, `1m` = 1000², `1mb` = 1024², `1g` = 1000³, `1gb` = 1024³.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde::de::{self, Visitor};
+
+/// Default runtime directory, relative to the working directory of `recached start` (like
+/// Redis's `dir ./`); it is made absolute when the fleet starts so children and a daemonized
+/// supervisor (which changes directory to `/`) agree on it.
+pub const DEFAULT_DIR: &str = "recached-data";
+
+/// The whole file. Top-level keys describe the fleet; `[engine]` and `[supervisor]` are tables.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileConfig {
+    /// Number of engine processes; 0 = one per core (`std::thread::available_parallelism`).
+    pub engines: usize,
+    /// Listen address of every engine and of the proxy.
+    pub bind: String,
+    /// Port of the proxy.
+    pub proxy_port: u16,
+    /// Engine i listens on `engine_port_base + i`.
+    pub engine_port_base: u16,
+    /// Runtime directory: `recached.pid`, `state.toml`, `logs/`.
+    pub dir: PathBuf,
+    pub engine: EngineSection,
+    pub supervisor: SupervisorSection,
+}
+
+/// `[engine]`: the settings of each engine process, mapped onto [`engine_core::Config`].
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineSection {
+    /// Background ticks per second (active expiry), 1..=500 as in Redis.
+    pub hz: u32,
+    /// Largest bulk string a request may carry, bytes (Redis `proto-max-bulk-len`, ≥ 1mb).
+    pub proto_max_bulk_len: Size,
+}
+
+/// `[supervisor]`: how `recached start` watches its children.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SupervisorSection {
+    /// After SIGTERM, how long children get to exit before SIGKILL, milliseconds.
+    pub stop_timeout_ms: u64,
+    /// A child that ran at least this long before dying is restarted at once, milliseconds;
+    /// one that died sooner counts as a quick death and is restarted after a backoff.
+    pub min_healthy_uptime_ms: u64,
+    /// First backoff after a quick death, milliseconds; doubles on each further quick death.
+    pub restart_backoff_initial_ms: u64,
+    /// Upper bound of the backoff, milliseconds.
+    pub restart_backoff_max_ms: u64,
+}
+
+impl Default for FileConfig {
+    fn default() -> Self {
+        FileConfig {
+            engines: 0,
+            bind: "127.0.0.1".into(),
+            proxy_port: 6380,
+            engine_port_base: 6400,
+            dir: PathBuf::from(DEFAULT_DIR),
+            engine: EngineSection::default(),
+            supervisor: SupervisorSection::default(),
+        }
+    }
+}
+
+impl Default for EngineSection {
+    fn default() -> Self {
+        let core = engine_core::Config::default();
+        EngineSection {
+            hz: core.hz,
+            proto_max_bulk_len: Size(core.proto_max_bulk_len),
+        }
+    }
+}
+
+impl Default for SupervisorSection {
+    fn default() -> Self {
+        SupervisorSection {
+            stop_timeout_ms: 10_000,
+            min_healthy_uptime_ms: 5_000,
+            restart_backoff_initial_ms: 100,
+            restart_backoff_max_ms: 30_000,
+        }
+    }
+}
+
+impl FileConfig {
+    /// The engine settings as `engine-core` wants them; settings the file does not name keep
+    /// engine-core's own defaults.
+    pub fn engine_config(&self) -> engine_core::Config {
+        engine_core::Config {
+            hz: self.engine.hz,
+            proto_max_bulk_len: self.engine.proto_max_bulk_len.0,
+            ..engine_core::Config::default()
+        }
+    }
+
+    /// `engines`, with 0 resolved to the number of cores.
+    pub fn engine_count(&self) -> usize {
+        if self.engines == 0 {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        } else {
+            self.engines
+        }
+    }
+
+    /// Checks that do not fit the types: ranges, and ports that would collide.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=500).contains(&self.engine.hz) {
+            return Err(format!(
+                "engine.hz must be between 1 and 500, got {}",
+                self.engine.hz
+            ));
+        }
+        // Redis refuses proto-max-bulk-len below 1mb (config.c); we keep the same floor.
+        if self.engine.proto_max_bulk_len.0 < 1024 * 1024 {
+            return Err("engine.proto_max_bulk_len must be at least 1mb".into());
+        }
+        if self.engines > MAX_ENGINES {
+            return Err(format!(
+                "engines must be at most {MAX_ENGINES}, got {}",
+                self.engines
+            ));
+        }
+        let n = self.engine_count() as u32;
+        let last = self.engine_port_base as u32 + n - 1;
+        if self.engine_port_base == 0 || last > u16::MAX as u32 {
+            return Err(format!(
+                "engine ports {}..={last} do not fit in 1..=65535",
+                self.engine_port_base
+            ));
+        }
+        if self.proxy_port == 0 {
+            return Err("proxy_port must not be 0".into());
+        }
+        if (self.engine_port_base as u32..=last).contains(&(self.proxy_port as u32)) {
+            return Err(format!(
+                "proxy_port {} falls inside the engine ports {}..={last}",
+                self.proxy_port, self.engine_port_base
+            ));
+        }
+        if self.bind.trim().is_empty() {
+            return Err("bind must not be empty".into());
+        }
+        let s = &self.supervisor;
+        if s.restart_backoff_initial_ms == 0
+            || s.restart_backoff_initial_ms > s.restart_backoff_max_ms
+        {
+            return Err(
+                "supervisor: need 0 < restart_backoff_initial_ms <= restart_backoff_max_ms".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// More engines than this is a typo, not a fleet (each one is a process with its own port).
+pub const MAX_ENGINES: usize = 1024;
+
+/// Reads and validates the file, or returns the defaults when there is none.
+pub fn load(path: Option<&Path>) -> Result<FileConfig, String> {
+    let cfg = match path {
+        None => FileConfig::default(),
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).map_err(|e| format!("config {}: {e}", p.display()))?;
+            parse(&text).map_err(|e| format!("config {}: {e}", p.display()))?
+        }
+    };
+    cfg.validate().map_err(|e| match path {
+        Some(p) => format!("config {}: {e}", p.display()),
+        None => e,
+    })?;
+    Ok(cfg)
+}
+
+/// Parses TOML text (no validation beyond the types).
+pub fn parse(text: &str) -> Result<FileConfig, String> {
+    toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())
+}
+
+/// A byte count: an integer, or a string with a Redis size suffix (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+/// Parses `"512mb"`, `"1k"`, `"100"`; `None` for anything else or on overflow.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let lower = s.trim().to_ascii_lowercase();
+    let digits_end = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (num, unit) = lower.split_at(digits_end);
+    if num.is_empty() {
+        return None;
+    }
+    let mul: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => return None,
+    };
+    num.parse::<u64>().ok()?.checked_mul(mul)
+}
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Size, D::Error> {
+        struct SizeVisitor;
+        impl Visitor<'_> for SizeVisitor {
+            type Value = Size;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a byte count: an integer or a string such as \"512mb\" (k, kb, m, mb, g, gb)",
+                )
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Size, E> {
+                u64::try_from(v)
+                    .map(Size)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Size, E> {
+                Ok(Size(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Size, E> {
+                parse_size(v)
+                    .map(Size)
+                    .ok_or_else(|| E::invalid_value(de::Unexpected::Str(v), &self))
+            }
+        }
+        d.deserialize_any(SizeVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_follow_redis_suffixes() {
+        assert_eq!(parse_size("512mb"), Some(512 * 1024 * 1024));
+        assert_eq!(parse_size("1k"), Some(1000));
+        assert_eq!(parse_size("1KB"), Some(1024));
+        assert_eq!(parse_size("2g"), Some(2_000_000_000));
+        assert_eq!(parse_size("1gb"), Some(1 << 30));
+        assert_eq!(parse_size("42"), Some(42));
+        assert_eq!(parse_size("mb"), None);
+        assert_eq!(parse_size("1tb"), None);
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(parse_size("99999999999999999999gb"), None);
+    }
+
+    #[test]
+    fn the_annotated_file_equals_the_defaults() {
+        let text = include_str!("../../configs/recached.toml");
+        assert_eq!(parse(text).unwrap(), FileConfig::default());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors() {
+        let e = parse("proxy-port = 1\n").unwrap_err();
+        assert!(e.contains("unknown field"), "{e}");
+        let e = parse("[engine]\nhz = 10\nmaxmem = 3\n").unwrap_err();
+        assert!(e.contains("unknown field"), "{e}");
+        let e = parse("[engine]\nproto_max_bulk_len = \"12zb\"\n").unwrap_err();
+        assert!(e.contains("512mb"), "{e}");
+        let c = parse("[engine]\nproto_max_bulk_len = \"2mb\"\nhz = 100\n").unwrap();
+        assert_eq!(c.engine.proto_max_bulk_len, Size(2 << 20));
+        assert_eq!(c.engine_config().hz, 100);
+        assert_eq!(c.engine_config().proto_max_bulk_len, 2 << 20);
+        let c = parse("engines = 2\nproxy_port = 6401\n").unwrap();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .contains("inside the engine ports")
+        );
+        let c = parse("[engine]\nhz = 0\n").unwrap();
+        assert!(c.validate().is_err());
+        let c = parse("engine_port_base = 65535\nengines = 2\n").unwrap();
+        assert!(c.validate().is_err());
+    }
+}

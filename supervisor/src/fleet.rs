@@ -1,0 +1,809 @@
+//! `recached start`: the supervisor of one fleet (N engines and one proxy on one machine).
+//!
+//! # Lifecycle
+//!
+//! 1. **Config.** Defaults < `--config FILE` < flags. `dir` is made absolute, `dir/logs/` is
+//!    created, and every port is test-bound once so a busy port fails the start at once
+//!    instead of turning into a crash loop.
+//! 2. **Pid file** `dir/recached.pid`: opened and locked with `flock(LOCK_EX|LOCK_NB)` for the
+//!    supervisor's whole life, then the pid is written into it. A second `start` on the same
+//!    dir cannot take the lock and is refused with the running pid. A stale file (its process
+//!    died, even by SIGKILL) holds no lock — the kernel drops it with the last descriptor — so
+//!    the next `start` takes it over; pid reuse cannot fool this, unlike `kill(pid, 0)`.
+//! 3. **`--daemonize`** (optional): fork, `setsid`, `chdir /`, stdin from `/dev/null`,
+//!    stdout/stderr to `dir/logs/supervisor.log`. The parent waits on a pipe until the child
+//!    reports the fleet ready (or failed) and exits 0 (or 1), so `start --daemonize && status`
+//!    has no race. The fork happens before any thread exists.
+//! 4. **Signals.** SIGTERM, SIGINT and SIGCHLD set flags and write a byte to a self-pipe
+//!    (signal-hook); the loop blocks on that pipe with a timeout, so a dead child is noticed
+//!    at once, not on the next poll tick.
+//! 5. **Children.** Engines i = 0..N on `engine_port_base + i`, then the proxy with the
+//!    engines as backends. Each is `current_exe()` re-executed with its role's flags
+//!    (`ps` shows `recached server --port 6401 …`): fork+exec, so no thread, lock or
+//!    descriptor is inherited by accident (std opens files close-on-exec). stdout/stderr are
+//!    appended to `dir/logs/<role>-<i>.log` (`engine-0.log`, …, `proxy-0.log`). Each child gets
+//!    its own process group, so a terminal's Ctrl-C reaches only the supervisor, which then
+//!    stops the children in order; and `PR_SET_PDEATHSIG(SIGTERM)`, so children do not outlive
+//!    a supervisor that was SIGKILLed.
+//! 6. **Restarts.** Children are reaped with `waitpid(pid, WNOHANG)` (`Child::try_wait`). One
+//!    that ran at least `min_healthy_uptime_ms` is restarted at once; one that died sooner is a
+//!    quick death and waits `restart_backoff_initial_ms · 2^(k-1)` (k = quick deaths in a row,
+//!    capped at `restart_backoff_max_ms`); from 5 in a row the log calls it a crash loop.
+//! 7. **State file** `dir/state.toml` (temp file + rename, so readers never see half a file):
+//!    per child role, index, port, pid, state, restarts, start time. `recached status` reads it.
+//! 8. **Stop.** On SIGTERM/SIGINT (`recached stop` sends SIGTERM): SIGTERM to every child,
+//!    wait up to `stop_timeout_ms`, SIGKILL what is left, reap all, remove the state and pid
+//!    files, exit 0.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, Write};
+use std::net::TcpListener;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{self, FileConfig};
+use crate::{Result, StartArgs};
+
+/// Pid file name inside `dir`.
+pub const PID_FILE: &str = "recached.pid";
+/// State file name inside `dir`.
+pub const STATE_FILE: &str = "state.toml";
+/// Quick deaths in a row from which the log reports a crash loop.
+const CRASH_LOOP_DEATHS: u32 = 5;
+/// How long `start` waits for every child to accept connections before it reports the fleet
+/// ready (it keeps supervising either way).
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What `recached status` needs to know about the fleet, written by the supervisor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FleetState {
+    pub supervisor_pid: u32,
+    /// Unix milliseconds.
+    pub started_unix_ms: u64,
+    /// Address the children listen on.
+    pub bind: String,
+    pub children: Vec<ChildState>,
+}
+
+/// One child process as of the last state write.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChildState {
+    /// `engine` or `proxy`.
+    pub role: String,
+    pub index: usize,
+    pub port: u16,
+    /// Absent while the child waits for its restart.
+    pub pid: Option<u32>,
+    /// `running`, `restarting` (dead, waiting out its backoff) or `stopping`.
+    pub state: String,
+    /// Restarts since the fleet started.
+    pub restarts: u64,
+    /// When the current process was started, Unix milliseconds.
+    pub started_unix_ms: u64,
+}
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub fn start(args: StartArgs) -> Result<ExitCode> {
+    let mut cfg = config::load(args.config.as_deref())?;
+    if let Some(n) = args.engines {
+        cfg.engines = n;
+    }
+    if let Some(b) = &args.bind {
+        cfg.bind = b.clone();
+    }
+    if let Some(p) = args.proxy_port {
+        cfg.proxy_port = p;
+    }
+    if let Some(p) = args.engine_port_base {
+        cfg.engine_port_base = p;
+    }
+    if let Some(d) = &args.dir {
+        cfg.dir = d.clone();
+    }
+    cfg.validate()?;
+    let dir =
+        std::path::absolute(&cfg.dir).map_err(|e| format!("dir {}: {e}", cfg.dir.display()))?;
+    fs::create_dir_all(dir.join("logs")).map_err(|e| format!("dir {}: {e}", dir.display()))?;
+    let config_file = match &args.config {
+        Some(p) => Some(fs::canonicalize(p).map_err(|e| format!("config {}: {e}", p.display()))?),
+        None => None,
+    };
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
+
+    let pid_file = PidFile::acquire(&dir)?;
+    check_ports_free(&cfg)?;
+
+    let ready_pipe = if args.daemonize {
+        Some(daemonize(&dir.join("logs").join("supervisor.log"))?)
+    } else {
+        None
+    };
+    pid_file.write_pid(std::process::id())?;
+
+    let signals = Signals::install().map_err(|e| format!("signal handlers: {e}"))?;
+    let mut sup = Supervisor::new(cfg, dir.clone(), exe, config_file, signals);
+    log::info!(
+        "supervisor pid {} on {}: {} engines on {}:{}..{}, proxy on {}:{}",
+        std::process::id(),
+        dir.display(),
+        sup.engine_count,
+        sup.cfg.bind,
+        sup.cfg.engine_port_base,
+        sup.cfg.engine_port_base as usize + sup.engine_count - 1,
+        sup.cfg.bind,
+        sup.cfg.proxy_port
+    );
+    sup.spawn_all();
+    sup.readiness = Some(Readiness {
+        deadline: Instant::now() + READY_TIMEOUT,
+        pending: sup.slots.iter().map(|s| s.port).collect(),
+        pipe: ready_pipe,
+    });
+    sup.run();
+    sup.shutdown();
+    let _ = fs::remove_file(dir.join(STATE_FILE));
+    pid_file.release();
+    log::info!("fleet stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses ports already taken, before anything is spawned.
+fn check_ports_free(cfg: &FileConfig) -> Result<()> {
+    let n = cfg.engine_count();
+    let ports = (0..n)
+        .map(|i| cfg.engine_port_base + i as u16)
+        .chain(std::iter::once(cfg.proxy_port));
+    for port in ports {
+        TcpListener::bind((cfg.bind.as_str(), port))
+            .map_err(|e| format!("cannot listen on {}:{port}: {e}", cfg.bind))?;
+    }
+    Ok(())
+}
+
+/// The locked pid file; see the module docs (step 2).
+struct PidFile {
+    path: PathBuf,
+    lock: Flock<File>,
+}
+
+impl PidFile {
+    fn acquire(dir: &Path) -> Result<PidFile> {
+        let path = dir.join(PID_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| format!("pid file {}: {e}", path.display()))?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => {
+                let mut old = String::new();
+                let _ = (&*lock).read_to_string(&mut old);
+                if !old.trim().is_empty() {
+                    log::warn!(
+                        "taking over stale pid file {} (pid {} is gone)",
+                        path.display(),
+                        old.trim()
+                    );
+                }
+                Ok(PidFile { path, lock })
+            }
+            Err((mut file, Errno::EWOULDBLOCK)) => {
+                let mut pid = String::new();
+                let _ = file.read_to_string(&mut pid);
+                Err(format!(
+                    "a fleet is already running on {} (supervisor pid {}); stop it with `recached stop --dir {}`",
+                    dir.display(),
+                    pid.trim(),
+                    dir.display()
+                ))
+            }
+            Err((_, e)) => Err(format!("pid file {}: flock: {e}", path.display())),
+        }
+    }
+
+    fn write_pid(&self, pid: u32) -> Result<()> {
+        let mut f: &File = &self.lock;
+        let res = f
+            .set_len(0)
+            .and_then(|_| f.rewind())
+            .and_then(|_| f.write_all(format!("{pid}\n").as_bytes()))
+            .and_then(|_| f.sync_all());
+        res.map_err(|e| format!("pid file {}: {e}", self.path.display()))
+    }
+
+    /// Removes the file while still holding the lock, then unlocks (drop).
+    fn release(self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// Is a fleet running on `dir`? Returns the supervisor pid from the pid file if its lock is
+/// held. Used by `stop` and `status`.
+pub fn running_supervisor(dir: &Path) -> Option<u32> {
+    let file = File::open(dir.join(PID_FILE)).ok()?;
+    match Flock::lock(file, FlockArg::LockSharedNonblock) {
+        Ok(_free) => None,
+        Err((mut file, Errno::EWOULDBLOCK)) => {
+            let mut s = String::new();
+            file.read_to_string(&mut s).ok()?;
+            // The lock is taken a moment before the pid is written; 0 stands for "starting".
+            Some(s.trim().parse().unwrap_or(0))
+        }
+        Err(_) => None,
+    }
+}
+
+/// Step 3 of the lifecycle. Returns, in the daemon, the write end of the readiness pipe.
+fn daemonize(log_path: &Path) -> Result<File> {
+    use nix::unistd::{ForkResult, fork, setsid};
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path)
+        .map_err(|e| format!("log {}: {e}", log_path.display()))?;
+    let (r, w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    // SAFETY: the process is single-threaded at this point (clap, env_logger and config
+    // loading start no threads; signal handlers are installed only after the fork), so the
+    // child may run arbitrary code, allocate and take locks after fork.
+    match unsafe { fork() }.map_err(|e| format!("fork: {e}"))? {
+        ForkResult::Parent { child } => {
+            drop(w);
+            let mut byte = [0u8; 1];
+            let n = File::from(r).read(&mut byte).unwrap_or(0);
+            // Exit without running destructors: the pid file's Flock must not be unlocked
+            // here, the lock belongs to the open file description the daemon shares.
+            if n == 1 && byte[0] == b'1' {
+                println!(
+                    "recached: fleet started (supervisor pid {child}); log: {}",
+                    log_path.display()
+                );
+                std::process::exit(0);
+            }
+            eprintln!(
+                "recached: the fleet is not ready yet (supervisor pid {child} keeps trying); see {}",
+                log_path.display()
+            );
+            std::process::exit(1);
+        }
+        ForkResult::Child => {
+            drop(r);
+            setsid().map_err(|e| format!("setsid: {e}"))?;
+            std::env::set_current_dir("/").map_err(|e| format!("chdir /: {e}"))?;
+            let null = File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+            nix::unistd::dup2_stdin(&null).map_err(|e| format!("dup2: {e}"))?;
+            nix::unistd::dup2_stdout(&log).map_err(|e| format!("dup2: {e}"))?;
+            nix::unistd::dup2_stderr(&log).map_err(|e| format!("dup2: {e}"))?;
+            Ok(File::from(w))
+        }
+    }
+}
+
+/// Flags plus a self-pipe; see step 4.
+struct Signals {
+    term: Arc<AtomicBool>,
+    wake: UnixStream,
+}
+
+impl Signals {
+    fn install() -> io::Result<Signals> {
+        use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
+        let term = Arc::new(AtomicBool::new(false));
+        let (wake, write_end) = UnixStream::pair()?;
+        for sig in [SIGTERM, SIGINT] {
+            // The flag is set before the pipe is written (registration order), so a woken
+            // loop always sees it.
+            signal_hook::flag::register(sig, term.clone())?;
+        }
+        for sig in [SIGTERM, SIGINT, SIGCHLD] {
+            signal_hook::low_level::pipe::register(sig, OwnedFd::from(write_end.try_clone()?))?;
+        }
+        Ok(Signals { term, wake })
+    }
+
+    /// Blocks until a signal arrives or `timeout` passes, then drains the pipe.
+    fn wait(&mut self, timeout: Duration) {
+        let timeout = timeout.max(Duration::from_millis(1));
+        let _ = self.wake.set_nonblocking(false);
+        let _ = self.wake.set_read_timeout(Some(timeout));
+        let mut buf = [0u8; 64];
+        // Timeout, EINTR and data all mean: go look.
+        let _ = self.wake.read(&mut buf);
+        let _ = self.wake.set_nonblocking(true);
+        while matches!(self.wake.read(&mut buf), Ok(n) if n > 0) {}
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Engine,
+    Proxy,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::Engine => "engine",
+            Role::Proxy => "proxy",
+        }
+    }
+}
+
+/// One supervised child slot: the process currently filling it, or when to start the next.
+struct Slot {
+    role: Role,
+    index: usize,
+    port: u16,
+    child: Option<Child>,
+    started: Instant,
+    started_unix_ms: u64,
+    restarts: u64,
+    quick_deaths: u32,
+    /// Set while dead: when to start it again.
+    restart_at: Option<Instant>,
+}
+
+impl Slot {
+    fn label(&self) -> String {
+        format!("{}-{}", self.role.name(), self.index)
+    }
+}
+
+struct Supervisor {
+    cfg: FileConfig,
+    engine_count: usize,
+    dir: PathBuf,
+    exe: PathBuf,
+    config_file: Option<PathBuf>,
+    signals: Signals,
+    slots: Vec<Slot>,
+    started_unix_ms: u64,
+    /// Until the fleet first accepts connections (or READY_TIMEOUT passes).
+    readiness: Option<Readiness>,
+}
+
+/// The start-up readiness check (see `check_readiness`).
+struct Readiness {
+    deadline: Instant,
+    /// Ports that have not accepted a connection yet.
+    pending: Vec<u16>,
+    /// `--daemonize`: the parent waits for one byte, `1` ready or `0` not.
+    pipe: Option<File>,
+}
+
+impl Supervisor {
+    fn new(
+        cfg: FileConfig,
+        dir: PathBuf,
+        exe: PathBuf,
+        config_file: Option<PathBuf>,
+        signals: Signals,
+    ) -> Supervisor {
+        let engine_count = cfg.engine_count();
+        let mut slots: Vec<Slot> = (0..engine_count)
+            .map(|i| Slot::new(Role::Engine, i, cfg.engine_port_base + i as u16))
+            .collect();
+        slots.push(Slot::new(Role::Proxy, 0, cfg.proxy_port));
+        Supervisor {
+            cfg,
+            engine_count,
+            dir,
+            exe,
+            config_file,
+            signals,
+            slots,
+            started_unix_ms: unix_ms(),
+            readiness: None,
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.signals.term.load(Ordering::SeqCst)
+    }
+
+    fn spawn_all(&mut self) {
+        for i in 0..self.slots.len() {
+            self.spawn(i);
+        }
+        self.write_state();
+    }
+
+    /// The argv of slot `i`'s role (after the executable).
+    fn child_args(&self, i: usize) -> Vec<String> {
+        let slot = &self.slots[i];
+        let mut args = vec![
+            match slot.role {
+                Role::Engine => "server".to_string(),
+                Role::Proxy => "proxy".to_string(),
+            },
+            "--port".into(),
+            slot.port.to_string(),
+            "--bind".into(),
+            self.cfg.bind.clone(),
+        ];
+        if slot.role == Role::Proxy {
+            let backends: Vec<String> = self
+                .slots
+                .iter()
+                .filter(|s| s.role == Role::Engine)
+                .map(|s| format!("{}:{}", connect_host(&self.cfg.bind), s.port))
+                .collect();
+            args.push("--backends".into());
+            args.push(backends.join(","));
+        }
+        if let Some(c) = &self.config_file {
+            args.push("--config".into());
+            args.push(c.display().to_string());
+        }
+        args
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let args = self.child_args(i);
+        let label = self.slots[i].label();
+        let log_path = self.dir.join("logs").join(format!("{label}.log"));
+        match self.spawn_process(&args, &log_path) {
+            Ok(child) => {
+                log::info!(
+                    "{label} started: pid {}, port {}, log {}",
+                    child.id(),
+                    self.slots[i].port,
+                    log_path.display()
+                );
+                let slot = &mut self.slots[i];
+                slot.child = Some(child);
+                slot.started = Instant::now();
+                slot.started_unix_ms = unix_ms();
+                slot.restart_at = None;
+            }
+            Err(e) => {
+                log::error!("{label}: cannot start: {e}");
+                self.schedule_restart(i, Duration::ZERO);
+            }
+        }
+    }
+
+    fn spawn_process(&self, args: &[String], log_path: &Path) -> io::Result<Child> {
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log_path)?;
+        // A marker between runs makes each restart easy to find in the appended log.
+        let _ = writeln!(
+            log,
+            "--- recached {} (started by supervisor pid {}) ---",
+            args.join(" "),
+            std::process::id()
+        );
+        let supervisor = nix::unistd::getpid();
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0);
+        // SAFETY: the closure runs in the forked child before exec and only makes two
+        // async-signal-safe system calls (prctl, getppid); it neither allocates nor locks.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)
+                    .map_err(|e| io::Error::from_raw_os_error(e as i32))?;
+                // The supervisor may have died before prctl took effect: then nobody would
+                // ever send the death signal, so give up now.
+                if nix::unistd::getppid() != supervisor {
+                    return Err(io::Error::from_raw_os_error(Errno::ESRCH as i32));
+                }
+                Ok(())
+            });
+        }
+        cmd.spawn()
+    }
+
+    fn schedule_restart(&mut self, i: usize, uptime: Duration) {
+        let s = &self.cfg.supervisor;
+        let slot = &mut self.slots[i];
+        let delay = if uptime >= Duration::from_millis(s.min_healthy_uptime_ms) {
+            slot.quick_deaths = 0;
+            Duration::ZERO
+        } else {
+            slot.quick_deaths += 1;
+            let shift = (slot.quick_deaths - 1).min(32);
+            let ms = s
+                .restart_backoff_initial_ms
+                .saturating_mul(1u64 << shift)
+                .min(s.restart_backoff_max_ms);
+            Duration::from_millis(ms)
+        };
+        if slot.quick_deaths >= CRASH_LOOP_DEATHS {
+            log::error!(
+                "{}: crash loop ({} quick deaths in a row); next start in {} ms, see its log",
+                slot.label(),
+                slot.quick_deaths,
+                delay.as_millis()
+            );
+        } else if !delay.is_zero() {
+            log::warn!("{}: restarting in {} ms", slot.label(), delay.as_millis());
+        }
+        slot.restart_at = Some(Instant::now() + delay);
+    }
+
+    /// Step 6: reap, restart, write state; until SIGTERM/SIGINT.
+    fn run(&mut self) {
+        while !self.stopping() {
+            let mut changed = false;
+            for i in 0..self.slots.len() {
+                let Some(child) = self.slots[i].child.as_mut() else {
+                    continue;
+                };
+                let status = match child.try_wait() {
+                    Ok(Some(status)) => status,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        log::error!("{}: waitpid: {e}", self.slots[i].label());
+                        continue;
+                    }
+                };
+                let pid = child.id();
+                let uptime = self.slots[i].started.elapsed();
+                self.slots[i].child = None;
+                changed = true;
+                if self.stopping() {
+                    break;
+                }
+                log::warn!(
+                    "{} (pid {pid}) {} after {:.1}s",
+                    self.slots[i].label(),
+                    describe_exit(status),
+                    uptime.as_secs_f64()
+                );
+                self.schedule_restart(i, uptime);
+            }
+            if self.stopping() {
+                break;
+            }
+            let now = Instant::now();
+            for i in 0..self.slots.len() {
+                if self.slots[i].restart_at.is_some_and(|t| t <= now) {
+                    self.slots[i].restarts += 1;
+                    self.spawn(i);
+                    changed = true;
+                }
+            }
+            if changed {
+                self.write_state();
+            }
+            self.check_readiness();
+            // While waiting for readiness, look again every 50 ms.
+            let tick = if self.readiness.is_some() {
+                Duration::from_millis(50)
+            } else {
+                Duration::from_secs(1)
+            };
+            let next = self
+                .slots
+                .iter()
+                .filter_map(|s| s.restart_at)
+                .min()
+                .map(|t| t.saturating_duration_since(Instant::now()))
+                .unwrap_or(tick)
+                .min(tick);
+            self.signals.wait(next);
+        }
+    }
+
+    /// Checks, once per loop turn until done, whether every child accepts TCP connections;
+    /// then logs it and tells a waiting `--daemonize` parent. Never blocks the loop.
+    fn check_readiness(&mut self) {
+        let Some(r) = self.readiness.as_mut() else {
+            return;
+        };
+        let host = connect_host(&self.cfg.bind).to_string();
+        r.pending.retain(|&port| {
+            let Ok(addr) = format!("{host}:{port}").parse() else {
+                return false;
+            };
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_err()
+        });
+        let ready = r.pending.is_empty();
+        if !ready && Instant::now() < r.deadline {
+            return;
+        }
+        if ready {
+            log::info!("fleet ready: redis-cli -p {} (proxy)", self.cfg.proxy_port);
+        } else {
+            log::warn!(
+                "ports {:?} do not accept connections after {}s; see {}",
+                r.pending,
+                READY_TIMEOUT.as_secs(),
+                self.dir.join("logs").display()
+            );
+        }
+        if let Some(mut w) = r.pipe.take() {
+            // The parent prints the outcome and exits; an error here only means it is gone.
+            let _ = w.write_all(if ready { b"1" } else { b"0" });
+        }
+        self.readiness = None;
+    }
+
+    /// Step 8.
+    fn shutdown(&mut self) {
+        log::info!("stopping: SIGTERM to every child");
+        for slot in &mut self.slots {
+            slot.restart_at = None;
+            if let Some(child) = &slot.child {
+                let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+            }
+        }
+        self.write_state();
+        let deadline = Instant::now() + Duration::from_millis(self.cfg.supervisor.stop_timeout_ms);
+        loop {
+            for slot in &mut self.slots {
+                if let Some(child) = slot.child.as_mut()
+                    && !matches!(child.try_wait(), Ok(None))
+                {
+                    slot.child = None;
+                }
+            }
+            if self.slots.iter().all(|s| s.child.is_none()) {
+                return;
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            self.signals.wait(Duration::from_millis(50));
+        }
+        for slot in &mut self.slots {
+            if let Some(mut child) = slot.child.take() {
+                log::warn!(
+                    "{} (pid {}) did not exit in time: SIGKILL",
+                    slot.label(),
+                    child.id()
+                );
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    fn write_state(&self) {
+        let state = FleetState {
+            supervisor_pid: std::process::id(),
+            started_unix_ms: self.started_unix_ms,
+            bind: self.cfg.bind.clone(),
+            children: self
+                .slots
+                .iter()
+                .map(|s| ChildState {
+                    role: s.role.name().into(),
+                    index: s.index,
+                    port: s.port,
+                    pid: s.child.as_ref().map(|c| c.id()),
+                    state: if self.stopping() {
+                        "stopping"
+                    } else if s.child.is_some() {
+                        "running"
+                    } else {
+                        "restarting"
+                    }
+                    .into(),
+                    restarts: s.restarts,
+                    started_unix_ms: s.started_unix_ms,
+                })
+                .collect(),
+        };
+        let path = self.dir.join(STATE_FILE);
+        let tmp = self.dir.join(format!("{STATE_FILE}.tmp"));
+        let res = toml::to_string(&state)
+            .map_err(io::Error::other)
+            .and_then(|text| fs::write(&tmp, text))
+            .and_then(|_| fs::rename(&tmp, &path));
+        if let Err(e) = res {
+            log::error!("state file {}: {e}", path.display());
+        }
+    }
+}
+
+impl Slot {
+    fn new(role: Role, index: usize, port: u16) -> Slot {
+        Slot {
+            role,
+            index,
+            port,
+            child: None,
+            started: Instant::now(),
+            started_unix_ms: 0,
+            restarts: 0,
+            quick_deaths: 0,
+            restart_at: None,
+        }
+    }
+}
+
+/// The address to connect to for a listen address: a wildcard bind is reached on loopback.
+pub fn connect_host(bind: &str) -> &str {
+    match bind {
+        "0.0.0.0" | "" => "127.0.0.1",
+        "::" | "[::]" => "::1",
+        b => b,
+    }
+}
+
+fn describe_exit(status: std::process::ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => match Signal::try_from(s) {
+            Ok(sig) => format!("was killed by {sig}"),
+            Err(_) => format!("was killed by signal {s}"),
+        },
+        _ => "ended".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_on_the_same_dir_is_refused_and_a_stale_file_is_taken_over() {
+        let dir = std::env::temp_dir().join(format!("recached-pidtest-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let first = PidFile::acquire(&dir).unwrap();
+        first.write_pid(4242).unwrap();
+        assert_eq!(running_supervisor(&dir), Some(4242));
+        let err = PidFile::acquire(&dir).err().expect("second lock must fail");
+        assert!(
+            err.contains("already running") && err.contains("4242"),
+            "{err}"
+        );
+        // Dropping without release = a process that died: the file stays, the lock goes.
+        drop(first);
+        assert!(dir.join(PID_FILE).exists());
+        assert_eq!(running_supervisor(&dir), None);
+        let again = PidFile::acquire(&dir).unwrap();
+        again.release();
+        assert!(!dir.join(PID_FILE).exists());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn state_round_trips_through_toml() {
+        let s = FleetState {
+            supervisor_pid: 1,
+            started_unix_ms: 2,
+            bind: "127.0.0.1".into(),
+            children: vec![ChildState {
+                role: "engine".into(),
+                index: 0,
+                port: 6400,
+                pid: None,
+                state: "restarting".into(),
+                restarts: 3,
+                started_unix_ms: 4,
+            }],
+        };
+        let text = toml::to_string(&s).unwrap();
+        let back: FleetState = toml::from_str(&text).unwrap();
+        assert_eq!(back.children[0].pid, None);
+        assert_eq!(back.children[0].restarts, 3);
+    }
+}

@@ -1,0 +1,384 @@
+//! `recached stop` and `recached status`, run from any terminal against a fleet's dir.
+//!
+//! Both find the fleet through `dir/recached.pid`: a fleet is running when that file's
+//! `flock` is held (see `fleet`), which stays right even after a SIGKILL or pid reuse.
+//!
+//! - `stop`: SIGTERM to the supervisor, then wait, bounded by the config's `stop_timeout_ms`
+//!   plus 5 s, until the lock is released (the supervisor releases it when it exits; its pid
+//!   may linger as a zombie of whoever started it, so the pid alone cannot tell). Exit 0 when
+//!   stopped or when nothing was running, 1 when it did not stop in time.
+//! - `status`: reads `dir/state.toml` and asks each child, over one connection with a 500 ms
+//!   timeout, `PING`, `DBSIZE` and `INFO memory` (pipelined), then prints a table (or JSON):
+//!   role, port, pid, state, uptime, keys, used memory, restarts. State is `up` when PING
+//!   answered `+PONG`, `down` when the port did not answer, or the supervisor's own state
+//!   (`restarting`, `stopping`) when it has no process. Exit 0 when every child is up, 1
+//!   otherwise (also when no fleet runs), so scripts can poll it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::fleet::{FleetState, STATE_FILE, connect_host, running_supervisor, unix_ms};
+use crate::{DirArgs, Result, config};
+
+/// Connect, write and read timeout of each status probe.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// A reply larger than this is not what we asked for (INFO memory is ~1 KB).
+const MAX_REPLY: usize = 1 << 20;
+
+/// The dir and the stop timeout of the fleet `args` names.
+fn target(args: &DirArgs) -> Result<(PathBuf, u64)> {
+    let cfg = config::load(args.config.as_deref())?;
+    let dir = args.dir.clone().unwrap_or(cfg.dir);
+    let dir = std::path::absolute(&dir).map_err(|e| format!("dir {}: {e}", dir.display()))?;
+    Ok((dir, cfg.supervisor.stop_timeout_ms))
+}
+
+pub fn stop(args: &DirArgs) -> Result<ExitCode> {
+    let (dir, stop_timeout_ms) = target(args)?;
+    let Some(pid) = running_supervisor(&dir) else {
+        println!("recached: no fleet is running on {}", dir.display());
+        return Ok(ExitCode::SUCCESS);
+    };
+    let wait = Duration::from_millis(stop_timeout_ms) + Duration::from_secs(5);
+    let deadline = Instant::now() + wait;
+    // pid 0 = the supervisor holds the lock but has not written its pid yet (it is starting).
+    let mut signalled = false;
+    while Instant::now() < deadline {
+        if running_supervisor(&dir).is_none() {
+            println!("recached: fleet on {} stopped", dir.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+        if !signalled {
+            let pid = running_supervisor(&dir).unwrap_or(pid);
+            if pid > 0 {
+                kill(Pid::from_raw(pid as i32), Signal::SIGTERM)
+                    .map_err(|e| format!("kill -TERM {pid}: {e}"))?;
+                signalled = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!(
+        "the supervisor (pid {pid}) on {} did not stop within {} ms",
+        dir.display(),
+        wait.as_millis()
+    ))
+}
+
+/// One row of the status table.
+struct Row {
+    role: String,
+    port: Option<u16>,
+    pid: Option<u32>,
+    state: String,
+    uptime_s: Option<u64>,
+    keys: Option<u64>,
+    used_memory: Option<u64>,
+    restarts: Option<u64>,
+}
+
+pub fn status(args: &DirArgs, json: bool) -> Result<ExitCode> {
+    let (dir, _) = target(args)?;
+    let Some(sup_pid) = running_supervisor(&dir) else {
+        if json {
+            println!(
+                "{{\"dir\":{},\"running\":false,\"processes\":[]}}",
+                json_str(&dir.display().to_string())
+            );
+        } else {
+            println!("recached: no fleet is running on {}", dir.display());
+        }
+        return Ok(ExitCode::FAILURE);
+    };
+    let path = dir.join(STATE_FILE);
+    let state: Option<FleetState> = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| toml::from_str(&t).ok());
+    let now = unix_ms();
+    let mut rows = vec![Row {
+        role: "supervisor".into(),
+        port: None,
+        pid: Some(sup_pid),
+        state: "up".into(),
+        uptime_s: state
+            .as_ref()
+            .map(|s| now.saturating_sub(s.started_unix_ms) / 1000),
+        keys: None,
+        used_memory: None,
+        restarts: None,
+    }];
+    let mut all_up = state.is_some();
+    if let Some(state) = &state {
+        let host = connect_host(&state.bind);
+        for c in &state.children {
+            let probe = if c.pid.is_some() {
+                probe(host, c.port)
+            } else {
+                None
+            };
+            let up = probe.as_ref().is_some_and(|p| p.pong);
+            all_up &= up;
+            rows.push(Row {
+                role: format!("{}-{}", c.role, c.index),
+                port: Some(c.port),
+                pid: c.pid,
+                state: match (&probe, c.pid) {
+                    (_, None) => c.state.clone(),
+                    (Some(p), _) if p.pong => "up".into(),
+                    _ if c.state != "running" => c.state.clone(),
+                    _ => "down".into(),
+                },
+                uptime_s: c.pid.map(|_| now.saturating_sub(c.started_unix_ms) / 1000),
+                keys: probe.as_ref().and_then(|p| p.keys),
+                used_memory: probe.as_ref().and_then(|p| p.used_memory),
+                restarts: Some(c.restarts),
+            });
+        }
+    }
+    if json {
+        print_json(&dir, &rows);
+    } else {
+        print_table(&dir, &rows);
+    }
+    Ok(if all_up {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn print_table(dir: &std::path::Path, rows: &[Row]) {
+    let dash = || "-".to_string();
+    println!("fleet on {}", dir.display());
+    println!(
+        "{:<12} {:>6} {:>8} {:<10} {:>9} {:>10} {:>11} {:>8}",
+        "ROLE", "PORT", "PID", "STATE", "UPTIME", "KEYS", "USED_MEMORY", "RESTARTS"
+    );
+    for r in rows {
+        println!(
+            "{:<12} {:>6} {:>8} {:<10} {:>9} {:>10} {:>11} {:>8}",
+            r.role,
+            r.port.map_or_else(dash, |p| p.to_string()),
+            r.pid.map_or_else(dash, |p| p.to_string()),
+            r.state,
+            r.uptime_s.map_or_else(dash, human_duration),
+            r.keys.map_or_else(dash, |k| k.to_string()),
+            r.used_memory.map_or_else(dash, human_bytes),
+            r.restarts.map_or_else(dash, |n| n.to_string()),
+        );
+    }
+}
+
+fn print_json(dir: &std::path::Path, rows: &[Row]) {
+    fn opt<T: ToString>(v: Option<T>) -> String {
+        v.map_or_else(|| "null".into(), |v| v.to_string())
+    }
+    let procs: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"role\":{},\"port\":{},\"pid\":{},\"state\":{},\"uptime_s\":{},\"keys\":{},\"used_memory\":{},\"restarts\":{}}}",
+                json_str(&r.role),
+                opt(r.port),
+                opt(r.pid),
+                json_str(&r.state),
+                opt(r.uptime_s),
+                opt(r.keys),
+                opt(r.used_memory),
+                opt(r.restarts)
+            )
+        })
+        .collect();
+    println!(
+        "{{\"dir\":{},\"running\":true,\"processes\":[{}]}}",
+        json_str(&dir.display().to_string()),
+        procs.join(",")
+    );
+}
+
+/// A JSON string literal (RFC 8259 §7: quote, backslash and control characters escaped).
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn human_duration(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// Like Redis's `used_memory_human` (1024-based, B/K/M/G).
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 4] = ["K", "M", "G", "T"];
+    if b < 1024 {
+        return format!("{b}B");
+    }
+    let mut v = b as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.2}{}", UNITS[unit])
+}
+
+/// What one child answered.
+#[derive(Debug, Default)]
+struct Probe {
+    pong: bool,
+    keys: Option<u64>,
+    used_memory: Option<u64>,
+}
+
+/// PING, DBSIZE, INFO memory in one pipeline; `None` if the port does not answer at all.
+fn probe(host: &str, port: u16) -> Option<Probe> {
+    let addr = (host, port).to_socket_addrs().ok()?.next()?;
+    let mut stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).ok()?;
+    stream.set_read_timeout(Some(PROBE_TIMEOUT)).ok()?;
+    stream.set_write_timeout(Some(PROBE_TIMEOUT)).ok()?;
+    stream
+        .write_all(
+            b"*1\r\n$4\r\nPING\r\n*1\r\n$6\r\nDBSIZE\r\n*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n",
+        )
+        .ok()?;
+    let mut r = BufReader::new(stream);
+    let mut p = Probe::default();
+    // Each reply is read even if an earlier one was an error, to stay in step.
+    p.pong = matches!(read_reply(&mut r), Ok(Reply::Simple(s)) if s == "PONG");
+    if let Ok(Reply::Int(n)) = read_reply(&mut r) {
+        p.keys = u64::try_from(n).ok();
+    }
+    if let Ok(Reply::Bulk(info)) = read_reply(&mut r) {
+        p.used_memory = info_field(&info, "used_memory").and_then(|v| v.parse().ok());
+    }
+    Some(p)
+}
+
+/// `field:value` from an INFO reply.
+fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// The few RESP2/RESP3 reply types the probe reads; anything else is skipped as `Other`.
+#[derive(Debug, PartialEq)]
+enum Reply {
+    Simple(String),
+    Int(i64),
+    Bulk(String),
+    Other,
+}
+
+/// Reads one reply (nested arrays are consumed and returned as `Other`).
+fn read_reply(r: &mut impl BufRead) -> std::io::Result<Reply> {
+    read_reply_depth(r, 0)
+}
+
+fn read_reply_depth(r: &mut impl BufRead, depth: usize) -> std::io::Result<Reply> {
+    use std::io::{Error, ErrorKind};
+    let bad = |m: &str| Error::new(ErrorKind::InvalidData, m.to_string());
+    if depth > 8 {
+        return Err(bad("reply nested too deep"));
+    }
+    let mut line = Vec::new();
+    r.take(MAX_REPLY as u64).read_until(b'\n', &mut line)?;
+    if !line.ends_with(b"\r\n") {
+        return Err(bad("truncated reply"));
+    }
+    let body = String::from_utf8_lossy(&line[1..line.len() - 2]).into_owned();
+    let len = || body.parse::<i64>().map_err(|_| bad("bad length"));
+    match line[0] {
+        b'+' => Ok(Reply::Simple(body)),
+        b'-' | b'_' | b'#' | b',' => Ok(Reply::Other),
+        b':' => Ok(Reply::Int(len()?)),
+        b'$' | b'=' => {
+            let n = len()?;
+            if n < 0 {
+                return Ok(Reply::Other);
+            }
+            let n = n as usize;
+            if n > MAX_REPLY {
+                return Err(bad("reply too large"));
+            }
+            let mut buf = vec![0u8; n + 2];
+            r.read_exact(&mut buf)?;
+            buf.truncate(n);
+            Ok(Reply::Bulk(String::from_utf8_lossy(&buf).into_owned()))
+        }
+        b'*' | b'%' | b'~' => {
+            let n = len()?;
+            let items = if line[0] == b'%' {
+                n.saturating_mul(2)
+            } else {
+                n
+            };
+            for _ in 0..items.clamp(0, 1 << 16) {
+                read_reply_depth(r, depth + 1)?;
+            }
+            Ok(Reply::Other)
+        }
+        _ => Err(bad("unknown reply type")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_probe_replies() {
+        let mut input: &[u8] =
+            b"+PONG\r\n:42\r\n$35\r\n# Memory\r\nused_memory:123456\r\nfoo:1\r\n-ERR x\r\n*2\r\n$1\r\na\r\n:1\r\n";
+        assert_eq!(
+            read_reply(&mut input).unwrap(),
+            Reply::Simple("PONG".into())
+        );
+        assert_eq!(read_reply(&mut input).unwrap(), Reply::Int(42));
+        let Reply::Bulk(info) = read_reply(&mut input).unwrap() else {
+            panic!()
+        };
+        assert_eq!(info_field(&info, "used_memory"), Some("123456"));
+        assert_eq!(read_reply(&mut input).unwrap(), Reply::Other);
+        assert_eq!(read_reply(&mut input).unwrap(), Reply::Other);
+        assert!(input.is_empty());
+        let mut bad: &[u8] = b"$99999999999\r\n";
+        assert!(read_reply(&mut bad).is_err());
+        let mut trunc: &[u8] = b"+PON";
+        assert!(read_reply(&mut trunc).is_err());
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(json_str("a\"b\\\n\u{1}"), "\"a\\\"b\\\\\\n\\u0001\"");
+        assert_eq!(human_bytes(1000), "1000B");
+        assert_eq!(human_bytes(1536), "1.50K");
+        assert_eq!(human_bytes(3 << 20), "3.00M");
+        assert_eq!(human_duration(59), "59s");
+        assert_eq!(human_duration(61), "1m01s");
+        assert_eq!(human_duration(7200), "2h00m");
+    }
+}

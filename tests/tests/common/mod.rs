@@ -1,0 +1,558 @@
+//! Shared helpers for the black-box tests in `tests/tests/*.rs`: free ports, the `recached`
+//! binary, process guards, a raw RESP client and `redis-cli`.
+//!
+//! Every wait here is bounded in time; every process started is killed by PID when its guard is
+//! dropped (also when a test panics), so a failing test never leaves servers behind.
+//!
+//! Use from a test file with `mod common;` (each integration test is its own crate, so some
+//! helpers are unused in some files: hence the `dead_code` allowance below).
+//!
+//! - [`free_port`]: a port the OS just handed out on 127.0.0.1 (free at that moment).
+//! - [`recached_bin`]: the `recached` binary under test (`RECACHED_BIN`, else the newest of
+//!   `target/release/recached` and `target/debug/recached`).
+//! - [`Proc`]: a spawned child with its stdout/stderr in a log file; [`Proc::wait_port`].
+//! - [`start_redis`], [`start_engine`]: a `redis-server` / `recached server` on a port, ready
+//!   (`spawn_*`: started, not yet waited for).
+//! - [`Resp`]: a raw RESP client: send bytes, read exactly one reply frame, raw bytes out.
+//! - [`frame_len`]: length of the first complete RESP2/RESP3 frame in a buffer.
+//! - [`Value`], [`parse_value`]: a decoded reply, for tests that check a reply's shape.
+//! - [`redis_cli`]: run the real `redis-cli` and return its stdout.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to start listening (the machine is small and shared).
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// Read timeout of a [`Resp`] client: the longest wait for one reply.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A TCP port on 127.0.0.1 that was free a moment ago: bind port 0, read the port, drop.
+/// (Another process may take it before we use it; on loopback in a test run this is rare.)
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// The workspace root (the parent of this `tests/` crate).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests crate has a parent dir")
+        .to_path_buf()
+}
+
+/// Path of the `recached` binary under test: `$RECACHED_BIN` if set, else whichever of
+/// `<workspace>/target/release/recached` and `target/debug/recached` exists and is newer.
+/// Panics with instructions when neither exists (cargo does not build other packages'
+/// binaries for this crate's tests).
+pub fn recached_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("RECACHED_BIN") {
+        let p = PathBuf::from(p);
+        assert!(p.exists(), "RECACHED_BIN={} does not exist", p.display());
+        return p;
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let candidates = [
+        target.join("release/recached"),
+        target.join("debug/recached"),
+    ];
+    candidates
+        .iter()
+        .filter_map(|p| mtime(p).map(|t| (t, p.clone())))
+        .max_by_key(|(t, _)| *t)
+        .map(|(_, p)| p)
+        .unwrap_or_else(|| {
+            panic!(
+                "no recached binary in {}/{{release,debug}}: run `cargo build -p recached` \
+                 (or `cargo build --release -p recached`) first, or set RECACHED_BIN",
+                target.display()
+            )
+        })
+}
+
+/// A fresh directory for one process's files, under cargo's per-crate test temp dir.
+fn new_temp_dir(name: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "{}-{}-{}",
+        name,
+        std::process::id(),
+        n
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+/// A running child process. Dropping it kills the child by PID (SIGKILL) and reaps it.
+/// Its stdout and stderr go to `<dir>/<name>.log`; `dir` is removed on drop unless the
+/// thread is panicking (then the log is kept and its path printed).
+pub struct Proc {
+    pub name: String,
+    pub child: Child,
+    /// Working directory of the child, also holding its log.
+    pub dir: PathBuf,
+    pub log_path: PathBuf,
+}
+
+impl Proc {
+    /// Spawns `cmd` with cwd, stdout and stderr redirected into a new temp dir.
+    pub fn spawn(name: &str, mut cmd: Command) -> Proc {
+        let dir = new_temp_dir(name);
+        let log_path = dir.join(format!("{name}.log"));
+        let log = File::create(&log_path).expect("create log file");
+        let log2 = log.try_clone().expect("clone log fd");
+        cmd.current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log2));
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name} ({cmd:?}): {e}"));
+        Proc {
+            name: name.to_string(),
+            child,
+            dir,
+            log_path,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The log so far (stdout + stderr of the child).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Whether the child is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Polls until a TCP connect to 127.0.0.1:`port` succeeds, at most `timeout`.
+    /// Panics (with the child's log) if the child exits first or the time runs out.
+    pub fn wait_port(&mut self, port: u16, timeout: Duration) {
+        if let Err(e) = self.try_wait_port(port, timeout) {
+            panic!("{e}");
+        }
+    }
+
+    /// [`Proc::wait_port`] returning the failure (with the child's log) instead of panicking.
+    pub fn try_wait_port(&mut self, port: u16, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        loop {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!(
+                    "{} exited ({status}) before listening on {port}; log:\n{}",
+                    self.name,
+                    self.log()
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "{} did not listen on {port} within {timeout:?}; log:\n{}",
+                    self.name,
+                    self.log()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Kills the child now (SIGKILL by PID) and reaps it. Idempotent.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("[{}] log kept at {}", self.name, self.log_path.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Starts `redis-server` on 127.0.0.1:`port` without persistence and with one database
+/// (so SELECT behaves like recached's single keyspace), and waits until it listens.
+pub fn start_redis(port: u16) -> Proc {
+    let mut p = spawn_redis(port);
+    p.wait_port(port, START_TIMEOUT);
+    p
+}
+
+/// [`start_redis`] without waiting for the port.
+pub fn spawn_redis(port: u16) -> Proc {
+    let mut cmd = Command::new("redis-server");
+    cmd.args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", ""])
+        .args(["--appendonly", "no"])
+        .args(["--databases", "1"])
+        .args(["--daemonize", "no"]);
+    Proc::spawn(&format!("redis-{port}"), cmd)
+}
+
+/// Starts one engine, `recached server --port P --bind 127.0.0.1`, and waits until it listens.
+pub fn start_engine(port: u16) -> Proc {
+    let mut p = spawn_engine(port);
+    p.wait_port(port, START_TIMEOUT);
+    p
+}
+
+/// [`start_engine`] without waiting for the port.
+pub fn spawn_engine(port: u16) -> Proc {
+    let mut cmd = Command::new(recached_bin());
+    cmd.args(["server", "--port", &port.to_string(), "--bind", "127.0.0.1"]);
+    Proc::spawn(&format!("engine-{port}"), cmd)
+}
+
+/// Length of the first complete RESP2/RESP3 frame at the start of `buf`:
+/// `Ok(Some(n))` complete (`buf[..n]`), `Ok(None)` more bytes needed, `Err` not RESP.
+/// Aggregates nest (`*`, `%`, `~`, `>`, `|` attribute before its value); a null aggregate
+/// (`*-1`) has no elements.
+pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
+    fn line_end(buf: &[u8], from: usize) -> Option<usize> {
+        buf.get(from..)?
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .map(|p| from + p)
+    }
+    fn int(s: &[u8]) -> Result<i64, String> {
+        std::str::from_utf8(s)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("bad length {:?}", String::from_utf8_lossy(s)))
+    }
+    // Returns the end offset of the frame starting at `at`.
+    fn frame(buf: &[u8], at: usize, depth: usize) -> Result<Option<usize>, String> {
+        if depth > 64 {
+            return Err("nesting too deep".into());
+        }
+        let Some(&tag) = buf.get(at) else {
+            return Ok(None);
+        };
+        let Some(eol) = line_end(buf, at + 1) else {
+            return Ok(None);
+        };
+        let head = &buf[at + 1..eol];
+        let after = eol + 2;
+        match tag {
+            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Ok(Some(after)),
+            b'$' | b'!' | b'=' => {
+                let n = int(head)?;
+                if n < 0 {
+                    return Ok(Some(after));
+                }
+                let end = after + n as usize + 2;
+                if buf.len() < end {
+                    Ok(None)
+                } else {
+                    Ok(Some(end))
+                }
+            }
+            b'*' | b'~' | b'>' | b'%' | b'|' => {
+                let n = int(head)?;
+                if n < 0 {
+                    return Ok(Some(after));
+                }
+                let mut elems = n as usize;
+                if tag == b'%' || tag == b'|' {
+                    elems *= 2;
+                }
+                if tag == b'|' {
+                    elems += 1; // the attribute is followed by the value it annotates
+                }
+                let mut pos = after;
+                for _ in 0..elems {
+                    match frame(buf, pos, depth + 1)? {
+                        Some(e) => pos = e,
+                        None => return Ok(None),
+                    }
+                }
+                Ok(Some(pos))
+            }
+            other => Err(format!("unknown RESP type byte {:?}", other as char)),
+        }
+    }
+    frame(buf, 0, 0)
+}
+
+/// A decoded RESP2/RESP3 reply (for shape checks; byte comparisons use the raw frame).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// `+…`
+    Simple(String),
+    /// `-…` (the whole message, code included)
+    Error(String),
+    /// `:…`
+    Int(i64),
+    /// `$…` / `=…` (verbatim strings keep their `txt:` prefix)
+    Bulk(Vec<u8>),
+    /// `$-1`, `*-1`, `_`
+    Null,
+    /// `*…`, `~…` (set), `>…` (push)
+    Array(Vec<Value>),
+    /// `%…`
+    Map(Vec<(Value, Value)>),
+    /// `,…`, `#…`, `(…`: kept as their text
+    Other(u8, String),
+}
+
+impl Value {
+    /// Bulk or simple string contents as UTF-8 (lossy); `None` for other types.
+    pub fn str(&self) -> Option<String> {
+        match self {
+            Value::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            Value::Simple(s) => Some(s.clone()),
+            _ => None,
+        }
+    }
+
+    /// Elements of an array (or set/push).
+    pub fn array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// Decodes one complete frame (as returned by [`Resp::read_frame`]).
+/// Panics on malformed input: callers pass frames [`frame_len`] accepted.
+pub fn parse_value(frame: &[u8]) -> Value {
+    fn at(buf: &[u8], pos: usize) -> (Value, usize) {
+        let eol = pos
+            + buf[pos..]
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .expect("CRLF");
+        let head = String::from_utf8_lossy(&buf[pos + 1..eol]).into_owned();
+        let after = eol + 2;
+        let n = || head.parse::<i64>().expect("length");
+        match buf[pos] {
+            b'+' => (Value::Simple(head), after),
+            b'-' => (Value::Error(head), after),
+            b':' => (Value::Int(n()), after),
+            b'_' => (Value::Null, after),
+            b'$' | b'=' if n() < 0 => (Value::Null, after),
+            b'$' | b'=' => {
+                let end = after + n() as usize;
+                (Value::Bulk(buf[after..end].to_vec()), end + 2)
+            }
+            b'*' | b'~' | b'>' if n() < 0 => (Value::Null, after),
+            b'*' | b'~' | b'>' => {
+                let mut v = Vec::new();
+                let mut p = after;
+                for _ in 0..n() {
+                    let (x, q) = at(buf, p);
+                    v.push(x);
+                    p = q;
+                }
+                (Value::Array(v), p)
+            }
+            b'%' => {
+                let mut v = Vec::new();
+                let mut p = after;
+                for _ in 0..n() {
+                    let (k, q) = at(buf, p);
+                    let (x, q) = at(buf, q);
+                    v.push((k, x));
+                    p = q;
+                }
+                (Value::Map(v), p)
+            }
+            t => (Value::Other(t, head), after),
+        }
+    }
+    at(frame, 0).0
+}
+
+/// Renders bytes for humans: printable ASCII as is, `\r` `\n` `\t` `\\` `"` escaped, other
+/// bytes as `\xHH`.
+pub fn escape(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len());
+    for &c in b {
+        match c {
+            b'\r' => s.push_str("\\r"),
+            b'\n' => s.push_str("\\n"),
+            b'\t' => s.push_str("\\t"),
+            b'\\' => s.push_str("\\\\"),
+            b'"' => s.push_str("\\\""),
+            0x20..=0x7e => s.push(c as char),
+            _ => s.push_str(&format!("\\x{c:02x}")),
+        }
+    }
+    s
+}
+
+/// A minimal raw RESP client over a blocking `TcpStream` with a read timeout.
+/// It returns replies as the exact bytes the server sent.
+pub struct Resp {
+    pub stream: TcpStream,
+    /// Bytes read but not yet returned (the start of the next frame).
+    buf: Vec<u8>,
+}
+
+impl Resp {
+    /// Connects to 127.0.0.1:`port` with [`READ_TIMEOUT`]; panics if it cannot.
+    pub fn connect(port: u16) -> Resp {
+        Self::try_connect(port).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Resp::connect`] returning the error instead of panicking.
+    pub fn try_connect(port: u16) -> Result<Resp, String> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let err = |e: std::io::Error| format!("connect 127.0.0.1:{port}: {e}");
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(err)?;
+        stream.set_read_timeout(Some(READ_TIMEOUT)).map_err(err)?;
+        stream.set_write_timeout(Some(READ_TIMEOUT)).map_err(err)?;
+        stream.set_nodelay(true).map_err(err)?;
+        Ok(Resp {
+            stream,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Writes `bytes` as they are.
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write to server");
+    }
+
+    /// Encodes `args` as a multibulk request (`*N\r\n$L\r\narg\r\n…`).
+    pub fn encode(args: &[&[u8]]) -> Vec<u8> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            out.extend_from_slice(a);
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    }
+
+    /// Sends one command and returns its one complete reply frame (raw bytes).
+    pub fn cmd(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        self.send_raw(&Self::encode(args));
+        self.read_frame()
+    }
+
+    /// Like [`Resp::cmd`] with string arguments.
+    pub fn cmd_str(&mut self, args: &[&str]) -> Vec<u8> {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.cmd(&args)
+    }
+
+    /// Reads exactly one complete reply frame. Panics on timeout ([`READ_TIMEOUT`] per read),
+    /// on EOF before a full frame, or on bytes that are not RESP.
+    pub fn read_frame(&mut self) -> Vec<u8> {
+        self.try_read_frame()
+            .unwrap_or_else(|e| panic!("read_frame: {e}"))
+    }
+
+    /// [`Resp::read_frame`] returning errors instead of panicking.
+    pub fn try_read_frame(&mut self) -> Result<Vec<u8>, String> {
+        let deadline = Instant::now() + READ_TIMEOUT;
+        loop {
+            match frame_len(&self.buf) {
+                Ok(Some(n)) => return Ok(self.buf.drain(..n).collect()),
+                Ok(None) => {}
+                Err(e) => return Err(format!("{e} in {}", escape(&self.buf))),
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("timeout; partial reply {}", escape(&self.buf)));
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Err(format!("EOF; partial reply {}", escape(&self.buf))),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return Err(format!("timeout; partial reply {}", escape(&self.buf)));
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("read error {e}; partial {}", escape(&self.buf))),
+            }
+        }
+    }
+
+    /// Reads everything until the server closes the connection or nothing arrives for
+    /// `quiet` (at most `max` in total). Returns the bytes and whether the server closed.
+    pub fn read_until_close(&mut self, quiet: Duration, max: Duration) -> (Vec<u8>, bool) {
+        let mut out = std::mem::take(&mut self.buf);
+        let deadline = Instant::now() + max;
+        self.stream.set_read_timeout(Some(quiet)).unwrap();
+        let mut closed = false;
+        while Instant::now() < deadline {
+            let mut chunk = [0u8; 16 * 1024];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => out.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => {
+                    closed = true;
+                    break;
+                }
+                Err(_) => break, // quiet period elapsed
+            }
+        }
+        self.stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        (out, closed)
+    }
+}
+
+/// Runs the real `redis-cli -h 127.0.0.1 -p PORT ARGS…` (at most 20 s) and returns its stdout.
+/// Panics if it cannot run, times out or exits non-zero.
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    let dir = new_temp_dir("redis-cli");
+    let out_path = dir.join("out");
+    let out = File::create(&out_path).unwrap();
+    let mut child = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn redis-cli (apt-get install redis-tools)");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait redis-cli") {
+            break s;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("redis-cli {args:?} on port {port} timed out");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        status.success(),
+        "redis-cli {args:?} failed ({status}): {stdout}"
+    );
+    stdout
+}

@@ -1,0 +1,1064 @@
+//! Differential tests: the same command sequences go to a real `redis-server` (the reference)
+//! and to a recached engine, and the replies must be byte-identical.
+//!
+//! - Cases live in `tests/diff/*.txt`; the format is documented in `tests/diff/README.md`.
+//!   Each file starts on fresh connections with a flushed keyspace.
+//! - Both servers start on free ports; redis-server runs with `--databases 1` so SELECT behaves
+//!   like recached's single keyspace.
+//! - A run collects every mismatch (file:line, command, both replies escaped) and fails at the
+//!   end with the whole list, so one run shows everything.
+//! - Replies that cannot be identical (CLIENT ID, TIME, INFO, HELLO's id…) are checked by
+//!   shape in the `shape_*` tests below, against both servers (which validates the checks too).
+//!
+//! Environment:
+//! - `DIFF_AGAINST_REDIS=1`: compare redis-server with a second redis-server instead of the
+//!   engine (validates that the case files are deterministic).
+//! - `DIFF_FILE=substr`: run only case files whose name contains `substr`.
+//! - `DIFF_REPORT=path`: also write the mismatches as Markdown, grouped by command.
+//! - `DIFF_DUMP=path`: write every case with redis-server's reply (escaped), to read what a
+//!   case expects.
+//! - `RECACHED_BIN`: the engine binary (see `common::recached_bin`).
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a `!raw` case waits for more bytes before deciding the server is done.
+const RAW_QUIET: Duration = Duration::from_millis(250);
+/// Upper bound on reading the reply of one `!raw` case.
+const RAW_MAX: Duration = Duration::from_secs(3);
+
+// ---------------------------------------------------------------------------------------------
+// Case file syntax
+// ---------------------------------------------------------------------------------------------
+
+/// Decodes one escape sequence starting after a backslash; returns (byte, chars consumed).
+fn unescape_one(rest: &[u8]) -> Result<(u8, usize), String> {
+    match rest.first() {
+        Some(b'r') => Ok((b'\r', 1)),
+        Some(b'n') => Ok((b'\n', 1)),
+        Some(b't') => Ok((b'\t', 1)),
+        Some(b'0') => Ok((0, 1)),
+        Some(b'x') => {
+            let hex = rest.get(1..3).ok_or("truncated \\x escape")?;
+            let s = std::str::from_utf8(hex).map_err(|_| "bad \\x escape")?;
+            let v = u8::from_str_radix(s, 16).map_err(|_| format!("bad \\x escape {s:?}"))?;
+            Ok((v, 3))
+        }
+        Some(&c) => Ok((c, 1)), // \\ \" \' \<space> and anything else: the byte itself
+        None => Err("trailing backslash".into()),
+    }
+}
+
+/// Splits a command line like redis-cli does: on spaces; `"…"` with `\r \n \t \xHH \" \\`
+/// escapes; `'…'` literal (only `\'` escaped). Unquoted text is taken as is.
+fn split_args(line: &str) -> Result<Vec<Vec<u8>>, String> {
+    let b = line.as_bytes();
+    let mut args = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i >= b.len() {
+            break;
+        }
+        let mut arg = Vec::new();
+        let mut quoted = false;
+        while i < b.len() && !b[i].is_ascii_whitespace() {
+            match b[i] {
+                b'"' => {
+                    quoted = true;
+                    i += 1;
+                    loop {
+                        match b.get(i) {
+                            None => return Err("unbalanced double quote".into()),
+                            Some(b'"') => {
+                                i += 1;
+                                break;
+                            }
+                            Some(b'\\') => {
+                                let (v, n) = unescape_one(&b[i + 1..])?;
+                                arg.push(v);
+                                i += 1 + n;
+                            }
+                            Some(&c) => {
+                                arg.push(c);
+                                i += 1;
+                            }
+                        }
+                    }
+                }
+                b'\'' => {
+                    quoted = true;
+                    i += 1;
+                    loop {
+                        match b.get(i) {
+                            None => return Err("unbalanced single quote".into()),
+                            Some(b'\'') => {
+                                i += 1;
+                                break;
+                            }
+                            Some(b'\\') if b.get(i + 1) == Some(&b'\'') => {
+                                arg.push(b'\'');
+                                i += 2;
+                            }
+                            Some(&c) => {
+                                arg.push(c);
+                                i += 1;
+                            }
+                        }
+                    }
+                }
+                c => {
+                    arg.push(c);
+                    i += 1;
+                }
+            }
+        }
+        let _ = quoted; // `""` is a valid empty argument
+        args.push(arg);
+    }
+    Ok(args)
+}
+
+/// Decodes the payload of a `!raw` line: every byte as written, with `\r \n \t \xHH \\`.
+fn unescape_raw(s: &str) -> Result<Vec<u8>, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' {
+            let (v, n) = unescape_one(&b[i + 1..])?;
+            out.push(v);
+            i += 1 + n;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// One step of a case file.
+#[derive(Debug)]
+enum Step {
+    /// A command; `sorted` sorts the elements of its array reply (or the array inside a SCAN
+    /// reply) before comparing.
+    Cmd {
+        args: Vec<Vec<u8>>,
+        sorted: bool,
+    },
+    /// Bytes sent as is on a fresh connection; all bytes received until close or quiet compare.
+    Raw(Vec<u8>),
+    Resp3,
+    Resp2,
+    Reset,
+    Sleep(u64),
+}
+
+#[derive(Debug)]
+struct Line {
+    file: String,
+    no: usize,
+    text: String,
+    step: Step,
+}
+
+fn parse_case_file(path: &Path) -> Vec<Line> {
+    let file = path.file_name().unwrap().to_string_lossy().to_string();
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {file}: {e}"));
+    let mut lines = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let no = i + 1;
+        let t = raw.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let bad = |e: String| -> ! { panic!("{file}:{no}: {e}: {t}") };
+        let (word, rest) = t.split_once(' ').unwrap_or((t, ""));
+        let step = match word {
+            "!raw" => Step::Raw(unescape_raw(rest).unwrap_or_else(|e| bad(e))),
+            "!resp3" => Step::Resp3,
+            "!resp2" => Step::Resp2,
+            "!reset" => Step::Reset,
+            "!sleep" => Step::Sleep(rest.trim().parse().unwrap_or_else(|_| bad("bad ms".into()))),
+            "!sorted" => Step::Cmd {
+                args: split_args(rest).unwrap_or_else(|e| bad(e)),
+                sorted: true,
+            },
+            w if w.starts_with('!') => bad(format!("unknown directive {w}")),
+            _ => Step::Cmd {
+                args: split_args(t).unwrap_or_else(|e| bad(e)),
+                sorted: false,
+            },
+        };
+        if let Step::Cmd { args, .. } = &step {
+            if args.is_empty() {
+                bad("empty command".into());
+            }
+        }
+        lines.push(Line {
+            file: file.clone(),
+            no,
+            text: t.to_string(),
+            step,
+        });
+    }
+    lines
+}
+
+/// Sorts the elements of an array/set reply, or of the array inside a 2-element SCAN reply
+/// (`*2 cursor *N …`). Other replies are returned unchanged.
+fn sort_reply(frame: &[u8]) -> Vec<u8> {
+    fn elements(frame: &[u8]) -> Option<(Vec<u8>, Vec<&[u8]>)> {
+        if !matches!(frame.first(), Some(b'*' | b'~')) {
+            return None;
+        }
+        let eol = frame.windows(2).position(|w| w == b"\r\n")?;
+        let n: i64 = std::str::from_utf8(&frame[1..eol]).ok()?.parse().ok()?;
+        let head = frame[..eol + 2].to_vec();
+        let mut pos = eol + 2;
+        let mut out = Vec::new();
+        for _ in 0..n.max(0) {
+            let len = frame_len(&frame[pos..]).ok()??;
+            out.push(&frame[pos..pos + len]);
+            pos += len;
+        }
+        Some((head, out))
+    }
+    let Some((head, elems)) = elements(frame) else {
+        return frame.to_vec();
+    };
+    let is_scan = elems.len() == 2
+        && elems[0].starts_with(b"$")
+        && matches!(elems[1].first(), Some(b'*' | b'~'));
+    if is_scan {
+        let mut out = head;
+        out.extend_from_slice(elems[0]);
+        out.extend_from_slice(&sort_reply(elems[1]));
+        return out;
+    }
+    let mut elems = elems;
+    elems.sort();
+    let mut out = head;
+    for e in elems {
+        out.extend_from_slice(e);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// The two servers
+// ---------------------------------------------------------------------------------------------
+
+/// Restarts of a crashed server before the harness stops talking to it.
+const MAX_RESTARTS: usize = 5;
+
+/// One server under comparison with its current connection. A server that dies is restarted
+/// (its keyspace is then lost, and the death is reported as a mismatch), at most
+/// [`MAX_RESTARTS`] times; after that every step fails fast for that side.
+struct Side {
+    name: &'static str,
+    port: u16,
+    proc: Proc,
+    conn: Option<Resp>,
+    is_engine: bool,
+    restarts: usize,
+    gave_up: bool,
+}
+
+impl Side {
+    fn start(name: &'static str, engine: bool) -> Side {
+        let port = free_port();
+        let proc = if engine {
+            spawn_engine(port)
+        } else {
+            spawn_redis(port)
+        };
+        let mut side = Side {
+            name,
+            port,
+            proc,
+            conn: None,
+            is_engine: engine,
+            restarts: 0,
+            gave_up: false,
+        };
+        if let Err(e) = side.proc.try_wait_port(port, START_TIMEOUT) {
+            eprintln!("{e}");
+            side.proc.kill(); // ensure_running sees it as dead and restarts it
+        }
+        side
+    }
+
+    /// Restarts the process if it died; returns what happened, for the mismatch list.
+    fn ensure_running(&mut self) -> Option<String> {
+        if self.gave_up || self.proc.is_running() {
+            return None;
+        }
+        let log = self.proc.log();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(15)..].join("\n    ");
+        let restarts = self.restarts + 1;
+        if restarts > MAX_RESTARTS {
+            self.gave_up = true;
+            self.conn = None;
+            return Some(format!(
+                "{} died {MAX_RESTARTS} times; no more steps are sent to it",
+                self.name
+            ));
+        }
+        *self = Side::start(self.name, self.is_engine);
+        self.restarts = restarts;
+        Some(format!(
+            "{} died and was restarted (keyspace lost); log tail:\n    {tail}",
+            self.name
+        ))
+    }
+
+    /// A fresh connection (optionally switched to RESP3).
+    fn reconnect(&mut self, resp3: bool) -> Result<(), String> {
+        self.conn = None;
+        if self.gave_up {
+            return Err("server gave up".into());
+        }
+        let mut c = Resp::try_connect(self.port)?;
+        if resp3 {
+            c.send_raw(&Resp::encode(&[b"HELLO", b"3"]));
+            c.try_read_frame()?;
+        }
+        self.conn = Some(c);
+        Ok(())
+    }
+
+    fn cmd(&mut self, args: &[&[u8]]) -> Result<Vec<u8>, String> {
+        let c = self.conn.as_mut().ok_or("not connected")?;
+        use std::io::Write;
+        c.stream
+            .write_all(&Resp::encode(args))
+            .map_err(|e| format!("write: {e}"))?;
+        c.try_read_frame()
+    }
+}
+
+struct Mismatch {
+    /// Upper-cased command name (or the directive), for grouping in the report.
+    command: String,
+    /// `file:line: case` and both replies.
+    text: String,
+}
+
+/// Longest escaped reply shown in full; longer ones are cut around the first difference.
+const SHOW_MAX: usize = 600;
+
+/// Escapes both replies; long ones are shown as a window around the first differing byte.
+fn show_pair(a: &[u8], b: &[u8]) -> (String, String) {
+    if a.len() <= SHOW_MAX && b.len() <= SHOW_MAX {
+        return (escape(a), escape(b));
+    }
+    let first = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let from = first.saturating_sub(120);
+    let cut = |r: &[u8]| {
+        let to = (first + 240).min(r.len());
+        format!(
+            "[{} bytes; from byte {from}, first difference at {first}] …{}…",
+            r.len(),
+            escape(&r[from.min(r.len())..to])
+        )
+    };
+    (cut(a), cut(b))
+}
+
+/// Runs one case file against both sides, appending mismatches.
+fn run_file(
+    lines: &[Line],
+    a: &mut Side,
+    b: &mut Side,
+    out: &mut Vec<Mismatch>,
+    dump: &mut Option<String>,
+) {
+    let mut resp3 = false;
+    for s in [&mut *a, &mut *b] {
+        let _ = s.ensure_running();
+        let r = s.reconnect(false).and_then(|_| s.cmd(&[b"FLUSHALL"]));
+        if !matches!(&r, Ok(f) if f == b"+OK\r\n") {
+            let file = lines.first().map(|l| l.file.as_str()).unwrap_or("?");
+            out.push(Mismatch {
+                command: "FLUSHALL".into(),
+                text: format!(
+                    "{file}: FLUSHALL at the start of the file failed on {}: {r:?}",
+                    s.name
+                ),
+            });
+            let _ = s.reconnect(false);
+        }
+    }
+    for line in lines {
+        let mut push = |text: String| {
+            let command = match &line.step {
+                Step::Cmd { args, .. } => group_name(&args[0]),
+                Step::Raw(_) => "!raw".to_string(),
+                _ => line.text.clone(),
+            };
+            out.push(Mismatch {
+                command,
+                text: format!("{}:{}: {}\n{text}", line.file, line.no, line.text),
+            })
+        };
+        match &line.step {
+            Step::Sleep(ms) => std::thread::sleep(Duration::from_millis(*ms)),
+            Step::Reset | Step::Resp2 | Step::Resp3 => {
+                let args: &[&[u8]] = match line.step {
+                    Step::Reset => &[b"FLUSHALL"],
+                    Step::Resp2 => &[b"HELLO", b"2"],
+                    _ => &[b"HELLO", b"3"],
+                };
+                match line.step {
+                    Step::Resp2 => resp3 = false,
+                    Step::Resp3 => resp3 = true,
+                    _ => {}
+                }
+                for s in [&mut *a, &mut *b] {
+                    if let Err(e) = s.cmd(args) {
+                        push(format!("  {}: {e}", s.name));
+                        let _ = s.ensure_running();
+                        let _ = s.reconnect(resp3);
+                    }
+                }
+            }
+            Step::Cmd { args, sorted } => {
+                let argv: Vec<&[u8]> = args.iter().map(|x| x.as_slice()).collect();
+                let mut replies = Vec::new();
+                for s in [&mut *a, &mut *b] {
+                    let r = s.cmd(&argv);
+                    if r.is_err() {
+                        // Resynchronise: the connection may hold a late reply or be closed.
+                        if let Some(m) = s.ensure_running() {
+                            push(m);
+                        }
+                        let _ = s.reconnect(resp3);
+                    }
+                    replies.push(r.map(|f| if *sorted { sort_reply(&f) } else { f }));
+                }
+                let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+                if name == "RESET" {
+                    resp3 = false;
+                } else if name == "HELLO" && args.len() > 1 {
+                    match &args[1][..] {
+                        b"3" => resp3 = true,
+                        b"2" => resp3 = false,
+                        _ => {}
+                    }
+                }
+                if let (Some(d), Ok(r)) = (dump.as_mut(), &replies[0]) {
+                    d.push_str(&format!(
+                        "{}:{}: {}\n  {}\n",
+                        line.file,
+                        line.no,
+                        line.text,
+                        escape(r)
+                    ));
+                }
+                if replies[0] != replies[1] {
+                    let (ra, rb) = match (&replies[0], &replies[1]) {
+                        (Ok(x), Ok(y)) => show_pair(x, y),
+                        (x, y) => {
+                            let one = |r: &Result<Vec<u8>, String>| match r {
+                                Ok(f) => show_pair(f, b"").0,
+                                Err(e) => format!("<{e}>"),
+                            };
+                            (one(x), one(y))
+                        }
+                    };
+                    push(format!("  {:<6} {ra}\n  {:<6} {rb}", a.name, b.name));
+                }
+            }
+            Step::Raw(bytes) => {
+                let mut conns = Vec::new();
+                for s in [&mut *a, &mut *b] {
+                    let c = if s.gave_up {
+                        Err("server gave up".to_string())
+                    } else {
+                        Resp::try_connect(s.port)
+                    };
+                    conns.push(c.map(|mut c| {
+                        // A server closing early makes this write fail: the read shows it.
+                        let _ = std::io::Write::write_all(&mut c.stream, bytes);
+                        c
+                    }));
+                }
+                // Both servers are read at the same time: each read ends with a quiet period.
+                let got: Vec<(Vec<u8>, bool)> = std::thread::scope(|sc| {
+                    let hs: Vec<_> = conns
+                        .iter_mut()
+                        .map(|c| {
+                            sc.spawn(move || match c {
+                                Ok(c) => c.read_until_close(RAW_QUIET, RAW_MAX),
+                                Err(e) => (format!("<{e}>").into_bytes(), true),
+                            })
+                        })
+                        .collect();
+                    hs.into_iter()
+                        .map(|h| h.join().expect("raw reader"))
+                        .collect()
+                });
+                if let Some(d) = dump.as_mut() {
+                    let closed = if got[0].1 { "<closed>" } else { "<open>" };
+                    d.push_str(&format!(
+                        "{}:{}: {}\n  {} {closed}\n",
+                        line.file,
+                        line.no,
+                        line.text,
+                        escape(&got[0].0)
+                    ));
+                }
+                if got[0] != got[1] {
+                    let (ra, rb) = show_pair(&got[0].0, &got[1].0);
+                    let state = |closed: bool| if closed { "<closed>" } else { "<open>" };
+                    push(format!(
+                        "  {:<6} {ra} {}\n  {:<6} {rb} {}",
+                        a.name,
+                        state(got[0].1),
+                        b.name,
+                        state(got[1].1)
+                    ));
+                }
+                for s in [&mut *a, &mut *b] {
+                    if let Some(m) = s.ensure_running() {
+                        push(m);
+                        let _ = s.reconnect(resp3);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Commands of the engine's list (issue 2); other names are grouped as unknown commands.
+const KNOWN: &[&str] = &[
+    "GET",
+    "SET",
+    "SETNX",
+    "SETEX",
+    "PSETEX",
+    "GETSET",
+    "GETDEL",
+    "GETEX",
+    "MGET",
+    "MSET",
+    "MSETNX",
+    "INCR",
+    "DECR",
+    "INCRBY",
+    "DECRBY",
+    "INCRBYFLOAT",
+    "APPEND",
+    "STRLEN",
+    "GETRANGE",
+    "SETRANGE",
+    "DEL",
+    "UNLINK",
+    "EXISTS",
+    "TOUCH",
+    "TYPE",
+    "EXPIRE",
+    "PEXPIRE",
+    "EXPIREAT",
+    "PEXPIREAT",
+    "TTL",
+    "PTTL",
+    "EXPIRETIME",
+    "PEXPIRETIME",
+    "PERSIST",
+    "RENAME",
+    "RENAMENX",
+    "KEYS",
+    "SCAN",
+    "RANDOMKEY",
+    "DBSIZE",
+    "FLUSHDB",
+    "FLUSHALL",
+    "SELECT",
+    "PING",
+    "ECHO",
+    "QUIT",
+    "RESET",
+    "TIME",
+    "INFO",
+    "COMMAND",
+    "CONFIG",
+    "CLIENT",
+    "HELLO",
+];
+
+/// The report group of a command line: its name if known, else "(unknown command)".
+fn group_name(name: &[u8]) -> String {
+    let up = String::from_utf8_lossy(name).to_ascii_uppercase();
+    if KNOWN.contains(&up.as_str()) {
+        up
+    } else {
+        "(unknown command)".into()
+    }
+}
+
+fn case_files() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("diff");
+    let filter = std::env::var("DIFF_FILE").unwrap_or_default();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+        .filter(|p| p.file_name().unwrap().to_string_lossy().contains(&filter))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no case files in {}", dir.display());
+    files
+}
+
+fn against_redis() -> bool {
+    std::env::var("DIFF_AGAINST_REDIS").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+fn write_report(path: &str, mismatches: &[Mismatch], total: usize, b_name: &str) {
+    let mut by_cmd: BTreeMap<&str, Vec<&Mismatch>> = BTreeMap::new();
+    for m in mismatches {
+        by_cmd.entry(&m.command).or_default().push(m);
+    }
+    let mut s = format!(
+        "# Differential test report\n\nredis-server 7 vs {b_name}: {} mismatches in {total} \
+         steps. Generated by `DIFF_REPORT={path} cargo test -p it --test differential`.\n\
+         Each entry: `file:line: case`, then the reply of redis, then ours (escaped).\n\n",
+        mismatches.len()
+    );
+    if mismatches.is_empty() {
+        s.push_str("All cases match.\n");
+    }
+    s.push_str("| command | mismatches |\n|---|---|\n");
+    for (cmd, ms) in &by_cmd {
+        s.push_str(&format!("| {cmd} | {} |\n", ms.len()));
+    }
+    for (cmd, ms) in &by_cmd {
+        s.push_str(&format!("\n## {cmd} ({})\n\n```\n", ms.len()));
+        for m in ms {
+            s.push_str(&m.text);
+            s.push('\n');
+        }
+        s.push_str("```\n");
+    }
+    std::fs::write(path, s).unwrap_or_else(|e| panic!("write {path}: {e}"));
+}
+
+/// The differential run over every case file.
+#[test]
+fn differential_cases() {
+    let files = case_files();
+    let parsed: Vec<Vec<Line>> = files.iter().map(|f| parse_case_file(f)).collect();
+    let mut a = Side::start("redis", false);
+    let (mut b, b_name) = if against_redis() {
+        (Side::start("redis2", false), "redis-server")
+    } else {
+        (Side::start("ours", true), "recached")
+    };
+    let mut mismatches = Vec::new();
+    let total: usize = parsed.iter().map(|l| l.len()).sum();
+    let dump_path = std::env::var("DIFF_DUMP").ok();
+    let mut dump = dump_path.as_ref().map(|_| String::new());
+    for lines in &parsed {
+        run_file(lines, &mut a, &mut b, &mut mismatches, &mut dump);
+    }
+    if let (Some(p), Some(d)) = (&dump_path, &dump) {
+        std::fs::write(p, d).unwrap_or_else(|e| panic!("write {p}: {e}"));
+    }
+    if let Ok(path) = std::env::var("DIFF_REPORT") {
+        write_report(&path, &mismatches, total, b_name);
+    }
+    if !mismatches.is_empty() {
+        let list: Vec<&str> = mismatches.iter().map(|m| m.text.as_str()).collect();
+        panic!(
+            "{} of {total} differential steps differ (redis vs {b_name}):\n\n{}\n",
+            mismatches.len(),
+            list.join("\n\n")
+        );
+    }
+    eprintln!("{total} differential steps in {} files match", files.len());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Harness self-tests (no servers)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn harness_split_args() {
+    let v = split_args(r#"SET "a b" 'c d' "\x00\r\n" x"y"z "" "\"""#).unwrap();
+    let want: Vec<&[u8]> = vec![b"SET", b"a b", b"c d", b"\0\r\n", b"xyz", b"", b"\""];
+    assert_eq!(v, want);
+    assert!(split_args(r#"GET "abc"#).is_err());
+    assert_eq!(
+        unescape_raw(r"*1\r\n$4\r\nPING\r\n").unwrap(),
+        b"*1\r\n$4\r\nPING\r\n"
+    );
+}
+
+#[test]
+fn harness_sort_reply() {
+    assert_eq!(
+        sort_reply(b"*3\r\n$1\r\nc\r\n$1\r\na\r\n$1\r\nb\r\n"),
+        b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"
+    );
+    assert_eq!(
+        sort_reply(b"*2\r\n$1\r\n0\r\n*2\r\n$1\r\ny\r\n$1\r\nx\r\n"),
+        b"*2\r\n$1\r\n0\r\n*2\r\n$1\r\nx\r\n$1\r\ny\r\n"
+    );
+    assert_eq!(sort_reply(b"$1\r\nz\r\n"), b"$1\r\nz\r\n");
+    assert_eq!(frame_len(b"%1\r\n+a\r\n:1\r\n"), Ok(Some(12)));
+    assert_eq!(frame_len(b"*-1\r\n"), Ok(Some(5)));
+    assert_eq!(frame_len(b"$3\r\nab"), Ok(None));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shape tests: replies that legitimately differ between servers (ids, clocks, counters)
+// ---------------------------------------------------------------------------------------------
+
+/// Collects failed shape checks instead of stopping at the first.
+struct Checks {
+    server: &'static str,
+    failed: Vec<String>,
+}
+
+impl Checks {
+    fn check(&mut self, ok: bool, what: &str, reply: &[u8]) {
+        if !ok {
+            self.failed
+                .push(format!("[{}] {what}: got {}", self.server, escape(reply)));
+        }
+    }
+}
+
+fn as_int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(n) => Some(*n),
+        _ => None,
+    }
+}
+
+fn is_digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Checks the replies that cannot be byte-identical, on one server.
+fn check_shapes(server: &'static str, port: u16) -> Vec<String> {
+    let mut c = Checks {
+        server,
+        failed: Vec::new(),
+    };
+    let mut conn = Resp::connect(port);
+    conn.cmd_str(&["FLUSHALL"]);
+
+    // TIME: two bulk strings of digits, seconds near our clock, microseconds < 1e6.
+    let r = conn.cmd_str(&["TIME"]);
+    let ok = match parse_value(&r).array() {
+        Some([Value::Bulk(s), Value::Bulk(us)]) => {
+            let (s, us) = (String::from_utf8_lossy(s), String::from_utf8_lossy(us));
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs() as i64;
+            is_digits(&s)
+                && is_digits(&us)
+                && (s.parse::<i64>().unwrap() - now).abs() <= 5
+                && us.parse::<i64>().unwrap() < 1_000_000
+        }
+        _ => false,
+    };
+    c.check(ok, "TIME is [seconds, microseconds]", &r);
+
+    // INFO: sections and fields clients read; keyspace line after a write.
+    conn.cmd_str(&["SET", "a", "1"]);
+    conn.cmd_str(&["SET", "b", "1", "EX", "100"]);
+    let r = conn.cmd_str(&["INFO"]);
+    let info = parse_value(&r).str().unwrap_or_default();
+    for needle in [
+        "# Server\r\n",
+        "redis_version:",
+        "# Clients\r\n",
+        "connected_clients:",
+        "# Memory\r\n",
+        "used_memory:",
+        "# Stats\r\n",
+        "# Keyspace\r\n",
+        "db0:keys=2,expires=1,avg_ttl=",
+    ] {
+        c.check(
+            info.contains(needle),
+            &format!("INFO contains {needle:?}"),
+            &r,
+        );
+    }
+    c.check(
+        info.lines()
+            .all(|l| l.is_empty() || l.starts_with('#') || l.contains(':')),
+        "INFO lines are `# Section` or `field:value`",
+        &r,
+    );
+    for (section, has, lacks) in [
+        ("server", "# Server\r\n", "# Keyspace"),
+        ("keyspace", "db0:keys=2", "# Server"),
+        ("clients", "connected_clients:", "# Keyspace"),
+        ("memory", "used_memory:", "# Server"),
+        ("stats", "# Stats\r\n", "# Server"),
+    ] {
+        let r = conn.cmd_str(&["INFO", section]);
+        let t = parse_value(&r).str().unwrap_or_default();
+        c.check(
+            t.contains(has) && !t.contains(lacks),
+            &format!("INFO {section} has {has:?}, not {lacks:?}"),
+            &r,
+        );
+    }
+
+    // CLIENT ID / INFO / LIST and HELLO's id agree; ids differ between connections.
+    let r = conn.cmd_str(&["CLIENT", "ID"]);
+    let id = as_int(&parse_value(&r)).unwrap_or(-1);
+    c.check(id > 0, "CLIENT ID is a positive integer", &r);
+    let mut other = Resp::connect(port);
+    let r2 = other.cmd_str(&["CLIENT", "ID"]);
+    let id2 = as_int(&parse_value(&r2)).unwrap_or(-1);
+    c.check(
+        id2 > 0 && id2 != id,
+        "a second connection has another id",
+        &r2,
+    );
+    conn.cmd_str(&["CLIENT", "SETNAME", "shape-test"]);
+    let r = conn.cmd_str(&["CLIENT", "INFO"]);
+    let t = parse_value(&r).str().unwrap_or_default();
+    c.check(
+        t.starts_with(&format!("id={id} addr=127.0.0.1:"))
+            && t.contains(" name=shape-test ")
+            && t.contains(" db=0 ")
+            && t.ends_with('\n'),
+        "CLIENT INFO is `id=<id> addr=… name=shape-test … db=0 …\\n`",
+        &r,
+    );
+    let r = conn.cmd_str(&["CLIENT", "LIST"]);
+    let t = parse_value(&r).str().unwrap_or_default();
+    let lines: Vec<&str> = t.lines().collect();
+    c.check(
+        lines.len() >= 2
+            && lines
+                .iter()
+                .all(|l| l.starts_with("id=") && l.contains(" addr="))
+            && lines
+                .iter()
+                .any(|l| l.starts_with(&format!("id={id} ")) && l.contains("name=shape-test"))
+            && lines.iter().any(|l| l.starts_with(&format!("id={id2} "))),
+        "CLIENT LIST has a line `id=… addr=…` per connection",
+        &r,
+    );
+
+    // HELLO 3: a map of 7 fields in Redis's order; HELLO 2: the same as a flat array.
+    let expect_keys = [
+        "server", "version", "proto", "id", "mode", "role", "modules",
+    ];
+    for (proto, r) in [
+        (3, conn.cmd_str(&["HELLO", "3"])),
+        (2, conn.cmd_str(&["HELLO", "2"])),
+    ] {
+        let pairs: Vec<(Value, Value)> = match parse_value(&r) {
+            Value::Map(m) if proto == 3 => m,
+            Value::Array(v) if proto == 2 && v.len() % 2 == 0 => {
+                v.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect()
+            }
+            _ => Vec::new(),
+        };
+        let keys: Vec<String> = pairs.iter().filter_map(|(k, _)| k.str()).collect();
+        let get = |k: &str| pairs.iter().find(|(x, _)| x.str().as_deref() == Some(k));
+        let ok = keys == expect_keys
+            && get("proto").map(|(_, v)| as_int(v)) == Some(Some(proto))
+            && get("id").map(|(_, v)| as_int(v)) == Some(Some(id))
+            && get("mode").and_then(|(_, v)| v.str()).as_deref() == Some("standalone")
+            && get("role").and_then(|(_, v)| v.str()).as_deref() == Some("master")
+            && get("modules").map(|(_, v)| v.clone()) == Some(Value::Array(vec![]))
+            && get("server").and_then(|(_, v)| v.str()).is_some()
+            && get("version").and_then(|(_, v)| v.str()).is_some();
+        c.check(
+            ok,
+            &format!("HELLO {proto} lists {expect_keys:?} with proto {proto} and id {id}"),
+            &r,
+        );
+    }
+
+    // COMMAND COUNT / COMMAND / COMMAND INFO: entries of 10 fields, our commands present.
+    let r = conn.cmd_str(&["COMMAND", "COUNT"]);
+    let n = as_int(&parse_value(&r)).unwrap_or(0);
+    c.check(n >= 40, "COMMAND COUNT >= 40", &r);
+    for args in [&["COMMAND"][..], &["COMMAND", "INFO"][..]] {
+        let r = conn.cmd_str(args);
+        let v = parse_value(&r);
+        let entries = v.array().unwrap_or(&[]);
+        let names: Vec<String> = entries
+            .iter()
+            .filter_map(|e| e.array().and_then(|f| f.first()).and_then(|x| x.str()))
+            .collect();
+        let ok = entries.len() as i64 == n
+            && entries
+                .iter()
+                .all(|e| e.array().is_some_and(|f| f.len() == 10))
+            && [
+                "get",
+                "set",
+                "mget",
+                "scan",
+                "incrbyfloat",
+                "client",
+                "command",
+            ]
+            .iter()
+            .all(|x| names.iter().any(|y| y == x));
+        c.check(
+            ok,
+            &format!("{args:?}: COMMAND COUNT entries of 10 fields"),
+            &r[..r.len().min(300)],
+        );
+    }
+
+    // PTTL / TTL of a fresh key: close to the value set.
+    conn.cmd_str(&["SET", "p", "v", "PX", "100000"]);
+    let r = conn.cmd_str(&["PTTL", "p"]);
+    let ms = as_int(&parse_value(&r)).unwrap_or(-9);
+    c.check(
+        (95_000..=100_000).contains(&ms),
+        "PTTL of PX 100000 in 95000..=100000",
+        &r,
+    );
+    conn.cmd_str(&["PEXPIRE", "p", "5500"]);
+    let r = conn.cmd_str(&["TTL", "p"]);
+    let s = as_int(&parse_value(&r)).unwrap_or(-9);
+    c.check(
+        (5..=6).contains(&s),
+        "TTL of PEXPIRE 5500 rounds to 5 or 6",
+        &r,
+    );
+
+    // RANDOMKEY returns one of the keys.
+    conn.cmd_str(&["FLUSHALL"]);
+    conn.cmd_str(&["MSET", "k1", "1", "k2", "2", "k3", "3"]);
+    for _ in 0..10 {
+        let r = conn.cmd_str(&["RANDOMKEY"]);
+        let k = parse_value(&r).str().unwrap_or_default();
+        c.check(
+            ["k1", "k2", "k3"].contains(&k.as_str()),
+            "RANDOMKEY is an existing key",
+            &r,
+        );
+    }
+
+    // SCAN with a small COUNT: a full iteration returns every key at least once.
+    conn.cmd_str(&["FLUSHALL"]);
+    let mut all = Vec::new();
+    for i in 0..300 {
+        all.push(format!("key:{i}"));
+    }
+    let mut mset = vec!["MSET".to_string()];
+    for k in &all {
+        mset.push(k.clone());
+        mset.push("v".into());
+    }
+    let mset: Vec<&str> = mset.iter().map(|s| s.as_str()).collect();
+    conn.cmd_str(&mset);
+    let mut seen = std::collections::BTreeSet::new();
+    let mut cursor = "0".to_string();
+    let mut calls = 0;
+    loop {
+        calls += 1;
+        let r = conn.cmd_str(&["SCAN", &cursor, "COUNT", "7"]);
+        let v = parse_value(&r);
+        let Some([Value::Bulk(cur), Value::Array(keys)]) = v.array() else {
+            c.check(false, "SCAN reply is [cursor, [keys]]", &r);
+            break;
+        };
+        seen.extend(keys.iter().filter_map(|k| k.str()));
+        cursor = String::from_utf8_lossy(cur).into_owned();
+        if cursor == "0" || calls > 2000 {
+            break;
+        }
+    }
+    let r = format!("{} keys seen in {calls} calls", seen.len()).into_bytes();
+    c.check(
+        cursor == "0" && all.iter().all(|k| seen.contains(k)) && seen.len() == all.len(),
+        "SCAN COUNT 7 iteration returns all 300 keys and ends at cursor 0",
+        &r,
+    );
+    let r = conn.cmd_str(&["SCAN", "0", "MATCH", "key:1*", "COUNT", "1000"]);
+    let ok = match parse_value(&r).array() {
+        Some([_, Value::Array(keys)]) => keys
+            .iter()
+            .all(|k| k.str().is_some_and(|s| s.starts_with("key:1"))),
+        _ => false,
+    };
+    c.check(ok, "SCAN MATCH key:1* returns only matching keys", &r);
+
+    // Expiry: a key with a TTL disappears in time; DBSIZE drops (lazy or active expiry).
+    conn.cmd_str(&["FLUSHALL"]);
+    conn.cmd_str(&["SET", "gone", "v", "PX", "100"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let r = conn.cmd_str(&["GET", "gone"]);
+    c.check(r == b"$-1\r\n", "a key is gone after its PX", &r);
+    // Active expiry: keys never touched again still leave the keyspace.
+    for i in 0..50 {
+        conn.cmd_str(&["SET", &format!("act:{i}"), "v", "PX", "100"]);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut r;
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        r = conn.cmd_str(&["DBSIZE"]);
+        if r == b":0\r\n" || std::time::Instant::now() > deadline {
+            break;
+        }
+    }
+    c.check(
+        r == b":0\r\n",
+        "active expiry empties DBSIZE within 5 s",
+        &r,
+    );
+
+    // QUIT: +OK, then the server closes.
+    let mut q = Resp::connect(port);
+    q.send_raw(&Resp::encode(&[b"QUIT"]));
+    let (bytes, closed) = q.read_until_close(Duration::from_millis(500), Duration::from_secs(3));
+    c.check(
+        bytes == b"+OK\r\n" && closed,
+        "QUIT answers +OK and closes",
+        &bytes,
+    );
+
+    c.failed
+}
+
+fn assert_shapes(failed: Vec<String>) {
+    assert!(
+        failed.is_empty(),
+        "shape checks failed:\n{}",
+        failed.join("\n")
+    );
+}
+
+/// The shape checks hold for redis-server itself (so they test the right thing).
+#[test]
+fn shapes_redis() {
+    let port = free_port();
+    let _p = start_redis(port);
+    assert_shapes(check_shapes("redis", port));
+}
+
+/// The shape checks hold for the engine.
+#[test]
+fn shapes_engine() {
+    let port = free_port();
+    let _p = start_engine(port);
+    assert_shapes(check_shapes("ours", port));
+}

@@ -43,9 +43,14 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Link {
     /// No socket; the next attempt is at `retry_at`.
-    Down { retry_at: Instant },
+    Down {
+        retry_at: Instant,
+    },
     /// Non-blocking connect in progress. `queue`: accept requests meanwhile.
-    Connecting { since: Instant, queue: bool },
+    Connecting {
+        since: Instant,
+        queue: bool,
+    },
     Up,
 }
 
@@ -99,10 +104,7 @@ impl Backend {
 
     /// Whether a request sent now will be attempted (else answer [`Self::unavailable`]).
     pub fn accepts(&self) -> bool {
-        matches!(
-            self.link,
-            Link::Up | Link::Connecting { queue: true, .. }
-        )
+        matches!(self.link, Link::Up | Link::Connecting { queue: true, .. })
     }
 
     /// Queues a request; the caller marks the backend dirty so it is written this iteration.
@@ -120,11 +122,9 @@ impl Backend {
     pub fn connect(&mut self, registry: &Registry, token: Token, now: Instant, queue: bool) {
         match TcpStream::connect(self.addr) {
             Ok(mut stream) => {
-                if let Err(e) = registry.register(
-                    &mut stream,
-                    token,
-                    Interest::READABLE | Interest::WRITABLE,
-                ) {
+                if let Err(e) =
+                    registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+                {
                     log::warn!("instance {} ({}): register: {e}", self.index, self.name);
                     self.schedule_retry(now);
                     return;
@@ -252,7 +252,10 @@ impl Backend {
 
     /// Calls `deliver(waiter, reply)` for each complete reply frame read so far.
     /// `Err` for a malformed reply or a reply nobody asked for: the link must be dropped.
-    pub fn deliver_replies(&mut self, mut deliver: impl FnMut(Waiter, &[u8])) -> Result<(), String> {
+    pub fn deliver_replies(
+        &mut self,
+        mut deliver: impl FnMut(Waiter, &[u8]),
+    ) -> Result<(), String> {
         loop {
             let buf = &self.rbuf[self.rstart..self.rend];
             if buf.is_empty() {

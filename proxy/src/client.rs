@@ -153,7 +153,10 @@ impl Replies {
                 *r = Some(reply.to_vec());
                 *remaining -= 1;
                 if *remaining == 0 {
-                    let all: Vec<&[u8]> = replies.iter().map(|r| r.as_deref().unwrap_or(b"")).collect();
+                    let all: Vec<&[u8]> = replies
+                        .iter()
+                        .map(|r| r.as_deref().unwrap_or(b""))
+                        .collect();
                     let mut merged = Vec::new();
                     split::merge(merge, &all, &mut merged);
                     slot.state = SlotState::Ready(merged);

@@ -164,7 +164,12 @@ impl Proxy {
     pub fn run(&mut self) -> io::Result<()> {
         let now = Instant::now();
         for i in 0..self.backends.len() {
-            self.backends[i].connect(self.poll.registry(), Token(BACKEND_TOKEN_BASE + i), now, true);
+            self.backends[i].connect(
+                self.poll.registry(),
+                Token(BACKEND_TOKEN_BASE + i),
+                now,
+                true,
+            );
         }
         let mut events = Events::with_capacity(1024);
         while !self.shutdown.load(Ordering::Relaxed) {
@@ -464,7 +469,16 @@ impl Proxy {
                     encoded = encode_args(&args);
                     &encoded
                 };
-                let flow = execute(plan, raw, *id, token, replies, backends, fleet, dirty_backends);
+                let flow = execute(
+                    plan,
+                    raw,
+                    *id,
+                    token,
+                    replies,
+                    backends,
+                    fleet,
+                    dirty_backends,
+                );
                 if flow == Flow::StopReading {
                     *rstart = *rend;
                     *read_closed = true;
@@ -592,7 +606,19 @@ fn execute(
 ) -> Flow {
     let n = backends.len();
     let mut send = |i: usize, request: &[u8], seq: u64, part: u32, replies: &mut Replies| {
-        send_to(backends, dirty_backends, i, request, Waiter { token, client_id, seq, part }, replies);
+        send_to(
+            backends,
+            dirty_backends,
+            i,
+            request,
+            Waiter {
+                token,
+                client_id,
+                seq,
+                part,
+            },
+            replies,
+        );
     };
     match plan {
         Plan::Forward(i) => {

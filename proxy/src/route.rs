@@ -162,7 +162,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
     match spec.name {
         "mget" => split_keys(args, 1, Merge::Values(Vec::new()), n),
         "del" | "unlink" | "exists" | "touch" => split_keys(args, 1, Merge::Sum, n),
-        "mset" | "msetnx" if argc % 2 == 0 => Plan::Reply(arity_error(spec.name).into()),
+        "mset" | "msetnx" if argc.is_multiple_of(2) => Plan::Reply(arity_error(spec.name).into()),
         "mset" => split_keys(args, 2, Merge::AllOk, n),
         "msetnx" => match same_instance(args, spec, n) {
             Some(i) => Plan::Forward(i),
@@ -292,7 +292,11 @@ fn sanitize_error(text: &mut [u8]) {
 
 fn not_supported(spec: &CommandSpec, why: &str) -> Plan {
     let name = spec.name.replace('|', " ").to_uppercase();
-    Plan::Reply(format!("-ERR {name} is not supported by the recached proxy: {why}\r\n").into_bytes().into())
+    Plan::Reply(
+        format!("-ERR {name} is not supported by the recached proxy: {why}\r\n")
+            .into_bytes()
+            .into(),
+    )
 }
 
 fn bulk(b: &[u8]) -> Vec<u8> {
@@ -508,7 +512,10 @@ fn client<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, session: &mut 
             None => reply_static(b"$-1\r\n"),
         },
         "id" => Plan::Reply(format!(":{}\r\n", session.id).into_bytes().into()),
-        _ => not_supported(sub_spec, "the proxy answers only SETNAME, GETNAME, ID and SETINFO"),
+        _ => not_supported(
+            sub_spec,
+            "the proxy answers only SETNAME, GETNAME, ID and SETINFO",
+        ),
     }
 }
 
@@ -538,7 +545,10 @@ mod tests {
     use super::*;
 
     fn fleet(n: usize) -> Fleet {
-        Fleet::new((0..n).map(|i| format!("127.0.0.1:{}", 7000 + i)).collect(), 6380)
+        Fleet::new(
+            (0..n).map(|i| format!("127.0.0.1:{}", 7000 + i)).collect(),
+            6380,
+        )
     }
 
     fn run(args: &[&[u8]], n: usize) -> Plan {
@@ -566,10 +576,7 @@ mod tests {
     #[test]
     fn single_key_commands_forward_to_the_key_instance() {
         for key in [&b"foo"[..], b"bar", b"{user1000}.following"] {
-            assert_eq!(
-                run(&[b"GET", key], 3),
-                Plan::Forward(instance_of(key, 3))
-            );
+            assert_eq!(run(&[b"GET", key], 3), Plan::Forward(instance_of(key, 3)));
             assert_eq!(
                 run(&[b"set", key, b"v", b"EX", b"10"], 3),
                 Plan::Forward(instance_of(key, 3))
@@ -610,11 +617,22 @@ mod tests {
         let (a, b) = keys_on_both();
         let ia = instance_of(&a, 2);
         assert_eq!(run(&[b"MGET", &a, &a], 2), Plan::Forward(ia));
-        assert!(matches!(run(&[b"MGET", &a, &b], 2), Plan::Split { ref parts, .. } if parts.len() == 2));
-        assert!(matches!(run(&[b"DEL", &a, &b], 2), Plan::Split { merge: Merge::Sum, .. }));
+        assert!(
+            matches!(run(&[b"MGET", &a, &b], 2), Plan::Split { ref parts, .. } if parts.len() == 2)
+        );
+        assert!(matches!(
+            run(&[b"DEL", &a, &b], 2),
+            Plan::Split {
+                merge: Merge::Sum,
+                ..
+            }
+        ));
         assert!(matches!(
             run(&[b"MSET", &a, b"1", &b, b"2"], 2),
-            Plan::Split { merge: Merge::AllOk, .. }
+            Plan::Split {
+                merge: Merge::AllOk,
+                ..
+            }
         ));
         assert_eq!(reply(run(&[b"RENAME", &a, &b], 2)), CROSSSLOT);
         assert_eq!(run(&[b"RENAME", &a, &a], 2), Plan::Forward(ia));
@@ -644,17 +662,22 @@ mod tests {
         assert!(matches!(run(&[b"QUIT"], 2), Plan::ReplyThenClose(_)));
         let hello = reply(run(&[b"HELLO", b"2"], 2));
         assert!(hello.starts_with(b"*14\r\n$6\r\nserver\r\n"));
-        let mut session = Session {
-            id: 7,
-            name: None,
-        };
+        let mut session = Session { id: 7, name: None };
         let mut f = fleet(2);
         assert_eq!(
-            reply(plan(&[&b"CLIENT"[..], b"SETNAME", b"app"][..], &mut session, &mut f)),
+            reply(plan(
+                &[&b"CLIENT"[..], b"SETNAME", b"app"][..],
+                &mut session,
+                &mut f
+            )),
             b"+OK\r\n"
         );
         assert_eq!(
-            reply(plan(&[&b"client"[..], b"getname"][..], &mut session, &mut f)),
+            reply(plan(
+                &[&b"client"[..], b"getname"][..],
+                &mut session,
+                &mut f
+            )),
             b"$3\r\napp\r\n"
         );
         assert_eq!(
@@ -662,19 +685,45 @@ mod tests {
             b":7\r\n"
         );
         assert_eq!(
-            reply(plan(&[&b"CLIENT"[..], b"SETNAME", b"a b"][..], &mut session, &mut f)),
+            reply(plan(
+                &[&b"CLIENT"[..], b"SETNAME", b"a b"][..],
+                &mut session,
+                &mut f
+            )),
             BAD_NAME
         );
     }
 
     #[test]
     fn keyless_commands_fan_out_or_are_refused() {
-        assert!(matches!(run(&[b"DBSIZE"], 2), Plan::FanOut { merge: Merge::Sum, .. }));
-        assert!(matches!(run(&[b"KEYS", b"*"], 2), Plan::FanOut { merge: Merge::Concat, .. }));
-        assert!(matches!(run(&[b"FLUSHALL"], 2), Plan::FanOut { merge: Merge::AllOk, .. }));
+        assert!(matches!(
+            run(&[b"DBSIZE"], 2),
+            Plan::FanOut {
+                merge: Merge::Sum,
+                ..
+            }
+        ));
+        assert!(matches!(
+            run(&[b"KEYS", b"*"], 2),
+            Plan::FanOut {
+                merge: Merge::Concat,
+                ..
+            }
+        ));
+        assert!(matches!(
+            run(&[b"FLUSHALL"], 2),
+            Plan::FanOut {
+                merge: Merge::AllOk,
+                ..
+            }
+        ));
         assert_eq!(run(&[b"COMMAND"], 2), Plan::ForwardAny);
         let r = reply(run(&[b"CONFIG", b"SET", b"x", b"y"], 2));
-        assert!(r.starts_with(b"-ERR CONFIG is not supported"), "{}", String::from_utf8_lossy(&r));
+        assert!(
+            r.starts_with(b"-ERR CONFIG is not supported"),
+            "{}",
+            String::from_utf8_lossy(&r)
+        );
     }
 
     #[test]
@@ -685,7 +734,10 @@ mod tests {
                 instance, request, ..
             } => {
                 assert_eq!(instance, 1);
-                assert_eq!(request, b"*4\r\n$4\r\nSCAN\r\n$1\r\n3\r\n$5\r\nCOUNT\r\n$2\r\n10\r\n");
+                assert_eq!(
+                    request,
+                    b"*4\r\n$4\r\nSCAN\r\n$1\r\n3\r\n$5\r\nCOUNT\r\n$2\r\n10\r\n"
+                );
             }
             other => panic!("{other:?}"),
         }

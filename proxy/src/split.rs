@@ -422,7 +422,10 @@ mod tests {
         let args: &[&[u8]] = &[b"mset", b"0a", b"va", b"1b", b"vb", b"0c", b"vc"];
         let s = split(args, 2, by_first_digit);
         assert_eq!(s.parts.len(), 2);
-        assert_eq!(s.parts[0].request, req(&[b"mset", b"0a", b"va", b"0c", b"vc"]));
+        assert_eq!(
+            s.parts[0].request,
+            req(&[b"mset", b"0a", b"va", b"0c", b"vc"])
+        );
         assert_eq!(s.parts[1].request, req(&[b"mset", b"1b", b"vb"]));
         assert_eq!(s.seq, vec![(0, 0), (1, 0), (0, 1)]);
     }
@@ -477,7 +480,11 @@ mod tests {
         out.clear();
         merge(
             &Merge::Concat,
-            &[b"*1\r\n$1\r\na\r\n", b"*0\r\n", b"*2\r\n$1\r\nb\r\n$1\r\nc\r\n"],
+            &[
+                b"*1\r\n$1\r\na\r\n",
+                b"*0\r\n",
+                b"*2\r\n$1\r\nb\r\n$1\r\nc\r\n",
+            ],
             &mut out,
         );
         assert_eq!(out, b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n");
@@ -500,7 +507,11 @@ mod tests {
         );
         assert_eq!(out, b"$-1\r\n");
         out.clear();
-        merge(&Merge::AnyNonNil { start: 0 }, &[b"-ERR down\r\n"], &mut out);
+        merge(
+            &Merge::AnyNonNil { start: 0 },
+            &[b"-ERR down\r\n"],
+            &mut out,
+        );
         assert_eq!(out, b"-ERR down\r\n");
     }
 
@@ -559,7 +570,10 @@ mod tests {
         );
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("instances_answering:2\r\n"), "{text}");
-        assert!(text.contains("db0:keys=7,expires=1,avg_ttl=0\r\n"), "{text}");
+        assert!(
+            text.contains("db0:keys=7,expires=1,avg_ttl=0\r\n"),
+            "{text}"
+        );
         assert!(text.starts_with("$"));
     }
 }

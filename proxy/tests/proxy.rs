@@ -211,7 +211,10 @@ fn text(b: &[u8]) -> String {
 fn keys(n: usize) -> Vec<String> {
     let keys: Vec<String> = (0..n).map(|i| format!("key:{i}")).collect();
     if n >= 10 {
-        let on0 = keys.iter().filter(|k| instance_of(k.as_bytes(), 2) == 0).count();
+        let on0 = keys
+            .iter()
+            .filter(|k| instance_of(k.as_bytes(), 2) == 0)
+            .count();
         assert!(on0 > 0 && on0 < n, "test keys must span both instances");
     }
     keys
@@ -239,8 +242,17 @@ fn set_get_and_every_key_lands_on_its_instance() {
     let mut direct = [f.backend(0), f.backend(1)];
     for k in &ks {
         let owner = instance_of(k.as_bytes(), 2);
-        assert_eq!(direct[owner].cmd(&["GET", k]), bulk(&format!("v-{k}")), "{k} on {owner}");
-        assert_eq!(direct[1 - owner].cmd(&["EXISTS", k]), int(0), "{k} not on {}", 1 - owner);
+        assert_eq!(
+            direct[owner].cmd(&["GET", k]),
+            bulk(&format!("v-{k}")),
+            "{k} on {owner}"
+        );
+        assert_eq!(
+            direct[1 - owner].cmd(&["EXISTS", k]),
+            int(0),
+            "{k} not on {}",
+            1 - owner
+        );
     }
     // redis-cli through the proxy.
     let out = Command::new("redis-cli")
@@ -282,7 +294,11 @@ fn mget_of_50_keys_returns_values_in_order_with_nils() {
     let lines: Vec<String> = text(&out.stdout).lines().map(|l| l.to_string()).collect();
     assert_eq!(lines.len(), 50, "{lines:?}");
     for (i, l) in lines.iter().enumerate() {
-        let want = if i % 3 == 0 { String::new() } else { format!("value{i}") };
+        let want = if i % 3 == 0 {
+            String::new()
+        } else {
+            format!("value{i}")
+        };
         assert_eq!(l, &want);
     }
 
@@ -319,7 +335,14 @@ fn pipelined_mixed_commands_keep_their_order() {
         batch.extend(encode(&["PING"]));
         expected.extend(b"+PONG\r\n");
         batch.extend(encode(&["MGET", &b, &a, "nosuch"]));
-        expected.extend(format!("*3\r\n{}{}$-1\r\n", text(&bulk(&(round + 1).to_string())), text(&bulk(&v))).as_bytes());
+        expected.extend(
+            format!(
+                "*3\r\n{}{}$-1\r\n",
+                text(&bulk(&(round + 1).to_string())),
+                text(&bulk(&v))
+            )
+            .as_bytes(),
+        );
         batch.extend(encode(&["GET", &a]));
         expected.extend(bulk(&v));
         batch.extend(encode(&["EXISTS", &a, &b, &a]));
@@ -418,19 +441,35 @@ fn unroutable_commands_get_an_error_and_the_connection_stays_open() {
         b"-ERR unknown command 'NOSUCHCMD', with args beginning with: 'x' \r\n"
     );
     let r = c.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
-    assert!(r.starts_with(b"-ERR CONFIG is not supported"), "{}", text(&r));
+    assert!(
+        r.starts_with(b"-ERR CONFIG is not supported"),
+        "{}",
+        text(&r)
+    );
     let (a, b) = (key_on(0, "r"), key_on(1, "r"));
     assert_eq!(
         c.cmd(&["RENAME", &a, &b]),
         b"-CROSSSLOT Keys in request don't hash to the same slot\r\n"
     );
-    assert!(c.cmd(&["MSETNX", &a, "1", &b, "2"]).starts_with(b"-ERR MSETNX"));
+    assert!(
+        c.cmd(&["MSETNX", &a, "1", &b, "2"])
+            .starts_with(b"-ERR MSETNX")
+    );
     assert_eq!(c.cmd(&["SET", "{t}x", "1"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["RENAME", "{t}x", "{t}y"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["GET", "{t}y"]), bulk("1"));
-    assert_eq!(c.cmd(&["GET"]), b"-ERR wrong number of arguments for 'get' command\r\n");
-    assert_eq!(c.cmd(&["SELECT", "1"]), b"-ERR DB index is out of range\r\n");
-    assert_eq!(c.cmd(&["HELLO", "3"]), b"-NOPROTO unsupported protocol version\r\n");
+    assert_eq!(
+        c.cmd(&["GET"]),
+        b"-ERR wrong number of arguments for 'get' command\r\n"
+    );
+    assert_eq!(
+        c.cmd(&["SELECT", "1"]),
+        b"-ERR DB index is out of range\r\n"
+    );
+    assert_eq!(
+        c.cmd(&["HELLO", "3"]),
+        b"-NOPROTO unsupported protocol version\r\n"
+    );
     assert_eq!(c.cmd(&["ECHO", "hi"]), bulk("hi"));
     assert!(c.cmd(&["COMMAND", "COUNT"]).starts_with(b":"));
     assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
@@ -469,7 +508,10 @@ fn a_dead_instance_fails_fast_and_is_reconnected() {
     for _ in 0..20 {
         let t = Instant::now();
         assert_eq!(text(&c.cmd(&["GET", &k1])), want);
-        assert!(t.elapsed() < Duration::from_millis(500), "error was not fast");
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "error was not fast"
+        );
         assert_eq!(c.cmd(&["GET", &k0]), bulk("zero"));
     }
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -484,7 +526,10 @@ fn a_dead_instance_fails_fast_and_is_reconnected() {
     });
     assert!(back.is_some(), "proxy did not reconnect");
     assert_eq!(c.cmd(&["GET", &k1]), bulk("again"));
-    assert_eq!(text(&c.cmd(&["MGET", &k0, &k1])), text(&[b"*2\r\n".to_vec(), bulk("zero"), bulk("again")].concat()));
+    assert_eq!(
+        text(&c.cmd(&["MGET", &k0, &k1])),
+        text(&[b"*2\r\n".to_vec(), bulk("zero"), bulk("again")].concat())
+    );
 }
 
 #[test]
@@ -506,11 +551,12 @@ fn concurrent_pipelining_clients_each_get_their_own_replies() {
                         batch.extend(encode(&["GET", &k]));
                         expected.extend(bulk(&v));
                         if i % 10 == 9 {
-                            let ks: Vec<String> = (i - 9..=i).map(|j| format!("c{t}:k{j}")).collect();
+                            let ks: Vec<String> =
+                                (i - 9..=i).map(|j| format!("c{t}:k{j}")).collect();
                             let mut args = vec!["MGET"];
                             args.extend(ks.iter().map(|s| s.as_str()));
                             batch.extend(encode(&args));
-                            expected.extend(format!("*10\r\n").as_bytes());
+                            expected.extend(b"*10\r\n");
                             for j in i - 9..=i {
                                 expected.extend(bulk(&format!("t{t}r{round}i{j}")));
                             }

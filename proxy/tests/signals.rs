@@ -1,16 +1,24 @@
 //! `run()` returns `Ok(())` on SIGTERM. A test binary of its own: the signal goes to the
 //! whole test process, and only this proxy has a handler for it.
 
-use std::net::{TcpListener, TcpStream};
 use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[test]
 fn sigterm_stops_run_cleanly() {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     // The backend need not exist: the proxy still starts and answers PING itself.
-    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let opts = recached_proxy::ProxyOptions {
         port,
         bind: "127.0.0.1".into(),
@@ -36,7 +44,10 @@ fn sigterm_stops_run_cleanly() {
             );
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "proxy did not start");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "proxy did not start"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let status = Command::new("kill")
@@ -46,7 +57,10 @@ fn sigterm_stops_run_cleanly() {
     assert!(status.success());
     let start = Instant::now();
     while !proxy.is_finished() {
-        assert!(start.elapsed() < Duration::from_secs(5), "run() did not return");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "run() did not return"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     proxy.join().unwrap().expect("run() returns Ok on SIGTERM");

@@ -1062,3 +1062,244 @@ fn shapes_engine() {
     let _p = start_engine(port);
     assert_shapes(check_shapes("ours", port));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Generated streams: pipelines, requests split across reads, big values, size limits
+// ---------------------------------------------------------------------------------------------
+
+/// Sends `chunks` on a fresh connection (pausing `pause` between chunks) while reading
+/// concurrently; returns everything received until the server closed, or was quiet for
+/// 500 ms after the last chunk was written (at most 60 s), and whether it closed.
+fn exchange(port: u16, chunks: &[Vec<u8>], pause: Duration) -> (Vec<u8>, bool) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+    let c = Resp::connect(port);
+    let mut w = c.stream.try_clone().expect("clone stream");
+    let mut r = c.stream;
+    r.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for ch in chunks {
+                if w.write_all(ch).is_err() {
+                    break; // the server closed: the reader reports it
+                }
+                if !pause.is_zero() {
+                    std::thread::sleep(pause);
+                }
+            }
+            done.store(true, Ordering::SeqCst);
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut out = Vec::new();
+        let mut last = Instant::now();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) => return (out, true),
+                Ok(n) => {
+                    out.extend_from_slice(&buf[..n]);
+                    last = Instant::now();
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (out, true),
+                Err(_) => {}
+            }
+            let idle = last.elapsed() > Duration::from_millis(500);
+            if (done.load(Ordering::SeqCst) && idle) || Instant::now() > deadline {
+                // Unblock a writer stuck on a full socket (it stops at the first error).
+                let _ = r.shutdown(std::net::Shutdown::Both);
+                return (out, false);
+            }
+        }
+    })
+}
+
+fn mb(args: &[&[u8]]) -> Vec<u8> {
+    Resp::encode(args)
+}
+
+/// Splits `bytes` into chunks of 1..=7 bytes (a fixed pattern), so that requests arrive cut at
+/// every kind of offset.
+fn split_small(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    let mut n = 1;
+    while i < bytes.len() {
+        let end = (i + n).min(bytes.len());
+        out.push(bytes[i..end].to_vec());
+        i = end;
+        n = n % 7 + 1;
+    }
+    out
+}
+
+/// Streams that are awkward to write as case lines; each runs on both servers and the whole
+/// byte streams must be identical.
+fn generated_streams() -> Vec<(String, Vec<Vec<u8>>, Duration)> {
+    let mut cases: Vec<(String, Vec<Vec<u8>>, Duration)> = Vec::new();
+
+    // A mixed stream (multibulk, inline, errors, options) cut into 1..7-byte pieces.
+    let mut mixed = Vec::new();
+    mixed.extend(mb(&[b"FLUSHALL"]));
+    mixed.extend(mb(&[b"SET", b"k", b"v", b"EX", b"100"]));
+    mixed.extend(b"GET k\r\n");
+    mixed.extend(mb(&[b"INCR", b"k"]));
+    mixed.extend(mb(&[b"MSET", b"a", b"1", b"b", b"\x00\r\n\xff"]));
+    mixed.extend(b"MGET a b c\n");
+    mixed.extend(mb(&[b"INCRBYFLOAT", b"f", b"1.5"]));
+    mixed.extend(mb(&[b"NOSUCH", b"x"]));
+    mixed.extend(b"ECHO \"q\\x41\"\r\n");
+    mixed.extend(mb(&[b"GETRANGE", b"b", b"0", b"-1"]));
+    mixed.extend(mb(&[b"DEL", b"a", b"b", b"k", b"f"]));
+    mixed.extend(mb(&[b"PING"]));
+    cases.push((
+        "mixed stream, whole".into(),
+        vec![mixed.clone()],
+        Duration::ZERO,
+    ));
+    cases.push((
+        "mixed stream, 1..7-byte pieces".into(),
+        split_small(&mixed),
+        Duration::from_millis(1),
+    ));
+    // The same cut before a protocol error: replies up to the error, then close.
+    let mut bad = mixed.clone();
+    bad.extend(b"*2\r\n$3\r\nGET\r\n$x\r\n");
+    cases.push((
+        "pieces then a protocol error".into(),
+        split_small(&bad),
+        Duration::from_millis(1),
+    ));
+
+    // A pipeline of 10000 commands in one write.
+    let mut pipe = mb(&[b"DEL", b"counter"]);
+    for i in 0..10_000 {
+        if i % 10 == 9 {
+            pipe.extend(mb(&[b"GET", b"counter"]));
+        } else {
+            pipe.extend(mb(&[b"INCR", b"counter"]));
+        }
+    }
+    cases.push(("pipeline of 10000".into(), vec![pipe], Duration::ZERO));
+
+    // Many inline commands in one write.
+    let inline: Vec<u8> = (0..2000)
+        .flat_map(|i| format!("SET i{} {}\r\nGET i{}\r\n", i % 50, i, i % 50).into_bytes())
+        .collect();
+    cases.push(("2000 inline pairs".into(), vec![inline], Duration::ZERO));
+
+    // Big values: 1 MB and 8 MB of binary data; APPEND, STRLEN, GETRANGE on them.
+    let big1: Vec<u8> = (0..1_048_576u32).map(|i| (i * 31 % 251) as u8).collect();
+    let big8: Vec<u8> = (0..8 * 1_048_576u32).map(|i| (i % 253) as u8).collect();
+    let mut s = mb(&[b"SET", b"big", &big1]);
+    s.extend(mb(&[b"GET", b"big"]));
+    s.extend(mb(&[b"APPEND", b"big", &big8]));
+    s.extend(mb(&[b"STRLEN", b"big"]));
+    s.extend(mb(&[b"GETRANGE", b"big", b"1048570", b"1048600"]));
+    s.extend(mb(&[b"GETRANGE", b"big", b"-10", b"-1"]));
+    s.extend(mb(&[b"SETRANGE", b"big", b"9437180", b"tail"]));
+    s.extend(mb(&[b"GET", b"big"]));
+    s.extend(mb(&[b"ECHO", &big1]));
+    s.extend(mb(&[b"DEL", b"big"]));
+    cases.push(("big values".into(), vec![s.clone()], Duration::ZERO));
+    cases.push((
+        "big values, 64 KB pieces".into(),
+        s.chunks(65_536).map(|c| c.to_vec()).collect(),
+        Duration::ZERO,
+    ));
+
+    // MSET / MGET / DEL with 5000 keys.
+    let keys: Vec<Vec<u8>> = (0..5000).map(|i| format!("mk:{i}").into_bytes()).collect();
+    let mut mset: Vec<&[u8]> = vec![b"MSET"];
+    for k in &keys {
+        mset.push(k);
+        mset.push(k);
+    }
+    let mut mget: Vec<&[u8]> = vec![b"MGET"];
+    mget.extend(keys.iter().map(|k| k.as_slice()));
+    mget.push(b"missing");
+    let mut del: Vec<&[u8]> = vec![b"DEL"];
+    del.extend(keys.iter().map(|k| k.as_slice()));
+    let mut s = mb(&mset);
+    s.extend(mb(&mget));
+    s.extend(mb(&[b"DBSIZE"]));
+    s.extend(mb(&del));
+    s.extend(mb(&[b"DBSIZE"]));
+    cases.push(("5000-key MSET/MGET/DEL".into(), vec![s], Duration::ZERO));
+
+    // Long unknown command names and arguments: the error text truncates them.
+    let long = vec![b'x'; 1000];
+    let mid = vec![b'y'; 200];
+    let mut s = mb(&[&long, &mid, &mid, b"z"]);
+    s.extend(mb(&[b"NOPE", b"a", &mid, b"b"]));
+    let many: Vec<Vec<u8>> = (0..40).map(|i| format!("arg{i}").into_bytes()).collect();
+    let mut m: Vec<&[u8]> = vec![b"NOPE"];
+    m.extend(many.iter().map(|x| x.as_slice()));
+    s.extend(mb(&m));
+    s.extend(mb(&[b"GET", &long, b"extra"]));
+    cases.push(("long unknown commands".into(), vec![s], Duration::ZERO));
+
+    // Size limits of the request parser (redis networking.c: PROTO_INLINE_MAX_SIZE = 64 KB).
+    let mut s = b"ECHO ".to_vec();
+    s.extend(vec![b'a'; 70_000]);
+    cases.push(("inline request over 64 KB".into(), vec![s], Duration::ZERO));
+    let mut s = b"ECHO ".to_vec();
+    s.extend(vec![b'a'; 60_000]);
+    s.extend(b"\r\n");
+    cases.push(("inline request under 64 KB".into(), vec![s], Duration::ZERO));
+    let mut s = b"*".to_vec();
+    s.extend(vec![b'1'; 70_000]);
+    cases.push((
+        "multibulk count line over 64 KB".into(),
+        vec![s],
+        Duration::ZERO,
+    ));
+    let mut s = b"*1\r\n$".to_vec();
+    s.extend(vec![b'1'; 70_000]);
+    cases.push((
+        "bulk length line over 64 KB".into(),
+        vec![s],
+        Duration::ZERO,
+    ));
+    cases
+}
+
+/// Generated streams give byte-identical output on redis-server and the engine.
+#[test]
+fn differential_streams() {
+    let a = start_redis(free_port());
+    let a_port = port_of(&a);
+    let (b, b_name) = if against_redis() {
+        (start_redis(free_port()), "redis-server")
+    } else {
+        (start_engine(free_port()), "recached")
+    };
+    let b_port = port_of(&b);
+    let mut failed = Vec::new();
+    for (name, chunks, pause) in generated_streams() {
+        let (ra, rb) = std::thread::scope(|sc| {
+            let ha = sc.spawn(|| exchange(a_port, &chunks, pause));
+            let hb = sc.spawn(|| exchange(b_port, &chunks, pause));
+            (ha.join().unwrap(), hb.join().unwrap())
+        });
+        if ra != rb {
+            let (x, y) = show_pair(&ra.0, &rb.0);
+            failed.push(format!(
+                "{name}:\n  redis  {x} closed={}\n  {b_name:<6} {y} closed={}",
+                ra.1, rb.1
+            ));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} generated streams differ (redis vs {b_name}):\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
+/// The port a server was started on (from its process name `redis-P` / `engine-P`).
+fn port_of(p: &Proc) -> u16 {
+    p.name.rsplit('-').next().unwrap().parse().unwrap()
+}

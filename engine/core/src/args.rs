@@ -110,7 +110,10 @@ mod tests {
     fn cursor_rules() {
         assert_eq!(parse_u64_cursor(b"0"), Ok(0));
         assert_eq!(parse_u64_cursor(b"18446744073709551615"), Ok(u64::MAX));
-        assert_eq!(parse_u64_cursor(b"18446744073709551616"), Err(CmdError::InvalidCursor));
+        assert_eq!(
+            parse_u64_cursor(b"18446744073709551616"),
+            Err(CmdError::InvalidCursor)
+        );
         assert_eq!(parse_u64_cursor(b"abc"), Err(CmdError::InvalidCursor));
         assert_eq!(parse_u64_cursor(b"12x"), Err(CmdError::InvalidCursor));
         assert_eq!(parse_u64_cursor(b" 0"), Err(CmdError::InvalidCursor));

@@ -131,7 +131,12 @@ impl Handlers {
         Handlers(
             COMMANDS
                 .iter()
-                .map(|c| (handler_for(c.name), c.subcommands.iter().map(|s| handler_for(s.name)).collect()))
+                .map(|c| {
+                    (
+                        handler_for(c.name),
+                        c.subcommands.iter().map(|s| handler_for(s.name)).collect(),
+                    )
+                })
                 .collect(),
         )
     }
@@ -145,21 +150,33 @@ impl Default for Handlers {
 
 /// Position of a top-level command in the table, any case.
 pub fn lookup_index(name: &[u8]) -> Option<usize> {
-    COMMANDS.iter().position(|c| c.name.len() == name.len() && c.name.as_bytes().eq_ignore_ascii_case(name))
+    COMMANDS
+        .iter()
+        .position(|c| c.name.len() == name.len() && c.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
 /// The row and handler `argv` resolves to, or the error Redis gives for an unknown
 /// command or subcommand.
-pub fn resolve(handlers: &Handlers, argv: &[&[u8]]) -> Result<(&'static CommandSpec, Option<Handler>), CmdError> {
+pub fn resolve(
+    handlers: &Handlers,
+    argv: &[&[u8]],
+) -> Result<(&'static CommandSpec, Option<Handler>), CmdError> {
     let Some(ci) = lookup_index(argv[0]) else {
         return Err(CmdError::Other(unknown_command_message(argv)));
     };
     let top = &COMMANDS[ci];
     if argv.len() >= 2 && !top.subcommands.is_empty() {
         let sub = argv[1];
-        return match top.subcommands.iter().position(|s| s.short_name().as_bytes().eq_ignore_ascii_case(sub)) {
+        return match top
+            .subcommands
+            .iter()
+            .position(|s| s.short_name().as_bytes().eq_ignore_ascii_case(sub))
+        {
             Some(si) => Ok((&top.subcommands[si], handlers.0[ci].1[si])),
-            None => Err(CmdError::UnknownSubcommand { sub: sub.to_vec(), container: argv[0].to_vec() }),
+            None => Err(CmdError::UnknownSubcommand {
+                sub: sub.to_vec(),
+                container: argv[0].to_vec(),
+            }),
         };
     }
     Ok((top, handlers.0[ci].0))
@@ -169,11 +186,21 @@ pub fn resolve(handlers: &Handlers, argv: &[&[u8]]) -> Result<(&'static CommandS
 pub fn arity_ok(spec: &CommandSpec, argc: usize) -> bool {
     let argc = argc as i64;
     let arity = i64::from(spec.arity);
-    if arity > 0 { arity == argc } else { argc >= -arity }
+    if arity > 0 {
+        arity == argc
+    } else {
+        argc >= -arity
+    }
 }
 
 /// Runs one command (see [`Engine::exec`]).
-pub fn exec(e: &mut Engine, client: &mut Client, argv: &[&[u8]], now_us: u64, out: &mut Vec<u8>) -> Flow {
+pub fn exec(
+    e: &mut Engine,
+    client: &mut Client,
+    argv: &[&[u8]],
+    now_us: u64,
+    out: &mut Vec<u8>,
+) -> Flow {
     if argv.is_empty() {
         return Flow::Continue;
     }
@@ -194,7 +221,10 @@ pub fn exec(e: &mut Engine, client: &mut Client, argv: &[&[u8]], now_us: u64, ou
     let Some(handler) = handler else {
         // A Redis subcommand recached does not implement.
         e.stats.rejected_calls += 1;
-        let err = CmdError::UnknownSubcommand { sub: argv[1].to_vec(), container: argv[0].to_vec() };
+        let err = CmdError::UnknownSubcommand {
+            sub: argv[1].to_vec(),
+            container: argv[0].to_vec(),
+        };
         ReplyWriter::new(out, client.proto).error(&err.message());
         return Flow::Continue;
     };
@@ -202,7 +232,15 @@ pub fn exec(e: &mut Engine, client: &mut Client, argv: &[&[u8]], now_us: u64, ou
     client.last_cmd_us = now_us;
     e.stats.total_commands_processed += 1;
     let dirty_before = e.ks.dirty;
-    let mut call = Call { client, argv, now_us, now_ms: now_us / 1000, spec, flow: Flow::Continue, out };
+    let mut call = Call {
+        client,
+        argv,
+        now_us,
+        now_ms: now_us / 1000,
+        spec,
+        flow: Flow::Continue,
+        out,
+    };
     if let Err(err) = handler(e, &mut call) {
         e.stats.failed_calls += 1;
         call.w().error(&err.message());

@@ -102,7 +102,10 @@ pub struct Engine {
 impl Engine {
     pub fn new(config: Config) -> Engine {
         let mut ks = Keyspace::new(config.hash_seed);
-        let run_id = (0..3).map(|_| format!("{:016x}", ks.next_random())).collect::<String>()[..40].to_string();
+        let run_id = (0..3)
+            .map(|_| format!("{:016x}", ks.next_random()))
+            .collect::<String>()[..40]
+            .to_string();
         Engine {
             ks,
             config,
@@ -119,7 +122,13 @@ impl Engine {
 
     /// Runs one command. `argv[0]` is the command name (any case). The reply (one RESP frame,
     /// in `client.proto`) is appended to `out`. `now_us`: Unix time in microseconds.
-    pub fn exec(&mut self, client: &mut Client, argv: &[&[u8]], now_us: u64, out: &mut Vec<u8>) -> Flow {
+    pub fn exec(
+        &mut self,
+        client: &mut Client,
+        argv: &[&[u8]],
+        now_us: u64,
+        out: &mut Vec<u8>,
+    ) -> Flow {
         dispatch::exec(self, client, argv, now_us, out)
     }
 
@@ -127,7 +136,8 @@ impl Engine {
     /// `activeExpireCycle`, bounded by [`expire::EXPIRE_KEYS_PER_CRON`] sampled keys) and
     /// releasing entries of an asynchronous flush. Called `hz` times per second.
     pub fn cron(&mut self, now_us: u64) {
-        let removed = expire::active_cycle(&mut self.ks, now_us / 1000, expire::EXPIRE_KEYS_PER_CRON);
+        let removed =
+            expire::active_cycle(&mut self.ks, now_us / 1000, expire::EXPIRE_KEYS_PER_CRON);
         self.stats.active_expired_keys += removed as u64;
         self.ks.lazy_free_step(expire::LAZY_FREE_PER_CRON);
         let used = crate::cmd::server::USED_MEMORY_STARTUP + self.ks.used_bytes() as u64;

@@ -52,14 +52,21 @@ pub enum CmdError {
 /// `%.128s`-style rendering of user input as Redis prints it into error text: stops at the
 /// first NUL (C string) and at `max` bytes; non-UTF-8 bytes are kept byte-for-byte where possible.
 pub fn c_str_lossy(bytes: &[u8], max: usize) -> String {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len()).min(max);
+    let end = bytes
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(bytes.len())
+        .min(max);
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
 impl CmdError {
     /// `ERR Unsupported option <opt>` (EXPIRE family).
     pub fn unsupported_option(opt: &[u8]) -> CmdError {
-        CmdError::Other(format!("ERR Unsupported option {}", c_str_lossy(opt, usize::MAX)))
+        CmdError::Other(format!(
+            "ERR Unsupported option {}",
+            c_str_lossy(opt, usize::MAX)
+        ))
     }
 
     /// The error line (without `-` and CRLF).
@@ -89,7 +96,11 @@ impl CmdError {
             CmdError::UnknownSubcommand { sub, container } => {
                 let mut s = String::from("ERR unknown subcommand '");
                 s.push_str(&c_str_lossy(sub, 128));
-                let _ = write!(s, "'. Try {} HELP.", c_str_lossy(container, usize::MAX).to_uppercase());
+                let _ = write!(
+                    s,
+                    "'. Try {} HELP.",
+                    c_str_lossy(container, usize::MAX).to_uppercase()
+                );
                 Owned(s)
             }
             CmdError::Other(s) => Owned(s.clone()),
@@ -145,7 +156,13 @@ mod tests {
 
     #[test]
     fn subcommand_text() {
-        let e = CmdError::UnknownSubcommand { sub: b"foo".to_vec(), container: b"config".to_vec() };
-        assert_eq!(e.message(), "ERR unknown subcommand 'foo'. Try CONFIG HELP.");
+        let e = CmdError::UnknownSubcommand {
+            sub: b"foo".to_vec(),
+            container: b"config".to_vec(),
+        };
+        assert_eq!(
+            e.message(),
+            "ERR unknown subcommand 'foo'. Try CONFIG HELP."
+        );
     }
 }

@@ -52,7 +52,12 @@ mod tests {
     fn reclaims_expired_within_budget() {
         let mut ks = Keyspace::new(9);
         for i in 0..10_000 {
-            let idx = ks.set(format!("k{i}").as_bytes(), Value::Str(StrValue::Int(i)), Keep::Nothing, None);
+            let idx = ks.set(
+                format!("k{i}").as_bytes(),
+                Value::Str(StrValue::Int(i)),
+                Keep::Nothing,
+                None,
+            );
             // Half expire at 1000 ms, half far in the future; 1000 keys have no TTL.
             if i >= 1000 {
                 ks.set_expire(idx, if i % 2 == 0 { 1000 } else { 1_000_000 });
@@ -71,7 +76,7 @@ mod tests {
         let mut expired_left = 0;
         ks.for_each_live(0, |k, _| {
             let n: usize = std::str::from_utf8(&k[1..]).unwrap().parse().unwrap();
-            if n >= 1000 && n % 2 == 0 {
+            if n >= 1000 && n.is_multiple_of(2) {
                 expired_left += 1;
             }
         });

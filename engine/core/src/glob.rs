@@ -104,7 +104,11 @@ fn match_impl(pat: &[u8], s: &[u8], nocase: bool, skip_longer: &mut bool, nestin
                     p += 1;
                     lit = pat[p];
                 }
-                let same = if nocase { lower(lit) == lower(s[j]) } else { lit == s[j] };
+                let same = if nocase {
+                    lower(lit) == lower(s[j])
+                } else {
+                    lit == s[j]
+                };
                 if !same {
                     return false;
                 }
@@ -169,7 +173,11 @@ mod tests {
             ("[]", "a", false, false),
         ];
         for &(p, s, nocase, want) in cases {
-            assert_eq!(matches(p.as_bytes(), s.as_bytes(), nocase), want, "{p:?} vs {s:?}");
+            assert_eq!(
+                matches(p.as_bytes(), s.as_bytes(), nocase),
+                want,
+                "{p:?} vs {s:?}"
+            );
         }
     }
 

@@ -96,7 +96,14 @@ pub struct Keyspace {
 
 /// Bytes accounted for one entry.
 fn entry_bytes(key: &[u8], e: &Entry) -> usize {
-    key.len() + e.value.mem_size() + ENTRY_OVERHEAD + if e.expire_at.is_some() { EXPIRE_OVERHEAD } else { 0 }
+    key.len()
+        + e.value.mem_size()
+        + ENTRY_OVERHEAD
+        + if e.expire_at.is_some() {
+            EXPIRE_OVERHEAD
+        } else {
+            0
+        }
 }
 
 impl Keyspace {
@@ -217,7 +224,11 @@ impl Keyspace {
                 i
             }
             None => {
-                let e = Entry { value, expire_at: None, vpos: NO_VPOS };
+                let e = Entry {
+                    value,
+                    expire_at: None,
+                    vpos: NO_VPOS,
+                };
                 self.used_bytes += entry_bytes(key, &e);
                 let (i, _) = self.map.insert_full(key.into(), e);
                 i
@@ -227,7 +238,11 @@ impl Keyspace {
 
     /// Inserts an entry that keeps its expiry (RENAME). The key must be absent.
     fn insert_entry(&mut self, key: Box<[u8]>, value: Value, expire_at: Option<u64>) -> usize {
-        let e = Entry { value, expire_at: None, vpos: NO_VPOS };
+        let e = Entry {
+            value,
+            expire_at: None,
+            vpos: NO_VPOS,
+        };
         self.used_bytes += entry_bytes(&key, &e);
         let (i, _) = self.map.insert_full(key, e);
         if let Some(at) = expire_at {
@@ -239,7 +254,10 @@ impl Keyspace {
     /// Deletes the entry at `i` and returns it.
     pub fn remove_at(&mut self, i: usize) -> (Box<[u8]>, Entry) {
         self.dirty += 1;
-        let (k, e) = self.map.swap_remove_index(i).expect("position from a lookup");
+        let (k, e) = self
+            .map
+            .swap_remove_index(i)
+            .expect("position from a lookup");
         self.used_bytes -= entry_bytes(&k, &e);
         // The former last entry now sits at `i`: repoint its volatile slot first, so every
         // volatile slot names a valid position before `volatile` itself is compacted.
@@ -347,9 +365,19 @@ impl Keyspace {
     /// One SCAN step: visits up to `count` positions below `cursor` (0 = start at the top),
     /// deleting expired entries on the way and calling `f` for live ones. Returns the next
     /// cursor (0 = done). See the module doc for the guarantee.
-    pub fn scan(&mut self, cursor: u64, count: usize, now_ms: u64, mut f: impl FnMut(&[u8], &Value)) -> u64 {
+    pub fn scan(
+        &mut self,
+        cursor: u64,
+        count: usize,
+        now_ms: u64,
+        mut f: impl FnMut(&[u8], &Value),
+    ) -> u64 {
         let len = self.map.len() as u64;
-        let mut pos = if cursor == 0 || cursor > len { len } else { cursor } as usize;
+        let mut pos = if cursor == 0 || cursor > len {
+            len
+        } else {
+            cursor
+        } as usize;
         let mut visited = 0;
         while pos > 0 && visited < count {
             pos -= 1;
@@ -384,7 +412,11 @@ impl Keyspace {
         let mut sum: u128 = 0;
         for k in 0..n {
             // Evenly spread over the volatile vector when sampling everything, random otherwise.
-            let v = if n == self.volatile.len() { k } else { (self.next_random() % self.volatile.len() as u64) as usize };
+            let v = if n == self.volatile.len() {
+                k
+            } else {
+                (self.next_random() % self.volatile.len() as u64) as usize
+            };
             let at = self.map[self.volatile[v]].expire_at.unwrap_or(now_ms);
             sum += u128::from(at.saturating_sub(now_ms));
         }
@@ -411,7 +443,9 @@ impl Keyspace {
     pub fn lazy_free_step(&mut self, budget: usize) -> usize {
         let mut freed = 0;
         while freed < budget {
-            let Some(g) = self.graveyard.last_mut() else { break };
+            let Some(g) = self.graveyard.last_mut() else {
+                break;
+            };
             match g.next() {
                 Some(_) => freed += 1,
                 None => {
@@ -472,11 +506,10 @@ mod tests {
         for step in 0..20_000 {
             let key = format!("k{}", rand(200)).into_bytes();
             // The model's view after lazy expiry.
-            if let Some((_, Some(at))) = model.get(&key) {
-                if now > *at {
+            if let Some((_, Some(at))) = model.get(&key)
+                && now > *at {
                     model.remove(&key);
                 }
-            }
             match rand(7) {
                 0 | 1 => {
                     let v = sv(&step.to_string());
@@ -510,19 +543,21 @@ mod tests {
                     now += rand(10);
                     // Active expiry of a few random volatile keys.
                     for _ in 0..3 {
-                        if let Some(i) = ks.random_volatile() {
-                            if ks.expired_at(i, now) {
+                        if let Some(i) = ks.random_volatile()
+                            && ks.expired_at(i, now) {
                                 let k = ks.get_at(i).0.to_vec();
                                 ks.expire_now(i);
                                 model.remove(&k);
                             }
-                        }
                     }
                 }
             }
             if step % 97 == 0 {
                 ks.check();
-                let live: usize = model.values().filter(|(_, at)| at.is_none_or(|a| now <= a)).count();
+                let live: usize = model
+                    .values()
+                    .filter(|(_, at)| at.is_none_or(|a| now <= a))
+                    .count();
                 let mut n = 0;
                 ks.for_each_live(now, |_, _| n += 1);
                 assert_eq!(n, live);
@@ -537,7 +572,12 @@ mod tests {
         for seed in 0..20u64 {
             let mut ks = Keyspace::new(seed);
             for i in 0..1000 {
-                ks.set(format!("stable{i}").as_bytes(), sv("v"), Keep::Nothing, None);
+                ks.set(
+                    format!("stable{i}").as_bytes(),
+                    sv("v"),
+                    Keep::Nothing,
+                    None,
+                );
                 ks.set(format!("churn{i}").as_bytes(), sv("v"), Keep::Nothing, None);
             }
             let mut seen = HashSet::new();
@@ -552,7 +592,12 @@ mod tests {
                 for _ in 0..5 {
                     let victim = format!("churn{}", ks.next_random() % 1000);
                     ks.delete(victim.as_bytes(), 0);
-                    ks.set(format!("new{next_new}").as_bytes(), sv("v"), Keep::Nothing, None);
+                    ks.set(
+                        format!("new{next_new}").as_bytes(),
+                        sv("v"),
+                        Keep::Nothing,
+                        None,
+                    );
                     next_new += 1;
                 }
                 rounds += 1;
@@ -562,7 +607,10 @@ mod tests {
                 }
             }
             for i in 0..1000 {
-                assert!(seen.contains(format!("stable{i}").as_bytes()), "seed {seed}: stable{i} missed");
+                assert!(
+                    seen.contains(format!("stable{i}").as_bytes()),
+                    "seed {seed}: stable{i} missed"
+                );
             }
             ks.check();
         }
@@ -573,7 +621,10 @@ mod tests {
         let mut ks = Keyspace::new(1);
         let i = ks.set(b"a", sv("1"), Keep::Nothing, None);
         ks.set_expire(i, 100);
-        assert!(ks.lookup_read(b"a", 100).is_some(), "alive at its expiry ms");
+        assert!(
+            ks.lookup_read(b"a", 100).is_some(),
+            "alive at its expiry ms"
+        );
         assert!(ks.lookup_read(b"a", 101).is_none());
         assert_eq!(ks.stats.expired_keys, 1);
         assert_eq!(ks.len(), 0);

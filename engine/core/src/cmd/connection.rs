@@ -54,7 +54,10 @@ pub fn reset(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 pub fn select(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let id = int_arg(c.argv[1])?;
     if i32::try_from(id).is_err() {
-        return Err(CmdError::NotInteger);
+        // redis `getRangeLongFromObjectOrReply` (INT_MIN..INT_MAX), its wording included.
+        return Err(CmdError::Static(
+            "ERR value is out of range, value must between -2147483648 and 2147483647",
+        ));
     }
     if id != 0 {
         return Err(CmdError::DbIndexOutOfRange);
@@ -70,7 +73,9 @@ fn set_name(client: &mut Client, name: &[u8]) -> Result<(), CmdError> {
         return Ok(());
     }
     if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
-        return Err(CmdError::Static("ERR Client names cannot contain spaces, newlines or special characters."));
+        return Err(CmdError::Static(
+            "ERR Client names cannot contain spaces, newlines or special characters.",
+        ));
     }
     client.name = Some(name.to_vec());
     Ok(())
@@ -82,8 +87,9 @@ pub fn hello(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut ver = None;
     let mut j = 1;
     if argv.len() >= 2 {
-        let v = args::parse_i64(argv[1])
-            .ok_or(CmdError::Static("ERR Protocol version is not an integer or out of range"))?;
+        let v = args::parse_i64(argv[1]).ok_or(CmdError::Static(
+            "ERR Protocol version is not an integer or out of range",
+        ))?;
         if !(2..=3).contains(&v) {
             return Err(CmdError::Static("NOPROTO unsupported protocol version"));
         }
@@ -107,11 +113,12 @@ pub fn hello(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             )));
         }
     }
-    if let Some((user, _password)) = auth {
-        if user != b"default" {
-            return Err(CmdError::Static("WRONGPASS invalid username-password pair or user is disabled."));
+    if let Some((user, _password)) = auth
+        && user != b"default" {
+            return Err(CmdError::Static(
+                "WRONGPASS invalid username-password pair or user is disabled.",
+            ));
         }
-    }
     if let Some(n) = setname {
         set_name(c.client, n)?;
     }
@@ -172,26 +179,37 @@ pub fn client_info(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 /// CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id …] → verbatim text, written by the
 /// server (it alone knows every connection). TYPE other than `normal` lists nothing (there
-/// are no replica or pub/sub clients yet); an ID filter is validated but the server lists all.
+/// are no replica or pub/sub clients yet). An ID filter is validated, but [`Flow::ClientList`]
+/// carries no filter, so the server lists every client.
 pub fn client_list(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let argv = c.argv;
     if argv.len() == 4 && args::is(argv[2], "type") {
         let t = argv[3];
         if args::is(t, "normal") {
             c.flow = Flow::ClientList;
-        } else if ["master", "replica", "slave", "pubsub"].iter().any(|n| args::is(t, n)) {
+        } else if ["master", "replica", "slave", "pubsub"]
+            .iter()
+            .any(|n| args::is(t, n))
+        {
             c.w().verbatim(b"");
         } else {
-            return Err(CmdError::Other(format!("ERR Unknown client type '{}'", c_str_lossy(t, usize::MAX))));
+            return Err(CmdError::Other(format!(
+                "ERR Unknown client type '{}'",
+                c_str_lossy(t, usize::MAX)
+            )));
         }
         return Ok(());
     }
     if argv.len() > 3 && args::is(argv[2], "id") {
+        let mut any = false;
         for a in &argv[3..] {
-            match args::parse_i64(a) {
-                Some(id) if id >= 1 => {}
-                _ => return Err(CmdError::Static("ERR Invalid client ID")),
-            }
+            let id = args::parse_i64(a).ok_or(CmdError::Static("ERR Invalid client ID"))?;
+            any |= id >= 1;
+        }
+        if !any {
+            // No id can match (ids start at 1): Redis answers an empty list.
+            c.w().verbatim(b"");
+            return Ok(());
         }
     } else if argv.len() != 2 {
         return Err(CmdError::Syntax);
@@ -218,21 +236,24 @@ pub fn client_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             "      Return clients of specified type.",
             "SETNAME <name>",
             "    Assign the name <name> to the current connection.",
+            "HELP",
+            "    Print this help.",
         ],
     );
     Ok(())
 }
 
-/// redis `addReplyHelp`: a header line, the given lines, then the HELP line, as status replies.
+/// redis `addReplyHelp`: a header line then the given lines (which end with the HELP entry),
+/// as status replies.
 pub fn help(c: &mut Call, container: &str, lines: &[&str]) {
     let mut w = c.w();
-    w.array(lines.len() + 3);
-    w.simple(format!("{container} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:").as_bytes());
+    w.array(lines.len() + 1);
+    w.simple(
+        format!("{container} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:").as_bytes(),
+    );
     for l in lines {
         w.simple(l.as_bytes());
     }
-    w.simple(b"HELP");
-    w.simple(b"    Print this help.");
 }
 
 /// One CLIENT LIST line in redis 7.0's field order (`catClientInfoString`). Buffer and memory
@@ -240,8 +261,16 @@ pub fn help(c: &mut Call, container: &str, lines: &[&str]) {
 pub fn client_info_line(client: &Client, now_us: u64) -> String {
     let age = now_us.saturating_sub(client.created_us) / 1_000_000;
     let idle = now_us.saturating_sub(client.last_cmd_us.max(client.created_us)) / 1_000_000;
-    let name = client.name.as_deref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
-    let cmd = if client.last_cmd.is_empty() { "NULL" } else { client.last_cmd };
+    let name = client
+        .name
+        .as_deref()
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .unwrap_or_default();
+    let cmd = if client.last_cmd.is_empty() {
+        "NULL"
+    } else {
+        client.last_cmd
+    };
     let mut s = String::with_capacity(256);
     let _ = write!(
         s,

@@ -3,11 +3,11 @@
 //! DEL UNLINK EXISTS TOUCH TYPE EXPIRE PEXPIRE EXPIREAT PEXPIREAT (NX XX GT LT) TTL PTTL
 //! EXPIRETIME PEXPIRETIME PERSIST RENAME RENAMENX KEYS SCAN RANDOMKEY DBSIZE FLUSHDB FLUSHALL.
 
+use crate::Engine;
 use crate::args::{self, int_arg};
 use crate::dispatch::Call;
 use crate::error::CmdError;
 use crate::glob;
-use crate::Engine;
 
 /// DEL|UNLINK key [key …] → number of keys removed. (UNLINK frees in the background in
 /// Redis; values here are flat buffers, freed in O(1), so both delete now.)
@@ -76,10 +76,14 @@ fn parse_expire_flags(argv: &[&[u8]]) -> Result<ExpireFlags, CmdError> {
         }
     }
     if f.nx && (f.xx || f.gt || f.lt) {
-        return Err(CmdError::Static("ERR NX and XX, GT or LT options at the same time are not compatible"));
+        return Err(CmdError::Static(
+            "ERR NX and XX, GT or LT options at the same time are not compatible",
+        ));
     }
     if f.gt && f.lt {
-        return Err(CmdError::Static("ERR GT and LT options at the same time are not compatible"));
+        return Err(CmdError::Static(
+            "ERR GT and LT options at the same time are not compatible",
+        ));
     }
     Ok(f)
 }
@@ -99,7 +103,7 @@ fn expire_generic(e: &mut Engine, c: &mut Call, base_ms: i64, unit: Unit) -> Res
     let mut when = int_arg(c.argv[2])?;
     let bad = CmdError::InvalidExpire(c.spec.name);
     if unit == Unit::Seconds {
-        if when > i64::MAX / 1000 || when < i64::MIN / 1000 {
+        if !(i64::MIN / 1000..=i64::MAX / 1000).contains(&when) {
             return Err(bad);
         }
         when *= 1000;
@@ -221,7 +225,11 @@ fn rename_generic(e: &mut Engine, c: &mut Call, nx: bool) -> Result<(), CmdError
         return Err(CmdError::NoSuchKey);
     };
     if from == to {
-        if nx { c.w().integer(0) } else { c.w().ok() }
+        if nx {
+            c.w().integer(0)
+        } else {
+            c.w().ok()
+        }
         return Ok(());
     }
     if nx && e.ks.lookup_write(to, c.now_ms).is_some() {
@@ -229,9 +237,17 @@ fn rename_generic(e: &mut Engine, c: &mut Call, nx: bool) -> Result<(), CmdError
         return Ok(());
     }
     // The lookup of `to` may have deleted an expired key and moved `from`: look it up again.
-    let i = if nx { e.ks.lookup_write(from, c.now_ms).expect("present above") } else { i };
+    let i = if nx {
+        e.ks.lookup_write(from, c.now_ms).expect("present above")
+    } else {
+        i
+    };
     e.ks.rename(i, to, c.now_ms);
-    if nx { c.w().integer(1) } else { c.w().ok() }
+    if nx {
+        c.w().integer(1)
+    } else {
+        c.w().ok()
+    }
     Ok(())
 }
 
@@ -290,16 +306,14 @@ pub fn scan(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     }
     let mut keys: Vec<Vec<u8>> = Vec::new();
     let next = e.ks.scan(cursor, count as usize, c.now_ms, |k, v| {
-        if let Some(t) = type_name {
-            if !v.type_name().as_bytes().eq_ignore_ascii_case(t) {
+        if let Some(t) = type_name
+            && !v.type_name().as_bytes().eq_ignore_ascii_case(t) {
                 return;
             }
-        }
-        if let Some(p) = pattern {
-            if !glob::matches(p, k, false) {
+        if let Some(p) = pattern
+            && !glob::matches(p, k, false) {
                 return;
             }
-        }
         keys.push(k.to_vec());
     });
     let mut w = c.w();

@@ -12,14 +12,14 @@ use std::fmt::Write as _;
 
 use resp::ReplyWriter;
 
+use crate::Engine;
 use crate::args;
 use crate::cmd::connection::{REDIS_VERSION, help};
 use crate::command::{COMMANDS, CommandSpec, Val};
 use crate::dispatch::{self, Call};
+use crate::engine::MAXMEMORY_POLICIES;
 use crate::error::{CmdError, c_str_lossy};
 use crate::glob;
-use crate::Engine;
-use crate::engine::MAXMEMORY_POLICIES;
 
 /// TIME → [unix seconds, microseconds] as bulk strings.
 pub fn time(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
@@ -36,7 +36,16 @@ pub fn time(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 // ---------------------------------------------------------------------------------------------
 
 /// Sections INFO knows, in Redis's order; `default`/`all`/`everything` select them all.
-const SECTIONS: &[&str] = &["server", "clients", "memory", "persistence", "stats", "replication", "cluster", "keyspace"];
+const SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cluster",
+    "keyspace",
+];
 
 /// Baseline reported in `used_memory_startup` (an empty redis-server reports about this much).
 pub const USED_MEMORY_STARTUP: u64 = 870_000;
@@ -62,7 +71,13 @@ pub fn info(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 /// redis `bytesToHuman`.
 fn human(n: u64) -> String {
-    let units = [(1u64 << 50, 'P'), (1 << 40, 'T'), (1 << 30, 'G'), (1 << 20, 'M'), (1 << 10, 'K')];
+    let units = [
+        (1u64 << 50, 'P'),
+        (1 << 40, 'T'),
+        (1 << 30, 'G'),
+        (1 << 20, 'M'),
+        (1 << 10, 'K'),
+    ];
     for (size, unit) in units {
         if n >= size {
             return format!("{:.2}{unit}", n as f64 / size as f64);
@@ -132,14 +147,20 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("used_memory_peak_human", &human(e.used_memory_peak));
                 line(
                     "used_memory_peak_perc",
-                    &format!("{:.2}%", used as f64 * 100.0 / e.used_memory_peak.max(1) as f64),
+                    &format!(
+                        "{:.2}%",
+                        used as f64 * 100.0 / e.used_memory_peak.max(1) as f64
+                    ),
                 );
                 line("used_memory_startup", &USED_MEMORY_STARTUP);
                 line("used_memory_dataset", &e.ks.used_bytes());
                 line("maxmemory", &e.config.maxmemory);
                 line("maxmemory_human", &human(e.config.maxmemory));
                 line("maxmemory_policy", &e.config.maxmemory_policy);
-                line("mem_fragmentation_ratio", &format!("{:.2}", rss as f64 / used as f64));
+                line(
+                    "mem_fragmentation_ratio",
+                    &format!("{:.2}", rss as f64 / used as f64),
+                );
                 line("mem_allocator", &"libc");
                 line("lazyfree_pending_objects", &e.ks.lazy_free_pending());
             }
@@ -155,7 +176,10 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
             }
             "stats" => {
                 let st = &e.stats;
-                line("total_connections_received", &e.net.total_connections_received);
+                line(
+                    "total_connections_received",
+                    &e.net.total_connections_received,
+                );
                 line("total_commands_processed", &st.total_commands_processed);
                 line("instantaneous_ops_per_sec", &e.ops_per_sec);
                 line("total_net_input_bytes", &e.net.total_net_input_bytes);
@@ -167,7 +191,10 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("keyspace_misses", &e.ks.stats.keyspace_misses);
                 line("pubsub_channels", &0);
                 line("pubsub_patterns", &0);
-                line("total_error_replies", &(st.rejected_calls + st.failed_calls));
+                line(
+                    "total_error_replies",
+                    &(st.rejected_calls + st.failed_calls),
+                );
             }
             "replication" => {
                 line("role", &"master");
@@ -181,8 +208,8 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
             "cluster" => {
                 line("cluster_enabled", &0);
             }
-            "keyspace" => {
-                if !e.ks.is_empty() {
+            "keyspace"
+                if !e.ks.is_empty() => {
                     let avg = e.ks.avg_ttl_ms(now_ms, 100);
                     let _ = write!(
                         s,
@@ -192,7 +219,6 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                         avg
                     );
                 }
-            }
             _ => {}
         }
     }
@@ -203,12 +229,15 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
 // CONFIG
 // ---------------------------------------------------------------------------------------------
 
+/// Applies a CONFIG SET value, or gives the reason it is refused (Redis's wording).
+type Setter = fn(&mut Engine, &[u8]) -> Result<(), &'static str>;
+
 /// A parameter CONFIG GET/SET knows.
 struct Param {
     name: &'static str,
     get: fn(&Engine) -> String,
     /// None = immutable (`can't set immutable config`), unless the value equals the current one.
-    set: Option<fn(&mut Engine, &[u8]) -> Result<(), &'static str>>,
+    set: Option<Setter>,
 }
 
 /// The parameters, in a fixed order (Redis answers in its hash order).
@@ -262,10 +291,26 @@ const PARAMS: &[Param] = &[
             Ok(())
         }),
     },
-    Param { name: "save", get: |_| String::new(), set: None },
-    Param { name: "appendonly", get: |_| "no".into(), set: None },
-    Param { name: "databases", get: |_| "1".into(), set: None },
-    Param { name: "port", get: |e| e.host.tcp_port.to_string(), set: None },
+    Param {
+        name: "save",
+        get: |_| String::new(),
+        set: None,
+    },
+    Param {
+        name: "appendonly",
+        get: |_| "no".into(),
+        set: None,
+    },
+    Param {
+        name: "databases",
+        get: |_| "1".into(),
+        set: None,
+    },
+    Param {
+        name: "port",
+        get: |e| e.host.tcp_port.to_string(),
+        set: None,
+    },
     Param {
         name: "maxmemory",
         get: |e| e.config.maxmemory.to_string(),
@@ -288,12 +333,19 @@ const PARAMS: &[Param] = &[
             Ok(())
         }),
     },
-    Param { name: "cluster-enabled", get: |_| "no".into(), set: None },
+    Param {
+        name: "cluster-enabled",
+        get: |_| "no".into(),
+        set: None,
+    },
 ];
 
 /// redis `memtoull`: a non-negative integer with an optional b/k/kb/m/mb/g/gb unit (any case).
 fn parse_memory(v: &[u8]) -> Option<u64> {
-    let split = v.iter().position(|b| !b.is_ascii_digit()).unwrap_or(v.len());
+    let split = v
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(v.len());
     let (num, unit) = v.split_at(split);
     let mul: u64 = match unit.to_ascii_lowercase().as_slice() {
         b"" | b"b" => 1,
@@ -308,7 +360,11 @@ fn parse_memory(v: &[u8]) -> Option<u64> {
     if num.is_empty() {
         return None;
     }
-    std::str::from_utf8(num).ok()?.parse::<u64>().ok()?.checked_mul(mul)
+    std::str::from_utf8(num)
+        .ok()?
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(mul)
 }
 
 fn find_param(name: &[u8]) -> Option<&'static Param> {
@@ -321,15 +377,16 @@ pub fn config_get(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut found: Vec<(std::borrow::Cow<'static, [u8]>, &'static Param)> = Vec::new();
     for pat in &c.argv[2..] {
         if !pat.iter().any(|b| matches!(b, b'[' | b'*' | b'?')) {
-            if let Some(p) = find_param(pat) {
-                if !found.iter().any(|(_, q)| std::ptr::eq(*q, p)) {
+            if let Some(p) = find_param(pat)
+                && !found.iter().any(|(_, q)| std::ptr::eq(*q, p)) {
                     found.push((pat.to_vec().into(), p));
                 }
-            }
             continue;
         }
         for p in PARAMS {
-            if !found.iter().any(|(_, q)| std::ptr::eq(*q, p)) && glob::matches(pat, p.name.as_bytes(), true) {
+            if !found.iter().any(|(_, q)| std::ptr::eq(*q, p))
+                && glob::matches(pat, p.name.as_bytes(), true)
+            {
                 found.push((p.name.as_bytes().into(), p));
             }
         }
@@ -381,12 +438,11 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     }
     let saved = e.config.clone();
     for (p, (name, value)) in params.iter().zip(&pairs) {
-        if let Some(set) = p.set {
-            if let Err(why) = set(e, value) {
+        if let Some(set) = p.set
+            && let Err(why) = set(e, value) {
                 e.config = saved;
                 return Err(fail(name, why));
             }
-        }
     }
     c.w().ok();
     Ok(())
@@ -578,7 +634,10 @@ pub fn command_docs(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         }
         return Ok(());
     }
-    let specs: Vec<&CommandSpec> = argv[2..].iter().filter_map(|n| lookup_fullname(n)).collect();
+    let specs: Vec<&CommandSpec> = argv[2..]
+        .iter()
+        .filter_map(|n| lookup_fullname(n))
+        .collect();
     w.map(specs.len());
     for spec in specs {
         w.bulk(spec.name.as_bytes());
@@ -590,9 +649,12 @@ pub fn command_docs(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 /// COMMAND GETKEYS command [arg …] → the key arguments, from the table's key positions.
 pub fn command_getkeys(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let cmd = &c.argv[2..];
-    let (spec, _) = dispatch::resolve(&e.handlers, cmd).map_err(|_| CmdError::Static("ERR Invalid command specified"))?;
+    let (spec, _) = dispatch::resolve(&e.handlers, cmd)
+        .map_err(|_| CmdError::Static("ERR Invalid command specified"))?;
     if !dispatch::arity_ok(spec, cmd.len()) {
-        return Err(CmdError::Static("ERR Invalid number of arguments specified for command"));
+        return Err(CmdError::Static(
+            "ERR Invalid number of arguments specified for command",
+        ));
     }
     let keys = key_positions(spec, cmd.len());
     if keys.is_empty() {
@@ -614,7 +676,11 @@ pub fn key_positions(spec: &CommandSpec, argc: usize) -> Vec<usize> {
     }
     let argc = argc as i64;
     let first = i64::from(spec.first_key);
-    let last = if spec.last_key < 0 { argc + i64::from(spec.last_key) } else { i64::from(spec.last_key) };
+    let last = if spec.last_key < 0 {
+        argc + i64::from(spec.last_key)
+    } else {
+        i64::from(spec.last_key)
+    };
     let mut v = Vec::new();
     let mut i = first;
     while i <= last && i < argc {
@@ -652,7 +718,10 @@ pub fn command_list(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let keep = |s: &CommandSpec| match &filter {
         Filter::All => true,
         Filter::Module => false,
-        Filter::AclCat(cat) => s.acl_categories.iter().any(|a| a[1..].as_bytes().eq_ignore_ascii_case(cat)),
+        Filter::AclCat(cat) => s
+            .acl_categories
+            .iter()
+            .any(|a| a.as_bytes()[1..].eq_ignore_ascii_case(cat)),
         Filter::Pattern(p) => glob::matches(p, s.name.as_bytes(), true),
     };
     let mut names: Vec<&str> = Vec::new();

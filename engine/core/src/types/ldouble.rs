@@ -46,11 +46,12 @@ impl LongDouble {
         if body.eq_ignore_ascii_case(b"inf") || body.eq_ignore_ascii_case(b"infinity") {
             return Some(LongDouble(sign(X87DoubleExtended::INFINITY)));
         }
-        let (text, nonzero) = if body.len() > 2 && (body.starts_with(b"0x") || body.starts_with(b"0X")) {
-            normalize_hex(&body[2..])?
-        } else {
-            normalize_decimal(body)?
-        };
+        let (text, nonzero) =
+            if body.len() > 2 && (body.starts_with(b"0x") || body.starts_with(b"0X")) {
+                normalize_hex(&body[2..])?
+            } else {
+                normalize_decimal(body)?
+            };
         let r = X87DoubleExtended::from_str_r(&text, Round::NearestTiesToEven).ok()?;
         if r.status.contains(Status::OVERFLOW) || r.value.is_infinite() {
             return None; // ERANGE with ±HUGE_VAL
@@ -67,7 +68,7 @@ impl LongDouble {
     }
 
     /// `self + other`, rounded to nearest-even.
-    pub fn add(self, other: LongDouble) -> LongDouble {
+    pub fn plus(self, other: LongDouble) -> LongDouble {
         LongDouble(self.0.add_r(other.0, Round::NearestTiesToEven).value)
     }
 
@@ -101,7 +102,11 @@ impl LongDouble {
                 let q = scaled >> k;
                 let rem = scaled & ((1u128 << k) - 1);
                 let half = 1u128 << (k - 1);
-                if rem > half || (rem == half && q & 1 == 1) { q + 1 } else { q }
+                if rem > half || (rem == half && q & 1 == 1) {
+                    q + 1
+                } else {
+                    q
+                }
             };
             let (int, frac) = (q / SCALE, (q % SCALE) as u64);
             out.extend_from_slice(itoa::Buffer::new().format(int).as_bytes());
@@ -292,7 +297,7 @@ mod tests {
     fn incr(a: &str, b: &str) -> Option<String> {
         let x = LongDouble::parse(a.as_bytes())?;
         let y = LongDouble::parse(b.as_bytes())?;
-        let s = x.add(y);
+        let s = x.plus(y);
         if !s.is_finite() {
             return Some("inf".into());
         }
@@ -319,8 +324,18 @@ mod tests {
             ("-0.0000000000000000001", "0", Some("0")),
             ("0", ".5", Some("0.5")),
             ("0.5", "5.", Some("5.5")),
-            ("1.23456789012345678901234", "0", Some("1.23456789012345679")),
-            ("1e308", "1e308", Some("199999999999999999993371759311691291321120199694831134415594095989843469737676123744200253843777078640893494450108026446304269499187921167194841628860392837535918200039206381557326219209014213335878306791577877829121087126122536729803237260434173178506889763247582601711514636284849020905456510092687857156096")),
+            (
+                "1.23456789012345678901234",
+                "0",
+                Some("1.23456789012345679"),
+            ),
+            (
+                "1e308",
+                "1e308",
+                Some(
+                    "199999999999999999993371759311691291321120199694831134415594095989843469737676123744200253843777078640893494450108026446304269499187921167194841628860392837535918200039206381557326219209014213335878306791577877829121087126122536729803237260434173178506889763247582601711514636284849020905456510092687857156096",
+                ),
+            ),
             ("1e4932", "1e4932", Some("inf")),
             ("0", "inf", Some("inf")),
             ("0", "abc", None),

@@ -11,13 +11,13 @@
 //! (option grammar of `parseExtendedStringArgumentsOrReply`, expire checks of
 //! `getExpireMillisecondsOrReply`, index clamping of `getrangeCommand`).
 
+use crate::Engine;
 use crate::args::{self, int_arg};
 use crate::dispatch::Call;
 use crate::error::CmdError;
 use crate::keyspace::Keep;
 use crate::types::Value;
 use crate::types::ldouble::LongDouble;
-use crate::Engine;
 
 /// A string value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,7 +151,11 @@ struct SetOpts<'a> {
 /// redis `parseExtendedStringArgumentsOrReply`: NX XX GET KEEPTTL PERSIST EX PX EXAT PXAT, each
 /// allowed only when it does not conflict with one already seen; anything else is a syntax error.
 fn parse_set_opts<'a>(argv: &[&'a [u8]], grammar: OptGrammar) -> Result<SetOpts<'a>, CmdError> {
-    let mut o = SetOpts { cond: SetCond::Always, get: false, expire: ExpireOpt::None };
+    let mut o = SetOpts {
+        cond: SetCond::Always,
+        get: false,
+        expire: ExpireOpt::None,
+    };
     let mut j = 0;
     while j < argv.len() {
         let a = argv[j];
@@ -173,24 +177,24 @@ fn parse_set_opts<'a>(argv: &[&'a [u8]], grammar: OptGrammar) -> Result<SetOpts<
             && (no_expire || o.expire == ExpireOpt::Persist)
         {
             o.expire = ExpireOpt::Persist;
-        } else if let Some(n) =
-            next.filter(|_| args::is(a, "ex") && matches!(o.expire, ExpireOpt::None | ExpireOpt::Ex(_)))
+        } else if let Some(n) = next
+            .filter(|_| args::is(a, "ex") && matches!(o.expire, ExpireOpt::None | ExpireOpt::Ex(_)))
         {
             o.expire = ExpireOpt::Ex(n);
             j += 1;
-        } else if let Some(n) =
-            next.filter(|_| args::is(a, "px") && matches!(o.expire, ExpireOpt::None | ExpireOpt::Px(_)))
+        } else if let Some(n) = next
+            .filter(|_| args::is(a, "px") && matches!(o.expire, ExpireOpt::None | ExpireOpt::Px(_)))
         {
             o.expire = ExpireOpt::Px(n);
             j += 1;
-        } else if let Some(n) = next
-            .filter(|_| args::is(a, "exat") && matches!(o.expire, ExpireOpt::None | ExpireOpt::ExAt(_)))
-        {
+        } else if let Some(n) = next.filter(|_| {
+            args::is(a, "exat") && matches!(o.expire, ExpireOpt::None | ExpireOpt::ExAt(_))
+        }) {
             o.expire = ExpireOpt::ExAt(n);
             j += 1;
-        } else if let Some(n) = next
-            .filter(|_| args::is(a, "pxat") && matches!(o.expire, ExpireOpt::None | ExpireOpt::PxAt(_)))
-        {
+        } else if let Some(n) = next.filter(|_| {
+            args::is(a, "pxat") && matches!(o.expire, ExpireOpt::None | ExpireOpt::PxAt(_))
+        }) {
             o.expire = ExpireOpt::PxAt(n);
             j += 1;
         } else {
@@ -203,7 +207,11 @@ fn parse_set_opts<'a>(argv: &[&'a [u8]], grammar: OptGrammar) -> Result<SetOpts<
 
 /// redis `getExpireMillisecondsOrReply`: the absolute expiry in Unix ms, or
 /// `invalid expire time in '<cmd>' command` for a non-positive time or an overflow.
-fn expire_at_ms(opt: ExpireOpt<'_>, now_ms: i64, cmd: &'static str) -> Result<Option<i64>, CmdError> {
+fn expire_at_ms(
+    opt: ExpireOpt<'_>,
+    now_ms: i64,
+    cmd: &'static str,
+) -> Result<Option<i64>, CmdError> {
     let (arg, seconds, relative) = match opt {
         ExpireOpt::Ex(a) => (a, true, true),
         ExpireOpt::Px(a) => (a, false, true),
@@ -292,8 +300,13 @@ fn set_generic(
         }
         return Ok(());
     }
-    let keep = if o.expire == ExpireOpt::KeepTtl { Keep::Ttl } else { Keep::Nothing };
-    let idx = e.ks.set(key, Value::Str(StrValue::from_slice(val)), keep, existing);
+    let keep = if o.expire == ExpireOpt::KeepTtl {
+        Keep::Ttl
+    } else {
+        Keep::Nothing
+    };
+    let idx =
+        e.ks.set(key, Value::Str(StrValue::from_slice(val)), keep, existing);
     if let Some(at) = when {
         e.ks.set_expire(idx, at as u64);
     }
@@ -308,28 +321,44 @@ fn set_generic(
 
 /// SETNX key value → 1 if set, 0 if the key existed.
 pub fn setnx(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let o = SetOpts { cond: SetCond::Nx, get: false, expire: ExpireOpt::None };
+    let o = SetOpts {
+        cond: SetCond::Nx,
+        get: false,
+        expire: ExpireOpt::None,
+    };
     let (key, val) = (c.argv[1], c.argv[2]);
     set_generic(e, c, key, val, o, "setnx", SetReplies::Integer)
 }
 
 /// SETEX key seconds value → OK.
 pub fn setex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let o = SetOpts { cond: SetCond::Always, get: false, expire: ExpireOpt::Ex(c.argv[2]) };
+    let o = SetOpts {
+        cond: SetCond::Always,
+        get: false,
+        expire: ExpireOpt::Ex(c.argv[2]),
+    };
     let (key, val) = (c.argv[1], c.argv[3]);
     set_generic(e, c, key, val, o, "setex", SetReplies::Set)
 }
 
 /// PSETEX key milliseconds value → OK.
 pub fn psetex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let o = SetOpts { cond: SetCond::Always, get: false, expire: ExpireOpt::Px(c.argv[2]) };
+    let o = SetOpts {
+        cond: SetCond::Always,
+        get: false,
+        expire: ExpireOpt::Px(c.argv[2]),
+    };
     let (key, val) = (c.argv[1], c.argv[3]);
     set_generic(e, c, key, val, o, "psetex", SetReplies::Set)
 }
 
 /// GETSET key value → old value | nil; clears the TTL.
 pub fn getset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let o = SetOpts { cond: SetCond::Always, get: true, expire: ExpireOpt::None };
+    let o = SetOpts {
+        cond: SetCond::Always,
+        get: true,
+        expire: ExpireOpt::None,
+    };
     let (key, val) = (c.argv[1], c.argv[2]);
     set_generic(e, c, key, val, o, "getset", SetReplies::Set)
 }
@@ -398,12 +427,17 @@ pub fn mget(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 /// MSET key value [key value …] → OK.
 pub fn mset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    if c.argv.len() % 2 == 0 {
+    if c.argv.len().is_multiple_of(2) {
         return Err(CmdError::Arity("mset"));
     }
     for kv in c.argv[1..].chunks_exact(2) {
         let existing = e.ks.lookup_write(kv[0], c.now_ms);
-        e.ks.set(kv[0], Value::Str(StrValue::from_slice(kv[1])), Keep::Nothing, existing);
+        e.ks.set(
+            kv[0],
+            Value::Str(StrValue::from_slice(kv[1])),
+            Keep::Nothing,
+            existing,
+        );
     }
     c.w().ok();
     Ok(())
@@ -411,7 +445,7 @@ pub fn mset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 /// MSETNX key value [key value …] → 1 if all were set, 0 (and nothing set) if any key existed.
 pub fn msetnx(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    if c.argv.len() % 2 == 0 {
+    if c.argv.len().is_multiple_of(2) {
         return Err(CmdError::Arity("msetnx"));
     }
     for kv in c.argv[1..].chunks_exact(2) {
@@ -422,7 +456,12 @@ pub fn msetnx(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     }
     for kv in c.argv[1..].chunks_exact(2) {
         let existing = e.ks.lookup_write(kv[0], c.now_ms);
-        e.ks.set(kv[0], Value::Str(StrValue::from_slice(kv[1])), Keep::Nothing, existing);
+        e.ks.set(
+            kv[0],
+            Value::Str(StrValue::from_slice(kv[1])),
+            Keep::Nothing,
+            existing,
+        );
     }
     c.w().integer(1);
     Ok(())
@@ -433,7 +472,9 @@ fn incr_generic(e: &mut Engine, c: &mut Call, by: i64) -> Result<(), CmdError> {
     let key = c.argv[1];
     let existing = e.ks.lookup_write(key, c.now_ms);
     let old = match existing {
-        Some(i) => as_str(e.ks.value(i))?.to_i64().ok_or(CmdError::NotInteger)?,
+        Some(i) => as_str(e.ks.value(i))?
+            .to_i64()
+            .ok_or(CmdError::NotInteger)?,
         None => 0,
     };
     let new = old.checked_add(by).ok_or(CmdError::Overflow)?;
@@ -486,7 +527,7 @@ pub fn incrbyfloat(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         None => LongDouble::ZERO,
     };
     let incr = LongDouble::parse(c.argv[2]).ok_or(CmdError::NotFloat)?;
-    let sum = old.add(incr);
+    let sum = old.plus(incr);
     if !sum.is_finite() {
         return Err(CmdError::NanOrInfinity);
     }
@@ -516,7 +557,12 @@ pub fn append(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let (key, tail) = (c.argv[1], c.argv[2]);
     let len = match e.ks.lookup_write(key, c.now_ms) {
         None => {
-            e.ks.set(key, Value::Str(StrValue::from_slice(tail)), Keep::Nothing, None);
+            e.ks.set(
+                key,
+                Value::Str(StrValue::from_slice(tail)),
+                Keep::Nothing,
+                None,
+            );
             tail.len()
         }
         Some(i) => {
@@ -587,7 +633,9 @@ pub fn setrange(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         return Err(CmdError::OffsetOutOfRange);
     }
     let offset = offset as u64;
-    let new_len = |e: &Engine| -> Result<(), CmdError> { check_len(e, offset.saturating_add(val.len() as u64)) };
+    let new_len = |e: &Engine| -> Result<(), CmdError> {
+        check_len(e, offset.saturating_add(val.len() as u64))
+    };
     let len = match e.ks.lookup_write(key, c.now_ms) {
         None => {
             if val.is_empty() {

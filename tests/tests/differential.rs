@@ -1268,14 +1268,13 @@ fn generated_streams() -> Vec<(String, Vec<Vec<u8>>, Duration)> {
 /// Generated streams give byte-identical output on redis-server and the engine.
 #[test]
 fn differential_streams() {
-    let a = start_redis(free_port());
-    let a_port = port_of(&a);
-    let (b, b_name) = if against_redis() {
-        (start_redis(free_port()), "redis-server")
+    let (a_port, b_port) = (free_port(), free_port());
+    let _a = start_redis(a_port);
+    let (_b, b_name) = if against_redis() {
+        (start_redis(b_port), "redis-server")
     } else {
-        (start_engine(free_port()), "recached")
+        (start_engine(b_port), "recached")
     };
-    let b_port = port_of(&b);
     let mut failed = Vec::new();
     for (name, chunks, pause) in generated_streams() {
         let (ra, rb) = std::thread::scope(|sc| {
@@ -1283,6 +1282,8 @@ fn differential_streams() {
             let hb = sc.spawn(|| exchange(b_port, &chunks, pause));
             (ha.join().unwrap(), hb.join().unwrap())
         });
+        let head = escape(&ra.0[..ra.0.len().min(80)]);
+        eprintln!("{name}: {} bytes, closed={}: {head}", ra.0.len(), ra.1);
         if ra != rb {
             let (x, y) = show_pair(&ra.0, &rb.0);
             failed.push(format!(
@@ -1297,9 +1298,4 @@ fn differential_streams() {
         failed.len(),
         failed.join("\n")
     );
-}
-
-/// The port a server was started on (from its process name `redis-P` / `engine-P`).
-fn port_of(p: &Proc) -> u16 {
-    p.name.rsplit('-').next().unwrap().parse().unwrap()
 }

@@ -67,11 +67,9 @@ fn split_args(line: &str) -> Result<Vec<Vec<u8>>, String> {
             break;
         }
         let mut arg = Vec::new();
-        let mut quoted = false;
         while i < b.len() && !b[i].is_ascii_whitespace() {
             match b[i] {
                 b'"' => {
-                    quoted = true;
                     i += 1;
                     loop {
                         match b.get(i) {
@@ -93,7 +91,6 @@ fn split_args(line: &str) -> Result<Vec<Vec<u8>>, String> {
                     }
                 }
                 b'\'' => {
-                    quoted = true;
                     i += 1;
                     loop {
                         match b.get(i) {
@@ -119,7 +116,6 @@ fn split_args(line: &str) -> Result<Vec<Vec<u8>>, String> {
                 }
             }
         }
-        let _ = quoted; // `""` is a valid empty argument
         args.push(arg);
     }
     Ok(args)
@@ -196,10 +192,8 @@ fn parse_case_file(path: &Path) -> Vec<Line> {
                 sorted: false,
             },
         };
-        if let Step::Cmd { args, .. } = &step {
-            if args.is_empty() {
-                bad("empty command".into());
-            }
+        if matches!(&step, Step::Cmd { args, .. } if args.is_empty()) {
+            bad("empty command".into());
         }
         lines.push(Line {
             file: file.clone(),
@@ -636,6 +630,8 @@ fn write_report(path: &str, mismatches: &[Mismatch], total: usize, b_name: &str)
     );
     if mismatches.is_empty() {
         s.push_str("All cases match.\n");
+        std::fs::write(path, s).unwrap_or_else(|e| panic!("write {path}: {e}"));
+        return;
     }
     s.push_str("| command | mismatches |\n|---|---|\n");
     for (cmd, ms) in &by_cmd {

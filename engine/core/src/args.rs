@@ -3,7 +3,7 @@
 //! - [`parse_i64`] is redis `string2ll` (`util.c`): optional `-`, no `+`, no leading zeros,
 //!   no spaces, at most 20 characters, no overflow. `-0` is rejected, `0` accepted.
 //! - [`parse_u64_cursor`] is the SCAN cursor rule (`strtoul` of the whole string).
-//! - [`Opt`]: case-insensitive option keyword matching (`strcasecmp`).
+//! - [`is`]: case-insensitive option keyword matching (`strcasecmp`).
 
 use crate::error::CmdError;
 

@@ -6,7 +6,7 @@
 //!   `lookupCommandLogic`.
 //! - The arity check here is the only place that writes
 //!   `ERR wrong number of arguments for '<fullname>' command`; handlers assume their arity.
-//! - [`HANDLERS`] maps table rows to handler functions by name, once, when the engine is built:
+//! - [`handler_for`] / [`Handlers`] map table rows to handler functions by name, once, when the engine is built:
 //!   one declarative mapping, no per-command predicates elsewhere.
 //! - Bookkeeping: command and error counters, the client's last command, and the change
 //!   counter (`Keyspace::dirty`, bumped by every keyspace mutation) compared before/after so

@@ -26,7 +26,7 @@ pub struct Config {
     pub timeout: u64,
     /// `maxmemory`, bytes, 0 = no limit. Stored and reported; eviction is a later issue.
     pub maxmemory: u64,
-    /// `maxmemory-policy` (one of [`MAXMEMORY_POLICIES`]). Stored and reported.
+    /// `maxmemory-policy` (one of `MAXMEMORY_POLICIES`). Stored and reported.
     pub maxmemory_policy: &'static str,
 }
 

@@ -6,13 +6,27 @@
 //!
 //! # Layout
 //!
-//! - [`command`]: THE command table (`command/table.rs`, Redis 7 metadata) and lookup.
-//! - `dispatch`: lookup → arity → handler, the only place that writes the arity error.
-//! - `keyspace`: the key → value map with expiry; lazy expiry on lookup.
-//! - `expire`: the active, budgeted expiry cycle (Redis `expire.c`).
-//! - `types/`: one file per data type, value API first, then its commands.
-//! - `cmd/`: keyspace-generic (DEL, EXPIRE, SCAN…) and server commands (INFO, CONFIG, CLIENT…).
+//! - [`command`]: THE command table (`command/table.rs`, generated from redis-server 7.0.15's
+//!   own metadata) and lookup.
+//! - [`dispatch`]: lookup → arity → handler → bookkeeping; the only place that writes the arity
+//!   and unknown-command errors, and the one place a command's changes are observed.
+//! - [`error`]: every error reply, with Redis's exact text. [`args`]: integer/cursor/option
+//!   parsing with Redis's acceptance rules. [`glob`]: Redis's `stringmatchlen`.
+//! - [`keyspace`]: key → value + expiry (IndexMap + volatile index), lazy expiry on lookup,
+//!   O(1) sampling, a SCAN cursor with Redis's guarantee, O(1) memory accounting.
+//! - [`expire`]: the active, budgeted expiry cycle (Redis `expire.c`).
+//! - [`types`]: one file per data type, value API first, then its commands (`string`, and
+//!   `ldouble`, the 80-bit arithmetic INCRBYFLOAT needs).
+//! - [`cmd`]: keyspace-generic (DEL, EXPIRE, SCAN…), connection (PING, HELLO, CLIENT…) and
+//!   server commands (INFO, CONFIG, COMMAND…).
 //! - [`slot`]: CRC16 hash slots and the jump-consistent-hash slot → instance map.
+//!
+//! # Contract with the server
+//!
+//! [`Engine::exec`] appends exactly one reply per command to `out` (except
+//! [`Flow::ClientList`], whose reply the server writes), never panics on any argv, and returns
+//! what the connection must do next. [`Engine::cron`] runs `hz` times a second. The server keeps
+//! [`HostInfo`] and [`Engine::net`] current and fills [`Config::hash_seed`] with a random value.
 #![forbid(unsafe_code)]
 
 pub mod args;

@@ -15,7 +15,7 @@ use crate::{Client, Engine, Flow, Proto};
 /// Version reported to clients, which gate features on it (HELLO, INFO `redis_version`).
 pub const REDIS_VERSION: &str = "7.0.15";
 
-/// PING [message] → PONG | message.
+/// `PING [message]` → PONG | message.
 pub fn ping(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     match c.argv.len() {
         1 => c.w().simple(b"PONG"),
@@ -28,21 +28,21 @@ pub fn ping(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// ECHO message → message.
+/// `ECHO message` → message.
 pub fn echo(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let m = c.argv[1];
     c.w().bulk(m);
     Ok(())
 }
 
-/// QUIT → OK, then the server closes the connection.
+/// `QUIT` → OK, then the server closes the connection.
 pub fn quit(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     c.w().ok();
     c.flow = Flow::Close;
     Ok(())
 }
 
-/// RESET → RESET: back to RESP2, no name, database 0 (redis `clearClientConnectionState`).
+/// `RESET` → RESET: back to RESP2, no name, database 0 (redis `clearClientConnectionState`).
 pub fn reset(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     c.client.proto = Proto::Resp2;
     c.client.name = None;
@@ -50,7 +50,7 @@ pub fn reset(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// SELECT index → OK for 0; `ERR DB index is out of range` otherwise.
+/// `SELECT index` → OK for 0; `ERR DB index is out of range` otherwise.
 pub fn select(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let id = int_arg(c.argv[1])?;
     if i32::try_from(id).is_err() {
@@ -81,7 +81,7 @@ fn set_name(client: &mut Client, name: &[u8]) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// HELLO [protover [AUTH username password] [SETNAME clientname]] → server properties map.
+/// `HELLO [protover [AUTH username password] [SETNAME clientname]]` → server properties map.
 pub fn hello(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let argv = c.argv;
     let mut ver = None;
@@ -145,7 +145,7 @@ pub fn hello(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// CLIENT SETNAME name → OK.
+/// `CLIENT SETNAME name` → OK.
 pub fn client_setname(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let n = c.argv[2];
     set_name(c.client, n)?;
@@ -153,7 +153,7 @@ pub fn client_setname(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// CLIENT GETNAME → name | nil.
+/// `CLIENT GETNAME` → name | nil.
 pub fn client_getname(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     match c.client.name.clone() {
         Some(n) => c.w().bulk(&n),
@@ -162,14 +162,14 @@ pub fn client_getname(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// CLIENT ID → integer.
+/// `CLIENT ID` → integer.
 pub fn client_id(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let id = c.client.id as i64;
     c.w().integer(id);
     Ok(())
 }
 
-/// CLIENT INFO → this connection's CLIENT LIST line.
+/// `CLIENT INFO` → this connection's CLIENT LIST line.
 pub fn client_info(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut line = client_info_line(c.client, c.now_us);
     line.push('\n');
@@ -177,7 +177,7 @@ pub fn client_info(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id …] → verbatim text, written by the
+/// `CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id …]` → verbatim text, written by the
 /// server (it alone knows every connection). TYPE other than `normal` lists nothing (there
 /// are no replica or pub/sub clients yet). An ID filter is validated, but [`Flow::ClientList`]
 /// carries no filter, so the server lists every client.
@@ -218,7 +218,7 @@ pub fn client_list(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// CLIENT HELP → the subcommands recached implements.
+/// `CLIENT HELP` → the subcommands recached implements.
 pub fn client_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     help(
         c,

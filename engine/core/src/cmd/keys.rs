@@ -9,7 +9,7 @@ use crate::dispatch::Call;
 use crate::error::CmdError;
 use crate::glob;
 
-/// DEL|UNLINK key [key …] → number of keys removed. (UNLINK frees in the background in
+/// `DEL|UNLINK key [key …]` → number of keys removed. (UNLINK frees in the background in
 /// Redis; values here are flat buffers, freed in O(1), so both delete now.)
 pub fn del(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut n = 0;
@@ -20,7 +20,7 @@ pub fn del(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// EXISTS key [key …] → how many of the keys exist (a key named twice counts twice).
+/// `EXISTS key [key …]` → how many of the keys exist (a key named twice counts twice).
 pub fn exists(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut n = 0;
     for k in &c.argv[1..] {
@@ -30,7 +30,7 @@ pub fn exists(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// TOUCH key [key …] → how many of the keys exist (access time is not tracked yet).
+/// `TOUCH key [key …]` → how many of the keys exist (access time is not tracked yet).
 pub fn touch(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut n = 0;
     for k in &c.argv[1..] {
@@ -40,7 +40,7 @@ pub fn touch(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// TYPE key → `+string` … or `+none`.
+/// `TYPE key` → `+string` … or `+none`.
 pub fn type_(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let name = match e.ks.lookup_read(c.argv[1], c.now_ms) {
         Some(i) => e.ks.value(i).type_name(),
@@ -188,27 +188,27 @@ fn ttl_generic(e: &mut Engine, c: &mut Call, out: TtlOut) -> Result<(), CmdError
     Ok(())
 }
 
-/// TTL key → seconds left | -1 | -2.
+/// `TTL key` → seconds left | -1 | -2.
 pub fn ttl(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     ttl_generic(e, c, TtlOut::RemainingSeconds)
 }
 
-/// PTTL key → ms left | -1 | -2.
+/// `PTTL key` → ms left | -1 | -2.
 pub fn pttl(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     ttl_generic(e, c, TtlOut::RemainingMillis)
 }
 
-/// EXPIRETIME key → Unix seconds | -1 | -2.
+/// `EXPIRETIME key` → Unix seconds | -1 | -2.
 pub fn expiretime(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     ttl_generic(e, c, TtlOut::AbsoluteSeconds)
 }
 
-/// PEXPIRETIME key → Unix ms | -1 | -2.
+/// `PEXPIRETIME key` → Unix ms | -1 | -2.
 pub fn pexpiretime(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     ttl_generic(e, c, TtlOut::AbsoluteMillis)
 }
 
-/// PERSIST key → 1 if a TTL was removed, else 0.
+/// `PERSIST key` → 1 if a TTL was removed, else 0.
 pub fn persist(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let n = match e.ks.lookup_write(c.argv[1], c.now_ms) {
         Some(i) => e.ks.persist(i),
@@ -251,17 +251,17 @@ fn rename_generic(e: &mut Engine, c: &mut Call, nx: bool) -> Result<(), CmdError
     Ok(())
 }
 
-/// RENAME key newkey → OK; `ERR no such key`.
+/// `RENAME key newkey` → OK; `ERR no such key`.
 pub fn rename(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     rename_generic(e, c, false)
 }
 
-/// RENAMENX key newkey → 1 | 0; `ERR no such key`.
+/// `RENAMENX key newkey` → 1 | 0; `ERR no such key`.
 pub fn renamenx(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     rename_generic(e, c, true)
 }
 
-/// KEYS pattern → every live key matching (O(N), like Redis).
+/// `KEYS pattern` → every live key matching (O(N), like Redis).
 pub fn keys(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let pattern = c.argv[1];
     let all = pattern == b"*";
@@ -279,7 +279,7 @@ pub fn keys(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type] → [next cursor, [keys…]].
+/// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]` → [next cursor, [keys…]].
 pub fn scan(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let cursor = args::parse_u64_cursor(c.argv[1])?;
     let mut count: i64 = 10;
@@ -326,7 +326,7 @@ pub fn scan(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// RANDOMKEY → a random live key | nil.
+/// `RANDOMKEY` → a random live key | nil.
 pub fn randomkey(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     // Expired keys met on the way are reclaimed, as in redis `dbRandomKey`; each try either
     // returns or deletes a key, so this ends.
@@ -343,14 +343,14 @@ pub fn randomkey(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// DBSIZE → number of keys.
+/// `DBSIZE` → number of keys.
 pub fn dbsize(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let n = e.ks.len() as i64;
     c.w().integer(n);
     Ok(())
 }
 
-/// FLUSHDB|FLUSHALL [ASYNC|SYNC] → OK. ASYNC releases the old entries from `cron`.
+/// `FLUSHDB|FLUSHALL [ASYNC|SYNC]` → OK. ASYNC releases the old entries from `cron`.
 pub fn flush(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let lazy = match c.argv.len() {
         1 => false,

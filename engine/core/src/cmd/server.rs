@@ -21,7 +21,7 @@ use crate::engine::MAXMEMORY_POLICIES;
 use crate::error::{CmdError, c_str_lossy};
 use crate::glob;
 
-/// TIME → [unix seconds, microseconds] as bulk strings.
+/// `TIME` → [unix seconds, microseconds] as bulk strings.
 pub fn time(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let (s, us) = (c.now_us / 1_000_000, c.now_us % 1_000_000);
     let mut w = c.w();
@@ -50,7 +50,7 @@ const SECTIONS: &[&str] = &[
 /// Baseline reported in `used_memory_startup` (an empty redis-server reports about this much).
 pub const USED_MEMORY_STARTUP: u64 = 870_000;
 
-/// INFO [section …] → the text of the selected sections (`# Name` headers, `field:value` lines,
+/// `INFO [section …]` → the text of the selected sections (`# Name` headers, `field:value` lines,
 /// sections separated by a blank line, CRLF line ends), as a bulk/verbatim string.
 pub fn info(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut want = [false; SECTIONS.len()];
@@ -371,7 +371,7 @@ fn find_param(name: &[u8]) -> Option<&'static Param> {
     PARAMS.iter().find(|p| args::is(name, p.name))
 }
 
-/// CONFIG GET pattern [pattern …] → map of matching parameters. A pattern without glob
+/// `CONFIG GET pattern [pattern …]` → map of matching parameters. A pattern without glob
 /// characters is looked up by name and answered under the name as given.
 pub fn config_get(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut found: Vec<(std::borrow::Cow<'static, [u8]>, &'static Param)> = Vec::new();
@@ -401,7 +401,7 @@ pub fn config_get(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// CONFIG SET parameter value [parameter value …] → OK; all or nothing, Redis's error texts.
+/// `CONFIG SET parameter value [parameter value …]` → OK; all or nothing, Redis's error texts.
 pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let argv = c.argv;
     if argv.len() % 2 == 1 {
@@ -448,7 +448,7 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// CONFIG RESETSTAT → OK; zeroes the INFO counters.
+/// `CONFIG RESETSTAT` → OK; zeroes the INFO counters.
 pub fn config_resetstat(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     e.stats = Default::default();
     e.ks.stats = Default::default();
@@ -589,7 +589,7 @@ fn lookup_fullname(name: &[u8]) -> Option<&'static CommandSpec> {
     }
 }
 
-/// COMMAND → every entry.
+/// `COMMAND` → every entry.
 pub fn command(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut w = c.w();
     w.array(COMMANDS.len());
@@ -599,13 +599,13 @@ pub fn command(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// COMMAND COUNT → number of commands.
+/// `COMMAND COUNT` → number of commands.
 pub fn command_count(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     c.w().integer(COMMANDS.len() as i64);
     Ok(())
 }
 
-/// COMMAND INFO [name …] → entries, nil for unknown names; all entries without names.
+/// `COMMAND INFO [name …]` → entries, nil for unknown names; all entries without names.
 pub fn command_info(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     if c.argv.len() == 2 {
         return command(e, c);
@@ -622,7 +622,7 @@ pub fn command_info(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// COMMAND DOCS [name …] → map name → docs; unknown names are left out.
+/// `COMMAND DOCS [name …]` → map name → docs; unknown names are left out.
 pub fn command_docs(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let argv = c.argv;
     let mut w = c.w();
@@ -646,7 +646,7 @@ pub fn command_docs(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// COMMAND GETKEYS command [arg …] → the key arguments, from the table's key positions.
+/// `COMMAND GETKEYS command [arg …]` → the key arguments, from the table's key positions.
 pub fn command_getkeys(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let cmd = &c.argv[2..];
     let (spec, _) = dispatch::resolve(&e.handlers, cmd)
@@ -690,7 +690,7 @@ pub fn key_positions(spec: &CommandSpec, argc: usize) -> Vec<usize> {
     v
 }
 
-/// COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern] → command names,
+/// `COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]` → command names,
 /// subcommands included.
 pub fn command_list(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let argv = c.argv;

@@ -10,7 +10,7 @@ pub mod string;
 pub use string::StrValue;
 
 /// A stored value. Only strings exist so far; every command checks the type through
-/// [`Value::as_str`] and friends so new types slot in without touching the keyspace.
+/// `string::as_str` and friends so new types slot in without touching the keyspace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value {
     Str(StrValue),

@@ -237,7 +237,7 @@ fn expire_at_ms(
     Ok(Some(ms))
 }
 
-/// GET key → bulk | nil; WRONGTYPE.
+/// `GET key` → bulk | nil; WRONGTYPE.
 pub fn get(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let key = c.argv[1];
     match e.ks.lookup_read(key, c.now_ms) {
@@ -251,7 +251,7 @@ pub fn get(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// SET key value [NX|XX] [GET] [EX s|PX ms|EXAT ts|PXAT ts-ms|KEEPTTL] → OK | nil | old value.
+/// `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT ts|PXAT ts-ms|KEEPTTL]` → OK | nil | old value.
 pub fn set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let o = parse_set_opts(&c.argv[3..], OptGrammar::Set)?;
     let (key, val) = (c.argv[1], c.argv[2]);
@@ -319,7 +319,7 @@ fn set_generic(
     Ok(())
 }
 
-/// SETNX key value → 1 if set, 0 if the key existed.
+/// `SETNX key value` → 1 if set, 0 if the key existed.
 pub fn setnx(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let o = SetOpts {
         cond: SetCond::Nx,
@@ -330,7 +330,7 @@ pub fn setnx(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     set_generic(e, c, key, val, o, "setnx", SetReplies::Integer)
 }
 
-/// SETEX key seconds value → OK.
+/// `SETEX key seconds value` → OK.
 pub fn setex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let o = SetOpts {
         cond: SetCond::Always,
@@ -341,7 +341,7 @@ pub fn setex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     set_generic(e, c, key, val, o, "setex", SetReplies::Set)
 }
 
-/// PSETEX key milliseconds value → OK.
+/// `PSETEX key milliseconds value` → OK.
 pub fn psetex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let o = SetOpts {
         cond: SetCond::Always,
@@ -352,7 +352,7 @@ pub fn psetex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     set_generic(e, c, key, val, o, "psetex", SetReplies::Set)
 }
 
-/// GETSET key value → old value | nil; clears the TTL.
+/// `GETSET key value` → old value | nil; clears the TTL.
 pub fn getset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let o = SetOpts {
         cond: SetCond::Always,
@@ -363,7 +363,7 @@ pub fn getset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     set_generic(e, c, key, val, o, "getset", SetReplies::Set)
 }
 
-/// GETDEL key → value | nil; deletes the key.
+/// `GETDEL key` → value | nil; deletes the key.
 pub fn getdel(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let Some(i) = e.ks.lookup_read(c.argv[1], c.now_ms) else {
         c.w().null();
@@ -378,7 +378,7 @@ pub fn getdel(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// GETEX key [EX s|PX ms|EXAT ts|PXAT ts-ms|PERSIST] → value | nil.
+/// `GETEX key [EX s|PX ms|EXAT ts|PXAT ts-ms|PERSIST]` → value | nil.
 pub fn getex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let o = parse_set_opts(&c.argv[2..], OptGrammar::GetEx)?;
     let Some(i) = e.ks.lookup_read(c.argv[1], c.now_ms) else {
@@ -407,7 +407,7 @@ pub fn getex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// MGET key [key …] → array of values, nil for missing or non-string keys.
+/// `MGET key [key …]` → array of values, nil for missing or non-string keys.
 pub fn mget(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let keys = &c.argv[1..];
     c.w().array(keys.len());
@@ -425,7 +425,7 @@ pub fn mget(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// MSET key value [key value …] → OK.
+/// `MSET key value [key value …]` → OK.
 pub fn mset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     if c.argv.len().is_multiple_of(2) {
         return Err(CmdError::Arity("mset"));
@@ -443,7 +443,7 @@ pub fn mset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// MSETNX key value [key value …] → 1 if all were set, 0 (and nothing set) if any key existed.
+/// `MSETNX key value [key value …]` → 1 if all were set, 0 (and nothing set) if any key existed.
 pub fn msetnx(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     if c.argv.len().is_multiple_of(2) {
         return Err(CmdError::Arity("msetnx"));
@@ -488,23 +488,23 @@ fn incr_generic(e: &mut Engine, c: &mut Call, by: i64) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// INCR key → new value.
+/// `INCR key` → new value.
 pub fn incr(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     incr_generic(e, c, 1)
 }
 
-/// DECR key → new value.
+/// `DECR key` → new value.
 pub fn decr(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     incr_generic(e, c, -1)
 }
 
-/// INCRBY key increment → new value.
+/// `INCRBY key increment` → new value.
 pub fn incrby(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let by = int_arg(c.argv[2])?;
     incr_generic(e, c, by)
 }
 
-/// DECRBY key decrement → new value; `decrement would overflow` for i64::MIN.
+/// `DECRBY key decrement` → new value; `decrement would overflow` for i64::MIN.
 pub fn decrby(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let by = int_arg(c.argv[2])?;
     if by == i64::MIN {
@@ -513,7 +513,7 @@ pub fn decrby(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     incr_generic(e, c, -by)
 }
 
-/// INCRBYFLOAT key increment → new value as a bulk string (80-bit long double arithmetic,
+/// `INCRBYFLOAT key increment` → new value as a bulk string (80-bit long double arithmetic,
 /// printed like redis `ld2string(…, LD_STR_HUMAN)`); keeps the TTL.
 pub fn incrbyfloat(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let key = c.argv[1];
@@ -552,7 +552,7 @@ fn check_len(e: &Engine, len: u64) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// APPEND key value → new length.
+/// `APPEND key value` → new length.
 pub fn append(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let (key, tail) = (c.argv[1], c.argv[2]);
     let len = match e.ks.lookup_write(key, c.now_ms) {
@@ -579,7 +579,7 @@ pub fn append(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// STRLEN key → length (0 if missing).
+/// `STRLEN key` → length (0 if missing).
 pub fn strlen(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let n = match e.ks.lookup_read(c.argv[1], c.now_ms) {
         None => 0,
@@ -589,7 +589,7 @@ pub fn strlen(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// GETRANGE key start end (and SUBSTR) → substring; negative indexes count from the end,
+/// `GETRANGE key start end (and SUBSTR)` → substring; negative indexes count from the end,
 /// out-of-range indexes are clamped.
 pub fn getrange(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut start = int_arg(c.argv[2])?;
@@ -625,7 +625,7 @@ pub fn getrange(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// SETRANGE key offset value → new length; zero-pads; `offset is out of range` if negative.
+/// `SETRANGE key offset value` → new length; zero-pads; `offset is out of range` if negative.
 pub fn setrange(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let (key, val) = (c.argv[1], c.argv[3]);
     let offset = int_arg(c.argv[2])?;

@@ -520,20 +520,9 @@ impl Supervisor {
     }
 
     fn schedule_restart(&mut self, i: usize, uptime: Duration) {
-        let s = &self.cfg.supervisor;
         let slot = &mut self.slots[i];
-        let delay = if uptime >= Duration::from_millis(s.min_healthy_uptime_ms) {
-            slot.quick_deaths = 0;
-            Duration::ZERO
-        } else {
-            slot.quick_deaths += 1;
-            let shift = (slot.quick_deaths - 1).min(32);
-            let ms = s
-                .restart_backoff_initial_ms
-                .saturating_mul(1u64 << shift)
-                .min(s.restart_backoff_max_ms);
-            Duration::from_millis(ms)
-        };
+        let (delay, quick_deaths) = restart_delay(&self.cfg.supervisor, uptime, slot.quick_deaths);
+        slot.quick_deaths = quick_deaths;
         if slot.quick_deaths >= CRASH_LOOP_DEATHS {
             log::error!(
                 "{}: crash loop ({} quick deaths in a row); next start in {} ms, see its log",
@@ -723,6 +712,24 @@ impl Supervisor {
     }
 }
 
+/// Step 6's rule: the wait before the next start of a child that ran for `uptime`, and the
+/// new count of quick deaths in a row (`quick_deaths` is the count before this death).
+fn restart_delay(
+    s: &config::SupervisorSection,
+    uptime: Duration,
+    quick_deaths: u32,
+) -> (Duration, u32) {
+    if uptime >= Duration::from_millis(s.min_healthy_uptime_ms) {
+        return (Duration::ZERO, 0);
+    }
+    let k = quick_deaths.saturating_add(1);
+    let ms = s
+        .restart_backoff_initial_ms
+        .saturating_mul(1u64 << (k - 1).min(32))
+        .min(s.restart_backoff_max_ms);
+    (Duration::from_millis(ms), k)
+}
+
 impl Slot {
     fn new(role: Role, index: usize, port: u16) -> Slot {
         Slot {
@@ -783,6 +790,19 @@ mod tests {
         again.release();
         assert!(!dir.join(PID_FILE).exists());
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn restart_backoff_doubles_on_quick_deaths_and_resets_after_a_healthy_run() {
+        let s = config::SupervisorSection::default();
+        let quick = Duration::from_millis(50);
+        let healthy = Duration::from_millis(s.min_healthy_uptime_ms);
+        assert_eq!(restart_delay(&s, healthy, 7), (Duration::ZERO, 0));
+        assert_eq!(restart_delay(&s, quick, 0), (Duration::from_millis(100), 1));
+        assert_eq!(restart_delay(&s, quick, 1), (Duration::from_millis(200), 2));
+        assert_eq!(restart_delay(&s, quick, 4), (Duration::from_millis(1600), 5));
+        assert_eq!(restart_delay(&s, quick, 9), (Duration::from_millis(30_000), 10));
+        assert_eq!(restart_delay(&s, quick, u32::MAX).0, Duration::from_millis(30_000));
     }
 
     #[test]

@@ -507,9 +507,10 @@ mod tests {
             let key = format!("k{}", rand(200)).into_bytes();
             // The model's view after lazy expiry.
             if let Some((_, Some(at))) = model.get(&key)
-                && now > *at {
-                    model.remove(&key);
-                }
+                && now > *at
+            {
+                model.remove(&key);
+            }
             match rand(7) {
                 0 | 1 => {
                     let v = sv(&step.to_string());
@@ -544,11 +545,12 @@ mod tests {
                     // Active expiry of a few random volatile keys.
                     for _ in 0..3 {
                         if let Some(i) = ks.random_volatile()
-                            && ks.expired_at(i, now) {
-                                let k = ks.get_at(i).0.to_vec();
-                                ks.expire_now(i);
-                                model.remove(&k);
-                            }
+                            && ks.expired_at(i, now)
+                        {
+                            let k = ks.get_at(i).0.to_vec();
+                            ks.expire_now(i);
+                            model.remove(&k);
+                        }
                     }
                 }
             }

@@ -16,9 +16,20 @@ struct Session {
 
 impl Session {
     fn new() -> Session {
-        let mut engine = Engine::new(Config { hash_seed: 42, ..Config::default() });
+        let mut engine = Engine::new(Config {
+            hash_seed: 42,
+            ..Config::default()
+        });
         engine.host.started_us = T0;
-        Session { engine, client: Client { id: 7, created_us: T0, ..Client::default() }, now_us: T0 }
+        Session {
+            engine,
+            client: Client {
+                id: 7,
+                created_us: T0,
+                ..Client::default()
+            },
+            now_us: T0,
+        }
     }
 
     /// Runs one command given as space-separated words; returns the raw reply.
@@ -29,7 +40,9 @@ impl Session {
 
     fn cmd_argv(&mut self, argv: &[&[u8]]) -> (String, Flow) {
         let mut out = Vec::new();
-        let flow = self.engine.exec(&mut self.client, argv, self.now_us, &mut out);
+        let flow = self
+            .engine
+            .exec(&mut self.client, argv, self.now_us, &mut out);
         (String::from_utf8_lossy(&out).into_owned(), flow)
     }
 
@@ -56,10 +69,19 @@ fn strings_transcript() {
             ("SET k v NX", "$-1\r\n"),
             ("SET k w XX GET", "$1\r\nv\r\n"),
             ("SET k v NX XX", "-ERR syntax error\r\n"),
-            ("SET k v EX 0", "-ERR invalid expire time in 'set' command\r\n"),
-            ("SET k v EX 9223372036854775", "-ERR invalid expire time in 'set' command\r\n"),
+            (
+                "SET k v EX 0",
+                "-ERR invalid expire time in 'set' command\r\n",
+            ),
+            (
+                "SET k v EX 9223372036854775",
+                "-ERR invalid expire time in 'set' command\r\n",
+            ),
             ("SET k v KEEPTTL EX 10", "-ERR syntax error\r\n"),
-            ("SETEX k -1 v", "-ERR invalid expire time in 'setex' command\r\n"),
+            (
+                "SETEX k -1 v",
+                "-ERR invalid expire time in 'setex' command\r\n",
+            ),
             ("SETNX k x", ":0\r\n"),
             ("GETSET k z", "$1\r\nw\r\n"),
             ("GETDEL k", "$1\r\nz\r\n"),
@@ -67,14 +89,23 @@ fn strings_transcript() {
             ("INCR n", ":1\r\n"),
             ("INCRBY n 9223372036854775806", ":9223372036854775807\r\n"),
             ("INCR n", "-ERR increment or decrement would overflow\r\n"),
-            ("DECRBY n -9223372036854775808", "-ERR decrement would overflow\r\n"),
-            ("INCRBY n abc", "-ERR value is not an integer or out of range\r\n"),
+            (
+                "DECRBY n -9223372036854775808",
+                "-ERR decrement would overflow\r\n",
+            ),
+            (
+                "INCRBY n abc",
+                "-ERR value is not an integer or out of range\r\n",
+            ),
             ("SET f 10.5", "+OK\r\n"),
             ("INCR f", "-ERR value is not an integer or out of range\r\n"),
             ("INCRBYFLOAT f 0.1", "$4\r\n10.6\r\n"),
             ("INCRBYFLOAT f abc", "-ERR value is not a valid float\r\n"),
             ("SET f 1e4932", "+OK\r\n"),
-            ("INCRBYFLOAT f 1e4932", "-ERR increment would produce NaN or Infinity\r\n"),
+            (
+                "INCRBYFLOAT f 1e4932",
+                "-ERR increment would produce NaN or Infinity\r\n",
+            ),
             ("SET s Hello", "+OK\r\n"),
             ("APPEND s World", ":10\r\n"),
             ("GETRANGE s -5 -1", "$5\r\nWorld\r\n"),
@@ -84,9 +115,15 @@ fn strings_transcript() {
             ("SETRANGE s 12 !", ":13\r\n"),
             ("GET s", "$13\r\nHelloWorld\0\0!\r\n"),
             ("SETRANGE s -1 x", "-ERR offset is out of range\r\n"),
-            ("SETRANGE s 536870912 x", "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n"),
+            (
+                "SETRANGE s 536870912 x",
+                "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n",
+            ),
             ("STRLEN s", ":13\r\n"),
-            ("MSET a 1 b", "-ERR wrong number of arguments for 'mset' command\r\n"),
+            (
+                "MSET a 1 b",
+                "-ERR wrong number of arguments for 'mset' command\r\n",
+            ),
             ("MSETNX a 1 b 2", ":1\r\n"),
             ("MSETNX b 3 c 4", ":0\r\n"),
             ("MGET a b c", "*3\r\n$1\r\n1\r\n$1\r\n2\r\n$-1\r\n"),
@@ -100,25 +137,58 @@ fn dispatch_errors() {
     transcript(
         &mut s,
         &[
-            ("foo a b", "-ERR unknown command 'foo', with args beginning with: 'a' 'b' \r\n"),
-            ("GET", "-ERR wrong number of arguments for 'get' command\r\n"),
-            ("CONFIG", "-ERR wrong number of arguments for 'config' command\r\n"),
-            ("CONFIG foo", "-ERR unknown subcommand 'foo'. Try CONFIG HELP.\r\n"),
-            ("config GET", "-ERR wrong number of arguments for 'config|get' command\r\n"),
-            ("PING a b", "-ERR wrong number of arguments for 'ping' command\r\n"),
+            (
+                "foo a b",
+                "-ERR unknown command 'foo', with args beginning with: 'a' 'b' \r\n",
+            ),
+            (
+                "GET",
+                "-ERR wrong number of arguments for 'get' command\r\n",
+            ),
+            (
+                "CONFIG",
+                "-ERR wrong number of arguments for 'config' command\r\n",
+            ),
+            (
+                "CONFIG foo",
+                "-ERR unknown subcommand 'foo'. Try CONFIG HELP.\r\n",
+            ),
+            (
+                "config GET",
+                "-ERR wrong number of arguments for 'config|get' command\r\n",
+            ),
+            (
+                "PING a b",
+                "-ERR wrong number of arguments for 'ping' command\r\n",
+            ),
             ("SELECT 1", "-ERR DB index is out of range\r\n"),
             ("SELECT 0", "+OK\r\n"),
             ("HELLO 4", "-NOPROTO unsupported protocol version\r\n"),
-            ("EXPIRE k 10 nx xx", "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n"),
+            (
+                "EXPIRE k 10 nx xx",
+                "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n",
+            ),
             ("EXPIRE k 10 foo", "-ERR Unsupported option foo\r\n"),
             ("RENAME nokey x", "-ERR no such key\r\n"),
             ("SCAN abc", "-ERR invalid cursor\r\n"),
             ("SCAN 0 COUNT 0", "-ERR syntax error\r\n"),
             ("FLUSHALL foo", "-ERR syntax error\r\n"),
-            ("COMMAND GETKEYS get a b", "-ERR Invalid number of arguments specified for command\r\n"),
-            ("COMMAND GETKEYS ping", "-ERR wrong number of arguments for 'command|getkeys' command\r\n"),
-            ("COMMAND GETKEYS ping x", "-ERR The command has no key arguments\r\n"),
-            ("COMMAND GETKEYS mset a 1 b 2", "*2\r\n$1\r\na\r\n$1\r\nb\r\n"),
+            (
+                "COMMAND GETKEYS get a b",
+                "-ERR Invalid number of arguments specified for command\r\n",
+            ),
+            (
+                "COMMAND GETKEYS ping",
+                "-ERR wrong number of arguments for 'command|getkeys' command\r\n",
+            ),
+            (
+                "COMMAND GETKEYS ping x",
+                "-ERR The command has no key arguments\r\n",
+            ),
+            (
+                "COMMAND GETKEYS mset a 1 b 2",
+                "*2\r\n$1\r\na\r\n$1\r\nb\r\n",
+            ),
             (
                 "CONFIG SET hz abc",
                 "-ERR CONFIG SET failed (possibly related to argument 'hz') - argument couldn't be parsed into an integer\r\n",
@@ -141,11 +211,17 @@ fn command_info_matches_redis_bytes() {
     s.cmd("HELLO 3");
     assert_eq!(s.client.proto, Proto::Resp3);
     let info = s.cmd("COMMAND INFO get");
-    assert!(info.starts_with("*1\r\n*10\r\n$3\r\nget\r\n:2\r\n~2\r\n+readonly\r\n+fast\r\n"), "{info}");
+    assert!(
+        info.starts_with("*1\r\n*10\r\n$3\r\nget\r\n:2\r\n~2\r\n+readonly\r\n+fast\r\n"),
+        "{info}"
+    );
     assert!(info.ends_with("$5\r\nlimit\r\n:0\r\n~0\r\n"), "{info}");
     assert_eq!(s.cmd("COMMAND INFO nosuch"), "*1\r\n_\r\n");
     let docs = s.cmd("COMMAND DOCS getset");
-    assert!(docs.contains("$9\r\ndoc_flags\r\n~1\r\n+deprecated\r\n"), "{docs}");
+    assert!(
+        docs.contains("$9\r\ndoc_flags\r\n~1\r\n+deprecated\r\n"),
+        "{docs}"
+    );
     // Every command entry has 10 fields, subcommands included.
     let all = s.cmd("COMMAND");
     let count = s.cmd("COMMAND COUNT");
@@ -159,7 +235,11 @@ fn lazy_and_active_expiry_with_fake_clock() {
     assert_eq!(s.cmd("SET k v PX 100"), "+OK\r\n");
     assert_eq!(s.cmd("PTTL k"), ":100\r\n");
     s.advance_ms(100);
-    assert_eq!(s.cmd("GET k"), "$1\r\nv\r\n", "still alive at its expiry millisecond");
+    assert_eq!(
+        s.cmd("GET k"),
+        "$1\r\nv\r\n",
+        "still alive at its expiry millisecond"
+    );
     s.advance_ms(1);
     assert_eq!(s.cmd("GET k"), "$-1\r\n");
     assert_eq!(s.cmd("TTL k"), ":-2\r\n");
@@ -178,14 +258,21 @@ fn lazy_and_active_expiry_with_fake_clock() {
     s.engine.cron(s.now_us);
     let after_one = s.engine.dbsize();
     assert!(after_one < volatile + 1000, "cron reclaims");
-    assert!(volatile + 1000 - after_one <= budget, "one cron call is bounded by its budget");
+    assert!(
+        volatile + 1000 - after_one <= budget,
+        "one cron call is bounded by its budget"
+    );
     for _ in 0..50 {
         s.advance_ms(100);
         s.engine.cron(s.now_us);
     }
     // Redis's sampler stops when <= 25 % of a sample is expired; a small tail may remain,
     // but it is never served.
-    assert!(s.engine.dbsize() <= 1000 + volatile / 4, "dbsize {}", s.engine.dbsize());
+    assert!(
+        s.engine.dbsize() <= 1000 + volatile / 4,
+        "dbsize {}",
+        s.engine.dbsize()
+    );
     assert_eq!(s.cmd("GET v1"), "$-1\r\n");
     assert_eq!(s.cmd("GET p1"), "$1\r\nx\r\n");
     let info = s.cmd("INFO stats");
@@ -217,7 +304,10 @@ fn expire_family_semantics() {
             ("EXPIRE k 10 GT", ":0\r\n"),
             ("EXPIRE k 10 LT", ":1\r\n"),
             ("PTTL k", ":10000\r\n"),
-            ("EXPIRE k 9223372036854775807", "-ERR invalid expire time in 'expire' command\r\n"),
+            (
+                "EXPIRE k 9223372036854775807",
+                "-ERR invalid expire time in 'expire' command\r\n",
+            ),
             ("EXPIRE k -1", ":1\r\n"),
             ("EXISTS k", ":0\r\n"),
             ("SET k v", "+OK\r\n"),
@@ -227,7 +317,10 @@ fn expire_family_semantics() {
     );
     assert_eq!(s.cmd(&format!("EXPIREAT k {}", now_s + 1000)), ":1\r\n");
     assert_eq!(s.cmd("EXPIRETIME k"), format!(":{}\r\n", now_s + 1000));
-    assert_eq!(s.cmd("PEXPIRETIME k"), format!(":{}\r\n", (now_s + 1000) * 1000));
+    assert_eq!(
+        s.cmd("PEXPIRETIME k"),
+        format!(":{}\r\n", (now_s + 1000) * 1000)
+    );
     assert_eq!(s.cmd("SET k v2 KEEPTTL"), "+OK\r\n");
     assert_eq!(s.cmd("TTL k"), ":1000\r\n");
     assert_eq!(s.cmd("RENAME k k2"), "+OK\r\n");
@@ -244,7 +337,10 @@ fn connection_commands_and_flows() {
     s.client.addr = "127.0.0.1:5000".into();
     s.client.laddr = "127.0.0.1:6400".into();
     s.client.fd = 9;
-    assert_eq!(s.cmd("CLIENT SETNAME a b"), "-ERR wrong number of arguments for 'client|setname' command\r\n");
+    assert_eq!(
+        s.cmd("CLIENT SETNAME a b"),
+        "-ERR wrong number of arguments for 'client|setname' command\r\n"
+    );
     assert_eq!(s.cmd("CLIENT SETNAME app"), "+OK\r\n");
     s.advance_ms(3000);
     let info = s.cmd("CLIENT INFO");
@@ -256,12 +352,25 @@ fn connection_commands_and_flows() {
     assert_eq!((out.as_str(), flow), ("", Flow::ClientList));
     let (out, flow) = s.cmd_argv(&[b"QUIT"]);
     assert_eq!((out.as_str(), flow), ("+OK\r\n", Flow::Close));
-    assert_eq!(s.cmd("HELLO 3 SETNAME x"), "%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:7\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n");
+    assert_eq!(
+        s.cmd("HELLO 3 SETNAME x"),
+        "%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:7\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n"
+    );
     assert_eq!(s.cmd("GET nokey"), "_\r\n");
     assert_eq!(s.cmd("RESET"), "+RESET\r\n");
-    assert_eq!((s.client.proto, s.client.name.clone()), (Proto::Resp2, None));
-    assert_eq!(s.cmd("HELLO 3 AUTH bob pw"), "-WRONGPASS invalid username-password pair or user is disabled.\r\n");
-    assert_eq!(s.client.proto, Proto::Resp2, "a failed HELLO changes nothing");
+    assert_eq!(
+        (s.client.proto, s.client.name.clone()),
+        (Proto::Resp2, None)
+    );
+    assert_eq!(
+        s.cmd("HELLO 3 AUTH bob pw"),
+        "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+    );
+    assert_eq!(
+        s.client.proto,
+        Proto::Resp2,
+        "a failed HELLO changes nothing"
+    );
 }
 
 #[test]
@@ -270,18 +379,39 @@ fn info_sections() {
     s.cmd("SET a 1");
     s.cmd("SET b 2 EX 100");
     let all = s.cmd("INFO");
-    for h in ["# Server", "# Clients", "# Memory", "# Persistence", "# Stats", "# Replication", "# Keyspace"] {
+    for h in [
+        "# Server",
+        "# Clients",
+        "# Memory",
+        "# Persistence",
+        "# Stats",
+        "# Replication",
+        "# Keyspace",
+    ] {
         assert!(all.contains(&format!("{h}\r\n")), "{h} missing");
     }
     assert!(all.contains("redis_version:7.0.15\r\n"));
     assert!(all.contains("loading:0\r\n"));
-    assert!(all.contains("db0:keys=2,expires=1,avg_ttl=100000\r\n"), "{all}");
+    assert!(
+        all.contains("db0:keys=2,expires=1,avg_ttl=100000\r\n"),
+        "{all}"
+    );
     let mem = s.cmd("INFO memory");
     assert!(!mem.contains("# Server"));
-    let used: u64 = mem.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().parse().unwrap();
+    let used: u64 = mem
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .unwrap()
+        .parse()
+        .unwrap();
     s.cmd("SET big xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
     let mem = s.cmd("INFO memory");
-    let used2: u64 = mem.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().parse().unwrap();
+    let used2: u64 = mem
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(used2 >= used + 90, "{used} -> {used2}");
     s.cmd("FLUSHALL");
     assert!(s.cmd("INFO keyspace").ends_with("# Keyspace\r\n\r\n"));
@@ -333,7 +463,10 @@ fn model_random_ops() {
     for _ in 0..20_000 {
         let key = format!("k{}", next(50));
         let now_ms = s.now_us / 1000;
-        if model.get(&key).is_some_and(|(_, at)| at.is_some_and(|at| now_ms > at)) {
+        if model
+            .get(&key)
+            .is_some_and(|(_, at)| at.is_some_and(|at| now_ms > at))
+        {
             model.remove(&key);
         }
         match next(8) {
@@ -350,7 +483,11 @@ fn model_random_ops() {
                 assert_eq!(s.cmd(&format!("GET {key}")), want);
             }
             2 => {
-                let want = if model.remove(&key).is_some() { ":1\r\n" } else { ":0\r\n" };
+                let want = if model.remove(&key).is_some() {
+                    ":1\r\n"
+                } else {
+                    ":0\r\n"
+                };
                 assert_eq!(s.cmd(&format!("DEL {key}")), want);
             }
             3 => {
@@ -375,16 +512,25 @@ fn model_random_ops() {
                 let tail = format!("{}", next(10));
                 let e = model.entry(key.clone()).or_insert((String::new(), None));
                 e.0.push_str(&tail);
-                assert_eq!(s.cmd(&format!("APPEND {key} {tail}")), format!(":{}\r\n", e.0.len()));
+                assert_eq!(
+                    s.cmd(&format!("APPEND {key} {tail}")),
+                    format!(":{}\r\n", e.0.len())
+                );
             }
             6 => s.advance_ms(next(30)),
             _ => {
                 if next(10) == 0 {
                     s.engine.cron(s.now_us);
                 }
-                let live = model.values().filter(|(_, at)| at.is_none_or(|at| now_ms <= at)).count();
+                let live = model
+                    .values()
+                    .filter(|(_, at)| at.is_none_or(|at| now_ms <= at))
+                    .count();
                 let reply = s.cmd("KEYS *");
-                assert!(reply.starts_with(&format!("*{live}\r\n")), "{reply} vs {live}");
+                assert!(
+                    reply.starts_with(&format!("*{live}\r\n")),
+                    "{reply} vs {live}"
+                );
             }
         }
     }
@@ -394,15 +540,50 @@ fn model_random_ops() {
 #[test]
 fn garbage_never_panics() {
     let mut s = Session::new();
-    let names: Vec<&str> = engine_core::command::COMMANDS.iter().map(|c| c.name).filter(|n| *n != "quit").collect();
+    let names: Vec<&str> = engine_core::command::COMMANDS
+        .iter()
+        .map(|c| c.name)
+        .filter(|n| *n != "quit")
+        .collect();
     let words: &[&[u8]] = &[
-        b"", b"0", b"-1", b"9223372036854775807", b"-9223372036854775808", b"1e400", b"nan", b"inf", b"EX",
-        b"PX", b"NX", b"XX", b"GET", b"KEEPTTL", b"PERSIST", b"COUNT", b"MATCH", b"TYPE", b"*", b"[", b"\\",
-        b"k", b"\x00\xff", b"LIST", b"INFO", b"SETNAME", b"AUTH", b"3", b"2", b"ID", b"get", b"hz",
+        b"",
+        b"0",
+        b"-1",
+        b"9223372036854775807",
+        b"-9223372036854775808",
+        b"1e400",
+        b"nan",
+        b"inf",
+        b"EX",
+        b"PX",
+        b"NX",
+        b"XX",
+        b"GET",
+        b"KEEPTTL",
+        b"PERSIST",
+        b"COUNT",
+        b"MATCH",
+        b"TYPE",
+        b"*",
+        b"[",
+        b"\\",
+        b"k",
+        b"\x00\xff",
+        b"LIST",
+        b"INFO",
+        b"SETNAME",
+        b"AUTH",
+        b"3",
+        b"2",
+        b"ID",
+        b"get",
+        b"hz",
     ];
     let mut rng = 99u64;
     let mut next = |n: usize| {
-        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((rng >> 33) as usize) % n
     };
     for _ in 0..30_000 {
@@ -411,7 +592,10 @@ fn garbage_never_panics() {
             argv.push(words[next(words.len())]);
         }
         let (out, flow) = s.cmd_argv(&argv);
-        assert!(!out.is_empty() || flow == Flow::ClientList, "no reply to {argv:?}");
+        assert!(
+            !out.is_empty() || flow == Flow::ClientList,
+            "no reply to {argv:?}"
+        );
         // HELLO 3 may switch protocol; switch back so replies stay comparable.
         s.client.proto = Proto::Resp2;
         if s.engine.dbsize() > 1000 {

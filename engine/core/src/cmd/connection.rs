@@ -114,11 +114,12 @@ pub fn hello(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         }
     }
     if let Some((user, _password)) = auth
-        && user != b"default" {
-            return Err(CmdError::Static(
-                "WRONGPASS invalid username-password pair or user is disabled.",
-            ));
-        }
+        && user != b"default"
+    {
+        return Err(CmdError::Static(
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        ));
+    }
     if let Some(n) = setname {
         set_name(c.client, n)?;
     }

@@ -307,13 +307,15 @@ pub fn scan(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut keys: Vec<Vec<u8>> = Vec::new();
     let next = e.ks.scan(cursor, count as usize, c.now_ms, |k, v| {
         if let Some(t) = type_name
-            && !v.type_name().as_bytes().eq_ignore_ascii_case(t) {
-                return;
-            }
+            && !v.type_name().as_bytes().eq_ignore_ascii_case(t)
+        {
+            return;
+        }
         if let Some(p) = pattern
-            && !glob::matches(p, k, false) {
-                return;
-            }
+            && !glob::matches(p, k, false)
+        {
+            return;
+        }
         keys.push(k.to_vec());
     });
     let mut w = c.w();

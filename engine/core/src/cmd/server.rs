@@ -208,17 +208,16 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
             "cluster" => {
                 line("cluster_enabled", &0);
             }
-            "keyspace"
-                if !e.ks.is_empty() => {
-                    let avg = e.ks.avg_ttl_ms(now_ms, 100);
-                    let _ = write!(
-                        s,
-                        "db0:keys={},expires={},avg_ttl={}\r\n",
-                        e.ks.len(),
-                        e.ks.volatile_len(),
-                        avg
-                    );
-                }
+            "keyspace" if !e.ks.is_empty() => {
+                let avg = e.ks.avg_ttl_ms(now_ms, 100);
+                let _ = write!(
+                    s,
+                    "db0:keys={},expires={},avg_ttl={}\r\n",
+                    e.ks.len(),
+                    e.ks.volatile_len(),
+                    avg
+                );
+            }
             _ => {}
         }
     }
@@ -378,9 +377,10 @@ pub fn config_get(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     for pat in &c.argv[2..] {
         if !pat.iter().any(|b| matches!(b, b'[' | b'*' | b'?')) {
             if let Some(p) = find_param(pat)
-                && !found.iter().any(|(_, q)| std::ptr::eq(*q, p)) {
-                    found.push((pat.to_vec().into(), p));
-                }
+                && !found.iter().any(|(_, q)| std::ptr::eq(*q, p))
+            {
+                found.push((pat.to_vec().into(), p));
+            }
             continue;
         }
         for p in PARAMS {
@@ -439,10 +439,11 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let saved = e.config.clone();
     for (p, (name, value)) in params.iter().zip(&pairs) {
         if let Some(set) = p.set
-            && let Err(why) = set(e, value) {
-                e.config = saved;
-                return Err(fail(name, why));
-            }
+            && let Err(why) = set(e, value)
+        {
+            e.config = saved;
+            return Err(fail(name, why));
+        }
     }
     c.w().ok();
     Ok(())

@@ -421,9 +421,35 @@ impl Supervisor {
         self.signals.term.load(Ordering::SeqCst)
     }
 
+    /// Engines first; the proxy once they accept connections (bounded by READY_TIMEOUT), so
+    /// its first connect to each backend succeeds (a refused first connect would leave the
+    /// instance down for the proxy's reconnect backoff).
     fn spawn_all(&mut self) {
-        for i in 0..self.slots.len() {
+        let engines: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].role == Role::Engine)
+            .collect();
+        for &i in &engines {
             self.spawn(i);
+        }
+        self.write_state();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let host = connect_host(&self.cfg.bind).to_string();
+        let mut pending: Vec<u16> = engines.iter().map(|&i| self.slots[i].port).collect();
+        while !pending.is_empty() && Instant::now() < deadline && !self.stopping() {
+            pending.retain(|&port| !accepts(&host, port));
+            if !pending.is_empty() {
+                self.signals.wait(Duration::from_millis(20));
+            }
+        }
+        if !pending.is_empty() {
+            log::warn!(
+                "engine ports {pending:?} do not accept connections yet; starting the proxy anyway"
+            );
+        }
+        for i in 0..self.slots.len() {
+            if self.slots[i].role == Role::Proxy {
+                self.spawn(i);
+            }
         }
         self.write_state();
     }
@@ -607,12 +633,7 @@ impl Supervisor {
             return;
         };
         let host = connect_host(&self.cfg.bind).to_string();
-        r.pending.retain(|&port| {
-            let Ok(addr) = format!("{host}:{port}").parse() else {
-                return false;
-            };
-            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_err()
-        });
+        r.pending.retain(|&port| !accepts(&host, port));
         let ready = r.pending.is_empty();
         if !ready && Instant::now() < r.deadline {
             return;
@@ -746,6 +767,18 @@ impl Slot {
     }
 }
 
+/// Whether `host:port` accepts a TCP connection now (100 ms connect timeout).
+fn accepts(host: &str, port: u16) -> bool {
+    use std::net::ToSocketAddrs;
+    (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .is_some_and(|addr| {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok()
+        })
+}
+
 /// The address to connect to for a listen address: a wildcard bind is reached on loopback.
 pub fn connect_host(bind: &str) -> &str {
     match bind {
@@ -800,9 +833,18 @@ mod tests {
         assert_eq!(restart_delay(&s, healthy, 7), (Duration::ZERO, 0));
         assert_eq!(restart_delay(&s, quick, 0), (Duration::from_millis(100), 1));
         assert_eq!(restart_delay(&s, quick, 1), (Duration::from_millis(200), 2));
-        assert_eq!(restart_delay(&s, quick, 4), (Duration::from_millis(1600), 5));
-        assert_eq!(restart_delay(&s, quick, 9), (Duration::from_millis(30_000), 10));
-        assert_eq!(restart_delay(&s, quick, u32::MAX).0, Duration::from_millis(30_000));
+        assert_eq!(
+            restart_delay(&s, quick, 4),
+            (Duration::from_millis(1600), 5)
+        );
+        assert_eq!(
+            restart_delay(&s, quick, 9),
+            (Duration::from_millis(30_000), 10)
+        );
+        assert_eq!(
+            restart_delay(&s, quick, u32::MAX).0,
+            Duration::from_millis(30_000)
+        );
     }
 
     #[test]

@@ -492,3 +492,85 @@ fn a_second_start_on_the_same_dir_is_refused_and_a_stale_pid_file_is_taken_over(
     let stop = again.cli(&["stop"]);
     assert_eq!(stop.code, Some(0), "{}{}", stop.stdout, stop.stderr);
 }
+
+/// Kills a daemonized supervisor (not our child) by the PID in its pid file on drop; its
+/// children follow through PDEATHSIG.
+struct DaemonGuard(PathBuf);
+
+impl Drop for DaemonGuard {
+    fn drop(&mut self) {
+        let pid = std::fs::read_to_string(self.0.join("recached.pid"))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok());
+        if let Some(pid) = pid
+            && pid > 0
+        {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+#[test]
+fn a_daemonized_fleet_returns_once_ready_and_stops_from_another_process() {
+    let dir = fleet_dir("fleet-daemon");
+    let _guard = DaemonGuard(dir.clone());
+    let base = free_port_run(1);
+    let proxy = loop {
+        let p = free_port();
+        if p != base {
+            break p;
+        }
+    };
+    let start = run(
+        Command::new(recached_bin())
+            .arg("start")
+            .args(["--engines", "1", "--daemonize"])
+            .args(["--proxy-port", &proxy.to_string()])
+            .args(["--engine-port-base", &base.to_string()])
+            .arg("--dir")
+            .arg(&dir),
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        start.code,
+        Some(0),
+        "start --daemonize:\n{}{}",
+        start.stdout,
+        start.stderr
+    );
+    // Returned only once ready: both ports answer right away.
+    assert!(pings(proxy) && pings(base), "{}", start.stdout);
+    let sup: u32 = std::fs::read_to_string(dir.join("recached.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(start.stdout.contains(&sup.to_string()), "{}", start.stdout);
+    assert!(dir.join("logs/supervisor.log").exists());
+    let dir_arg = dir.display().to_string();
+    let status = run(
+        Command::new(recached_bin()).args(["status", "--json", "--dir", &dir_arg]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(status.code, Some(0), "{}", status.stdout);
+    assert!(
+        status.stdout.contains("\"running\":true"),
+        "{}",
+        status.stdout
+    );
+    let stop = run(
+        Command::new(recached_bin()).args(["stop", "--dir", &dir_arg]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(stop.code, Some(0), "{}{}", stop.stdout, stop.stderr);
+    // The daemon is not our child: once stopped it is gone (or a zombie of init, briefly).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pings(proxy) || pings(base) {
+        assert!(Instant::now() < deadline, "fleet still serving after stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!dir.join("recached.pid").exists());
+}

@@ -17,8 +17,10 @@
 //! 4. **Signals.** SIGTERM, SIGINT and SIGCHLD set flags and write a byte to a self-pipe
 //!    (signal-hook); the loop blocks on that pipe with a timeout, so a dead child is noticed
 //!    at once, not on the next poll tick.
-//! 5. **Children.** Engines i = 0..N on `engine_port_base + i`, then the proxy with the
-//!    engines as backends. Each is `current_exe()` re-executed with its role's flags
+//! 5. **Children.** Engines i = 0..N on `engine_port_base + i`; once they accept connections
+//!    (at most 10 s), the proxy with the engines as backends, so the proxy's first connect to
+//!    each backend succeeds instead of leaving it down for a reconnect backoff. Each child is
+//!    `current_exe()` re-executed with its role's flags
 //!    (`ps` shows `recached server --port 6401 …`): fork+exec, so no thread, lock or
 //!    descriptor is inherited by accident (std opens files close-on-exec). stdout/stderr are
 //!    appended to `dir/logs/<role>-<i>.log` (`engine-0.log`, …, `proxy-0.log`). Each child gets

@@ -105,6 +105,9 @@ pub struct Conn {
     pub closing: Option<CloseReason>,
     /// In the loop's list of connections to continue on the next iteration.
     pub queued: bool,
+    /// Bytes read / written since the loop last added them to INFO's totals.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
 }
 
 /// Reuses the allocation of a `Vec` of slices for slices of another lifetime: the vector is
@@ -141,6 +144,8 @@ impl Conn {
             write_interest: false,
             closing: None,
             queued: false,
+            bytes_in: 0,
+            bytes_out: 0,
         }
     }
 
@@ -200,6 +205,7 @@ impl Conn {
                 Ok(0) => ReadOutcome::Eof,
                 Ok(n) => {
                     self.rend += n;
+                    self.bytes_in += n as u64;
                     ReadOutcome::Data { n, more: n == room }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => ReadOutcome::Drained,
@@ -263,7 +269,8 @@ impl Conn {
                     }
                 }
                 Err(e) => {
-                    ReplyWriter::new(&mut self.out, self.client.proto).error(&e.to_string());
+                    // `write_reply`, not Display: Redis echoes a non-ASCII byte raw.
+                    e.write_reply(&mut self.out);
                     self.rstart = self.rend;
                     self.closing = Some(CloseReason::ProtocolError);
                 }
@@ -284,6 +291,7 @@ impl Conn {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     self.out_pos += n;
+                    self.bytes_out += n as u64;
                     if self.out_pos < self.out.len() {
                         break; // short write: the send buffer is full, WRITABLE will follow
                     }

@@ -219,7 +219,9 @@ impl EventLoop {
     }
 
     fn add_conn(&mut self, mut stream: TcpStream, now: u64) {
+        self.engine.net.total_connections_received += 1;
         if self.conns.len() >= MAX_CLIENTS {
+            self.engine.net.rejected_connections += 1;
             // Best effort, as Redis does (`acceptCommonHandler`); the socket is new and empty.
             let _ = stream.write(b"-ERR max number of clients reached\r\n");
             return;
@@ -279,7 +281,13 @@ impl EventLoop {
 
     /// Runs buffered requests, reads and runs more, then writes the replies once.
     fn serve(&mut self, key: usize, now: u64) {
-        if let Err(why) = self.serve_inner(key, now) {
+        let result = self.serve_inner(key, now);
+        if let Some(conn) = self.conns.get_mut(key) {
+            let net = &mut self.engine.net;
+            net.total_net_input_bytes += std::mem::take(&mut conn.bytes_in);
+            net.total_net_output_bytes += std::mem::take(&mut conn.bytes_out);
+        }
+        if let Err(why) = result {
             self.close(key, why);
         }
     }

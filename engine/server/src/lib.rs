@@ -76,7 +76,11 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
         .map_err(|e| io::Error::new(e.kind(), format!("Could not bind {addr}: {e}")))?;
     let local = listener.local_addr()?;
 
-    let mut engine = Engine::new(opts.engine);
+    let mut engine_config = opts.engine;
+    // A per-process random seed for the keyspace hasher, so clients cannot choose keys that
+    // all collide (the reason Redis seeds siphash at start, `dictSetHashFunctionSeed`).
+    engine_config.hash_seed = host::random_seed();
+    let mut engine = Engine::new(engine_config);
     let started_us = host::now_us();
     engine.host = HostInfo {
         pid: std::process::id(),

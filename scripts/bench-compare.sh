@@ -50,11 +50,12 @@ trap 'exit 130' INT TERM
 
 USED=" "
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-# Prints the first of $1 consecutive free ports (none of them in USED).
+# Prints the first of $1 consecutive free ports (none of them in USED), chosen at random below
+# Linux's ephemeral range (32768-60999), where outgoing connections take local ports at any time.
 free_ports() {
     local n=$1 base i ok
     for _ in $(seq 500); do
-        base=$((20000 + RANDOM % 40000))
+        base=$((15000 + RANDOM % 17000))
         ok=1
         for ((i = 0; i < n; i++)); do
             if [[ $USED == *" $((base + i)) "* ]] || ! port_free $((base + i)); then ok=0; break; fi

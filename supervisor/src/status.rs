@@ -265,9 +265,11 @@ fn probe(host: &str, port: u16) -> Option<Probe> {
         )
         .ok()?;
     let mut r = BufReader::new(stream);
-    let mut p = Probe::default();
     // Each reply is read even if an earlier one was an error, to stay in step.
-    p.pong = matches!(read_reply(&mut r), Ok(Reply::Simple(s)) if s == "PONG");
+    let mut p = Probe {
+        pong: matches!(read_reply(&mut r), Ok(Reply::Simple(s)) if s == "PONG"),
+        ..Probe::default()
+    };
     if let Ok(Reply::Int(n)) = read_reply(&mut r) {
         p.keys = u64::try_from(n).ok();
     }

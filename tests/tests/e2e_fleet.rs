@@ -41,12 +41,7 @@ impl Fleet {
     fn start(engines: usize, dir: &Path) -> Fleet {
         let base = free_port_run(engines);
         let engine_ports: Vec<u16> = (0..engines).map(|i| base + i as u16).collect();
-        let proxy_port = loop {
-            let p = free_port();
-            if !engine_ports.contains(&p) {
-                break p;
-            }
-        };
+        let proxy_port = free_port_except(&engine_ports);
         let mut cmd = Command::new(recached_bin());
         cmd.arg("start")
             .args(["--engines", &engines.to_string()])
@@ -136,30 +131,46 @@ fn child_pids(state: &toml::Table) -> Vec<(String, i64, u32)> {
         .collect()
 }
 
-/// A fresh, not yet existing directory for one fleet.
+/// A fresh, not yet existing directory for one fleet. The `e2e-` prefix keeps it apart from
+/// `common`'s temp dirs (`<name>-<pid>-<n>` with its own counter, removed on reuse).
 fn fleet_dir(name: &str) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
     let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}-{n}", std::process::id()));
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
 
-/// The first of `n` consecutive ports that were all free a moment ago.
+/// The first of `n` consecutive ports that were all free a moment ago (each one bound once).
+/// Chosen at random below Linux's ephemeral range (32768–60999): a port in that range can be
+/// taken at any moment as the local port of some outgoing connection, and a fleet needs
+/// several ports to stay free between this check and its start.
 fn free_port_run(n: usize) -> u16 {
-    for _ in 0..200 {
-        let base = free_port();
-        if base as usize + n > 65535 {
-            continue;
-        }
+    use std::hash::{BuildHasher, Hasher};
+    const LOW: u64 = 15_000;
+    const HIGH: u64 = 32_000;
+    for _ in 0..500 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(Instant::now().elapsed().as_nanos());
+        let base = (LOW + h.finish() % (HIGH - LOW - n as u64)) as u16;
         let all_free =
-            (1..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i as u16)).is_ok());
+            (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i as u16)).is_ok());
         if all_free {
             return base;
         }
     }
     panic!("no run of {n} free ports found");
+}
+
+/// A free port that is not one of `taken`.
+fn free_port_except(taken: &[u16]) -> u16 {
+    loop {
+        let p = free_port_run(1);
+        if !taken.contains(&p) {
+            return p;
+        }
+    }
 }
 
 struct CmdOut {
@@ -441,7 +452,7 @@ fn a_second_start_on_the_same_dir_is_refused_and_a_stale_pid_file_is_taken_over(
         Command::new(recached_bin())
             .arg("start")
             .args(["--engines", "1"])
-            .args(["--proxy-port", &free_port().to_string()])
+            .args(["--proxy-port", &free_port_run(1).to_string()])
             .args(["--engine-port-base", &free_port_run(1).to_string()])
             .arg("--dir")
             .arg(&dir),
@@ -518,12 +529,7 @@ fn a_daemonized_fleet_returns_once_ready_and_stops_from_another_process() {
     let dir = fleet_dir("fleet-daemon");
     let _guard = DaemonGuard(dir.clone());
     let base = free_port_run(1);
-    let proxy = loop {
-        let p = free_port();
-        if p != base {
-            break p;
-        }
-    };
+    let proxy = free_port_except(&[base]);
     let start = run(
         Command::new(recached_bin())
             .arg("start")

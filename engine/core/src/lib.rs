@@ -76,6 +76,22 @@ pub enum Flow {
     /// CLIENT LIST: the core has no view of other connections; the server writes the reply
     /// (a verbatim string of [`Engine::client_info_line`] for each client).
     ClientList,
+    /// A blocking command (BLPOP, BZPOPMIN, …) found nothing and wrote no reply: the client is
+    /// parked. The server runs none of its further requests until a [`Delivery`] with
+    /// `unblock: true` arrives for it (the reply, or the timeout's null).
+    Block,
+}
+
+/// Bytes for a connection other than (or after) the one whose command just ran: pub/sub
+/// messages and the replies of clients woken from a blocking command. `exec` and `cron` queue
+/// them; the server drains them with [`Engine::take_deliveries`] after every command and every
+/// tick, appends `bytes` to the client's output in order, and clears its parked state when
+/// `unblock` is set. A delivery for a client that is gone is dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub client_id: u64,
+    pub bytes: Vec<u8>,
+    pub unblock: bool,
 }
 
 /// Figures only the process knows; the server keeps them current (cheap fields on every

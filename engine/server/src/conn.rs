@@ -77,6 +77,12 @@ pub enum Batch {
     ClientList,
     /// The connection is closing; nothing more is executed.
     Closing,
+    /// A command queued output for other connections (or this one, after its reply): the
+    /// loop routes it before running the next request, so order is kept.
+    Deliveries,
+    /// The client is parked in a blocking command: nothing more runs until the engine
+    /// delivers its reply.
+    Blocked,
 }
 
 pub struct Conn {
@@ -105,6 +111,8 @@ pub struct Conn {
     pub closing: Option<CloseReason>,
     /// In the loop's list of connections to continue on the next iteration.
     pub queued: bool,
+    /// Parked in a blocking command (`Flow::Block`) until a delivery unblocks it.
+    pub blocked: bool,
     /// Bytes read / written since the loop last added them to INFO's totals.
     pub bytes_in: u64,
     pub bytes_out: u64,
@@ -144,6 +152,7 @@ impl Conn {
             write_interest: false,
             closing: None,
             queued: false,
+            blocked: false,
             bytes_in: 0,
             bytes_out: 0,
         }
@@ -231,6 +240,9 @@ impl Conn {
             if self.closing.is_some() {
                 return Batch::Closing;
             }
+            if self.blocked {
+                return Batch::Blocked;
+            }
             if self.throttled() {
                 return Batch::Throttled;
             }
@@ -266,6 +278,13 @@ impl Conn {
                         Flow::Continue => {}
                         Flow::Close => self.closing = Some(CloseReason::Quit),
                         Flow::ClientList => return Batch::ClientList,
+                        Flow::Block => {
+                            self.blocked = true;
+                            return Batch::Blocked;
+                        }
+                    }
+                    if engine.has_deliveries() {
+                        return Batch::Deliveries;
                     }
                 }
                 Err(e) => {
@@ -276,6 +295,12 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// Appends bytes the engine produced for this client outside its own command (a pub/sub
+    /// message, the reply of a blocking command that was woken or timed out).
+    pub fn push_output(&mut self, bytes: &[u8]) {
+        self.out.extend_from_slice(bytes);
     }
 
     /// Appends the CLIENT LIST reply `text` in this client's protocol.

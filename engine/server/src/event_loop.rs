@@ -27,11 +27,12 @@
 //! Tokens: a connection's token is its slab key; the listener and signals take tokens at the
 //! top of the range, which the slab never reaches (it holds at most `MAX_CLIENTS` entries).
 
+use std::collections::HashMap;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use engine_core::{Client, Engine};
+use engine_core::{Client, Delivery, Engine};
 use log::{debug, info, warn};
 use mio::event::Event;
 use mio::net::{TcpListener, TcpStream};
@@ -85,6 +86,10 @@ pub struct EventLoop {
     rss: RssReader,
     /// When the next timer tick is due, Unix µs.
     next_cron_us: u64,
+    /// CLIENT ID → slab key, to route deliveries (pub/sub, woken blocked clients).
+    ids: HashMap<u64, usize>,
+    /// Scratch vector for draining the engine's deliveries.
+    deliveries: Vec<Delivery>,
 }
 
 impl EventLoop {
@@ -109,6 +114,8 @@ impl EventLoop {
             accept_retry: false,
             rss: RssReader::new(),
             next_cron_us: 0,
+            ids: HashMap::new(),
+            deliveries: Vec::new(),
         })
     }
 
@@ -125,7 +132,12 @@ impl EventLoop {
             let timeout = if !self.queued.is_empty() || self.accept_backlog {
                 Duration::ZERO
             } else {
-                Duration::from_micros(self.next_cron_us.saturating_sub(now))
+                // Wake for the next tick, or earlier for a blocked client's timeout.
+                let due = match self.engine.next_deadline_us() {
+                    Some(d) => d.min(self.next_cron_us),
+                    None => self.next_cron_us,
+                };
+                Duration::from_micros(due.saturating_sub(now))
             };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if interrupted(&e) {
@@ -168,6 +180,10 @@ impl EventLoop {
                 self.queued.clear();
             }
 
+            if self.engine.next_deadline_us().is_some_and(|d| now >= d) {
+                self.engine.timeouts(now);
+                self.route_deliveries();
+            }
             if now >= self.next_cron_us {
                 self.cron(now);
                 // Skip missed ticks after a stall instead of running them back to back.
@@ -179,6 +195,7 @@ impl EventLoop {
     /// One timer tick: engine background work, host figures, buffer housekeeping.
     fn cron(&mut self, now: u64) {
         self.engine.cron(now);
+        self.route_deliveries();
         if let Some(rss) = self.rss.rss_bytes() {
             self.engine.host.rss_bytes = rss;
         }
@@ -258,6 +275,7 @@ impl EventLoop {
             ..Client::default()
         };
         self.next_client_id += 1;
+        self.ids.insert(client.id, key);
         debug!("Accepted {} (id={})", client.addr, client.id);
         entry.insert(Conn::new(stream, client, &self.engine));
         self.engine.host.connected_clients = self.conns.len() as u64;
@@ -313,7 +331,13 @@ impl EventLoop {
                     continue;
                 }
                 Batch::Closing => break,
-                Batch::NeedInput => {}
+                Batch::Deliveries => {
+                    self.route_deliveries();
+                    continue;
+                }
+                // A parked client is still read (into its query buffer, bounded), so a peer
+                // that disconnects while blocked is noticed and its state freed.
+                Batch::NeedInput | Batch::Blocked => {}
             }
             if conn.peer_closed {
                 conn.closing = Some(CloseReason::PeerClosed);
@@ -386,8 +410,37 @@ impl EventLoop {
         self.conns[key].reply_verbatim(text.as_bytes());
     }
 
+    /// Appends the engine's queued deliveries to their connections' output, in order, and
+    /// queues those connections so the next pass flushes them (and, for a client just
+    /// unblocked, runs the requests it sent while parked). Deliveries for closed
+    /// connections are dropped.
+    fn route_deliveries(&mut self) {
+        if !self.engine.has_deliveries() {
+            return;
+        }
+        let mut deliveries = std::mem::take(&mut self.deliveries);
+        self.engine.take_deliveries(&mut deliveries);
+        for d in deliveries.drain(..) {
+            let Some(&key) = self.ids.get(&d.client_id) else {
+                continue;
+            };
+            let conn = &mut self.conns[key];
+            conn.push_output(&d.bytes);
+            if d.unblock {
+                conn.blocked = false;
+            }
+            if !conn.queued {
+                conn.queued = true;
+                self.queued.push(key);
+            }
+        }
+        self.deliveries = deliveries;
+    }
+
     fn close(&mut self, key: usize, why: Disconnect) {
         let mut conn = self.conns.remove(key);
+        self.ids.remove(&conn.client.id);
+        self.engine.client_closed(conn.client.id);
         let _ = self.poll.registry().deregister(&mut conn.stream);
         match &why {
             Disconnect::QueryBufLimit => warn!(

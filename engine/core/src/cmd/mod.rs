@@ -4,7 +4,13 @@
 //!   redis `db.c` / `expire.c`.
 //! - [`connection`]: per-connection commands (PING, ECHO, SELECT, HELLO, RESET, QUIT, CLIENT).
 //! - [`server`]: INFO, TIME, CONFIG and COMMAND (introspection generated from the table).
+//! - [`tx`]: MULTI / EXEC / DISCARD / WATCH / UNWATCH.
+//! - [`pubsub`]: SUBSCRIBE, PUBLISH, PUBSUB and keyspace notifications.
+//! - [`cluster`]: CLUSTER *, READONLY, READWRITE, ASKING.
 
+pub mod cluster;
 pub mod connection;
 pub mod keys;
+pub mod pubsub;
 pub mod server;
+pub mod tx;

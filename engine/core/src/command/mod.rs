@@ -57,11 +57,25 @@ impl CommandSpec {
     }
 }
 
-/// Looks up a command by name, any case, without allocating.
+/// Looks up a command by name, any case, without allocating: the name is lowercased into a
+/// stack buffer and binary-searched in [`COMMANDS`] (the generator sorts it by name).
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    lookup_index(name).map(|i| &COMMANDS[i])
+}
+
+/// Position of the command `name` (any case) in [`COMMANDS`].
+pub fn lookup_index(name: &[u8]) -> Option<usize> {
+    const MAX_NAME: usize = 32;
+    if name.len() > MAX_NAME {
+        return None;
+    }
+    let mut buf = [0u8; MAX_NAME];
+    let lower = &mut buf[..name.len()];
+    lower.copy_from_slice(name);
+    lower.make_ascii_lowercase();
     COMMANDS
-        .iter()
-        .find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+        .binary_search_by(|c| c.name.as_bytes().cmp(lower))
+        .ok()
 }
 
 #[cfg(test)]
@@ -77,5 +91,18 @@ mod tests {
         );
         assert!(lookup(b"config").unwrap().subcommand(b"GET").is_some());
         assert!(lookup(b"nosuch").is_none());
+        assert!(lookup(b"").is_none());
+        assert!(lookup(&[b'a'; 100]).is_none());
+    }
+
+    #[test]
+    fn table_is_sorted_for_binary_search() {
+        assert!(COMMANDS.windows(2).all(|w| w[0].name < w[1].name));
+        for c in COMMANDS {
+            assert!(std::ptr::eq(
+                lookup(c.name.to_uppercase().as_bytes()).unwrap(),
+                c
+            ));
+        }
     }
 }

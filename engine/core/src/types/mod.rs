@@ -4,16 +4,28 @@
 //! - [`string`]: strings (integer-encoded or raw bytes); GET/SET/INCR… handlers.
 //! - [`ldouble`]: 80-bit x87 long double arithmetic and Redis's formatting, for INCRBYFLOAT.
 
+pub mod hash;
 pub mod ldouble;
+pub mod list;
+pub mod set;
 pub mod string;
+pub mod zset;
 
+pub use hash::HashValue;
+pub use list::ListValue;
+pub use set::SetValue;
 pub use string::StrValue;
+pub use zset::ZSetValue;
 
-/// A stored value. Only strings exist so far; every command checks the type through
-/// `string::as_str` and friends so new types slot in without touching the keyspace.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A stored value. Every command checks the type through its type module's accessors, so
+/// the keyspace never looks inside a value.
+#[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     Str(StrValue),
+    List(ListValue),
+    Hash(HashValue),
+    Set(SetValue),
+    ZSet(ZSetValue),
 }
 
 impl Value {
@@ -21,6 +33,10 @@ impl Value {
     pub fn type_name(&self) -> &'static str {
         match self {
             Value::Str(_) => "string",
+            Value::List(_) => "list",
+            Value::Hash(_) => "hash",
+            Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
         }
     }
 
@@ -29,6 +45,10 @@ impl Value {
     pub fn mem_size(&self) -> usize {
         match self {
             Value::Str(s) => s.mem_size(),
+            Value::List(v) => v.mem_size(),
+            Value::Hash(v) => v.mem_size(),
+            Value::Set(v) => v.mem_size(),
+            Value::ZSet(v) => v.mem_size(),
         }
     }
 }

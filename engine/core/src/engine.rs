@@ -100,6 +100,12 @@ pub struct Engine {
     /// Output for other connections (pub/sub messages, woken blocked clients); see
     /// [`crate::Delivery`].
     pub(crate) deliveries: Vec<crate::Delivery>,
+    /// Parked clients of blocking commands.
+    pub(crate) blocking: crate::blocking::Blocking,
+    /// Channels and patterns with their subscribers.
+    pub(crate) pubsub: crate::cmd::pubsub::PubSub,
+    /// WATCHed keys.
+    pub(crate) watches: crate::cmd::tx::Watches,
 }
 
 impl Engine {
@@ -116,6 +122,9 @@ impl Engine {
             net: NetStats::default(),
             stats: Stats::default(),
             deliveries: Vec::new(),
+            blocking: Default::default(),
+            pubsub: Default::default(),
+            watches: Default::default(),
             handlers: Handlers::new(),
             run_id,
             used_memory_peak: crate::cmd::server::USED_MEMORY_STARTUP,

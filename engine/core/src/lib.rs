@@ -30,6 +30,7 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
+pub mod blocking;
 pub mod cmd;
 pub mod command;
 pub mod dispatch;
@@ -64,6 +65,12 @@ pub struct Client {
     pub last_cmd_us: u64,
     /// Name of the last command run (`get`, `client|list`), for CLIENT LIST `cmd=`.
     pub last_cmd: &'static str,
+    /// MULTI queue and WATCHed keys.
+    pub tx: cmd::tx::ClientTx,
+    /// Pub/sub subscriptions.
+    pub subs: cmd::pubsub::ClientSubs,
+    /// READONLY / ASKING flags.
+    pub cluster: cmd::cluster::ClientCluster,
 }
 
 /// What the server must do after `exec`, beyond sending the bytes written to `out`.

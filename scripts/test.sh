@@ -5,7 +5,10 @@
 #
 # 1. Installs what the tests need, only if missing (idempotent; root or sudo for apt-get):
 #    redis-server, redis-cli, redis-benchmark (differential and end-to-end tests) and
-#    nutcracker (benchmarks), and the wasm32-unknown-unknown target.
+#    nutcracker (benchmarks), and the wasm32-unknown-unknown target; the smart-client test
+#    clients into tests/cluster/ (project-local, git-ignored): redis-py in tests/cluster/.venv
+#    (pip, tests/cluster/requirements.txt) and ioredis in tests/cluster/node_modules
+#    (npm ci, tests/cluster/package-lock.json). Each is skipped when already installed.
 # 2. Builds the release binary and exports RECACHED_BIN=<abs path> for the tests in tests/.
 # 3. Runs every test of the workspace (`cargo test --workspace`).
 # 4. Checks that the pure crates build for wasm32 (the browser replica runs that code).
@@ -42,6 +45,24 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknow
     rustup target add wasm32-unknown-unknown
 fi
 cargo --version
+
+step "smart-client test clients (tests/cluster)"
+CLUSTER_DIR="$ROOT/tests/cluster"
+if ! "$CLUSTER_DIR/.venv/bin/python" -c 'import redis' 2>/dev/null \
+    || ! cmp -s "$CLUSTER_DIR/requirements.txt" "$CLUSTER_DIR/.venv/requirements.txt"; then
+    echo "installing redis-py into $CLUSTER_DIR/.venv"
+    python3 -m venv "$CLUSTER_DIR/.venv"
+    "$CLUSTER_DIR/.venv/bin/python" -m pip install -q -r "$CLUSTER_DIR/requirements.txt"
+    cp "$CLUSTER_DIR/requirements.txt" "$CLUSTER_DIR/.venv/requirements.txt"
+fi
+"$CLUSTER_DIR/.venv/bin/python" -c 'import redis; print("redis-py", redis.__version__)'
+if ! [ -d "$CLUSTER_DIR/node_modules/ioredis" ] \
+    || ! cmp -s "$CLUSTER_DIR/package-lock.json" "$CLUSTER_DIR/node_modules/.package-lock.json.installed"; then
+    echo "installing ioredis into $CLUSTER_DIR/node_modules"
+    (cd "$CLUSTER_DIR" && npm ci --no-audit --no-fund --silent)
+    cp "$CLUSTER_DIR/package-lock.json" "$CLUSTER_DIR/node_modules/.package-lock.json.installed"
+fi
+node -e 'console.log("ioredis", require(process.argv[1] + "/node_modules/ioredis/package.json").version)' "$CLUSTER_DIR"
 
 step "cargo build --release -p recached"
 cargo build --release -p recached

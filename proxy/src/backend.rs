@@ -59,16 +59,8 @@ pub struct Backend {
     pub addr: SocketAddr,
     /// `host:port` as configured (for messages).
     pub name: String,
-    pub stream: Option<TcpStream>,
+    pub wire: Wire,
     pub link: Link,
-    /// Requests not yet written: `out[out_pos..]`.
-    pub out: Vec<u8>,
-    pub out_pos: usize,
-    /// Replies not yet delivered: `rbuf[rstart..rend]`.
-    rbuf: Vec<u8>,
-    rstart: usize,
-    rend: usize,
-    scanner: FrameScanner,
     /// One entry per request written or queued, in order.
     pub inflight: VecDeque<Waiter>,
     backoff: Duration,
@@ -85,16 +77,10 @@ impl Backend {
             index,
             addr,
             name,
-            stream: None,
+            wire: Wire::new(),
             link: Link::Down {
                 retry_at: Instant::now(),
             },
-            out: Vec::new(),
-            out_pos: 0,
-            rbuf: vec![0; READ_CHUNK],
-            rstart: 0,
-            rend: 0,
-            scanner: FrameScanner::new(),
             inflight: VecDeque::new(),
             backoff: MIN_BACKOFF,
             unavailable,
@@ -109,27 +95,20 @@ impl Backend {
 
     /// Queues a request; the caller marks the backend dirty so it is written this iteration.
     pub fn send(&mut self, request: &[u8], waiter: Waiter) {
-        self.out.extend_from_slice(request);
+        self.wire.out.extend_from_slice(request);
         self.inflight.push_back(waiter);
     }
 
     /// Unwritten request bytes.
     pub fn unsent(&self) -> usize {
-        self.out.len() - self.out_pos
+        self.wire.unsent()
     }
 
     /// Starts a non-blocking connect. `queue`: see [`Link::Connecting`].
     pub fn connect(&mut self, registry: &Registry, token: Token, now: Instant, queue: bool) {
-        match TcpStream::connect(self.addr) {
-            Ok(mut stream) => {
-                if let Err(e) =
-                    registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
-                {
-                    log::warn!("instance {} ({}): register: {e}", self.index, self.name);
-                    self.schedule_retry(now);
-                    return;
-                }
-                self.stream = Some(stream);
+        match Wire::connect(self.addr, registry, token) {
+            Ok(stream) => {
+                self.wire.stream = Some(stream);
                 self.link = Link::Connecting { since: now, queue };
             }
             Err(e) => {
@@ -148,6 +127,91 @@ impl Backend {
 
     /// While connecting: `Ok(true)` once connected, `Ok(false)` if still in progress.
     pub fn finish_connect(&mut self) -> io::Result<bool> {
+        let done = self.wire.finish_connect()?;
+        if done {
+            self.link = Link::Up;
+            self.backoff = MIN_BACKOFF;
+        }
+        Ok(done)
+    }
+
+    /// Drops the connection: returns the waiters to answer with [`Self::unavailable`] and
+    /// schedules the next attempt (at once if the link had been up, else after the backoff).
+    pub fn fail(&mut self, registry: &Registry, now: Instant) -> VecDeque<Waiter> {
+        let was_up = self.link == Link::Up;
+        self.wire.close(registry);
+        if was_up {
+            self.backoff = MIN_BACKOFF;
+            self.link = Link::Down { retry_at: now };
+        } else {
+            self.schedule_retry(now);
+        }
+        std::mem::take(&mut self.inflight)
+    }
+
+    /// Writes queued requests until done or the socket is full.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.wire.flush()
+    }
+
+    /// Reads what the socket has. `Ok(false)`: the instance closed the connection.
+    pub fn read(&mut self) -> io::Result<bool> {
+        self.wire.read()
+    }
+
+    /// Calls `deliver(waiter, reply)` for each complete reply frame read so far.
+    /// `Err` for a malformed reply or a reply nobody asked for: the link must be dropped.
+    pub fn deliver_replies(
+        &mut self,
+        mut deliver: impl FnMut(Waiter, &[u8]),
+    ) -> Result<(), String> {
+        let inflight = &mut self.inflight;
+        self.wire.frames(|frame| {
+            let Some(w) = inflight.pop_front() else {
+                return Err("reply without a request".into());
+            };
+            deliver(w, frame);
+            Ok(())
+        })
+    }
+}
+
+/// The socket side of an instance connection (shared [`Backend`] or a client's dedicated
+/// connection, `crate::dedicated`): unsent requests, unparsed replies, the frame scanner.
+pub struct Wire {
+    pub stream: Option<TcpStream>,
+    /// Requests not yet written: `out[out_pos..]`.
+    pub out: Vec<u8>,
+    pub out_pos: usize,
+    /// Replies not yet delivered: `rbuf[rstart..rend]`.
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    scanner: FrameScanner,
+}
+
+impl Wire {
+    pub fn new() -> Self {
+        Wire {
+            stream: None,
+            out: Vec::new(),
+            out_pos: 0,
+            rbuf: vec![0; READ_CHUNK],
+            rstart: 0,
+            rend: 0,
+            scanner: FrameScanner::new(),
+        }
+    }
+
+    /// Starts a non-blocking connect to `addr`, registered for READABLE | WRITABLE.
+    pub fn connect(addr: SocketAddr, registry: &Registry, token: Token) -> io::Result<TcpStream> {
+        let mut stream = TcpStream::connect(addr)?;
+        registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)?;
+        Ok(stream)
+    }
+
+    /// While connecting: `Ok(true)` once connected, `Ok(false)` if still in progress.
+    pub fn finish_connect(&mut self) -> io::Result<bool> {
         let Some(stream) = &self.stream else {
             return Ok(false);
         };
@@ -157,8 +221,6 @@ impl Backend {
         match stream.peer_addr() {
             Ok(_) => {
                 let _ = stream.set_nodelay(true);
-                self.link = Link::Up;
-                self.backoff = MIN_BACKOFF;
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
@@ -166,10 +228,8 @@ impl Backend {
         }
     }
 
-    /// Drops the connection: returns the waiters to answer with [`Self::unavailable`] and
-    /// schedules the next attempt (at once if the link had been up, else after the backoff).
-    pub fn fail(&mut self, registry: &Registry, now: Instant) -> VecDeque<Waiter> {
-        let was_up = self.link == Link::Up;
+    /// Deregisters and drops the socket and forgets buffered bytes in both directions.
+    pub fn close(&mut self, registry: &Registry) {
         if let Some(mut s) = self.stream.take() {
             let _ = registry.deregister(&mut s);
         }
@@ -178,13 +238,11 @@ impl Backend {
         self.rstart = 0;
         self.rend = 0;
         self.scanner = FrameScanner::new();
-        if was_up {
-            self.backoff = MIN_BACKOFF;
-            self.link = Link::Down { retry_at: now };
-        } else {
-            self.schedule_retry(now);
-        }
-        std::mem::take(&mut self.inflight)
+    }
+
+    /// Unwritten request bytes.
+    pub fn unsent(&self) -> usize {
+        self.out.len() - self.out_pos
     }
 
     /// Writes queued requests until done or the socket is full.
@@ -250,11 +308,11 @@ impl Backend {
         }
     }
 
-    /// Calls `deliver(waiter, reply)` for each complete reply frame read so far.
-    /// `Err` for a malformed reply or a reply nobody asked for: the link must be dropped.
-    pub fn deliver_replies(
+    /// Calls `each(frame)` for each complete reply frame read so far, in order, stopping at
+    /// the first `Err` (which is returned, as is a malformed frame).
+    pub fn frames(
         &mut self,
-        mut deliver: impl FnMut(Waiter, &[u8]),
+        mut each: impl FnMut(&[u8]) -> Result<(), String>,
     ) -> Result<(), String> {
         loop {
             let buf = &self.rbuf[self.rstart..self.rend];
@@ -263,10 +321,7 @@ impl Backend {
             }
             match self.scanner.scan(buf) {
                 Ok(Some(len)) => {
-                    let Some(w) = self.inflight.pop_front() else {
-                        return Err("reply without a request".into());
-                    };
-                    deliver(w, &buf[..len]);
+                    each(&buf[..len])?;
                     self.rstart += len;
                 }
                 Ok(None) => break,

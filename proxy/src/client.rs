@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 use mio::net::TcpStream;
 use resp::RequestParser;
 
+use crate::dedicated::Lane;
 use crate::route::Session;
 use crate::split::{self, Merge};
 
@@ -226,6 +227,12 @@ pub struct Client {
     pub paused: bool,
     /// Listed in the loop's to-flush list this iteration.
     pub dirty: bool,
+    /// This client's dedicated instance connections: `(instance, id)` (`crate::dedicated`).
+    pub conns: Vec<(usize, usize)>,
+    /// Where its last forwarded request went (`crate::dedicated` "Lanes and ordering").
+    pub lane: Lane,
+    /// Paused until its pending replies are in, to switch lanes.
+    pub wait_lane: bool,
 }
 
 impl Client {
@@ -238,10 +245,16 @@ impl Client {
             rstart: 0,
             rend: 0,
             replies: Replies::default(),
-            session: Session { id, name: None },
+            session: Session {
+                id,
+                ..Session::default()
+            },
             read_closed: false,
             paused: false,
             dirty: false,
+            conns: Vec::new(),
+            lane: Lane::Shared,
+            wait_lane: false,
         }
     }
 

@@ -19,8 +19,17 @@
 //!
 //! # Tokens
 //!
-//! Clients: slab index (`< BACKEND_TOKEN_BASE`). Backend `i`: `BACKEND_TOKEN_BASE + i`.
-//! Listener: `usize::MAX - 1`.
+//! Clients: slab index (`< DEDICATED_TOKEN_BASE`). Dedicated connections
+//! (`crate::dedicated`): `DEDICATED_TOKEN_BASE + slab index`. Backend `i`:
+//! `BACKEND_TOKEN_BASE + i`. Listener: `usize::MAX - 1`.
+//!
+//! # Requests that need a dedicated connection
+//!
+//! [`handle`] takes each parsed request: an ordinary client goes straight to
+//! [`route::plan`]; a client in a transaction goes through [`crate::tx`], a subscribed one
+//! through [`crate::pubsub`]. A request for another lane than the client's last one
+//! ([`Lane`]) is left unparsed (`Flow::Wait`, the client paused with `wait_lane`) until the
+//! client's earlier replies are in, then parsed again.
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -29,15 +38,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mio::net::TcpListener;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Registry, Token};
 use resp::{Limits, RequestParser};
 
 use crate::backend::{Backend, CONNECT_TIMEOUT, Link};
 use crate::client::{Client, Replies, Waiter};
-use crate::route::{self, Args, Fleet, Plan};
+use crate::dedicated::{self, Dedicated, Incoming, Lane};
+use crate::pubsub::{self, Kind};
+use crate::route::{self, Args, Fleet, Plan, Session};
+use crate::split::Merge;
+use crate::tx::{self, Step};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const BACKEND_TOKEN_BASE: usize = usize::MAX / 2;
+const DEDICATED_TOKEN_BASE: usize = usize::MAX / 4;
 
 /// Most clients served at once; more are told so and closed (Redis `maxclients` default).
 const MAX_CLIENTS: usize = 10_000;
@@ -94,6 +108,9 @@ impl<T> Slab<T> {
             }
         }
     }
+    fn get(&self, i: usize) -> Option<&T> {
+        self.entries.get(i).and_then(|e| e.as_ref())
+    }
     fn get_mut(&mut self, i: usize) -> Option<&mut T> {
         self.entries.get_mut(i).and_then(|e| e.as_mut())
     }
@@ -110,11 +127,14 @@ pub struct Proxy {
     listener: TcpListener,
     clients: Slab<Client>,
     backends: Vec<Backend>,
+    /// Clients' dedicated instance connections (`crate::dedicated`).
+    dedicated: Slab<Dedicated>,
     fleet: Fleet,
     next_client_id: u64,
     /// Clients / backends with output to write at the end of this iteration.
     dirty_clients: Vec<usize>,
     dirty_backends: Vec<usize>,
+    dirty_dedicated: Vec<usize>,
     /// Clients whose input is parked behind a bound.
     paused: Vec<usize>,
     /// Clients to close at the end of this iteration.
@@ -144,10 +164,12 @@ impl Proxy {
             listener,
             clients: Slab::new(),
             backends,
+            dedicated: Slab::new(),
             fleet,
             next_client_id: 1,
             dirty_clients: Vec::new(),
             dirty_backends: Vec::new(),
+            dirty_dedicated: Vec::new(),
             paused: Vec::new(),
             to_close: Vec::new(),
             shutdown,
@@ -188,7 +210,17 @@ impl Proxy {
                             self.backend_event(i, event.is_writable());
                         }
                     }
+                    Token(t) if t >= DEDICATED_TOKEN_BASE => {
+                        self.dedicated_event(t - DEDICATED_TOKEN_BASE, event.is_writable());
+                    }
                     Token(t) => {
+                        if (event.is_read_closed() || event.is_error()) && self.awaits_dedicated(t)
+                        {
+                            // Like Redis, a client that hangs up is gone at once: a BLPOP
+                            // it left behind must not hold its connection open.
+                            self.to_close.push(t);
+                            continue;
+                        }
                         if event.is_readable() || event.is_read_closed() || event.is_error() {
                             self.client_readable(t);
                         }
@@ -217,7 +249,13 @@ impl Proxy {
             };
             wait = wait.min(due.saturating_duration_since(now));
         }
-        if !self.paused.is_empty() {
+        // Clients paused by a bound are retried soon; those waiting to switch lanes are
+        // resumed by the reply they wait for.
+        if self
+            .paused
+            .iter()
+            .any(|&t| self.clients.get(t).is_some_and(|c| !c.wait_lane))
+        {
             wait = wait.min(Duration::from_millis(10));
         }
         wait
@@ -350,6 +388,141 @@ impl Proxy {
                 _ => {}
             }
         }
+        if self.dedicated.len > 0 {
+            for id in 0..self.dedicated.entries.len() {
+                let late = self.dedicated.get(id).is_some_and(|d| {
+                    d.connecting
+                        .is_some_and(|since| now.duration_since(since) >= CONNECT_TIMEOUT)
+                });
+                if late {
+                    self.fail_dedicated(id, "connect timed out");
+                }
+            }
+        }
+    }
+
+    // ----- dedicated connections -----
+
+    fn dedicated_event(&mut self, id: usize, writable: bool) {
+        let Some(d) = self.dedicated.get_mut(id) else {
+            return;
+        };
+        if d.connecting.is_some() {
+            match d.wire.finish_connect() {
+                Ok(true) => {
+                    d.connecting = None;
+                    mark(&mut d.dirty, &mut self.dirty_dedicated, id);
+                }
+                Ok(false) => return,
+                Err(e) => {
+                    self.fail_dedicated(id, &format!("connect: {e}"));
+                    return;
+                }
+            }
+        }
+        let read = d.wire.read();
+        let delivered = self.deliver_dedicated(id);
+        match (read, delivered) {
+            (Ok(true), Ok(())) => {}
+            (Ok(false), _) => self.fail_dedicated(id, "connection closed by the instance"),
+            (Err(e), _) => self.fail_dedicated(id, &format!("read: {e}")),
+            (_, Err(e)) => self.fail_dedicated(id, &format!("bad reply: {e}")),
+        }
+        if let Some(d) = self.dedicated.get_mut(id)
+            && writable
+            && d.wire.unsent() > 0
+        {
+            mark(&mut d.dirty, &mut self.dirty_dedicated, id);
+        }
+    }
+
+    /// Hands replies read on dedicated connection `id` to their slots and relays messages.
+    fn deliver_dedicated(&mut self, id: usize) -> Result<(), String> {
+        let Proxy {
+            clients,
+            dedicated,
+            dirty_clients,
+            to_close,
+            ..
+        } = self;
+        let Some(d) = dedicated.get_mut(id) else {
+            return Ok(());
+        };
+        let (owner_token, owner_id) = (d.owner_token, d.owner_id);
+        d.incoming(|incoming| match incoming {
+            Incoming::Reply(w, reply) => deliver(clients, dirty_clients, w, reply),
+            Incoming::Message(frame) => {
+                let Some(c) = clients.get_mut(owner_token) else {
+                    return;
+                };
+                if c.id != owner_id {
+                    return;
+                }
+                c.replies.push_local(frame, false);
+                if c.replies.unsent() > dedicated::PUBSUB_OUTPUT_LIMIT
+                    || c.replies.pending_len() > MAX_PENDING
+                {
+                    log::warn!(
+                        "client {owner_id}: subscribed client is not reading its messages; \
+                         disconnecting it (over {} bytes)",
+                        dedicated::PUBSUB_OUTPUT_LIMIT
+                    );
+                    to_close.push(owner_token);
+                    return;
+                }
+                mark(&mut c.dirty, dirty_clients, owner_token);
+            }
+        })
+    }
+
+    /// Drops dedicated connection `id`: its in-flight requests get the instance's
+    /// unavailable error, and a client whose transaction or subscriptions lived on it is
+    /// disconnected after its pending replies (see `crate::dedicated`).
+    fn fail_dedicated(&mut self, id: usize, why: &str) {
+        let Some(mut d) = self.dedicated.remove(id) else {
+            return;
+        };
+        d.wire.close(self.poll.registry());
+        log::debug!(
+            "client {}: dedicated connection to instance {}: {why}",
+            d.owner_id,
+            d.instance
+        );
+        let error = self.backends[d.instance].unavailable.clone();
+        for e in d.inflight.drain(..) {
+            if let Some(w) = e.waiter {
+                deliver(&mut self.clients, &mut self.dirty_clients, w, &error);
+            }
+        }
+        let Some(c) = self.clients.get_mut(d.owner_token) else {
+            return;
+        };
+        if c.id != d.owner_id {
+            return;
+        }
+        c.conns.retain(|&(_, cid)| cid != id);
+        if c.session.subs.active() || c.session.tx.pinned == Some(d.instance) {
+            log::warn!(
+                "client {}: lost its dedicated connection to instance {} ({why}); \
+                 closing it (its transaction or subscriptions are gone)",
+                d.owner_id,
+                d.instance
+            );
+            c.replies.push_local(b"", true);
+            c.rstart = c.rend;
+            c.read_closed = true;
+            mark(&mut c.dirty, &mut self.dirty_clients, d.owner_token);
+        }
+    }
+
+    /// Whether client `token` has a request in flight on a dedicated connection or is
+    /// subscribed (so a hang-up must close it now, not after its replies).
+    fn awaits_dedicated(&self, token: usize) -> bool {
+        self.clients.get(token).is_some_and(|c| {
+            !c.conns.is_empty()
+                && (c.session.subs.active()
+                    || (c.lane != Lane::Shared && c.replies.pending_len() > 0))
+        })
     }
 
     // ----- clients -----
@@ -402,10 +575,13 @@ impl Proxy {
             .iter()
             .any(|b| b.unsent() > BACKEND_HIGH_WATER);
         let Proxy {
+            poll,
             clients,
             backends,
+            dedicated,
             fleet,
             dirty_backends,
+            dirty_dedicated,
             dirty_clients,
             paused,
             ..
@@ -424,15 +600,34 @@ impl Proxy {
             paused: is_paused,
             dirty,
             read_closed,
+            conns,
+            lane,
+            wait_lane,
             ..
         } = c;
-        let out_before = replies.unsent();
+        let mut ctx = Ctx {
+            registry: poll.registry(),
+            backends,
+            dedicated,
+            fleet,
+            dirty_backends,
+            dirty_dedicated,
+        };
+        let mut me = Me {
+            token,
+            id: *id,
+            replies,
+            session,
+            conns,
+            lane,
+        };
+        let out_before = me.replies.unsent();
         loop {
             if *rstart == *rend {
                 break;
             }
-            if replies.pending_len() >= MAX_PENDING
-                || replies.unsent() >= OUTPUT_HIGH_WATER
+            if me.replies.pending_len() >= MAX_PENDING
+                || me.replies.unsent() >= OUTPUT_HIGH_WATER
                 || congested
             {
                 if !*is_paused {
@@ -448,7 +643,7 @@ impl Proxy {
                 Err(e) => {
                     let mut reply = Vec::new();
                     e.write_reply(&mut reply);
-                    replies.push_local(&reply, true);
+                    me.replies.push_local(&reply, true);
                     *rstart = *rend;
                     *read_closed = true;
                     break;
@@ -460,7 +655,6 @@ impl Proxy {
                     parser: &*parser,
                     buf,
                 };
-                let plan = route::plan(&args, session, fleet);
                 // Inline requests are re-encoded: backends always get multibulk.
                 let encoded;
                 let raw: &[u8] = if raw.first() == Some(&b'*') {
@@ -469,25 +663,27 @@ impl Proxy {
                     encoded = encode_args(&args);
                     &encoded
                 };
-                let flow = execute(
-                    plan,
-                    raw,
-                    *id,
-                    token,
-                    replies,
-                    backends,
-                    fleet,
-                    dirty_backends,
-                );
-                if flow == Flow::StopReading {
-                    *rstart = *rend;
-                    *read_closed = true;
-                    break;
+                match handle(&args, raw, &mut me, &mut ctx) {
+                    Flow::Continue => {}
+                    Flow::StopReading => {
+                        *rstart = *rend;
+                        *read_closed = true;
+                        break;
+                    }
+                    Flow::Wait => {
+                        // Parsed again once the earlier replies are in (resume_paused).
+                        *wait_lane = true;
+                        if !*is_paused {
+                            *is_paused = true;
+                            paused.push(token);
+                        }
+                        break;
+                    }
                 }
             }
             *rstart += consumed;
         }
-        if replies.unsent() != out_before && !*dirty {
+        if me.replies.unsent() != out_before && !*dirty {
             *dirty = true;
             dirty_clients.push(token);
         }
@@ -509,11 +705,15 @@ impl Proxy {
             let Some(c) = self.clients.get_mut(token) else {
                 continue;
             };
-            if c.replies.pending_len() >= MAX_PENDING || c.replies.unsent() >= OUTPUT_HIGH_WATER {
+            if c.replies.pending_len() >= MAX_PENDING
+                || c.replies.unsent() >= OUTPUT_HIGH_WATER
+                || (c.wait_lane && c.replies.pending_len() > 0)
+            {
                 self.paused.push(token);
                 continue;
             }
             c.paused = false;
+            c.wait_lane = false;
             self.client_readable(token);
         }
     }
@@ -558,6 +758,18 @@ impl Proxy {
                 self.fail_backend(i, &format!("write: {e}"), now);
             }
         }
+        for id in std::mem::take(&mut self.dirty_dedicated) {
+            let Some(d) = self.dedicated.get_mut(id) else {
+                continue;
+            };
+            d.dirty = false;
+            if d.connecting.is_some() {
+                continue; // written once the connect completes
+            }
+            if let Err(e) = d.wire.flush() {
+                self.fail_dedicated(id, &format!("write: {e}"));
+            }
+        }
         let clients = std::mem::take(&mut self.dirty_clients);
         for token in &clients {
             self.flush_client(*token);
@@ -571,6 +783,13 @@ impl Proxy {
             if let Some(mut c) = self.clients.remove(token) {
                 let _ = self.poll.registry().deregister(&mut c.stream);
                 // In-flight waiters for this client are dropped on delivery (id check).
+                // Its dedicated connections close with it: an instance unblocks a BLPOP
+                // and drops the subscriptions of a connection that is gone.
+                for (_, id) in c.conns {
+                    if let Some(mut d) = self.dedicated.remove(id) {
+                        d.wire.close(self.poll.registry());
+                    }
+                }
             }
         }
         self.fleet.clients = self.clients.len;
@@ -592,23 +811,320 @@ fn deliver(clients: &mut Slab<Client>, dirty_clients: &mut Vec<usize>, w: Waiter
     }
 }
 
-/// Carries out a routing plan for one request of client `token`.
-#[allow(clippy::too_many_arguments)]
-fn execute(
-    plan: Plan,
-    raw: &[u8],
-    client_id: u64,
+/// The proxy-wide state a request may touch (everything but the clients).
+struct Ctx<'a> {
+    registry: &'a Registry,
+    backends: &'a mut [Backend],
+    dedicated: &'a mut Slab<Dedicated>,
+    fleet: &'a mut Fleet,
+    dirty_backends: &'a mut Vec<usize>,
+    dirty_dedicated: &'a mut Vec<usize>,
+}
+
+/// The requesting client's state (its read buffer is borrowed by the request's args).
+struct Me<'a> {
     token: usize,
-    replies: &mut Replies,
-    backends: &mut [Backend],
-    fleet: &Fleet,
-    dirty_backends: &mut Vec<usize>,
+    id: u64,
+    replies: &'a mut Replies,
+    session: &'a mut Session,
+    conns: &'a mut Vec<(usize, usize)>,
+    lane: &'a mut Lane,
+}
+
+impl Me<'_> {
+    /// Switches to `lane` if the client may: its requests on another lane must all be
+    /// answered first (`crate::dedicated`, "Lanes and ordering"). `false`: wait.
+    fn enter_lane(&mut self, lane: Lane) -> bool {
+        if *self.lane != lane {
+            if self.replies.pending_len() > 0 {
+                return false;
+            }
+            *self.lane = lane;
+        }
+        true
+    }
+
+    fn waiter(&self, seq: u64, part: u32) -> Waiter {
+        Waiter {
+            token: self.token,
+            client_id: self.id,
+            seq,
+            part,
+        }
+    }
+}
+
+/// Decides and carries out one request of a client.
+fn handle<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Flow {
+    // Ordinary clients: one check, then the router.
+    if me.conns.is_empty() && !me.session.tx.active() {
+        let plan = route::plan(args, me.session, ctx.fleet);
+        return run_plan(plan, args, raw, me, ctx);
+    }
+    if args.arg(0).eq_ignore_ascii_case(b"reset") {
+        // RESET ends transactions, WATCH and subscriptions: their connections are closed
+        // once everything asked before is answered; the router then answers +RESET.
+        if me.replies.pending_len() > 0 {
+            return Flow::Wait;
+        }
+        for (_, id) in me.conns.drain(..) {
+            if let Some(mut d) = ctx.dedicated.remove(id) {
+                d.wire.close(ctx.registry);
+            }
+        }
+        me.session.tx = tx::Tx::default();
+        me.session.subs.clear();
+        *me.lane = Lane::Shared;
+    } else if me.session.subs.active() {
+        return subscribed(args, raw, me, ctx);
+    } else if me.session.tx.active() {
+        return in_transaction(args, raw, me, ctx);
+    }
+    let plan = route::plan(args, me.session, ctx.fleet);
+    run_plan(plan, args, raw, me, ctx)
+}
+
+/// A request of a client inside WATCH or MULTI ([`crate::tx`]).
+fn in_transaction<A: Args + ?Sized>(
+    args: &A,
+    raw: &[u8],
+    me: &mut Me<'_>,
+    ctx: &mut Ctx<'_>,
 ) -> Flow {
-    let n = backends.len();
+    // A lane switch can only have to wait while replies are pending; only then is the
+    // state kept to be restored.
+    let before = (me.replies.pending_len() > 0).then(|| me.session.tx.clone());
+    let step = me.session.tx.step(args, raw, &ctx.fleet.up);
+    let target = match &step {
+        Step::Send { instance, .. } | Step::ExecAbort { instance } => Some(*instance),
+        _ => None,
+    };
+    if let Some(i) = target
+        && !me.enter_lane(Lane::Dedicated(i))
+    {
+        if let Some(before) = before {
+            me.session.tx = before; // decided again once the lane is free
+        }
+        return Flow::Wait;
+    }
+    match step {
+        Step::Reply(bytes) => me.replies.push_local(&bytes, false),
+        Step::Quit => {
+            me.replies.push_local(b"+OK\r\n", true);
+            return Flow::StopReading;
+        }
+        Step::Route => {
+            let plan = route::plan(args, me.session, ctx.fleet);
+            // Between WATCH and MULTI, requests for the watched instance use its
+            // connection (no lane switch, and reads see what WATCH saw).
+            let plan = match plan {
+                Plan::Forward(i) if me.session.tx.pinned == Some(i) => Plan::Blocking(i),
+                other => other,
+            };
+            return run_plan(plan, args, raw, me, ctx);
+        }
+        Step::Send { instance, prelude } => match conn_for(instance, me, ctx) {
+            Ok(id) => {
+                let d = ctx.dedicated.get_mut(id).expect("just looked up");
+                d.pubsub = false;
+                for request in &prelude {
+                    d.send(request, None, 1);
+                }
+                let seq = me.replies.push_plain();
+                d.send(raw, Some(me.waiter(seq, 0)), 1);
+                mark(&mut d.dirty, ctx.dirty_dedicated, id);
+            }
+            Err(error) => {
+                me.session.tx.pin_failed();
+                me.replies.push_local(&error, false);
+            }
+        },
+        Step::ExecAbort { instance } => match conn_for(instance, me, ctx) {
+            Ok(id) => {
+                let d = ctx.dedicated.get_mut(id).expect("just looked up");
+                let seq = me
+                    .replies
+                    .push_parts(1, Merge::Fixed(tx::EXECABORT.to_vec()));
+                d.send(b"*1\r\n$7\r\nDISCARD\r\n", Some(me.waiter(seq, 0)), 1);
+                mark(&mut d.dirty, ctx.dirty_dedicated, id);
+            }
+            Err(_) => me.replies.push_local(tx::EXECABORT, false),
+        },
+    }
+    Flow::Continue
+}
+
+/// A request of a subscribed client ([`crate::pubsub`]).
+fn subscribed<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Flow {
+    let name = args.arg(0);
+    // Unknown commands and arity errors first, as Redis checks them first.
+    let known = engine_core::command::lookup(name)
+        .is_some_and(|spec| route::arity_ok(spec.arity, args.argc()));
+    if !known || name.eq_ignore_ascii_case(b"quit") {
+        let plan = route::plan(args, me.session, ctx.fleet);
+        return run_plan(plan, args, raw, me, ctx);
+    }
+    if let Some(kind) = Kind::from_name(name) {
+        return subscription(kind, args, me, ctx);
+    }
+    let arg = (args.argc() > 1).then(|| args.arg(1));
+    if let Some(reply) = pubsub::subscribed_mode_reply(name, arg) {
+        me.replies.push_local(&reply, false);
+    }
+    Flow::Continue
+}
+
+/// SUBSCRIBE / PSUBSCRIBE / UNSUBSCRIBE / PUNSUBSCRIBE.
+fn subscription<A: Args + ?Sized>(
+    kind: Kind,
+    args: &A,
+    me: &mut Me<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Flow {
+    let n = ctx.fleet.instances();
+    let names: Vec<&[u8]> = (1..args.argc()).map(|i| args.arg(i)).collect();
+    let nothing_to_send = matches!(kind, Kind::Unsubscribe | Kind::Punsubscribe)
+        && !me.session.subs.active();
+    if !nothing_to_send && !me.enter_lane(Lane::PubSub) {
+        return Flow::Wait;
+    }
+    for i in me.session.subs.instances_needed(kind, &names, n) {
+        if let Err(error) = conn_for(i, me, ctx) {
+            me.replies.push_local(&error, false);
+            return Flow::Continue;
+        }
+    }
+    let change = me.session.subs.apply(kind, &names, n);
+    if change.sends.is_empty() {
+        me.replies.push_local(&change.reply, false);
+        return Flow::Continue;
+    }
+    let seq = me
+        .replies
+        .push_parts(change.sends.len(), Merge::Fixed(change.reply));
+    for (part, send) in change.sends.iter().enumerate() {
+        let waiter = me.waiter(seq, part as u32);
+        let found = me.conns.iter().find(|(i, _)| *i == send.instance);
+        match found.and_then(|&(_, id)| Some((id, ctx.dedicated.get_mut(id)?))) {
+            Some((id, d)) => {
+                if matches!(kind, Kind::Subscribe | Kind::Psubscribe) {
+                    d.pubsub = true;
+                }
+                d.send(&send.request, Some(waiter), send.frames);
+                mark(&mut d.dirty, ctx.dirty_dedicated, id);
+            }
+            None => {
+                let error = &ctx.backends[send.instance].unavailable;
+                me.replies.fill(seq, part as u32, error);
+            }
+        }
+    }
+    Flow::Continue
+}
+
+/// The client's dedicated connection to `instance`, opened if it has none: its slab id,
+/// or the error reply (limits of `crate::dedicated`, instance down).
+fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize, Vec<u8>> {
+    if let Some(&(_, id)) = me.conns.iter().find(|(i, _)| *i == instance) {
+        return Ok(id);
+    }
+    let backend = &ctx.backends[instance];
+    if !backend.accepts() {
+        return Err(backend.unavailable.clone());
+    }
+    if me.conns.len() >= dedicated::MAX_PER_CLIENT {
+        return Err(dedicated::limit_error(true));
+    }
+    if ctx.dedicated.len >= dedicated::MAX_TOTAL {
+        return Err(dedicated::limit_error(false));
+    }
+    // The slab index is the token, so reserve the entry before registering.
+    let id = ctx.dedicated.free.last().copied().unwrap_or(ctx.dedicated.entries.len());
+    let token = Token(DEDICATED_TOKEN_BASE + id);
+    match Dedicated::connect(
+        instance,
+        backend.addr,
+        me.token,
+        me.id,
+        ctx.registry,
+        token,
+        Instant::now(),
+    ) {
+        Ok(d) => {
+            let got = ctx.dedicated.insert(d);
+            debug_assert_eq!(got, id);
+            me.conns.push((instance, id));
+            Ok(id)
+        }
+        Err(e) => {
+            log::warn!("instance {instance}: dedicated connection: {e}");
+            Err(backend.unavailable.clone())
+        }
+    }
+}
+
+/// Carries out a routing plan for one request of client `me`.
+fn run_plan<A: Args + ?Sized>(
+    plan: Plan,
+    args: &A,
+    raw: &[u8],
+    me: &mut Me<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Flow {
+    match plan {
+        Plan::Reply(bytes) => {
+            me.replies.push_local(&bytes, false);
+            Flow::Continue
+        }
+        Plan::ReplyThenClose(bytes) => {
+            me.replies.push_local(&bytes, true);
+            Flow::StopReading
+        }
+        Plan::Multi => {
+            me.session.tx.multi = true;
+            me.replies.push_local(b"+OK\r\n", false);
+            Flow::Continue
+        }
+        Plan::PubSub(kind) => subscription(kind, args, me, ctx),
+        Plan::Blocking(i) | Plan::Watch(i) => {
+            if !me.enter_lane(Lane::Dedicated(i)) {
+                return Flow::Wait;
+            }
+            match conn_for(i, me, ctx) {
+                Ok(id) => {
+                    if matches!(plan, Plan::Watch(_)) {
+                        me.session.tx.watching = true;
+                        me.session.tx.pinned = Some(i);
+                    }
+                    let d = ctx.dedicated.get_mut(id).expect("just looked up");
+                    d.pubsub = false;
+                    let seq = me.replies.push_plain();
+                    d.send(raw, Some(me.waiter(seq, 0)), 1);
+                    mark(&mut d.dirty, ctx.dirty_dedicated, id);
+                }
+                Err(error) => me.replies.push_local(&error, false),
+            }
+            Flow::Continue
+        }
+        shared => {
+            if !me.enter_lane(Lane::Shared) {
+                return Flow::Wait;
+            }
+            execute(shared, raw, me, ctx);
+            Flow::Continue
+        }
+    }
+}
+
+/// Carries out a plan on the shared backend connections.
+fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
+    let n = ctx.backends.len();
+    let (token, client_id) = (me.token, me.id);
+    let replies = &mut *me.replies;
     let mut send = |i: usize, request: &[u8], seq: u64, part: u32, replies: &mut Replies| {
         send_to(
-            backends,
-            dirty_backends,
+            ctx.backends,
+            ctx.dirty_backends,
             i,
             request,
             Waiter {
@@ -626,7 +1142,7 @@ fn execute(
             send(i, raw, seq, 0, replies);
         }
         Plan::ForwardAny => {
-            let i = fleet.up.iter().position(|&up| up).unwrap_or(0);
+            let i = ctx.fleet.up.iter().position(|&up| up).unwrap_or(0);
             let seq = replies.push_plain();
             send(i, raw, seq, 0, replies);
         }
@@ -651,13 +1167,13 @@ fn execute(
             let seq = replies.push_parts(1, merge);
             send(instance, &request, seq, 0, replies);
         }
-        Plan::Reply(bytes) => replies.push_local(&bytes, false),
-        Plan::ReplyThenClose(bytes) => {
-            replies.push_local(&bytes, true);
-            return Flow::StopReading;
-        }
+        Plan::Reply(_)
+        | Plan::ReplyThenClose(_)
+        | Plan::Blocking(_)
+        | Plan::Watch(_)
+        | Plan::Multi
+        | Plan::PubSub(_) => unreachable!("handled by run_plan"),
     }
-    Flow::Continue
 }
 
 /// Whether to keep parsing a client's input after a request.
@@ -666,6 +1182,16 @@ enum Flow {
     Continue,
     /// QUIT (or a protocol error): answer what is pending, then close.
     StopReading,
+    /// Leave the request unparsed until the client's earlier replies are in (lane switch).
+    Wait,
+}
+
+/// Adds `idx` to a to-flush list once per iteration.
+fn mark(dirty: &mut bool, list: &mut Vec<usize>, idx: usize) {
+    if !*dirty {
+        *dirty = true;
+        list.push(idx);
+    }
 }
 
 /// Queues `request` on backend `i`, or answers the slot at once if the instance is down.

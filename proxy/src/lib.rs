@@ -3,24 +3,42 @@
 //!
 //! ```text
 //!  clients ──► listener ──► Client (parser, reply slots) ──route──► Backend i (one shared,
-//!                ▲                       ▲                            pipelined connection)
-//!                └──── replies, in each client's request order ◄──────┘  FIFO per backend
+//!                ▲                       │                            pipelined connection)
+//!                │                       └─ blocking, WATCH/MULTI, ──► Dedicated (the client's
+//!                │                          SUBSCRIBE                  own connection to i)
+//!                └──── replies, in each client's request order ◄──────┘  FIFO per connection
 //! ```
 //!
 //! # Layout
 //!
 //! - [`route`]: what to do with one request (forward by key, split, fan out, answer locally,
-//!   refuse with `-ERR`), from the shared command table. Pure.
+//!   use a dedicated connection, refuse with `-ERR`), from the shared command table. Pure.
+//! - [`keys`]: key positions from the table's key specs, for commands with movable keys
+//!   (`numkeys` forms such as ZUNIONSTORE, LMPOP, BLMPOP, SINTERCARD). Pure.
 //! - [`split`]: splitting MGET/MSET/DEL/UNLINK/EXISTS/TOUCH by instance and merging replies
 //!   in key order; SCAN cursor encoding. Pure.
+//! - [`tx`]: WATCH / MULTI / EXEC / DISCARD / UNWATCH on one instance. Pure.
+//! - [`pubsub`]: a client's subscriptions, (un)subscribe requests per instance, the
+//!   confirmations the proxy writes. Pure.
 //! - `client`: a client connection and its queue of reply slots (ordering under pipelining).
-//! - `backend`: a backend connection, its in-flight FIFO and reconnect/backoff states.
+//! - `backend`: a shared backend connection, its in-flight FIFO and reconnect/backoff states;
+//!   `Wire`, the socket buffers it shares with dedicated connections.
+//! - `dedicated`: a client's own connection to one instance (blocking commands,
+//!   transactions, pub/sub), its limits, and the lane rule that keeps execution in order.
 //! - `event_loop`: the single-threaded mio loop tying them together.
 //!
 //! # Behaviour worth knowing
 //!
 //! - Unlike twemproxy, a command the proxy cannot route gets an `-ERR` naming it and the
 //!   connection stays open.
+//! - Multi-key commands run when all their keys live on one instance (hash tags make that
+//!   possible), else `-CROSSSLOT Keys in request don't hash to the same slot` (MGET, MSET,
+//!   DEL, UNLINK, EXISTS, TOUCH are split instead).
+//! - Blocking commands, transactions and subscriptions use a dedicated connection per
+//!   (client, instance), kept for the client's life and closed with it; at most
+//!   64 per client and 1024 in all (`-ERR` beyond). Transactions run on one instance: a
+//!   command for another gets `-CROSSSLOT` and EXEC then answers `-EXECABORT`.
+//!   Subscription counts are the client's channels plus patterns through the proxy.
 //! - An instance that is down makes requests for its keys fail fast with
 //!   `-ERR instance <i> (<host:port>) is unavailable`; other instances keep serving and the
 //!   proxy reconnects by itself (100 ms backoff doubling to 1 s).
@@ -30,9 +48,13 @@
 
 mod backend;
 mod client;
+mod dedicated;
 mod event_loop;
+pub mod keys;
+pub mod pubsub;
 pub mod route;
 pub mod split;
+pub mod tx;
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};

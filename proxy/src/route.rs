@@ -10,12 +10,18 @@
 //! |---|---|
 //! | one key (GET, SET, INCR, EXPIRE, …) | forward the original bytes to the key's instance |
 //! | MGET, DEL, UNLINK, EXISTS, TOUCH, MSET | one part per instance, merged in key order ([`crate::split`]); forwarded unsplit when every key is on one instance |
-//! | MSETNX, RENAME, RENAMENX, other multi-key | forwarded if every key is on one instance; else MSETNX gets an `-ERR` (it cannot be atomic across instances) and the others `-CROSSSLOT` |
+//! | MSETNX, RENAME, RENAMENX, SINTER, SMOVE, LMOVE, other multi-key | forwarded if every key is on one instance; else MSETNX gets an `-ERR` (it cannot be atomic across instances) and the others `-CROSSSLOT` |
+//! | movable keys (ZUNIONSTORE, ZINTER, SINTERCARD, LMPOP, ZMPOP, … with `numkeys`) | keys found from the table's key specs ([`crate::keys`]), then as above; a malformed `numkeys` is forwarded to any instance, which answers the syntax error |
+//! | blocking (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, BRPOPLPUSH) | keys on one instance → [`Plan::Blocking`]: the client's dedicated connection to it ([`crate::dedicated`]); else `-CROSSSLOT` |
+//! | WATCH, MULTI, EXEC, DISCARD, UNWATCH | [`Plan::Watch`] / [`Plan::Multi`], then [`crate::tx`] decides while the transaction lasts; EXEC/DISCARD without MULTI get Redis's errors |
+//! | SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE, PUNSUBSCRIBE | [`Plan::PubSub`]: [`crate::pubsub`] |
+//! | PUBLISH | forwarded to the channel's instance (channels are routed like keys) |
+//! | PUBSUB CHANNELS / NUMPAT | every instance: channels concatenated / the largest count (each proxy pattern subscription is held by every instance) ; NUMSUB forwarded when its channels share an instance |
 //! | PING, ECHO, QUIT, SELECT, HELLO, RESET, CLIENT SETNAME/GETNAME/ID/SETINFO | answered by the proxy |
 //! | DBSIZE, FLUSHALL, FLUSHDB, KEYS, RANDOMKEY, INFO | sent to every instance, merged |
 //! | SCAN | one instance at a time, the instance encoded in the cursor ([`crate::split::scan_cursor_decode`]) |
 //! | COMMAND, TIME, CONFIG GET | forwarded to the first instance that is up |
-//! | unknown, blocking, transactions, pub/sub, movable keys, other keyless | `-ERR` naming the command; the connection stays open |
+//! | unknown, WAIT, SSUBSCRIBE, other keyless | `-ERR` naming the command; the connection stays open |
 //!
 //! Arity is checked here with the table's arity and Redis's exact error text, so a malformed
 //! request never reaches key extraction.
@@ -46,6 +52,8 @@ use std::time::Instant;
 
 use engine_core::command::{self, CommandSpec};
 
+use crate::keys::{self, KeysError};
+use crate::pubsub;
 use crate::split::{self, Merge, Part, push_array_header, push_bulk};
 
 /// Argument access over a parsed request (the parser's ranges into the read buffer, or a
@@ -71,6 +79,10 @@ pub struct Session {
     pub id: u64,
     /// CLIENT SETNAME / HELLO SETNAME.
     pub name: Option<Vec<u8>>,
+    /// WATCH / MULTI state ([`crate::tx`]).
+    pub tx: crate::tx::Tx,
+    /// Channels and patterns subscribed to ([`crate::pubsub`]).
+    pub subs: pubsub::Subscriptions,
 }
 
 /// What routing needs to know about the proxy as a whole.
@@ -131,6 +143,15 @@ pub enum Plan {
     Reply(Cow<'static, [u8]>),
     /// Answer with these bytes, then close the connection (QUIT).
     ReplyThenClose(Cow<'static, [u8]>),
+    /// A blocking command whose keys are all on this instance: send it on the client's
+    /// dedicated connection to it.
+    Blocking(usize),
+    /// `WATCH` with every key on this instance: pin the client to it ([`crate::tx`]).
+    Watch(usize),
+    /// `MULTI`: the client enters a transaction ([`crate::tx`]).
+    Multi,
+    /// A subscription command ([`crate::pubsub`]).
+    PubSub(pubsub::Kind),
 }
 
 /// `-CROSSSLOT …`, Redis Cluster's text (PROTOCOL-NOTES b3).
@@ -155,8 +176,9 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         return Plan::Reply(arity_error(spec.name).into());
     }
     let n = fleet.instances();
-    // Hot path: exactly one key (GET, SET, INCR, …).
-    if spec.first_key > 0 && spec.first_key == spec.last_key {
+    // Hot path: exactly one key (GET, SET, INCR, …). ZUNIONSTORE and friends have the
+    // destination as their one legacy key and more keys after `numkeys` (movable keys).
+    if spec.first_key > 0 && spec.first_key == spec.last_key && !spec.has_flag("movablekeys") {
         return Plan::Forward(instance_of(args.arg(spec.first_key as usize), n));
     }
     match spec.name {
@@ -213,22 +235,112 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             }
         }
         "scan" => scan(args, n),
-        _ if spec.has_flag("blocking") => not_supported(
-            spec,
-            "blocking commands would stall the instance connection shared by all clients",
-        ),
-        "watch" | "unwatch" | "multi" | "exec" | "discard" => not_supported(
-            spec,
-            "transactions need a connection of their own to one instance",
-        ),
-        _ if spec.has_flag("movablekeys") => {
-            not_supported(spec, "its keys cannot be found from the command table")
-        }
-        _ if spec.first_key > 0 => match same_instance(args, spec, n) {
-            Some(i) => Plan::Forward(i),
-            None => reply_static(CROSSSLOT),
+        "multi" => Plan::Multi,
+        "exec" => reply_static(b"-ERR EXEC without MULTI\r\n"),
+        "discard" => reply_static(b"-ERR DISCARD without MULTI\r\n"),
+        "unwatch" => reply_static(b"+OK\r\n"),
+        "watch" => match keys_instance(spec, args, n) {
+            Ok(Some(i)) => Plan::Watch(i),
+            _ => reply_static(CROSSSLOT),
         },
+        "publish" => Plan::Forward(instance_of(args.arg(1), n)),
+        "pubsub" => pubsub_introspection(args, spec, n),
+        "subscribe" | "psubscribe" | "unsubscribe" | "punsubscribe" => {
+            Plan::PubSub(pubsub::Kind::from_name(spec.name.as_bytes()).expect("a subscription"))
+        }
+        _ if spec.has_flag("pubsub") => {
+            not_supported(spec, "sharded pub/sub is not relayed (use SUBSCRIBE)")
+        }
+        _ if spec.has_flag("blocking") => match keys_instance(spec, args, n) {
+            Ok(Some(i)) => Plan::Blocking(i),
+            Ok(None) => not_supported(spec, "it has no key to route by"),
+            Err(()) => reply_static(CROSSSLOT),
+        },
+        _ if spec.has_flag("movablekeys") || spec.first_key > 0 => {
+            match keys_instance(spec, args, n) {
+                Ok(Some(i)) => Plan::Forward(i),
+                // No key, or a malformed `numkeys`: any instance gives the right reply.
+                Ok(None) => Plan::ForwardAny,
+                Err(()) => reply_static(CROSSSLOT),
+            }
+        }
         _ => not_supported(spec, "it has no key to route by"),
+    }
+}
+
+/// The key argument positions of a request: the legacy `first_key`/`last_key`/`step`, or
+/// the key specs for commands with movable keys ([`crate::keys`]). PUBLISH's channel counts
+/// as its key (channels are routed like keys).
+pub fn request_keys<A: Args + ?Sized>(
+    spec: &CommandSpec,
+    args: &A,
+) -> Result<Vec<usize>, KeysError> {
+    if spec.has_flag("movablekeys") {
+        keys::key_positions(spec, args.argc(), |i| args.arg(i))
+    } else if spec.name == "publish" {
+        Ok(vec![1])
+    } else {
+        Ok(key_positions(spec, args.argc()).collect())
+    }
+}
+
+/// The one instance every key of the request lives on: `Ok(None)` without keys (or with
+/// a malformed `numkeys`), `Err(())` when they live on several.
+pub(crate) fn keys_instance<A: Args + ?Sized>(
+    spec: &CommandSpec,
+    args: &A,
+    n: usize,
+) -> Result<Option<usize>, ()> {
+    let Ok(positions) = request_keys(spec, args) else {
+        return Ok(None);
+    };
+    let mut owner = None;
+    for pos in positions {
+        let i = instance_of(args.arg(pos), n);
+        match owner {
+            None => owner = Some(i),
+            Some(o) if o != i => return Err(()),
+            Some(_) => {}
+        }
+    }
+    Ok(owner)
+}
+
+/// PUBSUB CHANNELS / NUMPAT / NUMSUB over the fleet.
+fn pubsub_introspection<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, n: usize) -> Plan {
+    let sub = args.arg(1);
+    let Some(sub_spec) = spec.subcommand(sub) else {
+        let mut out = b"-ERR unknown subcommand '".to_vec();
+        out.extend_from_slice(&sub[..sub.len().min(128)]);
+        out.extend_from_slice(b"'. Try PUBSUB HELP.");
+        sanitize_error(&mut out[1..]);
+        out.extend_from_slice(b"\r\n");
+        return Plan::Reply(out.into());
+    };
+    if !arity_ok(sub_spec.arity, args.argc()) {
+        return Plan::Reply(arity_error(sub_spec.name).into());
+    }
+    match sub_spec.short_name() {
+        "channels" => fan_out(Merge::Concat),
+        "numpat" => fan_out(Merge::Max),
+        "numsub" => {
+            let mut owner = None;
+            for i in 2..args.argc() {
+                let inst = instance_of(args.arg(i), n);
+                if owner.is_some_and(|o| o != inst) {
+                    return not_supported(
+                        sub_spec,
+                        "its channels live on different instances (ask one instance at a time)",
+                    );
+                }
+                owner = Some(inst);
+            }
+            match owner {
+                Some(i) => Plan::Forward(i),
+                None => reply_static(b"*0\r\n"),
+            }
+        }
+        _ => not_supported(sub_spec, "sharded pub/sub is not relayed"),
     }
 }
 
@@ -244,7 +356,7 @@ fn fan_out(merge: Merge) -> Plan {
 }
 
 /// Redis arity: `n > 0` exactly `n` arguments (with the name), `n < 0` at least `-n`.
-fn arity_ok(arity: i32, argc: usize) -> bool {
+pub(crate) fn arity_ok(arity: i32, argc: usize) -> bool {
     if arity >= 0 {
         argc == arity as usize
     } else {
@@ -662,7 +774,10 @@ mod tests {
         assert!(matches!(run(&[b"QUIT"], 2), Plan::ReplyThenClose(_)));
         let hello = reply(run(&[b"HELLO", b"2"], 2));
         assert!(hello.starts_with(b"*14\r\n$6\r\nserver\r\n"));
-        let mut session = Session { id: 7, name: None };
+        let mut session = Session {
+            id: 7,
+            ..Session::default()
+        };
         let mut f = fleet(2);
         assert_eq!(
             reply(plan(

@@ -58,6 +58,11 @@ pub enum Merge {
     AllOk,
     /// KEYS: the arrays concatenated (in instance order).
     Concat,
+    /// PUBSUB NUMPAT: the largest integer reply.
+    Max,
+    /// The reply is these bytes once every part answered without an error (pub/sub
+    /// confirmations written by the proxy, EXECABORT after the proxy's DISCARD).
+    Fixed(Vec<u8>),
     /// RANDOMKEY sent to every instance: the first non-nil key, starting with part `start`.
     AnyNonNil { start: usize },
     /// SCAN sent to one instance: rewrite the returned cursor (see [`scan_cursor_encode`]).
@@ -132,6 +137,20 @@ pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
             all_ok
         }
         Merge::Concat => merge_concat(replies, out),
+        Merge::Max => match replies.iter().map(|r| integer(r)).collect::<Option<Vec<i64>>>() {
+            Some(all) => {
+                out.push(b':');
+                let max = all.into_iter().max().unwrap_or(0);
+                out.extend_from_slice(itoa::Buffer::new().format(max).as_bytes());
+                out.extend_from_slice(b"\r\n");
+                true
+            }
+            None => false,
+        },
+        Merge::Fixed(bytes) => {
+            out.extend_from_slice(bytes);
+            true
+        }
         Merge::AnyNonNil { start } => merge_any_non_nil(*start, replies, out),
         Merge::Scan {
             instance,

@@ -39,6 +39,17 @@ pub struct FileConfig {
     pub engine_port_base: u16,
     /// Runtime directory: `recached.pid`, `state.toml`, `logs/`.
     pub dir: PathBuf,
+    /// Engines speak the Redis Cluster protocol (`-MOVED`, CLUSTER SLOTS, …) so smart clients
+    /// can skip the proxy; `false` = plain standalone engines (docs/cluster.md).
+    pub cluster: bool,
+    /// Explicit topology for fleets spanning machines: every instance as `host:port`, in
+    /// instance order, the same list on every machine. Empty = `engines` instances on
+    /// `bind:engine_port_base+i`. The supervisor starts only the nodes whose host is an
+    /// address of this machine.
+    pub nodes: Vec<String>,
+    /// Host the engines announce to cluster clients for the implicit topology (instead of
+    /// `bind`); empty = `bind`, and for a wildcard bind the address each client connected to.
+    pub announce_host: String,
     pub engine: EngineSection,
     pub supervisor: SupervisorSection,
 }
@@ -76,6 +87,9 @@ impl Default for FileConfig {
             proxy_port: 6380,
             engine_port_base: 6400,
             dir: PathBuf::from(DEFAULT_DIR),
+            cluster: true,
+            nodes: Vec::new(),
+            announce_host: String::new(),
             engine: EngineSection::default(),
             supervisor: SupervisorSection::default(),
         }
@@ -125,8 +139,66 @@ impl FileConfig {
         }
     }
 
+    /// The fleet topology: every instance as `host:port`, in instance order (what the engines
+    /// get as `--cluster-nodes`). Implicit: `engines` instances on `announce_host` (else
+    /// `bind`) at `engine_port_base + i`.
+    pub fn topology(&self) -> Vec<String> {
+        if !self.nodes.is_empty() {
+            return self.nodes.iter().map(|n| n.trim().to_string()).collect();
+        }
+        let host = if self.announce_host.trim().is_empty() {
+            self.bind.trim()
+        } else {
+            self.announce_host.trim()
+        };
+        (0..self.engine_count())
+            .map(|i| host_port(host, self.engine_port_base + i as u16))
+            .collect()
+    }
+
+    /// The engines this machine runs: `(instance index, listen address, port)`. Implicit
+    /// topology: all of them on `bind`. Explicit `nodes`: those whose host is an address of
+    /// this machine, listening on `bind` if that is a wildcard, else on the node's host.
+    pub fn local_engines(&self) -> Vec<(usize, String, u16)> {
+        if self.nodes.is_empty() {
+            return (0..self.engine_count())
+                .map(|i| (i, self.bind.clone(), self.engine_port_base + i as u16))
+                .collect();
+        }
+        let wildcard = engine_core::cmd::cluster::is_wildcard(self.bind.trim());
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| {
+                let (host, port) = engine_core::cmd::cluster::parse_node(n).ok()?;
+                is_local_host(&host).then(|| {
+                    let listen = if wildcard { self.bind.clone() } else { host };
+                    (i, listen, port)
+                })
+            })
+            .collect()
+    }
+
     /// Checks that do not fit the types: ranges, and ports that would collide.
     pub fn validate(&self) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::new();
+        for n in &self.nodes {
+            let (host, port) = engine_core::cmd::cluster::parse_node(n)?;
+            if engine_core::cmd::cluster::is_wildcard(&host) {
+                return Err(format!(
+                    "nodes: {n:?} needs the host clients reach it at, not a wildcard"
+                ));
+            }
+            if !seen.insert((host, port)) {
+                return Err(format!("nodes: {n:?} is listed twice"));
+            }
+        }
+        if self.nodes.len() > MAX_ENGINES {
+            return Err(format!("nodes: at most {MAX_ENGINES} entries"));
+        }
+        if self.announce_host.contains(char::is_whitespace) {
+            return Err("announce_host must be a host name or address".into());
+        }
         if !(1..=500).contains(&self.engine.hz) {
             return Err(format!(
                 "engine.hz must be between 1 and 500, got {}",
@@ -145,7 +217,7 @@ impl FileConfig {
         }
         let n = self.engine_count() as u32;
         let last = self.engine_port_base as u32 + n - 1;
-        if self.engine_port_base == 0 || last > u16::MAX as u32 {
+        if self.nodes.is_empty() && (self.engine_port_base == 0 || last > u16::MAX as u32) {
             return Err(format!(
                 "engine ports {}..={last} do not fit in 1..=65535",
                 self.engine_port_base
@@ -154,7 +226,9 @@ impl FileConfig {
         if self.proxy_port == 0 {
             return Err("proxy_port must not be 0".into());
         }
-        if (self.engine_port_base as u32..=last).contains(&(self.proxy_port as u32)) {
+        if self.nodes.is_empty()
+            && (self.engine_port_base as u32..=last).contains(&(self.proxy_port as u32))
+        {
             return Err(format!(
                 "proxy_port {} falls inside the engine ports {}..={last}",
                 self.proxy_port, self.engine_port_base
@@ -177,6 +251,25 @@ impl FileConfig {
 
 /// More engines than this is a typo, not a fleet (each one is a process with its own port).
 pub const MAX_ENGINES: usize = 1024;
+
+/// `host:port`, with brackets around an IPv6 address.
+pub fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Whether `host` names this machine: it resolves to an address a socket can be bound to
+/// here (binding port 0 succeeds on local addresses only; EADDRNOTAVAIL otherwise).
+pub fn is_local_host(host: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    (host, 0)
+        .to_socket_addrs()
+        .map(|mut addrs| addrs.any(|a| std::net::TcpListener::bind(a).is_ok()))
+        .unwrap_or(false)
+}
 
 /// Reads and validates the file, or returns the defaults when there is none.
 pub fn load(path: Option<&Path>) -> Result<FileConfig, String> {
@@ -301,5 +394,44 @@ mod tests {
         assert!(c.validate().is_err());
         let c = parse("engine_port_base = 65535\nengines = 2\n").unwrap();
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn topology_implicit_and_explicit() {
+        let c = parse("engines = 2\nengine_port_base = 7000\n").unwrap();
+        assert!(c.cluster);
+        assert_eq!(c.topology(), ["127.0.0.1:7000", "127.0.0.1:7001"]);
+        assert_eq!(
+            c.local_engines(),
+            [
+                (0, "127.0.0.1".to_string(), 7000),
+                (1, "127.0.0.1".to_string(), 7001)
+            ]
+        );
+        let c = parse("engines = 1\nbind = \"::1\"\nannounce_host = \"\"\n").unwrap();
+        assert_eq!(c.topology(), ["[::1]:6400"]);
+        let c = parse("engines = 1\nannounce_host = \"cache.example\"\n").unwrap();
+        assert_eq!(c.topology(), ["cache.example:6400"]);
+        // Explicit nodes: only the local ones are started (192.0.2.x is TEST-NET, never local).
+        let c = parse("nodes = [\"127.0.0.1:7000\", \"192.0.2.1:7000\", \"127.0.0.1:7001\"]\n")
+            .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.topology().len(), 3);
+        assert_eq!(
+            c.local_engines(),
+            [
+                (0, "127.0.0.1".to_string(), 7000),
+                (2, "127.0.0.1".to_string(), 7001)
+            ]
+        );
+        for bad in [
+            "nodes = [\"0.0.0.0:7000\"]\n",
+            "nodes = [\"a:1\", \"a:1\"]\n",
+            "nodes = [\"a\"]\n",
+            "cluster = false\nnodes = [\"a:0\"]\n",
+        ] {
+            assert!(parse(bad).unwrap().validate().is_err(), "{bad}");
+        }
+        assert!(!parse("cluster = false\n").unwrap().cluster);
     }
 }

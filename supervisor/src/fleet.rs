@@ -17,7 +17,10 @@
 //! 4. **Signals.** SIGTERM, SIGINT and SIGCHLD set flags and write a byte to a self-pipe
 //!    (signal-hook); the loop blocks on that pipe with a timeout, so a dead child is noticed
 //!    at once, not on the next poll tick.
-//! 5. **Children.** Engines i = 0..N on `engine_port_base + i`; once they accept connections
+//! 5. **Children.** Engines i = 0..N on `engine_port_base + i` (or, with an explicit `nodes`
+//!    topology, the nodes whose host is an address of this machine); in cluster mode each gets
+//!    the whole topology and its own index (`--cluster-nodes h:p,… --cluster-index i`, see
+//!    docs/cluster.md). Once they accept connections
 //!    (at most 10 s), the proxy with the engines as backends, so the proxy's first connect to
 //!    each backend succeeds instead of leaving it down for a reconnect backoff. Each child is
 //!    `current_exe()` re-executed with its role's flags
@@ -85,6 +88,9 @@ pub struct ChildState {
     /// `engine` or `proxy`.
     pub role: String,
     pub index: usize,
+    /// Listen address; absent in state files of older versions (then the fleet's `bind`).
+    #[serde(default)]
+    pub host: Option<String>,
     pub port: u16,
     /// Absent while the child waits for its restart.
     pub pid: Option<u32>,
@@ -143,20 +149,29 @@ pub fn start(args: StartArgs) -> Result<ExitCode> {
     let signals = Signals::install().map_err(|e| format!("signal handlers: {e}"))?;
     let mut sup = Supervisor::new(cfg, dir.clone(), exe, config_file, signals);
     log::info!(
-        "supervisor pid {} on {}: {} engines on {}:{}..{}, proxy on {}:{}",
+        "supervisor pid {} on {}: {} engines ({}) of a {}-instance {}, proxy on {}:{}",
         std::process::id(),
         dir.display(),
         sup.engine_count,
-        sup.cfg.bind,
-        sup.cfg.engine_port_base,
-        sup.cfg.engine_port_base as usize + sup.engine_count - 1,
+        sup.slots
+            .iter()
+            .filter(|s| s.role == Role::Engine)
+            .map(|s| config::host_port(&s.host, s.port))
+            .collect::<Vec<_>>()
+            .join(","),
+        sup.cfg.topology().len(),
+        if sup.cfg.cluster {
+            "cluster"
+        } else {
+            "fleet (standalone engines)"
+        },
         sup.cfg.bind,
         sup.cfg.proxy_port
     );
     sup.spawn_all();
     sup.readiness = Some(Readiness {
         deadline: Instant::now() + READY_TIMEOUT,
-        pending: sup.slots.iter().map(|s| s.port).collect(),
+        pending: sup.slots.iter().map(|s| (s.host.clone(), s.port)).collect(),
         pipe: ready_pipe,
     });
     sup.run();
@@ -169,13 +184,20 @@ pub fn start(args: StartArgs) -> Result<ExitCode> {
 
 /// Refuses ports already taken, before anything is spawned.
 fn check_ports_free(cfg: &FileConfig) -> Result<()> {
-    let n = cfg.engine_count();
-    let ports = (0..n)
-        .map(|i| cfg.engine_port_base + i as u16)
-        .chain(std::iter::once(cfg.proxy_port));
-    for port in ports {
-        TcpListener::bind((cfg.bind.as_str(), port))
-            .map_err(|e| format!("cannot listen on {}:{port}: {e}", cfg.bind))?;
+    let engines = cfg.local_engines();
+    if engines.is_empty() {
+        return Err(format!(
+            "none of the nodes {:?} is an address of this machine",
+            cfg.nodes
+        ));
+    }
+    let listeners = engines
+        .into_iter()
+        .map(|(_, host, port)| (host, port))
+        .chain(std::iter::once((cfg.bind.clone(), cfg.proxy_port)));
+    for (host, port) in listeners {
+        TcpListener::bind((host.as_str(), port))
+            .map_err(|e| format!("cannot listen on {host}:{port}: {e}"))?;
     }
     Ok(())
 }
@@ -354,7 +376,10 @@ impl Role {
 /// One supervised child slot: the process currently filling it, or when to start the next.
 struct Slot {
     role: Role,
+    /// Instance index in the topology (engines), 0 for the proxy.
     index: usize,
+    /// Listen address (`--bind`).
+    host: String,
     port: u16,
     child: Option<Child>,
     started: Instant,
@@ -387,8 +412,8 @@ struct Supervisor {
 /// The start-up readiness check (see `check_readiness`).
 struct Readiness {
     deadline: Instant,
-    /// Ports that have not accepted a connection yet.
-    pending: Vec<u16>,
+    /// Listeners (host, port) that have not accepted a connection yet.
+    pending: Vec<(String, u16)>,
     /// `--daemonize`: the parent waits for one byte, `1` ready or `0` not.
     pipe: Option<File>,
 }
@@ -401,11 +426,13 @@ impl Supervisor {
         config_file: Option<PathBuf>,
         signals: Signals,
     ) -> Supervisor {
-        let engine_count = cfg.engine_count();
-        let mut slots: Vec<Slot> = (0..engine_count)
-            .map(|i| Slot::new(Role::Engine, i, cfg.engine_port_base + i as u16))
+        let mut slots: Vec<Slot> = cfg
+            .local_engines()
+            .into_iter()
+            .map(|(i, host, port)| Slot::new(Role::Engine, i, host, port))
             .collect();
-        slots.push(Slot::new(Role::Proxy, 0, cfg.proxy_port));
+        let engine_count = slots.len();
+        slots.push(Slot::new(Role::Proxy, 0, cfg.bind.clone(), cfg.proxy_port));
         Supervisor {
             cfg,
             engine_count,
@@ -435,10 +462,17 @@ impl Supervisor {
         }
         self.write_state();
         let deadline = Instant::now() + READY_TIMEOUT;
-        let host = connect_host(&self.cfg.bind).to_string();
-        let mut pending: Vec<u16> = engines.iter().map(|&i| self.slots[i].port).collect();
+        let mut pending: Vec<(String, u16)> = engines
+            .iter()
+            .map(|&i| {
+                (
+                    connect_host(&self.slots[i].host).to_string(),
+                    self.slots[i].port,
+                )
+            })
+            .collect();
         while !pending.is_empty() && Instant::now() < deadline && !self.stopping() {
-            pending.retain(|&port| !accepts(&host, port));
+            pending.retain(|(host, port)| !accepts(host, *port));
             if !pending.is_empty() {
                 self.signals.wait(Duration::from_millis(20));
             }
@@ -467,15 +501,26 @@ impl Supervisor {
             "--port".into(),
             slot.port.to_string(),
             "--bind".into(),
-            self.cfg.bind.clone(),
+            slot.host.clone(),
         ];
+        if slot.role == Role::Engine && self.cfg.cluster {
+            args.push("--cluster-nodes".into());
+            args.push(self.cfg.topology().join(","));
+            args.push("--cluster-index".into());
+            args.push(slot.index.to_string());
+        }
         if slot.role == Role::Proxy {
-            let backends: Vec<String> = self
-                .slots
-                .iter()
-                .filter(|s| s.role == Role::Engine)
-                .map(|s| format!("{}:{}", connect_host(&self.cfg.bind), s.port))
-                .collect();
+            // The proxy routes over the whole topology, in instance order (the slot map's
+            // numbering): the local engines for an implicit topology, every node otherwise.
+            let backends: Vec<String> = if self.cfg.nodes.is_empty() {
+                self.slots
+                    .iter()
+                    .filter(|s| s.role == Role::Engine)
+                    .map(|s| config::host_port(connect_host(&s.host), s.port))
+                    .collect()
+            } else {
+                self.cfg.topology()
+            };
             args.push("--backends".into());
             args.push(backends.join(","));
         }
@@ -634,8 +679,8 @@ impl Supervisor {
         let Some(r) = self.readiness.as_mut() else {
             return;
         };
-        let host = connect_host(&self.cfg.bind).to_string();
-        r.pending.retain(|&port| !accepts(&host, port));
+        r.pending
+            .retain(|(host, port)| !accepts(connect_host(host), *port));
         let ready = r.pending.is_empty();
         if !ready && Instant::now() < r.deadline {
             return;
@@ -708,6 +753,7 @@ impl Supervisor {
                 .map(|s| ChildState {
                     role: s.role.name().into(),
                     index: s.index,
+                    host: Some(s.host.clone()),
                     port: s.port,
                     pid: s.child.as_ref().map(|c| c.id()),
                     state: if self.stopping() {
@@ -754,10 +800,11 @@ fn restart_delay(
 }
 
 impl Slot {
-    fn new(role: Role, index: usize, port: u16) -> Slot {
+    fn new(role: Role, index: usize, host: String, port: u16) -> Slot {
         Slot {
             role,
             index,
+            host,
             port,
             child: None,
             started: Instant::now(),
@@ -858,6 +905,7 @@ mod tests {
             children: vec![ChildState {
                 role: "engine".into(),
                 index: 0,
+                host: Some("127.0.0.1".into()),
                 port: 6400,
                 pid: None,
                 state: "restarting".into(),

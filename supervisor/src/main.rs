@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! recached server  --port P --bind ADDR [--config FILE]            one engine, foreground
+//!                  [--cluster-nodes H:P,H:P,… --cluster-index I] [--cluster-announce-host H]
 //! recached proxy   --port P --bind ADDR --backends H:P,H:P,… [--config FILE]
 //! recached start   [--config FILE] [--engines N] [--bind ADDR] [--proxy-port P]
 //!                  [--engine-port-base P] [--dir DIR] [--daemonize]   the supervisor
@@ -55,6 +56,8 @@ enum Command {
         /// TOML config file; its `[engine]` section supplies the engine settings.
         #[arg(long)]
         config: Option<PathBuf>,
+        #[command(flatten)]
+        cluster: ClusterArgs,
     },
     /// Run the sharding proxy in the foreground in front of any RESP servers.
     Proxy {
@@ -111,6 +114,22 @@ pub struct StartArgs {
     pub daemonize: bool,
 }
 
+/// Cluster topology flags of `recached server` (docs/cluster.md). Without them the engine is
+/// standalone, unless the config file has `cluster = true` and an explicit `nodes` list that
+/// contains this engine's port.
+#[derive(Args, Debug, Default, Clone)]
+pub struct ClusterArgs {
+    /// Every instance of the fleet as host:port, comma separated, in instance order.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub cluster_nodes: Vec<String>,
+    /// This engine's position in --cluster-nodes (0-based).
+    #[arg(long, requires = "cluster_nodes")]
+    pub cluster_index: Option<usize>,
+    /// Host announced for wildcard (0.0.0.0) nodes; default: the address the client connected to.
+    #[arg(long)]
+    pub cluster_announce_host: Option<String>,
+}
+
 /// Which fleet `stop`/`status` address: its data dir, given directly or through the config file.
 #[derive(Args, Debug, Default, Clone)]
 pub struct DirArgs {
@@ -126,7 +145,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let result = match cli.command {
-        Command::Server { port, bind, config } => run_server(port, bind, config),
+        Command::Server {
+            port,
+            bind,
+            config,
+            cluster,
+        } => run_server(port, bind, config, cluster),
         Command::Proxy {
             port,
             bind,
@@ -153,13 +177,50 @@ fn run_server(
     port: Option<u16>,
     bind: Option<String>,
     config: Option<PathBuf>,
+    cluster: ClusterArgs,
 ) -> Result<ExitCode> {
     let file = config::load(config.as_deref())?;
+    let port = port.unwrap_or(file.engine_port_base);
+    let bind = bind.unwrap_or(file.bind.clone());
+    let mut engine = file.engine_config();
+    if !cluster.cluster_nodes.is_empty() {
+        engine.cluster_nodes = cluster
+            .cluster_nodes
+            .iter()
+            .map(|n| n.trim().to_string())
+            .collect();
+        engine.cluster_index = match cluster.cluster_index {
+            Some(i) => i,
+            None if engine.cluster_nodes.len() == 1 => 0,
+            None => return Err("server: --cluster-nodes needs --cluster-index".into()),
+        };
+    } else if file.cluster && !file.nodes.is_empty() {
+        // By config: this engine is the node with its port (and, if several, its bind host).
+        let parsed: Vec<(String, u16)> = file
+            .nodes
+            .iter()
+            .filter_map(|n| engine_core::cmd::cluster::parse_node(n).ok())
+            .collect();
+        let mine: Vec<usize> = (0..parsed.len()).filter(|&i| parsed[i].1 == port).collect();
+        let index = match mine.as_slice() {
+            [i] => *i,
+            many => *many.iter().find(|&&i| parsed[i].0 == bind).ok_or_else(|| {
+                format!(
+                    "server: port {port} does not name one node of `nodes`; pass --cluster-index"
+                )
+            })?,
+        };
+        engine.cluster_nodes = file.nodes.clone();
+        engine.cluster_index = index;
+    }
+    engine.cluster_announce_host = cluster
+        .cluster_announce_host
+        .unwrap_or_else(|| file.announce_host.clone());
     let opts = recached_server::ServerOptions {
-        port: port.unwrap_or(file.engine_port_base),
-        bind: bind.unwrap_or(file.bind.clone()),
+        port,
+        bind,
         config_file: config.map(|p| std::fs::canonicalize(&p).unwrap_or(p)),
-        engine: file.engine_config(),
+        engine,
     };
     recached_server::run(opts).map_err(|e| format!("server: {e}"))?;
     Ok(ExitCode::SUCCESS)

@@ -115,8 +115,8 @@ pub fn status(args: &DirArgs, json: bool) -> Result<ExitCode> {
     }];
     let mut all_up = state.is_some();
     if let Some(state) = &state {
-        let host = connect_host(&state.bind);
         for c in &state.children {
+            let host = connect_host(c.host.as_deref().unwrap_or(&state.bind));
             let probe = if c.pid.is_some() {
                 probe(host, c.port)
             } else {

@@ -38,6 +38,11 @@ impl Call<'_> {
     pub fn w(&mut self) -> ReplyWriter<'_> {
         ReplyWriter::new(self.out, self.client.proto)
     }
+
+    /// The client and the output buffer at once (EXEC runs queued commands into `out`).
+    pub fn parts(&mut self) -> (&mut Client, &mut Vec<u8>) {
+        (self.client, self.out)
+    }
 }
 
 /// A command implementation. It writes its reply through [`Call::w`] or returns an error
@@ -92,6 +97,13 @@ pub fn handler_for(name: &str) -> Option<Handler> {
         "randomkey" => keys::randomkey,
         "dbsize" => keys::dbsize,
         "flushdb" | "flushall" => keys::flush,
+        "copy" => keys::copy,
+        "object|encoding" => keys::object_encoding,
+        "object|refcount" => keys::object_refcount,
+        "object|idletime" => keys::object_idletime,
+        "object|freq" => keys::object_freq,
+        "object|help" => keys::object_help,
+        "wait" => keys::wait,
         // connection
         "select" => conn::select,
         "ping" => conn::ping,
@@ -218,17 +230,20 @@ pub fn exec(
         Ok(x) => x,
         Err(err) => {
             e.stats.rejected_calls += 1;
+            crate::cmd::tx::flag_error(client);
             ReplyWriter::new(out, client.proto).error(&err.message());
             return Flow::Continue;
         }
     };
     if !arity_ok(spec, argv.len()) {
         e.stats.rejected_calls += 1;
-        ReplyWriter::new(out, client.proto).error(&crate::error::arity_message(spec.name));
+        let msg = crate::error::arity_message(spec.name);
+        reject(e, client, spec, &msg, out);
         return Flow::Continue;
     }
     let Some(handler) = handler else {
         e.stats.rejected_calls += 1;
+        crate::cmd::tx::flag_error(client);
         if !spec.name.contains('|') {
             // A table row whose handler is not written yet: as if the command did not exist.
             let err = CmdError::Other(unknown_command_message(argv));
@@ -243,18 +258,45 @@ pub fn exec(
         ReplyWriter::new(out, client.proto).error(&err.message());
         return Flow::Continue;
     };
+    // Cluster mode: a key owned by another instance gets -MOVED / -CROSSSLOT before anything
+    // runs or is queued (redis `processCommand` → `getNodeByQuery`). Standalone: a no-op.
+    // Inside MULTI the error also aborts the transaction (EXECABORT), as in Redis.
+    if !crate::cmd::cluster::redirect(e, client, spec, argv, out) {
+        e.stats.rejected_calls += 1;
+        crate::cmd::tx::flag_error(client);
+        return Flow::Continue;
+    }
     client.last_cmd = spec.name;
     client.last_cmd_us = now_us;
+    // Subscribed mode and MULTI queueing (redis `processCommand`); commands run by EXEC skip
+    // both, as Redis runs them through `call` directly.
+    if !client.tx.in_exec {
+        use crate::cmd::{pubsub, tx};
+        if pubsub::resp2_subscribed(client) && !pubsub::allowed_when_subscribed(spec.name) {
+            e.stats.rejected_calls += 1;
+            let msg = pubsub::subscribed_context_error(spec.name);
+            reject(e, client, spec, &msg, out);
+            return Flow::Continue;
+        }
+        if client.tx.in_multi() && !tx::runs_inside_multi(spec.name) {
+            match tx::queue(client, argv) {
+                Ok(()) => ReplyWriter::new(out, client.proto).simple(b"QUEUED"),
+                Err(err) => ReplyWriter::new(out, client.proto).error(&err.message()),
+            }
+            return Flow::Continue;
+        }
+    }
     e.stats.total_commands_processed += 1;
     let dirty_before = e.ks.dirty;
+    let reply_start = out.len();
     let mut call = Call {
-        client,
+        client: &mut *client,
         argv,
         now_us,
         now_ms: now_us / 1000,
         spec,
         flow: Flow::Continue,
-        out,
+        out: &mut *out,
     };
     if let Err(err) = handler(e, &mut call) {
         e.stats.failed_calls += 1;
@@ -265,5 +307,49 @@ pub fn exec(
         // snapshot scheduling hang off this counter.
         e.stats.dirty_commands += 1;
     }
-    call.flow
+    let flow = call.flow;
+    if !e.blocking.is_empty() {
+        // Parked clients waiting on keys this command wrote are served (blocking.rs).
+        crate::blocking::after_command(e, client, argv, e.ks.dirty != dirty_before, now_us);
+    }
+    if !client.tx.in_exec {
+        after_command(e, client, out, reply_start);
+    }
+    flow
+}
+
+/// A command refused before running (arity, subscribed mode): flags an open MULTI, and when
+/// the refused command is EXEC, discards the transaction with `EXECABORT … because of: <why>`
+/// (redis `rejectCommand` → `execCommandAbort`).
+fn reject(e: &mut Engine, client: &mut Client, spec: &CommandSpec, msg: &str, out: &mut Vec<u8>) {
+    crate::cmd::tx::flag_error(client);
+    if spec.name == "exec" {
+        let msg = crate::cmd::tx::exec_refused(e, client, msg);
+        ReplyWriter::new(out, client.proto).error(&msg);
+    } else {
+        ReplyWriter::new(out, client.proto).error(msg);
+    }
+}
+
+/// After a command (not one run inside EXEC): publishes the keyspace events the keyspace
+/// logged, turns changes of WATCHed keys into failed transactions, and moves pub/sub messages
+/// addressed to this very client in front of its reply (`reply_start`), where Redis 7.0 writes
+/// them (a RESP3 client subscribed to a channel it publishes to, or to its own keyspace events).
+fn after_command(e: &mut Engine, client: &mut Client, out: &mut Vec<u8>, reply_start: usize) {
+    crate::cmd::pubsub::flush_events(e);
+    crate::cmd::tx::process_touched(e);
+    crate::cmd::pubsub::sync_proto(e, client);
+    let id = client.id;
+    if e.deliveries.iter().any(|d| d.client_id == id && !d.unblock) {
+        let mut own = Vec::new();
+        e.deliveries.retain(|d| {
+            if d.client_id == id && !d.unblock {
+                own.extend_from_slice(&d.bytes);
+                false
+            } else {
+                true
+            }
+        });
+        out.splice(reply_start..reply_start, own);
+    }
 }

@@ -28,6 +28,15 @@ pub struct Config {
     pub maxmemory: u64,
     /// `maxmemory-policy` (one of `MAXMEMORY_POLICIES`). Stored and reported.
     pub maxmemory_policy: &'static str,
+    /// Cluster topology: every instance of the fleet as `host:port`, in instance order (the
+    /// slot map numbers them `0..n`). Empty = standalone (owns every key, CLUSTER disabled).
+    /// See `cmd::cluster` and docs/cluster.md.
+    pub cluster_nodes: Vec<String>,
+    /// This engine's position in `cluster_nodes`.
+    pub cluster_index: usize,
+    /// Host announced for nodes whose host is a wildcard (`0.0.0.0`); empty = the local
+    /// address of the asking client's connection.
+    pub cluster_announce_host: String,
 }
 
 /// Values `maxmemory-policy` accepts, in Redis's order (its error text lists them so).
@@ -52,6 +61,9 @@ impl Default for Config {
             timeout: 0,
             maxmemory: 0,
             maxmemory_policy: "noeviction",
+            cluster_nodes: Vec::new(),
+            cluster_index: 0,
+            cluster_announce_host: String::new(),
         }
     }
 }
@@ -106,11 +118,16 @@ pub struct Engine {
     pub(crate) pubsub: crate::cmd::pubsub::PubSub,
     /// WATCHed keys.
     pub(crate) watches: crate::cmd::tx::Watches,
+    /// The fleet topology and slot owners (standalone when empty).
+    pub(crate) cluster: crate::cmd::cluster::Cluster,
 }
 
 impl Engine {
     pub fn new(config: Config) -> Engine {
         let mut ks = Keyspace::new(config.hash_seed);
+        // An invalid topology is refused by the server before it gets here (it calls
+        // `Cluster::from_config` itself); a library user who passes one gets a standalone engine.
+        let cluster = crate::cmd::cluster::Cluster::from_config(&config).unwrap_or_default();
         let run_id = (0..3)
             .map(|_| format!("{:016x}", ks.next_random()))
             .collect::<String>()[..40]
@@ -125,6 +142,7 @@ impl Engine {
             blocking: Default::default(),
             pubsub: Default::default(),
             watches: Default::default(),
+            cluster,
             handlers: Handlers::new(),
             run_id,
             used_memory_peak: crate::cmd::server::USED_MEMORY_STARTUP,
@@ -161,20 +179,22 @@ impl Engine {
     /// The connection of `client_id` is gone: forget its subscriptions, parked command and
     /// transaction state, so nothing leaks and nothing is delivered to it.
     pub fn client_closed(&mut self, client_id: u64) {
-        let _ = client_id;
+        self.blocking.remove(client_id);
+        crate::cmd::tx::client_closed(self, client_id);
+        crate::cmd::pubsub::client_closed(self, client_id);
     }
 
     /// The earliest time (Unix µs) at which `cron` has something due for a parked client (a
     /// blocking command's timeout), so the server can wake up for it; `None` if nothing waits.
     pub fn next_deadline_us(&self) -> Option<u64> {
-        None
+        self.blocking.next_deadline_us()
     }
 
     /// Answers parked clients whose timeout has passed (a null reply, queued as a
     /// [`crate::Delivery`] with `unblock`). The server calls it when
     /// [`next_deadline_us`](Self::next_deadline_us) is due; `cron` need not.
     pub fn timeouts(&mut self, now_us: u64) {
-        let _ = now_us;
+        crate::blocking::timeouts(self, now_us);
     }
 
     pub fn cron(&mut self, now_us: u64) {
@@ -182,6 +202,9 @@ impl Engine {
             expire::active_cycle(&mut self.ks, now_us / 1000, expire::EXPIRE_KEYS_PER_CRON);
         self.stats.active_expired_keys += removed as u64;
         self.ks.lazy_free_step(expire::LAZY_FREE_PER_CRON);
+        // Keys the cycle expired: `expired` notifications and failed WATCHes.
+        crate::cmd::pubsub::flush_events(self);
+        crate::cmd::tx::process_touched(self);
         let used = crate::cmd::server::USED_MEMORY_STARTUP + self.ks.used_bytes() as u64;
         self.used_memory_peak = self.used_memory_peak.max(used);
         // Ops/sec over the last ≥ 100 ms (Redis averages 16 such samples).

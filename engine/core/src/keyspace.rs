@@ -29,6 +29,20 @@
 //! # Changes
 //! Every mutation bumps `dirty` (redis `server.dirty`), in this one place, so the dispatcher can
 //! tell whether a command changed anything.
+//!
+//! # Hooks (WATCH, keyspace notifications)
+//! - `watched`: keys some client WATCHes (kept by `cmd::tx`). A change of such a key appends it
+//!   to `touched` (redis `signalModifiedKey` / `touchAllWatchedKeysInDb`); `cmd::tx` drains it
+//!   after each command and each cron tick. Structural changes report themselves (a key stored,
+//!   deleted, expired, renamed, its TTL set or removed, a flush); an in-place change through
+//!   [`Keyspace::update`] is reported by the command's keyspace notification
+//!   (`cmd::pubsub::notify` calls [`Keyspace::signal_modified`]), because handlers may call
+//!   `update` and then find nothing to change (SREM of an absent member), which Redis does not
+//!   count. With no watched key the cost is one `is_empty` test per change.
+//! - `events`: keyspace events the keyspace itself causes (`expired` on lazy/active expiry,
+//!   `new` when a key is created, `keymiss` on a read miss), logged only for the kinds enabled
+//!   in `event_mask` (set by `notify-keyspace-events`), so nothing is allocated when disabled.
+//!   `cmd::pubsub` publishes them, before the command's own events (Redis's order).
 
 use indexmap::IndexMap;
 
@@ -77,6 +91,31 @@ pub struct KeyspaceStats {
 
 type Map = IndexMap<Box<[u8]>, Entry, foldhash::fast::FixedState>;
 
+/// A set of keys (the WATCHed keys).
+pub type KeySet = std::collections::HashSet<Box<[u8]>, foldhash::fast::FixedState>;
+
+/// A keyspace event the keyspace itself causes (see the module doc, *Hooks*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KsEvent {
+    /// A key was deleted because its TTL passed (lazy or active expiry).
+    Expired,
+    /// A key was created (redis `dbAdd`).
+    New,
+    /// A read found no key (redis `lookupKeyRead` miss).
+    Miss,
+}
+
+impl KsEvent {
+    /// Bit of this event in [`Keyspace::event_mask`].
+    pub const fn bit(self) -> u8 {
+        match self {
+            KsEvent::Expired => 1,
+            KsEvent::New => 2,
+            KsEvent::Miss => 4,
+        }
+    }
+}
+
 /// Owned remains of a flushed keyspace, freed a slice at a time by
 /// [`Keyspace::lazy_free_step`] (FLUSHALL ASYNC).
 pub type Graveyard = indexmap::map::IntoIter<Box<[u8]>, Entry>;
@@ -92,6 +131,14 @@ pub struct Keyspace {
     pub stats: KeyspaceStats,
     /// Flushed entries awaiting release (FLUSHALL/FLUSHDB ASYNC).
     graveyard: Vec<Graveyard>,
+    /// Keys some client WATCHes (maintained by `cmd::tx`).
+    pub watched: KeySet,
+    /// Watched keys changed since `cmd::tx` last looked (may repeat a key).
+    pub touched: Vec<Box<[u8]>>,
+    /// [`KsEvent::bit`]s to log into `events` (0 = none; set by `cmd::pubsub`).
+    pub event_mask: u8,
+    /// Logged keyspace events, oldest first (drained by `cmd::pubsub`).
+    pub events: Vec<(KsEvent, Box<[u8]>)>,
 }
 
 /// Bytes accounted for one entry.
@@ -119,7 +166,48 @@ impl Keyspace {
             dirty: 0,
             stats: KeyspaceStats::default(),
             graveyard: Vec::new(),
+            watched: Default::default(),
+            touched: Vec::new(),
+            event_mask: 0,
+            events: Vec::new(),
         }
+    }
+
+    /// Records a change of `key` for WATCH (redis `signalModifiedKey`).
+    #[inline]
+    fn touch(watched: &KeySet, touched: &mut Vec<Box<[u8]>>, key: &[u8]) {
+        if !watched.is_empty() && watched.contains(key) {
+            touched.push(key.into());
+        }
+    }
+
+    /// Reports a change of `key` to WATCH (see the module doc, *Hooks*).
+    #[inline]
+    pub fn signal_modified(&mut self, key: &[u8]) {
+        Self::touch(&self.watched, &mut self.touched, key);
+    }
+
+    /// [`touch`](Self::touch) for the entry at position `i`.
+    #[inline]
+    fn touch_at(&mut self, i: usize) {
+        if !self.watched.is_empty() {
+            let k = self.map.get_index(i).expect("position from a lookup").0;
+            Self::touch(&self.watched, &mut self.touched, k);
+        }
+    }
+
+    /// Logs `ev` for `key` if enabled (see the module doc, *Hooks*).
+    #[inline]
+    fn log_event(&mut self, ev: KsEvent, key: &[u8]) {
+        if self.event_mask & ev.bit() != 0 {
+            self.events.push((ev, key.into()));
+        }
+    }
+
+    /// Whether `key` is stored, without expiring it: `None` absent, `Some(true)` stored but
+    /// past its TTL, `Some(false)` live (redis `keyIsExpired`, for WATCH).
+    pub fn peek_expired(&self, key: &[u8], now_ms: u64) -> Option<bool> {
+        self.map.get(key).map(|e| Self::is_expired(e, now_ms))
     }
 
     /// Number of keys, including expired keys not yet reclaimed (like redis DBSIZE).
@@ -158,8 +246,7 @@ impl Keyspace {
     fn lookup(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
         let (i, _, e) = self.map.get_full(key)?;
         if Self::is_expired(e, now_ms) {
-            self.remove_at(i);
-            self.stats.expired_keys += 1;
+            self.expire_now(i);
             return None;
         }
         Some(i)
@@ -172,6 +259,7 @@ impl Keyspace {
             self.stats.keyspace_hits += 1;
         } else {
             self.stats.keyspace_misses += 1;
+            self.log_event(KsEvent::Miss, key);
         }
         r
     }
@@ -213,6 +301,7 @@ impl Keyspace {
     /// before (None = absent). Returns the key's position.
     pub fn set(&mut self, key: &[u8], value: Value, keep: Keep, existing: Option<usize>) -> usize {
         self.dirty += 1;
+        Self::touch(&self.watched, &mut self.touched, key);
         match existing {
             Some(i) => {
                 if keep == Keep::Nothing {
@@ -231,6 +320,7 @@ impl Keyspace {
                 };
                 self.used_bytes += entry_bytes(key, &e);
                 let (i, _) = self.map.insert_full(key.into(), e);
+                self.log_event(KsEvent::New, key);
                 i
             }
         }
@@ -244,6 +334,8 @@ impl Keyspace {
             vpos: NO_VPOS,
         };
         self.used_bytes += entry_bytes(&key, &e);
+        Self::touch(&self.watched, &mut self.touched, &key);
+        self.log_event(KsEvent::New, &key);
         let (i, _) = self.map.insert_full(key, e);
         if let Some(at) = expire_at {
             self.set_expire(i, at);
@@ -259,6 +351,7 @@ impl Keyspace {
             .swap_remove_index(i)
             .expect("position from a lookup");
         self.used_bytes -= entry_bytes(&k, &e);
+        Self::touch(&self.watched, &mut self.touched, &k);
         // The former last entry now sits at `i`: repoint its volatile slot first, so every
         // volatile slot names a valid position before `volatile` itself is compacted.
         if i < self.map.len() {
@@ -295,6 +388,7 @@ impl Keyspace {
     /// Sets the absolute expiry of the entry at `i`.
     pub fn set_expire(&mut self, i: usize, at_ms: u64) {
         self.dirty += 1;
+        self.touch_at(i);
         let (_, e) = self.map.get_index_mut(i).expect("position from a lookup");
         if e.expire_at.is_none() {
             e.vpos = self.volatile.len();
@@ -309,6 +403,7 @@ impl Keyspace {
         let had = self.persist_quiet(i);
         if had {
             self.dirty += 1;
+            self.touch_at(i);
         }
         had
     }
@@ -349,8 +444,9 @@ impl Keyspace {
 
     /// Deletes the expired entry at `i`, counting it as expired (active expiry, RANDOMKEY).
     pub fn expire_now(&mut self, i: usize) {
-        self.remove_at(i);
+        let (k, _) = self.remove_at(i);
         self.stats.expired_keys += 1;
+        self.log_event(KsEvent::Expired, &k);
     }
 
     /// A random volatile key's map position, or None when no key has a TTL.
@@ -432,6 +528,12 @@ impl Keyspace {
             Map::with_hasher(foldhash::fast::FixedState::with_seed(self.seed)),
         );
         self.dirty += old.len() as u64;
+        // redis `touchAllWatchedKeysInDb`: only watched keys that existed are touched.
+        for k in &self.watched {
+            if old.contains_key(k) {
+                self.touched.push(k.clone());
+            }
+        }
         self.volatile = Vec::new();
         self.used_bytes = 0;
         if lazy && !old.is_empty() {

@@ -39,7 +39,9 @@ pub struct ServerOptions {
     pub bind: String,
     /// The config file the settings came from, if any (INFO `config_file`).
     pub config_file: Option<PathBuf>,
-    /// Engine settings (CONFIG GET/SET names).
+    /// Engine settings (CONFIG GET/SET names), including the cluster topology
+    /// (`cluster_nodes`, `cluster_index`, `cluster_announce_host`; empty nodes = standalone;
+    /// flags `--cluster-nodes h:p,h:p --cluster-index i`). See docs/cluster.md.
     pub engine: engine_core::Config,
 }
 
@@ -70,12 +72,20 @@ fn listen_addr(bind: &str, port: u16) -> io::Result<SocketAddr> {
 /// Errors: the bind address does not resolve or cannot be bound (e.g. port in use), or the
 /// poller fails; each carries the address in its message.
 pub fn run(opts: ServerOptions) -> io::Result<()> {
+    // A bad topology is a start-up error, not a silently standalone engine.
+    let cluster = engine_core::cmd::cluster::Cluster::from_config(&opts.engine)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let addr = listen_addr(&opts.bind, opts.port)?;
     // mio sets SO_REUSEADDR and close-on-exec on the listener (and on accepted sockets).
     let listener = TcpListener::bind(addr)
         .map_err(|e| io::Error::new(e.kind(), format!("Could not bind {addr}: {e}")))?;
     let local = listener.local_addr()?;
 
+    let cluster_desc = format!(
+        "instance {} of {}",
+        opts.engine.cluster_index,
+        opts.engine.cluster_nodes.join(",")
+    );
     let mut engine_config = opts.engine;
     // A per-process random seed for the keyspace hasher, so clients cannot choose keys that
     // all collide (the reason Redis seeds siphash at start, `dictSetHashFunctionSeed`).
@@ -103,6 +113,11 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
         "recached engine pid={} listening on {local}",
         std::process::id()
     );
+    if cluster.enabled() {
+        info!("cluster mode: {cluster_desc}");
+    } else {
+        info!("standalone mode (no cluster topology)");
+    }
     info!("Ready to accept connections tcp on port {}", local.port());
     event_loop.run()
 }

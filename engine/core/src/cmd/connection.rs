@@ -17,6 +17,15 @@ pub const REDIS_VERSION: &str = "7.0.15";
 
 /// `PING [message]` → PONG | message.
 pub fn ping(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    if c.argv.len() <= 2 && crate::cmd::pubsub::resp2_subscribed(c.client) {
+        // RESP2 subscribed mode: `[pong, message|""]` (redis `pingCommand`).
+        let m = c.argv.get(1).copied().unwrap_or(b"");
+        let mut w = c.w();
+        w.array(2);
+        w.bulk(b"pong");
+        w.bulk(m);
+        return Ok(());
+    }
     match c.argv.len() {
         1 => c.w().simple(b"PONG"),
         2 => {
@@ -43,7 +52,9 @@ pub fn quit(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 /// `RESET` → RESET: back to RESP2, no name, database 0 (redis `clearClientConnectionState`).
-pub fn reset(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn reset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    crate::cmd::tx::reset_client(e, c.client);
+    crate::cmd::pubsub::reset_client(e, c.client);
     c.client.proto = Proto::Resp2;
     c.client.name = None;
     c.w().simple(b"RESET");
@@ -82,7 +93,7 @@ fn set_name(client: &mut Client, name: &[u8]) -> Result<(), CmdError> {
 }
 
 /// `HELLO [protover [AUTH username password] [SETNAME clientname]]` → server properties map.
-pub fn hello(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn hello(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let argv = c.argv;
     let mut ver = None;
     let mut j = 1;
@@ -127,6 +138,7 @@ pub fn hello(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         c.client.proto = if v == 3 { Proto::Resp3 } else { Proto::Resp2 };
     }
     let (id, proto) = (c.client.id as i64, c.client.proto.version());
+    let mode = crate::cmd::cluster::mode(e);
     let mut w = c.w();
     w.map(7);
     w.bulk(b"server");
@@ -138,7 +150,7 @@ pub fn hello(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     w.bulk(b"id");
     w.integer(id);
     w.bulk(b"mode");
-    w.bulk(b"standalone");
+    w.bulk(mode.as_bytes());
     w.bulk(b"role");
     w.bulk(b"master");
     w.bulk(b"modules");
@@ -272,11 +284,23 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
     } else {
         client.last_cmd
     };
+    // Flag letters in redis `catClientInfoString` order; `N` when none.
+    let mut flags = String::new();
+    if client.subs.count() > 0 {
+        flags.push('P');
+    }
+    if client.tx.in_multi() {
+        flags.push('x');
+    }
+    if flags.is_empty() {
+        flags.push('N');
+    }
+    let multi = client.tx.queued().map_or(-1, |n| n as i64);
     let mut s = String::with_capacity(256);
     let _ = write!(
         s,
-        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 \
-         multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
+        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={flags} db=0 sub={} psub={} \
+         ssub=0 multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
          tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
         client.id,
         client.addr,
@@ -285,6 +309,8 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
         name,
         age,
         idle,
+        client.subs.channels(),
+        client.subs.patterns(),
         cmd,
         client.proto.version()
     );

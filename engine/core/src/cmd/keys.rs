@@ -1,10 +1,15 @@
 //! Generic keyspace commands, with redis 7.0 `db.c` and `expire.c` semantics.
 //!
 //! DEL UNLINK EXISTS TOUCH TYPE EXPIRE PEXPIRE EXPIREAT PEXPIREAT (NX XX GT LT) TTL PTTL
-//! EXPIRETIME PEXPIRETIME PERSIST RENAME RENAMENX KEYS SCAN RANDOMKEY DBSIZE FLUSHDB FLUSHALL.
+//! EXPIRETIME PEXPIRETIME PERSIST RENAME RENAMENX KEYS SCAN RANDOMKEY DBSIZE FLUSHDB FLUSHALL
+//! COPY OBJECT WAIT.
+//!
+//! Keyspace notifications are raised where redis 7.0 raises them: `del`, `expire`, `persist`,
+//! `rename_from` + `rename_to`, `copy_to` (all class `g`); FLUSHALL/FLUSHDB raise none.
 
 use crate::Engine;
 use crate::args::{self, int_arg};
+use crate::cmd::pubsub::{class, notify};
 use crate::dispatch::Call;
 use crate::error::CmdError;
 use crate::glob;
@@ -14,7 +19,10 @@ use crate::glob;
 pub fn del(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut n = 0;
     for k in &c.argv[1..] {
-        n += i64::from(e.ks.delete(k, c.now_ms));
+        if e.ks.delete(k, c.now_ms) {
+            notify(e, class::GENERIC, "del", k);
+            n += 1;
+        }
     }
     c.w().integer(n);
     Ok(())
@@ -126,10 +134,13 @@ fn expire_generic(e: &mut Engine, c: &mut Call, base_ms: i64, unit: Unit) -> Res
         return Ok(());
     }
     // redis `checkAlreadyExpired`: a time not in the future deletes the key now.
+    let key = c.argv[1];
     if when <= c.now_ms as i64 {
         e.ks.remove_at(i);
+        notify(e, class::GENERIC, "del", key);
     } else {
         e.ks.set_expire(i, when as u64);
+        notify(e, class::GENERIC, "expire", key);
     }
     c.w().integer(1);
     Ok(())
@@ -214,6 +225,9 @@ pub fn persist(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         Some(i) => e.ks.persist(i),
         None => false,
     };
+    if n {
+        notify(e, class::GENERIC, "persist", c.argv[1]);
+    }
     c.w().integer(i64::from(n));
     Ok(())
 }
@@ -243,6 +257,8 @@ fn rename_generic(e: &mut Engine, c: &mut Call, nx: bool) -> Result<(), CmdError
         i
     };
     e.ks.rename(i, to, c.now_ms);
+    notify(e, class::GENERIC, "rename_from", from);
+    notify(e, class::GENERIC, "rename_to", to);
     if nx {
         c.w().integer(1)
     } else {
@@ -362,5 +378,184 @@ pub fn flush(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     };
     e.ks.flush(lazy);
     c.w().ok();
+    Ok(())
+}
+
+/// `COPY source destination [DB 0] [REPLACE]` → 1 if copied, 0 if the source is missing or
+/// the destination exists (without REPLACE); the TTL is copied too. Only database 0 exists:
+/// any other `DB` is `ERR DB index is out of range` (redis `copyCommand` with one database).
+pub fn copy(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let argv = c.argv;
+    let mut replace = false;
+    let mut j = 3;
+    while j < argv.len() {
+        if args::is(argv[j], "replace") {
+            replace = true;
+        } else if args::is(argv[j], "db") && j + 1 < argv.len() {
+            let db = int_arg(argv[j + 1])?;
+            if i32::try_from(db).is_err() {
+                // redis `getIntFromObjectOrReply`, its wording included.
+                return Err(CmdError::Static(
+                    "ERR value is out of range, value must between -2147483648 and 2147483647",
+                ));
+            }
+            if db != 0 {
+                return Err(CmdError::DbIndexOutOfRange);
+            }
+            j += 1;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        j += 1;
+    }
+    let (src, dst) = (argv[1], argv[2]);
+    if src == dst {
+        return Err(CmdError::Static(
+            "ERR source and destination objects are the same",
+        ));
+    }
+    let Some(i) = e.ks.lookup_read(src, c.now_ms) else {
+        c.w().integer(0);
+        return Ok(());
+    };
+    let value = e.ks.value(i).clone();
+    let expire_at = e.ks.expire_at(i);
+    if let Some(d) = e.ks.lookup_write(dst, c.now_ms) {
+        if !replace {
+            c.w().integer(0);
+            return Ok(());
+        }
+        // Redis deletes and re-adds, so the destination is a `new` key again.
+        e.ks.remove_at(d);
+    }
+    let d = e.ks.set(dst, value, crate::keyspace::Keep::Nothing, None);
+    if let Some(at) = expire_at {
+        e.ks.set_expire(d, at);
+    }
+    notify(e, class::GENERIC, "copy_to", dst);
+    c.w().integer(1);
+    Ok(())
+}
+
+/// The value at `key` for OBJECT (no hit/miss accounting, like redis `LOOKUP_NOTOUCH`), or a
+/// null reply when it is missing.
+fn object_lookup(e: &mut Engine, c: &mut Call) -> Option<usize> {
+    let found = e.ks.lookup_write(c.argv[2], c.now_ms);
+    if found.is_none() {
+        c.w().null();
+    }
+    found
+}
+
+/// OBJECT ENCODING of a value: what Redis 7.0 would report for the same data (see each type's
+/// `encoding`).
+fn encoding_of(v: &crate::types::Value) -> &'static str {
+    use crate::types::Value;
+    match v {
+        Value::Str(s) => s.encoding(),
+        Value::Hash(h) => h.encoding(),
+        Value::Set(s) => s.encoding(),
+        Value::ZSet(z) => z.encoding(),
+        // Redis 7.0 keeps every list in a quicklist.
+        Value::List(_) => "quicklist",
+    }
+}
+
+/// `OBJECT ENCODING key` → encoding name | nil.
+pub fn object_encoding(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    if let Some(i) = object_lookup(e, c) {
+        let enc = encoding_of(e.ks.value(i));
+        c.w().bulk(enc.as_bytes());
+    }
+    Ok(())
+}
+
+/// Whether integers 0..9999 are shared objects (redis `tryObjectEncoding`: not under an LRU or
+/// LFU eviction policy with a memory limit).
+fn shared_integers(e: &Engine) -> bool {
+    let p = e.config.maxmemory_policy;
+    e.config.maxmemory == 0 || !(p.ends_with("lru") || p.ends_with("lfu"))
+}
+
+/// `OBJECT REFCOUNT key` → 1, or 2147483647 for a shared integer 0..9999 (as Redis).
+pub fn object_refcount(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    if let Some(i) = object_lookup(e, c) {
+        let shared = matches!(
+            e.ks.value(i),
+            crate::types::Value::Str(crate::types::StrValue::Int(n)) if (0..10_000).contains(n)
+        ) && shared_integers(e);
+        c.w().integer(if shared { i32::MAX as i64 } else { 1 });
+    }
+    Ok(())
+}
+
+/// `OBJECT IDLETIME key` → seconds since last access. Access times are not tracked (that
+/// would cost a clock store per read), so this is always 0; under an LFU policy it is refused
+/// like Redis.
+pub fn object_idletime(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    if let Some(_i) = object_lookup(e, c) {
+        if e.config.maxmemory_policy.ends_with("lfu") {
+            return Err(CmdError::Static(
+                "ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.",
+            ));
+        }
+        c.w().integer(0);
+    }
+    Ok(())
+}
+
+/// `OBJECT FREQ key` → refused unless an LFU policy is set (Redis's text); then the initial
+/// LFU counter (5: frequencies are not tracked).
+pub fn object_freq(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    if let Some(_i) = object_lookup(e, c) {
+        if !e.config.maxmemory_policy.ends_with("lfu") {
+            return Err(CmdError::Static(
+                "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.",
+            ));
+        }
+        c.w().integer(5);
+    }
+    Ok(())
+}
+
+/// OBJECT HELP.
+pub fn object_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    const LINES: &[&str] = &[
+        "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "ENCODING <key>",
+        "    Return the kind of internal representation used in order to store the value",
+        "    associated with a <key>.",
+        "FREQ <key>",
+        "    Return the access frequency index of the <key>. The returned integer is",
+        "    proportional to the logarithm of the recent access frequency of the key.",
+        "IDLETIME <key>",
+        "    Return the idle time of the <key>, that is the approximated number of",
+        "    seconds elapsed since the last access to the key.",
+        "REFCOUNT <key>",
+        "    Return the number of references of the value associated with the specified",
+        "    <key>.",
+        "HELP",
+        "    Prints this help.",
+    ];
+    let mut w = c.w();
+    w.array(LINES.len());
+    for l in LINES {
+        w.simple(l.as_bytes());
+    }
+    Ok(())
+}
+
+/// `WAIT numreplicas timeout` → 0: an engine has no replicas, so no write is ever acknowledged
+/// (Redis would block until the timeout first when `numreplicas` > 0; answering at once is the
+/// useful behaviour here, as nothing could arrive).
+pub fn wait(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    int_arg(c.argv[1])?;
+    let timeout = args::parse_i64(c.argv[2]).ok_or(CmdError::Static(
+        "ERR timeout is not an integer or out of range",
+    ))?;
+    if timeout < 0 {
+        return Err(CmdError::Static("ERR timeout is negative"));
+    }
+    c.w().integer(0);
     Ok(())
 }

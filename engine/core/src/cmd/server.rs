@@ -114,7 +114,7 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("redis_git_sha1", &"00000000");
                 line("redis_git_dirty", &0);
                 line("redis_build_id", &"0");
-                line("redis_mode", &"standalone");
+                line("redis_mode", &crate::cmd::cluster::mode(e));
                 line("arch_bits", &(usize::BITS));
                 line("process_id", &e.host.pid);
                 line("process_supervised", &"no");
@@ -189,8 +189,8 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("evicted_keys", &0);
                 line("keyspace_hits", &e.ks.stats.keyspace_hits);
                 line("keyspace_misses", &e.ks.stats.keyspace_misses);
-                line("pubsub_channels", &0);
-                line("pubsub_patterns", &0);
+                line("pubsub_channels", &e.pubsub.channel_count());
+                line("pubsub_patterns", &e.pubsub.pattern_count());
                 line(
                     "total_error_replies",
                     &(st.rejected_calls + st.failed_calls),
@@ -206,7 +206,7 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("repl_backlog_active", &0);
             }
             "cluster" => {
-                line("cluster_enabled", &0);
+                line("cluster_enabled", &u8::from(crate::cmd::cluster::enabled(e)));
             }
             "keyspace" if !e.ks.is_empty() => {
                 let avg = e.ks.avg_ttl_ms(now_ms, 100);
@@ -333,8 +333,13 @@ const PARAMS: &[Param] = &[
         }),
     },
     Param {
+        name: "notify-keyspace-events",
+        get: |e| crate::cmd::pubsub::format_notify_flags(e.pubsub.notify_flags()),
+        set: Some(crate::cmd::pubsub::set_notify_flags),
+    },
+    Param {
         name: "cluster-enabled",
-        get: |_| "no".into(),
+        get: |e| if crate::cmd::cluster::enabled(e) { "yes" } else { "no" }.into(),
         set: None,
     },
 ];
@@ -437,11 +442,13 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         return Err(err);
     }
     let saved = e.config.clone();
+    let saved_notify = e.pubsub.notify_flags();
     for (p, (name, value)) in params.iter().zip(&pairs) {
         if let Some(set) = p.set
             && let Err(why) = set(e, value)
         {
             e.config = saved;
+            crate::cmd::pubsub::restore_notify_flags(e, saved_notify);
             return Err(fail(name, why));
         }
     }

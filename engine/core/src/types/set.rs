@@ -1,22 +1,910 @@
-//! The set type (redis `t_set.c`): the value's API first, then its commands. (Stub: to be written.)
+//! The set type (redis 7.0 `t_set.c`): the value's API first, then its commands.
+//!
+//! # Value
+//! A [`SetValue`] is an [`IndexSet`] of byte strings with the keyspace's kind of hasher
+//! (foldhash, seeded per set from the engine's PRNG). The dense vector gives O(1) random
+//! members (SPOP, SRANDMEMBER) and a SCAN cursor.
+//!
+//! - **Memory.** The set keeps its own byte count, `Σ (member + MEMBER_OVERHEAD)`, updated on
+//!   every change, so [`SetValue::mem_size`] is O(1).
+//! - **Encoding.** Redis 7.0 has two set encodings (listpack sets came in 7.2): an *intset*
+//!   while every member is an integer in `string2ll` form and there are at most
+//!   [`SET_MAX_INTSET_ENTRIES`] of them, else a *hashtable*, for good (`setTypeAdd`; verified on
+//!   redis-server 7.0.15: `SADD s a b` → `hashtable`). We track the same rule as a sticky flag,
+//!   for OBJECT ENCODING and for reply order: an intset is sorted by value, so an intset-encoded
+//!   set (and an intset-shaped result of SUNION/SINTER/SDIFF, which Redis builds from an empty
+//!   intset) replies in ascending numeric order, byte for byte like Redis; ≤ 512 members, so
+//!   the sort is cheap. A hashtable's order is unspecified in Redis.
+//! - **SCAN.** An intset answers everything in one call with cursor 0, as Redis does; a
+//!   hashtable uses the keyspace's downward cursor (`keyspace.rs`, *SCAN guarantee*: removal is
+//!   `swap_remove`, which only moves the last member down; inserts go to the top).
+//!
+//! # Commands
+//! SADD SREM SMEMBERS SISMEMBER SMISMEMBER SCARD SPOP SRANDMEMBER SMOVE SINTER SINTERCARD
+//! SUNION SDIFF SINTERSTORE SUNIONSTORE SDIFFSTORE SSCAN, with Redis 7.0.15's replies and
+//! errors (`tests/diff/sets.txt`). In RESP3, SMEMBERS/SINTER/SUNION/SDIFF and SPOP with a count
+//! reply with a set (`~`); SRANDMEMBER with a count with an array, as Redis 7.0 does. Multi-key
+//! commands check every key's type (7.0 semantics: `SINTER missing wrongtype` is WRONGTYPE).
+//! STORE forms overwrite a destination of any type and clear its TTL; an empty result deletes
+//! it. Emptied sets are deleted. Events: `sadd`, `srem`, `spop`, SMOVE → `srem` + `sadd`,
+//! `sinterstore`/`sunionstore`/`sdiffstore`, and `del` when a key goes.
+//!
+//! Random replies: SPOP/SRANDMEMBER draw from the keyspace's PRNG (`Keyspace::next_random`),
+//! never from the OS. A negative SRANDMEMBER count larger than
+//! [`RANDOM_REPLY_MAX`](super::hash::RANDOM_REPLY_MAX) is refused rather than streamed.
 
-use crate::dispatch::Handler;
+use foldhash::fast::FixedState;
+use indexmap::IndexSet;
+
+use crate::Engine;
+use crate::args::{self, int_arg};
+use crate::cmd::pubsub::{class, notify};
+use crate::dispatch::{Call, Handler};
+use crate::error::CmdError;
+use crate::glob;
+use crate::keyspace::Keep;
+use crate::types::Value;
+use crate::types::hash::{
+    check_random_reply_len, parse_random_count, parse_scan_opts, sample_distinct, scan_range,
+    write_scan_reply,
+};
+
+/// redis `set-max-intset-entries` (default): more integers convert an intset to a hashtable.
+pub const SET_MAX_INTSET_ENTRIES: usize = 512;
+/// Bytes accounted per member beyond its bytes: the entry (hash + boxed slice, 24 bytes) and
+/// its index slot (8).
+pub const MEMBER_OVERHEAD: usize = 32;
+
+type Members = IndexSet<Box<[u8]>, FixedState>;
 
 /// A stored set. Keeps its own byte count so [`mem_size`](Self::mem_size) is O(1).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct SetValue {
+    members: Members,
+    /// Accounted bytes (see the module doc, *Memory*).
     bytes: usize,
+    /// Still an intset (sticky once false, like Redis's encoding).
+    intset: bool,
+}
+
+impl Default for SetValue {
+    fn default() -> Self {
+        SetValue::new()
+    }
+}
+
+/// Equal members (order and encoding aside).
+impl PartialEq for SetValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.members == other.members
+    }
 }
 
 impl SetValue {
+    /// An empty set with an unseeded hasher (tests, snapshots); commands use
+    /// [`with_seed`](Self::with_seed).
+    pub fn new() -> SetValue {
+        SetValue::with_seed(0)
+    }
+
+    /// An empty set (an empty intset, as Redis's `createIntsetObject`) keyed by `seed`.
+    pub fn with_seed(seed: u64) -> SetValue {
+        SetValue {
+            members: Members::with_hasher(FixedState::with_seed(seed)),
+            bytes: 0,
+            intset: true,
+        }
+    }
+
+    /// Number of members (SCARD).
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    pub fn contains(&self, member: &[u8]) -> bool {
+        self.members.contains(member)
+    }
+
+    /// Adds `member`; returns true if it was new.
+    pub fn insert(&mut self, member: &[u8]) -> bool {
+        if self.members.contains(member) {
+            return false;
+        }
+        if self.intset
+            && (args::parse_i64(member).is_none() || self.members.len() >= SET_MAX_INTSET_ENTRIES)
+        {
+            self.intset = false;
+        }
+        self.bytes += member.len() + MEMBER_OVERHEAD;
+        self.members.insert(member.into());
+        true
+    }
+
+    /// Removes `member`; returns whether it was there.
+    pub fn remove(&mut self, member: &[u8]) -> bool {
+        match self.members.swap_take(member) {
+            Some(m) => {
+                self.bytes -= m.len() + MEMBER_OVERHEAD;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes and returns the member at position `i` (`0..len`); the last member moves
+    /// into `i`.
+    pub fn swap_remove_index(&mut self, i: usize) -> Option<Box<[u8]>> {
+        let m = self.members.swap_remove_index(i)?;
+        self.bytes -= m.len() + MEMBER_OVERHEAD;
+        Some(m)
+    }
+
+    /// The member at position `i`.
+    pub fn get_index(&self, i: usize) -> Option<&[u8]> {
+        self.members.get_index(i).map(|m| &**m)
+    }
+
+    /// Members in storage order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        self.members.iter().map(|m| &**m)
+    }
+
+    /// Members in Redis's reply order: ascending integers for an intset, storage order
+    /// otherwise.
+    pub fn ordered(&self) -> Vec<&[u8]> {
+        let mut v: Vec<&[u8]> = self.iter().collect();
+        if self.intset {
+            v.sort_by_key(|m| args::parse_i64(m).unwrap_or(0));
+        }
+        v
+    }
+
+    /// OBJECT ENCODING: `intset` or `hashtable` (Redis 7.0 names and thresholds).
+    pub fn encoding(&self) -> &'static str {
+        if self.intset { "intset" } else { "hashtable" }
+    }
+
     /// Payload bytes this value accounts for in `used_memory`, kept incrementally (O(1)).
     pub fn mem_size(&self) -> usize {
         self.bytes
     }
+
+    /// One SSCAN step: calls `f` for up to `count` members below `cursor` (0 = from the top)
+    /// and returns the next cursor (0 = done). An intset returns everything at once, sorted.
+    pub fn scan<'a>(&'a self, cursor: u64, count: usize, mut f: impl FnMut(&'a [u8])) -> u64 {
+        if self.intset {
+            for m in self.ordered() {
+                f(m);
+            }
+            return 0;
+        }
+        let (next, range) = scan_range(self.members.len(), cursor, count);
+        for i in range.rev() {
+            f(self.get_index(i).expect("in range"));
+        }
+        next
+    }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Commands
+// ---------------------------------------------------------------------------------------------
 
 /// Handlers of this type's commands, by table name.
 pub fn handler_for(name: &str) -> Option<Handler> {
-    let _ = name;
-    None
+    Some(match name {
+        "sadd" => sadd,
+        "srem" => srem,
+        "smembers" => smembers,
+        "sismember" => sismember,
+        "smismember" => smismember,
+        "scard" => scard,
+        "spop" => spop,
+        "srandmember" => srandmember,
+        "smove" => smove,
+        "sinter" => sinter,
+        "sintercard" => sintercard,
+        "sinterstore" => sinterstore,
+        "sunion" => sunion,
+        "sunionstore" => sunionstore,
+        "sdiff" => sdiff,
+        "sdiffstore" => sdiffstore,
+        "sscan" => sscan,
+        _ => return None,
+    })
+}
+
+/// The set inside `v`, or WRONGTYPE.
+pub fn as_set(v: &Value) -> Result<&SetValue, CmdError> {
+    match v {
+        Value::Set(s) => Ok(s),
+        _ => Err(CmdError::WrongType),
+    }
+}
+
+fn set_mut(v: &mut Value) -> &mut SetValue {
+    match v {
+        Value::Set(s) => s,
+        _ => unreachable!("type checked before the update"),
+    }
+}
+
+/// Looks `key` up for reading: `None` if missing, WRONGTYPE if not a set.
+fn read_set(e: &mut Engine, key: &[u8], now_ms: u64) -> Result<Option<usize>, CmdError> {
+    match e.ks.lookup_read(key, now_ms) {
+        Some(i) => {
+            as_set(e.ks.value(i))?;
+            Ok(Some(i))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Looks `key` up before a write: `None` if missing, WRONGTYPE if not a set.
+fn write_set(e: &mut Engine, key: &[u8], now_ms: u64) -> Result<Option<usize>, CmdError> {
+    match e.ks.lookup_write(key, now_ms) {
+        Some(i) => {
+            as_set(e.ks.value(i))?;
+            Ok(Some(i))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Positions of several keys, every one type-checked (`None` = missing). All keys are looked
+/// up once first so that expired ones are reclaimed before any position is taken (deleting
+/// an entry moves another, which would invalidate positions taken earlier).
+fn lookup_sets(
+    e: &mut Engine,
+    keys: &[&[u8]],
+    now_ms: u64,
+) -> Result<Vec<Option<usize>>, CmdError> {
+    for k in keys {
+        e.ks.lookup_write(k, now_ms);
+    }
+    keys.iter().map(|k| read_set(e, k, now_ms)).collect()
+}
+
+/// Writes `members` as a set reply (`~` in RESP3).
+fn write_members(c: &mut Call, members: &[&[u8]]) {
+    let mut w = c.w();
+    w.set(members.len());
+    for m in members {
+        w.bulk(m);
+    }
+}
+
+/// `SADD key member [member …]` → number of members added.
+pub fn sadd(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let key = c.argv[1];
+    let members = &c.argv[2..];
+    let add = |s: &mut SetValue| members.iter().filter(|m| s.insert(m)).count();
+    let added = match write_set(e, key, c.now_ms)? {
+        Some(i) => e.ks.update(i, |v| add(set_mut(v))),
+        None => {
+            let mut s = SetValue::with_seed(e.ks.next_random());
+            let n = add(&mut s);
+            e.ks.set(key, Value::Set(s), Keep::Nothing, None);
+            n
+        }
+    };
+    if added > 0 {
+        notify(e, class::SET, "sadd", key);
+    }
+    c.w().integer(added as i64);
+    Ok(())
+}
+
+/// `SREM key member [member …]` → number of members removed; deletes the key when emptied.
+pub fn srem(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let key = c.argv[1];
+    let Some(i) = write_set(e, key, c.now_ms)? else {
+        c.w().integer(0);
+        return Ok(());
+    };
+    let members = &c.argv[2..];
+    let (removed, empty) = e.ks.update(i, |v| {
+        let s = set_mut(v);
+        let mut removed = 0;
+        for m in members {
+            if s.remove(m) {
+                removed += 1;
+                if s.is_empty() {
+                    break;
+                }
+            }
+        }
+        (removed, s.is_empty())
+    });
+    if removed > 0 {
+        if empty {
+            e.ks.remove_at(i);
+        }
+        notify(e, class::SET, "srem", key);
+        if empty {
+            notify(e, class::GENERIC, "del", key);
+        }
+    }
+    c.w().integer(removed);
+    Ok(())
+}
+
+/// `SMEMBERS key` → set of members (Redis 7.0 runs it as a one-key SINTER).
+pub fn smembers(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let Some(i) = read_set(e, c.argv[1], c.now_ms)? else {
+        write_members(c, &[]);
+        return Ok(());
+    };
+    let members = as_set(e.ks.value(i))?.ordered();
+    write_members(c, &members);
+    Ok(())
+}
+
+/// `SISMEMBER key member` → 1 | 0.
+pub fn sismember(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let found = match read_set(e, c.argv[1], c.now_ms)? {
+        Some(i) => as_set(e.ks.value(i))?.contains(c.argv[2]),
+        None => false,
+    };
+    c.w().integer(found as i64);
+    Ok(())
+}
+
+/// `SMISMEMBER key member [member …]` → array of 1 | 0.
+pub fn smismember(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let pos = read_set(e, c.argv[1], c.now_ms)?;
+    let s = match pos {
+        Some(i) => Some(as_set(e.ks.value(i))?),
+        None => None,
+    };
+    let members = &c.argv[2..];
+    let mut w = c.w();
+    w.array(members.len());
+    for m in members {
+        w.integer(s.is_some_and(|s| s.contains(m)) as i64);
+    }
+    Ok(())
+}
+
+/// `SCARD key` → number of members.
+pub fn scard(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let n = match read_set(e, c.argv[1], c.now_ms)? {
+        Some(i) => as_set(e.ks.value(i))?.len(),
+        None => 0,
+    };
+    c.w().integer(n as i64);
+    Ok(())
+}
+
+/// `SPOP key [count]` → a removed random member | nil; with a count, a set of up to `count`
+/// distinct removed members. `value is out of range, must be positive` for a negative count.
+pub fn spop(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    match c.argv.len() {
+        2 => {}
+        3 => return spop_count(e, c),
+        _ => return Err(CmdError::Syntax),
+    }
+    let key = c.argv[1];
+    let Some(i) = write_set(e, key, c.now_ms)? else {
+        c.w().null();
+        return Ok(());
+    };
+    let len = as_set(e.ks.value(i))?.len();
+    let r = (e.ks.next_random() % len as u64) as usize;
+    let (member, empty) = e.ks.update(i, |v| {
+        let s = set_mut(v);
+        (s.swap_remove_index(r).expect("in range"), s.is_empty())
+    });
+    notify(e, class::SET, "spop", key);
+    if empty {
+        e.ks.remove_at(i);
+        notify(e, class::GENERIC, "del", key);
+    }
+    c.w().bulk(&member);
+    Ok(())
+}
+
+/// redis `spopWithCountCommand`.
+fn spop_count(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let l = int_arg(c.argv[2])?;
+    if l < 0 {
+        return Err(CmdError::Static(
+            "ERR value is out of range, must be positive",
+        ));
+    }
+    let count = l as u64;
+    let key = c.argv[1];
+    let Some(i) = write_set(e, key, c.now_ms)? else {
+        write_members(c, &[]);
+        return Ok(());
+    };
+    if count == 0 {
+        write_members(c, &[]);
+        return Ok(());
+    }
+    let size = as_set(e.ks.value(i))?.len();
+    notify(e, class::SET, "spop", key);
+    if count >= size as u64 {
+        // The whole set, in its reply order; then the key goes.
+        {
+            let members = as_set(e.ks.value(i))?.ordered();
+            write_members(c, &members);
+        }
+        e.ks.remove_at(i);
+        notify(e, class::GENERIC, "del", key);
+        return Ok(());
+    }
+    let mut positions = sample_distinct(size, count as usize, &mut || e.ks.next_random());
+    // Highest first: `swap_remove` moves the last member into the hole, and every position
+    // above the current one has already been taken out, so no chosen member moves.
+    positions.sort_unstable_by(|a, b| b.cmp(a));
+    let popped: Vec<Box<[u8]>> = e.ks.update(i, |v| {
+        let s = set_mut(v);
+        positions
+            .iter()
+            .map(|&p| s.swap_remove_index(p).expect("in range"))
+            .collect()
+    });
+    let refs: Vec<&[u8]> = popped.iter().map(|m| &**m).collect();
+    write_members(c, &refs);
+    Ok(())
+}
+
+/// `SRANDMEMBER key [count]` → a random member | nil; with a count, an array of distinct
+/// members (count ≥ 0) or of `|count|` members with repeats (count < 0).
+pub fn srandmember(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    match c.argv.len() {
+        2 => {}
+        3 => return srandmember_count(e, c),
+        _ => return Err(CmdError::Syntax),
+    }
+    let Some(i) = read_set(e, c.argv[1], c.now_ms)? else {
+        c.w().null();
+        return Ok(());
+    };
+    let len = as_set(e.ks.value(i))?.len();
+    let r = (e.ks.next_random() % len as u64) as usize;
+    let m = as_set(e.ks.value(i))?.get_index(r).expect("in range");
+    c.w().bulk(m);
+    Ok(())
+}
+
+/// redis `srandmemberWithCountCommand` (array replies in RESP2 and RESP3).
+fn srandmember_count(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let l = parse_random_count(c.argv[2])?;
+    let Some(i) = read_set(e, c.argv[1], c.now_ms)? else {
+        c.w().array(0);
+        return Ok(());
+    };
+    let size = as_set(e.ks.value(i))?.len();
+    let count = l.unsigned_abs();
+    let positions: Vec<usize> = if count == 0 {
+        Vec::new()
+    } else if l < 0 || count == 1 {
+        check_random_reply_len(count)?;
+        (0..count)
+            .map(|_| (e.ks.next_random() % size as u64) as usize)
+            .collect()
+    } else if count >= size as u64 {
+        let members = as_set(e.ks.value(i))?.ordered();
+        let mut w = c.w();
+        w.array(members.len());
+        for m in members {
+            w.bulk(m);
+        }
+        return Ok(());
+    } else {
+        sample_distinct(size, count as usize, &mut || e.ks.next_random())
+    };
+    let s = as_set(e.ks.value(i))?;
+    let mut w = c.w();
+    w.array(positions.len());
+    for p in positions {
+        w.bulk(s.get_index(p).expect("in range"));
+    }
+    Ok(())
+}
+
+/// `SMOVE source destination member` → 1 if moved, 0 if `source` lacks it. A missing source
+/// answers 0 before the destination's type is checked (Redis's order).
+pub fn smove(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let (src, dst, member) = (c.argv[1], c.argv[2], c.argv[3]);
+    // Expire both first so neither lookup moves the other's entry.
+    e.ks.lookup_write(src, c.now_ms);
+    e.ks.lookup_write(dst, c.now_ms);
+    let Some(si) = e.ks.lookup_write(src, c.now_ms) else {
+        c.w().integer(0);
+        return Ok(());
+    };
+    as_set(e.ks.value(si))?;
+    if let Some(di) = e.ks.lookup_write(dst, c.now_ms) {
+        as_set(e.ks.value(di))?;
+    }
+    if src == dst {
+        let found = as_set(e.ks.value(si))?.contains(member);
+        c.w().integer(found as i64);
+        return Ok(());
+    }
+    if !as_set(e.ks.value(si))?.contains(member) {
+        c.w().integer(0);
+        return Ok(());
+    }
+    let empty = e.ks.update(si, |v| {
+        let s = set_mut(v);
+        s.remove(member);
+        s.is_empty()
+    });
+    notify(e, class::SET, "srem", src);
+    if empty {
+        e.ks.remove_at(si);
+        notify(e, class::GENERIC, "del", src);
+    }
+    // Positions may have moved with the removal: look the destination up again.
+    let added = match e.ks.lookup_write(dst, c.now_ms) {
+        Some(di) => e.ks.update(di, |v| set_mut(v).insert(member)),
+        None => {
+            let mut s = SetValue::with_seed(e.ks.next_random());
+            s.insert(member);
+            e.ks.set(dst, Value::Set(s), Keep::Nothing, None);
+            true
+        }
+    };
+    if added {
+        notify(e, class::SET, "sadd", dst);
+    }
+    c.w().integer(1);
+    Ok(())
+}
+
+/// The set operations of SINTER/SUNION/SDIFF and their STORE forms.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SetOp {
+    Inter,
+    Union,
+    Diff,
+}
+
+impl SetOp {
+    fn store_event(self) -> &'static str {
+        match self {
+            SetOp::Inter => "sinterstore",
+            SetOp::Union => "sunionstore",
+            SetOp::Diff => "sdiffstore",
+        }
+    }
+}
+
+/// Counts the intersection of `sets`, stopping at `limit` (0 = no limit): the smallest set is
+/// walked and each member probed in the others (redis `sinterGenericCommand`).
+fn inter_card(sets: &[&SetValue], limit: usize) -> usize {
+    let Some(smallest) = sets.iter().min_by_key(|s| s.len()) else {
+        return 0;
+    };
+    let mut n = 0;
+    for m in smallest.iter() {
+        if sets.iter().all(|s| s.contains(m)) {
+            n += 1;
+            if limit != 0 && n >= limit {
+                break;
+            }
+        }
+    }
+    n
+}
+
+/// Computes `op` over `sets` (`None` = missing key = empty set) into a new set, built like
+/// Redis builds it (from an empty intset), so its encoding and reply order match.
+fn compute(op: SetOp, sets: &[Option<&SetValue>], seed: u64) -> SetValue {
+    let mut out = SetValue::with_seed(seed);
+    match op {
+        SetOp::Inter => {
+            if sets.iter().any(Option::is_none) {
+                return out;
+            }
+            let sets: Vec<&SetValue> = sets.iter().flatten().copied().collect();
+            let smallest = sets
+                .iter()
+                .min_by_key(|s| s.len())
+                .expect("at least one key");
+            for m in smallest.ordered() {
+                if sets.iter().all(|s| s.contains(m)) {
+                    out.insert(m);
+                }
+            }
+        }
+        SetOp::Union => {
+            for s in sets.iter().flatten() {
+                for m in s.iter() {
+                    out.insert(m);
+                }
+            }
+        }
+        SetOp::Diff => {
+            let Some(Some(first)) = sets.first() else {
+                return out;
+            };
+            let rest: Vec<&SetValue> = sets[1..].iter().flatten().copied().collect();
+            for m in first.iter() {
+                if !rest.iter().any(|s| s.contains(m)) {
+                    out.insert(m);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// SINTER/SUNION/SDIFF: `keys` → set reply.
+fn setop_reply(e: &mut Engine, c: &mut Call, op: SetOp) -> Result<(), CmdError> {
+    let keys = &c.argv[1..];
+    let pos = lookup_sets(e, keys, c.now_ms)?;
+    let seed = e.ks.next_random();
+    let sets: Vec<Option<&SetValue>> = pos
+        .iter()
+        .map(|p| p.map(|i| as_set(e.ks.value(i)).expect("type checked")))
+        .collect();
+    let result = compute(op, &sets, seed);
+    write_members(c, &result.ordered());
+    Ok(())
+}
+
+/// SINTERSTORE/SUNIONSTORE/SDIFFSTORE: `destination keys…` → size of the stored result.
+fn setop_store(e: &mut Engine, c: &mut Call, op: SetOp) -> Result<(), CmdError> {
+    let dst = c.argv[1];
+    let keys = &c.argv[2..];
+    let pos = lookup_sets(e, keys, c.now_ms)?;
+    let seed = e.ks.next_random();
+    let result = {
+        let sets: Vec<Option<&SetValue>> = pos
+            .iter()
+            .map(|p| p.map(|i| as_set(e.ks.value(i)).expect("type checked")))
+            .collect();
+        compute(op, &sets, seed)
+    };
+    let n = result.len();
+    if n > 0 {
+        // Overwrites a destination of any type and clears its TTL (redis `setKey`).
+        let existing = e.ks.lookup_write(dst, c.now_ms);
+        e.ks.set(dst, Value::Set(result), Keep::Nothing, existing);
+        notify(e, class::SET, op.store_event(), dst);
+    } else if e.ks.delete(dst, c.now_ms) {
+        notify(e, class::GENERIC, "del", dst);
+    }
+    c.w().integer(n as i64);
+    Ok(())
+}
+
+/// `SINTER key [key …]` → set of members in every key.
+pub fn sinter(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    setop_reply(e, c, SetOp::Inter)
+}
+
+/// `SUNION key [key …]` → set of members in any key.
+pub fn sunion(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    setop_reply(e, c, SetOp::Union)
+}
+
+/// `SDIFF key [key …]` → set of members of the first key in none of the others.
+pub fn sdiff(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    setop_reply(e, c, SetOp::Diff)
+}
+
+/// `SINTERSTORE destination key [key …]` → size of the stored intersection.
+pub fn sinterstore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    setop_store(e, c, SetOp::Inter)
+}
+
+/// `SUNIONSTORE destination key [key …]` → size of the stored union.
+pub fn sunionstore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    setop_store(e, c, SetOp::Union)
+}
+
+/// `SDIFFSTORE destination key [key …]` → size of the stored difference.
+pub fn sdiffstore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    setop_store(e, c, SetOp::Diff)
+}
+
+/// `SINTERCARD numkeys key [key …] [LIMIT limit]` → size of the intersection, counting
+/// stops at `limit` (0 = no limit).
+pub fn sintercard(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let argv = c.argv;
+    let numkeys = match args::parse_i64(argv[1]) {
+        Some(n) if n >= 1 => n as u64,
+        _ => {
+            return Err(CmdError::Static(
+                "ERR numkeys should be greater than 0",
+            ));
+        }
+    };
+    if numkeys > (argv.len() - 2) as u64 {
+        return Err(CmdError::Static(
+            "ERR Number of keys can't be greater than number of args",
+        ));
+    }
+    let numkeys = numkeys as usize;
+    let mut limit: u64 = 0;
+    let mut j = 2 + numkeys;
+    while j < argv.len() {
+        if args::is(argv[j], "limit") && j + 1 < argv.len() {
+            j += 1;
+            limit = match args::parse_i64(argv[j]) {
+                Some(l) if l >= 0 => l as u64,
+                _ => return Err(CmdError::Static("ERR LIMIT can't be negative")),
+            };
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        j += 1;
+    }
+    let keys = &argv[2..2 + numkeys];
+    let pos = lookup_sets(e, keys, c.now_ms)?;
+    let n = if pos.iter().any(Option::is_none) {
+        0
+    } else {
+        let sets: Vec<&SetValue> = pos
+            .iter()
+            .flatten()
+            .map(|&i| as_set(e.ks.value(i)).expect("type checked"))
+            .collect();
+        inter_card(&sets, usize::try_from(limit).unwrap_or(usize::MAX))
+    };
+    c.w().integer(n as i64);
+    Ok(())
+}
+
+/// `SSCAN key cursor [MATCH pattern] [COUNT count]` → `[cursor, [member, …]]`.
+pub fn sscan(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let cursor = args::parse_u64_cursor(c.argv[2])?;
+    let Some(i) = read_set(e, c.argv[1], c.now_ms)? else {
+        write_scan_reply(c, 0, &[]);
+        return Ok(());
+    };
+    let (count, pattern) = parse_scan_opts(&c.argv[3..])?;
+    let s = as_set(e.ks.value(i))?;
+    let mut items: Vec<&[u8]> = Vec::new();
+    let next = s.scan(cursor, count, |m| {
+        if pattern.is_none_or(|p| glob::matches(p, m, false)) {
+            items.push(m);
+        }
+    });
+    write_scan_reply(c, next, &items);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set_of(members: &[&str]) -> SetValue {
+        let mut s = SetValue::with_seed(5);
+        for m in members {
+            s.insert(m.as_bytes());
+        }
+        s
+    }
+
+    fn strs(v: Vec<&[u8]>) -> Vec<String> {
+        v.into_iter()
+            .map(|m| String::from_utf8_lossy(m).into_owned())
+            .collect()
+    }
+
+    fn recount(s: &SetValue) -> usize {
+        s.iter().map(|m| m.len() + MEMBER_OVERHEAD).sum()
+    }
+
+    #[test]
+    fn insert_remove_contains_and_bytes() {
+        let mut s = SetValue::new();
+        assert!(s.insert(b"a"));
+        assert!(!s.insert(b"a"));
+        assert!(s.insert(b"bb"));
+        assert!(s.contains(b"a") && !s.contains(b"c"));
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.mem_size(), 3 + 2 * MEMBER_OVERHEAD);
+        assert!(s.remove(b"a"));
+        assert!(!s.remove(b"a"));
+        assert_eq!(s.mem_size(), recount(&s));
+        assert_eq!(s.swap_remove_index(0).as_deref(), Some(&b"bb"[..]));
+        assert!(s.is_empty());
+        assert_eq!(s.mem_size(), 0);
+    }
+
+    #[test]
+    fn intset_rules() {
+        let s = set_of(&["3", "-1", "10", "2"]);
+        assert_eq!(s.encoding(), "intset");
+        assert_eq!(strs(s.ordered()), ["-1", "2", "3", "10"]);
+        // Not string2ll form: hashtable, and it stays one.
+        for odd in ["01", "-0", "+1", " 1", "1.0", "a", "9223372036854775808"] {
+            let mut s = set_of(&["1"]);
+            s.insert(odd.as_bytes());
+            assert_eq!(s.encoding(), "hashtable", "{odd}");
+            s.remove(odd.as_bytes());
+            assert_eq!(s.encoding(), "hashtable", "sticky after removing {odd}");
+        }
+        let mut s = SetValue::new();
+        for i in 0..SET_MAX_INTSET_ENTRIES {
+            s.insert(i.to_string().as_bytes());
+        }
+        assert_eq!(s.encoding(), "intset");
+        s.insert(b"0"); // already there: no conversion
+        assert_eq!(s.encoding(), "intset");
+        s.insert(b"100000");
+        assert_eq!(s.encoding(), "hashtable");
+    }
+
+    #[test]
+    fn bytes_stay_exact_under_random_churn() {
+        let mut s = SetValue::with_seed(2);
+        let mut x: u64 = 1;
+        for _ in 0..5000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let m = format!("m{}", (x >> 33) % 400);
+            match (x >> 20) % 3 {
+                0 => {
+                    s.remove(m.as_bytes());
+                }
+                1 if !s.is_empty() => {
+                    s.swap_remove_index(((x >> 40) as usize) % s.len());
+                }
+                _ => {
+                    s.insert(m.as_bytes());
+                }
+            }
+            assert_eq!(s.mem_size(), recount(&s));
+        }
+    }
+
+    #[test]
+    fn set_operations() {
+        let a = set_of(&["1", "2", "3", "x"]);
+        let b = set_of(&["2", "3", "4"]);
+        let c = set_of(&["3", "x"]);
+        let inter = compute(SetOp::Inter, &[Some(&a), Some(&b)], 0);
+        assert_eq!(strs(inter.ordered()), ["2", "3"]);
+        assert_eq!(inter.encoding(), "intset");
+        assert!(compute(SetOp::Inter, &[Some(&a), None], 0).is_empty());
+        let mut u = strs(compute(SetOp::Union, &[Some(&a), None, Some(&b)], 0).ordered());
+        u.sort();
+        assert_eq!(u, ["1", "2", "3", "4", "x"]);
+        let mut d = strs(compute(SetOp::Diff, &[Some(&a), Some(&b), Some(&c)], 0).ordered());
+        d.sort();
+        assert_eq!(d, ["1"]);
+        assert!(compute(SetOp::Diff, &[None, Some(&a)], 0).is_empty());
+        assert!(compute(SetOp::Diff, &[Some(&a), Some(&a)], 0).is_empty());
+        assert_eq!(inter_card(&[&a, &b, &c], 0), 1);
+        assert_eq!(inter_card(&[&a, &b], 0), 2);
+        assert_eq!(inter_card(&[&a, &b], 1), 1);
+        assert_eq!(inter_card(&[&a], 0), 4);
+    }
+
+    #[test]
+    fn intset_scan_is_one_sorted_call_and_hashtable_scan_covers_all() {
+        let s = set_of(&["5", "1", "3"]);
+        let mut got = Vec::new();
+        assert_eq!(s.scan(77, 1, |m| got.push(m.to_vec())), 0);
+        assert_eq!(got, [b"1".to_vec(), b"3".to_vec(), b"5".to_vec()]);
+
+        let mut s = SetValue::with_seed(3);
+        for i in 0..300 {
+            s.insert(format!("m{i}").as_bytes());
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor = 0;
+        for step in 0.. {
+            assert!(step < 1000, "scan must end");
+            cursor = s.scan(cursor, 10, |m| {
+                seen.insert(m.to_vec());
+            });
+            if cursor == 0 {
+                break;
+            }
+        }
+        assert_eq!(seen.len(), 300);
+    }
 }

@@ -13,6 +13,7 @@
 
 use crate::Engine;
 use crate::args::{self, int_arg};
+use crate::cmd::pubsub::{class, notify};
 use crate::dispatch::Call;
 use crate::error::CmdError;
 use crate::keyspace::Keep;
@@ -78,6 +79,18 @@ impl StrValue {
         match self {
             StrValue::Int(_) => 8,
             StrValue::Raw(v) => v.capacity(),
+        }
+    }
+
+    /// OBJECT ENCODING, by redis `tryObjectEncoding`'s rules: `int` for a canonical i64,
+    /// `embstr` up to 44 bytes (`OBJ_ENCODING_EMBSTR_SIZE_LIMIT`), `raw` beyond. (Redis also
+    /// answers `raw` for a short string changed in place by APPEND/SETRANGE and `embstr` for an
+    /// INCRBYFLOAT result; those histories are not kept here.)
+    pub fn encoding(&self) -> &'static str {
+        match self {
+            StrValue::Int(_) => "int",
+            StrValue::Raw(v) if v.len() <= 44 => "embstr",
+            StrValue::Raw(_) => "raw",
         }
     }
 
@@ -307,8 +320,10 @@ fn set_generic(
     };
     let idx =
         e.ks.set(key, Value::Str(StrValue::from_slice(val)), keep, existing);
+    notify(e, class::STRING, "set", key);
     if let Some(at) = when {
         e.ks.set_expire(idx, at as u64);
+        notify(e, class::GENERIC, "expire", key);
     }
     if !o.get {
         match replies {
@@ -375,6 +390,7 @@ pub fn getdel(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         c.w().bulk(s.bytes(&mut buf));
     }
     e.ks.remove_at(i);
+    notify(e, class::GENERIC, "del", c.argv[1]);
     Ok(())
 }
 
@@ -397,10 +413,16 @@ pub fn getex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         // redis `checkAlreadyExpired`: an absolute time not in the future deletes the key.
         Some(at) if absolute && at <= c.now_ms as i64 => {
             e.ks.remove_at(i);
+            notify(e, class::GENERIC, "del", c.argv[1]);
         }
-        Some(at) => e.ks.set_expire(i, at as u64),
+        Some(at) => {
+            e.ks.set_expire(i, at as u64);
+            notify(e, class::GENERIC, "expire", c.argv[1]);
+        }
         None if o.expire == ExpireOpt::Persist => {
-            e.ks.persist(i);
+            if e.ks.persist(i) {
+                notify(e, class::GENERIC, "persist", c.argv[1]);
+            }
         }
         None => {}
     }
@@ -438,6 +460,7 @@ pub fn mset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             Keep::Nothing,
             existing,
         );
+        notify(e, class::STRING, "set", kv[0]);
     }
     c.w().ok();
     Ok(())
@@ -462,6 +485,7 @@ pub fn msetnx(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             Keep::Nothing,
             existing,
         );
+        notify(e, class::STRING, "set", kv[0]);
     }
     c.w().integer(1);
     Ok(())
@@ -484,6 +508,7 @@ fn incr_generic(e: &mut Engine, c: &mut Call, by: i64) -> Result<(), CmdError> {
             e.ks.set(key, Value::Str(StrValue::Int(new)), Keep::Nothing, None);
         }
     }
+    notify(e, class::STRING, "incrby", key);
     c.w().integer(new);
     Ok(())
 }
@@ -541,6 +566,7 @@ pub fn incrbyfloat(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             e.ks.set(key, value, Keep::Nothing, None);
         }
     }
+    notify(e, class::STRING, "incrbyfloat", key);
     Ok(())
 }
 
@@ -575,6 +601,7 @@ pub fn append(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             })
         }
     };
+    notify(e, class::STRING, "append", key);
     c.w().integer(len as i64);
     Ok(())
 }
@@ -667,6 +694,7 @@ pub fn setrange(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             })
         }
     };
+    notify(e, class::STRING, "setrange", key);
     c.w().integer(len as i64);
     Ok(())
 }

@@ -1,0 +1,1304 @@
+//! Sorted set commands, with Redis 7.0.15's replies and errors (redis `t_zset.c`; checked
+//! against a real redis-server: `tests/diff/zsets.txt`).
+//!
+//! ZADD ZINCRBY ZREM ZSCORE ZMSCORE ZCARD ZCOUNT ZLEXCOUNT ZRANGE ZRANGESTORE ZRANGEBYSCORE
+//! ZREVRANGEBYSCORE ZRANGEBYLEX ZREVRANGEBYLEX ZREVRANGE ZRANK ZREVRANK ZPOPMIN ZPOPMAX ZMPOP
+//! ZREMRANGEBYRANK ZREMRANGEBYSCORE ZREMRANGEBYLEX ZUNION ZINTER ZDIFF ZUNIONSTORE ZINTERSTORE
+//! ZDIFFSTORE ZINTERCARD ZRANDMEMBER ZSCAN, and the blocking BZPOPMIN BZPOPMAX BZMPOP.
+//!
+//! # Shapes
+//! - Scores are doubles: a bulk string in RESP2, `,` in RESP3 ([`super::score::fmt_reply`]).
+//! - `WITHSCORES` replies (ZRANGE…, ZUNION/ZINTER/ZDIFF, ZRANDMEMBER) and ZPOPMIN/ZPOPMAX with
+//!   a count are flat `[m, s, m, s…]` in RESP2 and `[[m, s], …]` in RESP3; ZMPOP/BZMPOP give
+//!   `[key, [[m, s], …]]` in both; BZPOPMIN/BZPOPMAX give `[key, m, s]`.
+//!
+//! # Order of checks
+//! As in Redis: syntax and number parsing first, then the key lookup and its type, then the
+//! range. Errors that Redis raises after partial work cannot happen here: ZADD's scores are all
+//! parsed first and the one possible NaN (INCR) is found before anything changes.
+//!
+//! # Effects
+//! A command changes the keyspace only when something really changes (a ZADD that updates
+//! nothing leaves `dirty` alone), announces it with Redis's event name (`zadd`, `zincr`,
+//! `zrem`, `zrembyrank`, `zrembyscore`, `zrembylex`, `zpopmin`, `zpopmax`, `zunionstore`,
+//! `zinterstore`, `zdiffstore`, `zrangestore`) and then `del` if the zset became empty (an
+//! empty zset is deleted). The STORE forms overwrite the destination whatever its type and
+//! clear its TTL (redis `setKey`); an empty result deletes it.
+//!
+//! # Deviations
+//! - ZRANDMEMBER with a negative count above 2^24 answers `ERR value is out of range`
+//!   ([`hash::RANDOM_REPLY_MAX`]): Redis 7.0 would try to build the whole reply.
+//! - ZRANK/ZREVRANK `WITHSCORE` (Redis 7.2) is implemented; the 7.0 command table's arity (3)
+//!   still refuses the extra argument until the table says -3.
+
+use resp::{Proto, ReplyWriter};
+
+use super::score::{self, LexRange, ScoreRange, parse_score};
+use super::{AddFlags, AddOutcome, MAX_LISTPACK_ENTRIES, ZSetValue, as_zset, as_zset_mut};
+use crate::Engine;
+use crate::args::{self, int_arg};
+use crate::cmd::pubsub::{class, notify};
+use crate::dispatch::{Call, Handler};
+use crate::error::CmdError;
+use crate::keyspace::Keep;
+use crate::types::Value;
+use crate::types::hash;
+use crate::types::set::SetValue;
+
+const ERR_NAN: CmdError = CmdError::Static("ERR resulting score is not a number (NaN)");
+const ERR_NOT_FLOAT_RANGE: CmdError = CmdError::Static("ERR min or max is not a float");
+const ERR_LEX_RANGE: CmdError =
+    CmdError::Static("ERR min or max not valid string range item");
+
+/// Handlers of this type's commands, by table name.
+pub fn handler_for(name: &str) -> Option<Handler> {
+    Some(match name {
+        "zadd" => zadd,
+        "zincrby" => zincrby,
+        "zrem" => zrem,
+        "zscore" => zscore,
+        "zmscore" => zmscore,
+        "zcard" => zcard,
+        "zcount" => zcount,
+        "zlexcount" => zlexcount,
+        "zrange" => zrange,
+        "zrangestore" => zrangestore,
+        "zrangebyscore" => zrangebyscore,
+        "zrevrangebyscore" => zrevrangebyscore,
+        "zrangebylex" => zrangebylex,
+        "zrevrangebylex" => zrevrangebylex,
+        "zrevrange" => zrevrange,
+        "zrank" => zrank,
+        "zrevrank" => zrevrank,
+        "zpopmin" => zpopmin,
+        "zpopmax" => zpopmax,
+        "zmpop" => zmpop,
+        "zremrangebyrank" => zremrangebyrank,
+        "zremrangebyscore" => zremrangebyscore,
+        "zremrangebylex" => zremrangebylex,
+        "zunion" => zunion,
+        "zinter" => zinter,
+        "zdiff" => zdiff,
+        "zunionstore" => zunionstore,
+        "zinterstore" => zinterstore,
+        "zdiffstore" => zdiffstore,
+        "zintercard" => zintercard,
+        "zrandmember" => zrandmember,
+        "zscan" => zscan,
+        "bzpopmin" => bzpopmin,
+        "bzpopmax" => bzpopmax,
+        "bzmpop" => bzmpop,
+        _ => return None,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reply helpers
+// ---------------------------------------------------------------------------------------------
+
+/// A score as a double reply.
+pub fn write_score(w: &mut ReplyWriter<'_>, s: f64) {
+    let mut b = Vec::with_capacity(24);
+    score::fmt_reply(s, &mut b);
+    w.double_text(&b);
+}
+
+/// `n` members with optional scores: flat in RESP2, `[m, s]` pairs in RESP3.
+fn write_entries<'a>(
+    w: &mut ReplyWriter<'_>,
+    n: usize,
+    withscores: bool,
+    items: impl Iterator<Item = (&'a [u8], f64)>,
+) {
+    let resp3 = w.proto == Proto::Resp3;
+    w.array(if withscores && !resp3 { 2 * n } else { n });
+    for (m, s) in items {
+        if withscores && resp3 {
+            w.array(2);
+        }
+        w.bulk(m);
+        if withscores {
+            write_score(w, s);
+        }
+    }
+}
+
+/// The zset at `key` for reading (counts a hit or miss); WRONGTYPE for another type.
+fn read<'e>(e: &'e mut Engine, key: &[u8], now_ms: u64) -> Result<Option<&'e ZSetValue>, CmdError> {
+    match e.ks.lookup_read(key, now_ms) {
+        None => Ok(None),
+        Some(i) => as_zset(e.ks.value(i)).map(Some),
+    }
+}
+
+/// The keyspace position of the zset at `key` before a write; WRONGTYPE for another type.
+fn write_pos(e: &mut Engine, key: &[u8], now_ms: u64) -> Result<Option<usize>, CmdError> {
+    match e.ks.lookup_write(key, now_ms) {
+        None => Ok(None),
+        Some(i) => {
+            as_zset(e.ks.value(i))?;
+            Ok(Some(i))
+        }
+    }
+}
+
+/// Deletes the zset at `i` if it became empty; announces `del`. Returns whether it did.
+fn delete_if_empty(e: &mut Engine, i: usize, key: &[u8]) -> bool {
+    if matches!(e.ks.value(i), Value::ZSet(z) if z.is_empty()) {
+        e.ks.remove_at(i);
+        notify(e, class::GENERIC, "del", key);
+        true
+    } else {
+        false
+    }
+}
+
+/// Stores a computed zset at `dst` (STORE forms, redis `setKey` + notification), or deletes
+/// `dst` when the result is empty; replies with the result's size.
+fn store_result(e: &mut Engine, c: &mut Call, dst: &[u8], z: ZSetValue, event: &str) {
+    let n = z.len();
+    let existing = e.ks.lookup_write(dst, c.now_ms);
+    if n > 0 {
+        e.ks.set(dst, Value::ZSet(z), Keep::Nothing, existing);
+        c.w().integer(n as i64);
+        notify(e, class::ZSET, event, dst);
+    } else {
+        c.w().integer(0);
+        if let Some(i) = existing {
+            e.ks.remove_at(i);
+            notify(e, class::GENERIC, "del", dst);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ZADD ZINCRBY ZREM
+// ---------------------------------------------------------------------------------------------
+
+/// `ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member …]` → added (or
+/// changed with CH) | the new score with INCR (nil when skipped).
+pub fn zadd(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    zadd_generic(e, c, false)
+}
+
+/// `ZINCRBY key increment member` → the new score. Shares ZADD's parser, so an increment that
+/// reads as a ZADD option (`nx`, `ch`…) is a syntax error, as in Redis.
+pub fn zincrby(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    zadd_generic(e, c, true)
+}
+
+/// Counts of one ZADD (redis `zaddGenericCommand`'s `added`, `updated`, `processed`, score).
+#[derive(Default)]
+struct Tally {
+    added: i64,
+    updated: i64,
+    processed: i64,
+    score: f64,
+}
+
+impl Tally {
+    fn count(&mut self, o: AddOutcome) {
+        match o {
+            AddOutcome::Added(s) => {
+                self.added += 1;
+                self.processed += 1;
+                self.score = s;
+            }
+            AddOutcome::Updated(s) => {
+                self.updated += 1;
+                self.processed += 1;
+                self.score = s;
+            }
+            AddOutcome::Same(s) => {
+                self.processed += 1;
+                self.score = s;
+            }
+            AddOutcome::Nop | AddOutcome::Nan => {}
+        }
+    }
+}
+
+fn zadd_generic(e: &mut Engine, c: &mut Call, incr: bool) -> Result<(), CmdError> {
+    let argv = c.argv;
+    let key = argv[1];
+    let mut f = AddFlags {
+        incr,
+        ..AddFlags::default()
+    };
+    let mut ch = false;
+    let mut idx = 2;
+    while idx < argv.len() {
+        let o = argv[idx];
+        if args::is(o, "nx") {
+            f.nx = true;
+        } else if args::is(o, "xx") {
+            f.xx = true;
+        } else if args::is(o, "ch") {
+            ch = true;
+        } else if args::is(o, "incr") {
+            f.incr = true;
+        } else if args::is(o, "gt") {
+            f.gt = true;
+        } else if args::is(o, "lt") {
+            f.lt = true;
+        } else {
+            break;
+        }
+        idx += 1;
+    }
+    let elements = argv.len() - idx;
+    if elements == 0 || elements % 2 == 1 {
+        return Err(CmdError::Syntax);
+    }
+    if f.nx && f.xx {
+        return Err(CmdError::Static(
+            "ERR XX and NX options at the same time are not compatible",
+        ));
+    }
+    if (f.gt && f.nx) || (f.lt && f.nx) || (f.gt && f.lt) {
+        return Err(CmdError::Static(
+            "ERR GT, LT, and/or NX options at the same time are not compatible",
+        ));
+    }
+    if f.incr && elements > 2 {
+        return Err(CmdError::Static(
+            "ERR INCR option supports a single increment-element pair",
+        ));
+    }
+    let pairs = argv[idx..]
+        .chunks_exact(2)
+        .map(|p| Ok((parse_score(p[0]).ok_or(CmdError::NotFloat)?, p[1])))
+        .collect::<Result<Vec<(f64, &[u8])>, CmdError>>()?;
+    let mut t = Tally::default();
+    match write_pos(e, key, c.now_ms)? {
+        None if f.xx => {}
+        None => {
+            let mut z = ZSetValue::new(e.ks.next_random());
+            for &(s, m) in &pairs {
+                t.count(z.add(m, s, f));
+            }
+            e.ks.set(key, Value::ZSet(z), Keep::Nothing, None);
+        }
+        Some(i) => {
+            // Plan against the current value first: nothing is touched (and `dirty` stays)
+            // unless a pair changes something; pairs evaluated one by one against an unchanged
+            // value are exactly what the real run does until its first change.
+            let z = as_zset(e.ks.value(i))?;
+            let mut changes = false;
+            let mut dry = Tally::default();
+            for &(s, m) in &pairs {
+                let o = z.plan_add(m, s, f);
+                if o == AddOutcome::Nan {
+                    return Err(ERR_NAN);
+                }
+                if o.changes() {
+                    changes = true;
+                    break;
+                }
+                dry.count(o);
+            }
+            if changes {
+                t = e.ks.update(i, |v| -> Result<Tally, CmdError> {
+                    let z = as_zset_mut(v)?;
+                    let mut t = Tally::default();
+                    for &(s, m) in &pairs {
+                        t.count(z.add(m, s, f));
+                    }
+                    Ok(t)
+                })?;
+            } else {
+                t = dry;
+            }
+        }
+    }
+    if f.incr {
+        if t.processed > 0 {
+            write_score(&mut c.w(), t.score);
+        } else {
+            c.w().null();
+        }
+    } else {
+        c.w().integer(if ch { t.added + t.updated } else { t.added });
+    }
+    if t.added + t.updated > 0 {
+        notify(e, class::ZSET, if f.incr { "zincr" } else { "zadd" }, key);
+    }
+    Ok(())
+}
+
+/// `ZREM key member [member …]` → members removed.
+pub fn zrem(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let key = c.argv[1];
+    let members = &c.argv[2..];
+    let Some(i) = write_pos(e, key, c.now_ms)? else {
+        c.w().integer(0);
+        return Ok(());
+    };
+    let present = {
+        let z = as_zset(e.ks.value(i))?;
+        members.iter().any(|m| z.score(m).is_some())
+    };
+    if !present {
+        c.w().integer(0);
+        return Ok(());
+    }
+    let removed = e.ks.update(i, |v| match v {
+        Value::ZSet(z) => members.iter().filter(|m| z.remove(m).is_some()).count(),
+        _ => 0,
+    });
+    c.w().integer(removed as i64);
+    notify(e, class::ZSET, "zrem", key);
+    delete_if_empty(e, i, key);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads of single members and counts
+// ---------------------------------------------------------------------------------------------
+
+/// `ZSCORE key member` → score | nil.
+pub fn zscore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let s = read(e, c.argv[1], c.now_ms)?.and_then(|z| z.score(c.argv[2]));
+    match s {
+        Some(s) => write_score(&mut c.w(), s),
+        None => c.w().null(),
+    }
+    Ok(())
+}
+
+/// `ZMSCORE key member [member …]` → array of score | nil.
+pub fn zmscore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let members = &c.argv[2..];
+    let z = read(e, c.argv[1], c.now_ms)?;
+    let mut w = c.w();
+    w.array(members.len());
+    for m in members {
+        match z.and_then(|z| z.score(m)) {
+            Some(s) => write_score(&mut w, s),
+            None => w.null(),
+        }
+    }
+    Ok(())
+}
+
+/// `ZCARD key` → number of members.
+pub fn zcard(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let n = read(e, c.argv[1], c.now_ms)?.map_or(0, ZSetValue::len);
+    c.w().integer(n as i64);
+    Ok(())
+}
+
+/// `ZCOUNT key min max` → members with a score in the range.
+pub fn zcount(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let r = ScoreRange::parse(c.argv[2], c.argv[3]).ok_or(ERR_NOT_FLOAT_RANGE)?;
+    let n = read(e, c.argv[1], c.now_ms)?
+        .and_then(|z| z.score_span(&r))
+        .map_or(0, |(f, l)| l - f + 1);
+    c.w().integer(n as i64);
+    Ok(())
+}
+
+/// `ZLEXCOUNT key min max` → members in the lex range.
+pub fn zlexcount(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let r = LexRange::parse(c.argv[2], c.argv[3]).ok_or(ERR_LEX_RANGE)?;
+    let n = read(e, c.argv[1], c.now_ms)?
+        .and_then(|z| z.lex_span(&r))
+        .map_or(0, |(f, l)| l - f + 1);
+    c.w().integer(n as i64);
+    Ok(())
+}
+
+/// `ZRANK key member [WITHSCORE]` → rank | nil (`[rank, score]` | nil array with WITHSCORE).
+pub fn zrank(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    rank_generic(e, c, false)
+}
+
+/// `ZREVRANK key member [WITHSCORE]` → rank from the top | nil.
+pub fn zrevrank(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    rank_generic(e, c, true)
+}
+
+/// redis 7.2 `zrankGenericCommand` (WITHSCORE; see the module doc).
+fn rank_generic(e: &mut Engine, c: &mut Call, reverse: bool) -> Result<(), CmdError> {
+    if c.argv.len() > 4 {
+        return Err(CmdError::Arity(c.spec.name));
+    }
+    let withscore = match c.argv.get(3) {
+        None => false,
+        Some(a) if args::is(a, "withscore") => true,
+        Some(_) => return Err(CmdError::Syntax),
+    };
+    let r = read(e, c.argv[1], c.now_ms)?.and_then(|z| z.rank(c.argv[2], reverse));
+    let mut w = c.w();
+    match r {
+        Some((rank, s)) if withscore => {
+            w.array(2);
+            w.integer(rank as i64);
+            write_score(&mut w, s);
+        }
+        Some((rank, _)) => w.integer(rank as i64),
+        None if withscore => w.null_array(),
+        None => w.null(),
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ranges: ZRANGE and its older forms, ZRANGESTORE, ZREMRANGEBY*
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum By {
+    Auto,
+    Rank,
+    Score,
+    Lex,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Dir {
+    Auto,
+    Forward,
+    Reverse,
+}
+
+/// A parsed range of any kind.
+enum Range {
+    Rank(i64, i64),
+    Score(ScoreRange),
+    Lex(LexRange),
+}
+
+/// The members a range selects: `count` members walking from 0-based rank `start` (downward
+/// when `reverse`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Selection {
+    start: usize,
+    count: usize,
+    reverse: bool,
+}
+
+const EMPTY: Selection = Selection {
+    start: 0,
+    count: 0,
+    reverse: false,
+};
+
+/// Rank indexes as Redis clamps them: negative from the end, `(start, end)` inclusive.
+fn clamp_ranks(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
+    let len = len as i64;
+    let mut start = if start < 0 { len + start } else { start };
+    let mut end = if end < 0 { len + end } else { end };
+    if start < 0 {
+        start = 0;
+    }
+    if start > end || start >= len {
+        return None;
+    }
+    if end >= len {
+        end = len - 1;
+    }
+    Some((start as usize, end as usize))
+}
+
+/// What `range` selects in `z`, after `LIMIT offset count` (score and lex ranges; `limit` < 0
+/// means all). As in Redis, a negative offset selects nothing.
+fn select(z: &ZSetValue, range: &Range, reverse: bool, offset: i64, limit: i64) -> Selection {
+    let span = match range {
+        Range::Rank(s, e) => {
+            return match clamp_ranks(*s, *e, z.len()) {
+                None => EMPTY,
+                Some((s, e)) => Selection {
+                    start: if reverse { z.len() - 1 - s } else { s },
+                    count: e - s + 1,
+                    reverse,
+                },
+            };
+        }
+        Range::Score(r) => z.score_span(r),
+        Range::Lex(r) => z.lex_span(r),
+    };
+    let Some((first, last)) = span else {
+        return EMPTY;
+    };
+    let inside = last - first + 1;
+    if offset < 0 || offset as u64 >= inside as u64 {
+        return EMPTY;
+    }
+    let offset = offset as usize;
+    let mut count = inside - offset;
+    if limit >= 0 {
+        count = count.min(usize::try_from(limit).unwrap_or(usize::MAX));
+    }
+    Selection {
+        start: if reverse { last - offset } else { first + offset },
+        count,
+        reverse,
+    }
+}
+
+/// `ZRANGE key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count] [WITHSCORES]`.
+pub fn zrange(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    range_generic(e, c, 1, None, By::Auto, Dir::Auto)
+}
+
+/// `ZRANGESTORE dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]` → stored size.
+pub fn zrangestore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let dst = c.argv[1];
+    range_generic(e, c, 2, Some(dst), By::Auto, Dir::Auto)
+}
+
+/// `ZRANGEBYSCORE key min max [WITHSCORES] [LIMIT offset count]`.
+pub fn zrangebyscore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    range_generic(e, c, 1, None, By::Score, Dir::Forward)
+}
+
+/// `ZREVRANGEBYSCORE key max min [WITHSCORES] [LIMIT offset count]`.
+pub fn zrevrangebyscore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    range_generic(e, c, 1, None, By::Score, Dir::Reverse)
+}
+
+/// `ZRANGEBYLEX key min max [LIMIT offset count]`.
+pub fn zrangebylex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    range_generic(e, c, 1, None, By::Lex, Dir::Forward)
+}
+
+/// `ZREVRANGEBYLEX key max min [LIMIT offset count]`.
+pub fn zrevrangebylex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    range_generic(e, c, 1, None, By::Lex, Dir::Reverse)
+}
+
+/// `ZREVRANGE key start stop [WITHSCORES]`.
+pub fn zrevrange(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    range_generic(e, c, 1, None, By::Rank, Dir::Reverse)
+}
+
+/// redis `zrangeGenericCommand`. `first` is the index of the source key; `store` the
+/// destination of ZRANGESTORE.
+fn range_generic(
+    e: &mut Engine,
+    c: &mut Call,
+    first: usize,
+    store: Option<&[u8]>,
+    mut by: By,
+    mut dir: Dir,
+) -> Result<(), CmdError> {
+    let argv = c.argv;
+    let key = argv[first];
+    let (mut minidx, mut maxidx) = (first + 1, first + 2);
+    let mut withscores = false;
+    let (mut offset, mut limit) = (0i64, -1i64);
+    let mut j = first + 3;
+    while j < argv.len() {
+        let left = argv.len() - j - 1;
+        let a = argv[j];
+        if store.is_none() && args::is(a, "withscores") {
+            withscores = true;
+        } else if args::is(a, "limit") && left >= 2 {
+            offset = int_arg(argv[j + 1])?;
+            limit = int_arg(argv[j + 2])?;
+            j += 2;
+        } else if dir == Dir::Auto && args::is(a, "rev") {
+            dir = Dir::Reverse;
+        } else if by == By::Auto && args::is(a, "bylex") {
+            by = By::Lex;
+        } else if by == By::Auto && args::is(a, "byscore") {
+            by = By::Score;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        j += 1;
+    }
+    let reverse = dir == Dir::Reverse;
+    if by == By::Auto {
+        by = By::Rank;
+    }
+    // Redis tests the value, so `LIMIT 0 -1` passes with a rank range.
+    if limit != -1 && by == By::Rank {
+        return Err(CmdError::Static(
+            "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+        ));
+    }
+    if withscores && by == By::Lex {
+        return Err(CmdError::Static(
+            "ERR syntax error, WITHSCORES not supported in combination with BYLEX",
+        ));
+    }
+    if reverse && by != By::Rank {
+        // The range is given as max, min.
+        std::mem::swap(&mut minidx, &mut maxidx);
+    }
+    let range = match by {
+        By::Score => Range::Score(
+            ScoreRange::parse(argv[minidx], argv[maxidx]).ok_or(ERR_NOT_FLOAT_RANGE)?,
+        ),
+        By::Lex => {
+            Range::Lex(LexRange::parse(argv[minidx], argv[maxidx]).ok_or(ERR_LEX_RANGE)?)
+        }
+        _ => Range::Rank(int_arg(argv[minidx])?, int_arg(argv[maxidx])?),
+    };
+    let seed = e.ks.next_random();
+    let Some(z) = read(e, key, c.now_ms)? else {
+        match store {
+            Some(dst) => store_result(e, c, dst, ZSetValue::new(seed), "zrangestore"),
+            None => c.w().array(0),
+        }
+        return Ok(());
+    };
+    let sel = select(z, &range, reverse, offset, limit);
+    let items = z.walk(sel.start, sel.count, sel.reverse);
+    match store {
+        None => write_entries(&mut c.w(), sel.count, withscores, items),
+        Some(dst) => {
+            // Redis creates the destination as a skiplist when a rank range is known to
+            // exceed the listpack limit, else as a listpack that converts while filling.
+            let mut out = if matches!(range, Range::Rank(..)) && sel.count > MAX_LISTPACK_ENTRIES
+            {
+                ZSetValue::new_skiplist(seed)
+            } else {
+                ZSetValue::new(seed)
+            };
+            for (m, s) in items {
+                out.insert(m, s);
+            }
+            store_result(e, c, dst, out, "zrangestore");
+        }
+    }
+    Ok(())
+}
+
+/// `ZREMRANGEBYRANK key start stop` → members removed.
+pub fn zremrangebyrank(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let range = Range::Rank(int_arg(c.argv[2])?, int_arg(c.argv[3])?);
+    remrange_generic(e, c, range, "zrembyrank")
+}
+
+/// `ZREMRANGEBYSCORE key min max` → members removed.
+pub fn zremrangebyscore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let r = ScoreRange::parse(c.argv[2], c.argv[3]).ok_or(ERR_NOT_FLOAT_RANGE)?;
+    remrange_generic(e, c, Range::Score(r), "zrembyscore")
+}
+
+/// `ZREMRANGEBYLEX key min max` → members removed.
+pub fn zremrangebylex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let r = LexRange::parse(c.argv[2], c.argv[3]).ok_or(ERR_LEX_RANGE)?;
+    remrange_generic(e, c, Range::Lex(r), "zrembylex")
+}
+
+/// redis `zremrangeGenericCommand`.
+fn remrange_generic(
+    e: &mut Engine,
+    c: &mut Call,
+    range: Range,
+    event: &str,
+) -> Result<(), CmdError> {
+    let key = c.argv[1];
+    let Some(i) = write_pos(e, key, c.now_ms)? else {
+        c.w().integer(0);
+        return Ok(());
+    };
+    let sel = select(as_zset(e.ks.value(i))?, &range, false, 0, -1);
+    if sel.count == 0 {
+        c.w().integer(0);
+        return Ok(());
+    }
+    let removed = e.ks.update(i, |v| match v {
+        Value::ZSet(z) => z.remove_rank_range(sel.start, sel.count),
+        _ => 0,
+    });
+    c.w().integer(removed as i64);
+    notify(e, class::ZSET, event, key);
+    delete_if_empty(e, i, key);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pops: ZPOPMIN ZPOPMAX ZMPOP (the blocking forms are at the end)
+// ---------------------------------------------------------------------------------------------
+
+/// Reply shapes of the pop family (redis `genericZpopCommand`'s `emitkey` /
+/// `use_nested_array`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PopShape {
+    /// `[m, s, …]`: ZPOPMIN/ZPOPMAX without a count, or in RESP2.
+    Flat,
+    /// `[[m, s], …]`: ZPOPMIN/ZPOPMAX with a count in RESP3.
+    Nested,
+    /// `[key, m, s]`: BZPOPMIN/BZPOPMAX.
+    KeyFlat,
+    /// `[key, [[m, s], …]]`: ZMPOP/BZMPOP.
+    KeyNested,
+}
+
+/// Pops up to `count` members (`max`: highest first) from the zset at keyspace position `i`
+/// named `key`, writes the reply in `shape`, announces `zpopmin`/`zpopmax` (and `del` when the
+/// zset is emptied and deleted). The zset must exist and be non-empty.
+pub fn pop_and_reply(
+    e: &mut Engine,
+    w: &mut ReplyWriter<'_>,
+    i: usize,
+    key: &[u8],
+    max: bool,
+    count: usize,
+    shape: PopShape,
+) {
+    let popped: Vec<(Box<[u8]>, f64)> = e.ks.update(i, |v| match v {
+        Value::ZSet(z) => std::iter::from_fn(|| z.pop(max)).take(count).collect(),
+        _ => Vec::new(),
+    });
+    let n = popped.len();
+    match shape {
+        PopShape::Flat => w.array(2 * n),
+        PopShape::Nested => w.array(n),
+        PopShape::KeyFlat => {
+            w.array(2 * n + 1);
+            w.bulk(key);
+        }
+        PopShape::KeyNested => {
+            w.array(2);
+            w.bulk(key);
+            w.array(n);
+        }
+    }
+    let nested = matches!(shape, PopShape::Nested | PopShape::KeyNested);
+    for (m, s) in &popped {
+        if nested {
+            w.array(2);
+        }
+        w.bulk(m);
+        write_score(w, *s);
+    }
+    notify(e, class::ZSET, if max { "zpopmax" } else { "zpopmin" }, key);
+    delete_if_empty(e, i, key);
+}
+
+/// `ZPOPMIN key [count]` → `[m, s, …]` (RESP3 with a count: `[[m, s], …]`).
+pub fn zpopmin(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    zpop_generic(e, c, false)
+}
+
+/// `ZPOPMAX key [count]`.
+pub fn zpopmax(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    zpop_generic(e, c, true)
+}
+
+/// A count that must be ≥ 0 (redis `getPositiveLongFromObjectOrReply` without a message:
+/// a non-integer gets the same error as a negative number).
+fn positive_count(arg: &[u8]) -> Result<i64, CmdError> {
+    args::parse_i64(arg)
+        .filter(|&n| n >= 0)
+        .ok_or(CmdError::Static("ERR value is out of range, must be positive"))
+}
+
+fn zpop_generic(e: &mut Engine, c: &mut Call, max: bool) -> Result<(), CmdError> {
+    if c.argv.len() > 3 {
+        return Err(CmdError::Syntax);
+    }
+    let count = match c.argv.get(2) {
+        Some(a) => Some(positive_count(a)?),
+        None => None,
+    };
+    let key = c.argv[1];
+    let Some(i) = write_pos(e, key, c.now_ms)? else {
+        c.w().array(0);
+        return Ok(());
+    };
+    if count == Some(0) {
+        c.w().array(0);
+        return Ok(());
+    }
+    let shape = if count.is_some() && c.client.proto == Proto::Resp3 {
+        PopShape::Nested
+    } else {
+        PopShape::Flat
+    };
+    let n = count.map_or(1, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    let mut w = c.w();
+    pop_and_reply(e, &mut w, i, key, max, n, shape);
+    Ok(())
+}
+
+/// Parsed `numkeys key [key …] MIN|MAX [COUNT count]` (redis `zmpopGenericCommand`).
+struct MpopArgs<'a> {
+    keys: &'a [&'a [u8]],
+    max: bool,
+    count: usize,
+}
+
+fn parse_mpop<'a>(argv: &'a [&'a [u8]], numkeys_idx: usize) -> Result<MpopArgs<'a>, CmdError> {
+    let numkeys = args::parse_i64(argv[numkeys_idx])
+        .filter(|&n| n >= 1)
+        .ok_or(CmdError::Static("ERR numkeys should be greater than 0"))?;
+    let where_idx = usize::try_from(numkeys)
+        .ok()
+        .and_then(|n| n.checked_add(numkeys_idx + 1))
+        .filter(|&w| w < argv.len())
+        .ok_or(CmdError::Syntax)?;
+    let max = if args::is(argv[where_idx], "min") {
+        false
+    } else if args::is(argv[where_idx], "max") {
+        true
+    } else {
+        return Err(CmdError::Syntax);
+    };
+    let mut count: Option<usize> = None;
+    let mut j = where_idx + 1;
+    while j < argv.len() {
+        if count.is_none() && args::is(argv[j], "count") && j + 1 < argv.len() {
+            let n = args::parse_i64(argv[j + 1])
+                .filter(|&n| n >= 1)
+                .ok_or(CmdError::Static("ERR count should be greater than 0"))?;
+            count = Some(usize::try_from(n).unwrap_or(usize::MAX));
+            j += 2;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    Ok(MpopArgs {
+        keys: &argv[numkeys_idx + 1..where_idx],
+        max,
+        count: count.unwrap_or(1),
+    })
+}
+
+/// The first of `keys` that holds a zset, as `(position, key)`; WRONGTYPE stops at the first
+/// key of another type (redis `genericZpopCommand`'s candidate loop).
+fn first_zset<'k>(
+    e: &mut Engine,
+    keys: &[&'k [u8]],
+    now_ms: u64,
+) -> Result<Option<(usize, &'k [u8])>, CmdError> {
+    for &k in keys {
+        if let Some(i) = write_pos(e, k, now_ms)? {
+            return Ok(Some((i, k)));
+        }
+    }
+    Ok(None)
+}
+
+/// `ZMPOP numkeys key [key …] MIN|MAX [COUNT count]` → `[key, [[m, s], …]]` | nil.
+pub fn zmpop(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let a = parse_mpop(c.argv, 1)?;
+    match first_zset(e, a.keys, c.now_ms)? {
+        None => c.w().null_array(),
+        Some((i, key)) => {
+            let mut w = c.w();
+            pop_and_reply(e, &mut w, i, key, a.max, a.count, PopShape::KeyNested);
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// ZUNION ZINTER ZDIFF and their STORE forms, ZINTERCARD
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum SetOp {
+    Union,
+    Inter,
+    Diff,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Aggregate {
+    Sum,
+    Min,
+    Max,
+}
+
+/// redis `zunionInterAggregate`: `inf + -inf` sums to 0.
+fn aggregate(target: &mut f64, v: f64, how: Aggregate) {
+    match how {
+        Aggregate::Sum => {
+            *target += v;
+            if target.is_nan() {
+                *target = 0.0;
+            }
+        }
+        Aggregate::Min => {
+            if v < *target {
+                *target = v;
+            }
+        }
+        Aggregate::Max => {
+            if v > *target {
+                *target = v;
+            }
+        }
+    }
+}
+
+/// An input of a set operation: a zset, or a set whose members all score 1 (redis
+/// `zsetopsrc`).
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    Missing,
+    Z(&'a ZSetValue),
+    S(&'a SetValue),
+}
+
+impl<'a> Source<'a> {
+    fn len(&self) -> usize {
+        match self {
+            Source::Missing => 0,
+            Source::Z(z) => z.len(),
+            Source::S(s) => s.len(),
+        }
+    }
+
+    fn score(&self, m: &[u8]) -> Option<f64> {
+        match self {
+            Source::Missing => None,
+            Source::Z(z) => z.score(m),
+            Source::S(s) => s.contains(m).then_some(1.0),
+        }
+    }
+
+    fn for_each(&self, mut f: impl FnMut(&'a [u8], f64) -> bool) {
+        match self {
+            Source::Missing => {}
+            Source::Z(z) => {
+                for (m, s) in z.iter() {
+                    if !f(m, s) {
+                        return;
+                    }
+                }
+            }
+            Source::S(s) => {
+                for m in s.iter() {
+                    if !f(m, 1.0) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `ZUNION numkeys key [key …] [WEIGHTS w …] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]`.
+pub fn zunion(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    setop_generic(e, c, None, 1, SetOp::Union, false)
+}
+
+/// `ZINTER numkeys key [key …] [WEIGHTS w …] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]`.
+pub fn zinter(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    setop_generic(e, c, None, 1, SetOp::Inter, false)
+}
+
+/// `ZDIFF numkeys key [key …] [WITHSCORES]`.
+pub fn zdiff(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    setop_generic(e, c, None, 1, SetOp::Diff, false)
+}
+
+/// `ZUNIONSTORE dst numkeys key [key …] [WEIGHTS w …] [AGGREGATE …]` → stored size.
+pub fn zunionstore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let dst = c.argv[1];
+    setop_generic(e, c, Some(dst), 2, SetOp::Union, false)
+}
+
+/// `ZINTERSTORE dst numkeys key [key …] [WEIGHTS w …] [AGGREGATE …]` → stored size.
+pub fn zinterstore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let dst = c.argv[1];
+    setop_generic(e, c, Some(dst), 2, SetOp::Inter, false)
+}
+
+/// `ZDIFFSTORE dst numkeys key [key …]` → stored size.
+pub fn zdiffstore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let dst = c.argv[1];
+    setop_generic(e, c, Some(dst), 2, SetOp::Diff, false)
+}
+
+/// `ZINTERCARD numkeys key [key …] [LIMIT limit]` → size of the intersection (at most
+/// `limit`, 0 = no limit).
+pub fn zintercard(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    setop_generic(e, c, None, 1, SetOp::Inter, true)
+}
+
+/// redis `zunionInterDiffGenericCommand`.
+fn setop_generic(
+    e: &mut Engine,
+    c: &mut Call,
+    dst: Option<&[u8]>,
+    numkeys_idx: usize,
+    op: SetOp,
+    card_only: bool,
+) -> Result<(), CmdError> {
+    let argv = c.argv;
+    let setnum = int_arg(argv[numkeys_idx])?;
+    if setnum < 1 {
+        return Err(CmdError::Other(format!(
+            "ERR at least 1 input key is needed for '{}' command",
+            c.spec.name
+        )));
+    }
+    if setnum as u64 > (argv.len() - (numkeys_idx + 1)) as u64 {
+        return Err(CmdError::Syntax);
+    }
+    let setnum = setnum as usize;
+    let keys = &argv[numkeys_idx + 1..numkeys_idx + 1 + setnum];
+    // Pass 1, in key order: expire, count hits/misses, check types (Redis does this before
+    // reading the options, so WRONGTYPE wins over a syntax error).
+    for k in keys {
+        if let Some(i) = e.ks.lookup_read(k, c.now_ms)
+            && !matches!(e.ks.value(i), Value::ZSet(_) | Value::Set(_))
+        {
+            return Err(CmdError::WrongType);
+        }
+    }
+    let mut weights = vec![1.0f64; setnum];
+    let mut how = Aggregate::Sum;
+    let mut withscores = false;
+    let mut limit: u64 = 0;
+    let mut j = numkeys_idx + 1 + setnum;
+    while j < argv.len() {
+        let remaining = argv.len() - j;
+        let a = argv[j];
+        if op != SetOp::Diff && !card_only && remaining > setnum && args::is(a, "weights") {
+            j += 1;
+            for w in weights.iter_mut() {
+                *w = parse_score(argv[j])
+                    .ok_or(CmdError::Static("ERR weight value is not a float"))?;
+                j += 1;
+            }
+        } else if op != SetOp::Diff && !card_only && remaining >= 2 && args::is(a, "aggregate") {
+            let v = argv[j + 1];
+            how = if args::is(v, "sum") {
+                Aggregate::Sum
+            } else if args::is(v, "min") {
+                Aggregate::Min
+            } else if args::is(v, "max") {
+                Aggregate::Max
+            } else {
+                return Err(CmdError::Syntax);
+            };
+            j += 2;
+        } else if dst.is_none() && !card_only && args::is(a, "withscores") {
+            withscores = true;
+            j += 1;
+        } else if card_only && remaining >= 2 && args::is(a, "limit") {
+            limit = args::parse_i64(argv[j + 1])
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or(CmdError::Static("ERR LIMIT can't be negative"))?;
+            j += 2;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    // Pass 2: positions. Every key is now live or gone, so these lookups change nothing and
+    // the positions stay valid together.
+    let positions: Vec<Option<usize>> =
+        keys.iter().map(|k| e.ks.lookup_write(k, c.now_ms)).collect();
+    let seed = e.ks.next_random();
+    let mut srcs: Vec<(Source, f64)> = positions
+        .iter()
+        .zip(&weights)
+        .map(|(p, &w)| {
+            let s = match p.map(|i| e.ks.value(i)) {
+                Some(Value::ZSet(z)) => Source::Z(z),
+                Some(Value::Set(s)) => Source::S(s),
+                _ => Source::Missing,
+            };
+            (s, w)
+        })
+        .collect();
+    if op != SetOp::Diff {
+        // Smallest first, stable (glibc's qsort here is a merge sort): the order in which
+        // scores are summed, so results match Redis to the last bit.
+        srcs.sort_by_key(|(s, _)| s.len());
+    }
+    let mut out = ZSetValue::new_skiplist(seed);
+    let mut card: u64 = 0;
+    match op {
+        SetOp::Inter => {
+            let (first, w0) = srcs[0];
+            first.for_each(|m, s| {
+                let mut score = w0 * s;
+                if score.is_nan() {
+                    score = 0.0;
+                }
+                for &(src, w) in &srcs[1..] {
+                    match src.score(m) {
+                        Some(v) => aggregate(&mut score, v * w, how),
+                        None => return true,
+                    }
+                }
+                if card_only {
+                    card += 1;
+                    return limit == 0 || card < limit;
+                }
+                out.insert(m, score);
+                true
+            });
+        }
+        SetOp::Union => {
+            let mut acc: indexmap::IndexMap<&[u8], f64, foldhash::fast::FixedState> =
+                indexmap::IndexMap::with_capacity_and_hasher(
+                    srcs.last().map_or(0, |(s, _)| s.len()),
+                    foldhash::fast::FixedState::with_seed(seed),
+                );
+            for &(src, w) in &srcs {
+                src.for_each(|m, s| {
+                    let mut score = w * s;
+                    if score.is_nan() {
+                        score = 0.0;
+                    }
+                    match acc.entry(m) {
+                        indexmap::map::Entry::Occupied(mut o) => aggregate(o.get_mut(), score, how),
+                        indexmap::map::Entry::Vacant(v) => {
+                            v.insert(score);
+                        }
+                    }
+                    true
+                });
+            }
+            for (m, s) in acc {
+                out.insert(m, s);
+            }
+        }
+        SetOp::Diff => {
+            let (first, _) = srcs[0];
+            first.for_each(|m, s| {
+                if !srcs[1..].iter().any(|(src, _)| src.score(m).is_some()) {
+                    out.insert(m, s);
+                }
+                true
+            });
+        }
+    }
+    drop(srcs);
+    if card_only {
+        c.w().integer(card as i64);
+    } else if let Some(dst) = dst {
+        let event = match op {
+            SetOp::Union => "zunionstore",
+            SetOp::Inter => "zinterstore",
+            SetOp::Diff => "zdiffstore",
+        };
+        store_result(e, c, dst, out.from_result(), event);
+    } else {
+        write_entries(&mut c.w(), out.len(), withscores, out.iter());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// ZRANDMEMBER ZSCAN
+// ---------------------------------------------------------------------------------------------
+
+/// `ZRANDMEMBER key [count [WITHSCORES]]` → member | nil, or an array (distinct members for
+/// a positive count, possibly repeated for a negative one).
+pub fn zrandmember(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let argv = c.argv;
+    if argv.len() < 3 {
+        let Some(i) = e.ks.lookup_read(argv[1], c.now_ms) else {
+            c.w().null();
+            return Ok(());
+        };
+        let len = as_zset(e.ks.value(i))?.len() as u64;
+        let r = (e.ks.next_random() % len) as usize;
+        if let Some((m, _)) = as_zset(e.ks.value(i))?.at_position(r) {
+            c.w().bulk(m);
+        }
+        return Ok(());
+    }
+    let l = hash::parse_random_count(argv[2])?;
+    if argv.len() > 4 || (argv.len() == 4 && !args::is(argv[3], "withscores")) {
+        return Err(CmdError::Syntax);
+    }
+    let withscores = argv.len() == 4;
+    if withscores && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&l) {
+        return Err(CmdError::Static("ERR value is out of range"));
+    }
+    let Some(i) = e.ks.lookup_read(argv[1], c.now_ms) else {
+        c.w().array(0);
+        return Ok(());
+    };
+    let size = as_zset(e.ks.value(i))?.len();
+    let count = l.unsigned_abs();
+    if count == 0 {
+        c.w().array(0);
+        return Ok(());
+    }
+    let picks: Vec<usize> = if l < 0 || count == 1 {
+        hash::check_random_reply_len(count)?;
+        (0..count)
+            .map(|_| (e.ks.next_random() % size as u64) as usize)
+            .collect()
+    } else if count >= size as u64 {
+        // The whole zset, from the highest score down (the order Redis 7.0 replies in).
+        let z = as_zset(e.ks.value(i))?;
+        write_entries(&mut c.w(), size, withscores, z.walk(size - 1, size, true));
+        return Ok(());
+    } else {
+        hash::sample_distinct(size, count as usize, &mut || e.ks.next_random())
+    };
+    let z = as_zset(e.ks.value(i))?;
+    write_entries(
+        &mut c.w(),
+        picks.len(),
+        withscores,
+        picks.iter().filter_map(|&p| z.at_position(p)),
+    );
+    Ok(())
+}
+
+/// `ZSCAN key cursor [MATCH pattern] [COUNT count]` → `[cursor, [m, s, …]]`. A listpack-encoded
+/// zset answers whole, in order, with cursor 0 and `d2string` scores, like Redis.
+pub fn zscan(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let cursor = args::parse_u64_cursor(c.argv[2])?;
+    let Some(z) = read(e, c.argv[1], c.now_ms)? else {
+        hash::write_scan_reply(c, 0, &[]);
+        return Ok(());
+    };
+    let (count, pattern) = hash::parse_scan_opts(&c.argv[3..])?;
+    let mut items: Vec<Vec<u8>> = Vec::new();
+    let mut add = |m: &[u8], s: f64, listpack: bool| {
+        if let Some(p) = pattern
+            && !crate::glob::matches(p, m, false)
+        {
+            return;
+        }
+        items.push(m.to_vec());
+        let mut t = Vec::with_capacity(24);
+        if listpack {
+            score::fmt_d2string(s, &mut t);
+        } else {
+            score::fmt_reply(s, &mut t);
+        }
+        items.push(t);
+    };
+    let next = if z.is_listpack() {
+        for (m, s) in z.iter() {
+            add(m, s, true);
+        }
+        0
+    } else {
+        z.scan(cursor, count, |m, s| add(m, s, false))
+    };
+    let refs: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
+    hash::write_scan_reply(c, next, &refs);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Blocking pops: BZPOPMIN BZPOPMAX BZMPOP
+// ---------------------------------------------------------------------------------------------
+
+/// `BZPOPMIN key [key …] timeout` → `[key, m, s]` | nil on timeout.
+pub fn bzpopmin(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let _ = (e, c);
+    Err(CmdError::Static("ERR not implemented"))
+}
+
+/// `BZPOPMAX key [key …] timeout`.
+pub fn bzpopmax(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let _ = (e, c);
+    Err(CmdError::Static("ERR not implemented"))
+}
+
+/// `BZMPOP timeout numkeys key [key …] MIN|MAX [COUNT count]` → `[key, [[m, s], …]]` | nil.
+pub fn bzmpop(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let _ = (e, c);
+    Err(CmdError::Static("ERR not implemented"))
+}

@@ -1,0 +1,651 @@
+//! The ordered index of a zset: Redis's skiplist with spans (redis `t_zset.c` `zsl*`,
+//! after Pugh, "Skip Lists: A Probabilistic Alternative to Balanced Trees"), in safe Rust.
+//!
+//! # Shape
+//! - Nodes live in a `Vec` arena and link to each other by `u32` index ([`NIL`] = none);
+//!   freed slots go on a free list and are reused. Node 0 is the header (32 levels).
+//! - Order: by score, then by member bytes (`memcmp`, shorter prefix first). Scores are
+//!   never NaN.
+//! - Each forward link carries its *span*, the number of level-0 steps it jumps, so rank
+//!   (ZRANK), select-by-rank (ZRANGE) and range counts (ZCOUNT) are O(log n) expected.
+//! - Nodes do not hold member bytes: each stores the *position* of its member in the owner's
+//!   member table ([`Members`]), so member bytes are stored once. The owner keeps positions
+//!   current ([`SkipList::set_pos`]).
+//! - Levels are drawn with p = 1/4 up to 32 (redis `ZSKIPLIST_P`, `ZSKIPLIST_MAXLEVEL`) from a
+//!   per-list xorshift generator seeded by the owner (from the engine's random seed, so an
+//!   attacker cannot plan a degenerate shape).
+
+use super::score::{LexRange, ScoreRange};
+
+/// "No node".
+pub const NIL: u32 = u32::MAX;
+const HEAD: u32 = 0;
+const MAX_LEVEL: usize = 32;
+
+/// Where the member bytes of a node live.
+pub trait Members {
+    /// The member stored at `pos` (a node's [`SkipList::pos`]).
+    fn member(&self, pos: u32) -> &[u8];
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Level {
+    forward: u32,
+    span: u32,
+}
+
+#[derive(Clone, Debug)]
+struct Node {
+    score: f64,
+    pos: u32,
+    backward: u32,
+    levels: Box<[Level]>,
+}
+
+/// The skiplist (see the module doc).
+#[derive(Clone, Debug)]
+pub struct SkipList {
+    nodes: Vec<Node>,
+    free: Vec<u32>,
+    level: usize,
+    len: usize,
+    tail: u32,
+    rng: u64,
+}
+
+impl SkipList {
+    pub fn new(seed: u64) -> SkipList {
+        let head = Node {
+            score: 0.0,
+            pos: NIL,
+            backward: NIL,
+            levels: vec![
+                Level {
+                    forward: NIL,
+                    span: 0
+                };
+                MAX_LEVEL
+            ]
+            .into_boxed_slice(),
+        };
+        SkipList {
+            nodes: vec![head],
+            free: Vec::new(),
+            level: 1,
+            len: 0,
+            tail: NIL,
+            // xorshift must not start at 0.
+            rng: seed | 1,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn score(&self, x: u32) -> f64 {
+        self.nodes[x as usize].score
+    }
+
+    /// Position of the node's member in the owner's member table.
+    pub fn pos(&self, x: u32) -> u32 {
+        self.nodes[x as usize].pos
+    }
+
+    pub fn set_pos(&mut self, x: u32, pos: u32) {
+        self.nodes[x as usize].pos = pos;
+    }
+
+    /// First node (lowest), or NIL.
+    pub fn first(&self) -> u32 {
+        self.nodes[HEAD as usize].levels[0].forward
+    }
+
+    /// Last node (highest), or NIL.
+    pub fn last(&self) -> u32 {
+        self.tail
+    }
+
+    pub fn next(&self, x: u32) -> u32 {
+        self.nodes[x as usize].levels[0].forward
+    }
+
+    pub fn prev(&self, x: u32) -> u32 {
+        self.nodes[x as usize].backward
+    }
+
+    fn fwd(&self, x: u32, i: usize) -> u32 {
+        self.nodes[x as usize].levels[i].forward
+    }
+
+    fn span(&self, x: u32, i: usize) -> u32 {
+        self.nodes[x as usize].levels[i].span
+    }
+
+    fn lvl(&mut self, x: u32, i: usize) -> &mut Level {
+        &mut self.nodes[x as usize].levels[i]
+    }
+
+    /// Whether node `x` sorts strictly before `(score, member)`.
+    fn before(&self, m: &impl Members, x: u32, score: f64, member: &[u8]) -> bool {
+        let n = &self.nodes[x as usize];
+        n.score < score || (n.score == score && m.member(n.pos) < member)
+    }
+
+    fn random_level(&mut self) -> usize {
+        let mut level = 1;
+        loop {
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            if level < MAX_LEVEL && (self.rng & 0xFFFF) < 0x4000 {
+                level += 1;
+            } else {
+                return level;
+            }
+        }
+    }
+
+    fn alloc(&mut self, node: Node) -> u32 {
+        match self.free.pop() {
+            Some(x) => {
+                self.nodes[x as usize] = node;
+                x
+            }
+            None => {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            }
+        }
+    }
+
+    fn release(&mut self, x: u32) {
+        // Drop the level array now; the slot is reused by the next insert.
+        self.nodes[x as usize].levels = Box::new([]);
+        self.free.push(x);
+        if self.len == 0 {
+            // Empty: give the arena back.
+            self.nodes.truncate(1);
+            self.nodes.shrink_to_fit();
+            self.free = Vec::new();
+        }
+    }
+
+    /// Inserts `(score, member)`, whose member sits at `pos` in `m`; the pair must not be in
+    /// the list (redis `zslInsert`). Returns the new node.
+    pub fn insert(&mut self, m: &impl Members, score: f64, member: &[u8], pos: u32) -> u32 {
+        let mut update = [HEAD; MAX_LEVEL];
+        let mut rank = [0u32; MAX_LEVEL];
+        let mut x = HEAD;
+        for i in (0..self.level).rev() {
+            rank[i] = if i == self.level - 1 { 0 } else { rank[i + 1] };
+            loop {
+                let f = self.fwd(x, i);
+                if f != NIL && self.before(m, f, score, member) {
+                    rank[i] += self.span(x, i);
+                    x = f;
+                } else {
+                    break;
+                }
+            }
+            update[i] = x;
+        }
+        let level = self.random_level();
+        if level > self.level {
+            for i in self.level..level {
+                rank[i] = 0;
+                update[i] = HEAD;
+                self.lvl(HEAD, i).span = self.len as u32;
+            }
+            self.level = level;
+        }
+        let x = self.alloc(Node {
+            score,
+            pos,
+            backward: NIL,
+            levels: vec![
+                Level {
+                    forward: NIL,
+                    span: 0
+                };
+                level
+            ]
+            .into_boxed_slice(),
+        });
+        for i in 0..level {
+            let u = self.nodes[update[i] as usize].levels[i];
+            *self.lvl(x, i) = Level {
+                forward: u.forward,
+                span: u.span - (rank[0] - rank[i]),
+            };
+            *self.lvl(update[i], i) = Level {
+                forward: x,
+                span: rank[0] - rank[i] + 1,
+            };
+        }
+        for (i, &u) in update.iter().enumerate().take(self.level).skip(level) {
+            self.lvl(u, i).span += 1;
+        }
+        self.nodes[x as usize].backward = if update[0] == HEAD { NIL } else { update[0] };
+        let f = self.fwd(x, 0);
+        if f != NIL {
+            self.nodes[f as usize].backward = x;
+        } else {
+            self.tail = x;
+        }
+        self.len += 1;
+        x
+    }
+
+    /// The update vector for `(score, member)`: the last node before it at every level.
+    fn find_update(&self, m: &impl Members, score: f64, member: &[u8]) -> [u32; MAX_LEVEL] {
+        let mut update = [HEAD; MAX_LEVEL];
+        let mut x = HEAD;
+        for i in (0..self.level).rev() {
+            loop {
+                let f = self.fwd(x, i);
+                if f != NIL && self.before(m, f, score, member) {
+                    x = f;
+                } else {
+                    break;
+                }
+            }
+            update[i] = x;
+        }
+        update
+    }
+
+    /// Unlinks node `x` given its update vector (redis `zslDeleteNode`).
+    fn unlink(&mut self, x: u32, update: &[u32; MAX_LEVEL]) {
+        for (i, &u) in update.iter().enumerate().take(self.level) {
+            if self.fwd(u, i) == x {
+                let xl = self.nodes[x as usize].levels[i];
+                let ul = self.lvl(u, i);
+                // `ul.span >= 1` here, so this cannot underflow even when `xl.span` is 0.
+                ul.span = ul.span + xl.span - 1;
+                ul.forward = xl.forward;
+            } else {
+                self.lvl(u, i).span -= 1;
+            }
+        }
+        let (f, b) = (self.fwd(x, 0), self.nodes[x as usize].backward);
+        if f != NIL {
+            self.nodes[f as usize].backward = b;
+        } else {
+            self.tail = b;
+        }
+        while self.level > 1 && self.fwd(HEAD, self.level - 1) == NIL {
+            self.level -= 1;
+        }
+        self.len -= 1;
+    }
+
+    /// Removes `(score, member)`; returns the member position its node held, if it was there
+    /// (redis `zslDelete`).
+    pub fn delete(&mut self, m: &impl Members, score: f64, member: &[u8]) -> Option<u32> {
+        let update = self.find_update(m, score, member);
+        let x = self.fwd(update[0], 0);
+        if x == NIL || self.score(x) != score || m.member(self.pos(x)) != member {
+            return None;
+        }
+        let pos = self.pos(x);
+        self.unlink(x, &update);
+        self.release(x);
+        Some(pos)
+    }
+
+    /// Changes the score of `(cur, member)` (which must be present) to `new` (redis
+    /// `zslUpdateScore`): in place when the order does not change, else by re-insertion.
+    /// Returns the member's node (possibly a new one).
+    pub fn update_score(&mut self, m: &impl Members, cur: f64, member: &[u8], new: f64) -> u32 {
+        let update = self.find_update(m, cur, member);
+        let x = self.fwd(update[0], 0);
+        debug_assert!(x != NIL && self.score(x) == cur);
+        let (b, f) = (self.prev(x), self.next(x));
+        if (b == NIL || self.score(b) < new) && (f == NIL || self.score(f) > new) {
+            self.nodes[x as usize].score = new;
+            return x;
+        }
+        let pos = self.pos(x);
+        self.unlink(x, &update);
+        self.release(x);
+        self.insert(m, new, member, pos)
+    }
+
+    /// 1-based rank of `(score, member)`, 0 if absent (redis `zslGetRank`).
+    pub fn rank(&self, m: &impl Members, score: f64, member: &[u8]) -> usize {
+        let mut rank = 0usize;
+        let mut x = HEAD;
+        for i in (0..self.level).rev() {
+            loop {
+                let f = self.fwd(x, i);
+                if f == NIL {
+                    break;
+                }
+                let n = &self.nodes[f as usize];
+                if n.score < score || (n.score == score && m.member(n.pos) <= member) {
+                    rank += self.span(x, i) as usize;
+                    x = f;
+                } else {
+                    break;
+                }
+            }
+            if x != HEAD && self.score(x) == score && m.member(self.pos(x)) == member {
+                return rank;
+            }
+        }
+        0
+    }
+
+    /// 1-based rank of node `x`.
+    pub fn rank_of(&self, m: &impl Members, x: u32) -> usize {
+        let member = m.member(self.pos(x));
+        self.rank(m, self.score(x), member)
+    }
+
+    /// The node at 1-based `rank`, or NIL (redis `zslGetElementByRank`).
+    pub fn by_rank(&self, rank: usize) -> u32 {
+        if rank == 0 || rank > self.len {
+            return NIL;
+        }
+        let mut traversed = 0usize;
+        let mut x = HEAD;
+        for i in (0..self.level).rev() {
+            loop {
+                let f = self.fwd(x, i);
+                if f != NIL && traversed + self.span(x, i) as usize <= rank {
+                    traversed += self.span(x, i) as usize;
+                    x = f;
+                } else {
+                    break;
+                }
+            }
+            if traversed == rank {
+                return x;
+            }
+        }
+        NIL
+    }
+
+    /// First node with a score in `r`, or NIL (redis `zslFirstInRange`).
+    pub fn first_in_range(&self, r: &ScoreRange) -> u32 {
+        if r.is_empty()
+            || self.tail == NIL
+            || !r.gte_min(self.score(self.tail))
+            || !r.lte_max(self.score(self.first()))
+        {
+            return NIL;
+        }
+        let mut x = HEAD;
+        for i in (0..self.level).rev() {
+            loop {
+                let f = self.fwd(x, i);
+                if f != NIL && !r.gte_min(self.score(f)) {
+                    x = f;
+                } else {
+                    break;
+                }
+            }
+        }
+        let x = self.fwd(x, 0);
+        if x == NIL || !r.lte_max(self.score(x)) {
+            return NIL;
+        }
+        x
+    }
+
+    /// Last node with a score in `r`, or NIL (redis `zslLastInRange`).
+    pub fn last_in_range(&self, r: &ScoreRange) -> u32 {
+        if r.is_empty()
+            || self.tail == NIL
+            || !r.gte_min(self.score(self.tail))
+            || !r.lte_max(self.score(self.first()))
+        {
+            return NIL;
+        }
+        let mut x = HEAD;
+        for i in (0..self.level).rev() {
+            loop {
+                let f = self.fwd(x, i);
+                if f != NIL && r.lte_max(self.score(f)) {
+                    x = f;
+                } else {
+                    break;
+                }
+            }
+        }
+        if x == HEAD || !r.gte_min(self.score(x)) {
+            return NIL;
+        }
+        x
+    }
+
+    /// First node whose member is in `r`, or NIL (redis `zslFirstInLexRange`). Only
+    /// meaningful when all scores are equal, as Redis documents.
+    pub fn first_in_lex(&self, m: &impl Members, r: &LexRange) -> u32 {
+        if !self.in_lex(m, r) {
+            return NIL;
+        }
+        let mut x = HEAD;
+        for i in (0..self.level).rev() {
+            loop {
+                let f = self.fwd(x, i);
+                if f != NIL && !r.gte_min(m.member(self.pos(f))) {
+                    x = f;
+                } else {
+                    break;
+                }
+            }
+        }
+        let x = self.fwd(x, 0);
+        if x == NIL || !r.lte_max(m.member(self.pos(x))) {
+            return NIL;
+        }
+        x
+    }
+
+    /// Last node whose member is in `r`, or NIL (redis `zslLastInLexRange`).
+    pub fn last_in_lex(&self, m: &impl Members, r: &LexRange) -> u32 {
+        if !self.in_lex(m, r) {
+            return NIL;
+        }
+        let mut x = HEAD;
+        for i in (0..self.level).rev() {
+            loop {
+                let f = self.fwd(x, i);
+                if f != NIL && r.lte_max(m.member(self.pos(f))) {
+                    x = f;
+                } else {
+                    break;
+                }
+            }
+        }
+        if x == HEAD || !r.gte_min(m.member(self.pos(x))) {
+            return NIL;
+        }
+        x
+    }
+
+    fn in_lex(&self, m: &impl Members, r: &LexRange) -> bool {
+        !r.is_empty()
+            && self.tail != NIL
+            && r.gte_min(m.member(self.pos(self.tail)))
+            && r.lte_max(m.member(self.pos(self.first())))
+    }
+
+    /// Checks every invariant (tests): order, spans, backward links, tail, length.
+    #[cfg(test)]
+    pub fn check(&self, m: &impl Members) {
+        let mut n = 0;
+        let mut prev = NIL;
+        let mut x = self.first();
+        let mut ranks = std::collections::HashMap::new();
+        while x != NIL {
+            n += 1;
+            ranks.insert(x, n);
+            assert_eq!(self.prev(x), prev);
+            if prev != NIL {
+                assert!(self.before(m, prev, self.score(x), m.member(self.pos(x))));
+            }
+            prev = x;
+            x = self.next(x);
+        }
+        assert_eq!(self.tail, prev);
+        assert_eq!(n, self.len);
+        for i in 0..self.level {
+            let mut x = HEAD;
+            let mut r = 0;
+            loop {
+                let f = self.fwd(x, i);
+                if f == NIL {
+                    break;
+                }
+                r += self.span(x, i) as usize;
+                assert_eq!(ranks[&f], r, "span at level {i}");
+                x = f;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Members in a plain vector, addressed by position.
+    struct Table(Vec<Vec<u8>>);
+
+    impl Members for Table {
+        fn member(&self, pos: u32) -> &[u8] {
+            &self.0[pos as usize]
+        }
+    }
+
+    /// Orderable score for the model (scores are never NaN).
+    #[derive(Clone, Copy, PartialEq, PartialOrd)]
+    struct S(f64);
+    impl Eq for S {}
+    impl Ord for S {
+        fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+            self.0.partial_cmp(&o.0).unwrap()
+        }
+    }
+
+    /// Seeded random inserts, deletes, score updates, ranks and range lookups against a
+    /// BTreeMap model ordered the same way.
+    #[test]
+    fn model_vs_btreemap() {
+        for seed in [1u64, 7, 42, 1234] {
+            let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut rand = move |n: u64| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng % n
+            };
+            let mut sl = SkipList::new(seed);
+            // Members are fixed strings m0..m299 at position i; `score` holds the live ones.
+            let table = Table((0..300).map(|i| format!("m{i:03}").into_bytes()).collect());
+            let mut score: Vec<Option<f64>> = vec![None; 300];
+            let mut model: BTreeMap<(S, Vec<u8>), u32> = BTreeMap::new();
+            for step in 0..20_000 {
+                let p = rand(300) as u32;
+                let mem = table.0[p as usize].clone();
+                // Few distinct scores, so ties ordered by member are common.
+                let sc = (rand(40) as f64 - 20.0) / 2.0;
+                match rand(6) {
+                    0 | 1 => {
+                        if score[p as usize].is_none() {
+                            sl.insert(&table, sc, &mem, p);
+                            score[p as usize] = Some(sc);
+                            model.insert((S(sc), mem), p);
+                        }
+                    }
+                    2 => {
+                        let got = score[p as usize].and_then(|s| sl.delete(&table, s, &mem));
+                        let want = score[p as usize]
+                            .take()
+                            .map(|s| model.remove(&(S(s), mem.clone())).unwrap());
+                        assert_eq!(got, want);
+                        // Deleting an absent pair is refused.
+                        assert_eq!(sl.delete(&table, sc + 100.0, &mem), None);
+                    }
+                    3 => {
+                        if let Some(cur) = score[p as usize] {
+                            sl.update_score(&table, cur, &mem, sc);
+                            model.remove(&(S(cur), mem.clone()));
+                            model.insert((S(sc), mem), p);
+                            score[p as usize] = Some(sc);
+                        }
+                    }
+                    4 => {
+                        let want = score[p as usize].map_or(0, |s| {
+                            model.range(..(S(s), mem.clone())).count() + 1
+                        });
+                        let got = score[p as usize].map_or(0, |s| sl.rank(&table, s, &mem));
+                        assert_eq!(got, want);
+                        if want > 0 {
+                            let x = sl.by_rank(want);
+                            assert_eq!(sl.pos(x), p);
+                        }
+                    }
+                    _ => {
+                        let lo = (rand(40) as f64 - 20.0) / 2.0;
+                        let hi = lo + rand(10) as f64;
+                        let (minex, maxex) = (rand(2) == 0, rand(2) == 0);
+                        let r = ScoreRange {
+                            min: lo,
+                            max: hi,
+                            minex,
+                            maxex,
+                        };
+                        let inr: Vec<u32> = model
+                            .iter()
+                            .filter(|((s, _), _)| r.gte_min(s.0) && r.lte_max(s.0))
+                            .map(|(_, &p)| p)
+                            .collect();
+                        let f = sl.first_in_range(&r);
+                        let l = sl.last_in_range(&r);
+                        assert_eq!(inr.first().copied(), (f != NIL).then(|| sl.pos(f)));
+                        assert_eq!(inr.last().copied(), (l != NIL).then(|| sl.pos(l)));
+                        if f != NIL {
+                            assert_eq!(
+                                sl.rank_of(&table, l) - sl.rank_of(&table, f) + 1,
+                                inr.len()
+                            );
+                        }
+                    }
+                }
+                if step % 500 == 0 {
+                    sl.check(&table);
+                    assert_eq!(sl.len(), model.len());
+                    assert_eq!(sl.by_rank(0), NIL);
+                    assert_eq!(sl.by_rank(model.len() + 1), NIL);
+                }
+            }
+            sl.check(&table);
+        }
+    }
+
+    #[test]
+    fn lex_lookups() {
+        let table = Table(["a", "b", "c", "d", "e"].map(|s| s.as_bytes().to_vec()).to_vec());
+        let mut sl = SkipList::new(3);
+        for p in 0..5 {
+            sl.insert(&table, 0.0, &table.0[p as usize].clone(), p);
+        }
+        let r = LexRange::parse(b"(a", b"[d").unwrap();
+        assert_eq!(sl.pos(sl.first_in_lex(&table, &r)), 1);
+        assert_eq!(sl.pos(sl.last_in_lex(&table, &r)), 3);
+        let r = LexRange::parse(b"(e", b"+").unwrap();
+        assert_eq!(sl.first_in_lex(&table, &r), NIL);
+        assert_eq!(sl.last_in_lex(&table, &r), NIL);
+        let r = LexRange::parse(b"-", b"(a").unwrap();
+        assert_eq!(sl.first_in_lex(&table, &r), NIL);
+    }
+}

@@ -1,0 +1,211 @@
+//! Dedicated instance connections: a client's own connection to one instance, for what
+//! cannot share the multiplexed [`Backend`](crate::backend::Backend) connection.
+//!
+//! | client does | why it needs its own connection | lane |
+//! |---|---|---|
+//! | BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, BRPOPLPUSH | the instance parks the connection until data arrives: every other client's reply would wait behind it | `Dedicated(i)` |
+//! | WATCH, MULTI … EXEC/DISCARD | WATCH and the queued commands are state of the connection | `Dedicated(i)` |
+//! | SUBSCRIBE, PSUBSCRIBE | a subscribed connection only takes (un)subscribe commands, and messages arrive unasked | `PubSub` |
+//!
+//! # Life
+//!
+//! A client has at most one dedicated connection per instance, opened on first need and
+//! **kept for the rest of the client's life** (a worker looping on BLPOP, or an application
+//! running transactions, reuses it; antirez's redis-cluster-proxy makes the same choice with
+//! its "private connections"). It is closed when the client goes away (so an instance
+//! unblocks a BLPOP of a client that disconnected), on RESET, or when the instance drops it.
+//! Limits: [`MAX_PER_CLIENT`] per client and [`MAX_TOTAL`] for the whole proxy; over either,
+//! the request gets `-ERR` ([`limit_error`]) and nothing else changes.
+//!
+//! If a dedicated connection fails, its in-flight requests get the instance's
+//! `-ERR instance i (…) is unavailable`; a client whose transaction or subscriptions lived
+//! on it is then disconnected after those replies (that state is gone, as if the server had
+//! restarted, and client libraries reconnect and resubscribe). A blocking-only client keeps
+//! its connection; its next blocking command opens a new dedicated connection.
+//!
+//! # Lanes and ordering
+//!
+//! Replies reach the client in request order through its reply slots whatever connection
+//! answers (see `crate::client`). Execution order across connections is another matter: a
+//! `SET k` on the shared connection followed by `MULTI`/`GET k` on a dedicated one could run
+//! in either order. So each client records the *lane* of its last forwarded request
+//! (shared, dedicated to instance i, pub/sub), and a request for another lane waits until
+//! every earlier reply has arrived. Clients that never use dedicated connections never
+//! change lane, so the shared hot path pays one comparison.
+//!
+//! # Matching replies
+//!
+//! Each request written gets an [`Expect`] at the back of `inflight`: how many reply frames
+//! it produces (1, or one per channel for (un)subscribe commands) and which reply slot they
+//! answer (`None`: swallow, for a transaction's `MULTI` the proxy sends on its own). While a
+//! connection may be subscribed, frames starting `*3 message` or `*4 pmessage` are messages
+//! ([`is_message`]) and go to the client as they come, not to `inflight`.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use mio::{Registry, Token};
+
+use crate::backend::Wire;
+use crate::client::Waiter;
+
+/// Most dedicated connections one client may hold (one per instance at most, so this only
+/// binds in fleets larger than it).
+pub const MAX_PER_CLIENT: usize = 64;
+/// Most dedicated connections the proxy holds at once, all clients together.
+pub const MAX_TOTAL: usize = 1024;
+/// A subscribed client whose unsent output passes this is disconnected, like Redis's
+/// `client-output-buffer-limit pubsub 32mb` hard limit.
+pub const PUBSUB_OUTPUT_LIMIT: usize = 32 << 20;
+
+/// The `-ERR` for a request that would need a dedicated connection over a limit.
+pub fn limit_error(per_client: bool) -> Vec<u8> {
+    if per_client {
+        format!(
+            "-ERR proxy: this client already holds {MAX_PER_CLIENT} dedicated instance \
+             connections (the limit)\r\n"
+        )
+    } else {
+        format!(
+            "-ERR proxy: all {MAX_TOTAL} dedicated instance connections are in use \
+             (blocking commands, transactions, pub/sub); try again later\r\n"
+        )
+    }
+    .into_bytes()
+}
+
+/// Which connection(s) a client's last forwarded request went to (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lane {
+    #[default]
+    Shared,
+    /// The client's dedicated connection to this instance.
+    Dedicated(usize),
+    /// The client's dedicated connections in subscribed mode.
+    PubSub,
+}
+
+/// What one written request expects back.
+#[derive(Debug)]
+pub struct Expect {
+    /// The slot to fill; `None` drops the reply.
+    pub waiter: Option<Waiter>,
+    /// Reply frames still to come for this request.
+    pub frames: u32,
+    /// The first error frame among them, which becomes the slot's reply.
+    pub error: Option<Vec<u8>>,
+}
+
+/// What a frame read from a dedicated connection is.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Incoming<'a> {
+    /// The (last) reply frame of a request, for this slot.
+    Reply(Waiter, &'a [u8]),
+    /// A pub/sub message for the owning client.
+    Message(&'a [u8]),
+}
+
+/// A RESP2 pub/sub message frame (`message` or `pmessage` array).
+pub fn is_message(frame: &[u8]) -> bool {
+    frame.starts_with(b"*3\r\n$7\r\nmessage\r\n") || frame.starts_with(b"*4\r\n$8\r\npmessage\r\n")
+}
+
+pub struct Dedicated {
+    pub instance: usize,
+    /// The owning client: slab token and id (tokens are reused; ids are not).
+    pub owner_token: usize,
+    pub owner_id: u64,
+    pub wire: Wire,
+    /// `Some(start)` while the connect is in progress (requests queue meanwhile).
+    pub connecting: Option<Instant>,
+    pub inflight: VecDeque<Expect>,
+    /// A (P)SUBSCRIBE was sent since the last ordinary command: message frames may come.
+    pub pubsub: bool,
+    /// Listed in the loop's to-flush list this iteration.
+    pub dirty: bool,
+}
+
+impl Dedicated {
+    /// Starts a non-blocking connect to `addr`, registered under `token`.
+    pub fn connect(
+        instance: usize,
+        addr: SocketAddr,
+        owner_token: usize,
+        owner_id: u64,
+        registry: &Registry,
+        token: Token,
+        now: Instant,
+    ) -> io::Result<Self> {
+        let mut wire = Wire::new();
+        wire.stream = Some(Wire::connect(addr, registry, token)?);
+        Ok(Dedicated {
+            instance,
+            owner_token,
+            owner_id,
+            wire,
+            connecting: Some(now),
+            inflight: VecDeque::new(),
+            pubsub: false,
+            dirty: false,
+        })
+    }
+
+    /// Queues a request producing `frames` reply frames for `waiter`.
+    pub fn send(&mut self, request: &[u8], waiter: Option<Waiter>, frames: u32) {
+        self.wire.out.extend_from_slice(request);
+        self.inflight.push_back(Expect {
+            waiter,
+            frames,
+            error: None,
+        });
+    }
+
+    /// Calls `each` for every complete frame read so far that answers a slot or is a
+    /// message. `Err`: a malformed frame or a reply nobody asked for; drop the connection.
+    pub fn incoming(&mut self, mut each: impl FnMut(Incoming<'_>)) -> Result<(), String> {
+        let Dedicated {
+            wire,
+            inflight,
+            pubsub,
+            ..
+        } = self;
+        wire.frames(|frame| {
+            if *pubsub && is_message(frame) {
+                each(Incoming::Message(frame));
+                return Ok(());
+            }
+            let Some(front) = inflight.front_mut() else {
+                return Err("reply without a request".into());
+            };
+            if frame.first() == Some(&b'-') && front.error.is_none() {
+                front.error = Some(frame.to_vec());
+            }
+            front.frames = front.frames.saturating_sub(1);
+            if front.frames == 0 {
+                let done = inflight.pop_front().expect("front exists");
+                if let Some(w) = done.waiter {
+                    each(Incoming::Reply(w, done.error.as_deref().unwrap_or(frame)));
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_told_from_confirmations() {
+        assert!(is_message(b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n"));
+        assert!(is_message(
+            b"*4\r\n$8\r\npmessage\r\n$2\r\nc*\r\n$2\r\nch\r\n$1\r\nx\r\n"
+        ));
+        assert!(!is_message(b"*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"));
+        assert!(!is_message(b"*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n"));
+        assert!(!is_message(b"$7\r\nmessage\r\n"));
+    }
+}

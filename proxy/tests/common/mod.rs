@@ -1,0 +1,228 @@
+//! Test helpers shared by the proxy's end-to-end tests: real redis-servers on free ports
+//! (killed by PID on drop), the proxy in-process on a thread, raw RESP connections.
+//! Every wait is a bounded retry loop.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use recached_proxy::route::instance_of;
+use recached_proxy::{ProxyOptions, run_until};
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Retries `f` every 20 ms until it returns `Some` or `limit` passes.
+pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A redis-server child process, killed by PID on drop.
+pub struct Redis {
+    pub port: u16,
+    pub child: Child,
+}
+
+impl Redis {
+    pub fn start(port: u16) -> Redis {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed");
+        let r = Redis { port, child };
+        wait_for(Duration::from_secs(10), || {
+            let mut c = Conn::try_connect(port)?;
+            (c.cmd(&["PING"]) == b"+PONG\r\n").then_some(())
+        })
+        .expect("redis-server did not start");
+        r
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The proxy on a thread; stopped through its shutdown flag on drop.
+pub struct Proxy {
+    pub port: u16,
+    pub stop: Arc<AtomicBool>,
+    pub thread: Option<thread::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Proxy {
+    pub fn start(backends: &[u16]) -> Proxy {
+        let port = free_port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let opts = ProxyOptions {
+            port,
+            bind: "127.0.0.1".into(),
+            backends: backends.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+        };
+        let flag = Arc::clone(&stop);
+        let thread = Some(thread::spawn(move || run_until(opts, flag)));
+        wait_for(Duration::from_secs(10), || {
+            let mut c = Conn::try_connect(port)?;
+            (c.cmd(&["PING"]) == b"+PONG\r\n").then_some(())
+        })
+        .expect("proxy did not start");
+        Proxy { port, stop, thread }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let r = t.join().expect("proxy thread panicked");
+            if !thread::panicking() {
+                r.expect("proxy returned an error");
+            }
+        }
+    }
+}
+
+/// Two redis-servers and a proxy in front of them.
+pub struct Fleet {
+    pub redis: Vec<Redis>,
+    pub proxy: Proxy,
+}
+
+impl Fleet {
+    pub fn start() -> Fleet {
+        let redis: Vec<Redis> = (0..2).map(|_| Redis::start(free_port())).collect();
+        let ports: Vec<u16> = redis.iter().map(|r| r.port).collect();
+        let proxy = Proxy::start(&ports);
+        Fleet { redis, proxy }
+    }
+
+    pub fn conn(&self) -> Conn {
+        Conn::connect(self.proxy.port)
+    }
+
+    pub fn backend(&self, i: usize) -> Conn {
+        Conn::connect(self.redis[i].port)
+    }
+}
+
+/// A raw RESP connection with a read timeout.
+pub struct Conn {
+    pub s: TcpStream,
+    pub buf: Vec<u8>,
+}
+
+impl Conn {
+    pub fn try_connect(port: u16) -> Option<Conn> {
+        let s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        Some(Conn { s, buf: Vec::new() })
+    }
+
+    pub fn connect(port: u16) -> Conn {
+        Conn::try_connect(port).expect("connect")
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.s.write_all(bytes).unwrap();
+    }
+
+    pub fn send(&mut self, args: &[&str]) {
+        self.send_raw(&encode(args));
+    }
+
+    /// Reads one complete reply frame; empty if the connection closed or timed out.
+    pub fn reply(&mut self) -> Vec<u8> {
+        loop {
+            if let Ok(Some(n)) = resp::reply::frame_len(&self.buf) {
+                return self.buf.drain(..n).collect();
+            }
+            let mut chunk = [0u8; 65536];
+            match self.s.read(&mut chunk) {
+                Ok(0) | Err(_) => return Vec::new(),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    pub fn cmd(&mut self, args: &[&str]) -> Vec<u8> {
+        self.send(args);
+        self.reply()
+    }
+
+    /// True once the peer closed the connection (EOF within the read timeout).
+    pub fn closed(&mut self) -> bool {
+        let mut b = [0u8; 16];
+        matches!(self.s.read(&mut b), Ok(0))
+    }
+}
+
+pub fn encode(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    out
+}
+
+pub fn bulk(s: &str) -> Vec<u8> {
+    format!("${}\r\n{s}\r\n", s.len()).into_bytes()
+}
+
+pub fn int(n: i64) -> Vec<u8> {
+    format!(":{n}\r\n").into_bytes()
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Keys `key:0..` with at least one on each of the two instances among the first few.
+pub fn keys(n: usize) -> Vec<String> {
+    let keys: Vec<String> = (0..n).map(|i| format!("key:{i}")).collect();
+    if n >= 10 {
+        let on0 = keys
+            .iter()
+            .filter(|k| instance_of(k.as_bytes(), 2) == 0)
+            .count();
+        assert!(on0 > 0 && on0 < n, "test keys must span both instances");
+    }
+    keys
+}
+
+/// A key that lives on `instance` (of 2).
+pub fn key_on(instance: usize, prefix: &str) -> String {
+    (0..10_000)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|k| instance_of(k.as_bytes(), 2) == instance)
+        .unwrap()
+}
+

@@ -200,7 +200,9 @@ mod tests {
 
     #[test]
     fn messages_are_told_from_confirmations() {
-        assert!(is_message(b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n"));
+        assert!(is_message(
+            b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n"
+        ));
         assert!(is_message(
             b"*4\r\n$8\r\npmessage\r\n$2\r\nc*\r\n$2\r\nch\r\n$1\r\nx\r\n"
         ));

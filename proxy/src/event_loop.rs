@@ -5,13 +5,15 @@
 //! 1. `poll` (timeout: the next backend retry / connect deadline, at most 100 ms so a
 //!    SIGTERM/SIGINT flag is seen promptly).
 //! 2. Events, in order: the listener (accept until `WouldBlock`), backends (finish a connect,
-//!    read and deliver replies to client slots, or fail the link), clients (read, parse every
+//!    read and deliver replies to client slots, or fail the link), dedicated connections
+//!    (the same, plus pub/sub messages relayed to their client), clients (read, parse every
 //!    complete request, route it, append it to backend output buffers).
 //! 3. Clients paused by a bound that has cleared are resumed.
 //! 4. Every backend with new output is written once; then every client with new output is
 //!    written once (so a batch of pipelined requests costs one write per backend and one per
 //!    client).
-//! 5. Timers: due reconnects, connect timeouts. Finished clients are closed.
+//! 5. Timers: due reconnects, connect timeouts (dedicated connections too). Finished
+//!    clients are closed, with their dedicated connections.
 //!
 //! Sockets are registered once for READABLE | WRITABLE (edge-triggered): a write that does
 //! not finish simply waits for the next WRITABLE edge, with no re-registration. Reads go on
@@ -983,8 +985,8 @@ fn subscription<A: Args + ?Sized>(
 ) -> Flow {
     let n = ctx.fleet.instances();
     let names: Vec<&[u8]> = (1..args.argc()).map(|i| args.arg(i)).collect();
-    let nothing_to_send = matches!(kind, Kind::Unsubscribe | Kind::Punsubscribe)
-        && !me.session.subs.active();
+    let nothing_to_send =
+        matches!(kind, Kind::Unsubscribe | Kind::Punsubscribe) && !me.session.subs.active();
     if !nothing_to_send && !me.enter_lane(Lane::PubSub) {
         return Flow::Wait;
     }
@@ -1039,7 +1041,12 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
         return Err(dedicated::limit_error(false));
     }
     // The slab index is the token, so reserve the entry before registering.
-    let id = ctx.dedicated.free.last().copied().unwrap_or(ctx.dedicated.entries.len());
+    let id = ctx
+        .dedicated
+        .free
+        .last()
+        .copied()
+        .unwrap_or(ctx.dedicated.entries.len());
     let token = Token(DEDICATED_TOKEN_BASE + id);
     match Dedicated::connect(
         instance,

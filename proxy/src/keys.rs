@@ -171,10 +171,19 @@ mod tests {
             Ok(vec![2, 3])
         );
         assert_eq!(keys(&["LMPOP", "1", "a", "LEFT"]), Ok(vec![2]));
-        assert_eq!(keys(&["BLMPOP", "0", "2", "a", "b", "LEFT"]), Ok(vec![3, 4]));
+        assert_eq!(
+            keys(&["BLMPOP", "0", "2", "a", "b", "LEFT"]),
+            Ok(vec![3, 4])
+        );
         assert_eq!(keys(&["BZMPOP", "1.5", "1", "z", "MIN"]), Ok(vec![3]));
-        assert_eq!(keys(&["ZMPOP", "2", "a", "b", "MAX", "COUNT", "3"]), Ok(vec![2, 3]));
-        assert_eq!(keys(&["ZINTER", "2", "a", "b", "WITHSCORES"]), Ok(vec![2, 3]));
+        assert_eq!(
+            keys(&["ZMPOP", "2", "a", "b", "MAX", "COUNT", "3"]),
+            Ok(vec![2, 3])
+        );
+        assert_eq!(
+            keys(&["ZINTER", "2", "a", "b", "WITHSCORES"]),
+            Ok(vec![2, 3])
+        );
         assert_eq!(keys(&["ZINTERCARD", "1", "a"]), Ok(vec![2]));
         assert_eq!(keys(&["ZDIFF", "3", "a", "b", "c"]), Ok(vec![2, 3, 4]));
     }
@@ -197,7 +206,10 @@ mod tests {
         assert_eq!(keys(&["SINTERCARD", "x", "a"]), Err(KeysError::Invalid));
         assert_eq!(keys(&["SINTERCARD", "-1", "a"]), Err(KeysError::Invalid));
         assert_eq!(keys(&["SINTERCARD", "0", "a"]), Err(KeysError::Invalid));
-        assert_eq!(keys(&["SINTERCARD", "5", "a", "b"]), Err(KeysError::Invalid));
+        assert_eq!(
+            keys(&["SINTERCARD", "5", "a", "b"]),
+            Err(KeysError::Invalid)
+        );
         assert_eq!(keys(&["LMPOP", "01", "a", "LEFT"]), Err(KeysError::Invalid));
         assert_eq!(
             keys(&["ZUNIONSTORE", "d", "99999999999999999999", "a"]),
@@ -305,7 +317,10 @@ mod tests {
     fn keyword_search_and_limited_range() {
         // XREAD COUNT 2 STREAMS a b 0 0: keys are the first half after STREAMS.
         assert_eq!(
-            with(&XREAD, &["XREAD", "COUNT", "2", "streams", "a", "b", "0", "0"]),
+            with(
+                &XREAD,
+                &["XREAD", "COUNT", "2", "streams", "a", "b", "0", "0"]
+            ),
             Ok(vec![4, 5])
         );
         // No STREAMS keyword: no keys from this spec.

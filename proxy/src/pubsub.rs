@@ -292,7 +292,10 @@ mod tests {
     #[test]
     fn patterns_go_to_every_instance_and_count_once() {
         let mut s = Subscriptions::default();
-        assert_eq!(s.instances_needed(Kind::Psubscribe, &[b"p*"], 3), vec![0, 1, 2]);
+        assert_eq!(
+            s.instances_needed(Kind::Psubscribe, &[b"p*"], 3),
+            vec![0, 1, 2]
+        );
         let c = s.apply(Kind::Psubscribe, &[b"p*"], 3);
         assert_eq!(c.sends.len(), 3);
         assert_eq!(c.reply, b"*3\r\n$10\r\npsubscribe\r\n$2\r\np*\r\n:1\r\n");

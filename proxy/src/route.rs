@@ -862,4 +862,97 @@ mod tests {
             b"-ERR invalid cursor\r\n"
         );
     }
+
+    #[test]
+    fn every_single_key_command_of_the_table_routes_by_its_key() {
+        // Lists, hashes, sets, sorted sets, strings…: one legacy key and no movable keys
+        // means forwarded to the key's instance, whatever the command.
+        let mut checked = 0;
+        for spec in engine_core::command::COMMANDS {
+            if spec.first_key <= 0
+                || spec.first_key != spec.last_key
+                || spec.has_flag("movablekeys")
+                || !spec.subcommands.is_empty()
+            {
+                continue;
+            }
+            let argc = (spec.arity.unsigned_abs() as usize).max(spec.first_key as usize + 1);
+            let key = format!("key-of-{}", spec.name);
+            let mut args: Vec<&[u8]> = vec![spec.name.as_bytes(); argc];
+            for a in args.iter_mut().skip(1) {
+                *a = b"1";
+            }
+            args[spec.first_key as usize] = key.as_bytes();
+            assert_eq!(
+                run(&args, 3),
+                Plan::Forward(instance_of(key.as_bytes(), 3)),
+                "{}",
+                spec.name
+            );
+            checked += 1;
+        }
+        assert!(checked > 80, "only {checked} single-key commands");
+    }
+
+    #[test]
+    fn movable_keys_blocking_transactions_and_pubsub_plans() {
+        let (a, b) = keys_on_both();
+        let (ia, ib) = (instance_of(&a, 2), instance_of(&b, 2));
+        // The destination alone must not route ZUNIONSTORE: its sources count too.
+        assert_eq!(
+            run(&[b"ZUNIONSTORE", &a, b"1", &b], 2),
+            reply_static(CROSSSLOT)
+        );
+        assert_eq!(run(&[b"ZUNIONSTORE", &a, b"1", &a], 2), Plan::Forward(ia));
+        assert_eq!(
+            run(&[b"LMPOP", b"2", &b, &b, b"LEFT"], 2),
+            Plan::Forward(ib)
+        );
+        assert_eq!(
+            run(&[b"SINTERCARD", b"2", &a, &b], 2),
+            reply_static(CROSSSLOT)
+        );
+        // A malformed numkeys: any instance answers the syntax error.
+        assert_eq!(run(&[b"SINTERCARD", b"x", &a], 2), Plan::ForwardAny);
+        assert_eq!(run(&[b"SINTER", &a, &b], 2), reply_static(CROSSSLOT));
+        assert_eq!(run(&[b"SMOVE", &b, &b, b"m"], 2), Plan::Forward(ib));
+        // Blocking commands get the client's dedicated connection to their instance.
+        assert_eq!(run(&[b"BLPOP", &a, &a, b"0"], 2), Plan::Blocking(ia));
+        assert_eq!(run(&[b"BLPOP", &a, &b, b"0"], 2), reply_static(CROSSSLOT));
+        assert_eq!(
+            run(&[b"BLMPOP", b"0", b"1", &b, b"LEFT"], 2),
+            Plan::Blocking(ib)
+        );
+        assert_eq!(
+            run(&[b"BRPOPLPUSH", &a, &b, b"0"], 2),
+            reply_static(CROSSSLOT)
+        );
+        assert_eq!(run(&[b"BZPOPMIN", &b, b"0"], 2), Plan::Blocking(ib));
+        // Transactions.
+        assert_eq!(run(&[b"MULTI"], 2), Plan::Multi);
+        assert_eq!(run(&[b"WATCH", &a, &a], 2), Plan::Watch(ia));
+        assert_eq!(run(&[b"WATCH", &a, &b], 2), reply_static(CROSSSLOT));
+        assert_eq!(reply(run(&[b"EXEC"], 2)), b"-ERR EXEC without MULTI\r\n");
+        assert_eq!(reply(run(&[b"UNWATCH"], 2)), b"+OK\r\n");
+        // Pub/sub: channels route like keys.
+        assert_eq!(run(&[b"PUBLISH", &b, b"m"], 2), Plan::Forward(ib));
+        assert_eq!(
+            run(&[b"SUBSCRIBE", b"c"], 2),
+            Plan::PubSub(pubsub::Kind::Subscribe)
+        );
+        assert_eq!(
+            run(&[b"punsubscribe"], 2),
+            Plan::PubSub(pubsub::Kind::Punsubscribe)
+        );
+        assert!(matches!(
+            run(&[b"PUBSUB", b"NUMPAT"], 2),
+            Plan::FanOut {
+                merge: Merge::Max,
+                ..
+            }
+        ));
+        assert_eq!(run(&[b"PUBSUB", b"NUMSUB", &a], 2), Plan::Forward(ia));
+        // WAIT has no key and would park the shared connection.
+        assert!(reply(run(&[b"WAIT", b"0", b"0"], 2)).starts_with(b"-ERR WAIT is not supported"));
+    }
 }

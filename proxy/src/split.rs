@@ -137,7 +137,11 @@ pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
             all_ok
         }
         Merge::Concat => merge_concat(replies, out),
-        Merge::Max => match replies.iter().map(|r| integer(r)).collect::<Option<Vec<i64>>>() {
+        Merge::Max => match replies
+            .iter()
+            .map(|r| integer(r))
+            .collect::<Option<Vec<i64>>>()
+        {
             Some(all) => {
                 out.push(b':');
                 let max = all.into_iter().max().unwrap_or(0);

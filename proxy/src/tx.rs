@@ -320,8 +320,14 @@ mod tests {
         }
         assert_eq!(tx.pinned, Some(1));
         // Keyless commands now go to the pinned instance.
-        assert!(matches!(step(&mut tx, &["DBSIZE"]), Step::Send { instance: 1, .. }));
-        assert!(matches!(step(&mut tx, &["EXEC"]), Step::Send { instance: 1, .. }));
+        assert!(matches!(
+            step(&mut tx, &["DBSIZE"]),
+            Step::Send { instance: 1, .. }
+        ));
+        assert!(matches!(
+            step(&mut tx, &["EXEC"]),
+            Step::Send { instance: 1, .. }
+        ));
         assert!(!tx.active());
     }
 
@@ -332,7 +338,10 @@ mod tests {
             ..Tx::default()
         };
         let (a, b) = (key_on(0, "a"), key_on(1, "b"));
-        assert!(matches!(step(&mut tx, &["INCR", &a]), Step::Send { instance: 0, .. }));
+        assert!(matches!(
+            step(&mut tx, &["INCR", &a]),
+            Step::Send { instance: 0, .. }
+        ));
         assert_eq!(step(&mut tx, &["INCR", &b]), reply(CROSSSLOT));
         assert!(tx.aborted);
         assert_eq!(step(&mut tx, &["EXEC"]), Step::ExecAbort { instance: 0 });
@@ -342,7 +351,10 @@ mod tests {
             multi: true,
             ..Tx::default()
         };
-        assert_eq!(step(&mut tx, &["SINTERSTORE", &a, &a, &b]), reply(CROSSSLOT));
+        assert_eq!(
+            step(&mut tx, &["SINTERSTORE", &a, &a, &b]),
+            reply(CROSSSLOT)
+        );
         assert_eq!(step(&mut tx, &["EXEC"]), reply(EXECABORT));
         // Movable keys are found from the key specs.
         let mut tx = Tx {
@@ -406,18 +418,33 @@ mod tests {
         };
         // Between WATCH and MULTI: ordinary routing, except more WATCHes on the instance.
         assert_eq!(step(&mut tx, &["GET", &a]), Step::Route);
-        assert!(matches!(step(&mut tx, &["WATCH", &a]), Step::Send { instance: 0, .. }));
+        assert!(matches!(
+            step(&mut tx, &["WATCH", &a]),
+            Step::Send { instance: 0, .. }
+        ));
         assert_eq!(step(&mut tx, &["WATCH", &key_on(1, "w")]), reply(CROSSSLOT));
-        assert!(matches!(step(&mut tx, &["MULTI"]), Step::Send { instance: 0, .. }));
-        assert!(matches!(step(&mut tx, &["SET", &a, "1"]), Step::Send { instance: 0, .. }));
-        assert!(matches!(step(&mut tx, &["EXEC"]), Step::Send { instance: 0, .. }));
+        assert!(matches!(
+            step(&mut tx, &["MULTI"]),
+            Step::Send { instance: 0, .. }
+        ));
+        assert!(matches!(
+            step(&mut tx, &["SET", &a, "1"]),
+            Step::Send { instance: 0, .. }
+        ));
+        assert!(matches!(
+            step(&mut tx, &["EXEC"]),
+            Step::Send { instance: 0, .. }
+        ));
         assert!(!tx.active());
         let mut tx = Tx {
             watching: true,
             pinned: Some(1),
             ..Tx::default()
         };
-        assert!(matches!(step(&mut tx, &["UNWATCH"]), Step::Send { instance: 1, .. }));
+        assert!(matches!(
+            step(&mut tx, &["UNWATCH"]),
+            Step::Send { instance: 1, .. }
+        ));
         assert!(!tx.active());
     }
 }

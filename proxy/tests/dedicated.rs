@@ -153,14 +153,16 @@ fn transactions_run_on_the_instance_of_their_keys() {
     );
     assert_eq!(f.backend(1).cmd(&["GET", &a]), bulk("2"));
     // Pipelined: SET on the shared connection, then a transaction reading it.
-    c.send_raw(&[
-        encode(&["SET", &b, "x"]),
-        encode(&["MULTI"]),
-        encode(&["APPEND", &b, "y"]),
-        encode(&["EXEC"]),
-        encode(&["GET", &b]),
-    ]
-    .concat());
+    c.send_raw(
+        &[
+            encode(&["SET", &b, "x"]),
+            encode(&["MULTI"]),
+            encode(&["APPEND", &b, "y"]),
+            encode(&["EXEC"]),
+            encode(&["GET", &b]),
+        ]
+        .concat(),
+    );
     assert_eq!(c.reply(), b"+OK\r\n");
     assert_eq!(c.reply(), b"+OK\r\n");
     assert_eq!(c.reply(), b"+QUEUED\r\n");
@@ -197,7 +199,10 @@ fn watch_failure_and_success_through_the_proxy() {
     assert_eq!(a.cmd(&["DECRBY", &k, "10"]), b"+QUEUED\r\n");
     assert_eq!(a.cmd(&["EXEC"]), b"*1\r\n:5\r\n");
     // WATCH of keys on two instances, and UNWATCH.
-    assert_eq!(a.cmd(&["WATCH", &key_on(0, "w"), &key_on(1, "w")]), CROSSSLOT);
+    assert_eq!(
+        a.cmd(&["WATCH", &key_on(0, "w"), &key_on(1, "w")]),
+        CROSSSLOT
+    );
     assert_eq!(a.cmd(&["WATCH", &k]), b"+OK\r\n");
     assert_eq!(a.cmd(&["UNWATCH"]), b"+OK\r\n");
     assert_eq!(b.cmd(&["SET", &k, "0"]), b"+OK\r\n");
@@ -265,16 +270,27 @@ fn subscribe_receives_publish_from_another_client() {
     assert_eq!(got, want);
     // Subscribed mode: PING answers pong, other commands are refused.
     assert_eq!(sub.cmd(&["PING"]), b"*2\r\n$4\r\npong\r\n$0\r\n\r\n");
-    assert!(sub.cmd(&["GET", "x"]).starts_with(b"-ERR Can't execute 'get'"));
+    assert!(
+        sub.cmd(&["GET", "x"])
+            .starts_with(b"-ERR Can't execute 'get'")
+    );
     // UNSUBSCRIBE one, then the rest; then the connection is an ordinary one again.
     assert_eq!(
         sub.cmd(&["UNSUBSCRIBE", &c0]),
-        format!("*3\r\n$11\r\nunsubscribe\r\n${}\r\n{c0}\r\n:1\r\n", c0.len()).into_bytes()
+        format!(
+            "*3\r\n$11\r\nunsubscribe\r\n${}\r\n{c0}\r\n:1\r\n",
+            c0.len()
+        )
+        .into_bytes()
     );
     assert_eq!(publisher.cmd(&["PUBLISH", &c0, "lost"]), int(0));
     assert_eq!(
         sub.cmd(&["UNSUBSCRIBE"]),
-        format!("*3\r\n$11\r\nunsubscribe\r\n${}\r\n{c1}\r\n:0\r\n", c1.len()).into_bytes()
+        format!(
+            "*3\r\n$11\r\nunsubscribe\r\n${}\r\n{c1}\r\n:0\r\n",
+            c1.len()
+        )
+        .into_bytes()
     );
     assert_eq!(sub.cmd(&["SET", &c0, "v"]), b"+OK\r\n");
     assert_eq!(sub.cmd(&["GET", &c0]), bulk("v"));
@@ -338,7 +354,10 @@ fn client_disconnect_frees_dedicated_connections() {
         let now = [clients_on(&f, 0), clients_on(&f, 1)];
         (now == [base[0] + 2, base[1] + 2]).then_some(())
     });
-    assert!(grown.is_some(), "expected 2 more connections on each instance");
+    assert!(
+        grown.is_some(),
+        "expected 2 more connections on each instance"
+    );
     drop(blocked);
     drop(sub);
     drop(tx);
@@ -372,13 +391,19 @@ fn reset_and_keyless_transactions() {
     assert_eq!(c.cmd(&["SET", &key_on(0, "r"), "1"]), b"+QUEUED\r\n");
     assert_eq!(c.cmd(&["RESET"]), b"+RESET\r\n");
     assert_eq!(c.cmd(&["EXISTS", &key_on(0, "r")]), int(0));
-    assert!(c.cmd(&["SUBSCRIBE", "ch"]).starts_with(b"*3\r\n$9\r\nsubscribe"));
+    assert!(
+        c.cmd(&["SUBSCRIBE", "ch"])
+            .starts_with(b"*3\r\n$9\r\nsubscribe")
+    );
     assert_eq!(c.cmd(&["RESET"]), b"+RESET\r\n");
     assert_eq!(f.conn().cmd(&["PUBLISH", "ch", "x"]), int(0));
     assert_eq!(c.cmd(&["GET", &key_on(0, "r")]), b"$-1\r\n");
     // Subscription commands inside MULTI are refused and abort it.
     assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
-    assert!(c.cmd(&["SUBSCRIBE", "x"]).starts_with(b"-ERR SUBSCRIBE is not supported"));
+    assert!(
+        c.cmd(&["SUBSCRIBE", "x"])
+            .starts_with(b"-ERR SUBSCRIBE is not supported")
+    );
     assert!(c.cmd(&["EXEC"]).starts_with(b"-EXECABORT"));
 }
 

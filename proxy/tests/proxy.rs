@@ -5,12 +5,11 @@
 //! Clients speak raw RESP over `TcpStream`, and a few checks go through `redis-cli`.
 //! Every wait is a bounded retry loop.
 
-
 mod common;
 
 use std::io::Write;
-use std::thread;
 use std::process::Command;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;

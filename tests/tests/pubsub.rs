@@ -224,9 +224,9 @@ fn unsubscribe_counts() {
         );
         // All remaining channels, in an order of the server's choosing.
         c.send_raw(&Resp::encode(&[b"UNSUBSCRIBE"]));
-        let mut got = vec![next(&mut c), next(&mut c)];
+        let mut got = [next(&mut c), next(&mut c)];
         got.sort();
-        let mut want = vec![
+        let mut want = [
             sub_frame("*", "unsubscribe", "a", 2),
             sub_frame("*", "unsubscribe", "c", 2),
         ];

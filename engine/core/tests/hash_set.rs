@@ -355,7 +355,13 @@ fn spop_removes_exactly_what_it_returns() {
             assert_eq!(r.items().len(), count, "round {round}");
             for m in r.items() {
                 assert!(left.remove(m.bulk()), "popped twice or never there");
-                assert_eq!(s.cmd(&format!("SISMEMBER p {}", String::from_utf8_lossy(m.bulk()))), Frame::Int(0));
+                assert_eq!(
+                    s.cmd(&format!(
+                        "SISMEMBER p {}",
+                        String::from_utf8_lossy(m.bulk())
+                    )),
+                    Frame::Int(0)
+                );
             }
             assert_eq!(s.cmd("SCARD p").int(), left.len() as i64);
         }

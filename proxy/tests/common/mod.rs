@@ -225,4 +225,3 @@ pub fn key_on(instance: usize, prefix: &str) -> String {
         .find(|k| instance_of(k.as_bytes(), 2) == instance)
         .unwrap()
 }
-

@@ -698,3 +698,90 @@ pub fn pubsub_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Config, Engine};
+
+    #[test]
+    fn notify_flags_parse_and_format_like_redis() {
+        for (input, canonical) in [
+            ("KEA", "AKE"),
+            ("Kx", "xK"),
+            ("Ex$lshzgtdmKA", "AKEm"),
+            ("g$lshzxetKEn", "g$lshzxetnKE"),
+            ("AKEn", "AKE"),
+            ("Km", "Km"),
+            ("", ""),
+        ] {
+            let flags = parse_notify_flags(input.as_bytes()).unwrap();
+            assert_eq!(format_notify_flags(flags), canonical, "{input}");
+        }
+        assert_eq!(parse_notify_flags(b"Z"), None);
+    }
+
+    fn run(e: &mut Engine, c: &mut crate::Client, args: &[&str], out: &mut Vec<u8>) {
+        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        e.exec(c, &argv, 1_000_000, out);
+    }
+
+    /// Disabled notifications log nothing; enabled ones reach a pattern subscriber in its
+    /// protocol, expired-key events first.
+    #[test]
+    fn keyspace_events_are_delivered_in_order() {
+        let mut e = Engine::new(Config::default());
+        let mut sub = crate::Client {
+            id: 1,
+            ..Default::default()
+        };
+        let mut writer = crate::Client {
+            id: 2,
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        run(
+            &mut e,
+            &mut sub,
+            &["PSUBSCRIBE", "__keyevent@0__:*"],
+            &mut out,
+        );
+        run(&mut e, &mut writer, &["SET", "k", "v"], &mut out);
+        assert!(e.deliveries.is_empty() && e.ks.events.is_empty());
+        run(
+            &mut e,
+            &mut writer,
+            &["CONFIG", "SET", "notify-keyspace-events", "Exg$"],
+            &mut out,
+        );
+        run(
+            &mut e,
+            &mut writer,
+            &["SET", "t", "v", "PX", "10"],
+            &mut out,
+        );
+        e.deliveries.clear();
+        // 1 s later (the clock is an argument): the lazy expiry comes before the write's event.
+        let argv: [&[u8]; 3] = [b"APPEND", b"t", b"x"];
+        e.exec(&mut writer, &argv, 2_000_000, &mut out);
+        let frames: Vec<Vec<u8>> = e.deliveries.iter().map(|d| d.bytes.clone()).collect();
+        assert_eq!(
+            frames,
+            vec![
+                message_frame(
+                    Proto::Resp2,
+                    Some(b"__keyevent@0__:*"),
+                    b"__keyevent@0__:expired",
+                    b"t"
+                ),
+                message_frame(
+                    Proto::Resp2,
+                    Some(b"__keyevent@0__:*"),
+                    b"__keyevent@0__:append",
+                    b"t"
+                ),
+            ]
+        );
+        assert!(e.deliveries.iter().all(|d| d.client_id == 1 && !d.unblock));
+    }
+}

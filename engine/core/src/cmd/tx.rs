@@ -277,7 +277,13 @@ pub fn watch(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     // No point in watching more once the transaction is bound to fail.
     if !cw.dirty {
         for &key in &c.argv[1..] {
-            if cw.keys.iter().any(|k| **k == *key) {
+            // Already watched by this client? (Ask the key's watcher list, usually short,
+            // not the client's key list, so WATCH of N keys stays O(N).)
+            if e.watches
+                .by_key
+                .get(key)
+                .is_some_and(|ws| ws.iter().any(|w| w.client == id))
+            {
                 continue;
             }
             let expired = e.ks.peek_expired(key, c.now_ms) == Some(true);
@@ -374,4 +380,54 @@ pub fn exec(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     }
     client.tx.in_exec = false;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Client, Config, Engine};
+
+    fn run(e: &mut Engine, c: &mut Client, args: &[&str], now_us: u64) -> Vec<u8> {
+        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        let mut out = Vec::new();
+        e.exec(c, &argv, now_us, &mut out);
+        out
+    }
+
+    #[test]
+    fn watch_registry_follows_clients() {
+        let mut e = Engine::new(Config::default());
+        let mut a = Client {
+            id: 1,
+            ..Default::default()
+        };
+        let mut b = Client {
+            id: 2,
+            ..Default::default()
+        };
+        const T: u64 = 1_000_000;
+        run(&mut e, &mut a, &["SADD", "k", "m"], T);
+        run(&mut e, &mut a, &["WATCH", "k", "k", "j"], T);
+        run(&mut e, &mut b, &["WATCH", "k"], T);
+        assert_eq!(e.watches.keys(), 2);
+        assert_eq!(e.ks.watched.len(), 2);
+        // SREM of an absent member changes nothing (Redis signals nothing); SET of j does.
+        run(&mut e, &mut b, &["SREM", "k", "x"], T);
+        run(&mut e, &mut b, &["SET", "j", "1"], T);
+        run(&mut e, &mut a, &["MULTI"], T);
+        run(&mut e, &mut a, &["PING"], T);
+        assert_eq!(run(&mut e, &mut a, &["EXEC"], T), b"*-1\r\n");
+        // EXEC forgot a's keys; b still watches k, which is unchanged.
+        assert_eq!(e.watches.keys(), 1);
+        run(&mut e, &mut b, &["MULTI"], T);
+        run(&mut e, &mut b, &["GET", "j"], T);
+        assert_eq!(run(&mut e, &mut b, &["EXEC"], T), b"*1\r\n$1\r\n1\r\n");
+        assert_eq!(e.watches.keys(), 0);
+        assert!(e.ks.watched.is_empty() && e.ks.touched.is_empty());
+        // A closed connection leaves nothing behind.
+        run(&mut e, &mut a, &["WATCH", "z"], T);
+        run(&mut e, &mut a, &["MULTI"], T);
+        e.client_closed(1);
+        assert_eq!(e.watches.keys(), 0);
+        assert!(e.ks.watched.is_empty());
+    }
 }

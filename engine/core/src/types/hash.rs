@@ -401,10 +401,7 @@ fn hset_generic(e: &mut Engine, c: &mut Call, name: &'static str) -> Result<i64,
     let existing = write_hash(e, key, c.now_ms)?;
     let pairs = &c.argv[2..];
     let created = modify_or_create(e, key, existing, |h| {
-        pairs
-            .chunks_exact(2)
-            .filter(|p| h.set(p[0], p[1]))
-            .count()
+        pairs.chunks_exact(2).filter(|p| h.set(p[0], p[1])).count()
     });
     notify(e, class::HASH, "hset", key);
     Ok(created as i64)
@@ -531,7 +528,9 @@ pub fn hlen(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 /// `HSTRLEN key field` → length of the value (0 if missing).
 pub fn hstrlen(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let n = match read_hash(e, c.argv[1], c.now_ms)? {
-        Some(i) => as_hash(e.ks.value(i))?.get(c.argv[2]).map_or(0, <[u8]>::len),
+        Some(i) => as_hash(e.ks.value(i))?
+            .get(c.argv[2])
+            .map_or(0, <[u8]>::len),
         None => 0,
     };
     c.w().integer(n as i64);
@@ -592,8 +591,9 @@ pub fn hincrby(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let incr = int_arg(c.argv[3])?;
     let existing = write_hash(e, key, c.now_ms)?;
     let old = match existing.and_then(|i| field_of(e.ks.value(i), field)) {
-        Some(v) => args::parse_i64(v)
-            .ok_or(CmdError::Static("ERR hash value is not an integer"))?,
+        Some(v) => {
+            args::parse_i64(v).ok_or(CmdError::Static("ERR hash value is not an integer"))?
+        }
         None => 0,
     };
     let new = old.checked_add(incr).ok_or(CmdError::Overflow)?;
@@ -616,9 +616,7 @@ pub fn hincrbyfloat(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     }
     let existing = write_hash(e, key, c.now_ms)?;
     let old = match existing.and_then(|i| field_of(e.ks.value(i), field)) {
-        Some(v) => {
-            LongDouble::parse(v).ok_or(CmdError::Static("ERR hash value is not a float"))?
-        }
+        Some(v) => LongDouble::parse(v).ok_or(CmdError::Static("ERR hash value is not a float"))?,
         None => LongDouble::ZERO,
     };
     let sum = old.plus(incr);
@@ -670,7 +668,12 @@ pub fn hrandfield(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 /// redis `hrandfieldWithCountCommand`.
-fn hrandfield_count(e: &mut Engine, c: &mut Call, l: i64, withvalues: bool) -> Result<(), CmdError> {
+fn hrandfield_count(
+    e: &mut Engine,
+    c: &mut Call,
+    l: i64,
+    withvalues: bool,
+) -> Result<(), CmdError> {
     let Some(i) = read_hash(e, c.argv[1], c.now_ms)? else {
         c.w().array(0);
         return Ok(());

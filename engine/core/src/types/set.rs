@@ -37,7 +37,7 @@ use foldhash::fast::FixedState;
 use indexmap::IndexSet;
 
 use crate::Engine;
-use crate::args::{self, int_arg};
+use crate::args;
 use crate::cmd::pubsub::{class, notify};
 use crate::dispatch::{Call, Handler};
 use crate::error::CmdError;
@@ -410,13 +410,15 @@ pub fn spop(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 /// redis `spopWithCountCommand`.
 fn spop_count(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let l = int_arg(c.argv[2])?;
-    if l < 0 {
-        return Err(CmdError::Static(
-            "ERR value is out of range, must be positive",
-        ));
-    }
-    let count = l as u64;
+    // redis `getPositiveLongFromObjectOrReply`: one message for "not an integer" and "< 0".
+    let count = match args::parse_i64(c.argv[2]) {
+        Some(l) if l >= 0 => l as u64,
+        _ => {
+            return Err(CmdError::Static(
+                "ERR value is out of range, must be positive",
+            ));
+        }
+    };
     let key = c.argv[1];
     let Some(i) = write_set(e, key, c.now_ms)? else {
         write_members(c, &[]);
@@ -715,9 +717,7 @@ pub fn sintercard(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let numkeys = match args::parse_i64(argv[1]) {
         Some(n) if n >= 1 => n as u64,
         _ => {
-            return Err(CmdError::Static(
-                "ERR numkeys should be greater than 0",
-            ));
+            return Err(CmdError::Static("ERR numkeys should be greater than 0"));
         }
     };
     if numkeys > (argv.len() - 2) as u64 {
@@ -843,7 +843,9 @@ mod tests {
         let mut s = SetValue::with_seed(2);
         let mut x: u64 = 1;
         for _ in 0..5000 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let m = format!("m{}", (x >> 33) % 400);
             match (x >> 20) % 3 {
                 0 => {

@@ -419,10 +419,8 @@ pub fn getex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             e.ks.set_expire(i, at as u64);
             notify(e, class::GENERIC, "expire", c.argv[1]);
         }
-        None if o.expire == ExpireOpt::Persist => {
-            if e.ks.persist(i) {
-                notify(e, class::GENERIC, "persist", c.argv[1]);
-            }
+        None if o.expire == ExpireOpt::Persist && e.ks.persist(i) => {
+            notify(e, class::GENERIC, "persist", c.argv[1]);
         }
         None => {}
     }

@@ -34,19 +34,20 @@ struct Level {
     span: u32,
 }
 
-#[derive(Clone, Debug)]
-struct Node {
-    score: f64,
-    pos: u32,
-    backward: u32,
-    levels: Box<[Level]>,
-}
+/// 64-bit words of a node before its levels: score bits, `pos | backward << 32`, level count.
+const HEADER_WORDS: usize = 3;
 
 /// The skiplist (see the module doc).
+///
+/// Storage: one `Vec<u64>` arena; a node is `HEADER_WORDS` words followed by one word per
+/// level (`forward | span << 32`), contiguous like Redis's node with its flexible level
+/// array, so following a link touches one cache line rather than a node and a separate level
+/// array. A node's id is the index of its first word. Freed nodes go on a free list per level
+/// count and are reused by nodes of that height.
 #[derive(Clone, Debug)]
 pub struct SkipList {
-    nodes: Vec<Node>,
-    free: Vec<u32>,
+    words: Vec<u64>,
+    free: Vec<Vec<u32>>,
     level: usize,
     len: usize,
     tail: u32,
@@ -55,28 +56,62 @@ pub struct SkipList {
 
 impl SkipList {
     pub fn new(seed: u64) -> SkipList {
-        let head = Node {
-            score: 0.0,
-            pos: NIL,
-            backward: NIL,
-            levels: vec![
-                Level {
-                    forward: NIL,
-                    span: 0
-                };
-                MAX_LEVEL
-            ]
-            .into_boxed_slice(),
-        };
-        SkipList {
-            nodes: vec![head],
-            free: Vec::new(),
+        let mut sl = SkipList {
+            words: Vec::new(),
+            free: vec![Vec::new(); MAX_LEVEL],
             level: 1,
             len: 0,
             tail: NIL,
             // xorshift must not start at 0.
             rng: seed | 1,
+        };
+        sl.reset();
+        sl
+    }
+
+    /// Back to just the header node (32 levels, all NIL).
+    fn reset(&mut self) {
+        self.words = Vec::new();
+        self.words.resize(HEADER_WORDS + MAX_LEVEL, 0);
+        self.set_header(HEAD, 0.0, NIL, NIL, MAX_LEVEL);
+        for i in 0..MAX_LEVEL {
+            self.set_level(HEAD, i, NIL, 0);
         }
+        for f in &mut self.free {
+            *f = Vec::new();
+        }
+    }
+
+    fn set_header(&mut self, x: u32, score: f64, pos: u32, backward: u32, levels: usize) {
+        let b = x as usize;
+        self.words[b] = score.to_bits();
+        self.words[b + 1] = u64::from(pos) | (u64::from(backward) << 32);
+        self.words[b + 2] = levels as u64;
+    }
+
+    fn level_word(x: u32, i: usize) -> usize {
+        x as usize + HEADER_WORDS + i
+    }
+
+    fn get_level(&self, x: u32, i: usize) -> Level {
+        let w = self.words[Self::level_word(x, i)];
+        Level {
+            forward: w as u32,
+            span: (w >> 32) as u32,
+        }
+    }
+
+    fn set_level(&mut self, x: u32, i: usize, forward: u32, span: u32) {
+        self.words[Self::level_word(x, i)] = u64::from(forward) | (u64::from(span) << 32);
+    }
+
+    fn set_span(&mut self, x: u32, i: usize, span: u32) {
+        let f = self.fwd(x, i);
+        self.set_level(x, i, f, span);
+    }
+
+    fn levels_of(&self, x: u32) -> usize {
+        self.words[x as usize + 2] as usize
     }
 
     pub fn len(&self) -> usize {
@@ -88,21 +123,31 @@ impl SkipList {
     }
 
     pub fn score(&self, x: u32) -> f64 {
-        self.nodes[x as usize].score
+        f64::from_bits(self.words[x as usize])
+    }
+
+    fn set_score(&mut self, x: u32, score: f64) {
+        self.words[x as usize] = score.to_bits();
     }
 
     /// Position of the node's member in the owner's member table.
     pub fn pos(&self, x: u32) -> u32 {
-        self.nodes[x as usize].pos
+        self.words[x as usize + 1] as u32
     }
 
     pub fn set_pos(&mut self, x: u32, pos: u32) {
-        self.nodes[x as usize].pos = pos;
+        let b = self.prev(x);
+        self.words[x as usize + 1] = u64::from(pos) | (u64::from(b) << 32);
+    }
+
+    fn set_backward(&mut self, x: u32, backward: u32) {
+        let p = self.pos(x);
+        self.words[x as usize + 1] = u64::from(p) | (u64::from(backward) << 32);
     }
 
     /// First node (lowest), or NIL.
     pub fn first(&self) -> u32 {
-        self.nodes[HEAD as usize].levels[0].forward
+        self.fwd(HEAD, 0)
     }
 
     /// Last node (highest), or NIL.
@@ -111,29 +156,25 @@ impl SkipList {
     }
 
     pub fn next(&self, x: u32) -> u32 {
-        self.nodes[x as usize].levels[0].forward
+        self.fwd(x, 0)
     }
 
     pub fn prev(&self, x: u32) -> u32 {
-        self.nodes[x as usize].backward
+        (self.words[x as usize + 1] >> 32) as u32
     }
 
     fn fwd(&self, x: u32, i: usize) -> u32 {
-        self.nodes[x as usize].levels[i].forward
+        self.words[Self::level_word(x, i)] as u32
     }
 
     fn span(&self, x: u32, i: usize) -> u32 {
-        self.nodes[x as usize].levels[i].span
-    }
-
-    fn lvl(&mut self, x: u32, i: usize) -> &mut Level {
-        &mut self.nodes[x as usize].levels[i]
+        (self.words[Self::level_word(x, i)] >> 32) as u32
     }
 
     /// Whether node `x` sorts strictly before `(score, member)`.
     fn before(&self, m: &impl Members, x: u32, score: f64, member: &[u8]) -> bool {
-        let n = &self.nodes[x as usize];
-        n.score < score || (n.score == score && m.member(n.pos) < member)
+        let s = self.score(x);
+        s < score || (s == score && m.member(self.pos(x)) < member)
     }
 
     fn random_level(&mut self) -> usize {
@@ -150,29 +191,33 @@ impl SkipList {
         }
     }
 
-    fn alloc(&mut self, node: Node) -> u32 {
-        match self.free.pop() {
-            Some(x) => {
-                self.nodes[x as usize] = node;
-                x
-            }
+    /// A node of `levels` levels with all links NIL.
+    fn alloc(&mut self, score: f64, pos: u32, levels: usize) -> u32 {
+        let x = match self.free[levels - 1].pop() {
+            Some(x) => x,
             None => {
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
+                let x = self.words.len();
+                // Node ids are u32 word indexes; NIL is never a valid one.
+                assert!(x + HEADER_WORDS + levels < NIL as usize, "zset too large");
+                self.words.resize(x + HEADER_WORDS + levels, 0);
+                x as u32
             }
+        };
+        self.set_header(x, score, pos, NIL, levels);
+        for i in 0..levels {
+            self.set_level(x, i, NIL, 0);
         }
+        x
     }
 
     fn release(&mut self, x: u32) {
-        // Drop the level array now; the slot is reused by the next insert.
-        self.nodes[x as usize].levels = Box::new([]);
-        self.free.push(x);
         if self.len == 0 {
             // Empty: give the arena back.
-            self.nodes.truncate(1);
-            self.nodes.shrink_to_fit();
-            self.free = Vec::new();
+            self.reset();
+            return;
         }
+        let levels = self.levels_of(x);
+        self.free[levels - 1].push(x);
     }
 
     /// Inserts `(score, member)`, whose member sits at `pos` in `m`; the pair must not be in
@@ -199,41 +244,24 @@ impl SkipList {
             for i in self.level..level {
                 rank[i] = 0;
                 update[i] = HEAD;
-                self.lvl(HEAD, i).span = self.len as u32;
+                self.set_span(HEAD, i, self.len as u32);
             }
             self.level = level;
         }
-        let x = self.alloc(Node {
-            score,
-            pos,
-            backward: NIL,
-            levels: vec![
-                Level {
-                    forward: NIL,
-                    span: 0
-                };
-                level
-            ]
-            .into_boxed_slice(),
-        });
+        let x = self.alloc(score, pos, level);
         for i in 0..level {
-            let u = self.nodes[update[i] as usize].levels[i];
-            *self.lvl(x, i) = Level {
-                forward: u.forward,
-                span: u.span - (rank[0] - rank[i]),
-            };
-            *self.lvl(update[i], i) = Level {
-                forward: x,
-                span: rank[0] - rank[i] + 1,
-            };
+            let u = self.get_level(update[i], i);
+            self.set_level(x, i, u.forward, u.span - (rank[0] - rank[i]));
+            self.set_level(update[i], i, x, rank[0] - rank[i] + 1);
         }
         for (i, &u) in update.iter().enumerate().take(self.level).skip(level) {
-            self.lvl(u, i).span += 1;
+            let sp = self.span(u, i);
+            self.set_span(u, i, sp + 1);
         }
-        self.nodes[x as usize].backward = if update[0] == HEAD { NIL } else { update[0] };
+        self.set_backward(x, if update[0] == HEAD { NIL } else { update[0] });
         let f = self.fwd(x, 0);
         if f != NIL {
-            self.nodes[f as usize].backward = x;
+            self.set_backward(f, x);
         } else {
             self.tail = x;
         }
@@ -263,18 +291,18 @@ impl SkipList {
     fn unlink(&mut self, x: u32, update: &[u32; MAX_LEVEL]) {
         for (i, &u) in update.iter().enumerate().take(self.level) {
             if self.fwd(u, i) == x {
-                let xl = self.nodes[x as usize].levels[i];
-                let ul = self.lvl(u, i);
-                // `ul.span >= 1` here, so this cannot underflow even when `xl.span` is 0.
-                ul.span = ul.span + xl.span - 1;
-                ul.forward = xl.forward;
+                let xl = self.get_level(x, i);
+                // `span(u) >= 1` here, so this cannot underflow even when `xl.span` is 0.
+                let sp = self.span(u, i) + xl.span - 1;
+                self.set_level(u, i, xl.forward, sp);
             } else {
-                self.lvl(u, i).span -= 1;
+                let sp = self.span(u, i) - 1;
+                self.set_span(u, i, sp);
             }
         }
-        let (f, b) = (self.fwd(x, 0), self.nodes[x as usize].backward);
+        let (f, b) = (self.fwd(x, 0), self.prev(x));
         if f != NIL {
-            self.nodes[f as usize].backward = b;
+            self.set_backward(f, b);
         } else {
             self.tail = b;
         }
@@ -307,7 +335,7 @@ impl SkipList {
         debug_assert!(x != NIL && self.score(x) == cur);
         let (b, f) = (self.prev(x), self.next(x));
         if (b == NIL || self.score(b) < new) && (f == NIL || self.score(f) > new) {
-            self.nodes[x as usize].score = new;
+            self.set_score(x, new);
             return x;
         }
         let pos = self.pos(x);
@@ -326,8 +354,8 @@ impl SkipList {
                 if f == NIL {
                     break;
                 }
-                let n = &self.nodes[f as usize];
-                if n.score < score || (n.score == score && m.member(n.pos) <= member) {
+                let fs = self.score(f);
+                if fs < score || (fs == score && m.member(self.pos(f)) <= member) {
                     rank += self.span(x, i) as usize;
                     x = f;
                 } else {

@@ -31,17 +31,22 @@
 //! in RESP2, so every reply the proxy forwards is RESP2. The HELLO map says `server: redis`,
 //! `version: 7.0.15`, `mode: standalone` (to a client the proxy is one standalone server).
 //!
-//! INFO (any section argument is ignored) answers the proxy's own view plus the fleet's
-//! keyspace, gathered with `INFO keyspace` from every instance:
+//! INFO [section …] (sections chosen as Redis does: none/`default`, `all`/`everything`, or
+//! names) answers the proxy's own view of the sections that describe a process, and merges
+//! the others from the same INFO sent to every instance:
 //!
 //! ```text
 //! # Server       redis_version:7.0.15, recached_version, recached_role:proxy, process_id,
-//!                tcp_port, uptime_in_seconds
-//! # Clients      connected_clients (of the proxy)
+//!                tcp_port, uptime_in_seconds                       (the proxy's own)
+//! # Clients      connected_clients (of the proxy)                   (the proxy's own)
 //! # Persistence  loading:0            (ioredis waits while loading:1)
 //! # Proxy        instances:N, instance<i>:addr=host:port,status=up|down,
 //!                instances_answering:K (instances that answered this INFO)
-//! # Keyspace     db0:keys=<sum>,expires=<sum>,avg_ttl=0   (omitted when empty, as Redis)
+//! # Memory, # Stats, other sections: integer fields summed over the instances that
+//!                answered (`*_human` recomputed from the sum, `mem_fragmentation_ratio`
+//!                = summed RSS / summed used memory); other non-integer fields dropped
+//! # Keyspace     db0:keys=<sum>,expires=<sum>,avg_ttl=<mean weighted by expires>
+//!                (omitted when empty, as Redis)
 //! ```
 //!
 //! A down instance does not fail INFO (clients use it as a health check); it shows as
@@ -223,14 +228,20 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             })
         }
         "info" => {
+            // The instances get the client's own section arguments; the proxy answers the
+            // sections that describe itself and merges the rest (see the module docs).
+            let all: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
+            let sections = InfoSections::new(&all[1..]);
             let mut request = Vec::new();
-            push_array_header(&mut request, 2);
-            push_bulk(&mut request, b"INFO");
-            push_bulk(&mut request, b"keyspace");
+            push_array_header(&mut request, argc);
+            for a in &all {
+                push_bulk(&mut request, a);
+            }
             Plan::FanOut {
                 request: Some(request),
                 merge: Merge::Info {
-                    header: info_header(fleet),
+                    header: info_header(fleet, &sections),
+                    proxy_section: sections.wants("proxy"),
                 },
             }
         }
@@ -631,23 +642,64 @@ fn client<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, session: &mut 
     }
 }
 
-/// The proxy's own INFO sections; [`Merge::Info`] appends the instances' keyspace.
-fn info_header(fleet: &Fleet) -> Vec<u8> {
-    let mut s = format!(
-        "# Server\r\nredis_version:7.0.15\r\nrecached_version:{}\r\nrecached_role:proxy\r\n\
-         process_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\r\n\
-         # Clients\r\nconnected_clients:{}\r\n\r\n# Persistence\r\nloading:0\r\n\r\n\
-         # Proxy\r\ninstances:{}\r\n",
-        env!("CARGO_PKG_VERSION"),
-        std::process::id(),
-        fleet.port,
-        fleet.started.elapsed().as_secs(),
-        fleet.clients,
-        fleet.instances(),
-    );
-    for (i, addr) in fleet.addrs.iter().enumerate() {
-        let status = if fleet.up[i] { "up" } else { "down" };
-        s.push_str(&format!("instance{i}:addr={addr},status={status}\r\n"));
+/// Which INFO sections a client asked for, by Redis's rules (`genRedisInfoString`): none or
+/// `default` = the default sections, `all`/`everything` = every section, else the named ones
+/// (any case).
+pub struct InfoSections {
+    all: bool,
+    default: bool,
+    named: Vec<String>,
+}
+
+impl InfoSections {
+    pub fn new(args: &[&[u8]]) -> InfoSections {
+        let named: Vec<String> = args
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+            .collect();
+        InfoSections {
+            all: named.iter().any(|s| s == "all" || s == "everything"),
+            default: named.is_empty() || named.iter().any(|s| s == "default"),
+            named,
+        }
+    }
+
+    /// Whether the proxy's own section `name` (server, clients, persistence, proxy) is
+    /// included; all of them are default sections.
+    pub fn wants(&self, name: &str) -> bool {
+        self.all || self.default || self.named.iter().any(|s| s == name)
+    }
+}
+
+/// The proxy's own INFO sections (those requested); [`Merge::Info`] appends
+/// `instances_answering` to `# Proxy` and the instances' merged sections.
+fn info_header(fleet: &Fleet, sections: &InfoSections) -> Vec<u8> {
+    let mut s = String::new();
+    if sections.wants("server") {
+        s.push_str(&format!(
+            "# Server\r\nredis_version:7.0.15\r\nrecached_version:{}\r\nrecached_role:proxy\r\n\
+             process_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\r\n",
+            env!("CARGO_PKG_VERSION"),
+            std::process::id(),
+            fleet.port,
+            fleet.started.elapsed().as_secs(),
+        ));
+    }
+    if sections.wants("clients") {
+        s.push_str(&format!(
+            "# Clients\r\nconnected_clients:{}\r\n\r\n",
+            fleet.clients
+        ));
+    }
+    if sections.wants("persistence") {
+        s.push_str("# Persistence\r\nloading:0\r\n\r\n");
+    }
+    if sections.wants("proxy") {
+        s.push_str(&format!("# Proxy\r\ninstances:{}\r\n", fleet.instances()));
+        for (i, addr) in fleet.addrs.iter().enumerate() {
+            let status = if fleet.up[i] { "up" } else { "down" };
+            s.push_str(&format!("instance{i}:addr={addr},status={status}\r\n"));
+        }
     }
     s.into_bytes()
 }

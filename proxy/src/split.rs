@@ -69,7 +69,7 @@ pub enum Merge {
     Scan { instance: usize, instances: usize },
     /// INFO: `header` (the proxy's own sections) then a `# Keyspace` section with the
     /// instances' `db0` keys and expires added up. Errors count as unavailable instances.
-    Info { header: Vec<u8> },
+    Info { header: Vec<u8>, proxy_section: bool },
 }
 
 /// Groups the keys of a multi-key request by instance.
@@ -160,8 +160,11 @@ pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
             instance,
             instances,
         } => merge_scan(*instance, *instances, replies, out),
-        Merge::Info { header } => {
-            merge_info(header, replies, out);
+        Merge::Info {
+            header,
+            proxy_section,
+        } => {
+            merge_info(header, *proxy_section, replies, out);
             true
         }
     };
@@ -275,46 +278,141 @@ fn merge_scan(instance: usize, instances: usize, replies: &[&[u8]], out: &mut Ve
     true
 }
 
-fn merge_info(header: &[u8], replies: &[&[u8]], out: &mut Vec<u8>) {
-    let (mut keys, mut expires, mut answered) = (0u64, 0u64, 0usize);
+/// Sections the proxy answers itself (see `route.rs` module docs).
+const OWN_INFO_SECTIONS: [&str; 3] = ["server", "clients", "persistence"];
+
+/// One merged INFO field: its name and the value summed over the instances.
+enum InfoField {
+    Sum(String, i128),
+    /// `db0:keys=..,expires=..,avg_ttl=..`: sums, and the TTL total for a weighted mean.
+    Db(String, u64, u64, u128),
+}
+
+fn merge_info(header: &[u8], proxy_section: bool, replies: &[&[u8]], out: &mut Vec<u8>) {
+    // (section title, fields) in order of first appearance across the instances.
+    let mut sections: Vec<(String, Vec<InfoField>)> = Vec::new();
+    let mut answered = 0usize;
     for r in replies {
         let Some(Some(text)) = bulk(r) else { continue };
         answered += 1;
-        for line in text.split(|&b| b == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let Some(fields) = line.strip_prefix(b"db0:") else {
+        let text = String::from_utf8_lossy(text);
+        let mut current: Option<usize> = None;
+        for line in text.split('\n') {
+            let line = line.trim_end_matches('\r');
+            if let Some(title) = line.strip_prefix("# ") {
+                let own = OWN_INFO_SECTIONS.contains(&title.to_ascii_lowercase().as_str());
+                current = if own {
+                    None
+                } else {
+                    Some(match sections.iter().position(|(t, _)| t == title) {
+                        Some(i) => i,
+                        None => {
+                            sections.push((title.to_string(), Vec::new()));
+                            sections.len() - 1
+                        }
+                    })
+                };
+                continue;
+            }
+            let (Some(si), Some((k, v))) = (current, line.split_once(':')) else {
                 continue;
             };
-            for field in fields.split(|&b| b == b',') {
-                let mut kv = field.splitn(2, |&b| b == b'=');
-                let (Some(k), Some(v)) = (kv.next(), kv.next()) else {
-                    continue;
-                };
-                let v: u64 = std::str::from_utf8(v)
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-                match k {
-                    b"keys" => keys += v,
-                    b"expires" => expires += v,
-                    _ => {}
+            let fields = &mut sections[si].1;
+            if k.starts_with("db") && v.starts_with("keys=") {
+                let mut kv = [0u64; 3];
+                for (i, name) in ["keys", "expires", "avg_ttl"].iter().enumerate() {
+                    kv[i] = v
+                        .split(',')
+                        .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+                        .and_then(|x| x.parse().ok())
+                        .unwrap_or(0);
+                }
+                let ttl_total = u128::from(kv[2]) * u128::from(kv[1]);
+                match fields
+                    .iter_mut()
+                    .find(|f| matches!(f, InfoField::Db(n, ..) if n == k))
+                {
+                    Some(InfoField::Db(_, keys, exp, ttl)) => {
+                        *keys += kv[0];
+                        *exp += kv[1];
+                        *ttl += ttl_total;
+                    }
+                    _ => fields.push(InfoField::Db(k.to_string(), kv[0], kv[1], ttl_total)),
+                }
+            } else if let Ok(n) = v.parse::<i128>() {
+                match fields
+                    .iter_mut()
+                    .find(|f| matches!(f, InfoField::Sum(name, _) if name == k))
+                {
+                    Some(InfoField::Sum(_, sum)) => *sum += n,
+                    _ => fields.push(InfoField::Sum(k.to_string(), n)),
                 }
             }
         }
     }
-    let mut text = header.to_vec();
-    text.extend_from_slice(
-        format!(
-            "instances_answering:{answered}\r\n\r\n# Keyspace\r\n{}",
-            if keys > 0 {
-                format!("db0:keys={keys},expires={expires},avg_ttl=0\r\n")
-            } else {
-                String::new()
+    let mut text = String::from_utf8_lossy(header).into_owned();
+    if proxy_section {
+        text.push_str(&format!("instances_answering:{answered}\r\n\r\n"));
+    }
+    for (title, fields) in &sections {
+        text.push_str(&format!("# {title}\r\n"));
+        let sum_of = |name: &str| {
+            fields.iter().find_map(|f| match f {
+                InfoField::Sum(n, v) if n == name => Some(*v),
+                _ => None,
+            })
+        };
+        for f in fields {
+            match f {
+                InfoField::Sum(name, v) => {
+                    text.push_str(&format!("{name}:{v}\r\n"));
+                    let human = format!("{name}_human");
+                    if title == "Memory" && name.starts_with("used_memory") {
+                        text.push_str(&format!("{human}:{}\r\n", bytes_human(*v)));
+                    }
+                }
+                InfoField::Db(name, keys, exp, ttl) => {
+                    if *keys > 0 {
+                        let avg = if *exp > 0 { ttl / u128::from(*exp) } else { 0 };
+                        text.push_str(&format!(
+                            "{name}:keys={keys},expires={exp},avg_ttl={avg}\r\n"
+                        ));
+                    }
+                }
             }
-        )
-        .as_bytes(),
-    );
-    push_bulk(out, &text);
+        }
+        if title == "Memory"
+            && let (Some(rss), Some(used)) = (sum_of("used_memory_rss"), sum_of("used_memory"))
+            && used > 0
+        {
+            text.push_str(&format!(
+                "mem_fragmentation_ratio:{:.2}\r\n",
+                rss as f64 / used as f64
+            ));
+        }
+        text.push_str("\r\n");
+    }
+    while text.ends_with("\r\n\r\n") {
+        text.truncate(text.len() - 2);
+    }
+    push_bulk(out, text.as_bytes());
+}
+
+/// Redis's `bytesToHuman`: B, K, M, G, T with two decimals.
+fn bytes_human(n: i128) -> String {
+    let d = n as f64;
+    const UNITS: [(f64, &str); 4] = [
+        (1024.0 * 1024.0 * 1024.0 * 1024.0, "T"),
+        (1024.0 * 1024.0 * 1024.0, "G"),
+        (1024.0 * 1024.0, "M"),
+        (1024.0, "K"),
+    ];
+    for (size, unit) in UNITS {
+        if d >= size {
+            return format!("{:.2}{unit}", d / size);
+        }
+    }
+    format!("{n}B")
 }
 
 /// SCAN cursor encoding: `proxy cursor = backend cursor × N + instance` (N = number of
@@ -582,21 +680,36 @@ mod tests {
     fn merge_info_adds_keyspace() {
         let mut out = Vec::new();
         let (mut a, mut b) = (Vec::new(), Vec::new());
-        push_bulk(&mut a, b"# Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=0\r\n");
-        push_bulk(&mut b, b"# Keyspace\r\ndb0:keys=4,expires=0,avg_ttl=0\r\n");
+        push_bulk(
+            &mut a,
+            b"# Server\r\nredis_version:7.0.15\r\n\r\n# Memory\r\nused_memory:1048576\r\n\
+              used_memory_human:1.00M\r\nused_memory_rss:4194304\r\nmaxmemory_policy:noeviction\r\n\r\n\
+              # Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=100\r\n",
+        );
+        push_bulk(
+            &mut b,
+            b"# Memory\r\nused_memory:1048576\r\nused_memory_rss:4194304\r\n\r\n\
+              # Keyspace\r\ndb0:keys=4,expires=3,avg_ttl=500\r\n",
+        );
         merge(
             &Merge::Info {
                 header: b"# Proxy\r\n".to_vec(),
+                proxy_section: true,
             },
             &[&a, &b, b"-ERR instance 2 down\r\n"],
             &mut out,
         );
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("instances_answering:2\r\n"), "{text}");
+        // avg_ttl is the mean over all 4 volatile keys: (100*1 + 500*3) / 4.
         assert!(
-            text.contains("db0:keys=7,expires=1,avg_ttl=0\r\n"),
+            text.contains("db0:keys=7,expires=4,avg_ttl=400\r\n"),
             "{text}"
         );
+        assert!(text.contains("used_memory:2097152\r\nused_memory_human:2.00M\r\n"));
+        assert!(text.contains("mem_fragmentation_ratio:4.00\r\n"), "{text}");
+        // The instances' Server section and non-integer fields are not merged.
+        assert!(!text.contains("redis_version") && !text.contains("maxmemory_policy"));
         assert!(text.starts_with("$"));
     }
 }

@@ -215,6 +215,15 @@ fn fan_out_dbsize_keys_flushall_and_scan_sees_every_key_once() {
     assert!(r.starts_with(b"$") && r != b"$-1\r\n");
     let info = text(&c.cmd(&["INFO"]));
     assert!(info.contains("db0:keys=300,"), "{info}");
+    // Sections are honoured: the instances' memory figures are summed, the proxy's own
+    // sections are left out unless asked for.
+    let info = text(&c.cmd(&["INFO", "memory", "keyspace"]));
+    assert!(info.contains("# Memory\r\nused_memory:"), "{info}");
+    assert!(info.contains("db0:keys=300,"), "{info}");
+    assert!(!info.contains("# Server") && !info.contains("# Proxy"), "{info}");
+    let info = text(&c.cmd(&["INFO", "PROXY"]));
+    assert!(info.contains("instances_answering:2"), "{info}");
+    assert!(!info.contains("# Keyspace\r\ndb0"), "{info}");
     assert_eq!(c.cmd(&["FLUSHALL"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["DBSIZE"]), int(0));
 }

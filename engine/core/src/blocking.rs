@@ -181,7 +181,9 @@ pub fn parse_timeout(arg: &[u8], now_us: u64) -> Result<Option<u64>, CmdError> {
     if ms == 0 {
         return Ok(None);
     }
-    Ok(Some(now_us.saturating_add((ms as u64).saturating_mul(1000))))
+    Ok(Some(
+        now_us.saturating_add((ms as u64).saturating_mul(1000)),
+    ))
 }
 
 /// Parks the client running `c` on `keys` until `deadline_us` (`None` = forever): sets
@@ -207,7 +209,11 @@ pub fn block(e: &mut Engine, c: &mut Call, keys: &[&[u8]], deadline_us: Option<u
         }
     }
     for k in &uniq {
-        e.blocking.by_key.entry(k.clone()).or_default().push_back(id);
+        e.blocking
+            .by_key
+            .entry(k.clone())
+            .or_default()
+            .push_back(id);
     }
     if let Some(d) = deadline_us {
         e.blocking.deadlines.insert((d, id));
@@ -350,13 +356,27 @@ mod tests {
         assert_eq!(ok("0"), Ok(None));
         assert_eq!(ok("-0"), Ok(None));
         assert_eq!(ok("0.0004"), Ok(None));
-        assert_eq!(ok("-0.0004"), Ok(None), "truncates to 0 ms before the sign check");
+        assert_eq!(
+            ok("-0.0004"),
+            Ok(None),
+            "truncates to 0 ms before the sign check"
+        );
         assert_eq!(ok("1"), Ok(Some(NOW + 1_000_000)));
         assert_eq!(ok("0.2"), Ok(Some(NOW + 200_000)));
         assert_eq!(ok("0x10"), Ok(Some(NOW + 16_000_000)));
         let neg = Err(CmdError::Static("ERR timeout is negative"));
-        let nf = Err(CmdError::Static("ERR timeout is not a float or out of range"));
-        for s in ["-1", "inf", "-inf", "1e30", "1e400", "9223372036854775807", "1.5e17"] {
+        let nf = Err(CmdError::Static(
+            "ERR timeout is not a float or out of range",
+        ));
+        for s in [
+            "-1",
+            "inf",
+            "-inf",
+            "1e30",
+            "1e400",
+            "9223372036854775807",
+            "1.5e17",
+        ] {
             assert_eq!(ok(s), neg, "{s}");
         }
         for s in ["abc", "nan", " 1", "1 ", "", "1x"] {

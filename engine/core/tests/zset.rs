@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use engine_core::{Client, Config, Engine};
+use engine_core::{Client, Config, Engine, Flow};
 
 const T0: u64 = 1_767_225_600_000_000;
 
@@ -240,7 +240,6 @@ fn insert_rate_stays_flat() {
         time_batch(&mut s, 1000, 99_000);
         let last = time_batch(&mut s, 99_000, 100_000);
         assert_eq!(s.cmd("ZCARD z"), ":100000\r\n");
-        eprintln!("first {:.1} us/op, last {:.1} us/op", first * 1e3, last * 1e3);
         // Rate ratio = (1000/last) / (1000/first).
         best = best.max(first / last);
         if best >= 0.8 {
@@ -249,4 +248,190 @@ fn insert_rate_stays_flat() {
     }
     eprintln!("ZADD rate, last 1000 / first 1000 of 100,000: {best:.2}");
     assert!(best >= 0.3, "last/first rate {best:.2}");
+}
+
+/// Runs `line` for `client` at `now_us`; returns the reply and the flow.
+fn exec_as(e: &mut Engine, client: &mut Client, line: &str, now_us: u64) -> (String, Flow) {
+    let argv: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+    let mut out = Vec::new();
+    let flow = e.exec(client, &argv, now_us, &mut out);
+    (String::from_utf8_lossy(&out).into_owned(), flow)
+}
+
+fn deliveries(e: &mut Engine) -> Vec<(u64, String, bool)> {
+    let mut d = Vec::new();
+    e.take_deliveries(&mut d);
+    d.into_iter()
+        .map(|d| (d.client_id, String::from_utf8_lossy(&d.bytes).into_owned(), d.unblock))
+        .collect()
+}
+
+/// BZPOPMIN/BZPOPMAX/BZMPOP park on an empty key, are woken by a ZADD from another client
+/// (in the order they blocked), answer nil at their deadline, and serve at once when data is
+/// there.
+#[test]
+fn blocking_pops() {
+    let mut e = Engine::new(Config {
+        hash_seed: 1,
+        ..Config::default()
+    });
+    let mut a = Client {
+        id: 1,
+        ..Client::default()
+    };
+    let mut b = Client {
+        id: 2,
+        ..Client::default()
+    };
+    let mut w = Client {
+        id: 3,
+        ..Client::default()
+    };
+    // Data present: served at once.
+    exec_as(&mut e, &mut w, "ZADD k 1 x 2 y", T0);
+    assert_eq!(
+        exec_as(&mut e, &mut a, "BZPOPMAX nokey k 0", T0),
+        ("*3\r\n$1\r\nk\r\n$1\r\ny\r\n$1\r\n2\r\n".into(), Flow::Continue)
+    );
+    exec_as(&mut e, &mut w, "DEL k", T0);
+    // Two clients park; one ZADD of two members serves both, first come first served.
+    assert_eq!(exec_as(&mut e, &mut a, "BZPOPMIN k other 0", T0), (String::new(), Flow::Block));
+    assert_eq!(exec_as(&mut e, &mut b, "BZMPOP 0 1 k MAX COUNT 5", T0).1, Flow::Block);
+    assert!(deliveries(&mut e).is_empty());
+    assert_eq!(exec_as(&mut e, &mut w, "ZADD k 1 a 2 b 3 c", T0).0, ":3\r\n");
+    assert_eq!(
+        deliveries(&mut e),
+        vec![
+            (1, "*3\r\n$1\r\nk\r\n$1\r\na\r\n$1\r\n1\r\n".into(), true),
+            (
+                2,
+                "*2\r\n$1\r\nk\r\n*2\r\n*2\r\n$1\r\nc\r\n$1\r\n3\r\n*2\r\n$1\r\nb\r\n$1\r\n2\r\n"
+                    .into(),
+                true
+            ),
+        ]
+    );
+    assert_eq!(exec_as(&mut e, &mut w, "EXISTS k", T0).0, ":0\r\n");
+    // A write of another type does not wake a zset waiter; a timeout answers nil.
+    assert_eq!(exec_as(&mut e, &mut a, "BZPOPMIN k 0.5", T0).1, Flow::Block);
+    exec_as(&mut e, &mut w, "SET k v", T0);
+    assert!(deliveries(&mut e).is_empty());
+    assert_eq!(e.next_deadline_us(), Some(T0 + 500_000));
+    e.timeouts(T0 + 499_000);
+    assert!(deliveries(&mut e).is_empty());
+    e.timeouts(T0 + 500_000);
+    assert_eq!(deliveries(&mut e), vec![(1, "*-1\r\n".into(), true)]);
+    assert_eq!(e.next_deadline_us(), None);
+    // Errors come before parking.
+    assert_eq!(
+        exec_as(&mut e, &mut a, "BZPOPMIN k 0", T0).0,
+        "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+    );
+    assert_eq!(
+        exec_as(&mut e, &mut a, "BZPOPMIN k abc", T0).0,
+        "-ERR timeout is not a float or out of range\r\n"
+    );
+    assert_eq!(
+        exec_as(&mut e, &mut a, "BZMPOP -1 0 k MIN", T0).0,
+        "-ERR numkeys should be greater than 0\r\n"
+    );
+    assert_eq!(
+        exec_as(&mut e, &mut a, "BZMPOP -1 1 k MIN", T0).0,
+        "-ERR timeout is negative\r\n"
+    );
+    // A parked client that disconnects is forgotten.
+    assert_eq!(exec_as(&mut e, &mut a, "BZPOPMIN z2 0", T0).1, Flow::Block);
+    e.client_closed(1);
+    exec_as(&mut e, &mut w, "ZADD z2 1 a", T0);
+    assert!(deliveries(&mut e).is_empty());
+    assert_eq!(exec_as(&mut e, &mut w, "ZCARD z2", T0).0, ":1\r\n");
+}
+
+/// The bulk strings of a RESP array of bulk strings (pub/sub messages).
+fn bulks(frame: &str) -> Vec<String> {
+    let mut lines = frame.split("\r\n");
+    let mut out = Vec::new();
+    while let Some(l) = lines.next() {
+        if l.starts_with('$') {
+            out.push(lines.next().unwrap_or_default().to_string());
+        }
+    }
+    out
+}
+
+/// Keyspace events of every zset write, in order, as redis-server 7.0.15 sends them for the
+/// same commands (recorded with `PSUBSCRIBE __keyevent@0__:*` and `notify-keyspace-events KEA`).
+#[test]
+fn keyspace_events() {
+    let mut e = Engine::new(Config::default());
+    let mut sub = Client {
+        id: 9,
+        ..Client::default()
+    };
+    let mut w = Client {
+        id: 10,
+        ..Client::default()
+    };
+    assert_eq!(exec_as(&mut e, &mut w, "CONFIG SET notify-keyspace-events KEA", T0).0, "+OK\r\n");
+    exec_as(&mut e, &mut sub, "PSUBSCRIBE __keyevent@0__:*", T0);
+    deliveries(&mut e);
+    for cmd in [
+        "ZADD k 1 a 2 b",
+        "ZADD k 1 a",
+        "ZADD k INCR 1 a",
+        "ZINCRBY k 1 b",
+        "ZREM k a",
+        "ZREM k nosuch",
+        "ZREMRANGEBYSCORE k 0 100",
+        "ZADD k 1 a 2 b 3 c",
+        "ZREMRANGEBYRANK k 0 0",
+        "ZREMRANGEBYLEX k - +",
+        "ZADD k 1 a 2 b",
+        "ZPOPMIN k",
+        "ZPOPMAX k 5",
+        "ZADD k 1 a",
+        "ZUNIONSTORE d 1 k",
+        "ZINTERSTORE d 2 k nokey",
+        "ZDIFFSTORE d 1 k",
+        "ZRANGESTORE d k 0 -1",
+        "ZRANGESTORE d nokey 0 -1",
+        "ZMPOP 1 k MIN",
+    ] {
+        exec_as(&mut e, &mut w, cmd, T0);
+    }
+    let got: Vec<(String, String)> = deliveries(&mut e)
+        .into_iter()
+        .filter(|d| d.0 == 9)
+        .map(|d| {
+            let b = bulks(&d.1);
+            (b[2].trim_start_matches("__keyevent@0__:").to_string(), b[3].clone())
+        })
+        .collect();
+    let want = [
+        ("zadd", "k"),
+        ("zincr", "k"),
+        ("zincr", "k"),
+        ("zrem", "k"),
+        ("zremrangebyscore", "k"),
+        ("del", "k"),
+        ("zadd", "k"),
+        ("zremrangebyrank", "k"),
+        ("zremrangebylex", "k"),
+        ("del", "k"),
+        ("zadd", "k"),
+        ("zpopmin", "k"),
+        ("zpopmax", "k"),
+        ("del", "k"),
+        ("zadd", "k"),
+        ("zunionstore", "d"),
+        ("del", "d"),
+        ("zdiffstore", "d"),
+        ("zrangestore", "d"),
+        ("del", "d"),
+        ("zpopmin", "k"),
+        ("del", "k"),
+    ];
+    let want: Vec<(String, String)> =
+        want.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    assert_eq!(got, want);
 }

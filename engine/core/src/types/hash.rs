@@ -126,15 +126,18 @@ impl HashValue {
         if field.len() > HASH_MAX_LISTPACK_VALUE || value.len() > HASH_MAX_LISTPACK_VALUE {
             self.hashtable = true;
         }
-        let new = match self.map.get_mut(field) {
-            Some(old) => {
+        // One probe of the index whether the field is new or not (`entry` needs an owned key,
+        // which a new field needs anyway; an update pays one allocation for it).
+        let new = match self.map.entry(field.into()) {
+            indexmap::map::Entry::Occupied(mut o) => {
+                let old = o.get_mut();
                 self.bytes = self.bytes - old.len() + value.len();
                 *old = value.into();
                 false
             }
-            None => {
+            indexmap::map::Entry::Vacant(v) => {
                 self.bytes += field.len() + value.len() + FIELD_OVERHEAD;
-                self.map.insert(field.into(), value.into());
+                v.insert(value.into());
                 true
             }
         };

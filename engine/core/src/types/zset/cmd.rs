@@ -20,7 +20,8 @@
 //! # Effects
 //! A command changes the keyspace only when something really changes (a ZADD that updates
 //! nothing leaves `dirty` alone), announces it with Redis's event name (`zadd`, `zincr`,
-//! `zrem`, `zrembyrank`, `zrembyscore`, `zrembylex`, `zpopmin`, `zpopmax`, `zunionstore`,
+//! `zrem`, `zremrangebyrank`, `zremrangebyscore`, `zremrangebylex` — what redis-server 7.0.15
+//! really sends, although some docs say `zrembyscore` —, `zpopmin`, `zpopmax`, `zunionstore`,
 //! `zinterstore`, `zdiffstore`, `zrangestore`) and then `del` if the zset became empty (an
 //! empty zset is deleted). The STORE forms overwrite the destination whatever its type and
 //! clear its TTL (redis `setKey`); an empty result deletes it.
@@ -37,6 +38,7 @@ use super::score::{self, LexRange, ScoreRange, parse_score};
 use super::{AddFlags, AddOutcome, MAX_LISTPACK_ENTRIES, ZSetValue, as_zset, as_zset_mut};
 use crate::Engine;
 use crate::args::{self, int_arg};
+use crate::blocking;
 use crate::cmd::pubsub::{class, notify};
 use crate::dispatch::{Call, Handler};
 use crate::error::CmdError;
@@ -429,18 +431,22 @@ fn rank_generic(e: &mut Engine, c: &mut Call, reverse: bool) -> Result<(), CmdEr
         Some(_) => return Err(CmdError::Syntax),
     };
     let r = read(e, c.argv[1], c.now_ms)?.and_then(|z| z.rank(c.argv[2], reverse));
-    let mut w = c.w();
+    write_rank(&mut c.w(), r, withscore);
+    Ok(())
+}
+
+/// ZRANK's reply: rank | nil, or with WITHSCORE `[rank, score]` | nil array (redis 7.2).
+fn write_rank(w: &mut ReplyWriter<'_>, r: Option<(usize, f64)>, withscore: bool) {
     match r {
         Some((rank, s)) if withscore => {
             w.array(2);
             w.integer(rank as i64);
-            write_score(&mut w, s);
+            write_score(w, s);
         }
         Some((rank, _)) => w.integer(rank as i64),
         None if withscore => w.null_array(),
         None => w.null(),
     }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -670,19 +676,19 @@ fn range_generic(
 /// `ZREMRANGEBYRANK key start stop` → members removed.
 pub fn zremrangebyrank(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let range = Range::Rank(int_arg(c.argv[2])?, int_arg(c.argv[3])?);
-    remrange_generic(e, c, range, "zrembyrank")
+    remrange_generic(e, c, range, "zremrangebyrank")
 }
 
 /// `ZREMRANGEBYSCORE key min max` → members removed.
 pub fn zremrangebyscore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let r = ScoreRange::parse(c.argv[2], c.argv[3]).ok_or(ERR_NOT_FLOAT_RANGE)?;
-    remrange_generic(e, c, Range::Score(r), "zrembyscore")
+    remrange_generic(e, c, Range::Score(r), "zremrangebyscore")
 }
 
 /// `ZREMRANGEBYLEX key min max` → members removed.
 pub fn zremrangebylex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let r = LexRange::parse(c.argv[2], c.argv[3]).ok_or(ERR_LEX_RANGE)?;
-    remrange_generic(e, c, Range::Lex(r), "zrembylex")
+    remrange_generic(e, c, Range::Lex(r), "zremrangebylex")
 }
 
 /// redis `zremrangeGenericCommand`.
@@ -1285,20 +1291,102 @@ pub fn zscan(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 // Blocking pops: BZPOPMIN BZPOPMAX BZMPOP
 // ---------------------------------------------------------------------------------------------
 
-/// `BZPOPMIN key [key …] timeout` → `[key, m, s]` | nil on timeout.
+/// `BZPOPMIN key [key …] timeout` → `[key, m, s]`, or nil after the timeout (the client is
+/// parked with [`blocking::block`] until a write makes one of its keys a non-empty zset).
 pub fn bzpopmin(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let _ = (e, c);
-    Err(CmdError::Static("ERR not implemented"))
+    bzpop_generic(e, c, false)
 }
 
 /// `BZPOPMAX key [key …] timeout`.
 pub fn bzpopmax(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let _ = (e, c);
-    Err(CmdError::Static("ERR not implemented"))
+    bzpop_generic(e, c, true)
 }
 
-/// `BZMPOP timeout numkeys key [key …] MIN|MAX [COUNT count]` → `[key, [[m, s], …]]` | nil.
+/// redis `blockingGenericZpopCommand` for BZPOPMIN/BZPOPMAX: the timeout is parsed first,
+/// then the keys are tried in order (WRONGTYPE at the first key of another type).
+fn bzpop_generic(e: &mut Engine, c: &mut Call, max: bool) -> Result<(), CmdError> {
+    let argv = c.argv;
+    let deadline = blocking::parse_timeout(argv[argv.len() - 1], c.now_us)?;
+    let keys = &argv[1..argv.len() - 1];
+    match first_zset(e, keys, c.now_ms)? {
+        Some((i, key)) => {
+            let mut w = c.w();
+            pop_and_reply(e, &mut w, i, key, max, 1, PopShape::KeyFlat);
+        }
+        None => {
+            if !blocking::block(e, c, keys, deadline) {
+                c.w().null_array();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `BZMPOP timeout numkeys key [key …] MIN|MAX [COUNT count]` → `[key, [[m, s], …]]`, or nil
+/// after the timeout. As in Redis, numkeys, MIN|MAX and COUNT are checked before the timeout.
 pub fn bzmpop(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let _ = (e, c);
-    Err(CmdError::Static("ERR not implemented"))
+    let a = parse_mpop(c.argv, 2)?;
+    let deadline = blocking::parse_timeout(c.argv[1], c.now_us)?;
+    match first_zset(e, a.keys, c.now_ms)? {
+        Some((i, key)) => {
+            let mut w = c.w();
+            pop_and_reply(e, &mut w, i, key, a.max, a.count, PopShape::KeyNested);
+        }
+        None => {
+            if !blocking::block(e, c, a.keys, deadline) {
+                c.w().null_array();
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(proto: Proto, f: impl FnOnce(&mut ReplyWriter<'_>)) -> String {
+        let mut out = Vec::new();
+        f(&mut ReplyWriter::new(&mut out, proto));
+        String::from_utf8(out).unwrap()
+    }
+
+    /// ZRANK … WITHSCORE shapes as the Redis 7.2 docs give them (7.0.15 has no WITHSCORE, so
+    /// this is checked by shape here rather than differentially).
+    #[test]
+    fn rank_withscore_shapes() {
+        use Proto::{Resp2, Resp3};
+        let some = Some((2, 1.5));
+        assert_eq!(reply(Resp2, |w| write_rank(w, some, false)), ":2\r\n");
+        assert_eq!(reply(Resp2, |w| write_rank(w, some, true)), "*2\r\n:2\r\n$3\r\n1.5\r\n");
+        assert_eq!(reply(Resp3, |w| write_rank(w, some, true)), "*2\r\n:2\r\n,1.5\r\n");
+        assert_eq!(reply(Resp2, |w| write_rank(w, None, false)), "$-1\r\n");
+        assert_eq!(reply(Resp2, |w| write_rank(w, None, true)), "*-1\r\n");
+        assert_eq!(reply(Resp3, |w| write_rank(w, None, true)), "_\r\n");
+    }
+
+    #[test]
+    fn rank_clamping_and_selection() {
+        assert_eq!(clamp_ranks(0, -1, 5), Some((0, 4)));
+        assert_eq!(clamp_ranks(-100, 100, 5), Some((0, 4)));
+        assert_eq!(clamp_ranks(3, 2, 5), None);
+        assert_eq!(clamp_ranks(5, 9, 5), None);
+        assert_eq!(clamp_ranks(-1, -2, 5), None);
+        assert_eq!(clamp_ranks(0, -1, 0), None);
+        let mut z = ZSetValue::new(1);
+        for i in 0..10 {
+            z.insert(format!("m{i}").as_bytes(), i as f64);
+        }
+        let all = Range::Score(ScoreRange::parse(b"-inf", b"+inf").unwrap());
+        let sel = |r: &Range, rev, off, lim| select(&z, r, rev, off, lim);
+        assert_eq!(sel(&all, false, 2, 3), Selection { start: 2, count: 3, reverse: false });
+        assert_eq!(sel(&all, true, 2, 3), Selection { start: 7, count: 3, reverse: true });
+        assert_eq!(sel(&all, false, 8, -1).count, 2);
+        assert_eq!(sel(&all, false, -1, 5), EMPTY);
+        assert_eq!(sel(&all, false, 10, 5), EMPTY);
+        assert_eq!(sel(&all, false, i64::MAX, i64::MAX), EMPTY);
+        assert_eq!(sel(&all, false, 0, i64::MAX).count, 10);
+        assert_eq!(sel(&Range::Rank(-3, -1), true, 0, -1), Selection { start: 2, count: 3, reverse: true });
+        assert_eq!(sel(&Range::Rank(i64::MIN, i64::MAX), false, 0, -1).count, 10);
+    }
 }

@@ -580,20 +580,3 @@ mod tests {
         z.check();
     }
 }
-#[cfg(test)]
-mod perf_probe {
-    #[test]
-    fn probe() {
-        let mut z = super::ZSetValue::new(5);
-        let t = std::time::Instant::now();
-        let mut last = t;
-        for i in 0..100_000usize {
-            let m = format!("member:{i}");
-            z.insert(m.as_bytes(), ((i * 7919) % 100_003) as f64);
-            if i % 10_000 == 9_999 {
-                eprintln!("{i}: {:.2} us/op", last.elapsed().as_secs_f64() * 1e6 / 10_000.0);
-                last = std::time::Instant::now();
-            }
-        }
-    }
-}

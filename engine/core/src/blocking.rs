@@ -162,28 +162,37 @@ pub fn parse_timeout(arg: &[u8], now_us: u64) -> Result<Option<u64>, CmdError> {
     if !ld.is_finite() {
         return Err(NEGATIVE); // (long long)±inf is LLONG_MIN on x86-64
     }
-    // The exact decimal text of the long double, read back as f64: close enough for a ms count.
+    // `(long long)(ftval * 1000.0)`: from the value's exact decimal text (`%.17Lf`), the
+    // integer part times 1000 plus the first three decimals, truncated toward zero.
     let mut text = Vec::new();
     ld.format_human(&mut text);
-    let secs: f64 = std::str::from_utf8(&text)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or(NOT_FLOAT)?;
-    let ms = secs * 1000.0;
-    // `(long long)` of a value outside i64 is LLONG_MIN (x86 "integer indefinite").
-    if !(ms > -9.223_372_036_854_775_808e18 && ms < 9.223_372_036_854_775_808e18) {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, &text[..]),
+    };
+    let (int_part, frac) = match digits.iter().position(|&b| b == b'.') {
+        Some(p) => (&digits[..p], &digits[p + 1..]),
+        None => (digits, &digits[digits.len()..]),
+    };
+    let mut ms: i128 = 0;
+    for &d in int_part.iter().chain(frac.iter().chain(b"000").take(3)) {
+        if !d.is_ascii_digit() {
+            return Err(NOT_FLOAT);
+        }
+        ms = ms * 10 + i128::from(d - b'0');
+        if ms > i128::from(i64::MAX) {
+            // Past i64: the C cast yields LLONG_MIN.
+            return Err(NEGATIVE);
+        }
+    }
+    if negative && ms > 0 {
         return Err(NEGATIVE);
     }
-    let ms = ms as i64; // truncates toward zero, like the C cast
-    if ms < 0 {
-        return Err(NEGATIVE);
-    }
+    let ms = ms as u64;
     if ms == 0 {
         return Ok(None);
     }
-    Ok(Some(
-        now_us.saturating_add((ms as u64).saturating_mul(1000)),
-    ))
+    Ok(Some(now_us.saturating_add(ms.saturating_mul(1000))))
 }
 
 /// Parks the client running `c` on `keys` until `deadline_us` (`None` = forever): sets

@@ -1,8 +1,8 @@
 //! Hashes and sets through `Engine::exec`: O(1) memory accounting while building large
 //! collections (the O(N²) HSET bug this rule comes from), linear build time, the shapes of
 //! random replies (HRANDFIELD, SRANDMEMBER, SPOP), RESP3 reply types, full HSCAN/SSCAN
-//! iterations and multi-key commands meeting expired keys. Exact replies for deterministic
-//! cases are compared with redis-server in `tests/diff/{hashes,sets}.txt`.
+//! iterations, multi-key commands meeting expired keys, and keyspace events. Exact replies for
+//! deterministic cases are compared with redis-server in `tests/diff/{hashes,sets}.txt`.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -244,8 +244,7 @@ fn building_a_100k_member_set_is_linear_and_accounted_exactly() {
         last <= first * 8 + Duration::from_millis(20),
         "first 1000 SADDs {first:?}, last 1000 {last:?}"
     );
-    // SPOP and SREM keep it exact: every member here has the same accounted size only up to
-    // its digits, so check with SCARD-derived bounds and then exactly after SREM.
+    // SREM and SPOP keep it exact (SPOP's members are known from its reply).
     s.cmd("SREM bigset member-1 member-2 nosuch");
     expected -= 2 * (b"member-1".len() + MEMBER_OVERHEAD);
     assert_eq!(s.engine.dataset_bytes() as usize, expected);
@@ -462,4 +461,74 @@ fn empty_collections_never_stay_in_the_keyspace() {
     assert!(matches!(s.cmd("HINCRBY h3 f x"), Frame::Error(_)));
     assert!(matches!(s.cmd("HINCRBYFLOAT h3 f inf"), Frame::Error(_)));
     assert_eq!(s.cmd("EXISTS h3"), Frame::Int(0));
+}
+
+#[test]
+fn every_change_is_announced_with_redis_event_names() {
+    let mut s = Session::new();
+    assert_eq!(
+        s.cmd("CONFIG SET notify-keyspace-events KEA"),
+        Frame::Simple("OK".into())
+    );
+    let mut sub = Client {
+        id: 2,
+        created_us: T0,
+        ..Client::default()
+    };
+    let mut out = Vec::new();
+    s.engine.exec(
+        &mut sub,
+        &[b"PSUBSCRIBE", b"__keyevent@0__:*"],
+        s.now_us,
+        &mut out,
+    );
+    let mut events = |s: &mut Session, line: &str| -> Vec<String> {
+        s.cmd(line);
+        let mut ds = Vec::new();
+        s.engine.take_deliveries(&mut ds);
+        let mut names = Vec::new();
+        for d in ds.iter().filter(|d| d.client_id == 2) {
+            let mut pos = 0;
+            while pos < d.bytes.len() {
+                let (f, used) = parse(&d.bytes[pos..]);
+                pos += used;
+                // pmessage, pattern, channel, key
+                let channel = String::from_utf8_lossy(f.items()[2].bulk()).into_owned();
+                let key = String::from_utf8_lossy(f.items()[3].bulk()).into_owned();
+                names.push(format!(
+                    "{}:{key}",
+                    channel.trim_start_matches("__keyevent@0__:")
+                ));
+            }
+        }
+        names
+    };
+    let cases: &[(&str, &[&str])] = &[
+        ("HSET h a 1 b 2", &["hset:h"]),
+        ("HSETNX h a 1", &[]),
+        ("HSETNX h c 3", &["hset:h"]),
+        ("HMSET h a 5", &["hset:h"]),
+        ("HINCRBY h n 1", &["hincrby:h"]),
+        ("HINCRBYFLOAT h n 1.5", &["hincrbyfloat:h"]),
+        ("HDEL h zz", &[]),
+        ("HDEL h a b c n", &["hdel:h", "del:h"]),
+        ("SADD s 1 2", &["sadd:s"]),
+        ("SADD s 1", &[]),
+        ("SREM s 1", &["srem:s"]),
+        ("SMOVE s t 2", &["srem:s", "del:s", "sadd:t"]),
+        ("SADD u 2 3", &["sadd:u"]),
+        ("SMOVE u t 2", &["srem:u"]),
+        ("SPOP u", &["spop:u", "del:u"]),
+        ("SINTERSTORE d t t", &["sinterstore:d"]),
+        ("SUNIONSTORE d t nokey", &["sunionstore:d"]),
+        ("SDIFFSTORE d t", &["sdiffstore:d"]),
+        ("SDIFFSTORE d t t", &["del:d"]),
+        ("SDIFFSTORE d t t", &[]),
+        ("SADD p a b c", &["sadd:p"]),
+        ("SPOP p 2", &["spop:p"]),
+        ("SPOP p 5", &["spop:p", "del:p"]),
+    ];
+    for (line, want) in cases {
+        assert_eq!(events(&mut s, line), *want, "{line}");
+    }
 }

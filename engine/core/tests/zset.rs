@@ -133,7 +133,9 @@ fn random_commands_match_model() {
             let rank = v.iter().position(|(m, _)| *m == probe);
             let want = rank.map_or("$-1\r\n".to_string(), |r| format!(":{r}\r\n"));
             assert_eq!(s.cmd(&format!("ZRANK k {probe}")), want, "step {step}");
-            let want = rank.map_or("$-1\r\n".to_string(), |r| format!(":{}\r\n", v.len() - 1 - r));
+            let want = rank.map_or("$-1\r\n".to_string(), |r| {
+                format!(":{}\r\n", v.len() - 1 - r)
+            });
             assert_eq!(s.cmd(&format!("ZREVRANK k {probe}")), want);
             let lo = (rand(30) as f64 - 10.0) / 2.0;
             let hi = lo + rand(8) as f64 / 2.0;
@@ -142,8 +144,11 @@ fn random_commands_match_model() {
             let r = s.cmd(&format!("ZCOUNT k ({} {}", score_text(lo), score_text(hi)));
             assert_eq!(r, format!(":{}\r\n", inside.len()), "step {step}");
             let (off, cnt) = (rand(4), rand(4));
-            let page: Vec<&&(String, f64)> =
-                inside.iter().skip(off as usize).take(cnt as usize).collect();
+            let page: Vec<&&(String, f64)> = inside
+                .iter()
+                .skip(off as usize)
+                .take(cnt as usize)
+                .collect();
             let mut want = format!("*{}\r\n", page.len());
             for (m, _) in page {
                 want += &bulk(m);
@@ -171,7 +176,11 @@ fn memory_accounting_returns_to_baseline() {
     assert!(full > base + 300 * 7, "{full}");
     s.cmd("ZINCRBY k 5 member1");
     s.cmd("ZADD k 1000 member2");
-    assert_eq!(s.engine.dataset_bytes(), full, "score changes do not change size");
+    assert_eq!(
+        s.engine.dataset_bytes(),
+        full,
+        "score changes do not change size"
+    );
     s.cmd("ZREM k member0 member1");
     s.cmd("ZREMRANGEBYRANK k 0 9");
     s.cmd("ZREMRANGEBYSCORE k 100 110");
@@ -210,8 +219,15 @@ fn no_op_writes_leave_dirty_alone() {
     ] {
         s.cmd(cmd);
     }
-    assert_eq!(s.cmd("ZINCRBY k -inf b"), "-ERR resulting score is not a number (NaN)\r\n");
-    assert_eq!(s.engine.dirty(), d + 2, "only the INCR by -inf and by inf changed a score");
+    assert_eq!(
+        s.cmd("ZINCRBY k -inf b"),
+        "-ERR resulting score is not a number (NaN)\r\n"
+    );
+    assert_eq!(
+        s.engine.dirty(),
+        d + 2,
+        "only the INCR by -inf and by inf changed a score"
+    );
     assert_eq!(s.cmd("ZADD k 1 a 3 b"), ":0\r\n");
 }
 
@@ -262,7 +278,13 @@ fn deliveries(e: &mut Engine) -> Vec<(u64, String, bool)> {
     let mut d = Vec::new();
     e.take_deliveries(&mut d);
     d.into_iter()
-        .map(|d| (d.client_id, String::from_utf8_lossy(&d.bytes).into_owned(), d.unblock))
+        .map(|d| {
+            (
+                d.client_id,
+                String::from_utf8_lossy(&d.bytes).into_owned(),
+                d.unblock,
+            )
+        })
         .collect()
 }
 
@@ -291,14 +313,26 @@ fn blocking_pops() {
     exec_as(&mut e, &mut w, "ZADD k 1 x 2 y", T0);
     assert_eq!(
         exec_as(&mut e, &mut a, "BZPOPMAX nokey k 0", T0),
-        ("*3\r\n$1\r\nk\r\n$1\r\ny\r\n$1\r\n2\r\n".into(), Flow::Continue)
+        (
+            "*3\r\n$1\r\nk\r\n$1\r\ny\r\n$1\r\n2\r\n".into(),
+            Flow::Continue
+        )
     );
     exec_as(&mut e, &mut w, "DEL k", T0);
     // Two clients park; one ZADD of two members serves both, first come first served.
-    assert_eq!(exec_as(&mut e, &mut a, "BZPOPMIN k other 0", T0), (String::new(), Flow::Block));
-    assert_eq!(exec_as(&mut e, &mut b, "BZMPOP 0 1 k MAX COUNT 5", T0).1, Flow::Block);
+    assert_eq!(
+        exec_as(&mut e, &mut a, "BZPOPMIN k other 0", T0),
+        (String::new(), Flow::Block)
+    );
+    assert_eq!(
+        exec_as(&mut e, &mut b, "BZMPOP 0 1 k MAX COUNT 5", T0).1,
+        Flow::Block
+    );
     assert!(deliveries(&mut e).is_empty());
-    assert_eq!(exec_as(&mut e, &mut w, "ZADD k 1 a 2 b 3 c", T0).0, ":3\r\n");
+    assert_eq!(
+        exec_as(&mut e, &mut w, "ZADD k 1 a 2 b 3 c", T0).0,
+        ":3\r\n"
+    );
     assert_eq!(
         deliveries(&mut e),
         vec![
@@ -372,7 +406,10 @@ fn keyspace_events() {
         id: 10,
         ..Client::default()
     };
-    assert_eq!(exec_as(&mut e, &mut w, "CONFIG SET notify-keyspace-events KEA", T0).0, "+OK\r\n");
+    assert_eq!(
+        exec_as(&mut e, &mut w, "CONFIG SET notify-keyspace-events KEA", T0).0,
+        "+OK\r\n"
+    );
     exec_as(&mut e, &mut sub, "PSUBSCRIBE __keyevent@0__:*", T0);
     deliveries(&mut e);
     for cmd in [
@@ -404,7 +441,10 @@ fn keyspace_events() {
         .filter(|d| d.0 == 9)
         .map(|d| {
             let b = bulks(&d.1);
-            (b[2].trim_start_matches("__keyevent@0__:").to_string(), b[3].clone())
+            (
+                b[2].trim_start_matches("__keyevent@0__:").to_string(),
+                b[3].clone(),
+            )
         })
         .collect();
     let want = [
@@ -431,7 +471,9 @@ fn keyspace_events() {
         ("zpopmin", "k"),
         ("del", "k"),
     ];
-    let want: Vec<(String, String)> =
-        want.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
     assert_eq!(got, want);
 }

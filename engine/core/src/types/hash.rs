@@ -831,7 +831,7 @@ mod tests {
         for _ in 0..5000 {
             let f = format!("f{}", r() % 300);
             let v = vec![b'v'; (r() % 100) as usize];
-            if r() % 3 == 0 {
+            if r().is_multiple_of(3) {
                 h.remove(f.as_bytes());
             } else {
                 h.set(f.as_bytes(), &v);

@@ -49,8 +49,7 @@ use crate::types::set::SetValue;
 
 const ERR_NAN: CmdError = CmdError::Static("ERR resulting score is not a number (NaN)");
 const ERR_NOT_FLOAT_RANGE: CmdError = CmdError::Static("ERR min or max is not a float");
-const ERR_LEX_RANGE: CmdError =
-    CmdError::Static("ERR min or max not valid string range item");
+const ERR_LEX_RANGE: CmdError = CmdError::Static("ERR min or max not valid string range item");
 
 /// Handlers of this type's commands, by table name.
 pub fn handler_for(name: &str) -> Option<Handler> {
@@ -249,7 +248,7 @@ fn zadd_generic(e: &mut Engine, c: &mut Call, incr: bool) -> Result<(), CmdError
         idx += 1;
     }
     let elements = argv.len() - idx;
-    if elements == 0 || elements % 2 == 1 {
+    if elements == 0 || !elements.is_multiple_of(2) {
         return Err(CmdError::Syntax);
     }
     if f.nx && f.xx {
@@ -257,7 +256,7 @@ fn zadd_generic(e: &mut Engine, c: &mut Call, incr: bool) -> Result<(), CmdError
             "ERR XX and NX options at the same time are not compatible",
         ));
     }
-    if (f.gt && f.nx) || (f.lt && f.nx) || (f.gt && f.lt) {
+    if (f.nx && (f.gt || f.lt)) || (f.gt && f.lt) {
         return Err(CmdError::Static(
             "ERR GT, LT, and/or NX options at the same time are not compatible",
         ));
@@ -320,7 +319,8 @@ fn zadd_generic(e: &mut Engine, c: &mut Call, incr: bool) -> Result<(), CmdError
             c.w().null();
         }
     } else {
-        c.w().integer(if ch { t.added + t.updated } else { t.added });
+        c.w()
+            .integer(if ch { t.added + t.updated } else { t.added });
     }
     if t.added + t.updated > 0 {
         notify(e, class::ZSET, if f.incr { "zincr" } else { "zadd" }, key);
@@ -537,7 +537,11 @@ fn select(z: &ZSetValue, range: &Range, reverse: bool, offset: i64, limit: i64) 
         count = count.min(usize::try_from(limit).unwrap_or(usize::MAX));
     }
     Selection {
-        start: if reverse { last - offset } else { first + offset },
+        start: if reverse {
+            last - offset
+        } else {
+            first + offset
+        },
         count,
         reverse,
     }
@@ -635,15 +639,18 @@ fn range_generic(
         std::mem::swap(&mut minidx, &mut maxidx);
     }
     let range = match by {
-        By::Score => Range::Score(
-            ScoreRange::parse(argv[minidx], argv[maxidx]).ok_or(ERR_NOT_FLOAT_RANGE)?,
-        ),
-        By::Lex => {
-            Range::Lex(LexRange::parse(argv[minidx], argv[maxidx]).ok_or(ERR_LEX_RANGE)?)
+        By::Score => {
+            Range::Score(ScoreRange::parse(argv[minidx], argv[maxidx]).ok_or(ERR_NOT_FLOAT_RANGE)?)
         }
+        By::Lex => Range::Lex(LexRange::parse(argv[minidx], argv[maxidx]).ok_or(ERR_LEX_RANGE)?),
         _ => Range::Rank(int_arg(argv[minidx])?, int_arg(argv[maxidx])?),
     };
-    let seed = e.ks.next_random();
+    // The seed of a ZRANGESTORE destination (drawn before the source is borrowed).
+    let seed = if store.is_some() {
+        e.ks.next_random()
+    } else {
+        0
+    };
     let Some(z) = read(e, key, c.now_ms)? else {
         match store {
             Some(dst) => store_result(e, c, dst, ZSetValue::new(seed), "zrangestore"),
@@ -658,8 +665,7 @@ fn range_generic(
         Some(dst) => {
             // Redis creates the destination as a skiplist when a rank range is known to
             // exceed the listpack limit, else as a listpack that converts while filling.
-            let mut out = if matches!(range, Range::Rank(..)) && sel.count > MAX_LISTPACK_ENTRIES
-            {
+            let mut out = if matches!(range, Range::Rank(..)) && sel.count > MAX_LISTPACK_ENTRIES {
                 ZSetValue::new_skiplist(seed)
             } else {
                 ZSetValue::new(seed)
@@ -793,7 +799,9 @@ pub fn zpopmax(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 fn positive_count(arg: &[u8]) -> Result<i64, CmdError> {
     args::parse_i64(arg)
         .filter(|&n| n >= 0)
-        .ok_or(CmdError::Static("ERR value is out of range, must be positive"))
+        .ok_or(CmdError::Static(
+            "ERR value is out of range, must be positive",
+        ))
 }
 
 fn zpop_generic(e: &mut Engine, c: &mut Call, max: bool) -> Result<(), CmdError> {
@@ -1093,8 +1101,10 @@ fn setop_generic(
     }
     // Pass 2: positions. Every key is now live or gone, so these lookups change nothing and
     // the positions stay valid together.
-    let positions: Vec<Option<usize>> =
-        keys.iter().map(|k| e.ks.lookup_write(k, c.now_ms)).collect();
+    let positions: Vec<Option<usize>> = keys
+        .iter()
+        .map(|k| e.ks.lookup_write(k, c.now_ms))
+        .collect();
     let seed = e.ks.next_random();
     let mut srcs: Vec<(Source, f64)> = positions
         .iter()
@@ -1358,8 +1368,14 @@ mod tests {
         use Proto::{Resp2, Resp3};
         let some = Some((2, 1.5));
         assert_eq!(reply(Resp2, |w| write_rank(w, some, false)), ":2\r\n");
-        assert_eq!(reply(Resp2, |w| write_rank(w, some, true)), "*2\r\n:2\r\n$3\r\n1.5\r\n");
-        assert_eq!(reply(Resp3, |w| write_rank(w, some, true)), "*2\r\n:2\r\n,1.5\r\n");
+        assert_eq!(
+            reply(Resp2, |w| write_rank(w, some, true)),
+            "*2\r\n:2\r\n$3\r\n1.5\r\n"
+        );
+        assert_eq!(
+            reply(Resp3, |w| write_rank(w, some, true)),
+            "*2\r\n:2\r\n,1.5\r\n"
+        );
         assert_eq!(reply(Resp2, |w| write_rank(w, None, false)), "$-1\r\n");
         assert_eq!(reply(Resp2, |w| write_rank(w, None, true)), "*-1\r\n");
         assert_eq!(reply(Resp3, |w| write_rank(w, None, true)), "_\r\n");
@@ -1379,14 +1395,38 @@ mod tests {
         }
         let all = Range::Score(ScoreRange::parse(b"-inf", b"+inf").unwrap());
         let sel = |r: &Range, rev, off, lim| select(&z, r, rev, off, lim);
-        assert_eq!(sel(&all, false, 2, 3), Selection { start: 2, count: 3, reverse: false });
-        assert_eq!(sel(&all, true, 2, 3), Selection { start: 7, count: 3, reverse: true });
+        assert_eq!(
+            sel(&all, false, 2, 3),
+            Selection {
+                start: 2,
+                count: 3,
+                reverse: false
+            }
+        );
+        assert_eq!(
+            sel(&all, true, 2, 3),
+            Selection {
+                start: 7,
+                count: 3,
+                reverse: true
+            }
+        );
         assert_eq!(sel(&all, false, 8, -1).count, 2);
         assert_eq!(sel(&all, false, -1, 5), EMPTY);
         assert_eq!(sel(&all, false, 10, 5), EMPTY);
         assert_eq!(sel(&all, false, i64::MAX, i64::MAX), EMPTY);
         assert_eq!(sel(&all, false, 0, i64::MAX).count, 10);
-        assert_eq!(sel(&Range::Rank(-3, -1), true, 0, -1), Selection { start: 2, count: 3, reverse: true });
-        assert_eq!(sel(&Range::Rank(i64::MIN, i64::MAX), false, 0, -1).count, 10);
+        assert_eq!(
+            sel(&Range::Rank(-3, -1), true, 0, -1),
+            Selection {
+                start: 2,
+                count: 3,
+                reverse: true
+            }
+        );
+        assert_eq!(
+            sel(&Range::Rank(i64::MIN, i64::MAX), false, 0, -1).count,
+            10
+        );
     }
 }

@@ -36,7 +36,6 @@ use crate::error::CmdError;
 use crate::types::Value;
 use skiplist::{Members, NIL, SkipList};
 
-pub use cmd::handler_for as command_handler;
 pub use score::{LexRange, ScoreRange};
 
 /// Approximate bytes per member beyond its own bytes: table slot and hash index, skiplist
@@ -144,7 +143,11 @@ impl ZSetValue {
     /// OBJECT ENCODING: `listpack` while Redis 7.0 would keep this zset in a listpack
     /// (never more than 128 members, none longer than 64 bytes), else `skiplist`.
     pub fn encoding(&self) -> &'static str {
-        if self.listpack { "listpack" } else { "skiplist" }
+        if self.listpack {
+            "listpack"
+        } else {
+            "skiplist"
+        }
     }
 
     /// Whether the zset is listpack-encoded (see [`encoding`](Self::encoding)).
@@ -195,7 +198,9 @@ impl ZSetValue {
     pub fn add(&mut self, member: &[u8], score: f64, f: AddFlags) -> AddOutcome {
         let o = self.plan_add(member, score, f);
         match o {
-            AddOutcome::Added(s) => self.insert(member, s),
+            AddOutcome::Added(s) => {
+                self.insert(member, s);
+            }
             AddOutcome::Updated(s) => self.set_score(member, s),
             _ => {}
         }
@@ -211,9 +216,16 @@ impl ZSetValue {
         }
     }
 
-    /// Inserts a member that is not present.
-    pub fn insert(&mut self, member: &[u8], score: f64) {
-        debug_assert!(!score.is_nan() && !self.table.contains_key(member));
+    /// Inserts a member with its score; a member already present gets the new score. A NaN
+    /// score (which no command produces; a corrupt snapshot might) is refused: returns false.
+    pub fn insert(&mut self, member: &[u8], score: f64) -> bool {
+        if score.is_nan() {
+            return false;
+        }
+        if self.table.contains_key(member) {
+            self.set_score(member, score);
+            return true;
+        }
         if self.listpack
             && (self.table.len() + 1 > MAX_LISTPACK_ENTRIES || member.len() > MAX_LISTPACK_VALUE)
         {
@@ -226,10 +238,14 @@ impl ZSetValue {
         let x = self.index.insert(&self.table, score, member, pos);
         self.table[i] = x;
         self.bytes += member.len() + MEMBER_OVERHEAD;
+        true
     }
 
-    /// Changes the score of a present member.
+    /// Changes the score of a present member (NaN is refused).
     pub fn set_score(&mut self, member: &[u8], score: f64) {
+        if score.is_nan() {
+            return;
+        }
         let score = self.stored(score);
         let Some((i, _, &x)) = self.table.get_full(member) else {
             return;
@@ -281,15 +297,16 @@ impl ZSetValue {
     pub fn rank(&self, member: &[u8], reverse: bool) -> Option<(usize, f64)> {
         let &x = self.table.get(member)?;
         let score = self.index.score(x);
-        let r = self.index.rank(&self.table, score, member);
-        debug_assert!(r > 0);
-        let r0 = r - 1;
+        let r0 = self.index.rank(&self.table, score, member).checked_sub(1)?;
         Some((if reverse { self.len() - 1 - r0 } else { r0 }, score))
     }
 
     /// The member and score of node `x`.
     pub fn entry(&self, x: Node) -> (&[u8], f64) {
-        (self.table.member(self.index.pos(x.0)), self.index.score(x.0))
+        (
+            self.table.member(self.index.pos(x.0)),
+            self.index.score(x.0),
+        )
     }
 
     /// The node at 0-based rank `r` from the bottom.
@@ -310,7 +327,7 @@ impl ZSetValue {
 
     /// 0-based rank of node `x` from the bottom.
     pub fn rank_of(&self, x: Node) -> usize {
-        self.index.rank_of(&self.table, x.0) - 1
+        self.index.rank_of(&self.table, x.0).saturating_sub(1)
     }
 
     /// 0-based ranks `(first, last)` of the members whose score is in `r`, if any.
@@ -477,29 +494,23 @@ mod tests {
         let mut z = ZSetValue::new(9);
         let f = AddFlags::default();
         for (i, m) in ["c", "a", "b", "d"].iter().enumerate() {
-            assert_eq!(z.add(m.as_bytes(), i as f64, f), AddOutcome::Added(i as f64));
+            assert_eq!(
+                z.add(m.as_bytes(), i as f64, f),
+                AddOutcome::Added(i as f64)
+            );
         }
         assert_eq!(z.add(b"a", 1.0, f), AddOutcome::Same(1.0));
         assert_eq!(z.add(b"a", 5.0, f), AddOutcome::Updated(5.0));
         assert_eq!(
-            z.add(b"a", 1.0, AddFlags {
-                gt: true,
-                ..f
-            }),
+            z.add(b"a", 1.0, AddFlags { gt: true, ..f }),
             AddOutcome::Nop
         );
         assert_eq!(
-            z.add(b"a", f64::NEG_INFINITY, AddFlags {
-                incr: true,
-                ..f
-            }),
+            z.add(b"a", f64::NEG_INFINITY, AddFlags { incr: true, ..f }),
             AddOutcome::Updated(f64::NEG_INFINITY)
         );
         assert_eq!(
-            z.plan_add(b"a", f64::INFINITY, AddFlags {
-                incr: true,
-                ..f
-            }),
+            z.plan_add(b"a", f64::INFINITY, AddFlags { incr: true, ..f }),
             AddOutcome::Nan
         );
         let order: Vec<&[u8]> = z.iter().map(|(m, _)| m).collect();
@@ -508,13 +519,30 @@ mod tests {
         assert_eq!(z.rank(b"b", true), Some((1, 2.0)));
         assert_eq!(z.remove(b"c"), Some(0.0));
         assert_eq!(z.remove(b"c"), None);
-        assert_eq!(z.pop(true).map(|(m, s)| (m.to_vec(), s)), Some((b"d".to_vec(), 3.0)));
+        assert_eq!(
+            z.pop(true).map(|(m, s)| (m.to_vec(), s)),
+            Some((b"d".to_vec(), 3.0))
+        );
         z.check();
         assert_eq!(z.encoding(), "listpack");
         z.add(&[b'x'; 65], 1.0, f);
         assert_eq!(z.encoding(), "skiplist");
         z.remove(&[b'x'; 65]);
         assert_eq!(z.encoding(), "skiplist", "conversion is for good");
+        z.check();
+    }
+
+    #[test]
+    fn insert_refuses_nan_and_updates_duplicates() {
+        let mut z = ZSetValue::new(4);
+        assert!(!z.insert(b"a", f64::NAN));
+        assert!(z.is_empty());
+        assert!(z.insert(b"a", 1.0));
+        assert!(z.insert(b"a", 2.0));
+        assert_eq!((z.len(), z.score(b"a")), (1, Some(2.0)));
+        z.set_score(b"a", f64::NAN);
+        assert_eq!(z.score(b"a"), Some(2.0));
+        assert_eq!(z.mem_size(), 1 + MEMBER_OVERHEAD);
         z.check();
     }
 

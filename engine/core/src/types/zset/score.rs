@@ -63,7 +63,11 @@ pub fn strtod(s: &[u8]) -> Strtod {
     let sign = |v: f64| if neg { -v } else { v };
     let rest = &s[i..];
     if starts_with_ci(rest, b"inf") {
-        let n = if starts_with_ci(rest, b"infinity") { 8 } else { 3 };
+        let n = if starts_with_ci(rest, b"infinity") {
+            8
+        } else {
+            3
+        };
         return Strtod {
             value: sign(f64::INFINITY),
             len: i + n,
@@ -243,7 +247,11 @@ pub fn parse_score(s: &[u8]) -> Option<f64> {
     if r.len != s.len() || (r.erange && (r.value.is_infinite() || r.value == 0.0)) {
         return None;
     }
-    if r.value.is_nan() { None } else { Some(r.value) }
+    if r.value.is_nan() {
+        None
+    } else {
+        Some(r.value)
+    }
 }
 
 /// The C string Redis hands to `strtod` and friends: the bytes before the first NUL.
@@ -289,11 +297,19 @@ impl ScoreRange {
     }
 
     pub fn gte_min(&self, v: f64) -> bool {
-        if self.minex { v > self.min } else { v >= self.min }
+        if self.minex {
+            v > self.min
+        } else {
+            v >= self.min
+        }
     }
 
     pub fn lte_max(&self, v: f64) -> bool {
-        if self.maxex { v < self.max } else { v <= self.max }
+        if self.maxex {
+            v < self.max
+        } else {
+            v <= self.max
+        }
     }
 
     /// Ranges that can hold nothing (redis `zslIsInRange`'s first test).
@@ -550,7 +566,10 @@ mod tests {
         // Quirks of strtod without checks, as Redis has them.
         assert_eq!(ScoreRange::parse(b"", b"(").unwrap().max, 0.0);
         assert!(ScoreRange::parse(b"", b"(").unwrap().maxex);
-        assert_eq!(ScoreRange::parse(b" 1", b"1e400").unwrap().max, f64::INFINITY);
+        assert_eq!(
+            ScoreRange::parse(b" 1", b"1e400").unwrap().max,
+            f64::INFINITY
+        );
         assert_eq!(ScoreRange::parse(b"1\x00x", b"2").unwrap().min, 1.0);
         assert!(ScoreRange::parse(b" ", b"1").is_none());
         assert!(ScoreRange::parse(b"nan", b"1").is_none());

@@ -559,12 +559,17 @@ mod tests {
     }
 
     /// Orderable score for the model (scores are never NaN).
-    #[derive(Clone, Copy, PartialEq, PartialOrd)]
+    #[derive(Clone, Copy, PartialEq)]
     struct S(f64);
     impl Eq for S {}
+    impl PartialOrd for S {
+        fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(o))
+        }
+    }
     impl Ord for S {
         fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-            self.0.partial_cmp(&o.0).unwrap()
+            self.0.total_cmp(&o.0)
         }
     }
 
@@ -616,9 +621,8 @@ mod tests {
                         }
                     }
                     4 => {
-                        let want = score[p as usize].map_or(0, |s| {
-                            model.range(..(S(s), mem.clone())).count() + 1
-                        });
+                        let want = score[p as usize]
+                            .map_or(0, |s| model.range(..(S(s), mem.clone())).count() + 1);
                         let got = score[p as usize].map_or(0, |s| sl.rank(&table, s, &mem));
                         assert_eq!(got, want);
                         if want > 0 {
@@ -666,7 +670,11 @@ mod tests {
 
     #[test]
     fn lex_lookups() {
-        let table = Table(["a", "b", "c", "d", "e"].map(|s| s.as_bytes().to_vec()).to_vec());
+        let table = Table(
+            ["a", "b", "c", "d", "e"]
+                .map(|s| s.as_bytes().to_vec())
+                .to_vec(),
+        );
         let mut sl = SkipList::new(3);
         for p in 0..5 {
             sl.insert(&table, 0.0, &table.0[p as usize].clone(), p);

@@ -30,6 +30,7 @@ zunionstore zinterstore zdiffstore zintercard zrandmember zscan
 copy object wait multi exec discard watch unwatch memory
 subscribe psubscribe unsubscribe punsubscribe publish pubsub
 cluster readonly readwrite asking
+save bgsave lastsave
 """.split()
 
 def rd(f):

@@ -12,6 +12,7 @@
 # 2. Builds the release binary and exports RECACHED_BIN=<abs path> for the tests in tests/.
 # 3. Runs every test of the workspace (`cargo test --workspace`).
 # 4. Checks that the pure crates build for wasm32 (the browser replica runs that code).
+# 5. Runs the benchmark scripts' short versions (BENCH_SMOKE=1, about a minute in all).
 #
 # Environment: CARGO_TEST_ARGS (extra args after `cargo test --workspace`, e.g. "-- --nocapture").
 set -euo pipefail
@@ -56,6 +57,11 @@ if ! "$CLUSTER_DIR/.venv/bin/python" -c 'import redis' 2>/dev/null \
     cp "$CLUSTER_DIR/requirements.txt" "$CLUSTER_DIR/.venv/requirements.txt"
 fi
 "$CLUSTER_DIR/.venv/bin/python" -c 'import redis; print("redis-py", redis.__version__)'
+# prometheus_client: its text-format parser checks the supervisor's /metrics (tests/tests/metrics.rs).
+if ! "$CLUSTER_DIR/.venv/bin/python" -c 'import prometheus_client' 2>/dev/null; then
+    echo "installing prometheus_client into $CLUSTER_DIR/.venv"
+    "$CLUSTER_DIR/.venv/bin/python" -m pip install -q prometheus_client==0.21.1
+fi
 if ! [ -d "$CLUSTER_DIR/node_modules/ioredis" ] \
     || ! cmp -s "$CLUSTER_DIR/package-lock.json" "$CLUSTER_DIR/node_modules/.package-lock.json.installed"; then
     echo "installing ioredis into $CLUSTER_DIR/node_modules"
@@ -78,5 +84,21 @@ cargo test --workspace ${CARGO_TEST_ARGS:-}
 
 step "wasm32 build of the pure crates"
 cargo build -p engine-core -p resp -p recached-wasm --target wasm32-unknown-unknown
+
+step "benchmark smoke (scripts/bench-*.sh, scripts/soak.sh: short versions)"
+# Ran, no errors, JSON valid: each script's BENCH_SMOKE=1 version writes into a scratch results
+# folder, then `recached bench validate` checks every file (and that no request failed, except in
+# the soak's kill phase, where requests to the killed engine fail by design) and the report renders.
+BENCH_SMOKE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/recached-bench-smoke.XXXXXX")
+for s in bench-scaling bench-systems bench-scenarios soak; do
+    BENCH_SMOKE=1 BENCH_RESULTS="$BENCH_SMOKE_DIR" scripts/$s.sh >"$BENCH_SMOKE_DIR/$s.log" 2>&1 \
+        || { tail -n 30 "$BENCH_SMOKE_DIR/$s.log"; echo "$s failed"; exit 1; }
+    echo "$s: ok"
+done
+"$RECACHED_BIN" bench validate "$BENCH_SMOKE_DIR"/*.json
+"$RECACHED_BIN" bench validate --no-errors $(ls "$BENCH_SMOKE_DIR"/*.json | grep -v -- '-kill\.json$')
+"$RECACHED_BIN" bench report --results "$BENCH_SMOKE_DIR" --out "$BENCH_SMOKE_DIR/BENCHMARKS.md" \
+    --svg-dir "$BENCH_SMOKE_DIR/svg"
+rm -rf "$BENCH_SMOKE_DIR"
 
 step "all tests passed"

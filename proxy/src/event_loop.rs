@@ -363,6 +363,7 @@ impl Proxy {
         }
         self.fleet.up[i] = false;
         let waiters = b.fail(self.poll.registry(), now);
+        self.fleet.backend_errors += waiters.len() as u64;
         let error = b.unavailable.clone();
         for w in waiters {
             deliver(&mut self.clients, &mut self.dirty_clients, w, &error);
@@ -1016,6 +1017,7 @@ fn subscription<A: Args + ?Sized>(
                 mark(&mut d.dirty, ctx.dirty_dedicated, id);
             }
             None => {
+                ctx.fleet.backend_errors += 1;
                 let error = &ctx.backends[send.instance].unavailable;
                 me.replies.fill(seq, part as u32, error);
             }
@@ -1032,6 +1034,7 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
     }
     let backend = &ctx.backends[instance];
     if !backend.accepts() {
+        ctx.fleet.backend_errors += 1;
         return Err(backend.unavailable.clone());
     }
     if me.conns.len() >= dedicated::MAX_PER_CLIENT {
@@ -1129,7 +1132,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
     let (token, client_id) = (me.token, me.id);
     let replies = &mut *me.replies;
     let mut send = |i: usize, request: &[u8], seq: u64, part: u32, replies: &mut Replies| {
-        send_to(
+        let sent = send_to(
             ctx.backends,
             ctx.dirty_backends,
             i,
@@ -1142,6 +1145,9 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
             },
             replies,
         );
+        if !sent {
+            ctx.fleet.backend_errors += 1;
+        }
     };
     match plan {
         Plan::Forward(i) => {
@@ -1209,7 +1215,7 @@ fn send_to(
     request: &[u8],
     w: Waiter,
     replies: &mut Replies,
-) {
+) -> bool {
     let b = &mut backends[i];
     if b.accepts() {
         b.send(request, w);
@@ -1217,8 +1223,10 @@ fn send_to(
             b.dirty = true;
             dirty_backends.push(i);
         }
+        true
     } else {
         replies.fill(w.seq, w.part, &b.unavailable);
+        false
     }
 }
 

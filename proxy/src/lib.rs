@@ -50,6 +50,7 @@ mod backend;
 mod client;
 mod dedicated;
 mod event_loop;
+pub mod fanout;
 pub mod keys;
 pub mod pubsub;
 pub mod route;

@@ -40,7 +40,8 @@
 //!                tcp_port, uptime_in_seconds                       (the proxy's own)
 //! # Clients      connected_clients (of the proxy)                   (the proxy's own)
 //! # Persistence  loading:0            (ioredis waits while loading:1)
-//! # Proxy        instances:N, instance<i>:addr=host:port,status=up|down,
+//! # Proxy        total_requests, backend_errors (requests answered "instance unavailable"),
+//!                instances:N, instance<i>:addr=host:port,status=up|down,
 //!                instances_answering:K (instances that answered this INFO)
 //! # Memory, # Stats, other sections: integer fields summed over the instances that
 //!                answered (`*_human` recomputed from the sum, `mem_fragmentation_ratio`
@@ -105,6 +106,11 @@ pub struct Fleet {
     pub started: Instant,
     /// Advanced by every RANDOMKEY, to spread the first instance asked.
     pub rotation: usize,
+    /// Requests planned since start (INFO `total_requests`; metrics).
+    pub requests: u64,
+    /// Requests (or parts of split requests) answered with an instance-unavailable error
+    /// (INFO `backend_errors`; metrics).
+    pub backend_errors: u64,
 }
 
 impl Fleet {
@@ -116,6 +122,8 @@ impl Fleet {
             port,
             started: Instant::now(),
             rotation: 0,
+            requests: 0,
+            backend_errors: 0,
         }
     }
 
@@ -173,6 +181,7 @@ pub fn instance_of(key: &[u8], n: usize) -> usize {
 
 /// Decides what to do with one request (`argc() >= 1`).
 pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet) -> Plan {
+    fleet.requests += 1;
     let argc = args.argc();
     let Some(spec) = command::lookup(args.arg(0)) else {
         return Plan::Reply(unknown_command(args).into());
@@ -695,7 +704,12 @@ fn info_header(fleet: &Fleet, sections: &InfoSections) -> Vec<u8> {
         s.push_str("# Persistence\r\nloading:0\r\n\r\n");
     }
     if sections.wants("proxy") {
-        s.push_str(&format!("# Proxy\r\ninstances:{}\r\n", fleet.instances()));
+        s.push_str(&format!(
+            "# Proxy\r\ntotal_requests:{}\r\nbackend_errors:{}\r\ninstances:{}\r\n",
+            fleet.requests,
+            fleet.backend_errors,
+            fleet.instances()
+        ));
         for (i, addr) in fleet.addrs.iter().enumerate() {
             let status = if fleet.up[i] { "up" } else { "down" };
             s.push_str(&format!("instance{i}:addr={addr},status={status}\r\n"));

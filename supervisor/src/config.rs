@@ -50,6 +50,20 @@ pub struct FileConfig {
     /// Host the engines announce to cluster clients for the implicit topology (instead of
     /// `bind`); empty = `bind`, and for a wildcard bind the address each client connected to.
     pub announce_host: String,
+    /// Fleet-wide memory limit, divided evenly among the engines of the topology (each gets
+    /// `maxmemory_total / N`); 0 = none. `[engine] maxmemory`, when non-zero, wins.
+    pub maxmemory_total: Size,
+    /// Port of the supervisor's Prometheus endpoint (`/metrics`); 0 = disabled.
+    pub metrics_port: u16,
+    /// Listen address of the Prometheus endpoint (loopback unless opened on purpose).
+    pub metrics_bind: String,
+    /// Port of the WebSocket fan-out to browser replicas (HTTP + `/ws`); 0 = no fan-out.
+    /// Unset = `proxy_port + 100` (6480 with the default proxy port), and then a port that is
+    /// busy at start only skips the fan-out (with a warning) instead of failing the start.
+    pub fanout_port: Option<u16>,
+    /// The fan-out's tokens file (`[tokens]`: "token" = ["prefix", …]); empty = no tokens,
+    /// only loopback origins may connect (docs/browser-protocol.md).
+    pub fanout_tokens: String,
     pub engine: EngineSection,
     pub supervisor: SupervisorSection,
 }
@@ -62,6 +76,23 @@ pub struct EngineSection {
     pub hz: u32,
     /// Largest bulk string a request may carry, bytes (Redis `proto-max-bulk-len`, ≥ 1mb).
     pub proto_max_bulk_len: Size,
+    /// Memory limit of each engine (Redis `maxmemory`); 0 = none (see `maxmemory_total`).
+    pub maxmemory: Size,
+    /// What to do at the limit (Redis `maxmemory-policy`): noeviction, allkeys-lru, …
+    pub maxmemory_policy: String,
+    /// Keys sampled per eviction round (Redis `maxmemory-samples`).
+    pub maxmemory_samples: u32,
+    /// LFU counter growth (Redis `lfu-log-factor`).
+    pub lfu_log_factor: u32,
+    /// Minutes per LFU counter decay step (Redis `lfu-decay-time`).
+    pub lfu_decay_time: u32,
+    /// Seconds between periodic snapshots (BGSAVE); 0 = none (docs/persistence.md).
+    pub save_interval: u64,
+    /// Changes needed since the last snapshot for a periodic one (0 counts as 1).
+    pub save_changes: u64,
+    /// A snapshot that fails to load at start is moved aside; then `start-empty` serves an
+    /// empty keyspace, `refuse` exits (status 78, not restarted by the supervisor).
+    pub on_corrupt_snapshot: String,
 }
 
 /// `[supervisor]`: how `recached start` watches its children.
@@ -77,6 +108,12 @@ pub struct SupervisorSection {
     pub restart_backoff_initial_ms: u64,
     /// Upper bound of the backoff, milliseconds.
     pub restart_backoff_max_ms: u64,
+    /// How often each child is PINGed, milliseconds; 0 = no health checks.
+    pub health_check_interval_ms: u64,
+    /// Connect/reply timeout of one PING, milliseconds.
+    pub health_check_timeout_ms: u64,
+    /// Failed PINGs in a row after which a child is killed and restarted (hung).
+    pub health_check_failures: u32,
 }
 
 impl Default for FileConfig {
@@ -90,6 +127,11 @@ impl Default for FileConfig {
             cluster: true,
             nodes: Vec::new(),
             announce_host: String::new(),
+            maxmemory_total: Size(0),
+            metrics_port: 6490,
+            metrics_bind: "127.0.0.1".into(),
+            fanout_port: None,
+            fanout_tokens: String::new(),
             engine: EngineSection::default(),
             supervisor: SupervisorSection::default(),
         }
@@ -102,6 +144,14 @@ impl Default for EngineSection {
         EngineSection {
             hz: core.hz,
             proto_max_bulk_len: Size(core.proto_max_bulk_len),
+            maxmemory: Size(core.maxmemory),
+            maxmemory_policy: core.maxmemory_policy.to_string(),
+            maxmemory_samples: core.maxmemory_samples,
+            lfu_log_factor: core.lfu_log_factor,
+            lfu_decay_time: core.lfu_decay_time,
+            save_interval: 300,
+            save_changes: 100,
+            on_corrupt_snapshot: "start-empty".into(),
         }
     }
 }
@@ -113,6 +163,9 @@ impl Default for SupervisorSection {
             min_healthy_uptime_ms: 5_000,
             restart_backoff_initial_ms: 100,
             restart_backoff_max_ms: 30_000,
+            health_check_interval_ms: 1_000,
+            health_check_timeout_ms: 1_000,
+            health_check_failures: 3,
         }
     }
 }
@@ -121,10 +174,46 @@ impl FileConfig {
     /// The engine settings as `engine-core` wants them; settings the file does not name keep
     /// engine-core's own defaults.
     pub fn engine_config(&self) -> engine_core::Config {
+        let core = engine_core::Config::default();
+        let e = &self.engine;
         engine_core::Config {
-            hz: self.engine.hz,
-            proto_max_bulk_len: self.engine.proto_max_bulk_len.0,
-            ..engine_core::Config::default()
+            hz: e.hz,
+            proto_max_bulk_len: e.proto_max_bulk_len.0,
+            maxmemory: self.engine_maxmemory(),
+            maxmemory_policy: engine_core::evict::MAXMEMORY_POLICIES
+                .iter()
+                .find(|p| p.eq_ignore_ascii_case(e.maxmemory_policy.trim()))
+                .copied()
+                .unwrap_or(core.maxmemory_policy),
+            maxmemory_samples: e.maxmemory_samples,
+            lfu_log_factor: e.lfu_log_factor,
+            lfu_decay_time: e.lfu_decay_time,
+            ..core
+        }
+    }
+
+    /// Each engine's `maxmemory`: `[engine] maxmemory` if set, else the fleet total divided by
+    /// the number of instances in the topology.
+    pub fn engine_maxmemory(&self) -> u64 {
+        if self.engine.maxmemory.0 != 0 {
+            return self.engine.maxmemory.0;
+        }
+        let n = self.topology().len().max(1) as u64;
+        self.maxmemory_total.0 / n
+    }
+
+    /// The snapshot settings of an engine whose data dir is `dir` (`None` = no snapshots).
+    pub fn snapshot_options(
+        &self,
+        dir: Option<PathBuf>,
+    ) -> recached_server::snapshot::SnapshotOptions {
+        let e = &self.engine;
+        recached_server::snapshot::SnapshotOptions {
+            dir,
+            save_interval: e.save_interval,
+            save_changes: e.save_changes,
+            on_corrupt: recached_server::snapshot::OnCorrupt::parse(&e.on_corrupt_snapshot)
+                .unwrap_or_default(),
         }
     }
 
@@ -206,8 +295,26 @@ impl FileConfig {
             ));
         }
         // Redis refuses proto-max-bulk-len below 1mb (config.c); we keep the same floor.
+        if recached_server::snapshot::OnCorrupt::parse(&self.engine.on_corrupt_snapshot).is_none() {
+            return Err(format!(
+                "engine.on_corrupt_snapshot must be \"start-empty\" or \"refuse\", got {:?}",
+                self.engine.on_corrupt_snapshot
+            ));
+        }
         if self.engine.proto_max_bulk_len.0 < 1024 * 1024 {
             return Err("engine.proto_max_bulk_len must be at least 1mb".into());
+        }
+        if !engine_core::evict::MAXMEMORY_POLICIES
+            .iter()
+            .any(|p| p.eq_ignore_ascii_case(self.engine.maxmemory_policy.trim()))
+        {
+            return Err(format!(
+                "engine.maxmemory_policy must be one of {}",
+                engine_core::evict::MAXMEMORY_POLICIES.join(", ")
+            ));
+        }
+        if self.engine.maxmemory_samples == 0 || self.engine.maxmemory_samples > i32::MAX as u32 {
+            return Err("engine.maxmemory_samples must be at least 1".into());
         }
         if self.engines > MAX_ENGINES {
             return Err(format!(
@@ -433,5 +540,21 @@ mod tests {
             assert!(parse(bad).unwrap().validate().is_err(), "{bad}");
         }
         assert!(!parse("cluster = false\n").unwrap().cluster);
+    }
+
+    #[test]
+    fn maxmemory_per_engine_or_divided_fleet_total() {
+        let c = parse("engines = 4\nmaxmemory_total = \"1gb\"\n").unwrap();
+        assert_eq!(c.engine_config().maxmemory, (1 << 30) / 4);
+        let c = parse("engines = 4\nmaxmemory_total = \"1gb\"\n[engine]\nmaxmemory = \"20mb\"\n")
+            .unwrap();
+        assert_eq!(c.engine_config().maxmemory, 20 << 20);
+        let c = parse("[engine]\nmaxmemory_policy = \"allkeys-lru\"\nmaxmemory_samples = 10\n")
+            .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.engine_config().maxmemory_policy, "allkeys-lru");
+        assert_eq!(c.engine_config().maxmemory_samples, 10);
+        let c = parse("[engine]\nmaxmemory_policy = \"lru\"\n").unwrap();
+        assert!(c.validate().unwrap_err().contains("allkeys-lru"));
     }
 }

@@ -36,6 +36,13 @@
 //!    capped at `restart_backoff_max_ms`); from 5 in a row the log calls it a crash loop.
 //! 7. **State file** `dir/state.toml` (temp file + rename, so readers never see half a file):
 //!    per child role, index, port, pid, state, restarts, start time. `recached status` reads it.
+//!
+//!    **Health, SIGHUP, refused starts** (`health`): children that answered once are
+//!    PINGed every `health_check_interval_ms`; `health_check_failures` failures in a row =
+//!    hung: SIGKILL and restart. SIGHUP re-reads the config and applies the live settings.
+//!    An engine that exits with status 78 (it refused a corrupt snapshot, see
+//!    docs/persistence.md) is not restarted: its state stays `failed`. Engines get
+//!    `--dir DIR`, so each keeps `DIR/dump-<port>.rcs`.
 //! 8. **Stop.** On SIGTERM/SIGINT (`recached stop` sends SIGTERM): SIGTERM to every child,
 //!    wait up to `stop_timeout_ms`, SIGKILL what is left, reap all, remove the state and pid
 //!    files, exit 0.
@@ -126,6 +133,28 @@ pub fn start(args: StartArgs) -> Result<ExitCode> {
     if let Some(d) = &args.dir {
         cfg.dir = d.clone();
     }
+    if let Some(p) = args.metrics_port {
+        cfg.metrics_port = p;
+    }
+    // The fan-out is optional: an explicit port must be free like every other; the derived
+    // default (proxy_port + 100) is skipped with a warning when busy, so fleets on other
+    // ports (tests, a second fleet) never fail for it.
+    let fanout_explicit = args.fanout_port.or(cfg.fanout_port).is_some();
+    let fanout_port = args
+        .fanout_port
+        .or(cfg.fanout_port)
+        .unwrap_or(cfg.proxy_port.wrapping_add(100));
+    cfg.fanout_port = Some(fanout_port);
+    if !fanout_explicit
+        && fanout_port != 0
+        && TcpListener::bind((cfg.bind.as_str(), fanout_port)).is_err()
+    {
+        log::warn!(
+            "fan-out port {fanout_port} (proxy_port + 100) is busy: no fan-out for this fleet \
+             (set --fanout-port or fanout_port)"
+        );
+        cfg.fanout_port = Some(0);
+    }
     cfg.validate()?;
     let dir =
         std::path::absolute(&cfg.dir).map_err(|e| format!("dir {}: {e}", cfg.dir.display()))?;
@@ -145,6 +174,13 @@ pub fn start(args: StartArgs) -> Result<ExitCode> {
         None
     };
     pid_file.write_pid(std::process::id())?;
+    // After any daemonize fork (no thread may exist before it); a busy port costs the metrics
+    // only, not the fleet.
+    if cfg.metrics_port != 0
+        && let Err(e) = crate::metrics::spawn(&cfg.metrics_bind, cfg.metrics_port, dir.clone())
+    {
+        log::error!("metrics {}:{}: {e}", cfg.metrics_bind, cfg.metrics_port);
+    }
 
     let signals = Signals::install().map_err(|e| format!("signal handlers: {e}"))?;
     let mut sup = Supervisor::new(cfg, dir.clone(), exe, config_file, signals);
@@ -194,7 +230,12 @@ fn check_ports_free(cfg: &FileConfig) -> Result<()> {
     let listeners = engines
         .into_iter()
         .map(|(_, host, port)| (host, port))
-        .chain(std::iter::once((cfg.bind.clone(), cfg.proxy_port)));
+        .chain(std::iter::once((cfg.bind.clone(), cfg.proxy_port)))
+        .chain(
+            cfg.fanout_port
+                .filter(|&p| p != 0)
+                .map(|p| (cfg.bind.clone(), p)),
+        );
     for (host, port) in listeners {
         TcpListener::bind((host.as_str(), port))
             .map_err(|e| format!("cannot listen on {host}:{port}: {e}"))?;
@@ -326,23 +367,27 @@ fn daemonize(log_path: &Path) -> Result<File> {
 /// Flags plus a self-pipe; see step 4.
 struct Signals {
     term: Arc<AtomicBool>,
+    /// SIGHUP arrived: reload the config (see `health`).
+    hup: Arc<AtomicBool>,
     wake: UnixStream,
 }
 
 impl Signals {
     fn install() -> io::Result<Signals> {
-        use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
+        use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
         let term = Arc::new(AtomicBool::new(false));
+        let hup = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(SIGHUP, hup.clone())?;
         let (wake, write_end) = UnixStream::pair()?;
         for sig in [SIGTERM, SIGINT] {
             // The flag is set before the pipe is written (registration order), so a woken
             // loop always sees it.
             signal_hook::flag::register(sig, term.clone())?;
         }
-        for sig in [SIGTERM, SIGINT, SIGCHLD] {
+        for sig in [SIGTERM, SIGINT, SIGCHLD, SIGHUP] {
             signal_hook::low_level::pipe::register(sig, OwnedFd::from(write_end.try_clone()?))?;
         }
-        Ok(Signals { term, wake })
+        Ok(Signals { term, hup, wake })
     }
 
     /// Blocks until a signal arrives or `timeout` passes, then drains the pipe.
@@ -362,6 +407,8 @@ impl Signals {
 enum Role {
     Engine,
     Proxy,
+    /// The WebSocket fan-out to browser replicas (`recached fanout`).
+    Fanout,
 }
 
 impl Role {
@@ -369,6 +416,7 @@ impl Role {
         match self {
             Role::Engine => "engine",
             Role::Proxy => "proxy",
+            Role::Fanout => "fanout",
         }
     }
 }
@@ -388,6 +436,12 @@ struct Slot {
     quick_deaths: u32,
     /// Set while dead: when to start it again.
     restart_at: Option<Instant>,
+    /// Exited with a status that forbids a restart (78: refused a corrupt snapshot).
+    failed: bool,
+    /// The current process answered a PING at least once (health checks start then).
+    answered: bool,
+    /// Failed PINGs in a row.
+    ping_failures: u32,
 }
 
 impl Slot {
@@ -407,6 +461,8 @@ struct Supervisor {
     started_unix_ms: u64,
     /// Until the fleet first accepts connections (or READY_TIMEOUT passes).
     readiness: Option<Readiness>,
+    /// When the next round of PING health checks is due.
+    next_health_check: Instant,
 }
 
 /// The start-up readiness check (see `check_readiness`).
@@ -433,6 +489,9 @@ impl Supervisor {
             .collect();
         let engine_count = slots.len();
         slots.push(Slot::new(Role::Proxy, 0, cfg.bind.clone(), cfg.proxy_port));
+        if let Some(port) = cfg.fanout_port.filter(|&p| p != 0) {
+            slots.push(Slot::new(Role::Fanout, 0, cfg.bind.clone(), port));
+        }
         Supervisor {
             cfg,
             engine_count,
@@ -443,6 +502,7 @@ impl Supervisor {
             slots,
             started_unix_ms: unix_ms(),
             readiness: None,
+            next_health_check: Instant::now(),
         }
     }
 
@@ -483,7 +543,7 @@ impl Supervisor {
             );
         }
         for i in 0..self.slots.len() {
-            if self.slots[i].role == Role::Proxy {
+            if matches!(self.slots[i].role, Role::Proxy | Role::Fanout) {
                 self.spawn(i);
             }
         }
@@ -497,21 +557,27 @@ impl Supervisor {
             match slot.role {
                 Role::Engine => "server".to_string(),
                 Role::Proxy => "proxy".to_string(),
+                Role::Fanout => "fanout".to_string(),
             },
             "--port".into(),
             slot.port.to_string(),
             "--bind".into(),
             slot.host.clone(),
         ];
+        if slot.role == Role::Engine {
+            args.push("--dir".into());
+            args.push(self.dir.display().to_string());
+        }
         if slot.role == Role::Engine && self.cfg.cluster {
             args.push("--cluster-nodes".into());
             args.push(self.cfg.topology().join(","));
             args.push("--cluster-index".into());
             args.push(slot.index.to_string());
         }
-        if slot.role == Role::Proxy {
-            // The proxy routes over the whole topology, in instance order (the slot map's
-            // numbering): the local engines for an implicit topology, every node otherwise.
+        if matches!(slot.role, Role::Proxy | Role::Fanout) {
+            // The proxy routes over the whole topology, and the fan-out follows every
+            // engine's feed, in instance order (the slot map's numbering): the local engines
+            // for an implicit topology, every node otherwise.
             let backends: Vec<String> = if self.cfg.nodes.is_empty() {
                 self.slots
                     .iter()
@@ -521,7 +587,14 @@ impl Supervisor {
             } else {
                 self.cfg.topology()
             };
-            args.push("--backends".into());
+            args.push(
+                if slot.role == Role::Proxy {
+                    "--backends"
+                } else {
+                    "--engines"
+                }
+                .into(),
+            );
             args.push(backends.join(","));
         }
         if let Some(c) = &self.config_file {
@@ -548,6 +621,8 @@ impl Supervisor {
                 slot.started = Instant::now();
                 slot.started_unix_ms = unix_ms();
                 slot.restart_at = None;
+                slot.answered = false;
+                slot.ping_failures = 0;
             }
             Err(e) => {
                 log::error!("{label}: cannot start: {e}");
@@ -638,6 +713,15 @@ impl Supervisor {
                     describe_exit(status),
                     uptime.as_secs_f64()
                 );
+                if status.code() == Some(recached_server::snapshot::EXIT_CORRUPT_SNAPSHOT) {
+                    log::error!(
+                        "{} refused to start over a corrupt snapshot (on_corrupt_snapshot = \"refuse\"): \
+                         not restarting it; see its log, then restart the fleet",
+                        self.slots[i].label()
+                    );
+                    self.slots[i].failed = true;
+                    continue;
+                }
                 self.schedule_restart(i, uptime);
             }
             if self.stopping() {
@@ -650,6 +734,12 @@ impl Supervisor {
                     self.spawn(i);
                     changed = true;
                 }
+            }
+            if self.signals.hup.swap(false, Ordering::SeqCst) {
+                self.reload();
+            }
+            if self.health_checks() {
+                changed = true;
             }
             if changed {
                 self.write_state();
@@ -700,6 +790,100 @@ impl Supervisor {
             let _ = w.write_all(if ready { b"1" } else { b"0" });
         }
         self.readiness = None;
+    }
+
+    /// Step 7 (health): one round of PING health checks when due; true if a child was replaced.
+    fn health_checks(&mut self) -> bool {
+        let s = &self.cfg.supervisor;
+        if s.health_check_interval_ms == 0 || Instant::now() < self.next_health_check {
+            return false;
+        }
+        self.next_health_check = Instant::now() + Duration::from_millis(s.health_check_interval_ms);
+        let timeout = Duration::from_millis(s.health_check_timeout_ms.max(1));
+        let limit = s.health_check_failures.max(1);
+        let mut replaced = false;
+        for i in 0..self.slots.len() {
+            // Only RESP speakers get a PING (the fan-out speaks HTTP/WebSocket).
+            let resp = matches!(self.slots[i].role, Role::Engine | Role::Proxy);
+            if !resp || self.slots[i].child.is_none() || self.stopping() {
+                continue;
+            }
+            let host = connect_host(&self.slots[i].host).to_string();
+            let alive = crate::health::ping(&host, self.slots[i].port, timeout);
+            let slot = &mut self.slots[i];
+            if alive {
+                slot.answered = true;
+                slot.ping_failures = 0;
+                continue;
+            }
+            if !slot.answered {
+                continue; // still starting (e.g. loading its snapshot)
+            }
+            slot.ping_failures += 1;
+            log::warn!(
+                "{}: no answer to PING ({} of {limit})",
+                slot.label(),
+                slot.ping_failures
+            );
+            if slot.ping_failures < limit {
+                continue;
+            }
+            let Some(mut child) = slot.child.take() else {
+                continue;
+            };
+            log::error!(
+                "{} (pid {}) is hung (no PING reply {limit} times in a row): SIGKILL and restart",
+                slot.label(),
+                child.id()
+            );
+            let _ = child.kill();
+            let _ = child.wait();
+            let uptime = slot.started.elapsed();
+            self.schedule_restart(i, uptime);
+            replaced = true;
+        }
+        replaced
+    }
+
+    /// SIGHUP: re-read the config file and apply the settings that can change live.
+    fn reload(&mut self) {
+        let Some(path) = self.config_file.clone() else {
+            log::info!("SIGHUP: no config file to reload (started without --config)");
+            return;
+        };
+        let new = match config::load(Some(&path)) {
+            Ok(c) => c,
+            Err(e) => {
+                log::error!("SIGHUP: {e}; keeping the current settings");
+                return;
+            }
+        };
+        let ignored = crate::health::restart_only_changes(&self.cfg, &new);
+        if !ignored.is_empty() {
+            log::warn!(
+                "SIGHUP: changes to {} need a fleet restart; ignored",
+                ignored.join(", ")
+            );
+        }
+        self.cfg.supervisor = new.supervisor.clone();
+        self.cfg.engine = new.engine.clone();
+        let settings = crate::health::live_engine_settings(&new);
+        let timeout = Duration::from_millis(self.cfg.supervisor.health_check_timeout_ms.max(100));
+        for slot in &self.slots {
+            if slot.role != Role::Engine || slot.child.is_none() {
+                continue;
+            }
+            let failed = crate::health::push_settings(
+                connect_host(&slot.host),
+                slot.port,
+                &settings,
+                timeout,
+            );
+            if !failed.is_empty() {
+                log::warn!("SIGHUP: {} refused: {}", slot.label(), failed.join("; "));
+            }
+        }
+        log::info!("SIGHUP: configuration reloaded from {}", path.display());
     }
 
     /// Step 8.
@@ -760,6 +944,8 @@ impl Supervisor {
                         "stopping"
                     } else if s.child.is_some() {
                         "running"
+                    } else if s.failed {
+                        "failed"
                     } else {
                         "restarting"
                     }
@@ -812,6 +998,9 @@ impl Slot {
             restarts: 0,
             quick_deaths: 0,
             restart_at: None,
+            failed: false,
+            answered: false,
+            ping_failures: 0,
         }
     }
 }

@@ -2,13 +2,16 @@
 //! are one binary.
 //!
 //! ```text
-//! recached server  --port P --bind ADDR [--config FILE]            one engine, foreground
+//! recached server  --port P --bind ADDR [--config FILE] [--dir DIR]  one engine, foreground
 //!                  [--cluster-nodes H:P,H:P,… --cluster-index I] [--cluster-announce-host H]
 //! recached proxy   --port P --bind ADDR --backends H:P,H:P,… [--config FILE]
+//! recached fanout  --port P --bind ADDR --engines H:P,H:P,… [--tokens FILE]   browser replicas
 //! recached start   [--config FILE] [--engines N] [--bind ADDR] [--proxy-port P]
 //!                  [--engine-port-base P] [--dir DIR] [--daemonize]   the supervisor
+//!                  [--metrics-port P]                  (Prometheus at /metrics, metrics.rs)
 //! recached stop    [--dir DIR | --config FILE]
 //! recached status  [--dir DIR | --config FILE] [--json]
+//! recached bench   run|origin|redis-benchmark|rss|report|validate …   benchmark tools
 //! ```
 //!
 //! # Layout
@@ -24,7 +27,10 @@
 //! log / stderr), 2 on bad flags (clap's convention).
 
 mod config;
+mod fanout;
 mod fleet;
+mod metrics;
+mod health;
 mod status;
 
 use std::path::PathBuf;
@@ -56,6 +62,10 @@ enum Command {
         /// TOML config file; its `[engine]` section supplies the engine settings.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Snapshot directory (`dump-<port>.rcs`); default: the config file's `dir` when
+        /// --config is given, else none (no snapshots). docs/persistence.md.
+        #[arg(long)]
+        dir: Option<PathBuf>,
         #[command(flatten)]
         cluster: ClusterArgs,
     },
@@ -74,6 +84,8 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Run the WebSocket fan-out to browser replicas in the foreground (docs/browser-protocol.md).
+    Fanout(fanout::FanoutArgs),
     /// Start the fleet: N engines and one proxy, supervised (restarts, clean stop).
     Start(StartArgs),
     /// Stop the fleet running on a data dir (SIGTERM to its supervisor, then wait).
@@ -86,6 +98,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Benchmark tools: open-loop load generator, slow origin, report (bench/src/lib.rs).
+    #[command(subcommand)]
+    Bench(recached_bench::BenchCommand),
 }
 
 /// Flags of `recached start`; each one overrides the same key of the config file.
@@ -106,12 +121,20 @@ pub struct StartArgs {
     /// Engine i listens on engine_port_base + i.
     #[arg(long)]
     pub engine_port_base: Option<u16>,
+    /// Port of the WebSocket fan-out (browser replicas); 0 = no fan-out. Default: the
+    /// config's `fanout_port` (6480).
+    #[arg(long)]
+    pub fanout_port: Option<u16>,
     /// Runtime directory: pid file, state file, logs/.
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Detach from the terminal; returns once the fleet is started.
     #[arg(long)]
     pub daemonize: bool,
+    /// Port of the Prometheus endpoint (`/metrics`); 0 = disabled. Default: the config's
+    /// `metrics_port` (6490).
+    #[arg(long)]
+    pub metrics_port: Option<u16>,
 }
 
 /// Cluster topology flags of `recached server` (docs/cluster.md). Without them the engine is
@@ -149,17 +172,20 @@ fn main() -> ExitCode {
             port,
             bind,
             config,
+            dir,
             cluster,
-        } => run_server(port, bind, config, cluster),
+        } => run_server(port, bind, config, dir, cluster),
         Command::Proxy {
             port,
             bind,
             backends,
             config,
         } => run_proxy(port, bind, backends, config),
+        Command::Fanout(args) => fanout::run(args),
         Command::Start(args) => fleet::start(args),
         Command::Stop(args) => status::stop(&args),
         Command::Status { dir, json } => status::status(&dir, json),
+        Command::Bench(cmd) => recached_bench::main(cmd),
     };
     match result {
         Ok(code) => code,
@@ -177,9 +203,12 @@ fn run_server(
     port: Option<u16>,
     bind: Option<String>,
     config: Option<PathBuf>,
+    dir: Option<PathBuf>,
     cluster: ClusterArgs,
 ) -> Result<ExitCode> {
     let file = config::load(config.as_deref())?;
+    let snapshot_dir = dir.or_else(|| config.is_some().then(|| file.dir.clone()));
+    let snapshot = file.snapshot_options(snapshot_dir);
     let port = port.unwrap_or(file.engine_port_base);
     let bind = bind.unwrap_or(file.bind.clone());
     let mut engine = file.engine_config();
@@ -221,9 +250,18 @@ fn run_server(
         bind,
         config_file: config.map(|p| std::fs::canonicalize(&p).unwrap_or(p)),
         engine,
+        snapshot,
     };
-    recached_server::run(opts).map_err(|e| format!("server: {e}"))?;
-    Ok(ExitCode::SUCCESS)
+    match recached_server::run(opts) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) if recached_server::is_corrupt_snapshot(&e) => {
+            log::error!("server: {e}");
+            Ok(ExitCode::from(
+                recached_server::snapshot::EXIT_CORRUPT_SNAPSHOT as u8,
+            ))
+        }
+        Err(e) => Err(format!("server: {e}")),
+    }
 }
 
 fn run_proxy(

@@ -1,10 +1,285 @@
-//! The browser replica (placeholder).
+//! The browser replica: `engine-core` compiled to WebAssembly, applying the keychange feed and
+//! answering reads from local memory.
 //!
-//! Issue 5 turns this crate into the WebAssembly build of `engine-core` that applies keychange
-//! effects and answers reads from local memory. For now it only proves the pure crates build for
-//! `wasm32-unknown-unknown`: it exports the hash-slot function.
+//! There is no JavaScript reimplementation of any data type: a snapshot entry or a keychange is
+//! an argv (`SET k v PXAT t`, `HSET h f v`, `ZADD z 1 m`, `DEL k`, …) run through the same
+//! [`engine_core::Engine::exec`] the server runs, and a read (`GET`, `HGETALL`, `ZRANGE`, …)
+//! is answered by the same handlers, in RESP2.
+//!
+//! # Layout
+//!
+//! - [`Replica`]: the engine plus the rules below; plain Rust, unit-tested natively.
+//! - `abi` (wasm32 only): the exported C ABI that `www/recached.js` calls (see its doc).
+//!
+//! # Time and expiry
+//!
+//! The replica follows its primaries the way a Redis replica does (redis `db.c`
+//! `expireIfNeeded`: "a replica does not expire keys itself, it waits for the master's DEL"):
+//!
+//! - Effects and snapshot entries are applied with `now = 0`, so no key is ever expired while
+//!   applying: the primary applied the effect when the key was live, and its DEL for an expired
+//!   key arrives as an effect of its own. Applying with the browser's clock instead would let a
+//!   key whose TTL passed in transit be dropped here and rebuilt from a partial effect (an
+//!   `HSET` after expiry would create a one-field hash the server never had).
+//! - Reads run with the caller's clock (`now_ms`, the page's `Date.now()`), so a key whose
+//!   `PEXPIREAT` has passed reads as missing and TTL counts down locally. In replica mode the
+//!   keyspace does not delete such a key on read ([`engine_core::Engine::set_replica_mode`]);
+//!   the primary's DEL removes it.
+//!
+//! # Read-only
+//!
+//! [`Replica::read`] refuses every command whose table row lacks the `readonly` flag (PING and
+//! ECHO excepted), and RANDOMKEY, with `-ERR replica is read-only: '<name>'`, so a page cannot
+//! diverge from the server by writing locally.
 
-/// Redis Cluster hash slot of the `len` bytes at `ptr` in the module's memory.
-pub fn key_slot(key: &[u8]) -> u16 {
-    engine_core::slot::key_slot(key)
+#[cfg(target_arch = "wasm32")]
+mod abi;
+
+use engine_core::{Client, Config, Engine};
+
+/// One replica: an engine holding the keys of the subscribed prefixes of every instance.
+pub struct Replica {
+    engine: Engine,
+    client: Client,
+    /// Output of the last command (RESP2), reused across calls.
+    out: Vec<u8>,
+}
+
+/// Commands a replica answers though their row lacks the `readonly` flag: they touch no key.
+const ALWAYS_ALLOWED: &[&[u8]] = &[b"ping", b"echo"];
+/// Read-only commands a replica refuses: RANDOMKEY retries until it meets a live key, and in
+/// replica mode expired keys are never reclaimed, so it could spin.
+const REFUSED: &[&[u8]] = &[b"randomkey"];
+
+impl Default for Replica {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Replica {
+    /// An empty replica (standalone engine: it owns every key, so no `-MOVED`).
+    pub fn new() -> Replica {
+        let mut engine = Engine::new(Config::default());
+        engine.set_replica_mode(true);
+        Replica {
+            engine,
+            client: Client::default(),
+            out: Vec::with_capacity(256),
+        }
+    }
+
+    /// Applies one effect or snapshot entry. `Err(text)` carries the engine's error reply
+    /// (e.g. `WRONGTYPE …`): the replica has diverged and the caller should resync.
+    pub fn apply(&mut self, argv: &[&[u8]]) -> Result<(), String> {
+        if argv.is_empty() {
+            return Err("ERR empty effect".into());
+        }
+        self.out.clear();
+        self.engine.exec(&mut self.client, argv, 0, &mut self.out);
+        match self.out.first() {
+            Some(b'-') => Err(String::from_utf8_lossy(&self.out[1..])
+                .trim_end()
+                .to_string()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs a read-only command at `now_ms` (Unix ms) and returns its RESP2 reply.
+    pub fn read(&mut self, argv: &[&[u8]], now_ms: u64) -> &[u8] {
+        self.out.clear();
+        let Some(name) = argv.first() else {
+            self.out.extend_from_slice(b"-ERR empty command\r\n");
+            return &self.out;
+        };
+        let allowed = !REFUSED.iter().any(|a| a.eq_ignore_ascii_case(name))
+            && (ALWAYS_ALLOWED.iter().any(|a| a.eq_ignore_ascii_case(name))
+                || engine_core::command::lookup(name).is_some_and(|spec| {
+                // A container (`OBJECT ENCODING`) is judged by its subcommand's row.
+                let row = argv
+                    .get(1)
+                    .and_then(|sub| spec.subcommand(sub))
+                    .unwrap_or(spec);
+                row.has_flag("readonly")
+            }));
+        if !allowed {
+            let shown: String = String::from_utf8_lossy(name)
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(64)
+                .collect();
+            self.out
+                .extend_from_slice(format!("-ERR replica is read-only: '{shown}'\r\n").as_bytes());
+            return &self.out;
+        }
+        let now_us = now_ms.saturating_mul(1000);
+        self.engine
+            .exec(&mut self.client, argv, now_us, &mut self.out);
+        &self.out
+    }
+
+    /// Deletes every key that instance `instance` of an `n`-instance fleet owns (the slot map
+    /// of `engine_core::slot`): the fan-out's `must-refetch` and `flush` for one instance.
+    pub fn drop_instance(&mut self, instance: u32, n: u32) -> usize {
+        let keys = self.all_keys();
+        let mut dropped = 0;
+        for k in keys {
+            if engine_core::slot::instance_for_key(&k, n.max(1)) == instance {
+                self.out.clear();
+                self.engine
+                    .exec(&mut self.client, &[b"DEL", &k], 0, &mut self.out);
+                dropped += 1;
+            }
+        }
+        dropped
+    }
+
+    /// Deletes every key.
+    pub fn clear(&mut self) {
+        self.out.clear();
+        self.engine
+            .exec(&mut self.client, &[b"FLUSHALL", b"SYNC"], 0, &mut self.out);
+    }
+
+    /// Number of keys held, expired ones not yet deleted by their primary included.
+    pub fn len(&mut self) -> usize {
+        self.out.clear();
+        self.engine
+            .exec(&mut self.client, &[b"DBSIZE"], 0, &mut self.out);
+        parse_int(&self.out).unwrap_or(0).max(0) as usize
+    }
+
+    pub fn is_empty(&mut self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every stored key (expired ones included: `KEYS *` at time 0).
+    fn all_keys(&mut self) -> Vec<Vec<u8>> {
+        self.out.clear();
+        self.engine
+            .exec(&mut self.client, &[b"KEYS", b"*"], 0, &mut self.out);
+        parse_bulk_array(&self.out)
+    }
+}
+
+/// `:N\r\n` → N.
+fn parse_int(resp: &[u8]) -> Option<i64> {
+    let body = resp.strip_prefix(b":")?;
+    let end = body.iter().position(|&b| b == b'\r')?;
+    std::str::from_utf8(&body[..end]).ok()?.parse().ok()
+}
+
+/// A RESP2 array of bulk strings (the reply of KEYS) → its items; anything else → empty.
+fn parse_bulk_array(resp: &[u8]) -> Vec<Vec<u8>> {
+    let mut items = Vec::new();
+    let mut p = 0;
+    let line = |p: &mut usize| -> Option<i64> {
+        let end = resp[*p..].iter().position(|&b| b == b'\r')? + *p;
+        let n = std::str::from_utf8(&resp[*p + 1..end]).ok()?.parse().ok()?;
+        *p = end + 2;
+        Some(n)
+    };
+    if resp.first() != Some(&b'*') {
+        return items;
+    }
+    let Some(n) = line(&mut p) else { return items };
+    for _ in 0..n.max(0) {
+        if resp.get(p) != Some(&b'$') {
+            break;
+        }
+        let Some(len) = line(&mut p) else { break };
+        let len = len.max(0) as usize;
+        let Some(item) = resp.get(p..p + len) else {
+            break;
+        };
+        items.push(item.to_vec());
+        p += len + 2;
+    }
+    items
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(r: &mut Replica, argv: &[&str], now_ms: u64) -> String {
+        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+        String::from_utf8_lossy(r.read(&argv, now_ms)).into_owned()
+    }
+
+    fn apply(r: &mut Replica, argv: &[&str]) -> Result<(), String> {
+        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+        r.apply(&argv)
+    }
+
+    const NOW: u64 = 1_700_000_000_000;
+
+    #[test]
+    fn effects_then_reads() {
+        let mut r = Replica::new();
+        apply(&mut r, &["SET", "a", "1"]).unwrap();
+        apply(&mut r, &["HSET", "h", "f", "v", "g", "w"]).unwrap();
+        apply(&mut r, &["ZADD", "z", "2", "b", "1", "a"]).unwrap();
+        apply(&mut r, &["RPUSH", "l", "x", "y"]).unwrap();
+        apply(&mut r, &["SADD", "s", "m"]).unwrap();
+        assert_eq!(read(&mut r, &["GET", "a"], NOW), "$1\r\n1\r\n");
+        assert_eq!(read(&mut r, &["HGET", "h", "g"], NOW), "$1\r\nw\r\n");
+        assert_eq!(
+            read(&mut r, &["ZRANGE", "z", "0", "-1"], NOW),
+            "*2\r\n$1\r\na\r\n$1\r\nb\r\n"
+        );
+        assert_eq!(read(&mut r, &["LRANGE", "l", "0", "-1"], NOW), "*2\r\n$1\r\nx\r\n$1\r\ny\r\n");
+        assert_eq!(read(&mut r, &["SMEMBERS", "s"], NOW), "*1\r\n$1\r\nm\r\n");
+        assert_eq!(r.len(), 5);
+        assert!(apply(&mut r, &["HSET", "a", "f", "v"]).unwrap_err().starts_with("WRONGTYPE"));
+    }
+
+    #[test]
+    fn writes_are_refused_on_read() {
+        let mut r = Replica::new();
+        assert!(read(&mut r, &["SET", "a", "1"], NOW).starts_with("-ERR replica is read-only"));
+        assert!(read(&mut r, &["FLUSHALL"], NOW).starts_with("-ERR replica is read-only"));
+        assert!(read(&mut r, &["CONFIG", "SET", "hz", "5"], NOW).starts_with("-ERR replica"));
+        assert_eq!(read(&mut r, &["PING"], NOW), "+PONG\r\n");
+        assert!(read(&mut r, &["RANDOMKEY"], NOW).starts_with("-ERR replica"));
+        assert_eq!(read(&mut r, &["GET", "a"], NOW), "$-1\r\n");
+        assert!(read(&mut r, &[], NOW).starts_with("-ERR"));
+    }
+
+    #[test]
+    fn expiry_is_local_and_never_deletes() {
+        let mut r = Replica::new();
+        let at = (NOW + 1000).to_string();
+        apply(&mut r, &["SET", "k", "v", "PXAT", &at]).unwrap();
+        apply(&mut r, &["HSET", "h", "f", "v"]).unwrap();
+        apply(&mut r, &["PEXPIREAT", "h", &at]).unwrap();
+        assert_eq!(read(&mut r, &["GET", "k"], NOW), "$1\r\nv\r\n");
+        assert_eq!(read(&mut r, &["PTTL", "k"], NOW), ":1000\r\n");
+        // Past the TTL: missing to reads, but still held until the primary's DEL…
+        assert_eq!(read(&mut r, &["GET", "k"], NOW + 1001), "$-1\r\n");
+        assert_eq!(read(&mut r, &["EXISTS", "k", "h"], NOW + 1001), ":0\r\n");
+        assert_eq!(r.len(), 2);
+        // …so an effect the primary applied before the expiry still finds the whole hash.
+        apply(&mut r, &["HSET", "h", "g", "w"]).unwrap();
+        apply(&mut r, &["PERSIST", "h"]).unwrap();
+        assert_eq!(read(&mut r, &["HLEN", "h"], NOW + 5000), ":2\r\n");
+        apply(&mut r, &["DEL", "k"]).unwrap();
+        assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn drop_instance_keeps_other_instances() {
+        let mut r = Replica::new();
+        for i in 0..50 {
+            apply(&mut r, &["SET", &format!("k{i}"), "v"]).unwrap();
+        }
+        let owned0 = (0..50)
+            .filter(|i| engine_core::slot::instance_for_key(format!("k{i}").as_bytes(), 2) == 0)
+            .count();
+        assert!(owned0 > 0 && owned0 < 50);
+        assert_eq!(r.drop_instance(0, 2), owned0);
+        assert_eq!(r.len(), 50 - owned0);
+        r.clear();
+        assert!(r.is_empty());
+    }
 }

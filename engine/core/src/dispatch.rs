@@ -1,7 +1,7 @@
 //! Command dispatch: lookup → arity → handler → bookkeeping (redis `processCommand` / `call`).
 //!
 //! - Lookup is case-insensitive and allocation-free over the generated table
-//!   ([`crate::command::COMMANDS`]). A container command (CONFIG, CLIENT, COMMAND) with at least
+//!   ([`crate::command::all`]: Redis's rows plus recached's own). A container command (CONFIG, CLIENT, COMMAND) with at least
 //!   one argument resolves to its subcommand row (`config|get`), like redis
 //!   `lookupCommandLogic`.
 //! - The arity check here is the only place that writes
@@ -14,7 +14,7 @@
 
 use resp::ReplyWriter;
 
-use crate::command::{COMMANDS, CommandSpec};
+use crate::command::CommandSpec;
 use crate::error::{CmdError, unknown_command_message};
 use crate::{Client, Engine, Flow};
 
@@ -141,7 +141,10 @@ pub fn handler_for(name: &str) -> Option<Handler> {
                 .or_else(|| zset::handler_for(name))
                 .or_else(|| tx::handler_for(name))
                 .or_else(|| pubsub::handler_for(name))
-                .or_else(|| cluster::handler_for(name));
+                .or_else(|| cluster::handler_for(name))
+                .or_else(|| crate::evict::handler_for(name))
+                .or_else(|| crate::snapshot::handler_for(name))
+                .or_else(|| crate::feed::handler_for(name));
         }
     })
 }
@@ -152,8 +155,7 @@ pub struct Handlers(Vec<(Option<Handler>, Vec<Option<Handler>>)>);
 impl Handlers {
     pub fn new() -> Handlers {
         Handlers(
-            COMMANDS
-                .iter()
+            crate::command::all()
                 .map(|c| {
                     (
                         handler_for(c.name),
@@ -185,7 +187,7 @@ pub fn resolve(
     let Some(ci) = lookup_index(argv[0]) else {
         return Err(CmdError::Other(unknown_command_message(argv)));
     };
-    let top = &COMMANDS[ci];
+    let top = crate::command::spec_at(ci);
     if argv.len() >= 2 && !top.subcommands.is_empty() {
         let sub = argv[1];
         return match top
@@ -266,6 +268,17 @@ pub fn exec(
         crate::cmd::tx::flag_error(client);
         return Flow::Continue;
     }
+    // maxmemory: evict first; a denyoom command (or anything queued in MULTI) is refused when
+    // nothing can be evicted (redis `processCommand` → `performEvictions`; see evict.rs).
+    if !client.tx.in_exec
+        && e.config.maxmemory != 0
+        && crate::evict::before_command(e, client, spec, now_us / 1000)
+    {
+        e.stats.rejected_calls += 1;
+        e.cmdstats.rejected(spec);
+        reject(e, client, spec, crate::evict::OOM_ERROR, out);
+        return Flow::Continue;
+    }
     client.last_cmd = spec.name;
     client.last_cmd_us = now_us;
     // Subscribed mode and MULTI queueing (redis `processCommand`); commands run by EXEC skip
@@ -276,6 +289,15 @@ pub fn exec(
             e.stats.rejected_calls += 1;
             let msg = pubsub::subscribed_context_error(spec.name);
             reject(e, client, spec, &msg, out);
+            return Flow::Continue;
+        }
+        // Feed mode: a FEED SUBSCRIBE connection only carries the feed (docs/feed.md).
+        if e.feed.is_active()
+            && !crate::feed::allowed_in_feed_mode(spec.name)
+            && e.feed.is_subscriber(client.id)
+        {
+            e.stats.rejected_calls += 1;
+            reject(e, client, spec, &crate::feed::feed_mode_error(spec.name), out);
             return Flow::Continue;
         }
         if client.tx.in_multi() && !tx::runs_inside_multi(spec.name) {
@@ -289,6 +311,8 @@ pub fn exec(
     e.stats.total_commands_processed += 1;
     let dirty_before = e.ks.dirty;
     let reply_start = out.len();
+    // Keychange feed: `None` (one test) unless someone subscribes (effect.rs).
+    let feed_mark = crate::effect::begin(e);
     let mut call = Call {
         client: &mut *client,
         argv,
@@ -298,16 +322,24 @@ pub fn exec(
         flow: Flow::Continue,
         out: &mut *out,
     };
-    if let Err(err) = handler(e, &mut call) {
+    let failed = if let Err(err) = handler(e, &mut call) {
         e.stats.failed_calls += 1;
         call.w().error(&err.message());
-    }
+        true
+    } else {
+        false
+    };
+    e.cmdstats.called(spec, failed);
     if e.ks.dirty != dirty_before {
         // Single place where a command's changes are observed: the keychange feed and
         // snapshot scheduling hang off this counter.
         e.stats.dirty_commands += 1;
     }
     let flow = call.flow;
+    if let Some(mark) = feed_mark {
+        // Before blocked clients are served: their pops come after this command's change.
+        crate::effect::end(e, mark, spec, argv, &out[reply_start..], client.proto);
+    }
     if !e.blocking.is_empty() {
         // Parked clients waiting on keys this command wrote are served (blocking.rs).
         crate::blocking::after_command(e, client, argv, e.ks.dirty != dirty_before, now_us);

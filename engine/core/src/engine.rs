@@ -24,10 +24,16 @@ pub struct Config {
     pub maxclients: u64,
     /// `timeout`: idle client timeout in seconds, 0 = never (reported; the server enforces it).
     pub timeout: u64,
-    /// `maxmemory`, bytes, 0 = no limit. Stored and reported; eviction is a later issue.
+    /// `maxmemory`, bytes, 0 = no limit (see `crate::evict`).
     pub maxmemory: u64,
-    /// `maxmemory-policy` (one of `MAXMEMORY_POLICIES`). Stored and reported.
+    /// `maxmemory-policy` (one of `MAXMEMORY_POLICIES`).
     pub maxmemory_policy: &'static str,
+    /// `maxmemory-samples`: keys sampled per eviction round (Redis default 5).
+    pub maxmemory_samples: u32,
+    /// `lfu-log-factor` (Redis default 10).
+    pub lfu_log_factor: u32,
+    /// `lfu-decay-time`, minutes (Redis default 1).
+    pub lfu_decay_time: u32,
     /// Cluster topology: every instance of the fleet as `host:port`, in instance order (the
     /// slot map numbers them `0..n`). Empty = standalone (owns every key, CLUSTER disabled).
     /// See `cmd::cluster` and docs/cluster.md.
@@ -37,6 +43,9 @@ pub struct Config {
     /// Host announced for nodes whose host is a wildcard (`0.0.0.0`); empty = the local
     /// address of the asking client's connection.
     pub cluster_announce_host: String,
+    /// `feed-buffer-limit`, bytes, 0 = none: unsent output a keychange feed subscriber may
+    /// accumulate before it is told to resync (see `crate::feed`, docs/feed.md).
+    pub feed_buffer_limit: u64,
 }
 
 /// Values `maxmemory-policy` accepts, in Redis's order (its error text lists them so).
@@ -61,9 +70,13 @@ impl Default for Config {
             timeout: 0,
             maxmemory: 0,
             maxmemory_policy: "noeviction",
+            maxmemory_samples: 5,
+            lfu_log_factor: 10,
+            lfu_decay_time: 1,
             cluster_nodes: Vec::new(),
             cluster_index: 0,
             cluster_announce_host: String::new(),
+            feed_buffer_limit: crate::feed::DEFAULT_BUFFER_LIMIT,
         }
     }
 }
@@ -120,6 +133,16 @@ pub struct Engine {
     pub(crate) watches: crate::cmd::tx::Watches,
     /// The fleet topology and slot owners (standalone when empty).
     pub(crate) cluster: crate::cmd::cluster::Cluster,
+    /// Eviction pool and counter (maxmemory).
+    pub(crate) evict: crate::evict::Evictor,
+    /// INFO commandstats counters.
+    pub(crate) cmdstats: crate::cmd::server::CommandStats,
+    /// Snapshot state INFO `persistence` and LASTSAVE report (kept by the server's hook).
+    pub persist: crate::snapshot::PersistInfo,
+    /// The server's SAVE/BGSAVE implementation; `None` = snapshots disabled (wasm, tests).
+    pub persistence: Option<Box<dyn crate::snapshot::Persistence>>,
+    /// Keychange feed subscribers and sequence numbers (`crate::feed`, `crate::effect`).
+    pub(crate) feed: crate::feed::Feed,
 }
 
 impl Engine {
@@ -132,7 +155,7 @@ impl Engine {
             .map(|_| format!("{:016x}", ks.next_random()))
             .collect::<String>()[..40]
             .to_string();
-        Engine {
+        let mut e = Engine {
             ks,
             config,
             host: HostInfo::default(),
@@ -143,12 +166,19 @@ impl Engine {
             pubsub: Default::default(),
             watches: Default::default(),
             cluster,
+            persist: Default::default(),
+            persistence: None,
+            feed: Default::default(),
             handlers: Handlers::new(),
             run_id,
             used_memory_peak: crate::cmd::server::USED_MEMORY_STARTUP,
             ops_per_sec: 0,
             ops_sample: (0, 0),
-        }
+            evict: Default::default(),
+            cmdstats: Default::default(),
+        };
+        crate::evict::apply_config(&mut e);
+        e
     }
 
     /// Runs one command. `argv[0]` is the command name (any case). The reply (one RESP frame,
@@ -176,12 +206,37 @@ impl Engine {
         !self.deliveries.is_empty()
     }
 
+    /// Replica mode (the browser replica, `wasm/`): expired keys read as missing but are
+    /// never deleted locally, not even by SCAN; the primary's DEL effect removes them. The
+    /// replica never runs `cron` (no active expiry) and must not serve RANDOMKEY.
+    pub fn set_replica_mode(&mut self, on: bool) {
+        self.ks.replica = on;
+    }
+
     /// The connection of `client_id` is gone: forget its subscriptions, parked command and
     /// transaction state, so nothing leaks and nothing is delivered to it.
     pub fn client_closed(&mut self, client_id: u64) {
         self.blocking.remove(client_id);
         crate::cmd::tx::client_closed(self, client_id);
         crate::cmd::pubsub::client_closed(self, client_id);
+        crate::feed::client_closed(self, client_id);
+    }
+
+    /// The server reports the unsent output of connection `client_id` after a write attempt
+    /// (the keychange feed's buffer bound; a no-op for connections that are not feed
+    /// subscribers, one test when nobody subscribes).
+    pub fn set_pending_output(&mut self, client_id: u64, bytes: usize) {
+        crate::feed::set_pending_output(self, client_id, bytes);
+    }
+
+    /// Sequence number of the last keychange feed effect.
+    pub fn feed_seq(&self) -> u64 {
+        self.feed.seq()
+    }
+
+    /// Number of keychange feed subscribers.
+    pub fn feed_subscribers(&self) -> usize {
+        self.feed.subscribers()
     }
 
     /// The earliest time (Unix µs) at which `cron` has something due for a parked client (a
@@ -202,6 +257,10 @@ impl Engine {
             expire::active_cycle(&mut self.ks, now_us / 1000, expire::EXPIRE_KEYS_PER_CRON);
         self.stats.active_expired_keys += removed as u64;
         self.ks.lazy_free_step(expire::LAZY_FREE_PER_CRON);
+        crate::evict::cron(self, now_us / 1000);
+        // Keys the cycle (or eviction) removed become DEL effects; drained subscribers resume.
+        crate::effect::flush_deleted(self);
+        crate::feed::cron(self);
         // Keys the cycle expired: `expired` notifications and failed WATCHes.
         crate::cmd::pubsub::flush_events(self);
         crate::cmd::tx::process_touched(self);

@@ -26,6 +26,17 @@
 //! `used_bytes` is a logical estimate kept in O(1) per change: key bytes + value bytes +
 //! [`ENTRY_OVERHEAD`] per key (+ [`EXPIRE_OVERHEAD`] per TTL).
 //!
+//! # Access tracking (eviction)
+//! Each entry keeps a 32-bit `access` word, Redis's 24-bit `robj.lru` widened: under an LRU
+//! policy the LRU clock of its last access, under LFU the last-decrement minute (high 16 bits)
+//! and the logarithmic counter (low 8 bits). Every lookup updates it (redis `lookupKey`),
+//! except [`Keyspace::lookup_notouch`] (OBJECT). The encoding is `crate::evict`'s; the
+//! keyspace only stores the word and calls it. `clock_ms` is the time of the command running
+//! (the core has no clock), used to stamp keys created without a lookup.
+//!
+//! Entry layout: value + expiry (`u64`, [`NO_EXPIRE`] = none) + `u32` volatile position +
+//! `u32` access word, so access tracking costs no bytes over an `Option<u64>` expiry.
+//!
 //! # Changes
 //! Every mutation bumps `dirty` (redis `server.dirty`), in this one place, so the dispatcher can
 //! tell whether a command changed anything.
@@ -54,21 +65,34 @@ pub const ENTRY_OVERHEAD: usize = 72;
 /// Approximate bytes for a key's TTL (its `volatile` slot).
 pub const EXPIRE_OVERHEAD: usize = 8;
 
-const NO_VPOS: usize = usize::MAX;
+const NO_VPOS: u32 = u32::MAX;
+/// `Entry::expire_at` of a persistent key (a real expiry is at most `i64::MAX` ms).
+pub const NO_EXPIRE: u64 = u64::MAX;
 
 /// A stored key's value and expiry.
 #[derive(Clone, Debug)]
 pub struct Entry {
     pub value: Value,
-    /// Absolute Unix ms; `None` = persistent.
-    expire_at: Option<u64>,
-    /// Position in `Keyspace::volatile` when `expire_at` is set.
-    vpos: usize,
+    /// Absolute Unix ms; [`NO_EXPIRE`] = persistent.
+    expire_at: u64,
+    /// Position in `Keyspace::volatile` when `expire_at` is set (a keyspace holds < 2^32 keys).
+    vpos: u32,
+    /// LRU clock or LFU word (see the module doc, *Access tracking*).
+    access: u32,
 }
 
 impl Entry {
     pub fn expire_at(&self) -> Option<u64> {
-        self.expire_at
+        (self.expire_at != NO_EXPIRE).then_some(self.expire_at)
+    }
+
+    fn has_expire(&self) -> bool {
+        self.expire_at != NO_EXPIRE
+    }
+
+    /// The access word (LRU clock or LFU counter; see `crate::evict`).
+    pub fn access(&self) -> u32 {
+        self.access
     }
 }
 
@@ -139,6 +163,21 @@ pub struct Keyspace {
     pub event_mask: u8,
     /// Logged keyspace events, oldest first (drained by `cmd::pubsub`).
     pub events: Vec<(KsEvent, Box<[u8]>)>,
+    /// How lookups stamp `Entry::access` (set from the maxmemory policy by `crate::evict`).
+    pub access_mode: crate::evict::AccessMode,
+    /// Unix ms of the command running (see the module doc, *Access tracking*).
+    pub clock_ms: u64,
+    /// Replica mode (the browser replica): an expired key reads as missing but is not
+    /// deleted; its primary's DEL effect removes it (redis `expireIfNeeded` on a replica).
+    pub replica: bool,
+    /// The keychange feed has subscribers: keys deleted by expiry or eviction are logged in
+    /// `feed_dels` (see `crate::effect`). Off = one test per deletion, nothing allocated.
+    pub feed_on: bool,
+    /// Keys deleted by expiry/eviction not yet recorded as `DEL` effects, oldest first.
+    pub feed_dels: Vec<Box<[u8]>>,
+    /// Number of keys ever logged into `feed_dels` (lets `effect::end` tell a command's own
+    /// changes from the deletions that happened during it).
+    pub feed_del_count: u64,
 }
 
 /// Bytes accounted for one entry.
@@ -146,7 +185,7 @@ fn entry_bytes(key: &[u8], e: &Entry) -> usize {
     key.len()
         + e.value.mem_size()
         + ENTRY_OVERHEAD
-        + if e.expire_at.is_some() {
+        + if e.has_expire() {
             EXPIRE_OVERHEAD
         } else {
             0
@@ -170,7 +209,34 @@ impl Keyspace {
             touched: Vec::new(),
             event_mask: 0,
             events: Vec::new(),
+            access_mode: Default::default(),
+            clock_ms: 0,
+            replica: false,
+            feed_on: false,
+            feed_dels: Vec::new(),
+            feed_del_count: 0,
         }
+    }
+
+    /// Logs `key` as deleted outside a command's own logic (expiry, eviction) for the
+    /// keychange feed (`crate::effect::record_deleted`). One test when the feed is off.
+    #[inline]
+    pub fn feed_deleted(&mut self, key: &[u8]) {
+        if self.feed_on {
+            self.feed_dels.push(key.into());
+            self.feed_del_count += 1;
+        }
+    }
+
+    /// The entry of `key`, expired or not, without expiring it or touching its access word
+    /// (the feed reads the state a command left).
+    pub fn get_entry(&self, key: &[u8]) -> Option<&Entry> {
+        self.map.get(key)
+    }
+
+    /// Every stored entry (expired ones included), in position order (feed snapshots).
+    pub fn iter_entries(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
+        self.map.iter().map(|(k, e)| (&k[..], e))
     }
 
     /// Records a change of `key` for WATCH (redis `signalModifiedKey`).
@@ -239,11 +305,26 @@ impl Keyspace {
     }
 
     fn is_expired(e: &Entry, now_ms: u64) -> bool {
-        matches!(e.expire_at, Some(at) if now_ms > at)
+        e.has_expire() && now_ms > e.expire_at
     }
 
-    /// Position of `key` if present and not expired; an expired key is deleted first.
+    /// Position of `key` if present and not expired; an expired key is deleted first. A live
+    /// key's access word is updated (redis `lookupKey` → `updateLFU` / `LRU_CLOCK`).
     fn lookup(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
+        let i = self.lookup_notouch(key, now_ms)?;
+        // Only LFU's probabilistic increment needs a random number.
+        let rand = match self.access_mode {
+            crate::evict::AccessMode::Lru => 0,
+            crate::evict::AccessMode::Lfu { .. } => self.next_random(),
+        };
+        let e = &mut self.map[i];
+        e.access = self.access_mode.touch(e.access, now_ms, rand);
+        Some(i)
+    }
+
+    /// Like a write lookup but leaves the access word alone (redis `LOOKUP_NOTOUCH`: OBJECT).
+    pub fn lookup_notouch(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
+        self.clock_ms = now_ms;
         let (i, _, e) = self.map.get_full(key)?;
         if Self::is_expired(e, now_ms) {
             self.expire_now(i);
@@ -269,6 +350,17 @@ impl Keyspace {
         self.lookup(key, now_ms)
     }
 
+    /// Position of `key` as stored, expired or not, without side effects (eviction pool).
+    pub fn position(&self, key: &[u8]) -> Option<usize> {
+        self.map.get_index_of(key)
+    }
+
+    /// Bytes accounted for the entry at `i` (MEMORY USAGE).
+    pub fn entry_bytes_at(&self, i: usize) -> usize {
+        let (k, e) = self.get_at(i);
+        entry_bytes(k, e)
+    }
+
     /// The key and entry at a position returned by a lookup.
     pub fn get_at(&self, i: usize) -> (&[u8], &Entry) {
         let (k, e) = self.map.get_index(i).expect("position from a lookup");
@@ -282,7 +374,7 @@ impl Keyspace {
 
     /// Absolute expiry (Unix ms) of the entry at `i`.
     pub fn expire_at(&self, i: usize) -> Option<u64> {
-        self.get_at(i).1.expire_at
+        self.get_at(i).1.expire_at()
     }
 
     /// Changes the value at `i` in place (INCR, APPEND…), keeping its TTL and the memory
@@ -315,8 +407,9 @@ impl Keyspace {
             None => {
                 let e = Entry {
                     value,
-                    expire_at: None,
+                    expire_at: NO_EXPIRE,
                     vpos: NO_VPOS,
+                    access: self.access_mode.new_key(self.clock_ms),
                 };
                 self.used_bytes += entry_bytes(key, &e);
                 let (i, _) = self.map.insert_full(key.into(), e);
@@ -330,8 +423,9 @@ impl Keyspace {
     fn insert_entry(&mut self, key: Box<[u8]>, value: Value, expire_at: Option<u64>) -> usize {
         let e = Entry {
             value,
-            expire_at: None,
+            expire_at: NO_EXPIRE,
             vpos: NO_VPOS,
+            access: self.access_mode.new_key(self.clock_ms),
         };
         self.used_bytes += entry_bytes(&key, &e);
         Self::touch(&self.watched, &mut self.touched, &key);
@@ -356,12 +450,12 @@ impl Keyspace {
         // volatile slot names a valid position before `volatile` itself is compacted.
         if i < self.map.len() {
             let moved = &self.map[i];
-            if moved.expire_at.is_some() {
-                self.volatile[moved.vpos] = i;
+            if moved.has_expire() {
+                self.volatile[moved.vpos as usize] = i;
             }
         }
-        if e.expire_at.is_some() {
-            self.volatile_remove(e.vpos);
+        if e.has_expire() {
+            self.volatile_remove(e.vpos as usize);
         }
         (k, e)
     }
@@ -370,7 +464,7 @@ impl Keyspace {
         self.volatile.swap_remove(vpos);
         if vpos < self.volatile.len() {
             let moved = self.volatile[vpos];
-            self.map[moved].vpos = vpos;
+            self.map[moved].vpos = vpos as u32;
         }
     }
 
@@ -390,12 +484,13 @@ impl Keyspace {
         self.dirty += 1;
         self.touch_at(i);
         let (_, e) = self.map.get_index_mut(i).expect("position from a lookup");
-        if e.expire_at.is_none() {
-            e.vpos = self.volatile.len();
+        if !e.has_expire() {
+            e.vpos = self.volatile.len() as u32;
             self.volatile.push(i);
             self.used_bytes += EXPIRE_OVERHEAD;
         }
-        e.expire_at = Some(at_ms);
+        // A real expiry never equals the sentinel (Redis caps expiries at i64::MAX ms).
+        e.expire_at = at_ms.min(NO_EXPIRE - 1);
     }
 
     /// Removes the TTL of the entry at `i`; returns whether it had one (PERSIST).
@@ -410,10 +505,11 @@ impl Keyspace {
 
     fn persist_quiet(&mut self, i: usize) -> bool {
         let (_, e) = self.map.get_index_mut(i).expect("position from a lookup");
-        if e.expire_at.take().is_none() {
+        if !e.has_expire() {
             return false;
         }
-        let vpos = std::mem::replace(&mut e.vpos, NO_VPOS);
+        e.expire_at = NO_EXPIRE;
+        let vpos = std::mem::replace(&mut e.vpos, NO_VPOS) as usize;
         self.used_bytes -= EXPIRE_OVERHEAD;
         self.volatile_remove(vpos);
         true
@@ -426,7 +522,8 @@ impl Keyspace {
         if let Some(j) = self.lookup(to, now_ms) {
             self.remove_at(j);
         }
-        self.insert_entry(to.into(), e.value, e.expire_at);
+        let at = e.expire_at();
+        self.insert_entry(to.into(), e.value, at);
     }
 
     /// A uniformly random position, or None when empty.
@@ -444,9 +541,13 @@ impl Keyspace {
 
     /// Deletes the expired entry at `i`, counting it as expired (active expiry, RANDOMKEY).
     pub fn expire_now(&mut self, i: usize) {
+        if self.replica {
+            return;
+        }
         let (k, _) = self.remove_at(i);
         self.stats.expired_keys += 1;
         self.log_event(KsEvent::Expired, &k);
+        self.feed_deleted(&k);
     }
 
     /// A random volatile key's map position, or None when no key has a TTL.
@@ -513,7 +614,7 @@ impl Keyspace {
             } else {
                 (self.next_random() % self.volatile.len() as u64) as usize
             };
-            let at = self.map[self.volatile[v]].expire_at.unwrap_or(now_ms);
+            let at = self.map[self.volatile[v]].expire_at().unwrap_or(now_ms);
             sum += u128::from(at.saturating_sub(now_ms));
         }
         (sum / n as u128) as u64
@@ -563,6 +664,21 @@ impl Keyspace {
         self.graveyard.iter().map(|g| g.len()).sum()
     }
 
+    /// Makes room for `n` more keys (snapshot load).
+    pub fn reserve(&mut self, n: usize) {
+        self.map.reserve(n);
+    }
+
+    /// Inserts an entry read from a snapshot, keeping its expiry, with one hash probe (the
+    /// load is bound by these cache misses). Returns false if `key` was already present: the
+    /// entry is then replaced without its accounting, so the caller must discard this
+    /// keyspace (the loader does: a duplicate key fails the load).
+    pub fn insert_loaded(&mut self, key: Box<[u8]>, value: Value, expire_at: Option<u64>) -> bool {
+        let n = self.map.len();
+        self.insert_entry(key, value, expire_at);
+        self.map.len() > n
+    }
+
     /// Checks internal invariants (tests).
     #[cfg(test)]
     pub fn check(&self) {
@@ -570,9 +686,9 @@ impl Keyspace {
         let mut bytes = 0;
         for (i, (k, e)) in self.map.iter().enumerate() {
             bytes += entry_bytes(k, e);
-            if e.expire_at.is_some() {
+            if e.has_expire() {
                 n += 1;
-                assert_eq!(self.volatile[e.vpos], i);
+                assert_eq!(self.volatile[e.vpos as usize], i);
             } else {
                 assert_eq!(e.vpos, NO_VPOS);
             }

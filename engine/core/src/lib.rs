@@ -15,16 +15,24 @@
 //! - [`keyspace`]: key → value + expiry (IndexMap + volatile index), lazy expiry on lookup,
 //!   O(1) sampling, a SCAN cursor with Redis's guarantee, O(1) memory accounting.
 //! - [`expire`]: the active, budgeted expiry cycle (Redis `expire.c`).
+//! - [`evict`]: `maxmemory`, the eviction policies (Redis `evict.c`), LRU/LFU access tracking,
+//!   the MEMORY command.
 //! - [`types`]: one file per data type, value API first, then its commands (`string`, and
 //!   `ldouble`, the 80-bit arithmetic INCRBYFLOAT needs).
 //! - [`cmd`]: keyspace-generic (DEL, EXPIRE, SCAN…), connection (PING, HELLO, CLIENT…) and
 //!   server commands (INFO, CONFIG, COMMAND…).
 //! - [`slot`]: CRC16 hash slots and the jump-consistent-hash slot → instance map.
+//! - [`effect`] and [`feed`]: the keychange feed — each change recorded as a deterministic
+//!   one-key command with a sequence number, streamed to `FEED SUBSCRIBE` connections, with
+//!   prefix snapshots and a bounded buffer (docs/feed.md).
+//! - [`snapshot`]: the snapshot format (write/load over caller-given streams) and SAVE, BGSAVE,
+//!   LASTSAVE through the server's [`snapshot::Persistence`] hook.
 //!
 //! # Contract with the server
 //!
 //! [`Engine::exec`] appends exactly one reply per command to `out` (except
-//! [`Flow::ClientList`], whose reply the server writes), never panics on any argv, and returns
+//! [`Flow::ClientList`], whose reply the server writes, and [`Flow::Block`], whose reply comes
+//! later as a [`Delivery`]), never panics on any argv, and returns
 //! what the connection must do next. [`Engine::cron`] runs `hz` times a second. The server keeps
 //! [`HostInfo`] and [`Engine::net`] current and fills [`Config::hash_seed`] with a random value.
 #![forbid(unsafe_code)]
@@ -34,11 +42,15 @@ pub mod blocking;
 pub mod cmd;
 pub mod command;
 pub mod dispatch;
+pub mod effect;
 pub mod error;
+pub mod evict;
 pub mod expire;
+pub mod feed;
 pub mod glob;
 pub mod keyspace;
 pub mod slot;
+pub mod snapshot;
 pub mod types;
 
 pub use resp::Proto;

@@ -154,7 +154,6 @@ impl EventLoop {
                         if let Some(sig) = self.signals.pending().next() {
                             let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
                             info!("Received {name} scheduling shutdown...");
-                            info!("recached engine is now ready to exit, bye bye...");
                             return Ok(());
                         }
                     }
@@ -195,6 +194,7 @@ impl EventLoop {
     /// One timer tick: engine background work, host figures, buffer housekeeping.
     fn cron(&mut self, now: u64) {
         self.engine.cron(now);
+        crate::snapshot::cron(&mut self.engine, now);
         self.route_deliveries();
         if let Some(rss) = self.rss.rss_bytes() {
             self.engine.host.rss_bytes = rss;
@@ -372,6 +372,9 @@ impl EventLoop {
         if !socket_full {
             conn.flush().map_err(Disconnect::Io)?;
         }
+        // The keychange feed bounds each subscriber's unsent output (a no-op for others).
+        self.engine
+            .set_pending_output(conn.client.id, conn.out_pending());
         let pending = conn.out_pending() > 0;
         if let Some(reason) = conn.closing
             && !pending

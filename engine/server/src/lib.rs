@@ -12,6 +12,8 @@
 //! - [`budget`]: every named bound of the loop (accept batch, read budget, query buffer limit,
 //!   output high-water mark) with its reason.
 //! - [`host`]: the clock (Unix µs, read once per iteration) and RSS.
+//! - [`snapshot`]: load at start, SAVE/BGSAVE (fork), periodic and shutdown saves
+//!   (docs/persistence.md).
 //!
 //! The engine (`engine-core`) is pure; everything that touches sockets, the clock or the
 //! process lives here.
@@ -20,6 +22,7 @@ pub mod budget;
 pub mod conn;
 pub mod event_loop;
 pub mod host;
+pub mod snapshot;
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -43,6 +46,9 @@ pub struct ServerOptions {
     /// (`cluster_nodes`, `cluster_index`, `cluster_announce_host`; empty nodes = standalone;
     /// flags `--cluster-nodes h:p,h:p --cluster-index i`). See docs/cluster.md.
     pub engine: engine_core::Config,
+    /// Snapshot dir, periodic save and corrupt-file policy (`--dir`; `[engine]` keys
+    /// `save_interval`, `save_changes`, `on_corrupt_snapshot`). No dir = no snapshots.
+    pub snapshot: snapshot::SnapshotOptions,
 }
 
 impl Default for ServerOptions {
@@ -53,6 +59,7 @@ impl Default for ServerOptions {
             bind: "127.0.0.1".to_string(),
             config_file: None,
             engine: engine_core::Config::default(),
+            snapshot: snapshot::SnapshotOptions::default(),
         }
     }
 }
@@ -108,6 +115,18 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
         rss_bytes: host::RssReader::new().rss_bytes().unwrap_or(0),
     };
 
+    // Loaded after binding (a second engine on the port fails first) and before serving.
+    if let Err(e) =
+        snapshot::load_at_start(&mut engine, &opts.snapshot, local.port(), host::now_us())
+    {
+        return Err(match e {
+            snapshot::StartError::Io(e) => e,
+            snapshot::StartError::Corrupt(msg) => {
+                io::Error::new(io::ErrorKind::InvalidData, CorruptSnapshot(msg))
+            }
+        });
+    }
+
     let mut event_loop = event_loop::EventLoop::new(listener, engine)?;
     info!(
         "recached engine pid={} listening on {local}",
@@ -119,5 +138,28 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
         info!("standalone mode (no cluster topology)");
     }
     info!("Ready to accept connections tcp on port {}", local.port());
-    event_loop.run()
+    event_loop.run()?;
+    // SIGTERM/SIGINT: the final snapshot (a failed save is logged; the exit stays clean so the
+    // supervisor does not restart a stopping engine).
+    let _ = snapshot::shutdown(&mut event_loop.engine, host::now_us());
+    info!("recached engine is now ready to exit, bye bye...");
+    Ok(())
+}
+
+/// The error [`run`] returns when `on_corrupt_snapshot = "refuse"` stopped the start; the
+/// binary exits with [`snapshot::EXIT_CORRUPT_SNAPSHOT`] for it.
+#[derive(Debug)]
+pub struct CorruptSnapshot(pub String);
+
+impl std::fmt::Display for CorruptSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CorruptSnapshot {}
+
+/// Whether `e` (from [`run`]) is a refused corrupt snapshot.
+pub fn is_corrupt_snapshot(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<CorruptSnapshot>())
 }

@@ -440,7 +440,8 @@ pub fn copy(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 /// The value at `key` for OBJECT (no hit/miss accounting, like redis `LOOKUP_NOTOUCH`), or a
 /// null reply when it is missing.
 fn object_lookup(e: &mut Engine, c: &mut Call) -> Option<usize> {
-    let found = e.ks.lookup_write(c.argv[2], c.now_ms);
+    // OBJECT does not count as an access (redis `LOOKUP_NOTOUCH`).
+    let found = e.ks.lookup_notouch(c.argv[2], c.now_ms);
     if found.is_none() {
         c.w().null();
     }
@@ -489,31 +490,32 @@ pub fn object_refcount(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// `OBJECT IDLETIME key` → seconds since last access. Access times are not tracked (that
-/// would cost a clock store per read), so this is always 0; under an LFU policy it is refused
-/// like Redis.
+/// `OBJECT IDLETIME key` → seconds since last access (the LRU clock, `crate::evict`); under
+/// an LFU policy it is refused like Redis.
 pub fn object_idletime(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    if let Some(_i) = object_lookup(e, c) {
+    if let Some(i) = object_lookup(e, c) {
         if e.config.maxmemory_policy.ends_with("lfu") {
             return Err(CmdError::Static(
                 "ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.",
             ));
         }
-        c.w().integer(0);
+        let idle = crate::evict::object_idletime(e, i, c.now_ms);
+        c.w().integer(idle as i64);
     }
     Ok(())
 }
 
-/// `OBJECT FREQ key` → refused unless an LFU policy is set (Redis's text); then the initial
-/// LFU counter (5: frequencies are not tracked).
+/// `OBJECT FREQ key` → refused unless an LFU policy is set (Redis's text); then the key's
+/// decayed logarithmic access counter (`crate::evict`).
 pub fn object_freq(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    if let Some(_i) = object_lookup(e, c) {
+    if let Some(i) = object_lookup(e, c) {
         if !e.config.maxmemory_policy.ends_with("lfu") {
             return Err(CmdError::Static(
                 "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.",
             ));
         }
-        c.w().integer(5);
+        let freq = crate::evict::object_freq(e, i, c.now_ms);
+        c.w().integer(i64::from(freq));
     }
     Ok(())
 }

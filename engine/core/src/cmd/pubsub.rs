@@ -227,6 +227,9 @@ pub fn restore_notify_flags(e: &mut Engine, flags: u32) {
 /// modification, after the change, exactly where Redis does. It also reports the change to
 /// WATCH (redis `signalModifiedKey`), so a write that calls it may fail other transactions.
 pub fn notify(e: &mut Engine, class: u32, event: &str, key: &[u8]) {
+    // The keychange feed learns which keys the command changed, and which were evicted
+    // (one test when unused).
+    crate::effect::note_changed(e, class, key);
     // Redis pairs every write's notification with `signalModifiedKey`: WATCH learns of in-place
     // changes here (a no-op when no key is watched).
     e.ks.signal_modified(key);

@@ -15,7 +15,7 @@ use resp::ReplyWriter;
 use crate::Engine;
 use crate::args;
 use crate::cmd::connection::{REDIS_VERSION, help};
-use crate::command::{COMMANDS, CommandSpec, Val};
+use crate::command::{self, CommandSpec, Val};
 use crate::dispatch::{self, Call};
 use crate::engine::MAXMEMORY_POLICIES;
 use crate::error::{CmdError, c_str_lossy};
@@ -45,7 +45,59 @@ const SECTIONS: &[&str] = &[
     "replication",
     "cluster",
     "keyspace",
+    "commandstats",
 ];
+
+/// INFO `commandstats` counters per table row (redis `cmdstat_*`). The core has no clock, so
+/// `usec` is not measured and reads 0.
+#[derive(Debug, Default)]
+pub struct CommandStats {
+    /// Keyed by the row's address (rows are `'static`), in first-use order.
+    rows: std::collections::HashMap<usize, (usize, &'static str, CmdStat)>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct CmdStat {
+    calls: u64,
+    rejected: u64,
+    failed: u64,
+}
+
+impl CommandStats {
+    fn row(&mut self, spec: &'static CommandSpec) -> &mut CmdStat {
+        let n = self.rows.len();
+        &mut self
+            .rows
+            .entry(std::ptr::from_ref(spec) as usize)
+            .or_insert((n, spec.name, CmdStat::default()))
+            .2
+    }
+
+    /// A command ran (`failed`: it answered an error).
+    pub fn called(&mut self, spec: &'static CommandSpec, failed: bool) {
+        let r = self.row(spec);
+        r.calls += 1;
+        r.failed += u64::from(failed);
+    }
+
+    /// A command was refused before running.
+    pub fn rejected(&mut self, spec: &'static CommandSpec) {
+        self.row(spec).rejected += 1;
+    }
+
+    /// `cmdstat_<name>:calls=…` lines, in first-use order.
+    fn write(&self, s: &mut String) {
+        let mut rows: Vec<_> = self.rows.values().collect();
+        rows.sort_by_key(|r| r.0);
+        for (_, name, st) in rows {
+            let _ = write!(
+                s,
+                "cmdstat_{name}:calls={},usec=0,usec_per_call=0.00,rejected_calls={},failed_calls={}\r\n",
+                st.calls, st.rejected, st.failed
+            );
+        }
+    }
+}
 
 /// Baseline reported in `used_memory_startup` (an empty redis-server reports about this much).
 pub const USED_MEMORY_STARTUP: u64 = 870_000;
@@ -54,11 +106,15 @@ pub const USED_MEMORY_STARTUP: u64 = 870_000;
 /// sections separated by a blank line, CRLF line ends), as a bulk/verbatim string.
 pub fn info(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut want = [false; SECTIONS.len()];
+    // `commandstats` is the last section and not part of `default` (as in Redis).
+    let default = SECTIONS.len() - 1;
     if c.argv.len() == 1 {
-        want = [true; SECTIONS.len()];
+        want[..default].fill(true);
     }
     for a in &c.argv[1..] {
-        if args::is(a, "default") || args::is(a, "all") || args::is(a, "everything") {
+        if args::is(a, "default") {
+            want[..default].fill(true);
+        } else if args::is(a, "all") || args::is(a, "everything") {
             want = [true; SECTIONS.len()];
         } else if let Some(i) = SECTIONS.iter().position(|s| args::is(a, s)) {
             want[i] = true;
@@ -133,7 +189,7 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("connected_clients", &e.host.connected_clients);
                 line("cluster_connections", &0);
                 line("maxclients", &e.config.maxclients);
-                line("blocked_clients", &0);
+                line("blocked_clients", &e.blocking.len());
                 line("tracking_clients", &0);
                 line("clients_in_timeout_table", &0);
             }
@@ -164,16 +220,7 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("mem_allocator", &"libc");
                 line("lazyfree_pending_objects", &e.ks.lazy_free_pending());
             }
-            "persistence" => {
-                line("loading", &0);
-                line("async_loading", &0);
-                line("rdb_changes_since_last_save", &e.ks.dirty);
-                line("rdb_bgsave_in_progress", &0);
-                line("rdb_last_save_time", &(e.host.started_us / 1_000_000));
-                line("rdb_last_bgsave_status", &"ok");
-                line("aof_enabled", &0);
-                line("aof_rewrite_in_progress", &0);
-            }
+            "persistence" => crate::snapshot::info_lines(e, now_us, &mut line),
             "stats" => {
                 let st = &e.stats;
                 line(
@@ -186,7 +233,7 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("total_net_output_bytes", &e.net.total_net_output_bytes);
                 line("rejected_connections", &e.net.rejected_connections);
                 line("expired_keys", &e.ks.stats.expired_keys);
-                line("evicted_keys", &0);
+                line("evicted_keys", &e.evict.evicted_keys);
                 line("keyspace_hits", &e.ks.stats.keyspace_hits);
                 line("keyspace_misses", &e.ks.stats.keyspace_misses);
                 line("pubsub_channels", &e.pubsub.channel_count());
@@ -218,6 +265,7 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                     avg
                 );
             }
+            "commandstats" => e.cmdstats.write(&mut s),
             _ => {}
         }
     }
@@ -292,8 +340,8 @@ const PARAMS: &[Param] = &[
     },
     Param {
         name: "save",
-        get: |_| String::new(),
-        set: None,
+        get: crate::snapshot::save_param,
+        set: Some(crate::snapshot::set_save_param),
     },
     Param {
         name: "appendonly",
@@ -333,6 +381,39 @@ const PARAMS: &[Param] = &[
         }),
     },
     Param {
+        name: "maxmemory-samples",
+        get: |e| e.config.maxmemory_samples.to_string(),
+        set: Some(|e, v| {
+            e.config.maxmemory_samples = int_in(v, 1, i64::from(i32::MAX))? as u32;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "lfu-log-factor",
+        get: |e| e.config.lfu_log_factor.to_string(),
+        set: Some(|e, v| {
+            e.config.lfu_log_factor = int_in(v, 0, i64::from(i32::MAX))? as u32;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "lfu-decay-time",
+        get: |e| e.config.lfu_decay_time.to_string(),
+        set: Some(|e, v| {
+            e.config.lfu_decay_time = int_in(v, 0, i64::from(i32::MAX))? as u32;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "feed-buffer-limit",
+        get: |e| e.config.feed_buffer_limit.to_string(),
+        set: Some(|e, v| {
+            e.config.feed_buffer_limit =
+                parse_memory(v).ok_or("argument must be a memory value")?;
+            Ok(())
+        }),
+    },
+    Param {
         name: "notify-keyspace-events",
         get: |e| crate::cmd::pubsub::format_notify_flags(e.pubsub.notify_flags()),
         set: Some(crate::cmd::pubsub::set_notify_flags),
@@ -344,7 +425,22 @@ const PARAMS: &[Param] = &[
     },
 ];
 
-/// redis `memtoull`: a non-negative integer with an optional b/k/kb/m/mb/g/gb unit (any case).
+/// An integer config value within `lo..=hi`, with Redis's error texts (static, as setters
+/// return `&'static str`: only the ranges the parameters use are spelled out).
+fn int_in(v: &[u8], lo: i64, hi: i64) -> Result<i64, &'static str> {
+    let n = args::parse_i64(v).ok_or("argument couldn't be parsed into an integer")?;
+    if n < lo || n > hi {
+        return Err(match (lo, hi) {
+            (1, 2147483647) => "argument must be between 1 and 2147483647 inclusive",
+            (0, 2147483647) => "argument must be between 0 and 2147483647 inclusive",
+            _ => "argument out of range",
+        });
+    }
+    Ok(n)
+}
+
+/// redis `memtoull`: a non-negative integer with an optional b/k/kb/m/mb/g/gb unit (any case);
+/// an empty number is 0, as in Redis.
 fn parse_memory(v: &[u8]) -> Option<u64> {
     let split = v
         .iter()
@@ -362,7 +458,8 @@ fn parse_memory(v: &[u8]) -> Option<u64> {
         _ => return None,
     };
     if num.is_empty() {
-        return None;
+        // `strtoull("")` is 0 without an error, so Redis takes "" and "mb" as 0.
+        return Some(0);
     }
     std::str::from_utf8(num)
         .ok()?
@@ -449,9 +546,12 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         {
             e.config = saved;
             crate::cmd::pubsub::restore_notify_flags(e, saved_notify);
+            crate::evict::apply_config(e);
             return Err(fail(name, why));
         }
     }
+    // The policy and LFU settings decide how lookups stamp keys.
+    crate::evict::apply_config(e);
     c.w().ok();
     Ok(())
 }
@@ -460,6 +560,8 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 pub fn config_resetstat(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     e.stats = Default::default();
     e.ks.stats = Default::default();
+    e.evict.evicted_keys = 0;
+    e.cmdstats = Default::default();
     e.net = Default::default();
     e.used_memory_peak = USED_MEMORY_STARTUP + e.ks.used_bytes() as u64;
     c.w().ok();
@@ -589,9 +691,9 @@ fn write_docs(w: &mut ReplyWriter<'_>, spec: &CommandSpec) {
 /// A row by name, any case: `get`, or `config|get` for a subcommand.
 fn lookup_fullname(name: &[u8]) -> Option<&'static CommandSpec> {
     match name.iter().position(|&b| b == b'|') {
-        None => dispatch::lookup_index(name).map(|i| &COMMANDS[i]),
+        None => dispatch::lookup_index(name).map(command::spec_at),
         Some(p) => {
-            let top = &COMMANDS[dispatch::lookup_index(&name[..p])?];
+            let top = command::spec_at(dispatch::lookup_index(&name[..p])?);
             top.subcommand(&name[p + 1..])
         }
     }
@@ -600,8 +702,8 @@ fn lookup_fullname(name: &[u8]) -> Option<&'static CommandSpec> {
 /// `COMMAND` → every entry.
 pub fn command(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut w = c.w();
-    w.array(COMMANDS.len());
-    for spec in COMMANDS {
+    w.array(command::count());
+    for spec in command::all() {
         write_entry(&mut w, spec);
     }
     Ok(())
@@ -609,7 +711,7 @@ pub fn command(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 /// `COMMAND COUNT` → number of commands.
 pub fn command_count(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    c.w().integer(COMMANDS.len() as i64);
+    c.w().integer(command::count() as i64);
     Ok(())
 }
 
@@ -635,8 +737,8 @@ pub fn command_docs(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let argv = c.argv;
     let mut w = c.w();
     if argv.len() == 2 {
-        w.map(COMMANDS.len());
-        for spec in COMMANDS {
+        w.map(command::count());
+        for spec in command::all() {
             w.bulk(spec.name.as_bytes());
             write_docs(&mut w, spec);
         }
@@ -733,7 +835,7 @@ pub fn command_list(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         Filter::Pattern(p) => glob::matches(p, s.name.as_bytes(), true),
     };
     let mut names: Vec<&str> = Vec::new();
-    for spec in COMMANDS {
+    for spec in command::all() {
         if keep(spec) {
             names.push(spec.name);
         }

@@ -5,10 +5,34 @@
 //! own, so `COMMAND`, `COMMAND INFO` and `COMMAND DOCS` answer what clients expect and the
 //! proxy finds keys from the same rows. Arity follows Redis: `n > 0` exact argument count
 //! including the command name, `n < 0` at least `-n`.
+//!
+//! `extra.rs` holds the few recached-only commands (FEED) in the same shape. Positions from
+//! [`lookup_index`] cover both: `0..COMMANDS.len()` are Redis's rows, the rest [`EXTRA`]'s
+//! ([`spec_at`]); [`all`] and [`count`] are the union that COMMAND and friends report.
 
+mod extra;
 mod table;
 
+pub use extra::EXTRA;
 pub use table::COMMANDS;
+
+/// Every row: Redis's table, then recached's own ([`EXTRA`]).
+pub fn all() -> impl Iterator<Item = &'static CommandSpec> + Clone {
+    COMMANDS.iter().chain(EXTRA.iter())
+}
+
+/// Number of top-level commands (COMMAND COUNT).
+pub fn count() -> usize {
+    COMMANDS.len() + EXTRA.len()
+}
+
+/// The row at a position returned by [`lookup_index`] (`i < count()`).
+pub fn spec_at(i: usize) -> &'static CommandSpec {
+    match COMMANDS.get(i) {
+        Some(c) => c,
+        None => &EXTRA[i - COMMANDS.len()],
+    }
+}
 
 /// A static reply-shaped value (key specs, docs). Maps are written as RESP3 maps or RESP2
 /// flat arrays, like Redis.
@@ -60,10 +84,10 @@ impl CommandSpec {
 /// Looks up a command by name, any case, without allocating: the name is lowercased into a
 /// stack buffer and binary-searched in [`COMMANDS`] (the generator sorts it by name).
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
-    lookup_index(name).map(|i| &COMMANDS[i])
+    lookup_index(name).map(spec_at)
 }
 
-/// Position of the command `name` (any case) in [`COMMANDS`].
+/// Position of the command `name` (any case) in [`COMMANDS`] followed by [`EXTRA`].
 pub fn lookup_index(name: &[u8]) -> Option<usize> {
     const MAX_NAME: usize = 32;
     if name.len() > MAX_NAME {
@@ -73,9 +97,13 @@ pub fn lookup_index(name: &[u8]) -> Option<usize> {
     let lower = &mut buf[..name.len()];
     lower.copy_from_slice(name);
     lower.make_ascii_lowercase();
-    COMMANDS
-        .binary_search_by(|c| c.name.as_bytes().cmp(lower))
-        .ok()
+    let by_name = |c: &CommandSpec| c.name.as_bytes().cmp(lower);
+    COMMANDS.binary_search_by(by_name).ok().or_else(|| {
+        EXTRA
+            .binary_search_by(by_name)
+            .ok()
+            .map(|i| COMMANDS.len() + i)
+    })
 }
 
 #[cfg(test)]
@@ -98,7 +126,12 @@ mod tests {
     #[test]
     fn table_is_sorted_for_binary_search() {
         assert!(COMMANDS.windows(2).all(|w| w[0].name < w[1].name));
-        for c in COMMANDS {
+        assert!(EXTRA.windows(2).all(|w| w[0].name < w[1].name));
+        for c in EXTRA {
+            assert!(COMMANDS.iter().all(|r| r.name != c.name), "{} twice", c.name);
+        }
+        assert_eq!(all().count(), count());
+        for c in all() {
             assert!(std::ptr::eq(
                 lookup(c.name.to_uppercase().as_bytes()).unwrap(),
                 c

@@ -34,6 +34,20 @@ pub static COMMANDS: &[CommandSpec] = &[
         docs: Val::Map(&[("summary", Val::Str("Sent by cluster clients after an -ASK redirect")), ("since", Val::Str("3.0.0")), ("group", Val::Str("cluster")), ("complexity", Val::Str("O(1)"))]),
     },
     CommandSpec {
+        name: "bgsave",
+        arity: -1,
+        flags: &["admin", "noscript", "no_async_loading"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        tips: &[],
+        key_specs: &[],
+        subcommands: &[
+        ],
+        docs: Val::Map(&[("summary", Val::Str("Asynchronously save the dataset to disk")), ("since", Val::Str("1.0.0")), ("group", Val::Str("server")), ("complexity", Val::Str("O(1)")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("3.2.2"), Val::Str("Added the `SCHEDULE` option.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("schedule")), ("type", Val::Str("pure-token")), ("token", Val::Str("SCHEDULE")), ("since", Val::Str("3.2.2")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
+    },
+    CommandSpec {
         name: "blmove",
         arity: 6,
         flags: &["write", "denyoom", "noscript", "blocking"],
@@ -1546,6 +1560,20 @@ pub static COMMANDS: &[CommandSpec] = &[
         docs: Val::Map(&[("summary", Val::Str("Find all keys matching the given pattern")), ("since", Val::Str("1.0.0")), ("group", Val::Str("generic")), ("complexity", Val::Str("O(N) with N being the number of keys in the database, under the assumption that the key names in the database and the given pattern have limited length.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("pattern")), ("type", Val::Str("pattern"))])]))]),
     },
     CommandSpec {
+        name: "lastsave",
+        arity: 1,
+        flags: &["loading", "stale", "fast"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@fast", "@dangerous"],
+        tips: &["nondeterministic_output"],
+        key_specs: &[],
+        subcommands: &[
+        ],
+        docs: Val::Map(&[("summary", Val::Str("Get the UNIX time stamp of the last successful save to disk")), ("since", Val::Str("1.0.0")), ("group", Val::Str("server")), ("complexity", Val::Str("O(1)"))]),
+    },
+    CommandSpec {
         name: "lindex",
         arity: 3,
         flags: &["readonly"],
@@ -2370,6 +2398,20 @@ pub static COMMANDS: &[CommandSpec] = &[
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Add one or more members to a set")), ("since", Val::Str("1.0.0")), ("group", Val::Str("set")), ("complexity", Val::Str("O(1) for each element added, so O(N) to add N elements when the command is called with multiple arguments.")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("2.4.0"), Val::Str("Accepts multiple `member` arguments.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("member")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("multiple")]))])]))]),
+    },
+    CommandSpec {
+        name: "save",
+        arity: 1,
+        flags: &["admin", "noscript", "no_async_loading", "no_multi"],
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        tips: &[],
+        key_specs: &[],
+        subcommands: &[
+        ],
+        docs: Val::Map(&[("summary", Val::Str("Synchronously save the dataset to disk")), ("since", Val::Str("1.0.0")), ("group", Val::Str("server")), ("complexity", Val::Str("O(N) where N is the total number of keys in all databases"))]),
     },
     CommandSpec {
         name: "scan",

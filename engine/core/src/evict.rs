@@ -1,0 +1,808 @@
+//! `maxmemory` and eviction (redis `evict.c`), access tracking for LRU/LFU, and the MEMORY
+//! command.
+//!
+//! # The limit
+//! `used_memory` = [`USED_MEMORY_STARTUP`] + the keyspace's logical estimate
+//! (`Keyspace::used_bytes`, O(1)). With `maxmemory` > 0 and `used_memory > maxmemory`, the
+//! dispatcher calls [`before_command`] before every command (redis `processCommand` →
+//! `performEvictions`), except commands run by EXEC. It evicts until the estimate is back under
+//! the limit; if nothing can be evicted (policy `noeviction`, or a `volatile-*` policy with no
+//! key that has a TTL) a command flagged `denyoom` in the table, or any command queued inside
+//! MULTI, is refused with [`OOM_ERROR`] (`-OOM command not allowed when used memory >
+//! 'maxmemory'.`); reads and DEL still run, so memory can be freed by hand.
+//!
+//! # Bounded work
+//! Redis bounds `performEvictions` by time (500 µs at the default tenacity) and lets the
+//! command through while a timer proc continues. The core has no clock, so the bound is a key
+//! count: at most [`EVICT_KEYS_PER_COMMAND`] evictions (each costing `maxmemory-samples` random
+//! probes) before a command, then the command runs; [`cron`] continues with at most
+//! [`EVICT_KEYS_PER_CRON`] per tick. A normal write needs one or two evictions, so the
+//! estimate stays within one write's size of the limit; only a lowered `maxmemory` or a single
+//! huge write leaves a backlog for cron.
+//!
+//! # Choosing a victim (Redis's approximations)
+//! - `*-lru`, `*-lfu`, `volatile-ttl`: each round samples `maxmemory-samples` (default 5) random
+//!   keys of the candidate set (all keys, or those with a TTL) into an eviction pool of
+//!   [`EVPOOL_SIZE`] keys kept sorted by score (redis `evictionPoolPopulate`), then evicts the
+//!   best-scored pool key that still exists. Score: idle time (LRU), `255 - counter` (LFU),
+//!   `u64::MAX - expire_at` (TTL: soonest expiry first). The pool outlives the command, so
+//!   good candidates found earlier are remembered, which is what makes 5 samples approach true
+//!   LRU.
+//! - `*-random`: a uniformly random key of the candidate set.
+//!
+//! # Access word (stored per entry by the keyspace, see `keyspace.rs`)
+//! - LRU: the LRU clock, Unix ms / [`LRU_CLOCK_RESOLUTION_MS`] modulo 2^32 (Redis: seconds
+//!   modulo 2^24). Idle time is the wrapping difference, right for idle times under ~497 days.
+//! - LFU: `minutes (16 bits) << 8 | counter (8 bits)`, exactly Redis's layout: the counter is
+//!   logarithmic (redis `LFULogIncr`: incremented with probability
+//!   `1 / ((counter - LFU_INIT_VAL) * lfu-log-factor + 1)`), starts at [`LFU_INIT_VAL`] (5) for a
+//!   new key, and decays by one per `lfu-decay-time` minutes since the last decrement
+//!   (`LFUDecrAndReturn`). OBJECT FREQ shows the decayed counter.
+//!
+//! The word is reinterpreted when the policy switches between LRU and LFU, as in Redis ("LRU and
+//! LFU data will take some time to adjust").
+//!
+//! # Evicted keys
+//! Each evicted key goes through [`evicted_key`]: the `evicted` keyspace notification
+//! (class `e`), WATCH invalidation (by the keyspace) and the hook for the keychange feed, which
+//! must record a DEL effect for it (see the function). `INFO stats` counts them in
+//! `evicted_keys`.
+
+pub use crate::engine::MAXMEMORY_POLICIES;
+
+use crate::args;
+use crate::cmd::server::USED_MEMORY_STARTUP;
+use crate::dispatch::Call;
+use crate::error::CmdError;
+use crate::{Client, Engine};
+
+/// Redis's OOM reply (`shared.oomerr`), without the leading `-`.
+pub const OOM_ERROR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+/// Keys in the eviction pool (redis `EVPOOL_SIZE`).
+pub const EVPOOL_SIZE: usize = 16;
+/// Initial LFU counter of a new key (redis `LFU_INIT_VAL`).
+pub const LFU_INIT_VAL: u32 = 5;
+/// Resolution of the LRU clock, ms.
+pub const LRU_CLOCK_RESOLUTION_MS: u64 = 10;
+/// Most keys evicted before one command runs (see the module doc, *Bounded work*).
+pub const EVICT_KEYS_PER_COMMAND: usize = 1000;
+/// Most keys evicted per cron tick.
+pub const EVICT_KEYS_PER_CRON: usize = 5000;
+
+/// `maxmemory-policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Policy {
+    #[default]
+    NoEviction,
+    AllkeysLru,
+    VolatileLru,
+    AllkeysLfu,
+    VolatileLfu,
+    AllkeysRandom,
+    VolatileRandom,
+    VolatileTtl,
+}
+
+impl Policy {
+    /// The policy named `name` (one of `engine::MAXMEMORY_POLICIES`, lowercase).
+    pub fn from_name(name: &str) -> Option<Policy> {
+        Some(match name {
+            "noeviction" => Policy::NoEviction,
+            "allkeys-lru" => Policy::AllkeysLru,
+            "volatile-lru" => Policy::VolatileLru,
+            "allkeys-lfu" => Policy::AllkeysLfu,
+            "volatile-lfu" => Policy::VolatileLfu,
+            "allkeys-random" => Policy::AllkeysRandom,
+            "volatile-random" => Policy::VolatileRandom,
+            "volatile-ttl" => Policy::VolatileTtl,
+            _ => return None,
+        })
+    }
+
+    /// Candidates are only keys with a TTL.
+    fn volatile_only(self) -> bool {
+        matches!(
+            self,
+            Policy::VolatileLru
+                | Policy::VolatileLfu
+                | Policy::VolatileRandom
+                | Policy::VolatileTtl
+        )
+    }
+
+    fn is_lfu(self) -> bool {
+        matches!(self, Policy::AllkeysLfu | Policy::VolatileLfu)
+    }
+}
+
+/// How lookups stamp an entry's access word (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessMode {
+    Lru,
+    Lfu {
+        /// `lfu-log-factor`.
+        log_factor: u32,
+        /// `lfu-decay-time`, minutes (0 = never decay).
+        decay_time: u32,
+    },
+}
+
+impl Default for AccessMode {
+    fn default() -> Self {
+        AccessMode::Lru
+    }
+}
+
+/// LRU clock at `now_ms`.
+pub fn lru_clock(now_ms: u64) -> u32 {
+    (now_ms / LRU_CLOCK_RESOLUTION_MS) as u32
+}
+
+/// Idle time in ms of an LRU access word at `now_ms` (redis `estimateObjectIdleTime`).
+pub fn lru_idle_ms(word: u32, now_ms: u64) -> u64 {
+    u64::from(lru_clock(now_ms).wrapping_sub(word)) * LRU_CLOCK_RESOLUTION_MS
+}
+
+/// Minutes modulo 2^16 (redis `LFUGetTimeInMinutes`).
+fn lfu_minutes(now_ms: u64) -> u32 {
+    ((now_ms / 60_000) & 0xFFFF) as u32
+}
+
+/// The LFU counter of `word` after decay (redis `LFUDecrAndReturn`).
+pub fn lfu_decayed(word: u32, now_ms: u64, decay_time: u32) -> u32 {
+    let ldt = word >> 8;
+    let counter = word & 0xFF;
+    let now = lfu_minutes(now_ms);
+    // redis `LFUTimeElapsed`: the minute clock wraps at 65536.
+    let elapsed = if now >= ldt {
+        now - ldt
+    } else {
+        65535 - ldt + now
+    };
+    let periods = if decay_time == 0 {
+        0
+    } else {
+        elapsed / decay_time
+    };
+    counter.saturating_sub(periods)
+}
+
+/// redis `LFULogIncr`; `rand` is a uniform random u64.
+fn lfu_log_incr(counter: u32, log_factor: u32, rand: u64) -> u32 {
+    if counter >= 255 {
+        return 255;
+    }
+    let r = (rand >> 11) as f64 / (1u64 << 53) as f64;
+    let base = counter.saturating_sub(LFU_INIT_VAL) as f64;
+    let p = 1.0 / (base * f64::from(log_factor) + 1.0);
+    if r < p { counter + 1 } else { counter }
+}
+
+impl AccessMode {
+    /// The access word of a key created at `now_ms`.
+    pub fn new_key(self, now_ms: u64) -> u32 {
+        match self {
+            AccessMode::Lru => lru_clock(now_ms),
+            AccessMode::Lfu { .. } => lfu_minutes(now_ms) << 8 | LFU_INIT_VAL,
+        }
+    }
+
+    /// The access word after an access at `now_ms` (redis `updateLFU` / `LRU_CLOCK`).
+    pub fn touch(self, word: u32, now_ms: u64, rand: u64) -> u32 {
+        match self {
+            AccessMode::Lru => lru_clock(now_ms),
+            AccessMode::Lfu {
+                log_factor,
+                decay_time,
+            } => {
+                let c = lfu_decayed(word, now_ms, decay_time);
+                lfu_minutes(now_ms) << 8 | lfu_log_incr(c, log_factor, rand)
+            }
+        }
+    }
+}
+
+/// Eviction state kept by the engine.
+#[derive(Debug, Default)]
+pub struct Evictor {
+    /// Candidates `(score, fingerprint, key)`, ascending by score; the last is the best
+    /// victim. The fingerprint (a hash of the key) makes the duplicate check a u64 compare.
+    pool: Vec<(u64, u64, Box<[u8]>)>,
+    /// INFO `evicted_keys`.
+    pub evicted_keys: u64,
+}
+
+/// `used_memory` as INFO reports it and the limit compares.
+pub fn used_memory(e: &Engine) -> u64 {
+    USED_MEMORY_STARTUP + e.ks.used_bytes() as u64
+}
+
+/// Puts the keyspace's access tracking in line with the policy and LFU settings; called at
+/// start and after CONFIG SET.
+pub fn apply_config(e: &mut Engine) {
+    let policy = Policy::from_name(e.config.maxmemory_policy).unwrap_or_default();
+    e.ks.access_mode = if policy.is_lfu() {
+        AccessMode::Lfu {
+            log_factor: e.config.lfu_log_factor,
+            decay_time: e.config.lfu_decay_time,
+        }
+    } else {
+        AccessMode::Lru
+    };
+    // Scores of one policy mean nothing to another.
+    e.evict.pool.clear();
+}
+
+/// What [`perform_evictions`] achieved.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Under the limit (or no limit).
+    Ok,
+    /// Still over, but the work bound was reached: the command runs, eviction goes on later.
+    Running,
+    /// Over the limit with nothing to evict.
+    Fail,
+}
+
+/// Evicts keys until `used_memory <= maxmemory`, at most `max_keys` of them (redis
+/// `performEvictions`).
+pub fn perform_evictions(e: &mut Engine, now_ms: u64, max_keys: usize) -> Outcome {
+    let limit = e.config.maxmemory;
+    if limit == 0 || used_memory(e) <= limit {
+        return Outcome::Ok;
+    }
+    let Some(policy) = Policy::from_name(e.config.maxmemory_policy) else {
+        return Outcome::Fail;
+    };
+    if policy == Policy::NoEviction {
+        return Outcome::Fail;
+    }
+    let mut evicted = 0;
+    while used_memory(e) > limit {
+        if evicted >= max_keys {
+            return Outcome::Running;
+        }
+        let Some(i) = pick_victim(e, policy, now_ms) else {
+            return Outcome::Fail;
+        };
+        let (key, _) = e.ks.remove_at(i);
+        e.evict.evicted_keys += 1;
+        evicted += 1;
+        evicted_key(e, &key);
+    }
+    Outcome::Ok
+}
+
+/// The map position of the key to evict next, or None when there is no candidate.
+fn pick_victim(e: &mut Engine, policy: Policy, now_ms: u64) -> Option<usize> {
+    let volatile = policy.volatile_only();
+    let candidates = if volatile {
+        e.ks.volatile_len()
+    } else {
+        e.ks.len()
+    };
+    if candidates == 0 {
+        return None;
+    }
+    match policy {
+        Policy::AllkeysRandom => e.ks.random_position(),
+        Policy::VolatileRandom => e.ks.random_volatile(),
+        _ => {
+            // Bounded: each round either yields a live pool key or refills the pool from fresh
+            // samples; a pool key can only be stale if it was deleted since it was sampled.
+            for _ in 0..EVPOOL_SIZE + 2 {
+                populate_pool(e, policy, volatile, now_ms);
+                while let Some((_, _, key)) = e.evict.pool.pop() {
+                    if let Some(i) = e.ks.position(&key)
+                        && (!volatile || e.ks.expire_at(i).is_some())
+                    {
+                        return Some(i);
+                    }
+                }
+            }
+            // Unreachable with candidates > 0 (sampling always finds a live key), but never loop.
+            if volatile {
+                e.ks.random_volatile()
+            } else {
+                e.ks.random_position()
+            }
+        }
+    }
+}
+
+/// Score of the entry at `i` under `policy`: higher = better victim.
+fn score(e: &Engine, policy: Policy, i: usize, now_ms: u64) -> u64 {
+    let (_, entry) = e.ks.get_at(i);
+    match policy {
+        Policy::VolatileTtl => u64::MAX - entry.expire_at().unwrap_or(u64::MAX),
+        Policy::AllkeysLfu | Policy::VolatileLfu => {
+            255 - u64::from(lfu_decayed(entry.access(), now_ms, e.config.lfu_decay_time))
+        }
+        _ => lru_idle_ms(entry.access(), now_ms),
+    }
+}
+
+/// redis `evictionPoolPopulate`: samples `maxmemory-samples` keys into the sorted pool.
+fn populate_pool(e: &mut Engine, policy: Policy, volatile: bool, now_ms: u64) {
+    let samples = e.config.maxmemory_samples.max(1) as usize;
+    for _ in 0..samples {
+        let pos = if volatile {
+            e.ks.random_volatile()
+        } else {
+            e.ks.random_position()
+        };
+        let Some(i) = pos else { return };
+        let s = score(e, policy, i, now_ms);
+        let pool = &mut e.evict.pool;
+        if pool.len() == EVPOOL_SIZE && s <= pool[0].0 {
+            continue; // worse than everything in a full pool
+        }
+        let key = e.ks.get_at(i).0;
+        let fp = fingerprint(key);
+        if pool.iter().any(|(_, f, k)| *f == fp && &**k == key) {
+            continue;
+        }
+        let at = pool.partition_point(|(ps, _, _)| *ps < s);
+        pool.insert(at, (s, fp, key.into()));
+        if pool.len() > EVPOOL_SIZE {
+            pool.remove(0);
+        }
+    }
+}
+
+/// FNV-1a of `key`: cheap, and only used to skip most key comparisons in the pool.
+fn fingerprint(key: &[u8]) -> u64 {
+    key.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Called for every evicted key, after it left the keyspace: the `evicted` keyspace
+/// notification and the keychange feed's DEL effect.
+///
+/// The keychange feed's DEL effect comes from the same notification: `cmd::pubsub::notify`
+/// hands `class::EVICTED` keys to `crate::effect::note_changed`, which records `DEL key`
+/// (DESIGN.md: "expiry/eviction → DEL"). Anything else that must learn of evictions hooks here.
+pub fn evicted_key(e: &mut Engine, key: &[u8]) {
+    crate::cmd::pubsub::notify(e, crate::cmd::pubsub::class::EVICTED, "evicted", key);
+}
+
+/// Before a command (not one run by EXEC): evicts if over the limit, and tells whether the
+/// command must be refused with [`OOM_ERROR`] (redis `processCommand`'s maxmemory block).
+pub fn before_command(
+    e: &mut Engine,
+    client: &Client,
+    spec: &crate::command::CommandSpec,
+    now_ms: u64,
+) -> bool {
+    if e.config.maxmemory == 0 {
+        return false;
+    }
+    let out_of_memory = perform_evictions(e, now_ms, EVICT_KEYS_PER_COMMAND) == Outcome::Fail;
+    if !out_of_memory {
+        return false;
+    }
+    // Queuing inside MULTI may grow memory without bound: refused too, except what ends it.
+    let in_multi =
+        client.tx.in_multi() && !matches!(spec.name, "exec" | "discard" | "quit" | "reset");
+    spec.has_flag("denyoom") || in_multi
+}
+
+/// Continues eviction left over by the per-command bound (called from `Engine::cron`).
+pub fn cron(e: &mut Engine, now_ms: u64) {
+    if e.config.maxmemory != 0 {
+        perform_evictions(e, now_ms, EVICT_KEYS_PER_CRON);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// OBJECT FREQ / IDLETIME figures
+// ---------------------------------------------------------------------------------------------
+
+/// OBJECT FREQ of the entry at `i`: the decayed LFU counter.
+pub fn object_freq(e: &Engine, i: usize, now_ms: u64) -> u32 {
+    lfu_decayed(e.ks.get_at(i).1.access(), now_ms, e.config.lfu_decay_time)
+}
+
+/// OBJECT IDLETIME of the entry at `i`, seconds.
+pub fn object_idletime(e: &Engine, i: usize, now_ms: u64) -> u64 {
+    lru_idle_ms(e.ks.get_at(i).1.access(), now_ms) / 1000
+}
+
+// ---------------------------------------------------------------------------------------------
+// MEMORY
+// ---------------------------------------------------------------------------------------------
+
+/// Handlers of the MEMORY rows.
+pub fn handler_for(name: &str) -> Option<crate::dispatch::Handler> {
+    Some(match name {
+        "memory|usage" => memory_usage,
+        "memory|stats" => memory_stats,
+        "memory|doctor" => memory_doctor,
+        "memory|malloc-stats" => memory_malloc_stats,
+        "memory|purge" => memory_purge,
+        "memory|help" => memory_help,
+        _ => return None,
+    })
+}
+
+/// `MEMORY USAGE key [SAMPLES count]` → bytes accounted for the key (key + value + entry
+/// overhead; collections keep their own byte count, so no sampling is needed and `count` is
+/// only validated), or null.
+pub fn memory_usage(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let mut j = 3;
+    while j < c.argv.len() {
+        if args::is(c.argv[j], "samples") && j + 1 < c.argv.len() {
+            let n = args::parse_i64(c.argv[j + 1]).ok_or(CmdError::NotInteger)?;
+            if n < 0 {
+                return Err(CmdError::Syntax);
+            }
+            j += 2;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    match e.ks.lookup_notouch(c.argv[2], c.now_ms) {
+        Some(i) => {
+            let n = e.ks.entry_bytes_at(i);
+            c.w().integer(n as i64);
+        }
+        None => c.w().null(),
+    }
+    Ok(())
+}
+
+/// `MEMORY STATS` → a map of Redis's main figures (those this engine knows).
+pub fn memory_stats(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let used = used_memory(e);
+    let keys = e.ks.len() as u64;
+    let dataset = e.ks.used_bytes() as u64;
+    let rss = e.host.rss_bytes;
+    let ints: [(&str, u64); 7] = [
+        ("peak.allocated", e.used_memory_peak.max(used)),
+        ("total.allocated", used),
+        ("startup.allocated", USED_MEMORY_STARTUP),
+        ("keys.count", keys),
+        (
+            "keys.bytes-per-key",
+            if keys == 0 { 0 } else { dataset / keys },
+        ),
+        ("dataset.bytes", dataset),
+        ("fragmentation.bytes", rss.saturating_sub(used)),
+    ];
+    let mut w = c.w();
+    w.map(ints.len() + 2);
+    for (k, v) in ints {
+        w.bulk(k.as_bytes());
+        w.integer(v as i64);
+    }
+    w.bulk(b"dataset.percentage");
+    w.double_text(format!("{}", dataset as f64 * 100.0 / used.max(1) as f64).as_bytes());
+    w.bulk(b"fragmentation");
+    w.double_text(format!("{}", rss as f64 / used.max(1) as f64).as_bytes());
+    Ok(())
+}
+
+/// `MEMORY DOCTOR` → a short report (Redis's wording for the cases it shares).
+pub fn memory_doctor(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let text: &[u8] = if used_memory(e) < 5 * 1024 * 1024 {
+        b"Hi Sam, this instance is empty or is using very little memory, my issues detector can't be used in these conditions. Please, leave for your mission on Earth and fill it with some data. The new Sam and I will be back to our programming as soon as I finished rebooting."
+    } else {
+        b"Hi Sam, I can't find any memory issue in your instance. I can only account for what occurs on this base."
+    };
+    c.w().verbatim(text);
+    Ok(())
+}
+
+/// `MEMORY MALLOC-STATS` → what Redis answers for an allocator without a stats report.
+pub fn memory_malloc_stats(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    c.w()
+        .verbatim(b"Stats not supported for the current memory allocator");
+    Ok(())
+}
+
+/// `MEMORY PURGE` → OK (nothing to purge: freed memory goes back to the allocator at once).
+pub fn memory_purge(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    c.w().ok();
+    Ok(())
+}
+
+/// MEMORY HELP (Redis 7.0's text).
+pub fn memory_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    crate::cmd::connection::help(
+        c,
+        "MEMORY",
+        &[
+            "DOCTOR",
+            "    Return memory problems reports.",
+            "MALLOC-STATS",
+            "    Return internal statistics report from the memory allocator.",
+            "PURGE",
+            "    Attempt to purge dirty pages for reclamation by the allocator.",
+            "STATS",
+            "    Return information about the memory usage of the server.",
+            "USAGE <key> [SAMPLES <count>]",
+            "    Return memory in bytes used by <key> and its value. Nested values are",
+            "    sampled up to <count> times (default: 5, 0 means sample all).",
+            "HELP",
+            "    Prints this help.",
+        ],
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+
+    /// 2026-01-01T00:00:00Z in µs.
+    const T0: u64 = 1_767_225_600_000_000;
+
+    struct S {
+        e: Engine,
+        c: Client,
+        now_us: u64,
+    }
+
+    impl S {
+        fn new(policy: &str, maxmemory: u64) -> S {
+            let e = Engine::new(Config {
+                hash_seed: 7,
+                maxmemory,
+                maxmemory_policy: crate::engine::MAXMEMORY_POLICIES
+                    .iter()
+                    .find(|p| **p == policy)
+                    .expect("policy"),
+                ..Config::default()
+            });
+            S {
+                e,
+                c: Client::default(),
+                now_us: T0,
+            }
+        }
+
+        fn cmd(&mut self, argv: &[&str]) -> String {
+            let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+            let mut out = Vec::new();
+            self.e.exec(&mut self.c, &argv, self.now_us, &mut out);
+            String::from_utf8_lossy(&out).into_owned()
+        }
+
+        fn advance_ms(&mut self, ms: u64) {
+            self.now_us += ms * 1000;
+        }
+
+        fn used(&self) -> u64 {
+            used_memory(&self.e)
+        }
+    }
+
+    const OOM: &str = "-OOM command not allowed when used memory > 'maxmemory'.\r\n";
+
+    #[test]
+    fn entry_layout_stays_small() {
+        // value + u64 expiry + u32 vpos + u32 access: tracking adds no bytes.
+        assert_eq!(
+            std::mem::size_of::<crate::keyspace::Entry>(),
+            std::mem::size_of::<crate::types::Value>() + 16
+        );
+    }
+
+    #[test]
+    fn allkeys_lru_keeps_hot_keys_and_the_limit() {
+        let limit = USED_MEMORY_STARTUP + 200_000;
+        let mut s = S::new("allkeys-lru", limit);
+        let val = "x".repeat(100);
+        // ~200 bytes per key: about 1000 keys fit. Write 10_000, reading the 100 hot keys
+        // every 50 writes (each read refreshes their LRU clock).
+        for i in 0..10_000 {
+            s.advance_ms(1);
+            assert_eq!(s.cmd(&["SET", &format!("k{i}"), &val]), "+OK\r\n");
+            assert!(s.used() <= limit + 400, "used {} over {limit}", s.used());
+            if i >= 100 && i % 50 == 0 {
+                for h in 0..100 {
+                    s.cmd(&["GET", &format!("k{h}")]);
+                }
+            }
+        }
+        let hot = (0..100)
+            .filter(|h| s.cmd(&["EXISTS", &format!("k{h}")]) == ":1\r\n")
+            .count();
+        let cold = (100..1100)
+            .filter(|h| s.cmd(&["EXISTS", &format!("k{h}")]) == ":1\r\n")
+            .count();
+        assert!(hot >= 90, "hot survivors {hot}/100");
+        assert!(cold <= 50, "cold survivors {cold}/1000");
+        assert!(s.e.evict.evicted_keys > 8000);
+        s.e.ks.check();
+    }
+
+    #[test]
+    fn volatile_ttl_evicts_soonest_expiry_first() {
+        let limit = USED_MEMORY_STARTUP + 100_000;
+        let mut s = S::new("volatile-ttl", limit);
+        let val = "v".repeat(100);
+        // 400 keys with TTLs 1000+i s: the ones with small i expire first.
+        for i in 0..400 {
+            s.cmd(&["SET", &format!("t{i}"), &val, "EX", &(1000 + i).to_string()]);
+        }
+        for i in 400..800 {
+            s.cmd(&["SET", &format!("p{i}"), &val]);
+        }
+        assert!(s.e.evict.evicted_keys > 0);
+        let survivors: Vec<usize> = (0..400)
+            .filter(|i| s.cmd(&["EXISTS", &format!("t{i}")]) == ":1\r\n")
+            .collect();
+        // Survivors are concentrated among the longest TTLs.
+        let late = survivors.iter().filter(|&&i| i >= 200).count();
+        assert!(
+            late * 10 >= survivors.len() * 9,
+            "survivors not the late ones: {survivors:?}"
+        );
+        assert!(survivors.len() < 400);
+    }
+
+    #[test]
+    fn volatile_without_ttls_is_noeviction() {
+        let limit = USED_MEMORY_STARTUP + 20_000;
+        for policy in [
+            "volatile-lru",
+            "volatile-lfu",
+            "volatile-random",
+            "volatile-ttl",
+        ] {
+            let mut s = S::new(policy, limit);
+            let val = "v".repeat(100);
+            let mut oom = false;
+            for i in 0..1000 {
+                let r = s.cmd(&["SET", &format!("k{i}"), &val]);
+                if r == OOM {
+                    oom = true;
+                    break;
+                }
+            }
+            assert!(oom, "{policy}: never refused");
+            assert_eq!(s.e.evict.evicted_keys, 0, "{policy}");
+            assert_eq!(s.cmd(&["GET", "k0"]), format!("$100\r\n{val}\r\n"));
+        }
+    }
+
+    #[test]
+    fn noeviction_refuses_writes_reads_work_del_frees() {
+        let mut s = S::new("noeviction", 0);
+        let val = "v".repeat(1000);
+        for i in 0..50 {
+            s.cmd(&["SET", &format!("k{i}"), &val]);
+        }
+        s.cmd(&["CONFIG", "SET", "maxmemory", &(s.used() - 10).to_string()]);
+        assert_eq!(s.cmd(&["SET", "new", "x"]), OOM);
+        assert_eq!(s.cmd(&["LPUSH", "l", "x"]), OOM);
+        assert_eq!(s.cmd(&["GET", "k1"]), format!("$1000\r\n{val}\r\n"));
+        assert_eq!(s.cmd(&["DEL", "k1"]), ":1\r\n");
+        assert_eq!(s.cmd(&["SET", "new", "x"]), "+OK\r\n");
+        // MULTI: queuing is refused too, and EXEC then aborts.
+        s.cmd(&["SET", "k1", &val]);
+        s.cmd(&["SET", "k2x", &val]);
+        assert_eq!(s.cmd(&["MULTI"]), "+OK\r\n");
+        assert_eq!(s.cmd(&["GET", "k3"]), OOM);
+        assert!(s.cmd(&["EXEC"]).starts_with("-EXECABORT"));
+        let info = s.cmd(&["INFO", "stats"]);
+        assert!(info.contains("evicted_keys:0\r\n"));
+        let cs = s.cmd(&["INFO", "commandstats"]);
+        assert!(cs.contains("cmdstat_set:calls="), "{cs}");
+        assert!(cs.contains("cmdstat_lpush:calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,failed_calls=0\r\n"), "{cs}");
+    }
+
+    #[test]
+    fn lfu_counter_grows_logarithmically_and_decays() {
+        let mut s = S::new("allkeys-lfu", 0);
+        s.cmd(&["SET", "a", "1"]);
+        s.cmd(&["SET", "b", "1"]);
+        assert_eq!(s.cmd(&["OBJECT", "FREQ", "a"]), ":5\r\n");
+        for _ in 0..10_000 {
+            s.cmd(&["GET", "a"]);
+        }
+        let f: i64 = s.cmd(&["OBJECT", "FREQ", "a"])[1..].trim().parse().unwrap();
+        // Expected ≈ 5 + sqrt(hits / 5) for factor 10 (redis.conf: 1K hits → 18, 100K → 142).
+        assert!((40..=60).contains(&f), "freq after 10k hits: {f}");
+        // One point of decay per minute (lfu-decay-time 1).
+        s.advance_ms(3 * 60_000);
+        let g: i64 = s.cmd(&["OBJECT", "FREQ", "a"])[1..].trim().parse().unwrap();
+        assert_eq!(g, f - 3);
+        // Under an LRU policy FREQ is refused; IDLETIME counts seconds.
+        s.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+        assert!(s.cmd(&["OBJECT", "FREQ", "a"]).starts_with("-ERR An LFU"));
+        s.cmd(&["GET", "b"]);
+        s.advance_ms(5_000);
+        assert_eq!(s.cmd(&["OBJECT", "IDLETIME", "b"]), ":5\r\n");
+    }
+
+    #[test]
+    fn allkeys_lfu_keeps_frequent_keys() {
+        let limit = USED_MEMORY_STARTUP + 100_000;
+        let mut s = S::new("allkeys-lfu", limit);
+        let val = "x".repeat(100);
+        for h in 0..20 {
+            s.cmd(&["SET", &format!("hot{h}"), &val]);
+            for _ in 0..200 {
+                s.cmd(&["GET", &format!("hot{h}")]);
+            }
+        }
+        for i in 0..5000 {
+            s.cmd(&["SET", &format!("k{i}"), &val]);
+        }
+        let hot = (0..20)
+            .filter(|h| s.cmd(&["EXISTS", &format!("hot{h}")]) == ":1\r\n")
+            .count();
+        assert!(hot >= 18, "hot survivors {hot}/20");
+    }
+
+    #[test]
+    fn random_policies_evict_and_lowered_limit_drains_in_cron() {
+        let mut s = S::new("allkeys-random", 0);
+        let val = "x".repeat(100);
+        for i in 0..3000 {
+            s.cmd(&["SET", &format!("k{i}"), &val]);
+        }
+        let limit = USED_MEMORY_STARTUP + 50_000;
+        s.cmd(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
+        // One command evicts at most EVICT_KEYS_PER_COMMAND keys; cron finishes the job.
+        s.cmd(&["PING"]);
+        assert_eq!(s.e.evict.evicted_keys, EVICT_KEYS_PER_COMMAND as u64);
+        s.e.cron(s.now_us);
+        assert!(s.used() <= limit);
+        assert_eq!(
+            s.cmd(&["MEMORY", "USAGE", "nokey"]),
+            "$-1\r\n",
+            "missing key → null"
+        );
+        s.cmd(&["SET", "m", "hello"]);
+        let n: u64 = s.cmd(&["MEMORY", "USAGE", "m"])[1..]
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(n, (1 + 5 + crate::keyspace::ENTRY_OVERHEAD) as u64);
+        assert_eq!(
+            s.cmd(&["MEMORY", "USAGE", "m", "SAMPLES", "-1"]),
+            "-ERR syntax error\r\n"
+        );
+    }
+
+    #[test]
+    fn config_params_round_trip_with_redis_errors() {
+        let mut s = S::new("noeviction", 0);
+        assert_eq!(s.cmd(&["CONFIG", "SET", "maxmemory", "20mb"]), "+OK\r\n");
+        assert_eq!(
+            s.cmd(&["CONFIG", "GET", "maxmemory"]),
+            "*2\r\n$9\r\nmaxmemory\r\n$8\r\n20971520\r\n"
+        );
+        assert_eq!(
+            s.cmd(&["CONFIG", "SET", "maxmemory-samples", "0"]),
+            "-ERR CONFIG SET failed (possibly related to argument 'maxmemory-samples') - argument must be between 1 and 2147483647 inclusive\r\n"
+        );
+        assert_eq!(
+            s.cmd(&["CONFIG", "SET", "lfu-decay-time", "x"]),
+            "-ERR CONFIG SET failed (possibly related to argument 'lfu-decay-time') - argument couldn't be parsed into an integer\r\n"
+        );
+        assert_eq!(
+            s.cmd(&["CONFIG", "SET", "maxmemory-policy", "ALLKEYS-LFU"]),
+            "+OK\r\n"
+        );
+        assert!(matches!(s.e.ks.access_mode, AccessMode::Lfu { .. }));
+        let info = s.cmd(&["INFO", "memory"]);
+        for f in [
+            "used_memory:",
+            "used_memory_human:",
+            "used_memory_rss:",
+            "used_memory_peak:",
+            "maxmemory:20971520\r\n",
+            "maxmemory_human:20.00M\r\n",
+            "maxmemory_policy:allkeys-lfu\r\n",
+            "mem_fragmentation_ratio:",
+        ] {
+            assert!(info.contains(f), "{f} missing in {info}");
+        }
+    }
+}

@@ -1,0 +1,955 @@
+//! Snapshots: the on-disk format of one engine's keyspace, and the SAVE / BGSAVE / LASTSAVE
+//! commands.
+//!
+//! Pure like the rest of the crate: [`write`] serializes to any `io::Write` and [`load`] reads
+//! from any `io::Read` the caller hands in; files, fork, fsync and rename live in the engine
+//! process (`engine/server/src/snapshot.rs`, docs/persistence.md).
+//!
+//! # Format (version 1, little-endian)
+//!
+//! ```text
+//! header   "RECACHED" (8 bytes)  version u32  created_ms u64  key_hint u64
+//! entry*   tag u8  [expire_at_ms u64 if tag & 0x80]  key:blob  value
+//! end      0xFF  keys u64  crc32 u32  "RCSNAPOK" (8 bytes)
+//!
+//! blob     len:varint  bytes          varint = unsigned LEB128 (≤ 10 bytes)
+//! value    by tag & 0x7F:
+//!            1 string (raw)   blob
+//!            2 string (int)   i64
+//!            3 list           n:varint  blob × n              (head first)
+//!            4 hash           n:varint  (field blob, value blob) × n   (reply order)
+//!            5 set            n:varint  blob × n              (storage order)
+//!            6 sorted set     n:varint  (member blob, score f64 bits) × n   (score order)
+//! ```
+//!
+//! - **Expiry** is an absolute Unix time in ms (the keyspace's own unit), so a key expires at
+//!   the same moment after a restart. Keys already expired when written are skipped, and keys
+//!   that expired while the engine was down are skipped on load (Redis's master behaviour in
+//!   `rdbLoadRioWithLoadingCtx`).
+//! - **Checksum**: CRC-32 (IEEE, `crc32fast`, SIMD) of every byte from the magic up to the
+//!   checksum field. `keys` must equal the entries read. The trailer after the checksum and
+//!   end-of-input right after it catch a file cut exactly at an entry boundary or glued to
+//!   garbage. Any failure is a [`LoadError`] with the byte offset where it was found.
+//! - **Encodings** are not stored: a value is rebuilt through its type's own API, which picks
+//!   the encoding Redis 7.0 would pick on load (a sorted set is built as a skiplist and then
+//!   converted if it fits a listpack, like `rdbLoadObject`). Element order is kept (a hash's
+//!   listpack order, a list's order, a set's storage order).
+//! - **Bad input never panics or allocates beyond the input**: every length is trusted only
+//!   as far as bytes actually arrive (buffers grow with the data, capped pre-allocation), tags
+//!   and NaN scores are checked, and a duplicate key is an error.
+//!
+//! # Commands
+//!
+//! SAVE, BGSAVE [SCHEDULE], LASTSAVE. The core cannot fork or touch files, so the engine
+//! process installs a [`Persistence`] hook ([`Engine::persistence`]); the handlers call it
+//! and reply in place (so they also work inside MULTI/EXEC). Without a hook (a library user,
+//! the browser replica) SAVE and BGSAVE answer `ERR snapshots are not enabled …`. INFO
+//! `persistence` reads [`PersistInfo`], which the hook keeps current.
+
+use std::io::{self, Read, Write};
+
+use crate::Engine;
+use crate::dispatch::{Call, Handler};
+use crate::error::CmdError;
+use crate::keyspace::Keyspace;
+use crate::types::{HashValue, ListValue, SetValue, StrValue, Value, ZSetValue};
+
+/// First 8 bytes of every snapshot.
+pub const MAGIC: &[u8; 8] = b"RECACHED";
+/// Last 8 bytes of every complete snapshot.
+pub const TRAILER: &[u8; 8] = b"RCSNAPOK";
+/// Format version written; [`load`] refuses others.
+pub const VERSION: u32 = 1;
+
+const TAG_EXPIRE: u8 = 0x80;
+const TAG_STR_RAW: u8 = 1;
+const TAG_STR_INT: u8 = 2;
+const TAG_LIST: u8 = 3;
+const TAG_HASH: u8 = 4;
+const TAG_SET: u8 = 5;
+const TAG_ZSET: u8 = 6;
+const TAG_END: u8 = 0xFF;
+
+/// Output is handed to the sink in chunks of this size (one `write` per chunk).
+const WRITE_CHUNK: usize = 256 * 1024;
+/// Input is read in chunks of this size.
+const READ_CHUNK: usize = 256 * 1024;
+/// The most a length or count from the file may pre-allocate before the data arrives.
+const MAX_PREALLOC: usize = 64 * 1024;
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+// ---------------------------------------------------------------------------------------------
+
+/// What [`write`] produced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// Keys written (live keys at `now_ms`).
+    pub keys: u64,
+    /// Bytes written, header to trailer.
+    pub bytes: u64,
+}
+
+/// Buffers output, keeps the running CRC and the byte count.
+struct Sink<W: Write> {
+    inner: W,
+    buf: Vec<u8>,
+    crc: crc32fast::Hasher,
+    written: u64,
+}
+
+impl<W: Write> Sink<W> {
+    fn put(&mut self, b: &[u8]) -> io::Result<()> {
+        if self.buf.len() + b.len() > WRITE_CHUNK {
+            self.drain()?;
+            if b.len() >= WRITE_CHUNK {
+                // A large value goes straight through, without a copy.
+                self.crc.update(b);
+                self.written += b.len() as u64;
+                return self.inner.write_all(b);
+            }
+        }
+        self.buf.extend_from_slice(b);
+        Ok(())
+    }
+
+    fn drain(&mut self) -> io::Result<()> {
+        self.crc.update(&self.buf);
+        self.written += self.buf.len() as u64;
+        self.inner.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    fn u8(&mut self, v: u8) -> io::Result<()> {
+        self.put(&[v])
+    }
+
+    fn u64(&mut self, v: u64) -> io::Result<()> {
+        self.put(&v.to_le_bytes())
+    }
+
+    fn varint(&mut self, mut v: u64) -> io::Result<()> {
+        let mut tmp = [0u8; 10];
+        let mut n = 0;
+        loop {
+            let b = (v & 0x7F) as u8;
+            v >>= 7;
+            if v == 0 {
+                tmp[n] = b;
+                n += 1;
+                break;
+            }
+            tmp[n] = b | 0x80;
+            n += 1;
+        }
+        self.put(&tmp[..n])
+    }
+
+    fn blob(&mut self, b: &[u8]) -> io::Result<()> {
+        self.varint(b.len() as u64)?;
+        self.put(b)
+    }
+}
+
+/// Serializes every live key of `e` (live at `now_ms`, Unix ms) to `out`, then flushes it.
+/// Allocates one output buffer up front and nothing per key, so a forked child can run it.
+pub fn write<W: Write>(e: &Engine, now_ms: u64, out: W) -> io::Result<WriteStats> {
+    write_keyspace(&e.ks, now_ms, out)
+}
+
+fn write_keyspace<W: Write>(ks: &Keyspace, now_ms: u64, out: W) -> io::Result<WriteStats> {
+    let mut s = Sink {
+        inner: out,
+        buf: Vec::with_capacity(WRITE_CHUNK),
+        crc: crc32fast::Hasher::new(),
+        written: 0,
+    };
+    s.put(MAGIC)?;
+    s.put(&VERSION.to_le_bytes())?;
+    s.u64(now_ms)?;
+    s.u64(ks.len() as u64)?;
+    let mut keys = 0u64;
+    for i in 0..ks.len() {
+        let (key, entry) = ks.get_at(i);
+        let expire = entry.expire_at();
+        if expire.is_some_and(|at| now_ms > at) {
+            continue;
+        }
+        let tag = match &entry.value {
+            Value::Str(StrValue::Raw(_)) => TAG_STR_RAW,
+            Value::Str(StrValue::Int(_)) => TAG_STR_INT,
+            Value::List(_) => TAG_LIST,
+            Value::Hash(_) => TAG_HASH,
+            Value::Set(_) => TAG_SET,
+            Value::ZSet(_) => TAG_ZSET,
+        };
+        match expire {
+            Some(at) => {
+                s.u8(tag | TAG_EXPIRE)?;
+                s.u64(at)?;
+            }
+            None => s.u8(tag)?,
+        }
+        s.blob(key)?;
+        match &entry.value {
+            Value::Str(StrValue::Raw(v)) => s.blob(v)?,
+            Value::Str(StrValue::Int(n)) => s.put(&n.to_le_bytes())?,
+            Value::List(l) => {
+                s.varint(l.len() as u64)?;
+                for el in l.iter() {
+                    s.blob(el)?;
+                }
+            }
+            Value::Hash(h) => {
+                s.varint(h.len() as u64)?;
+                for (f, v) in h.iter() {
+                    s.blob(f)?;
+                    s.blob(v)?;
+                }
+            }
+            Value::Set(set) => {
+                s.varint(set.len() as u64)?;
+                for m in set.iter() {
+                    s.blob(m)?;
+                }
+            }
+            Value::ZSet(z) => {
+                s.varint(z.len() as u64)?;
+                for (m, score) in z.iter() {
+                    s.blob(m)?;
+                    s.u64(score.to_bits())?;
+                }
+            }
+        }
+        keys += 1;
+    }
+    s.u8(TAG_END)?;
+    s.u64(keys)?;
+    s.drain()?;
+    let crc = s.crc.clone().finalize();
+    s.inner.write_all(&crc.to_le_bytes())?;
+    s.inner.write_all(TRAILER)?;
+    s.inner.flush()?;
+    Ok(WriteStats {
+        keys,
+        bytes: s.written + 4 + TRAILER.len() as u64,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------------------------
+
+/// What [`load`] read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadStats {
+    /// Keys now in the keyspace.
+    pub keys: u64,
+    /// Keys in the file that had expired by `now_ms` (not loaded).
+    pub expired: u64,
+    /// Bytes read, header to trailer.
+    pub bytes: u64,
+    /// When the snapshot was written, Unix ms.
+    pub created_ms: u64,
+}
+
+/// A snapshot that cannot be loaded: what is wrong and the byte offset where it was found.
+#[derive(Debug)]
+pub struct LoadError {
+    pub offset: u64,
+    pub reason: String,
+    /// The underlying read error, if the input itself failed (not the format).
+    pub io: Option<io::Error>,
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at byte offset {}", self.reason, self.offset)
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// Buffered input with the running CRC and the file offset of every byte.
+struct Src<R: Read> {
+    inner: R,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    /// File offset of `buf[0]`.
+    base: u64,
+    crc: crc32fast::Hasher,
+    /// Bytes of `buf` before this index are already in `crc`.
+    crc_pos: usize,
+}
+
+type LResult<T> = Result<T, LoadError>;
+
+impl<R: Read> Src<R> {
+    fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    fn err<T>(&self, reason: impl Into<String>) -> LResult<T> {
+        Err(LoadError {
+            offset: self.offset(),
+            reason: reason.into(),
+            io: None,
+        })
+    }
+
+    /// Makes at least `want` (≤ READ_CHUNK) bytes available; false at end of input.
+    fn fill(&mut self, want: usize) -> LResult<bool> {
+        if self.end - self.pos >= want {
+            return Ok(true);
+        }
+        // Hash what was consumed, then move the unread tail to the front.
+        self.crc.update(&self.buf[self.crc_pos..self.pos]);
+        self.buf.copy_within(self.pos..self.end, 0);
+        self.base += self.pos as u64;
+        self.end -= self.pos;
+        self.pos = 0;
+        self.crc_pos = 0;
+        while self.end < want {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => return Ok(false),
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(LoadError {
+                        offset: self.base + self.end as u64,
+                        reason: format!("read error: {e}"),
+                        io: Some(e),
+                    });
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn truncated<T>(&self) -> LResult<T> {
+        Err(LoadError {
+            offset: self.base + self.end as u64,
+            reason: "unexpected end of file (truncated snapshot)".into(),
+            io: None,
+        })
+    }
+
+    fn take<const N: usize>(&mut self) -> LResult<[u8; N]> {
+        if !self.fill(N)? {
+            return self.truncated();
+        }
+        let mut a = [0u8; N];
+        a.copy_from_slice(&self.buf[self.pos..self.pos + N]);
+        self.pos += N;
+        Ok(a)
+    }
+
+    fn u8(&mut self) -> LResult<u8> {
+        if self.pos < self.end {
+            let b = self.buf[self.pos];
+            self.pos += 1;
+            return Ok(b);
+        }
+        Ok(self.take::<1>()?[0])
+    }
+
+    fn u64(&mut self) -> LResult<u64> {
+        Ok(u64::from_le_bytes(self.take::<8>()?))
+    }
+
+    fn varint(&mut self) -> LResult<u64> {
+        let start = self.offset();
+        let mut v = 0u64;
+        for shift in (0..70).step_by(7) {
+            let b = self.u8()?;
+            if shift == 63 && b > 1 {
+                break;
+            }
+            v |= u64::from(b & 0x7F) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(LoadError {
+            offset: start,
+            reason: "malformed length".into(),
+            io: None,
+        })
+    }
+
+    /// A length or count, refused beyond `max`.
+    fn len(&mut self, max: u64, what: &str) -> LResult<usize> {
+        let at = self.offset();
+        let n = self.varint()?;
+        if n > max {
+            return Err(LoadError {
+                offset: at,
+                reason: format!("{what} {n} is out of range"),
+                io: None,
+            });
+        }
+        Ok(n as usize)
+    }
+
+    /// Appends `n` bytes to `out` (which grows only as the bytes arrive).
+    fn read_into(&mut self, mut n: usize, out: &mut Vec<u8>) -> LResult<()> {
+        out.reserve(n.min(MAX_PREALLOC));
+        while n > 0 {
+            if self.pos == self.end && !self.fill(1)? {
+                return self.truncated();
+            }
+            let k = n.min(self.end - self.pos);
+            out.extend_from_slice(&self.buf[self.pos..self.pos + k]);
+            self.pos += k;
+            n -= k;
+        }
+        Ok(())
+    }
+
+    /// A blob as its own exact-size allocation (keys, raw strings).
+    fn blob_vec(&mut self) -> LResult<Vec<u8>> {
+        let n = self.len(u64::from(u32::MAX), "length")?;
+        let mut v = Vec::with_capacity(n.min(MAX_PREALLOC));
+        self.read_into(n, &mut v)?;
+        Ok(v)
+    }
+
+    /// A blob into the reusable `scratch` (elements copied into a collection).
+    fn blob_scratch(&mut self, scratch: &mut Vec<u8>) -> LResult<()> {
+        let n = self.len(u64::from(u32::MAX), "length")?;
+        scratch.clear();
+        self.read_into(n, scratch)
+    }
+
+    /// The blob as a slice of the read buffer when it fits there (no copy), else via
+    /// `scratch`.
+    fn blob_ref<'a>(&'a mut self, scratch: &'a mut Vec<u8>) -> LResult<&'a [u8]> {
+        let n = self.len(u64::from(u32::MAX), "length")?;
+        if n <= READ_CHUNK {
+            if !self.fill(n)? {
+                return self.truncated();
+            }
+            let s = &self.buf[self.pos..self.pos + n];
+            self.pos += n;
+            return Ok(s);
+        }
+        scratch.clear();
+        self.read_into(n, scratch)?;
+        Ok(scratch)
+    }
+}
+
+/// Loads the snapshot from `input` into `e`, whose keyspace must be empty (start-up). Keys
+/// that expired by `now_ms` (Unix ms) are skipped. On error the keyspace stays empty.
+pub fn load<R: Read>(e: &mut Engine, now_ms: u64, input: R) -> Result<LoadStats, LoadError> {
+    if !e.ks.is_empty() {
+        return Err(LoadError {
+            offset: 0,
+            reason: "the keyspace is not empty".into(),
+            io: None,
+        });
+    }
+    let mut ks = Keyspace::new(e.config.hash_seed);
+    let stats = load_into(&mut ks, now_ms, input)?;
+    // Loading is not a change: `rdb_changes_since_last_save` starts at 0.
+    ks.dirty = e.ks.dirty;
+    e.ks = ks;
+    e.persist.dirty_at_last_save = e.ks.dirty;
+    e.persist.last_load_keys_loaded = stats.keys;
+    e.persist.last_load_keys_expired = stats.expired;
+    Ok(stats)
+}
+
+fn load_into<R: Read>(ks: &mut Keyspace, now_ms: u64, input: R) -> LResult<LoadStats> {
+    let mut src = Src {
+        inner: input,
+        buf: vec![0u8; READ_CHUNK],
+        pos: 0,
+        end: 0,
+        base: 0,
+        crc: crc32fast::Hasher::new(),
+        crc_pos: 0,
+    };
+    let magic = src
+        .take::<8>()
+        .or_else(|_| src.err("not a recached snapshot (too short)"))?;
+    if &magic != MAGIC {
+        src.pos = 0;
+        return src.err("not a recached snapshot (bad magic)");
+    }
+    let version = u32::from_le_bytes(src.take::<4>()?);
+    if version != VERSION {
+        return src.err(format!("unsupported snapshot version {version}"));
+    }
+    let created_ms = src.u64()?;
+    let hint = src.u64()?;
+    ks.reserve((hint as usize).min(1 << 24));
+    let mut scratch = Vec::new();
+    let mut scratch2 = Vec::new();
+    let mut keys = 0u64;
+    let mut expired = 0u64;
+    loop {
+        let tag_at = src.offset();
+        let tag = src.u8()?;
+        if tag == TAG_END {
+            break;
+        }
+        let expire_at = if tag & TAG_EXPIRE != 0 {
+            Some(src.u64()?)
+        } else {
+            None
+        };
+        let key = src.blob_vec()?.into_boxed_slice();
+        let value = match tag & !TAG_EXPIRE {
+            TAG_STR_RAW => Value::Str(StrValue::Raw(src.blob_vec()?)),
+            TAG_STR_INT => Value::Str(StrValue::Int(i64::from_le_bytes(src.take::<8>()?))),
+            TAG_LIST => {
+                let n = src.len(u64::from(u32::MAX), "list length")?;
+                let mut l = ListValue::new();
+                for _ in 0..n {
+                    let el = src.blob_ref(&mut scratch)?;
+                    l.push(el, crate::types::list::End::Tail);
+                }
+                Value::List(l)
+            }
+            TAG_HASH => {
+                let n = src.len(u64::from(u32::MAX), "hash length")?;
+                let mut h = HashValue::with_seed(ks.next_random());
+                for _ in 0..n {
+                    src.blob_scratch(&mut scratch2)?;
+                    let v = src.blob_ref(&mut scratch)?;
+                    h.set(&scratch2, v);
+                }
+                Value::Hash(h)
+            }
+            TAG_SET => {
+                let n = src.len(u64::from(u32::MAX), "set length")?;
+                let mut s = SetValue::with_seed(ks.next_random());
+                for _ in 0..n {
+                    let m = src.blob_ref(&mut scratch)?;
+                    s.insert(m);
+                }
+                Value::Set(s)
+            }
+            TAG_ZSET => {
+                let n = src.len(u64::from(u32::MAX), "sorted set length")?;
+                let mut z = ZSetValue::new_skiplist(ks.next_random());
+                for _ in 0..n {
+                    src.blob_scratch(&mut scratch2)?;
+                    let at = src.offset();
+                    let score = f64::from_bits(src.u64()?);
+                    if !z.insert(&scratch2, score) {
+                        return Err(LoadError {
+                            offset: at,
+                            reason: "NaN score in a sorted set".into(),
+                            io: None,
+                        });
+                    }
+                }
+                Value::ZSet(z.from_result())
+            }
+            other => {
+                return Err(LoadError {
+                    offset: tag_at,
+                    reason: format!("unknown entry type {other:#04x}"),
+                    io: None,
+                });
+            }
+        };
+        keys += 1;
+        if expire_at.is_some_and(|at| now_ms > at) {
+            expired += 1;
+            continue;
+        }
+        if !ks.insert_loaded(key, value, expire_at) {
+            return Err(LoadError {
+                offset: tag_at,
+                reason: "duplicate key".into(),
+                io: None,
+            });
+        }
+    }
+    let count_at = src.offset();
+    let count = src.u64()?;
+    // The checksum covers everything before its own field.
+    if !src.fill(4)? {
+        return src.truncated();
+    }
+    src.crc.update(&src.buf[src.crc_pos..src.pos]);
+    let computed = src.crc.clone().finalize();
+    let crc_at = src.offset();
+    let stored = u32::from_le_bytes(src.take::<4>()?);
+    if stored != computed {
+        return Err(LoadError {
+            offset: crc_at,
+            reason: format!(
+                "checksum mismatch (stored {stored:08x}, computed {computed:08x}): corrupt snapshot"
+            ),
+            io: None,
+        });
+    }
+    if count != keys {
+        return Err(LoadError {
+            offset: count_at,
+            reason: format!("key count {count} does not match the {keys} entries read"),
+            io: None,
+        });
+    }
+    let trailer = src.take::<8>()?;
+    if &trailer != TRAILER {
+        src.pos -= 8;
+        return src.err("bad trailer");
+    }
+    if src.fill(1)? {
+        return src.err("unexpected data after the trailer");
+    }
+    Ok(LoadStats {
+        keys: keys - expired,
+        expired,
+        bytes: src.offset(),
+        created_ms,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// SAVE / BGSAVE / LASTSAVE and INFO persistence
+// ---------------------------------------------------------------------------------------------
+
+/// The engine process's snapshot machinery, as the commands see it. Installed by the server
+/// in [`Engine::persistence`]; `engine` is the engine itself (the hook is taken out of it for
+/// the call). Errors are complete error lines without the leading `-`.
+pub trait Persistence: Send {
+    /// SAVE: write a snapshot now, in the foreground.
+    fn save(&mut self, engine: &mut Engine, now_us: u64) -> Result<(), String>;
+    /// BGSAVE: start a background save; `schedule` = BGSAVE SCHEDULE (may defer instead of
+    /// failing while another save runs). Returns the status line to reply.
+    fn bgsave(
+        &mut self,
+        engine: &mut Engine,
+        now_us: u64,
+        schedule: bool,
+    ) -> Result<&'static str, String>;
+    /// Access to the concrete type, for the server's own calls (timer, shutdown).
+    fn as_any(&mut self) -> &mut dyn std::any::Any;
+}
+
+/// What INFO `persistence` reports; the server's hook keeps it current.
+#[derive(Clone, Debug, Default)]
+pub struct PersistInfo {
+    /// The engine's change counter ([`Engine::dirty`]) as of the last successful save or load.
+    pub dirty_at_last_save: u64,
+    /// Unix seconds of the last successful save (or of the start, like Redis).
+    pub last_save_time: u64,
+    /// A BGSAVE child is running.
+    pub bgsave_in_progress: bool,
+    /// The last background save failed (`rdb_last_bgsave_status:err`).
+    pub last_bgsave_failed: bool,
+    /// Duration of the last background save, seconds (-1 = none yet).
+    pub last_bgsave_time_sec: i64,
+    /// When the running BGSAVE started, Unix seconds.
+    pub current_bgsave_started: u64,
+    /// Saves completed since start (SAVE, BGSAVE, periodic, shutdown).
+    pub saves: u64,
+    /// Size in bytes of the last snapshot written or loaded.
+    pub last_snapshot_bytes: u64,
+    /// A snapshot file is configured (dir set).
+    pub enabled: bool,
+    /// Keys loaded and skipped as expired by the load at start.
+    pub last_load_keys_loaded: u64,
+    pub last_load_keys_expired: u64,
+    /// Seconds between periodic saves, 0 = none (`save_interval`, CONFIG `save`).
+    pub save_interval: u64,
+    /// Changes needed for a periodic save (`save_changes`, CONFIG `save`).
+    pub save_changes: u64,
+}
+
+/// CONFIG GET `save`: `"<seconds> <changes>"`, or `""` when periodic saves are off (Redis's
+/// form, with our single save point).
+pub fn save_param(e: &Engine) -> String {
+    let p = &e.persist;
+    if p.save_interval == 0 {
+        String::new()
+    } else {
+        format!("{} {}", p.save_interval, p.save_changes)
+    }
+}
+
+/// CONFIG SET `save`: `""` (off) or `"<seconds> <changes>"`; one save point only.
+pub fn set_save_param(e: &mut Engine, v: &[u8]) -> Result<(), &'static str> {
+    let text = std::str::from_utf8(v).map_err(|_| "Invalid save parameters")?;
+    let parts: Vec<&str> = text.split_ascii_whitespace().collect();
+    match parts.as_slice() {
+        [] => {
+            e.persist.save_interval = 0;
+            Ok(())
+        }
+        [secs, changes] => {
+            let (Ok(s), Ok(c)) = (secs.parse::<u64>(), changes.parse::<u64>()) else {
+                return Err("Invalid save parameters");
+            };
+            e.persist.save_interval = s;
+            e.persist.save_changes = c;
+            Ok(())
+        }
+        _ => {
+            Err("Invalid save parameters (recached keeps one save point: \"<seconds> <changes>\")")
+        }
+    }
+}
+
+/// Handlers of SAVE, BGSAVE and LASTSAVE.
+pub fn handler_for(name: &str) -> Option<Handler> {
+    Some(match name {
+        "save" => save,
+        "bgsave" => bgsave,
+        "lastsave" => lastsave,
+        _ => return None,
+    })
+}
+
+const NOT_ENABLED: &str = "ERR snapshots are not enabled in this process (no dir configured)";
+
+/// SAVE → `+OK` | `-ERR …`.
+pub fn save(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let Some(mut hook) = e.persistence.take() else {
+        return Err(CmdError::Static(NOT_ENABLED));
+    };
+    let r = hook.save(e, c.now_us);
+    e.persistence = Some(hook);
+    r.map_err(CmdError::Other)?;
+    c.w().ok();
+    Ok(())
+}
+
+/// BGSAVE [SCHEDULE] → `+Background saving started` | `+Background saving scheduled` |
+/// `-ERR Background save already in progress`.
+pub fn bgsave(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let schedule = match c.argv.get(1) {
+        None => false,
+        Some(a) if a.eq_ignore_ascii_case(b"schedule") && c.argv.len() == 2 => true,
+        Some(_) => return Err(CmdError::Syntax),
+    };
+    let Some(mut hook) = e.persistence.take() else {
+        return Err(CmdError::Static(NOT_ENABLED));
+    };
+    let r = hook.bgsave(e, c.now_us, schedule);
+    e.persistence = Some(hook);
+    let status = r.map_err(CmdError::Other)?;
+    c.w().simple(status.as_bytes());
+    Ok(())
+}
+
+/// LASTSAVE → Unix seconds of the last successful save.
+pub fn lastsave(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let t = if e.persist.last_save_time == 0 {
+        e.host.started_us / 1_000_000
+    } else {
+        e.persist.last_save_time
+    };
+    c.w().integer(t as i64);
+    Ok(())
+}
+
+/// INFO `persistence` lines (Redis 7.0 names), through `line(name, value)`.
+pub fn info_lines(e: &Engine, now_us: u64, line: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
+    let p = &e.persist;
+    let last_save = if p.last_save_time == 0 {
+        e.host.started_us / 1_000_000
+    } else {
+        p.last_save_time
+    };
+    line("loading", &0);
+    line("async_loading", &0);
+    line(
+        "rdb_changes_since_last_save",
+        &e.dirty().saturating_sub(p.dirty_at_last_save),
+    );
+    line("rdb_bgsave_in_progress", &u8::from(p.bgsave_in_progress));
+    line("rdb_last_save_time", &last_save);
+    line(
+        "rdb_last_bgsave_status",
+        &if p.last_bgsave_failed { "err" } else { "ok" },
+    );
+    line("rdb_last_bgsave_time_sec", &p.last_bgsave_time_sec);
+    let current = if p.bgsave_in_progress {
+        (now_us / 1_000_000).saturating_sub(p.current_bgsave_started) as i64
+    } else {
+        -1
+    };
+    line("rdb_current_bgsave_time_sec", &current);
+    line("rdb_saves", &p.saves);
+    line("rdb_last_load_keys_expired", &p.last_load_keys_expired);
+    line("rdb_last_load_keys_loaded", &p.last_load_keys_loaded);
+    line("rdb_last_snapshot_bytes", &p.last_snapshot_bytes);
+    line("aof_enabled", &0);
+    line("aof_rewrite_in_progress", &0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keyspace::Keep;
+
+    fn engine() -> Engine {
+        Engine::new(crate::Config {
+            hash_seed: 42,
+            ..Default::default()
+        })
+    }
+
+    fn fill(e: &mut Engine) {
+        let ks = &mut e.ks;
+        ks.set(
+            b"s",
+            Value::Str(StrValue::from_slice(b"hello")),
+            Keep::Nothing,
+            None,
+        );
+        ks.set(b"i", Value::Str(StrValue::Int(-42)), Keep::Nothing, None);
+        let i = ks.set(
+            b"ttl",
+            Value::Str(StrValue::from_slice(b"x")),
+            Keep::Nothing,
+            None,
+        );
+        ks.set_expire(i, 5_000);
+        let i = ks.set(
+            b"gone",
+            Value::Str(StrValue::from_slice(b"y")),
+            Keep::Nothing,
+            None,
+        );
+        ks.set_expire(i, 10);
+        let l: ListValue = [&b"a"[..], b"", b"ccc"].into_iter().collect();
+        ks.set(b"l", Value::List(l), Keep::Nothing, None);
+        let mut h = HashValue::new();
+        h.set(b"f1", b"v1");
+        h.set(b"f2", &[0u8; 300]);
+        ks.set(b"h", Value::Hash(h), Keep::Nothing, None);
+        let mut s = SetValue::new();
+        for m in [&b"1"[..], b"2", b"x"] {
+            s.insert(m);
+        }
+        ks.set(b"set", Value::Set(s), Keep::Nothing, None);
+        let mut z = ZSetValue::new(1);
+        z.insert(b"m1", 1.5);
+        z.insert(b"m2", f64::NEG_INFINITY);
+        z.insert(b"m3", -0.0);
+        ks.set(b"z", Value::ZSet(z), Keep::Nothing, None);
+        ks.set(
+            b"big",
+            Value::Str(StrValue::Raw(vec![7u8; 600_000])),
+            Keep::Nothing,
+            None,
+        );
+    }
+
+    fn snapshot(e: &Engine, now_ms: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        let st = write(e, now_ms, &mut out).unwrap();
+        assert_eq!(st.bytes, out.len() as u64);
+        out
+    }
+
+    #[test]
+    fn round_trip_all_types_and_ttls() {
+        let mut a = engine();
+        fill(&mut a);
+        let bytes = snapshot(&a, 100);
+        let mut b = engine();
+        let st = load(&mut b, 100, &bytes[..]).unwrap();
+        assert_eq!(st.keys, a.dbsize() - 1, "the expired key is not written");
+        assert_eq!(st.bytes, bytes.len() as u64);
+        for i in 0..a.ks.len() {
+            let (k, ea) = a.ks.get_at(i);
+            if k == b"gone" {
+                continue;
+            }
+            let j = b.ks.lookup_write(k, 100).expect("key restored");
+            let (_, eb) = b.ks.get_at(j);
+            assert_eq!(ea.value, eb.value, "{}", String::from_utf8_lossy(k));
+            assert_eq!(ea.expire_at(), eb.expire_at());
+            assert_eq!(ea.value.type_name(), eb.value.type_name());
+        }
+        assert_eq!(b.expires_count(), 1);
+        // Loaded later: the TTL key has expired and is not loaded.
+        let mut c = engine();
+        let st = load(&mut c, 6_000, &bytes[..]).unwrap();
+        assert_eq!((st.keys, st.expired), (a.dbsize() - 2, 1));
+    }
+
+    #[test]
+    fn empty_keyspace_round_trips() {
+        let a = engine();
+        let bytes = snapshot(&a, 1);
+        let mut b = engine();
+        assert_eq!(load(&mut b, 1, &bytes[..]).unwrap().keys, 0);
+    }
+
+    #[test]
+    fn every_truncation_is_refused_with_its_offset() {
+        let mut a = engine();
+        fill(&mut a);
+        let bytes = snapshot(&a, 100);
+        for cut in (0..bytes.len())
+            .step_by(997)
+            .chain(bytes.len() - 12..bytes.len())
+        {
+            let mut b = engine();
+            let err = load(&mut b, 100, &bytes[..cut]).expect_err("truncated");
+            assert!(err.offset <= cut as u64, "cut {cut}: {err}");
+            assert_eq!(b.dbsize(), 0, "a failed load leaves the keyspace empty");
+        }
+    }
+
+    #[test]
+    fn every_flipped_byte_is_refused() {
+        let mut a = engine();
+        a.ks.set(
+            b"k",
+            Value::Str(StrValue::from_slice(b"v")),
+            Keep::Nothing,
+            None,
+        );
+        let mut h = HashValue::new();
+        h.set(b"f", b"v");
+        a.ks.set(b"h", Value::Hash(h), Keep::Nothing, None);
+        let bytes = snapshot(&a, 1);
+        for i in 0..bytes.len() {
+            for bit in [0x01u8, 0x80] {
+                let mut bad = bytes.clone();
+                bad[i] ^= bit;
+                let mut b = engine();
+                assert!(load(&mut b, 1, &bad[..]).is_err(), "flip at {i} accepted");
+                assert_eq!(b.dbsize(), 0);
+            }
+        }
+        let mut extra = bytes.clone();
+        extra.push(0);
+        assert!(load(&mut engine(), 1, &extra[..]).is_err());
+    }
+
+    #[test]
+    fn huge_lengths_do_not_allocate_beyond_the_input() {
+        // Header, then a string entry claiming a 4 GB key.
+        let mut f = Vec::new();
+        f.extend_from_slice(MAGIC);
+        f.extend_from_slice(&VERSION.to_le_bytes());
+        f.extend_from_slice(&0u64.to_le_bytes());
+        f.extend_from_slice(&u64::MAX.to_le_bytes());
+        f.push(TAG_LIST);
+        f.extend_from_slice(&[1, b'k']);
+        f.extend_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF, 0x0F]);
+        let err = load(&mut engine(), 1, &f[..]).unwrap_err();
+        assert!(err.reason.contains("truncated"), "{err}");
+        f.truncate(f.len() - 5);
+        f.extend_from_slice(&[0xFF; 11]);
+        let err = load(&mut engine(), 1, &f[..]).unwrap_err();
+        assert!(
+            err.reason.contains("malformed") || err.reason.contains("range"),
+            "{err}"
+        );
+    }
+}

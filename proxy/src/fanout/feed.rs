@@ -1,0 +1,541 @@
+//! One engine's keychange feed, as the fan-out sees it: the RESP connection, the messages on
+//! it, and the ring of recent effects.
+//!
+//! # Wire (engine side: docs/feed.md)
+//!
+//! The fan-out sends `FEED SUBSCRIBE` once per connection; the engine answers
+//! `["subscribed", <run_id>, <seq>]` and then streams every effect as
+//! `["effect", <seq>, <arg0>, …]` (RESP2 arrays of bulk strings, `seq` decimal, contiguous).
+//! `FEED SNAPSHOT <id> <prefix>…` makes the engine emit, in the same stream,
+//! `["snapshot", <id>, <seq>, <nkeys>]`, `["entry", <id>, <arg0>, …]`…, `["snapshot-end",
+//! <id>, <seq>]`. `["overflow", <seq>]` says the engine dropped effects for this subscriber.
+//! Simple-string and integer replies are ignored; an error reply is logged (and during the
+//! subscribe step ends the connection, retried with backoff).
+//!
+//! # Ring
+//!
+//! [`Ring`] keeps the most recent effects (at most [`RING_EFFECTS`] and [`RING_BYTES`]), so a
+//! browser that reconnects with `(run, seq)` can be replayed what it missed. It holds a
+//! contiguous run of sequence numbers; a gap (overflow, reconnect) clears it.
+
+use std::cell::OnceCell;
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use engine_core::command;
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+use resp::{Limits, RequestParser};
+
+use super::protocol;
+
+/// Most effects the ring keeps per engine.
+pub const RING_EFFECTS: usize = 100_000;
+/// Most argument bytes the ring keeps per engine.
+pub const RING_BYTES: usize = 64 << 20;
+/// Reconnect backoff: first wait and cap.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// A connect that takes longer than this is abandoned and retried.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Read chunk size.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// A message on the feed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FeedMsg {
+    Subscribed { run: String, seq: u64 },
+    Effect { seq: u64, args: Vec<Vec<u8>> },
+    Snapshot { id: u64, seq: u64, keys: u64 },
+    Entry { id: u64, args: Vec<Vec<u8>> },
+    SnapshotEnd { id: u64, seq: u64 },
+    Overflow { seq: u64 },
+    /// An error reply (`-ERR …`), text without the `-`.
+    Error(String),
+}
+
+/// What an effect does to a browser's copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Changes the keys at these argument positions (and nothing else).
+    Keys(Vec<usize>),
+    /// FLUSHALL / FLUSHDB: every key of the instance is gone.
+    Flush,
+    /// A command the table cannot place: browsers of the instance must resync.
+    Unknown,
+}
+
+/// One effect, shared by the ring and every browser queue it goes to.
+#[derive(Debug)]
+pub struct Effect {
+    pub seq: u64,
+    pub args: Vec<Vec<u8>>,
+    pub scope: Scope,
+    /// The `keychange` (or `flush`) frame for browsers that see every key of it, built on
+    /// first use.
+    frame: OnceCell<tungstenite::Utf8Bytes>,
+}
+
+impl Effect {
+    pub fn new(seq: u64, args: Vec<Vec<u8>>) -> Effect {
+        let scope = scope_of(&args);
+        Effect {
+            seq,
+            args,
+            scope,
+            frame: OnceCell::new(),
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.args.iter().map(|a| a.len() + 16).sum()
+    }
+
+    /// The wire frame for a browser that sees all of it, encoded once per effect.
+    pub fn frame(&self, instance: usize) -> tungstenite::Utf8Bytes {
+        self.frame
+            .get_or_init(|| {
+                let argv: Vec<&[u8]> = self.args.iter().map(Vec::as_slice).collect();
+                match &self.scope {
+                    Scope::Flush => protocol::flush(instance, self.seq).into(),
+                    Scope::Keys(pos) => {
+                        let key = pos.first().map_or(&b""[..], |&p| self.args[p].as_slice());
+                        protocol::keychange(instance, self.seq, key, &argv).into()
+                    }
+                    Scope::Unknown => protocol::keychange(instance, self.seq, b"", &argv).into(),
+                }
+            })
+            .clone()
+    }
+}
+
+/// Where an effect's keys are, from the command table (`route::request_keys`).
+pub fn scope_of(args: &[Vec<u8>]) -> Scope {
+    let Some(name) = args.first() else {
+        return Scope::Unknown;
+    };
+    if name.eq_ignore_ascii_case(b"flushall") || name.eq_ignore_ascii_case(b"flushdb") {
+        return Scope::Flush;
+    }
+    let Some(spec) = command::lookup(name) else {
+        return Scope::Unknown;
+    };
+    let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+    match crate::route::request_keys(spec, argv.as_slice()) {
+        Ok(pos) if !pos.is_empty() && pos.iter().all(|&p| p < args.len()) => Scope::Keys(pos),
+        _ => Scope::Unknown,
+    }
+}
+
+/// Recent effects of one engine, contiguous in `seq`.
+#[derive(Default)]
+pub struct Ring {
+    effects: VecDeque<Rc<Effect>>,
+    bytes: usize,
+}
+
+impl Ring {
+    /// Appends `e`; a gap in sequence numbers clears the ring first.
+    pub fn push(&mut self, e: Rc<Effect>) {
+        if self.effects.back().is_some_and(|b| b.seq + 1 != e.seq) {
+            self.clear();
+        }
+        self.bytes += e.bytes();
+        self.effects.push_back(e);
+        while self.effects.len() > RING_EFFECTS || (self.bytes > RING_BYTES && self.effects.len() > 1)
+        {
+            let old = self.effects.pop_front().expect("non-empty");
+            self.bytes -= old.bytes();
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.effects.clear();
+        self.bytes = 0;
+    }
+
+    /// The effects after `seq`, if the ring still holds all of them (`current` is the
+    /// engine's latest sequence number).
+    pub fn since(&self, seq: u64, current: u64) -> Option<impl Iterator<Item = &Rc<Effect>>> {
+        if seq == current {
+            return Some(self.effects.range(self.effects.len()..));
+        }
+        if seq > current {
+            return None;
+        }
+        let first = self.effects.front()?.seq;
+        if first > seq + 1 || self.effects.back()?.seq != current {
+            return None;
+        }
+        let skip = (seq + 1 - first) as usize;
+        Some(self.effects.range(skip..))
+    }
+
+    pub fn len(&self) -> usize {
+        self.effects.len()
+    }
+}
+
+/// Connection state of a feed link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkState {
+    /// Not connected; the next attempt is due at this time.
+    Down(Instant),
+    /// Connecting; abandoned at this deadline.
+    Connecting(Instant),
+    /// `FEED SUBSCRIBE` sent, its reply not seen yet.
+    Subscribing,
+    /// Effects are flowing.
+    Live,
+}
+
+/// The connection to one engine's feed.
+pub struct Link {
+    pub addr: SocketAddr,
+    pub state: LinkState,
+    stream: Option<TcpStream>,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+    parser: RequestParser,
+    backoff: Duration,
+    /// The engine's run id and the last sequence number seen on this feed, across reconnects
+    /// (a reconnect that finds the same run at the same seq has lost nothing).
+    pub run: Option<String>,
+    pub seq: Option<u64>,
+    pub ring: Ring,
+}
+
+impl Link {
+    pub fn new(addr: SocketAddr) -> Link {
+        Link {
+            addr,
+            state: LinkState::Down(Instant::now()),
+            stream: None,
+            rbuf: Vec::new(),
+            wbuf: Vec::new(),
+            parser: RequestParser::new(Limits::default()),
+            backoff: BACKOFF_MIN,
+            run: None,
+            seq: None,
+            ring: Ring::default(),
+        }
+    }
+
+    /// Starts a connect if one is due.
+    pub fn maybe_connect(&mut self, registry: &Registry, token: Token, now: Instant) {
+        let LinkState::Down(at) = self.state else {
+            return;
+        };
+        if now < at {
+            return;
+        }
+        match TcpStream::connect(self.addr) {
+            Ok(mut s) => {
+                if let Err(e) = registry.register(&mut s, token, Interest::READABLE | Interest::WRITABLE) {
+                    log::warn!("fanout: feed {}: register: {e}", self.addr);
+                    self.down(registry, now);
+                    return;
+                }
+                let _ = s.set_nodelay(true);
+                self.stream = Some(s);
+                self.rbuf.clear();
+                self.wbuf.clear();
+                self.parser = RequestParser::new(Limits::default());
+                self.state = LinkState::Connecting(now + CONNECT_TIMEOUT);
+            }
+            Err(e) => {
+                log::debug!("fanout: feed {}: connect: {e}", self.addr);
+                self.down(registry, now);
+            }
+        }
+    }
+
+    /// Closes the connection and schedules a reconnect.
+    pub fn down(&mut self, registry: &Registry, now: Instant) {
+        if let Some(mut s) = self.stream.take() {
+            let _ = registry.deregister(&mut s);
+        }
+        self.state = LinkState::Down(now + self.backoff);
+        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+    }
+
+    /// The next time `tick` has something to do for this link.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.state {
+            LinkState::Down(at) | LinkState::Connecting(at) => Some(at),
+            _ => None,
+        }
+    }
+
+    /// Abandons a connect that has taken too long.
+    pub fn tick(&mut self, registry: &Registry, now: Instant) {
+        if let LinkState::Connecting(deadline) = self.state
+            && now >= deadline
+        {
+            log::debug!("fanout: feed {}: connect timed out", self.addr);
+            self.down(registry, now);
+        }
+    }
+
+    /// Queues a command (RESP multibulk) and tries to write it.
+    pub fn send(&mut self, argv: &[&[u8]]) {
+        self.wbuf.extend_from_slice(format!("*{}\r\n", argv.len()).as_bytes());
+        for a in argv {
+            self.wbuf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            self.wbuf.extend_from_slice(a);
+            self.wbuf.extend_from_slice(b"\r\n");
+        }
+        let _ = self.flush();
+    }
+
+    /// Writes queued commands. Errors are left for the next read to discover.
+    pub fn flush(&mut self) -> io::Result<()> {
+        let Some(s) = self.stream.as_mut() else {
+            return Ok(());
+        };
+        if matches!(self.state, LinkState::Connecting(_)) {
+            return Ok(());
+        }
+        while !self.wbuf.is_empty() {
+            match s.write(&self.wbuf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.wbuf.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles a readiness event: finishes a connect (then subscribes), writes, and reads every
+    /// complete message into `out`. `Err` means the connection is gone (the caller calls
+    /// [`down`](Self::down) and resyncs).
+    pub fn event(&mut self, out: &mut Vec<FeedMsg>) -> io::Result<()> {
+        let Some(s) = self.stream.as_mut() else {
+            return Ok(());
+        };
+        if let LinkState::Connecting(_) = self.state {
+            if let Some(e) = s.take_error()? {
+                return Err(e);
+            }
+            match s.peer_addr() {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return Ok(()),
+                Err(e) => return Err(e),
+            }
+            self.state = LinkState::Subscribing;
+            self.backoff = BACKOFF_MIN;
+            self.send(&[b"FEED", b"SUBSCRIBE"]);
+        }
+        self.flush()?;
+        let Some(s) = self.stream.as_mut() else {
+            return Ok(());
+        };
+        let mut closed = false;
+        loop {
+            let len = self.rbuf.len();
+            self.rbuf.resize(len + READ_CHUNK, 0);
+            match s.read(&mut self.rbuf[len..]) {
+                Ok(0) => {
+                    self.rbuf.truncate(len);
+                    closed = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.rbuf.truncate(len + n);
+                    if n < READ_CHUNK {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.rbuf.truncate(len);
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => self.rbuf.truncate(len),
+                Err(e) => {
+                    self.rbuf.truncate(len);
+                    return Err(e);
+                }
+            }
+        }
+        let used = parse_messages(&mut self.parser, &self.rbuf, out)?;
+        self.rbuf.drain(..used);
+        for m in out.iter() {
+            if let FeedMsg::Subscribed { .. } = m {
+                self.state = LinkState::Live;
+            }
+        }
+        if self.state == LinkState::Subscribing
+            && let Some(FeedMsg::Error(e)) = out.first()
+        {
+            return Err(io::Error::other(format!("FEED SUBSCRIBE refused: {e}")));
+        }
+        if closed {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(())
+    }
+}
+
+/// Parses every complete message at the start of `buf` into `out`; returns the bytes used.
+pub fn parse_messages(
+    parser: &mut RequestParser,
+    buf: &[u8],
+    out: &mut Vec<FeedMsg>,
+) -> io::Result<usize> {
+    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("feed: {what}"));
+    let mut at = 0;
+    while at < buf.len() {
+        let rest = &buf[at..];
+        match rest[0] {
+            b'+' | b'-' | b':' => {
+                let Some(end) = rest.windows(2).position(|w| w == b"\r\n") else {
+                    if rest.len() > 64 * 1024 {
+                        return Err(bad("line too long"));
+                    }
+                    break;
+                };
+                if rest[0] == b'-' {
+                    out.push(FeedMsg::Error(
+                        String::from_utf8_lossy(&rest[1..end]).into_owned(),
+                    ));
+                }
+                at += end + 2;
+            }
+            b'*' => match parser.parse(rest) {
+                Ok(Some(n)) => {
+                    let args: Vec<&[u8]> = parser.args(rest).collect();
+                    out.push(message(&args).ok_or_else(|| bad("unexpected message"))?);
+                    at += n;
+                }
+                Ok(None) => break,
+                Err(e) => return Err(bad(&e.to_string())),
+            },
+            _ => return Err(bad("not RESP")),
+        }
+    }
+    Ok(at)
+}
+
+fn num(b: &[u8]) -> Option<u64> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+fn owned(args: &[&[u8]]) -> Vec<Vec<u8>> {
+    args.iter().map(|a| a.to_vec()).collect()
+}
+
+/// One feed array → a message.
+fn message(a: &[&[u8]]) -> Option<FeedMsg> {
+    Some(match (*a.first()?, a.len()) {
+        (b"subscribed", 3) => FeedMsg::Subscribed {
+            run: String::from_utf8_lossy(a[1]).into_owned(),
+            seq: num(a[2])?,
+        },
+        (b"effect", n) if n >= 3 => FeedMsg::Effect {
+            seq: num(a[1])?,
+            args: owned(&a[2..]),
+        },
+        (b"snapshot", 4) => FeedMsg::Snapshot {
+            id: num(a[1])?,
+            seq: num(a[2])?,
+            keys: num(a[3])?,
+        },
+        (b"entry", n) if n >= 3 => FeedMsg::Entry {
+            id: num(a[1])?,
+            args: owned(&a[2..]),
+        },
+        (b"snapshot-end", 3) => FeedMsg::SnapshotEnd {
+            id: num(a[1])?,
+            seq: num(a[2])?,
+        },
+        (b"overflow", 2) => FeedMsg::Overflow { seq: num(a[1])? },
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resp(parts: &[&str]) -> Vec<u8> {
+        let mut v = format!("*{}\r\n", parts.len()).into_bytes();
+        for p in parts {
+            v.extend_from_slice(format!("${}\r\n{p}\r\n", p.len()).as_bytes());
+        }
+        v
+    }
+
+    #[test]
+    fn parses_feed_messages_across_splits() {
+        let mut wire = resp(&["subscribed", "abc", "5"]);
+        wire.extend(resp(&["effect", "6", "SET", "k", "v"]));
+        wire.extend(b"+OK\r\n-ERR nope\r\n");
+        wire.extend(resp(&["snapshot", "1", "6", "2"]));
+        wire.extend(resp(&["entry", "1", "HSET", "h", "f", "v"]));
+        wire.extend(resp(&["snapshot-end", "1", "6"]));
+        wire.extend(resp(&["overflow", "9"]));
+        // Feed it one byte at a time: every split point must be handled.
+        let mut parser = RequestParser::new(Limits::default());
+        let (mut buf, mut out) = (Vec::new(), Vec::new());
+        for &b in &wire {
+            buf.push(b);
+            let used = parse_messages(&mut parser, &buf, &mut out).unwrap();
+            buf.drain(..used);
+        }
+        assert!(buf.is_empty());
+        assert_eq!(
+            out,
+            vec![
+                FeedMsg::Subscribed { run: "abc".into(), seq: 5 },
+                FeedMsg::Effect { seq: 6, args: vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()] },
+                FeedMsg::Error("ERR nope".into()),
+                FeedMsg::Snapshot { id: 1, seq: 6, keys: 2 },
+                FeedMsg::Entry {
+                    id: 1,
+                    args: vec![b"HSET".to_vec(), b"h".to_vec(), b"f".to_vec(), b"v".to_vec()]
+                },
+                FeedMsg::SnapshotEnd { id: 1, seq: 6 },
+                FeedMsg::Overflow { seq: 9 },
+            ]
+        );
+        let mut out = Vec::new();
+        assert!(parse_messages(&mut parser, &resp(&["effect", "x", "DEL", "k"]), &mut out).is_err());
+        assert!(parse_messages(&mut parser, b"?", &mut out).is_err());
+    }
+
+    #[test]
+    fn scopes_from_the_table() {
+        let a = |s: &[&str]| s.iter().map(|x| x.as_bytes().to_vec()).collect::<Vec<_>>();
+        assert_eq!(scope_of(&a(&["SET", "k", "v", "PXAT", "1"])), Scope::Keys(vec![1]));
+        assert_eq!(scope_of(&a(&["DEL", "a", "b"])), Scope::Keys(vec![1, 2]));
+        assert_eq!(scope_of(&a(&["MSET", "a", "1", "b", "2"])), Scope::Keys(vec![1, 3]));
+        assert_eq!(scope_of(&a(&["FLUSHALL"])), Scope::Flush);
+        assert_eq!(scope_of(&a(&["NOSUCH", "k"])), Scope::Unknown);
+        assert_eq!(scope_of(&a(&["PING"])), Scope::Unknown);
+    }
+
+    #[test]
+    fn ring_resumes_only_when_contiguous() {
+        let mut r = Ring::default();
+        for s in 10..20 {
+            r.push(Rc::new(Effect::new(s, vec![b"DEL".to_vec(), b"k".to_vec()])));
+        }
+        assert_eq!(r.since(15, 19).map(|i| i.map(|e| e.seq).collect::<Vec<_>>()), Some(vec![16, 17, 18, 19]));
+        assert_eq!(r.since(9, 19).map(|i| i.count()), Some(10));
+        assert_eq!(r.since(19, 19).map(|i| i.count()), Some(0));
+        assert!(r.since(8, 19).is_none());
+        assert!(r.since(25, 19).is_none());
+        // A gap clears it.
+        r.push(Rc::new(Effect::new(30, vec![b"DEL".to_vec(), b"k".to_vec()])));
+        assert_eq!(r.len(), 1);
+        assert!(r.since(15, 30).is_none());
+        assert_eq!(r.since(29, 30).map(|i| i.count()), Some(1));
+    }
+}

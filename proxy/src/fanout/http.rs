@@ -1,0 +1,282 @@
+//! Plain HTTP on the fan-out's port: the demo page, `recached.js`, `recached.wasm`, and the
+//! WebSocket upgrade at `/ws` (handed to tungstenite with the bytes already read).
+//!
+//! Only what a page load needs: `GET`/`HEAD`, one request per connection (`Connection:
+//! close`), a request head of at most [`MAX_HEAD`] bytes, no body. Anything else gets a status
+//! code (400, 403, 404, 405, 431) and the connection closes.
+
+use std::io::{self, Read, Write};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// Largest request head accepted, bytes.
+pub const MAX_HEAD: usize = 8 * 1024;
+
+/// The text assets, compiled in (so the fan-out serves the page with no files around).
+const INDEX_HTML: &str = include_str!("../../../wasm/www/index.html");
+const DEMO_JS: &str = include_str!("../../../wasm/www/demo.js");
+const DEMO_CSS: &str = include_str!("../../../wasm/www/demo.css");
+const RECACHED_JS: &str = include_str!("../../../wasm/www/recached.js");
+
+/// Where the module file is, unless `--wasm` says otherwise: scripts/build-wasm.sh's output.
+pub fn default_wasm_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("RECACHED_WASM") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("www/recached.wasm")
+}
+
+/// A parsed request head.
+#[derive(Debug)]
+pub struct Head {
+    pub method: String,
+    pub path: String,
+    pub origin: Option<String>,
+    pub upgrade_ws: bool,
+    /// The upgrade carries what RFC 6455 §4.2.1 requires (a key, version 13).
+    pub ws_complete: bool,
+}
+
+/// Parses the request head at the start of `buf`: `Ok(None)` while incomplete, `Err(status)`
+/// for a request to refuse.
+pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, u16> {
+    let mut headers = [httparse::EMPTY_HEADER; 48];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(buf) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => return Err(431),
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(431),
+        Err(_) => return Err(400),
+    }
+    let target = req.path.unwrap_or("/");
+    let path = target.split_once('?').map_or(target, |(p, _)| p);
+    let header = |name: &str| {
+        req.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| String::from_utf8_lossy(h.value).into_owned())
+    };
+    let upgrade_ws = header("upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+    let ws_complete = upgrade_ws
+        && req.method == Some("GET")
+        && header("sec-websocket-key").is_some_and(|k| !k.trim().is_empty())
+        && header("sec-websocket-version").is_some_and(|v| v.trim() == "13");
+    Ok(Some(Head {
+        method: req.method.unwrap_or("").to_string(),
+        path: path.to_string(),
+        origin: header("origin"),
+        upgrade_ws,
+        ws_complete,
+    }))
+}
+
+/// Whether an `Origin` header names a loopback host (`http://127.0.0.1:6480`,
+/// `http://localhost`, `http://[::1]:8080`). `null` (file pages, sandboxed frames) does not.
+pub fn origin_is_loopback(origin: &str) -> bool {
+    let Some((_, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    let host = rest.split('/').next().unwrap_or("");
+    let host = if let Some(v6) = host.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, _)| h)
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A complete response for a plain HTTP request (never the upgrade).
+pub fn respond(head: &Head, wasm_path: &Path) -> Vec<u8> {
+    if head.method != "GET" && head.method != "HEAD" {
+        return status(405, "Method Not Allowed");
+    }
+    let (ctype, body): (&str, std::borrow::Cow<'_, [u8]>) = match head.path.as_str() {
+        "/" | "/index.html" => ("text/html; charset=utf-8", INDEX_HTML.as_bytes().into()),
+        "/demo.js" => ("text/javascript; charset=utf-8", DEMO_JS.as_bytes().into()),
+        "/demo.css" => ("text/css; charset=utf-8", DEMO_CSS.as_bytes().into()),
+        "/recached.js" => ("text/javascript; charset=utf-8", RECACHED_JS.as_bytes().into()),
+        "/recached.wasm" => match std::fs::read(wasm_path) {
+            Ok(b) => ("application/wasm", b.into()),
+            Err(e) => {
+                log::warn!(
+                    "fanout: cannot read {} ({e}); build it with scripts/build-wasm.sh",
+                    wasm_path.display()
+                );
+                return status(404, "Not Found (recached.wasm is not built)");
+            }
+        },
+        "/healthz" => ("text/plain", b"ok\n"[..].into()),
+        "/ws" => return status(426, "Upgrade Required"),
+        _ => return status(404, "Not Found"),
+    };
+    let mut out = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n\
+         Cache-Control: no-cache\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if head.method == "GET" {
+        out.extend_from_slice(&body);
+    }
+    out
+}
+
+/// A minimal error response.
+pub fn status(code: u16, reason: &str) -> Vec<u8> {
+    let body = format!("{code} {reason}\n");
+    format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Whether a connection's first bytes are RESP (`*…` or an inline `PING`), not HTTP: the
+/// supervisor's health checks and `recached status` probe every child that way.
+pub fn is_resp(buf: &[u8]) -> bool {
+    buf.first() == Some(&b'*') || (buf.len() >= 4 && buf[..4].eq_ignore_ascii_case(b"PING"))
+}
+
+/// Replies to the complete RESP commands at the start of `buf`: `PING` → `+PONG`, `INFO` →
+/// `info` as a bulk string, anything else → an error naming the port's purpose. Returns the
+/// bytes used and the replies.
+pub fn resp_replies(buf: &[u8], info: &str) -> (usize, Vec<u8>) {
+    let mut parser = resp::RequestParser::new(resp::Limits {
+        max_bulk_len: MAX_HEAD,
+        max_inline_len: MAX_HEAD,
+        max_multibulk_len: 16,
+    });
+    let (mut at, mut out) = (0, Vec::new());
+    while at < buf.len() {
+        match parser.parse(&buf[at..]) {
+            Ok(Some(n)) => {
+                let name = (parser.argc() > 0).then(|| parser.arg(&buf[at..], 0).to_ascii_lowercase());
+                at += n;
+                if name.as_deref() == Some(b"ping") {
+                    out.extend_from_slice(b"+PONG\r\n");
+                } else if name.as_deref() == Some(b"info") {
+                    out.extend_from_slice(format!("${}\r\n{info}\r\n", info.len()).as_bytes());
+                } else if name.is_some() {
+                    out.extend_from_slice(
+                        b"-ERR this is the recached fan-out (HTTP and WebSocket at /ws); only PING is answered in RESP\r\n",
+                    );
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                e.write_reply(&mut out);
+                at = buf.len();
+            }
+        }
+    }
+    (at, out)
+}
+
+/// A stream that first yields bytes already read from it (the request head we parsed), then
+/// reads on; writes go straight through. tungstenite reads the upgrade request from it.
+pub struct Replay<S> {
+    pre: Vec<u8>,
+    at: usize,
+    pub inner: S,
+}
+
+impl<S> Replay<S> {
+    pub fn new(pre: Vec<u8>, inner: S) -> Self {
+        Replay { pre, at: 0, inner }
+    }
+}
+
+impl<S: Read> Read for Replay<S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.at < self.pre.len() {
+            let n = buf.len().min(self.pre.len() - self.at);
+            buf[..n].copy_from_slice(&self.pre[self.at..self.at + n]);
+            self.at += n;
+            if self.at == self.pre.len() {
+                self.pre = Vec::new();
+                self.at = 0;
+            }
+            return Ok(n);
+        }
+        self.inner.read(buf)
+    }
+}
+
+impl<S: Write> Write for Replay<S> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_and_origins() {
+        assert!(parse_head(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap().is_none());
+        let h = parse_head(
+            b"GET /ws?token=a HTTP/1.1\r\nHost: x\r\nUpgrade: WebSocket\r\nOrigin: http://localhost:1\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((h.path.as_str(), h.upgrade_ws), ("/ws", true));
+        assert_eq!(h.origin.as_deref(), Some("http://localhost:1"));
+        assert_eq!(parse_head(b"\x00\x01 garbage\r\n\r\n").unwrap_err(), 400);
+        assert_eq!(parse_head(&vec![b'a'; MAX_HEAD]).unwrap_err(), 431);
+        let long = [b"GET /".as_slice(), &vec![b'a'; MAX_HEAD]].concat();
+        assert_eq!(parse_head(&long).unwrap_err(), 431);
+        for o in ["http://127.0.0.1:6480", "http://localhost", "https://[::1]:8080/x", "http://127.1.2.3"] {
+            assert!(origin_is_loopback(o), "{o}");
+        }
+        for o in ["null", "http://example.com", "http://127.0.0.1.evil.com", "http://10.0.0.1:80", ""] {
+            assert!(!origin_is_loopback(o), "{o}");
+        }
+    }
+
+    #[test]
+    fn serves_assets() {
+        let get = |path: &str| Head {
+            method: "GET".into(),
+            path: path.into(),
+            origin: None,
+            upgrade_ws: false,
+            ws_complete: false,
+        };
+        let r = respond(&get("/recached.js"), Path::new("/nonexistent"));
+        assert!(r.starts_with(b"HTTP/1.1 200 OK\r\nContent-Type: text/javascript"));
+        assert!(respond(&get("/recached.wasm"), Path::new("/nonexistent")).starts_with(b"HTTP/1.1 404"));
+        assert!(respond(&get("/nope"), Path::new("/x")).starts_with(b"HTTP/1.1 404"));
+        let mut post = get("/");
+        post.method = "POST".into();
+        assert!(respond(&post, Path::new("/x")).starts_with(b"HTTP/1.1 405"));
+    }
+
+    #[test]
+    fn resp_probes() {
+        assert!(is_resp(b"PING\r\n") && is_resp(b"*1\r\n") && !is_resp(b"GET / HTTP/1.1"));
+        let probe = b"*1\r\n$4\r\nPING\r\n*1\r\n$6\r\nDBSIZE\r\n*2\r\n$4\r\nINF";
+        let (used, out) = resp_replies(probe, "");
+        assert_eq!(used, 30);
+        assert!(out.starts_with(b"+PONG\r\n-ERR this is the recached fan-out"));
+        assert_eq!(resp_replies(b"PING\r\n", "").1, b"+PONG\r\n");
+        assert_eq!(resp_replies(b"INFO\r\n", "a:1").1, b"$3\r\na:1\r\n");
+    }
+
+    #[test]
+    fn replay_yields_prefix_first() {
+        let mut r = Replay::new(b"abc".to_vec(), &b"def"[..]);
+        let mut out = String::new();
+        r.read_to_string(&mut out).unwrap();
+        assert_eq!(out, "abcdef");
+    }
+}

@@ -1,0 +1,1156 @@
+//! The fan-out's single-threaded mio loop: feed links, HTTP connections, browsers.
+//!
+//! # One iteration
+//!
+//! 1. `poll` (timeout: the next feed reconnect, at most [`TICK`]).
+//! 2. Events: the listener (accept until `WouldBlock`), feed links (read every complete
+//!    message and relay it, see below), connections (HTTP request → response or upgrade;
+//!    handshake progress; browser frames).
+//! 3. Every browser with queued output is drained into its socket once (one write syscall
+//!    for everything relayed to it in this iteration).
+//! 4. Timers: feed reconnects, heartbeats, stale HTTP/handshake/closing connections, retries
+//!    of snapshots that could not be requested.
+//!
+//! # A browser's view of one instance ([`Inst`])
+//!
+//! ```text
+//!  subscribe ──► Waiting ──(link live)──► Snapshot{id, seq?} ──snapshot-end──► Live
+//!      │            ▲                        │ entries relayed; effects ≤ S skipped,       │
+//!      │            └──── resync ◄───────────┴─ effects > S deferred until the end ◄─────┘
+//!      └─resume──► Resume ──(link live, ring reaches back)──► replay ──► Live
+//! ```
+//! A resync sends `must-refetch` and requests a new snapshot; the id of the old one is
+//! forgotten, so its late entries are dropped.
+//!
+//! # Queues
+//!
+//! Each browser has a queue of frames with a byte budget per kind: keychanges (and
+//! heartbeats) [`FanoutOptions::queue_bytes`], snapshot data
+//! [`FanoutOptions::snapshot_bytes`]. Exceeding the first drops the queued keychanges and
+//! snapshot data and resyncs every instance of that browser (it alone); exceeding the second
+//! closes it. The queue is moved into tungstenite only while the socket takes it, so
+//! tungstenite's own buffer stays around one write buffer.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use tungstenite::handshake::server::{NoCallback, ServerHandshake};
+use tungstenite::handshake::{HandshakeError, MidHandshake};
+use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tungstenite::{Message, Utf8Bytes, WebSocket};
+
+use super::feed::{Effect, FeedMsg, Link, LinkState, Scope};
+use super::http::{self, Replay};
+use super::protocol::{self, ClientMsg, Resume};
+use super::{FanoutOptions, Tokens};
+
+const LISTENER: Token = Token(usize::MAX - 1);
+/// Feed link `i` is `LINK_BASE + i`; connections are their slab index.
+const LINK_BASE: usize = usize::MAX / 2;
+/// Longest poll wait (shutdown flag, timers).
+const TICK: Duration = Duration::from_millis(50);
+/// An HTTP request or WebSocket handshake must complete within this.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+/// A closing browser is dropped after this even if its peer never answers the close.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// Move this much of a browser's queue into tungstenite before flushing to the socket.
+const DRAIN_CHUNK: usize = 256 * 1024;
+
+type Stream = Replay<TcpStream>;
+
+/// Where a browser stands with one instance (see the module doc).
+#[derive(Debug)]
+enum Inst {
+    /// Not subscribed yet.
+    Idle,
+    /// A snapshot is needed; requested when the link is live.
+    Waiting,
+    /// Reconnected with this position; checked against the ring when the link is live.
+    Resume(Resume),
+    /// Snapshot `id` requested; `seq` once its header arrived; effects after `seq` that
+    /// arrive before its end wait in `deferred`.
+    Snapshot {
+        id: u64,
+        seq: Option<u64>,
+        deferred: Vec<Rc<Effect>>,
+    },
+    /// Every effect is relayed as it comes.
+    Live,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    /// Never dropped: hello, subscribed, must-refetch, error, pong.
+    Control,
+    /// Keychanges and heartbeats: dropped on overflow (a resync follows).
+    Live,
+    /// Snapshot data and up-to-date markers: dropped on overflow (a resync follows).
+    Snap,
+}
+
+struct Out {
+    frame: Utf8Bytes,
+    kind: Kind,
+}
+
+struct Browser {
+    ws: WebSocket<Stream>,
+    serial: u64,
+    /// Prefixes in effect (requested ∩ allowed); `None` until `subscribe`.
+    prefixes: Option<Vec<Vec<u8>>>,
+    inst: Vec<Inst>,
+    queue: VecDeque<Out>,
+    live_bytes: usize,
+    snap_bytes: usize,
+    last_recv: Instant,
+    /// Set when a close was started (or the peer is gone); dropped after [`CLOSE_GRACE`].
+    closing: Option<Instant>,
+    dirty: bool,
+}
+
+struct HttpConn {
+    stream: TcpStream,
+    peer: SocketAddr,
+    buf: Vec<u8>,
+    /// A response being written (then the connection closes).
+    out: Vec<u8>,
+    /// Speaking RESP (a probe): stay open after replies.
+    resp: bool,
+    born: Instant,
+}
+
+enum Conn {
+    Http(HttpConn),
+    Handshake {
+        mid: Option<MidHandshake<ServerHandshake<Stream, NoCallback>>>,
+        born: Instant,
+    },
+    Ws(Box<Browser>),
+}
+
+/// Who asked for a snapshot.
+#[derive(Clone, Copy)]
+struct SnapOwner {
+    conn: usize,
+    serial: u64,
+    instance: usize,
+}
+
+pub struct Server {
+    poll: Poll,
+    listener: TcpListener,
+    shutdown: Arc<AtomicBool>,
+    tokens: Option<Tokens>,
+    wasm: PathBuf,
+    heartbeat: Duration,
+    max_message: usize,
+    queue_bytes: usize,
+    snapshot_bytes: usize,
+    max_connections: usize,
+    ws_config: WebSocketConfig,
+    links: Vec<Link>,
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    live_conns: usize,
+    snaps: HashMap<u64, SnapOwner>,
+    /// Per link, snapshot ids requested whose header has not arrived (an error reply is
+    /// charged to the oldest).
+    pending_snaps: Vec<VecDeque<u64>>,
+    next_snap: u64,
+    next_serial: u64,
+    dirty: Vec<usize>,
+    next_heartbeat: Instant,
+    feed_msgs: Vec<FeedMsg>,
+}
+
+impl Server {
+    pub fn new(
+        listen: SocketAddr,
+        engines: Vec<SocketAddr>,
+        tokens: Option<Tokens>,
+        wasm: PathBuf,
+        opts: &FanoutOptions,
+        shutdown: Arc<AtomicBool>,
+    ) -> io::Result<Server> {
+        let poll = Poll::new()?;
+        let mut listener = TcpListener::bind(listen)?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let heartbeat = Duration::from_millis(opts.heartbeat_ms.max(10));
+        let ws_config = WebSocketConfig::default()
+            .max_message_size(Some(opts.max_message))
+            .max_frame_size(Some(opts.max_message))
+            .write_buffer_size(DRAIN_CHUNK)
+            .max_write_buffer_size(usize::MAX);
+        Ok(Server {
+            poll,
+            listener,
+            shutdown,
+            tokens,
+            wasm,
+            heartbeat,
+            max_message: opts.max_message,
+            queue_bytes: opts.queue_bytes,
+            snapshot_bytes: opts.snapshot_bytes,
+            max_connections: opts.max_connections,
+            ws_config,
+            pending_snaps: vec![VecDeque::new(); engines.len()],
+            links: engines.into_iter().map(Link::new).collect(),
+            conns: Vec::new(),
+            free: Vec::new(),
+            live_conns: 0,
+            snaps: HashMap::new(),
+            next_snap: 1,
+            next_serial: 1,
+            dirty: Vec::new(),
+            next_heartbeat: Instant::now() + heartbeat,
+            feed_msgs: Vec::new(),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn run(&mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        self.tick(Instant::now());
+        while !self.shutdown.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            let mut timeout = TICK;
+            for l in &self.links {
+                if let Some(at) = l.deadline() {
+                    timeout = timeout.min(at.saturating_duration_since(now));
+                }
+            }
+            match self.poll.poll(&mut events, Some(timeout)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept(),
+                    Token(t) if t >= LINK_BASE => self.link_event(t - LINK_BASE),
+                    Token(t) => self.conn_event(t),
+                }
+            }
+            self.drain_dirty();
+            self.tick(Instant::now());
+        }
+        log::info!("fanout: shutting down");
+        Ok(())
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Connections
+
+    fn accept(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut stream, peer)) => {
+                    if self.live_conns >= self.max_connections {
+                        log::warn!("fanout: {} connections: refusing {peer}", self.live_conns);
+                        continue;
+                    }
+                    let idx = self.free.pop().unwrap_or_else(|| {
+                        self.conns.push(None);
+                        self.conns.len() - 1
+                    });
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut stream, Token(idx), Interest::READABLE | Interest::WRITABLE)
+                        .is_err()
+                    {
+                        self.free.push(idx);
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    self.conns[idx] = Some(Conn::Http(HttpConn {
+                        stream,
+                        peer,
+                        buf: Vec::new(),
+                        out: Vec::new(),
+                        resp: false,
+                        born: Instant::now(),
+                    }));
+                    self.live_conns += 1;
+                    // Data may already be there (edge-triggered: no event would tell us).
+                    self.conn_event(idx);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // EMFILE and friends: log and retry on the next event.
+                    log::warn!("fanout: accept: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn close(&mut self, idx: usize) {
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::take) else {
+            return;
+        };
+        self.live_conns -= 1;
+        self.free.push(idx);
+        match conn {
+            Conn::Http(mut h) => {
+                let _ = self.poll.registry().deregister(&mut h.stream);
+            }
+            Conn::Handshake { mut mid, .. } => {
+                if let Some(m) = mid.as_mut() {
+                    let _ = self.poll.registry().deregister(&mut m.get_mut().get_mut().inner);
+                }
+            }
+            Conn::Ws(mut b) => {
+                let _ = self.poll.registry().deregister(&mut b.ws.get_mut().inner);
+                for inst in &b.inst {
+                    if let Inst::Snapshot { id, .. } = inst {
+                        self.snaps.remove(id);
+                    }
+                }
+            }
+        }
+    }
+
+    fn conn_event(&mut self, idx: usize) {
+        match self.conns.get(idx) {
+            Some(Some(Conn::Http(_))) => self.http_event(idx),
+            Some(Some(Conn::Handshake { .. })) => self.handshake_event(idx),
+            Some(Some(Conn::Ws(_))) => {
+                self.browser_read(idx);
+                self.mark_dirty(idx);
+            }
+            _ => {}
+        }
+    }
+
+    fn http_event(&mut self, idx: usize) {
+        use std::io::{Read, Write};
+        let Some(Some(Conn::Http(h))) = self.conns.get_mut(idx) else {
+            return;
+        };
+        if !h.out.is_empty() {
+            // Writing the response.
+            loop {
+                match h.stream.write(&h.out) {
+                    Ok(0) => return self.close(idx),
+                    Ok(n) => {
+                        h.out.drain(..n);
+                        if h.out.is_empty() {
+                            if h.resp {
+                                break;
+                            }
+                            return self.close(idx);
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return self.close(idx),
+                }
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        loop {
+            match h.stream.read(&mut chunk) {
+                Ok(0) => return self.close(idx),
+                Ok(n) => {
+                    h.buf.extend_from_slice(&chunk[..n]);
+                    if h.buf.len() > http::MAX_HEAD {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.close(idx),
+            }
+        }
+        if http::is_resp(&h.buf) {
+            // A supervisor health check or `recached status` probe: answer in RESP.
+            let info = format!(
+                "# Fanout\r\nconnections:{}\r\nengines:{}\r\nengines_live:{}\r\n",
+                self.live_conns,
+                self.links.len(),
+                self.links.iter().filter(|l| l.state == LinkState::Live).count()
+            );
+            let Some(Some(Conn::Http(h))) = self.conns.get_mut(idx) else {
+                return;
+            };
+            let (used, replies) = http::resp_replies(&h.buf, &info);
+            h.buf.drain(..used);
+            if replies.is_empty() {
+                return;
+            }
+            h.out = replies;
+            h.resp = true;
+            return self.http_event(idx);
+        }
+        let head = match http::parse_head(&h.buf) {
+            Ok(None) => return,
+            Ok(Some(head)) => head,
+            Err(code) => {
+                let reason = if code == 431 {
+                    "Request Header Fields Too Large"
+                } else {
+                    "Bad Request"
+                };
+                h.out = http::status(code, reason);
+                return self.http_event(idx);
+            }
+        };
+        if !head.upgrade_ws {
+            h.out = http::respond(&head, &self.wasm);
+            return self.http_event(idx);
+        }
+        if head.path != "/ws" {
+            h.out = http::status(404, "Not Found");
+            return self.http_event(idx);
+        }
+        if !head.ws_complete {
+            h.out = http::status(400, "Bad Request (incomplete WebSocket upgrade)");
+            return self.http_event(idx);
+        }
+        if self.tokens.is_none() {
+            let origin_ok = head.origin.as_deref().is_none_or(http::origin_is_loopback);
+            if !h.peer.ip().is_loopback() || !origin_ok {
+                log::info!(
+                    "fanout: refused WebSocket from {} (origin {:?}): without tokens only loopback origins are served",
+                    h.peer,
+                    head.origin
+                );
+                h.out = http::status(403, "Forbidden (no tokens configured: loopback only)");
+                return self.http_event(idx);
+            }
+        }
+        // Hand the socket, with the bytes read so far, to tungstenite.
+        let Some(Conn::Http(h)) = self.conns[idx].take() else {
+            unreachable!("checked above")
+        };
+        let stream = Replay::new(h.buf, h.stream);
+        let result = tungstenite::accept_with_config(stream, Some(self.ws_config));
+        self.conns[idx] = Some(Conn::Handshake {
+            mid: None,
+            born: h.born,
+        });
+        self.handshake_result(idx, result);
+    }
+
+    fn handshake_event(&mut self, idx: usize) {
+        let Some(Some(Conn::Handshake { mid, .. })) = self.conns.get_mut(idx) else {
+            return;
+        };
+        let Some(m) = mid.take() else {
+            return self.close(idx);
+        };
+        let result = m.handshake();
+        self.handshake_result(idx, result);
+    }
+
+    fn handshake_result(
+        &mut self,
+        idx: usize,
+        result: Result<WebSocket<Stream>, HandshakeError<ServerHandshake<Stream, NoCallback>>>,
+    ) {
+        match result {
+            Ok(ws) => {
+                let serial = self.next_serial;
+                self.next_serial += 1;
+                let mut b = Box::new(Browser {
+                    ws,
+                    serial,
+                    prefixes: None,
+                    inst: (0..self.links.len()).map(|_| Inst::Idle).collect(),
+                    queue: VecDeque::new(),
+                    live_bytes: 0,
+                    snap_bytes: 0,
+                    last_recv: Instant::now(),
+                    closing: None,
+                    dirty: false,
+                });
+                let hello = protocol::hello(
+                    self.links.len(),
+                    self.heartbeat.as_millis() as u64,
+                    self.max_message,
+                    self.tokens.is_some(),
+                );
+                b.queue.push_back(Out {
+                    frame: hello.into(),
+                    kind: Kind::Control,
+                });
+                self.conns[idx] = Some(Conn::Ws(b));
+                self.mark_dirty(idx);
+                // The subscribe may have arrived with the upgrade request.
+                self.browser_read(idx);
+            }
+            Err(HandshakeError::Interrupted(mid)) => {
+                if let Some(Some(Conn::Handshake { mid: slot, .. })) = self.conns.get_mut(idx) {
+                    *slot = Some(mid);
+                }
+            }
+            Err(HandshakeError::Failure(e)) => {
+                log::debug!("fanout: WebSocket handshake failed: {e}");
+                self.close(idx);
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Browsers
+
+    fn browser(&mut self, idx: usize) -> Option<&mut Browser> {
+        match self.conns.get_mut(idx) {
+            Some(Some(Conn::Ws(b))) => Some(b),
+            _ => None,
+        }
+    }
+
+    fn mark_dirty(&mut self, idx: usize) {
+        if let Some(b) = self.browser(idx)
+            && !b.dirty
+        {
+            b.dirty = true;
+            self.dirty.push(idx);
+        }
+    }
+
+    fn browser_read(&mut self, idx: usize) {
+        loop {
+            let Some(b) = self.browser(idx) else { return };
+            if b.closing.is_some() {
+                // Only the peer's close reply (or EOF) matters now.
+                match b.ws.read() {
+                    Ok(_) => continue,
+                    Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                        return;
+                    }
+                    Err(_) => return self.close(idx),
+                }
+            }
+            match b.ws.read() {
+                Ok(Message::Text(t)) => {
+                    b.last_recv = Instant::now();
+                    self.browser_text(idx, t.as_str());
+                }
+                Ok(Message::Binary(_)) => {
+                    b.last_recv = Instant::now();
+                    self.refuse(idx, CloseCode::Unsupported, "binary frames are not accepted");
+                }
+                Ok(Message::Close(_)) => {
+                    // tungstenite queued the close reply; the flush sends it.
+                    b.closing = Some(Instant::now());
+                }
+                Ok(_) => b.last_recv = Instant::now(), // ping, pong
+                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(tungstenite::Error::Capacity(e)) => {
+                    let msg = format!("message too large: {e}");
+                    return self.refuse(idx, CloseCode::Size, &msg);
+                }
+                Err(tungstenite::Error::Utf8(_)) => {
+                    return self.refuse(idx, CloseCode::Invalid, "invalid UTF-8 in a text frame");
+                }
+                Err(tungstenite::Error::Protocol(e)) => {
+                    log::debug!("fanout: browser protocol error: {e}");
+                    return self.close(idx);
+                }
+                Err(_) => return self.close(idx),
+            }
+        }
+    }
+
+    /// Sends an error message and closes the WebSocket with `code`.
+    fn refuse(&mut self, idx: usize, code: CloseCode, reason: &str) {
+        let Some(b) = self.browser(idx) else { return };
+        b.queue.clear();
+        b.live_bytes = 0;
+        b.snap_bytes = 0;
+        let err = protocol::error("closing", reason);
+        let _ = b.ws.write(Message::text(err));
+        let frame = CloseFrame {
+            code,
+            reason: reason.chars().take(100).collect::<String>().into(),
+        };
+        let _ = b.ws.close(Some(frame));
+        let _ = b.ws.flush();
+        b.closing = Some(Instant::now());
+    }
+
+    fn push(&mut self, idx: usize, frame: Utf8Bytes, kind: Kind) {
+        let (queue_bytes, snapshot_bytes) = (self.queue_bytes, self.snapshot_bytes);
+        let Some(b) = self.browser(idx) else { return };
+        if b.closing.is_some() {
+            return;
+        }
+        let n = frame.len();
+        match kind {
+            Kind::Control => {}
+            Kind::Live => {
+                if b.live_bytes + n > queue_bytes {
+                    return self.overflow(idx);
+                }
+                b.live_bytes += n;
+            }
+            Kind::Snap => {
+                if b.snap_bytes + n > snapshot_bytes {
+                    return self.refuse(
+                        idx,
+                        CloseCode::Size,
+                        "snapshot larger than the fan-out's limit for one browser",
+                    );
+                }
+                b.snap_bytes += n;
+            }
+        }
+        b.queue.push_back(Out { frame, kind });
+        self.mark_dirty(idx);
+    }
+
+    /// The browser is not reading fast enough: drop what is queued for it and start over
+    /// with a snapshot per instance (this browser alone).
+    fn overflow(&mut self, idx: usize) {
+        let Some(b) = self.browser(idx) else { return };
+        log::debug!("fanout: browser {} fell behind: resync", b.serial);
+        b.queue.retain(|o| o.kind == Kind::Control);
+        b.live_bytes = 0;
+        b.snap_bytes = 0;
+        for i in 0..self.links.len() {
+            let subscribed = self
+                .browser(idx)
+                .is_some_and(|b| !matches!(b.inst[i], Inst::Idle));
+            if subscribed {
+                self.resync(idx, i, "slow-consumer");
+            }
+        }
+    }
+
+    /// Restarts instance `i` for a browser: `must-refetch`, then a snapshot.
+    fn resync(&mut self, idx: usize, i: usize, reason: &str) {
+        let Some(b) = self.browser(idx) else { return };
+        if let Inst::Snapshot { id, .. } = b.inst[i] {
+            self.snaps.remove(&id);
+        }
+        let Some(b) = self.browser(idx) else { return };
+        b.inst[i] = Inst::Waiting;
+        self.push(idx, protocol::must_refetch(i, reason).into(), Kind::Control);
+        self.request_snapshot(idx, i);
+    }
+
+    /// Asks instance `i` for a snapshot of the browser's prefixes (when its link is live).
+    fn request_snapshot(&mut self, idx: usize, i: usize) {
+        let live = self.links[i].state == LinkState::Live;
+        let (run, seq) = (
+            self.links[i].run.clone().unwrap_or_default(),
+            self.links[i].seq.unwrap_or(0),
+        );
+        let id = self.next_snap;
+        let Some(b) = self.browser(idx) else { return };
+        if b.closing.is_some() || !live {
+            b.inst[i] = Inst::Waiting;
+            return;
+        }
+        let prefixes = b.prefixes.clone().unwrap_or_default();
+        if prefixes.is_empty() {
+            // Nothing visible: up to date by definition.
+            b.inst[i] = Inst::Live;
+            self.push(idx, protocol::up_to_date(i, &run, seq).into(), Kind::Snap);
+            return;
+        }
+        b.inst[i] = Inst::Snapshot {
+            id,
+            seq: None,
+            deferred: Vec::new(),
+        };
+        let serial = b.serial;
+        self.next_snap += 1;
+        self.snaps.insert(
+            id,
+            SnapOwner {
+                conn: idx,
+                serial,
+                instance: i,
+            },
+        );
+        self.pending_snaps[i].push_back(id);
+        let id_text = id.to_string();
+        let mut argv: Vec<&[u8]> = vec![b"FEED", b"SNAPSHOT", id_text.as_bytes()];
+        argv.extend(prefixes.iter().map(Vec::as_slice));
+        self.links[i].send(&argv);
+    }
+
+    /// A reconnecting browser's position for instance `i`: replay from the ring, or resync.
+    fn try_resume(&mut self, idx: usize, i: usize, r: Resume) {
+        let link = &self.links[i];
+        if link.state != LinkState::Live {
+            if let Some(b) = self.browser(idx) {
+                b.inst[i] = Inst::Resume(r);
+            }
+            return;
+        }
+        let replay: Option<Vec<Rc<Effect>>> = match (&link.run, link.seq) {
+            (Some(run), Some(seq)) if *run == r.run => {
+                link.ring.since(r.seq, seq).map(|it| it.cloned().collect())
+            }
+            _ => None,
+        };
+        let Some(replay) = replay else {
+            return self.resync(idx, i, "cannot-resume");
+        };
+        if let Some(b) = self.browser(idx) {
+            b.inst[i] = Inst::Live;
+        }
+        for e in &replay {
+            self.deliver(idx, i, e);
+        }
+        let link = &self.links[i];
+        let up = protocol::up_to_date(i, link.run.as_deref().unwrap_or(""), link.seq.unwrap_or(0));
+        if self.browser(idx).is_some_and(|b| matches!(b.inst[i], Inst::Live)) {
+            self.push(idx, up.into(), Kind::Snap);
+        }
+    }
+
+    fn browser_text(&mut self, idx: usize, text: &str) {
+        let msg = match protocol::parse_client(text) {
+            Ok(m) => m,
+            Err(e) => {
+                return self.push(idx, protocol::error(e.code, &e.message).into(), Kind::Control);
+            }
+        };
+        match msg {
+            ClientMsg::Ping => self.push(idx, protocol::pong().into(), Kind::Control),
+            ClientMsg::Subscribe {
+                prefixes,
+                token,
+                resume,
+            } => {
+                let allowed = match (&self.tokens, token) {
+                    (None, _) => vec![Vec::new()],
+                    (Some(tokens), Some(t)) => match find_token(tokens, &t) {
+                        Some(p) => p.clone(),
+                        None => {
+                            return self.refuse(idx, CloseCode::Policy, "unknown token");
+                        }
+                    },
+                    (Some(_), None) => {
+                        return self.refuse(idx, CloseCode::Policy, "a token is required");
+                    }
+                };
+                let effective = protocol::intersect(&prefixes, &allowed);
+                let Some(b) = self.browser(idx) else { return };
+                if b.prefixes.is_some() {
+                    return self.push(
+                        idx,
+                        protocol::error("already-subscribed", "one subscribe per connection")
+                            .into(),
+                        Kind::Control,
+                    );
+                }
+                b.prefixes = Some(effective.clone());
+                self.push(idx, protocol::subscribed(&effective).into(), Kind::Control);
+                for i in 0..self.links.len() {
+                    match resume.iter().find(|r| r.instance == i) {
+                        Some(r) => self.try_resume(idx, i, r.clone()),
+                        None => self.resync(idx, i, "initial"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Relays effect `e` of instance `i` to a live browser, filtered by its prefixes.
+    fn deliver(&mut self, idx: usize, i: usize, e: &Rc<Effect>) {
+        enum Act {
+            Skip,
+            Whole,
+            Some(Vec<usize>),
+            Resync(&'static str),
+        }
+        let Some(b) = self.browser(idx) else { return };
+        let prefixes = b.prefixes.as_deref().unwrap_or(&[]);
+        let act = match &e.scope {
+            Scope::Flush => Act::Whole,
+            Scope::Unknown => Act::Resync("unknown-effect"),
+            Scope::Keys(pos) => {
+                let visible: Vec<usize> = pos
+                    .iter()
+                    .copied()
+                    .filter(|&p| protocol::matches(prefixes, &e.args[p]))
+                    .collect();
+                if visible.is_empty() {
+                    Act::Skip
+                } else if visible.len() == pos.len() {
+                    Act::Whole
+                } else if e.args[0].eq_ignore_ascii_case(b"del")
+                    || e.args[0].eq_ignore_ascii_case(b"unlink")
+                {
+                    Act::Some(visible)
+                } else {
+                    // Keys inside and outside the prefixes (RENAME across them, …): the
+                    // effect cannot be relayed without leaking; refetch this instance.
+                    Act::Resync("partial-effect")
+                }
+            }
+        };
+        match act {
+            Act::Skip => {}
+            Act::Whole => self.push(idx, e.frame(i), Kind::Live),
+            Act::Some(visible) => {
+                // Each key of a DEL is independent: relay the visible ones.
+                let mut argv: Vec<&[u8]> = vec![b"DEL"];
+                argv.extend(visible.iter().map(|&p| e.args[p].as_slice()));
+                let frame = protocol::keychange(i, e.seq, argv[1], &argv);
+                self.push(idx, frame.into(), Kind::Live);
+            }
+            Act::Resync(reason) => {
+                if reason == "unknown-effect" {
+                    log::warn!(
+                        "fanout: effect {} of instance {i} ({}) has no key the table can find: resync",
+                        e.seq,
+                        String::from_utf8_lossy(&e.args[0])
+                    );
+                }
+                self.resync(idx, i, reason);
+            }
+        }
+    }
+
+    /// Moves queued frames into the socket until it would block.
+    fn drain(&mut self, idx: usize) {
+        let Some(b) = self.browser(idx) else { return };
+        b.dirty = false;
+        loop {
+            let mut moved = 0;
+            while moved < DRAIN_CHUNK {
+                let Some(out) = b.queue.pop_front() else { break };
+                let n = out.frame.len();
+                match out.kind {
+                    Kind::Live => b.live_bytes -= n,
+                    Kind::Snap => b.snap_bytes -= n,
+                    Kind::Control => {}
+                }
+                moved += n;
+                match b.ws.write(Message::Text(out.frame)) {
+                    Ok(()) => {}
+                    // The frame is buffered inside tungstenite; go on at the next WRITABLE.
+                    Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                        return;
+                    }
+                    Err(_) => {
+                        if b.closing.is_none() {
+                            return self.close(idx);
+                        }
+                        return;
+                    }
+                }
+            }
+            match b.ws.flush() {
+                Ok(()) => {
+                    if b.queue.is_empty() {
+                        return;
+                    }
+                }
+                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(tungstenite::Error::ConnectionClosed) => return self.close(idx),
+                Err(_) => return self.close(idx),
+            }
+        }
+    }
+
+    fn drain_dirty(&mut self) {
+        let dirty = std::mem::take(&mut self.dirty);
+        for &idx in &dirty {
+            self.drain(idx);
+        }
+        let mut dirty = dirty;
+        dirty.clear();
+        if self.dirty.is_empty() {
+            self.dirty = dirty;
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Feed links
+
+    fn link_event(&mut self, i: usize) {
+        let mut msgs = std::mem::take(&mut self.feed_msgs);
+        let result = self.links[i].event(&mut msgs);
+        for m in msgs.drain(..) {
+            self.feed_message(i, m);
+        }
+        self.feed_msgs = msgs;
+        if let Err(e) = result {
+            log::warn!("fanout: feed {} (instance {i}): {e}", self.links[i].addr);
+            self.link_down(i);
+        }
+    }
+
+    fn link_down(&mut self, i: usize) {
+        let now = Instant::now();
+        self.links[i].down(self.poll.registry(), now);
+        self.pending_snaps[i].clear();
+        // Snapshots in flight died with the connection; partial entries may have been
+        // relayed, so those browsers refetch once the link is back.
+        for idx in 0..self.conns.len() {
+            let in_snapshot = self
+                .browser(idx)
+                .is_some_and(|b| matches!(b.inst[i], Inst::Snapshot { .. }));
+            if in_snapshot {
+                self.resync(idx, i, "feed-reconnect");
+            }
+        }
+    }
+
+    fn feed_message(&mut self, i: usize, m: FeedMsg) {
+        match m {
+            FeedMsg::Subscribed { run, seq } => {
+                let link = &mut self.links[i];
+                let continuous = link.run.as_deref() == Some(run.as_str()) && link.seq == Some(seq);
+                if !continuous {
+                    link.ring.clear();
+                    if link.run.is_some() {
+                        log::info!(
+                            "fanout: instance {i}: feed resumed at a different point (run {run}, seq {seq}): browsers refetch"
+                        );
+                    }
+                }
+                link.run = Some(run);
+                link.seq = Some(seq);
+                log::info!("fanout: instance {i}: subscribed to {} at seq {seq}", link.addr);
+                for idx in 0..self.conns.len() {
+                    let Some(b) = self.browser(idx) else { continue };
+                    match std::mem::replace(&mut b.inst[i], Inst::Idle) {
+                        Inst::Idle => {}
+                        Inst::Live if continuous => b.inst[i] = Inst::Live,
+                        Inst::Live | Inst::Snapshot { .. } => {
+                            b.inst[i] = Inst::Live;
+                            self.resync(idx, i, "feed-gap");
+                        }
+                        Inst::Waiting => self.request_snapshot(idx, i),
+                        Inst::Resume(r) => self.try_resume(idx, i, r),
+                    }
+                }
+            }
+            FeedMsg::Effect { seq, args } => {
+                let link = &mut self.links[i];
+                let gap = link.seq.is_some_and(|s| s + 1 != seq);
+                if gap {
+                    log::warn!(
+                        "fanout: instance {i}: effect {seq} after {:?}: gap, browsers refetch",
+                        link.seq
+                    );
+                }
+                link.seq = Some(seq);
+                let e = Rc::new(Effect::new(seq, args));
+                link.ring.push(Rc::clone(&e));
+                for idx in 0..self.conns.len() {
+                    let Some(b) = self.browser(idx) else { continue };
+                    let act = match &mut b.inst[i] {
+                        Inst::Live if gap => 2,
+                        Inst::Live => 1,
+                        Inst::Snapshot {
+                            seq: Some(s),
+                            deferred,
+                            ..
+                        } if seq > *s => {
+                            if gap {
+                                2
+                            } else {
+                                deferred.push(Rc::clone(&e));
+                                0
+                            }
+                        }
+                        _ => 0,
+                    };
+                    match act {
+                        1 => self.deliver(idx, i, &e),
+                        2 => self.resync(idx, i, "feed-gap"),
+                        _ => {}
+                    }
+                }
+            }
+            FeedMsg::Overflow { seq } => {
+                log::warn!(
+                    "fanout: instance {i}: the engine dropped effects for us (overflow at {seq}): browsers refetch"
+                );
+                let link = &mut self.links[i];
+                link.ring.clear();
+                link.seq = None;
+                for idx in 0..self.conns.len() {
+                    let affected = self
+                        .browser(idx)
+                        .is_some_and(|b| matches!(b.inst[i], Inst::Live | Inst::Snapshot { .. }));
+                    if affected {
+                        self.resync(idx, i, "feed-overflow");
+                    }
+                }
+            }
+            FeedMsg::Snapshot { id, seq, keys } => {
+                self.pending_snaps[i].retain(|&p| p != id);
+                let Some(idx) = self.snap_owner(id, i) else { return };
+                let run = self.links[i].run.clone().unwrap_or_default();
+                if let Some(b) = self.browser(idx)
+                    && let Inst::Snapshot { seq: s, .. } = &mut b.inst[i]
+                {
+                    *s = Some(seq);
+                }
+                self.push(idx, protocol::snapshot(i, &run, seq, keys).into(), Kind::Snap);
+            }
+            FeedMsg::Entry { id, args } => {
+                let Some(idx) = self.snap_owner(id, i) else { return };
+                let Some(b) = self.browser(idx) else { return };
+                let prefixes = b.prefixes.as_deref().unwrap_or(&[]);
+                // The engine selected by prefix already; checking again costs little and
+                // keeps a key outside the browser's prefixes from ever reaching it.
+                let ok = match super::feed::scope_of(&args) {
+                    Scope::Keys(pos) => pos.iter().all(|&p| protocol::matches(prefixes, &args[p])),
+                    _ => false,
+                };
+                if ok {
+                    let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+                    self.push(idx, protocol::entry(i, &argv).into(), Kind::Snap);
+                } else {
+                    log::warn!("fanout: instance {i}: snapshot entry outside the prefixes dropped");
+                }
+            }
+            FeedMsg::SnapshotEnd { id, seq } => {
+                let Some(idx) = self.snap_owner(id, i) else { return };
+                self.snaps.remove(&id);
+                let Some(b) = self.browser(idx) else { return };
+                let deferred = match std::mem::replace(&mut b.inst[i], Inst::Live) {
+                    Inst::Snapshot { deferred, .. } => deferred,
+                    _ => Vec::new(),
+                };
+                self.push(idx, protocol::snapshot_end(i, seq).into(), Kind::Snap);
+                for e in &deferred {
+                    self.deliver(idx, i, e);
+                }
+                let link = &self.links[i];
+                let at = link.seq.unwrap_or(seq).max(seq);
+                let up = protocol::up_to_date(i, link.run.as_deref().unwrap_or(""), at);
+                if self.browser(idx).is_some_and(|b| matches!(b.inst[i], Inst::Live)) {
+                    self.push(idx, up.into(), Kind::Snap);
+                }
+            }
+            FeedMsg::Error(e) => {
+                // During the subscribe step `Link::event` handles it; here it answers a
+                // FEED SNAPSHOT: charge it to the oldest snapshot without a header, whose
+                // browser retries at the next tick.
+                log::warn!("fanout: instance {i}: engine error: {e}");
+                if let Some(id) = self.pending_snaps[i].pop_front()
+                    && let Some(idx) = self.snap_owner(id, i)
+                {
+                    self.snaps.remove(&id);
+                    if let Some(b) = self.browser(idx) {
+                        b.inst[i] = Inst::Waiting;
+                    }
+                    self.push(idx, protocol::error("snapshot-failed", &e).into(), Kind::Control);
+                }
+            }
+        }
+    }
+
+    /// The live browser that asked for snapshot `id` of instance `i`, if still there.
+    fn snap_owner(&mut self, id: u64, i: usize) -> Option<usize> {
+        let owner = *self.snaps.get(&id)?;
+        let ok = owner.instance == i
+            && self.browser(owner.conn).is_some_and(|b| {
+                b.serial == owner.serial && matches!(b.inst[i], Inst::Snapshot { id: x, .. } if x == id)
+            });
+        if ok {
+            Some(owner.conn)
+        } else {
+            self.snaps.remove(&id);
+            None
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Timers
+
+    fn tick(&mut self, now: Instant) {
+        for i in 0..self.links.len() {
+            self.links[i].tick(self.poll.registry(), now);
+            self.links[i].maybe_connect(self.poll.registry(), Token(LINK_BASE + i), now);
+        }
+        if now < self.next_heartbeat {
+            return;
+        }
+        self.next_heartbeat = now + self.heartbeat;
+        let silent = self.heartbeat * 5 / 2;
+        let mut to_close = Vec::new();
+        for idx in 0..self.conns.len() {
+            match &self.conns[idx] {
+                Some(Conn::Http(h)) if now.duration_since(h.born) > HTTP_TIMEOUT => {
+                    to_close.push(idx)
+                }
+                Some(Conn::Handshake { born, .. }) if now.duration_since(*born) > HTTP_TIMEOUT => {
+                    to_close.push(idx)
+                }
+                _ => {}
+            }
+        }
+        for idx in to_close {
+            self.close(idx);
+        }
+        for idx in 0..self.conns.len() {
+            let seqs: Vec<Option<u64>> = {
+                let Some(b) = self.browser(idx) else { continue };
+                if let Some(since) = b.closing {
+                    if now.duration_since(since) > CLOSE_GRACE {
+                        self.close(idx);
+                    }
+                    continue;
+                }
+                if now.duration_since(b.last_recv) > silent {
+                    log::debug!("fanout: browser {} silent: closing", b.serial);
+                    self.close(idx);
+                    continue;
+                }
+                let _ = b.ws.write(Message::Ping(Default::default()));
+                let inst: Vec<bool> = b.inst.iter().map(|s| matches!(s, Inst::Live)).collect();
+                inst.iter()
+                    .zip(&self.links)
+                    .map(|(&live, l)| if live { l.seq } else { None })
+                    .collect()
+            };
+            self.push(idx, protocol::heartbeat(&seqs).into(), Kind::Live);
+            // Retry snapshots that could not be requested (link was down, engine refused).
+            for i in 0..self.links.len() {
+                if self.links[i].state == LinkState::Live
+                    && self.browser(idx).is_some_and(|b| matches!(b.inst[i], Inst::Waiting))
+                {
+                    self.request_snapshot(idx, i);
+                }
+            }
+        }
+        self.drain_dirty();
+    }
+}
+
+/// Looks a token up without an early exit on the first differing byte of a candidate.
+fn find_token<'a>(tokens: &'a Tokens, t: &str) -> Option<&'a Vec<Vec<u8>>> {
+    let mut found = None;
+    for (k, v) in tokens {
+        let (a, b) = (k.as_bytes(), t.as_bytes());
+        let mut diff = a.len() ^ b.len();
+        for j in 0..a.len().max(b.len()) {
+            diff |= usize::from(a.get(j).unwrap_or(&0) ^ b.get(j).unwrap_or(&0));
+        }
+        if diff == 0 {
+            found = Some(v);
+        }
+    }
+    found
+}

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Memory and eviction benchmark (issue 7; docs/memory.md has the latest figures).
+#
+#   scripts/bench-memory.sh            # all datasets, 3 runs each, plus SET throughput
+#   RUNS=1 SKIP_THROUGHPUT=1 scripts/bench-memory.sh
+#
+# 1. RSS and used_memory of ONE fresh engine holding each dataset, against redis-server holding
+#    the same data in the same run (median of $RUNS fresh processes each):
+#      strings: 1,000,000 keys with 64-byte values
+#      hashes:  100 hashes × 10,000 fields (8-byte values)
+#      zsets:   100 sorted sets × 10,000 members
+#    Data is loaded with `redis-cli --pipe` from a RESP file generated once into $WORK.
+# 2. SET throughput (redis-benchmark, 64-byte values, random keys from a 10M space, pipeline
+#    16) without a limit and under allkeys-lru at a 64mb limit after pre-filling past it, for
+#    recached and redis-server.
+# Everything listens on 127.0.0.1, on free ports; every server is killed by PID.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT="$(pwd)"
+RUNS="${RUNS:-3}"
+WORK="${WORK:-/tmp/recached-bench-memory}"
+mkdir -p "$WORK"
+BIN="${RECACHED_BIN:-$ROOT/target/release/recached}"
+if [ -z "${RECACHED_BIN:-}" ]; then cargo build --release -q -p recached; fi
+
+PIDS=()
+cleanup() { for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 1 200); do redis-cli -p "$1" PING >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "port $1 not up" >&2; return 1; }
+
+# start_server recached|redis PORT → pid on stdout
+start_server() {
+    local kind=$1 port=$2
+    if [ "$kind" = recached ]; then
+        "$BIN" server --port "$port" --bind 127.0.0.1 >"$WORK/$kind-$port.log" 2>&1 &
+    else
+        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --databases 1 \
+            >"$WORK/$kind-$port.log" 2>&1 &
+    fi
+    echo $!
+}
+
+rss_bytes() { awk '/^VmRSS:/ {print $2 * 1024}' "/proc/$1/status"; }
+info_field() { redis-cli -p "$1" INFO memory | tr -d '\r' | awk -F: -v f="$2" '$1 == f {print $2}'; }
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+gen() {
+    local name=$1
+    [ -s "$WORK/$name.resp" ] && return 0
+    echo "generating $WORK/$name.resp" >&2
+    python3 - "$name" >"$WORK/$name.resp" <<'PY'
+import sys
+out = sys.stdout.buffer
+def cmd(*args):
+    parts = [b"*%d\r\n" % len(args)]
+    for a in args:
+        parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    out.write(b"".join(parts))
+name = sys.argv[1]
+if name == "strings":
+    val = b"v" * 64
+    for i in range(1_000_000):
+        cmd(b"SET", b"key:%07d" % i, val)
+elif name == "hashes":
+    for h in range(100):
+        args = [b"HSET", b"hash:%03d" % h]
+        for f in range(10_000):
+            args += [b"field:%05d" % f, b"val%05d" % f]
+        cmd(*args)
+elif name == "zsets":
+    for z in range(100):
+        args = [b"ZADD", b"zset:%03d" % z]
+        for m in range(10_000):
+            args += [b"%d" % (m * 7 % 10_007), b"member:%05d" % m]
+        cmd(*args)
+PY
+}
+
+printf '| dataset | server | RSS (median of %s) | used_memory | RSS / redis RSS |\n|---|---|---|---|---|\n' "$RUNS"
+for ds in strings hashes zsets; do
+    gen "$ds"
+    declare -A RSS=()
+    for kind in redis recached; do
+        rss_runs=(); used_runs=()
+        for _ in $(seq 1 "$RUNS"); do
+            port=$(free_port)
+            pid=$(start_server "$kind" "$port"); PIDS+=("$pid")
+            wait_port "$port"
+            redis-cli -p "$port" --pipe <"$WORK/$ds.resp" >"$WORK/pipe.out" 2>&1 \
+                || { cat "$WORK/pipe.out" >&2; exit 1; }
+            sleep 0.5
+            rss_runs+=("$(rss_bytes "$pid")")
+            used_runs+=("$(info_field "$port" used_memory)")
+            kill "$pid"; wait "$pid" 2>/dev/null || true
+        done
+        r=$(printf '%s\n' "${rss_runs[@]}" | median)
+        u=$(printf '%s\n' "${used_runs[@]}" | median)
+        RSS[$kind]=$r
+        ratio=$(awk -v a="$r" -v b="${RSS[redis]}" 'BEGIN {printf "%.2f", a / b}')
+        printf '| %s | %s | %.1f MiB | %.1f MiB | %s× |\n' "$ds" "$kind" \
+            "$(awk -v x="$r" 'BEGIN {print x/1048576}')" "$(awk -v x="$u" 'BEGIN {print x/1048576}')" "$ratio"
+    done
+    unset RSS
+done
+
+[ -n "${SKIP_THROUGHPUT:-}" ] && exit 0
+echo
+printf '| server | SET rps, no limit | SET rps, allkeys-lru at 64mb | ratio |\n|---|---|---|---|\n'
+N="${N:-1000000}"
+set_rps() {
+    redis-benchmark -p "$1" -t set -n "$N" -r 10000000 -d 64 -P 16 -c 50 -q 2>/dev/null \
+        | tr '\r' '\n' | awk '/^SET:/ {print $2}' | tail -1
+}
+for kind in redis recached; do
+    port=$(free_port)
+    pid=$(start_server "$kind" "$port"); PIDS+=("$pid")
+    wait_port "$port"
+    free_rps=$(set_rps "$port")
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    port=$(free_port)
+    pid=$(start_server "$kind" "$port"); PIDS+=("$pid")
+    wait_port "$port"
+    redis-cli -p "$port" CONFIG SET maxmemory 64mb >/dev/null
+    redis-cli -p "$port" CONFIG SET maxmemory-policy allkeys-lru >/dev/null
+    # Pre-fill past the limit so every measured SET runs at the limit (evicting).
+    redis-benchmark -p "$port" -t set -n 1000000 -r 10000000 -d 64 -P 16 -q >/dev/null 2>&1
+    evicted_before=$(redis-cli -p "$port" INFO stats | tr -d '\r' | awk -F: '$1=="evicted_keys"{print $2}')
+    lru_rps=$(set_rps "$port")
+    evicted_after=$(redis-cli -p "$port" INFO stats | tr -d '\r' | awk -F: '$1=="evicted_keys"{print $2}')
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    ratio=$(awk -v a="$lru_rps" -v b="$free_rps" 'BEGIN {printf "%.2f", a / b}')
+    printf '| %s | %s | %s (evicted %s during the run) | %s× |\n' "$kind" "$free_rps" "$lru_rps" \
+        "$((evicted_after - evicted_before))" "$ratio"
+done

@@ -1,0 +1,67 @@
+//! `recached fanout`: the WebSocket fan-out to browser replicas, in the foreground
+//! (`recached_proxy::fanout`; wire protocol in docs/browser-protocol.md).
+//!
+//! Settings come from flags, else the config file (`bind`, `fanout_port`, `fanout_tokens`),
+//! else the defaults. `recached start` runs it with `--engines` set to the fleet's topology.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::{Result, config};
+
+/// Flags of `recached fanout`.
+#[derive(Args, Debug, Clone)]
+pub struct FanoutArgs {
+    /// HTTP + WebSocket port; default: the config's `fanout_port` (6480). 0 picks a free port.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Listen address; default: the config's `bind` (127.0.0.1).
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// Engines as `host:port`, comma separated, in instance order (the proxy's backends).
+    #[arg(long, value_delimiter = ',', required = true, num_args = 1..)]
+    pub engines: Vec<String>,
+    /// TOML config file (`bind`, `fanout_port`, `fanout_tokens`).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Tokens file (`[tokens]` table: "token" = ["prefix", …]); default: the config's
+    /// `fanout_tokens`; none = loopback origins only.
+    #[arg(long)]
+    pub tokens: Option<PathBuf>,
+    /// The replica module served at /recached.wasm (default: scripts/build-wasm.sh's output,
+    /// or $RECACHED_WASM).
+    #[arg(long)]
+    pub wasm: Option<PathBuf>,
+    /// Heartbeat period in milliseconds (ping + position message; silent browsers are closed
+    /// after 2.5 periods).
+    #[arg(long, default_value_t = 15_000)]
+    pub heartbeat_ms: u64,
+    /// Most bytes of keychanges queued for one browser before it is resynced.
+    #[arg(long)]
+    pub queue_bytes: Option<usize>,
+}
+
+pub fn run(args: FanoutArgs) -> Result<ExitCode> {
+    let file = config::load(args.config.as_deref())?;
+    let defaults = recached_proxy::fanout::FanoutOptions::default();
+    let tokens = args.tokens.or_else(|| {
+        (!file.fanout_tokens.is_empty()).then(|| PathBuf::from(&file.fanout_tokens))
+    });
+    let opts = recached_proxy::fanout::FanoutOptions {
+        port: args
+            .port
+            .or(file.fanout_port)
+            .unwrap_or(file.proxy_port.wrapping_add(100)),
+        bind: args.bind.unwrap_or(file.bind.clone()),
+        engines: args.engines.iter().map(|e| e.trim().to_string()).collect(),
+        tokens,
+        wasm: args.wasm,
+        heartbeat_ms: args.heartbeat_ms,
+        queue_bytes: args.queue_bytes.unwrap_or(defaults.queue_bytes),
+        ..defaults
+    };
+    recached_proxy::fanout::run_fanout(opts).map_err(|e| format!("fanout: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}

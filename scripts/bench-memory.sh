@@ -3,6 +3,7 @@
 #
 #   scripts/bench-memory.sh            # all datasets, 3 runs each, plus SET throughput
 #   RUNS=1 SKIP_THROUGHPUT=1 scripts/bench-memory.sh
+#   SKIP_MEMORY=1 scripts/bench-memory.sh   # throughput only
 #
 # 1. RSS and used_memory of ONE fresh engine holding each dataset, against redis-server holding
 #    the same data in the same run (median of $RUNS fresh processes each):
@@ -78,6 +79,7 @@ elif name == "zsets":
 PY
 }
 
+if [ -z "${SKIP_MEMORY:-}" ]; then
 printf '| dataset | server | RSS (median of %s) | used_memory | RSS / redis RSS |\n|---|---|---|---|---|\n' "$RUNS"
 for ds in strings hashes zsets; do
     gen "$ds"
@@ -104,6 +106,7 @@ for ds in strings hashes zsets; do
     done
     unset RSS
 done
+fi
 
 [ -n "${SKIP_THROUGHPUT:-}" ] && exit 0
 echo

@@ -402,7 +402,7 @@ fn reconnect_resumes_from_the_ring_else_refetches() {
 
 #[test]
 fn slow_browser_is_resynced_alone() {
-    let f = Fleet::start(&["--queue-bytes", "100000"]);
+    let f = Fleet::start(&["--queue-bytes", "1000000"]);
     let mut slow = Client::subscribe(f.fanout_port, &["q:"], None);
     slow.sync(T);
     // A tiny receive buffer, so the kernel cannot absorb what the slow one does not read.
@@ -429,7 +429,13 @@ fn slow_browser_is_resynced_alone() {
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let writer = {
         let mut s = s.try_clone().unwrap();
-        std::thread::spawn(move || s.write_all(&pipe).unwrap())
+        // In batches, so a reader that keeps up stays well inside its 1 MB budget.
+        std::thread::spawn(move || {
+            for chunk in pipe.chunks(pipe.len() / 20 + 1) {
+                s.write_all(chunk).unwrap();
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        })
     };
     let mut got = 0;
     let mut buf = [0u8; 8192];

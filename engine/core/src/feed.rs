@@ -382,6 +382,13 @@ fn feed_snapshot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     if c.client.tx.in_exec {
         return Err(IN_MULTI);
     }
+    if !e.feed.is_subscriber(c.client.id) {
+        // Its frames only make sense inside the stream (and a plain client would read them
+        // as several replies).
+        return Err(CmdError::Static(
+            "ERR FEED SNAPSHOT needs FEED SUBSCRIBE first on this connection",
+        ));
+    }
     let id = c.argv[2];
     let prefixes = &c.argv[3..];
     let now_ms = c.now_ms;

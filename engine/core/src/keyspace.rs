@@ -550,6 +550,11 @@ impl Keyspace {
         self.feed_deleted(&k);
     }
 
+    /// The map position of the `v`-th key with a TTL (`v < volatile_len()`), for sampling.
+    pub fn volatile_position(&self, v: usize) -> usize {
+        self.volatile[v]
+    }
+
     /// A random volatile key's map position, or None when no key has a TTL.
     pub fn random_volatile(&mut self) -> Option<usize> {
         if self.volatile.is_empty() {

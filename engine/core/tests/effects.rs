@@ -160,6 +160,7 @@ impl Pair {
     }
 
     fn run(&mut self, id: u64, line: &str) -> Vec<u8> {
+        // FEED_TRACE=1 prints the command stream (and effect counts) to debug a failing seed.
         if std::env::var_os("FEED_TRACE").is_some() {
             eprintln!("[{id}] {line}");
         }
@@ -909,6 +910,11 @@ fn feed_mode_and_errors() {
     assert_eq!(parse_all(&p.run(FEED, "PING"))[0], R::Simple("PONG".into()));
     let r = parse_all(&p.run(WRITER, "FEED SNAPSHOT x"));
     assert!(matches!(&r[0], R::Err(e) if e.contains("wrong number of arguments")));
+    let r = parse_all(&p.run(WRITER, "FEED SNAPSHOT x k"));
+    assert_eq!(
+        r[0],
+        R::Err("ERR FEED SNAPSHOT needs FEED SUBSCRIBE first on this connection".into())
+    );
     p.run(WRITER, "MULTI");
     p.run(WRITER, "FEED SNAPSHOT x a");
     let r = parse_all(&p.run(WRITER, "EXEC"));
@@ -1068,6 +1074,8 @@ fn snapshot_pass_timing() {
         out.clear();
         e.exec(&mut c, &[b"SET", k.as_bytes(), b"some value"], T0, &mut out);
     }
+    out.clear();
+    e.exec(&mut c, &[b"FEED", b"SUBSCRIBE"], T0, &mut out);
     for (prefix, what) in [
         (&b""[..], "all keys"),
         (&b"key:1234"[..], "a narrow prefix"),
@@ -1080,5 +1088,41 @@ fn snapshot_pass_timing() {
             t.elapsed(),
             out.len()
         );
+    }
+}
+
+#[test]
+fn feed_garbage_never_panics() {
+    let mut e = engine(17);
+    let mut c = Client {
+        id: 1,
+        ..Client::default()
+    };
+    let words: &[&[u8]] = &[
+        b"",
+        b"SUBSCRIBE",
+        b"snapshot",
+        b"help",
+        b"x",
+        b"\xff\x00",
+        b"*",
+    ];
+    let mut out = Vec::new();
+    let mut r = Rng(17);
+    for _ in 0..2000 {
+        let n = 1 + r.below(5) as usize;
+        let mut argv: Vec<&[u8]> = vec![b"FEED"];
+        for _ in 1..n {
+            argv.push(words[r.below(words.len() as u64) as usize]);
+        }
+        out.clear();
+        let flow = e.exec(&mut c, &argv, T0, &mut out);
+        assert_eq!(flow, Flow::Continue);
+        assert!(!out.is_empty(), "{argv:?} wrote no reply");
+        if r.below(20) == 0 {
+            e.client_closed(1);
+        }
+        let mut ds = Vec::new();
+        e.take_deliveries(&mut ds);
     }
 }

@@ -111,6 +111,8 @@ latency "$RD_PORT" redis
 
 # Load: restart both over their files (a final foreground save first, so both files hold
 # the same dataset) and read the load time from the logs.
+wait_bg() { until redis-cli -p "$1" info persistence | grep -q 'rdb_bgsave_in_progress:0'; do sleep 0.1; done; }
+wait_bg "$RC_PORT"; wait_bg "$RD_PORT"
 redis-cli -p "$RC_PORT" save > /dev/null; redis-cli -p "$RD_PORT" save > /dev/null
 RC_SIZE=$(stat -c %s "$TMP/rc/dump-$RC_PORT.rcs"); RD_SIZE=$(stat -c %s "$TMP/rd/dump.rdb")
 RC_KEYS=$(redis-cli -p "$RC_PORT" dbsize); RD_KEYS=$(redis-cli -p "$RD_PORT" dbsize)

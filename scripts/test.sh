@@ -9,6 +9,8 @@
 #    clients into tests/cluster/ (project-local, git-ignored): redis-py in tests/cluster/.venv
 #    (pip, tests/cluster/requirements.txt) and ioredis in tests/cluster/node_modules
 #    (npm ci, tests/cluster/package-lock.json). Each is skipped when already installed.
+#    Debian's chromium and playwright-core in tests/browser/node_modules (npm ci, idempotent)
+#    for the browser-replica tests, and the replica module (scripts/build-wasm.sh).
 # 2. Builds the release binary and exports RECACHED_BIN=<abs path> for the tests in tests/.
 # 3. Runs every test of the workspace (`cargo test --workspace`).
 # 4. Checks that the pure crates build for wasm32 (the browser replica runs that code).
@@ -32,6 +34,8 @@ command -v redis-server    >/dev/null || missing+=(redis-server)
 command -v redis-cli       >/dev/null || missing+=(redis-tools)
 command -v redis-benchmark >/dev/null || missing+=(redis-tools)
 command -v nutcracker      >/dev/null || missing+=(nutcracker)
+# Debian's Chromium for the browser-replica tests (tests/browser, driven by playwright-core).
+[ -x /usr/bin/chromium ]              || missing+=(chromium)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "installing: ${missing[*]}"
     as_root apt-get update -qq
@@ -69,6 +73,20 @@ if ! [ -d "$CLUSTER_DIR/node_modules/ioredis" ] \
     cp "$CLUSTER_DIR/package-lock.json" "$CLUSTER_DIR/node_modules/.package-lock.json.installed"
 fi
 node -e 'console.log("ioredis", require(process.argv[1] + "/node_modules/ioredis/package.json").version)' "$CLUSTER_DIR"
+
+step "browser-replica test clients (tests/browser) and the wasm module"
+BROWSER_DIR="$ROOT/tests/browser"
+if ! [ -d "$BROWSER_DIR/node_modules/playwright-core" ] \
+    || ! cmp -s "$BROWSER_DIR/package-lock.json" "$BROWSER_DIR/node_modules/.package-lock.json.installed"; then
+    echo "installing playwright-core into $BROWSER_DIR/node_modules (no browser download: Debian's chromium is used)"
+    (cd "$BROWSER_DIR" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --silent)
+    cp "$BROWSER_DIR/package-lock.json" "$BROWSER_DIR/node_modules/.package-lock.json.installed"
+fi
+/usr/bin/chromium --version 2>/dev/null || true
+# Built here once, so the tests (which also call it, incrementally) start with it in place.
+RECACHED_WASM="$(scripts/build-wasm.sh)"
+export RECACHED_WASM
+ls -l "$RECACHED_WASM"
 
 step "cargo build --release -p recached"
 cargo build --release -p recached

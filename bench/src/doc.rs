@@ -7,7 +7,7 @@
 //!   "labels": { "suite": "scaling", "run_id": "20250101T120000", "system": "recached-proxy",
 //!               "engines": "2", "cpu_placement": "unpinned", "persistence": "none", … },
 //!   "timestamp_unix_ms": 1735732800000,
-//!   "host": { "cpus": 2, "kernel": "6.1.0", "os": "linux" },
+//!   "host": { "cpus": 2, "kernel": "6.1.0", "os": "linux", "loadavg_1m": 1.5 },
 //!   "versions": { "recached_bench": "0.1.0", "server": { "redis_version": "7.0.15", … }, … },
 //!   "params": { every parameter of the run: requests, concurrency, value size, key
 //!               distribution, pipeline depth, … },
@@ -45,6 +45,15 @@ fn kernel() -> String {
         .unwrap_or_default()
 }
 
+fn loadavg() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// A result document with the common fields filled in.
 pub fn new_doc(
     kind: &str,
@@ -70,6 +79,8 @@ pub fn new_doc(
             "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             "os": std::env::consts::OS,
             "kernel": kernel(),
+            // 1-minute load average when the result was written: how busy the machine was.
+            "loadavg_1m": loadavg(),
         },
         "versions": v,
         "params": params,

@@ -32,9 +32,17 @@
 //!   A backlog over `max_backlog` requests sheds the new arrival as `overload`, so an overloaded
 //!   server cannot make the generator's memory grow without bound.
 //!
+//! # Targets
+//!
+//! One target, or several (`--target a,b`): each request goes to the target that owns its key,
+//! by `key number mod N` (client-side sharding over independent servers) or, with `--cluster`,
+//! by hash slot from the first target's CLUSTER SLOTS (a Redis Cluster or a recached fleet's
+//! engines, direct). `--connections` is per target. MGET needs a single target.
+//!
 //! # Modes
 //!
-//! - `plain`: each request is one command from the mix (`get`, `set`, `mget`, `incr`).
+//! - `plain`: each request is one command from the mix (`get`, `set`, `mget`, `incr`). Keys are
+//!   `<prefix><n>`; INCR uses `<prefix><n>:n` so it never meets a SET's string value.
 //! - `cache-aside` (needs `--origin`; pipeline forced to 1): `GET key` at the cache; on a nil,
 //!   `GET key` at the origin, then `SET key <value> [PX ttl]` at the cache. The latency is taken
 //!   when the value is in hand (after the origin reply), as an application would return it; the

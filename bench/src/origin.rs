@@ -61,9 +61,12 @@ impl Drop for Origin {
     }
 }
 
+/// A request's arguments and the bytes it took.
+pub type ParsedRequest = (Vec<Vec<u8>>, usize);
+
 /// Parses one request (an array of bulk strings) at the start of `buf`: `Ok(None)` when
 /// incomplete; inline commands are not supported (clients send arrays).
-pub fn parse_request(buf: &[u8]) -> Result<Option<(Vec<Vec<u8>>, usize)>, String> {
+pub fn parse_request(buf: &[u8]) -> Result<Option<ParsedRequest>, String> {
     fn line(buf: &[u8], at: usize) -> Option<(usize, usize)> {
         let p = buf.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
         Some((at + p, at + p + 2))

@@ -12,7 +12,7 @@
 //! - Latencies are stored in microseconds and shown in milliseconds; rates per second.
 //!
 //! [`render`] is pure (documents in, Markdown and SVG text out), so it is tested on fixed input;
-//! [`write`] does the file I/O.
+//! [`write()`] does the file I/O.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -215,7 +215,9 @@ fn rb_medians<F: Fn(&Doc) -> String>(docs: &[&Doc], key: F) -> BTreeMap<(String,
 
 /// redis-benchmark's own test order first, anything else after it by name.
 fn sort_tests(tests: &mut [String]) {
-    const ORDER: [&str; 8] = ["SET", "GET", "INCR", "MSET", "LPUSH", "SADD", "HSET", "ZADD"];
+    const ORDER: [&str; 8] = [
+        "SET", "GET", "INCR", "MSET", "LPUSH", "SADD", "HSET", "ZADD",
+    ];
     let rank = |t: &str| ORDER.iter().position(|o| *o == t).unwrap_or(ORDER.len());
     tests.sort_by(|a, b| rank(a).cmp(&rank(b)).then(a.cmp(b)));
 }
@@ -788,6 +790,18 @@ pub fn render(docs: &[Doc], svg_rel: &str) -> Rendered {
             kernels.join(", ")
         }
     );
+    let loads: Vec<f64> = docs
+        .iter()
+        .filter_map(|d| d.v["host"]["loadavg_1m"].as_f64())
+        .collect();
+    if !loads.is_empty() {
+        let lo = loads.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = loads.iter().copied().fold(0.0, f64::max);
+        let _ = writeln!(
+            md,
+            "1-minute load average as the results were written: {lo:.1} to {hi:.1} (a load above the CPU count means other work competed for the CPUs).\n"
+        );
+    }
     md.push_str(
         "**Caveat.** These figures come from one small machine: the load generators \
          (redis-benchmark and `recached bench run`) share its CPUs with the servers they \

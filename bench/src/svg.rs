@@ -38,6 +38,10 @@ pub fn short(v: f64) -> String {
         format!("{}M", trim(v / 1e6))
     } else if a >= 1e3 {
         format!("{}k", trim(v / 1e3))
+    } else if a > 0.0 && a < 1.0 {
+        // 0.01, 0.25: up to 3 decimals, trailing zeros dropped.
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').to_string()
     } else {
         trim(v)
     }
@@ -258,7 +262,7 @@ pub fn bar_chart(
         }
         let _ = writeln!(
             out,
-            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",
             gx + gw / 2.0,
             TOP + h + 18.0,
             esc(name)
@@ -287,6 +291,8 @@ mod tests {
         assert_eq!(short(1_250_000.0), "1.2M");
         assert_eq!(short(350_000.0), "350k");
         assert_eq!(short(12.0), "12");
+        assert_eq!(short(0.01), "0.01");
+        assert_eq!(short(0.5), "0.5");
         assert_eq!(nice_axis(93.0), (100.0, 20.0));
         assert_eq!(nice_axis(0.0), (1.0, 0.2));
         assert_eq!(esc("a<b&\"c\""), "a&lt;b&amp;&quot;c&quot;");

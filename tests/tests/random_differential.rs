@@ -70,6 +70,8 @@ const RANGE_SCORES: &[&str] = &[
     "-inf", "+inf", "0", "(0", "1", "(1", "2.5", "(3", "10", "-1",
 ];
 const LEX: &[&str] = &["-", "+", "[a", "(a", "[c", "(c", "[e", "[1", "(2"];
+const LEX_OFFSETS: &[&str] = &["0", "1", "2", "3", "-1", "100"];
+const LEX_COUNTS: &[&str] = &["1", "2", "-1", "0", "5"];
 const INTS: &[&str] = &["0", "1", "-1", "2", "-2", "3", "5", "-5", "10", "100"];
 
 fn s(x: &str) -> Vec<u8> {
@@ -394,8 +396,8 @@ const GENERATORS: &[(&str, Gen)] = &[
         if a.len() > 4 && r.chance(30) {
             a.extend([
                 s("LIMIT"),
-                s(r.pick(&["0", "1"])),
-                s(r.pick(&["1", "2", "-1"])),
+                s(r.pick(LEX_OFFSETS)),
+                s(r.pick(LEX_COUNTS)),
             ]);
         }
         if r.chance(30) && !a.iter().any(|x| x == b"BYLEX") {
@@ -404,7 +406,19 @@ const GENERATORS: &[(&str, Gen)] = &[
         exact(a)
     }),
     ("zrangestore", |r| {
-        exact(vec![s("ZRANGESTORE"), key(r), key(r), int(r), int(r)])
+        let mut a = vec![s("ZRANGESTORE"), key(r), key(r)];
+        match r.below(3) {
+            0 => a.extend([int(r), int(r)]),
+            1 => a.extend([s(r.pick(RANGE_SCORES)), s(r.pick(RANGE_SCORES)), s("BYSCORE")]),
+            _ => a.extend([s(r.pick(LEX)), s(r.pick(LEX)), s("BYLEX")]),
+        }
+        if r.chance(30) {
+            a.push(s("REV"));
+        }
+        if a.len() > 5 && r.chance(40) {
+            a.extend([s("LIMIT"), s(r.pick(LEX_OFFSETS)), s(r.pick(LEX_COUNTS))]);
+        }
+        exact(a)
     }),
     ("zrangebyscore", |r| {
         let mut a = vec![
@@ -426,13 +440,32 @@ const GENERATORS: &[(&str, Gen)] = &[
             s(r.pick(RANGE_SCORES)),
         ])
     }),
+    // Lex ranges over zsets with mixed scores are "undefined" in Redis but deterministic for a
+    // listpack-encoded zset (every zset here is small): starts, odd offsets and REV forms all
+    // have to match.
     ("zrangebylex", |r| {
-        exact(vec![
+        let mut a = vec![
             s("ZRANGEBYLEX"),
             key(r),
             s(r.pick(LEX)),
             s(r.pick(LEX)),
-        ])
+        ];
+        if r.chance(40) {
+            a.extend([s("LIMIT"), s(r.pick(LEX_OFFSETS)), s(r.pick(LEX_COUNTS))]);
+        }
+        exact(a)
+    }),
+    ("zrevrangebylex", |r| {
+        let mut a = vec![
+            s("ZREVRANGEBYLEX"),
+            key(r),
+            s(r.pick(LEX)),
+            s(r.pick(LEX)),
+        ];
+        if r.chance(40) {
+            a.extend([s("LIMIT"), s(r.pick(LEX_OFFSETS)), s(r.pick(LEX_COUNTS))]);
+        }
+        exact(a)
     }),
     ("zrevrange", |r| {
         let mut a = vec![s("ZREVRANGE"), key(r), int(r), int(r)];

@@ -117,8 +117,9 @@ impl Policy {
 }
 
 /// How lookups stamp an entry's access word (see the module doc).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AccessMode {
+    #[default]
     Lru,
     Lfu {
         /// `lfu-log-factor`.
@@ -126,12 +127,6 @@ pub enum AccessMode {
         /// `lfu-decay-time`, minutes (0 = never decay).
         decay_time: u32,
     },
-}
-
-impl Default for AccessMode {
-    fn default() -> Self {
-        AccessMode::Lru
-    }
 }
 
 /// LRU clock at `now_ms`.
@@ -160,11 +155,7 @@ pub fn lfu_decayed(word: u32, now_ms: u64, decay_time: u32) -> u32 {
     } else {
         65535 - ldt + now
     };
-    let periods = if decay_time == 0 {
-        0
-    } else {
-        elapsed / decay_time
-    };
+    let periods = elapsed.checked_div(decay_time).unwrap_or(0);
     counter.saturating_sub(periods)
 }
 
@@ -206,12 +197,22 @@ impl AccessMode {
 /// Eviction state kept by the engine.
 #[derive(Debug, Default)]
 pub struct Evictor {
-    /// Candidates `(score, fingerprint, position when sampled, key)`, ascending by score; the
-    /// last is the best victim. The fingerprint (a hash of the key) makes the duplicate check a
-    /// u64 compare; the position saves a hash lookup when the key has not moved since.
-    pool: Vec<(u64, u64, usize, Box<[u8]>)>,
+    /// Candidates, ascending by score; the last is the best victim.
+    pool: Vec<Candidate>,
     /// INFO `evicted_keys`.
     pub evicted_keys: u64,
+}
+
+/// An eviction pool entry. Redis copies the key; here the candidate is named by its map
+/// position and the address of its key's allocation, both read from the entry itself, so
+/// sampling never touches the key bytes (a cache miss per sample). A candidate whose key moved
+/// (a `swap_remove` filled a hole with it) or was deleted no longer matches and is dropped:
+/// only a few candidates are lost that way, and the pool refills every round.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    score: u64,
+    pos: usize,
+    key_addr: usize,
 }
 
 /// `used_memory` as INFO reports it and the limit compares.
@@ -290,17 +291,16 @@ fn pick_victim(e: &mut Engine, policy: Policy, now_ms: u64) -> Option<usize> {
         Policy::AllkeysRandom => e.ks.random_position(),
         Policy::VolatileRandom => e.ks.random_volatile(),
         _ => {
-            // Bounded: each round either yields a live pool key or refills the pool from fresh
-            // samples; a pool key can only be stale if it was deleted since it was sampled.
+            // Bounded: each round either yields a live pool candidate or refills the pool from
+            // fresh samples (a sample always enters an empty pool).
             for _ in 0..EVPOOL_SIZE + 2 {
                 populate_pool(e, policy, volatile, now_ms);
-                while let Some((_, _, hint, key)) = e.evict.pool.pop() {
-                    let here = hint < e.ks.len() && e.ks.get_at(hint).0 == &*key;
-                    let found = if here { Some(hint) } else { e.ks.position(&key) };
-                    if let Some(i) = found
-                        && (!volatile || e.ks.expire_at(i).is_some())
+                while let Some(c) = e.evict.pool.pop() {
+                    if c.pos < e.ks.len()
+                        && e.ks.get_at(c.pos).0.as_ptr() as usize == c.key_addr
+                        && (!volatile || e.ks.expire_at(c.pos).is_some())
                     {
-                        return Some(i);
+                        return Some(c.pos);
                     }
                 }
             }
@@ -349,27 +349,27 @@ fn populate_pool(e: &mut Engine, policy: Policy, volatile: bool, now_ms: u64) {
         };
         let s = score(e, policy, i, now_ms);
         let pool = &mut e.evict.pool;
-        if pool.len() == EVPOOL_SIZE && s <= pool[0].0 {
+        if pool.len() == EVPOOL_SIZE && s <= pool[0].score {
             continue; // worse than everything in a full pool
         }
-        let key = e.ks.get_at(i).0;
-        let fp = fingerprint(key);
-        if pool.iter().any(|(_, f, _, k)| *f == fp && &**k == key) {
-            continue;
+        let key_addr = e.ks.get_at(i).0.as_ptr() as usize;
+        if let Some(j) = pool.iter().position(|c| c.pos == i) {
+            // Same slot sampled again: keep the fresher reading.
+            pool.remove(j);
         }
-        let at = pool.partition_point(|(ps, _, _, _)| *ps < s);
-        pool.insert(at, (s, fp, i, key.into()));
+        let at = pool.partition_point(|c| c.score < s);
+        pool.insert(
+            at,
+            Candidate {
+                score: s,
+                pos: i,
+                key_addr,
+            },
+        );
         if pool.len() > EVPOOL_SIZE {
             pool.remove(0);
         }
     }
-}
-
-/// FNV-1a of `key`: cheap, and only used to skip most key comparisons in the pool.
-fn fingerprint(key: &[u8]) -> u64 {
-    key.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
 }
 
 /// Called for every evicted key, after it left the keyspace: the `evicted` keyspace
@@ -478,10 +478,7 @@ pub fn memory_stats(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         ("total.allocated", used),
         ("startup.allocated", USED_MEMORY_STARTUP),
         ("keys.count", keys),
-        (
-            "keys.bytes-per-key",
-            if keys == 0 { 0 } else { dataset / keys },
-        ),
+        ("keys.bytes-per-key", dataset.checked_div(keys).unwrap_or(0)),
         ("dataset.bytes", dataset),
         ("fragmentation.bytes", rss.saturating_sub(used)),
     ];

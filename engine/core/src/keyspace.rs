@@ -185,11 +185,7 @@ fn entry_bytes(key: &[u8], e: &Entry) -> usize {
     key.len()
         + e.value.mem_size()
         + ENTRY_OVERHEAD
-        + if e.has_expire() {
-            EXPIRE_OVERHEAD
-        } else {
-            0
-        }
+        + if e.has_expire() { EXPIRE_OVERHEAD } else { 0 }
 }
 
 impl Keyspace {
@@ -348,11 +344,6 @@ impl Keyspace {
     /// Lookup before a write, or where Redis does not count hits (EXISTS, TTL, TYPE).
     pub fn lookup_write(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
         self.lookup(key, now_ms)
-    }
-
-    /// Position of `key` as stored, expired or not, without side effects (eviction pool).
-    pub fn position(&self, key: &[u8]) -> Option<usize> {
-        self.map.get_index_of(key)
     }
 
     /// Bytes accounted for the entry at `i` (MEMORY USAGE).

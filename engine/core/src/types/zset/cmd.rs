@@ -404,8 +404,7 @@ pub fn zcount(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 pub fn zlexcount(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let r = LexRange::parse(c.argv[2], c.argv[3]).ok_or(ERR_LEX_RANGE)?;
     let n = read(e, c.argv[1], c.now_ms)?
-        .and_then(|z| z.lex_span(&r))
-        .map_or(0, |(f, l)| l - f + 1);
+        .map_or(0, |z| select_lex(z, &r, false, 0, -1).count);
     c.w().integer(n as i64);
     Ok(())
 }
@@ -509,7 +508,32 @@ fn clamp_ranks(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
 
 /// What `range` selects in `z`, after `LIMIT offset count` (score and lex ranges; `limit` < 0
 /// means all). As in Redis, a negative offset selects nothing.
+///
+/// The count never exceeds the members between `start` and the end it walks to, so a reply
+/// whose length is written before its elements always gets exactly that many.
 fn select(z: &ZSetValue, range: &Range, reverse: bool, offset: i64, limit: i64) -> Selection {
+    let sel = select_unclamped(z, range, reverse, offset, limit);
+    let room = if sel.start >= z.len() {
+        0
+    } else if sel.reverse {
+        sel.start + 1
+    } else {
+        z.len() - sel.start
+    };
+    debug_assert!(sel.count <= room, "{sel:?} in {} members", z.len());
+    Selection {
+        count: sel.count.min(room),
+        ..sel
+    }
+}
+
+fn select_unclamped(
+    z: &ZSetValue,
+    range: &Range,
+    reverse: bool,
+    offset: i64,
+    limit: i64,
+) -> Selection {
     let span = match range {
         Range::Rank(s, e) => {
             return match clamp_ranks(*s, *e, z.len()) {
@@ -522,7 +546,7 @@ fn select(z: &ZSetValue, range: &Range, reverse: bool, offset: i64, limit: i64) 
             };
         }
         Range::Score(r) => z.score_span(r),
-        Range::Lex(r) => z.lex_span(r),
+        Range::Lex(r) => return select_lex(z, r, reverse, offset, limit),
     };
     let Some((first, last)) = span else {
         return EMPTY;
@@ -543,6 +567,34 @@ fn select(z: &ZSetValue, range: &Range, reverse: bool, offset: i64, limit: i64) 
             first + offset
         },
         count,
+        reverse,
+    }
+}
+
+/// [`select`] for a lex range, walked the way redis `genericZrangebylexCommand` walks it:
+/// from the range's first member (its last when `reverse`), skip `offset` members whatever
+/// they are, then take members while the far bound holds, at most `limit`. With equal scores
+/// that is the slice of the range; with mixed scores (members out of byte order) a run can
+/// stop early or, after an offset, start outside the range, exactly as in Redis.
+fn select_lex(z: &ZSetValue, r: &LexRange, reverse: bool, offset: i64, limit: i64) -> Selection {
+    let Ok(offset) = usize::try_from(offset) else {
+        return EMPTY;
+    };
+    let Some(first) = z.lex_start(r, reverse) else {
+        return EMPTY;
+    };
+    let start = if reverse {
+        first.checked_sub(offset)
+    } else {
+        first.checked_add(offset).filter(|&s| s < z.len())
+    };
+    let Some(start) = start else {
+        return EMPTY;
+    };
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    Selection {
+        start,
+        count: z.lex_run(start, r, reverse, limit),
         reverse,
     }
 }

@@ -330,24 +330,62 @@ impl ZSetValue {
         self.index.rank_of(&self.table, x.0).saturating_sub(1)
     }
 
-    /// 0-based ranks `(first, last)` of the members whose score is in `r`, if any.
+    /// 0-based ranks `(first, last)` of the members whose score is in `r`, if any. Scores are
+    /// ordered, so the first and last in range exist together; a NIL from either end is
+    /// still answered as "none" rather than trusted.
     pub fn score_span(&self, r: &ScoreRange) -> Option<(usize, usize)> {
         let f = self.index.first_in_range(r);
-        if f == NIL {
+        let l = self.index.last_in_range(r);
+        if f == NIL || l == NIL {
             return None;
         }
-        let l = self.index.last_in_range(r);
-        Some((self.rank_of(Node(f)), self.rank_of(Node(l))))
+        let (f, l) = (self.rank_of(Node(f)), self.rank_of(Node(l)));
+        (f <= l).then_some((f, l))
     }
 
-    /// 0-based ranks `(first, last)` of the members in lex range `r`, if any.
-    pub fn lex_span(&self, r: &LexRange) -> Option<(usize, usize)> {
-        let f = self.index.first_in_lex(&self.table, r);
-        if f == NIL {
-            return None;
+    /// Where a lex range starts: the node of redis `zslFirstInLexRange` (`reverse == false`)
+    /// or `zslLastInLexRange`, as its 0-based rank. See [`skiplist::SkipList::first_gte_min`]
+    /// for zsets with mixed scores (undefined in Redis; answered as a listpack would).
+    pub fn lex_start(&self, r: &LexRange, reverse: bool) -> Option<usize> {
+        let x = if reverse {
+            self.index.last_in_lex(&self.table, r)
+        } else {
+            self.index.first_in_lex(&self.table, r)
+        };
+        (x != NIL).then(|| self.rank_of(Node(x)))
+    }
+
+    /// How many members, walking from 0-based rank `start` upward (downward when `reverse`),
+    /// stay within `r`'s max bound (min bound when `reverse`) before the first that does not,
+    /// at most `limit`: the loop of redis `genericZrangebylexCommand`, `zslDeleteRangeByLex`
+    /// and ZLEXCOUNT's listpack branch. O(log n) with equal scores (ranks), O(answer) with
+    /// mixed scores (a walk, where the bound may fail and hold again further on).
+    pub fn lex_run(&self, start: usize, r: &LexRange, reverse: bool, limit: usize) -> usize {
+        if start >= self.len() || limit == 0 {
+            return 0;
         }
-        let l = self.index.last_in_lex(&self.table, r);
-        Some((self.rank_of(Node(f)), self.rank_of(Node(l))))
+        if self.index.lex_ordered() {
+            let n = if reverse {
+                let f = self.index.first_gte_min(&self.table, r);
+                if f == NIL {
+                    0
+                } else {
+                    (start + 1).saturating_sub(self.rank_of(Node(f)))
+                }
+            } else {
+                let l = self.index.last_lte_max(&self.table, r);
+                if l == NIL {
+                    0
+                } else {
+                    (self.rank_of(Node(l)) + 1).saturating_sub(start)
+                }
+            };
+            return n.min(limit);
+        }
+        let holds = |m: &[u8]| if reverse { r.gte_min(m) } else { r.lte_max(m) };
+        self.walk(start, limit, reverse)
+            .take_while(|&(m, _)| holds(m))
+            .count()
     }
 
     /// `count` members in order from 0-based rank `start` (downward from there when

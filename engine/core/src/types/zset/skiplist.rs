@@ -456,11 +456,29 @@ impl SkipList {
         x
     }
 
-    /// First node whose member is in `r`, or NIL (redis `zslFirstInLexRange`). Only
-    /// meaningful when all scores are equal, as Redis documents.
-    pub fn first_in_lex(&self, m: &impl Members, r: &LexRange) -> u32 {
-        if !self.in_lex(m, r) {
-            return NIL;
+    /// Whether all scores are equal, so the order of the list is the members' byte order and a
+    /// lex bound, true then false (or false then true) along the list, can be searched for.
+    /// Redis documents lex ranges only for this case; see [`first_gte_min`](Self::first_gte_min)
+    /// for the others.
+    pub fn lex_ordered(&self) -> bool {
+        self.tail == NIL || self.score(self.first()) == self.score(self.tail)
+    }
+
+    /// The lowest node whose member passes `r`'s min bound, or NIL.
+    ///
+    /// With equal scores this is the O(log n) descent of redis `zslFirstInLexRange`. With
+    /// mixed scores the members are not in byte order, a descent could land on any node where
+    /// the bound flips, and Redis's own answer then depends on its random node levels; so this
+    /// scans from the lowest node, which is what Redis does for a listpack-encoded zset
+    /// (`zzlFirstInLexRange`): every small zset gets Redis's exact answer, and a large one a
+    /// deterministic answer, in O(n).
+    pub fn first_gte_min(&self, m: &impl Members, r: &LexRange) -> u32 {
+        if !self.lex_ordered() {
+            let mut x = self.first();
+            while x != NIL && !r.gte_min(m.member(self.pos(x))) {
+                x = self.next(x);
+            }
+            return x;
         }
         let mut x = HEAD;
         for i in (0..self.level).rev() {
@@ -473,17 +491,19 @@ impl SkipList {
                 }
             }
         }
-        let x = self.fwd(x, 0);
-        if x == NIL || !r.lte_max(m.member(self.pos(x))) {
-            return NIL;
-        }
-        x
+        self.fwd(x, 0)
     }
 
-    /// Last node whose member is in `r`, or NIL (redis `zslLastInLexRange`).
-    pub fn last_in_lex(&self, m: &impl Members, r: &LexRange) -> u32 {
-        if !self.in_lex(m, r) {
-            return NIL;
+    /// The highest node whose member passes `r`'s max bound, or NIL (the mirror of
+    /// [`first_gte_min`](Self::first_gte_min): redis `zslLastInLexRange`'s descent, or
+    /// `zzlLastInLexRange`'s scan from the highest node when scores are mixed).
+    pub fn last_lte_max(&self, m: &impl Members, r: &LexRange) -> u32 {
+        if !self.lex_ordered() {
+            let mut x = self.tail;
+            while x != NIL && !r.lte_max(m.member(self.pos(x))) {
+                x = self.prev(x);
+            }
+            return x;
         }
         let mut x = HEAD;
         for i in (0..self.level).rev() {
@@ -496,12 +516,40 @@ impl SkipList {
                 }
             }
         }
-        if x == HEAD || !r.gte_min(m.member(self.pos(x))) {
+        if x == HEAD { NIL } else { x }
+    }
+
+    /// The node a forward lex range starts at, or NIL (redis `zslFirstInLexRange` /
+    /// `zzlFirstInLexRange`): the first node passing the min bound, if it also passes the max
+    /// bound. With mixed scores the members that follow it need not be in the range: callers
+    /// walk on while the max bound holds, as Redis does.
+    pub fn first_in_lex(&self, m: &impl Members, r: &LexRange) -> u32 {
+        if !self.in_lex(m, r) {
+            return NIL;
+        }
+        let x = self.first_gte_min(m, r);
+        if x == NIL || !r.lte_max(m.member(self.pos(x))) {
             return NIL;
         }
         x
     }
 
+    /// The node a reverse lex range starts at, or NIL (redis `zslLastInLexRange` /
+    /// `zzlLastInLexRange`). NIL can come with a non-NIL [`first_in_lex`](Self::first_in_lex)
+    /// when scores are mixed (e.g. members m2 m1 m7 by score, range `[m2 [m5`).
+    pub fn last_in_lex(&self, m: &impl Members, r: &LexRange) -> u32 {
+        if !self.in_lex(m, r) {
+            return NIL;
+        }
+        let x = self.last_lte_max(m, r);
+        if x == NIL || !r.gte_min(m.member(self.pos(x))) {
+            return NIL;
+        }
+        x
+    }
+
+    /// redis `zslIsInLexRange` / `zzlIsInLexRange`: false when the range is empty or lies
+    /// wholly beyond the ends (tested on the highest and lowest members only).
     fn in_lex(&self, m: &impl Members, r: &LexRange) -> bool {
         !r.is_empty()
             && self.tail != NIL

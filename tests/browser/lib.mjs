@@ -1,0 +1,169 @@
+// Helpers for the browser-replica tests: a tiny RESP client, a seeded PRNG, Chromium launch,
+// and the canonical dump used to compare a replica's key with the server's.
+import net from 'node:net';
+import { chromium } from 'playwright-core';
+
+export const env = (name) => {
+  const v = process.env[name];
+  if (v === undefined) throw new Error(`missing env ${name}`);
+  return v;
+};
+
+/** Fails the process with a message (and a non-zero status the Rust harness reports). */
+export function fail(msg) {
+  console.error(`FAIL: ${msg}`);
+  process.exit(1);
+}
+
+export function assert(cond, msg) {
+  if (!cond) fail(msg);
+}
+
+/** mulberry32: a small seeded PRNG, so a failing run can be replayed with its seed. */
+export function prng(seed) {
+  let a = seed >>> 0;
+  const next = () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  return {
+    next,
+    int: (n) => Math.floor(next() * n),
+    pick: (arr) => arr[Math.floor(next() * arr.length)],
+    chance: (p) => next() < p,
+  };
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** A RESP2 client: `await c.cmd('SET', 'k', 'v')` → reply (strings, numbers, arrays, null). */
+export class Resp {
+  static connect(port) {
+    return new Promise((resolve, reject) => {
+      const c = new Resp(net.createConnection({ host: '127.0.0.1', port }, () => resolve(c)));
+      c.sock.once('error', reject);
+    });
+  }
+  constructor(sock) {
+    this.sock = sock;
+    this.buf = Buffer.alloc(0);
+    this.waiting = [];
+    sock.on('data', (d) => { this.buf = Buffer.concat([this.buf, d]); this._drain(); });
+    sock.on('error', (e) => { for (const w of this.waiting.splice(0)) w.reject(e); });
+  }
+  cmd(...args) {
+    const parts = [`*${args.length}\r\n`];
+    for (const a of args) {
+      const s = String(a);
+      parts.push(`$${Buffer.byteLength(s)}\r\n${s}\r\n`);
+    }
+    return new Promise((resolve, reject) => {
+      this.waiting.push({ resolve, reject });
+      this.sock.write(parts.join(''));
+    });
+  }
+  _drain() {
+    for (;;) {
+      const r = parse(this.buf, 0);
+      if (!r) return;
+      this.buf = this.buf.subarray(r.end);
+      const w = this.waiting.shift();
+      if (r.value instanceof Error) w.resolve(r.value); else w.resolve(r.value);
+    }
+  }
+  close() { this.sock.destroy(); }
+}
+
+function parse(buf, at) {
+  const eol = buf.indexOf('\r\n', at);
+  if (eol < 0) return null;
+  const t = String.fromCharCode(buf[at]);
+  const line = buf.toString('utf8', at + 1, eol);
+  const next = eol + 2;
+  switch (t) {
+    case '+': return { value: line, end: next };
+    case '-': return { value: new Error(line), end: next };
+    case ':': return { value: Number(line), end: next };
+    case '$': {
+      const n = Number(line);
+      if (n < 0) return { value: null, end: next };
+      if (buf.length < next + n + 2) return null;
+      return { value: buf.toString('utf8', next, next + n), end: next + n + 2 };
+    }
+    case '*': {
+      const n = Number(line);
+      if (n < 0) return { value: null, end: next };
+      const arr = [];
+      let p = next;
+      for (let i = 0; i < n; i++) {
+        const r = parse(buf, p);
+        if (!r) return null;
+        arr.push(r.value);
+        p = r.end;
+      }
+      return { value: arr, end: p };
+    }
+    default: throw new Error(`bad RESP from server: ${JSON.stringify(line)}`);
+  }
+}
+
+/** A canonical text of `key`; `get(...argv)` runs a command (server or replica). */
+export async function dump(get, key) {
+  const type = await get('TYPE', key);
+  let value;
+  switch (type) {
+    case 'string': value = await get('GET', key); break;
+    case 'hash': {
+      const flat = await get('HGETALL', key);
+      const pairs = [];
+      for (let i = 0; i < flat.length; i += 2) pairs.push(`${flat[i]}=${flat[i + 1]}`);
+      value = pairs.sort().join(',');
+      break;
+    }
+    case 'set': value = (await get('SMEMBERS', key)).sort().join(','); break;
+    case 'zset': value = (await get('ZRANGE', key, 0, -1, 'WITHSCORES')).join(','); break;
+    case 'list': value = (await get('LRANGE', key, 0, -1)).join(','); break;
+    default: value = '';
+  }
+  return `${type}|${value}|${await get('PEXPIRETIME', key)}`;
+}
+
+/** Every key under `prefix` on the server, through the proxy (SCAN), sorted. */
+export async function serverKeys(resp, prefix) {
+  const keys = new Set();
+  let cursor = '0';
+  let rounds = 0;
+  do {
+    const [next, batch] = await resp.cmd('SCAN', cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+    batch.forEach((k) => keys.add(k));
+    cursor = next;
+    if (++rounds > 100000) throw new Error('SCAN did not finish');
+  } while (cursor !== '0');
+  return [...keys].sort();
+}
+
+/** Debian's Chromium, headless, with the flags this machine needs (no background network). */
+export function launchChromium() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    headless: true,
+    args: [
+      '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    ],
+  });
+}
+
+/** Resolves when `pred()` is truthy, polling; rejects after `ms`. */
+export async function waitFor(pred, ms, what) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await pred();
+    if (v) return v;
+    if (Date.now() > deadline) fail(`timed out after ${ms} ms waiting for ${what}`);
+    await sleep(25);
+  }
+}

@@ -394,11 +394,7 @@ const GENERATORS: &[(&str, Gen)] = &[
             a.push(s("REV"));
         }
         if a.len() > 4 && r.chance(30) {
-            a.extend([
-                s("LIMIT"),
-                s(r.pick(LEX_OFFSETS)),
-                s(r.pick(LEX_COUNTS)),
-            ]);
+            a.extend([s("LIMIT"), s(r.pick(LEX_OFFSETS)), s(r.pick(LEX_COUNTS))]);
         }
         if r.chance(30) && !a.iter().any(|x| x == b"BYLEX") {
             a.push(s("WITHSCORES"));
@@ -409,7 +405,11 @@ const GENERATORS: &[(&str, Gen)] = &[
         let mut a = vec![s("ZRANGESTORE"), key(r), key(r)];
         match r.below(3) {
             0 => a.extend([int(r), int(r)]),
-            1 => a.extend([s(r.pick(RANGE_SCORES)), s(r.pick(RANGE_SCORES)), s("BYSCORE")]),
+            1 => a.extend([
+                s(r.pick(RANGE_SCORES)),
+                s(r.pick(RANGE_SCORES)),
+                s("BYSCORE"),
+            ]),
             _ => a.extend([s(r.pick(LEX)), s(r.pick(LEX)), s("BYLEX")]),
         }
         if r.chance(30) {
@@ -444,24 +444,14 @@ const GENERATORS: &[(&str, Gen)] = &[
     // listpack-encoded zset (every zset here is small): starts, odd offsets and REV forms all
     // have to match.
     ("zrangebylex", |r| {
-        let mut a = vec![
-            s("ZRANGEBYLEX"),
-            key(r),
-            s(r.pick(LEX)),
-            s(r.pick(LEX)),
-        ];
+        let mut a = vec![s("ZRANGEBYLEX"), key(r), s(r.pick(LEX)), s(r.pick(LEX))];
         if r.chance(40) {
             a.extend([s("LIMIT"), s(r.pick(LEX_OFFSETS)), s(r.pick(LEX_COUNTS))]);
         }
         exact(a)
     }),
     ("zrevrangebylex", |r| {
-        let mut a = vec![
-            s("ZREVRANGEBYLEX"),
-            key(r),
-            s(r.pick(LEX)),
-            s(r.pick(LEX)),
-        ];
+        let mut a = vec![s("ZREVRANGEBYLEX"), key(r), s(r.pick(LEX)), s(r.pick(LEX))];
         if r.chance(40) {
             a.extend([s("LIMIT"), s(r.pick(LEX_OFFSETS)), s(r.pick(LEX_COUNTS))]);
         }

@@ -641,10 +641,8 @@ impl LexR {
 /// the plain slice of the range; with mixed scores it is what redis-server 7.0.15 answers for
 /// a zset of up to 128 members (checked with tests/tests/random_differential.rs).
 fn model_lex(v: &[(String, f64)], r: &LexR, rev: bool, offset: i64, limit: i64) -> Vec<usize> {
-    let in_range = !r.is_empty()
-        && !v.is_empty()
-        && r.gte_min(&v[v.len() - 1].0)
-        && r.lte_max(&v[0].0);
+    let in_range =
+        !r.is_empty() && !v.is_empty() && r.gte_min(&v[v.len() - 1].0) && r.lte_max(&v[0].0);
     let start = if !in_range {
         None
     } else if rev {
@@ -666,7 +664,13 @@ fn model_lex(v: &[(String, f64)], r: &LexR, rev: bool, offset: i64, limit: i64) 
         Box::new(start..v.len())
     };
     idx.skip(offset)
-        .take_while(|&i| if rev { r.gte_min(&v[i].0) } else { r.lte_max(&v[i].0) })
+        .take_while(|&i| {
+            if rev {
+                r.gte_min(&v[i].0)
+            } else {
+                r.lte_max(&v[i].0)
+            }
+        })
         .take(limit)
         .collect()
 }
@@ -682,7 +686,14 @@ fn score_bound(t: &str) -> (f64, bool) {
 
 /// Indexes a score range selects after `LIMIT offset limit` (scores are ordered, so this is a
 /// slice of the members in range).
-fn model_score(v: &[(String, f64)], lo: &str, hi: &str, rev: bool, off: i64, lim: i64) -> Vec<usize> {
+fn model_score(
+    v: &[(String, f64)],
+    lo: &str,
+    hi: &str,
+    rev: bool,
+    off: i64,
+    lim: i64,
+) -> Vec<usize> {
     let ((min, minex), (max, maxex)) = (score_bound(lo), score_bound(hi));
     let mut inside: Vec<usize> = (0..v.len())
         .filter(|&i| {
@@ -783,7 +794,11 @@ fn random_range_commands_match_model() {
                 }
             };
             let score = |rand: &mut dyn FnMut(u64) -> u64| {
-                if k == "eq" { 1.0 } else { (rand(13) as f64 - 6.0) / 2.0 }
+                if k == "eq" {
+                    1.0
+                } else {
+                    (rand(13) as f64 - 6.0) / 2.0
+                }
             };
             let v = model.get(k).map(ModelZ::list).unwrap_or_default();
             let limit = |rand: &mut dyn FnMut(u64) -> u64| -> Option<(i64, i64)> {
@@ -818,14 +833,20 @@ fn random_range_commands_match_model() {
                 }
                 0 | 5 => {
                     let (lo, hi) = (lex_bounds(&mut rand, tiny), lex_bounds(&mut rand, tiny));
-                    let r = LexR { min: LexB::parse(&lo), max: LexB::parse(&hi) };
+                    let r = LexR {
+                        min: LexB::parse(&lo),
+                        max: LexB::parse(&hi),
+                    };
                     let n = model_lex(&v, &r, false, 0, -1).len();
                     (format!("ZLEXCOUNT {k} {lo} {hi}"), format!(":{n}\r\n"))
                 }
                 6 | 7 => {
                     // ZRANGEBYLEX / ZREVRANGEBYLEX (max first) / ZRANGE … BYLEX [REV].
                     let (lo, hi) = (lex_bounds(&mut rand, tiny), lex_bounds(&mut rand, tiny));
-                    let r = LexR { min: LexB::parse(&lo), max: LexB::parse(&hi) };
+                    let r = LexR {
+                        min: LexB::parse(&lo),
+                        max: LexB::parse(&hi),
+                    };
                     let rev = rand(2) == 0;
                     let l = limit(&mut rand);
                     let (o, c) = l.unwrap_or((0, -1));
@@ -841,14 +862,21 @@ fn random_range_commands_match_model() {
                 8 => {
                     // ZRANGESTORE by lex, score or rank into another key.
                     // Mostly into `dst`, sometimes over a source (which shrinks it).
-                    let dst = if rand(4) == 0 && !growing { KEYS[rand(4) as usize] } else { "dst" };
+                    let dst = if rand(4) == 0 && !growing {
+                        KEYS[rand(4) as usize]
+                    } else {
+                        "dst"
+                    };
                     let rev = rand(2) == 0;
                     let revt = if rev { " REV" } else { "" };
                     let (cmd, idx) = match rand(3) {
                         0 => {
                             let (lo, hi) =
                                 (lex_bounds(&mut rand, tiny), lex_bounds(&mut rand, tiny));
-                            let r = LexR { min: LexB::parse(&lo), max: LexB::parse(&hi) };
+                            let r = LexR {
+                                min: LexB::parse(&lo),
+                                max: LexB::parse(&hi),
+                            };
                             let l = limit(&mut rand);
                             let (o, c) = l.unwrap_or((0, -1));
                             let (a, b) = if rev { (&hi, &lo) } else { (&lo, &hi) };
@@ -864,7 +892,10 @@ fn random_range_commands_match_model() {
                             let (o, c) = l.unwrap_or((0, -1));
                             let (a, b) = if rev { (hi, lo) } else { (lo, hi) };
                             (
-                                format!("ZRANGESTORE {dst} {k} {a} {b} BYSCORE{revt}{}", lim_text(l)),
+                                format!(
+                                    "ZRANGESTORE {dst} {k} {a} {b} BYSCORE{revt}{}",
+                                    lim_text(l)
+                                ),
                                 model_score(&v, lo, hi, rev, o, c),
                             )
                         }
@@ -889,14 +920,20 @@ fn random_range_commands_match_model() {
                 }
                 9 => {
                     let (lo, hi) = (lex_bounds(&mut rand, tiny), lex_bounds(&mut rand, tiny));
-                    let r = LexR { min: LexB::parse(&lo), max: LexB::parse(&hi) };
+                    let r = LexR {
+                        min: LexB::parse(&lo),
+                        max: LexB::parse(&hi),
+                    };
                     let idx = model_lex(&v, &r, false, 0, -1);
                     if let Some(z) = model.get_mut(k) {
                         for &i in &idx {
                             z.remove(&v[i].0);
                         }
                     }
-                    (format!("ZREMRANGEBYLEX {k} {lo} {hi}"), format!(":{}\r\n", idx.len()))
+                    (
+                        format!("ZREMRANGEBYLEX {k} {lo} {hi}"),
+                        format!(":{}\r\n", idx.len()),
+                    )
                 }
                 10 => {
                     let lo = SCORE_BOUNDS[rand(11) as usize];
@@ -925,9 +962,15 @@ fn random_range_commands_match_model() {
                                 z.remove(&v[i].0);
                             }
                         }
-                        (format!("ZREMRANGEBYSCORE {k} {lo} {hi}"), format!(":{}\r\n", idx.len()))
+                        (
+                            format!("ZREMRANGEBYSCORE {k} {lo} {hi}"),
+                            format!(":{}\r\n", idx.len()),
+                        )
                     } else {
-                        (format!("ZCOUNT {k} {lo} {hi}"), format!(":{}\r\n", idx.len()))
+                        (
+                            format!("ZCOUNT {k} {lo} {hi}"),
+                            format!(":{}\r\n", idx.len()),
+                        )
                     }
                 }
                 12 => {
@@ -939,7 +982,10 @@ fn random_range_commands_match_model() {
                                 z.remove(&v[i].0);
                             }
                         }
-                        (format!("ZREMRANGEBYRANK {k} {a} {b}"), format!(":{}\r\n", idx.len()))
+                        (
+                            format!("ZREMRANGEBYRANK {k} {a} {b}"),
+                            format!(":{}\r\n", idx.len()),
+                        )
                     } else {
                         let rev = rand(2) == 0;
                         let idx = model_rank(v.len(), a, b, rev);
@@ -953,7 +999,10 @@ fn random_range_commands_match_model() {
                 }
                 _ => {
                     let all: Vec<usize> = (0..v.len()).collect();
-                    (format!("ZRANGE {k} 0 -1 WITHSCORES"), members_reply(&v, &all, true))
+                    (
+                        format!("ZRANGE {k} 0 -1 WITHSCORES"),
+                        members_reply(&v, &all, true),
+                    )
                 }
             };
             if model.get(k).is_some_and(|z| z.scores.is_empty()) {
@@ -966,12 +1015,22 @@ fn random_range_commands_match_model() {
                     largest = largest.max(v.len());
                     let all: Vec<usize> = (0..v.len()).collect();
                     let got = s.cmd(&format!("ZRANGE {k} 0 -1 WITHSCORES"));
-                    assert_eq!(got, members_reply(&v, &all, true), "seed {seed} step {step}: {k}");
-                    assert_eq!(s.cmd(&format!("EXISTS {k}")), format!(":{}\r\n", !v.is_empty() as i32));
+                    assert_eq!(
+                        got,
+                        members_reply(&v, &all, true),
+                        "seed {seed} step {step}: {k}"
+                    );
+                    assert_eq!(
+                        s.cmd(&format!("EXISTS {k}")),
+                        format!(":{}\r\n", !v.is_empty() as i32)
+                    );
                 }
             }
         }
-        assert!(largest > 128, "seed {seed}: largest zset {largest}: both encodings covered");
+        assert!(
+            largest > 128,
+            "seed {seed}: largest zset {largest}: both encodings covered"
+        );
     }
 }
 
@@ -1012,24 +1071,102 @@ fn frame_len(b: &[u8]) -> Option<usize> {
 #[test]
 fn garbage_arguments_never_panic() {
     const NAMES: [&str; 32] = [
-        "ZADD", "ZINCRBY", "ZREM", "ZSCORE", "ZMSCORE", "ZCARD", "ZCOUNT", "ZLEXCOUNT",
-        "ZRANGE", "ZRANGESTORE", "ZRANGEBYSCORE", "ZREVRANGEBYSCORE", "ZRANGEBYLEX",
-        "ZREVRANGEBYLEX", "ZREVRANGE", "ZRANK", "ZREVRANK", "ZPOPMIN", "ZPOPMAX", "ZMPOP",
-        "ZREMRANGEBYRANK", "ZREMRANGEBYSCORE", "ZREMRANGEBYLEX", "ZUNION", "ZINTER", "ZDIFF",
-        "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE", "ZINTERCARD", "ZRANDMEMBER", "ZSCAN",
+        "ZADD",
+        "ZINCRBY",
+        "ZREM",
+        "ZSCORE",
+        "ZMSCORE",
+        "ZCARD",
+        "ZCOUNT",
+        "ZLEXCOUNT",
+        "ZRANGE",
+        "ZRANGESTORE",
+        "ZRANGEBYSCORE",
+        "ZREVRANGEBYSCORE",
+        "ZRANGEBYLEX",
+        "ZREVRANGEBYLEX",
+        "ZREVRANGE",
+        "ZRANK",
+        "ZREVRANK",
+        "ZPOPMIN",
+        "ZPOPMAX",
+        "ZMPOP",
+        "ZREMRANGEBYRANK",
+        "ZREMRANGEBYSCORE",
+        "ZREMRANGEBYLEX",
+        "ZUNION",
+        "ZINTER",
+        "ZDIFF",
+        "ZUNIONSTORE",
+        "ZINTERSTORE",
+        "ZDIFFSTORE",
+        "ZINTERCARD",
+        "ZRANDMEMBER",
+        "ZSCAN",
     ];
     // Range ends, scores, counts and members.
     const BOUNDS: [&str; 30] = [
-        "0", "1", "-1", "2", "-2", "5", "9223372036854775807", "-9223372036854775808",
-        "18446744073709551616", "inf", "-inf", "+inf", "nan", "(1", "(inf", "(-inf", "[m5",
-        "(m5", "[a", "-", "+", "[", "(", "", "m1", "m50", "1e400", "0x10", "(m2", "[m7",
+        "0",
+        "1",
+        "-1",
+        "2",
+        "-2",
+        "5",
+        "9223372036854775807",
+        "-9223372036854775808",
+        "18446744073709551616",
+        "inf",
+        "-inf",
+        "+inf",
+        "nan",
+        "(1",
+        "(inf",
+        "(-inf",
+        "[m5",
+        "(m5",
+        "[a",
+        "-",
+        "+",
+        "[",
+        "(",
+        "",
+        "m1",
+        "m50",
+        "1e400",
+        "0x10",
+        "(m2",
+        "[m7",
     ];
     const OPTS: [&str; 18] = [
-        "LIMIT", "WITHSCORES", "WITHSCORE", "REV", "BYSCORE", "BYLEX", "MIN", "MAX", "COUNT",
-        "WEIGHTS", "AGGREGATE", "SUM", "NX", "XX", "GT", "CH", "INCR", "MATCH",
+        "LIMIT",
+        "WITHSCORES",
+        "WITHSCORE",
+        "REV",
+        "BYSCORE",
+        "BYLEX",
+        "MIN",
+        "MAX",
+        "COUNT",
+        "WEIGHTS",
+        "AGGREGATE",
+        "SUM",
+        "NX",
+        "XX",
+        "GT",
+        "CH",
+        "INCR",
+        "MATCH",
     ];
     const INTS: [&str; 9] = [
-        "0", "1", "-1", "3", "7", "1000", "-5", "9223372036854775807", "-9223372036854775808",
+        "0",
+        "1",
+        "-1",
+        "3",
+        "7",
+        "1000",
+        "-5",
+        "9223372036854775807",
+        "-9223372036854775808",
     ];
     const KEYS: [&str; 5] = ["small", "big", "eq", "str", "none"];
     let mut answered = 0;
@@ -1063,7 +1200,9 @@ fn garbage_arguments_never_panic() {
                 let fitting: &[&str] = if name.contains("LEX") {
                     &["-", "+", "[m5", "(m5", "[a", "(m2", "[m7", "[", "("]
                 } else if name.contains("SCORE") || name == "ZCOUNT" {
-                    &["-inf", "+inf", "(1", "1", "2", "(-inf", "(inf", "0", "1e400"]
+                    &[
+                        "-inf", "+inf", "(1", "1", "2", "(-inf", "(inf", "0", "1e400",
+                    ]
                 } else {
                     &INTS
                 };

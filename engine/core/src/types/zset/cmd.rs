@@ -29,8 +29,16 @@
 //! # Deviations
 //! - ZRANDMEMBER with a negative count above 2^24 answers `ERR value is out of range`
 //!   ([`hash::RANDOM_REPLY_MAX`]): Redis 7.0 would try to build the whole reply.
-//! - ZRANK/ZREVRANK `WITHSCORE` (Redis 7.2) is implemented; the 7.0 command table's arity (3)
-//!   still refuses the extra argument until the table says -3.
+//! - ZRANK/ZREVRANK `WITHSCORE` (Redis 7.2) is implemented, with the command table's arity
+//!   overridden to -3 (scripts/gen-command-table.py): `ZRANK z a b` is 7.2's `ERR syntax error`,
+//!   not 7.0.15's arity error (tested by shape in tests/zset.rs).
+//! - Lex ranges (ZRANGEBYLEX, ZRANGE … BYLEX, ZLEXCOUNT, ZREMRANGEBYLEX, ZRANGESTORE … BYLEX)
+//!   over a zset whose scores differ are "undefined" in Redis. We always answer as Redis does
+//!   for a listpack-encoded zset (find the start by a scan, then walk while the far bound
+//!   holds; see [`select_lex`]), so zsets of up to 128 members match redis-server byte for byte.
+//!   For a larger one Redis's answer depends on its random skiplist levels; ours stays the
+//!   listpack answer, found in O(n) instead of O(log n). With equal scores (the documented
+//!   use) both are the plain slice of the range, found in O(log n).
 
 use resp::{Proto, ReplyWriter};
 
@@ -403,8 +411,7 @@ pub fn zcount(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 /// `ZLEXCOUNT key min max` → members in the lex range.
 pub fn zlexcount(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let r = LexRange::parse(c.argv[2], c.argv[3]).ok_or(ERR_LEX_RANGE)?;
-    let n = read(e, c.argv[1], c.now_ms)?
-        .map_or(0, |z| select_lex(z, &r, false, 0, -1).count);
+    let n = read(e, c.argv[1], c.now_ms)?.map_or(0, |z| select_lex(z, &r, false, 0, -1).count);
     c.w().integer(n as i64);
     Ok(())
 }

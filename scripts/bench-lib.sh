@@ -65,12 +65,14 @@ trap 'exit 130' INT TERM
 USED=" "
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # The first of $1 consecutive free ports (also free at +10000, for Redis Cluster buses), below
-# Linux's ephemeral range; recorded in USED so later calls do not hand them out again. Call it
-# as `free_ports N; X=$PORT` (not in a subshell, so USED is kept).
+# Linux's ephemeral range (32768-60999, where outgoing connections take local ports at any
+# time); recorded in USED so later calls do not hand them out again. $2 (default 32000) caps
+# the base: Redis Cluster nodes pass 22000 so that their bus port (+10000) stays below the
+# ephemeral range too. Call it as `free_ports N; X=$PORT` (not in a subshell, so USED is kept).
 free_ports() {
-    local n=$1 base i ok
+    local n=$1 top=${2:-32000} base i ok
     for _ in $(seq 500); do
-        base=$((15000 + RANDOM % 17000))
+        base=$((15000 + RANDOM % (top - 15000 - n)))
         ok=1
         for ((i = 0; i < n; i++)); do
             if [[ $USED == *" $((base + i)) "* ]] || ! port_free $((base + i)) || ! port_free $((base + i + 10000)); then ok=0; break; fi

@@ -65,7 +65,7 @@ free_ports 1; NUT_STATS=$PORT
     -p "$TMP/nutcracker.pid" &
 PIDS+=($!)
 wait_port "$NUT"
-free_ports "$NN"; RC=$PORT
+free_ports "$NN" 22000; RC=$PORT
 for ((i = 0; i < NN; i++)); do start_redis $((RC + i)) --cluster-enabled yes --cluster-config-file nodes.conf; done
 for ((i = 0; i < NN; i++)); do
     lo=$((16384 * i / NN)); hi=$((16384 * (i + 1) / NN - 1))

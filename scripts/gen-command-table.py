@@ -31,6 +31,7 @@ copy object wait multi exec discard watch unwatch memory
 subscribe psubscribe unsubscribe punsubscribe publish pubsub
 cluster readonly readwrite asking
 save bgsave lastsave
+auth acl
 """.split()
 
 def rd(f):

@@ -27,7 +27,12 @@ fn arg(args: &[String], name: &str, default: &str) -> String {
 }
 
 fn subscribe(ws_url: &str, prefix: &str) -> WebSocket<TcpStream> {
-    let addr = ws_url.trim_start_matches("ws://").split('/').next().unwrap().to_string();
+    let addr = ws_url
+        .trim_start_matches("ws://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
     let stream = TcpStream::connect(&addr).expect("connect to the fan-out");
     stream.set_nodelay(true).unwrap();
     let (mut ws, _) = tungstenite::client(ws_url, stream).expect("WebSocket handshake");
@@ -85,13 +90,21 @@ fn latency(args: &[String]) {
     let mut lat = Vec::with_capacity(n);
     for i in 0..n + warmup {
         let val = i.to_string();
-        let cmd = format!("*3\r\n$3\r\nSET\r\n$5\r\nlat:k\r\n${}\r\n{val}\r\n", val.len());
+        let cmd = format!(
+            "*3\r\n$3\r\nSET\r\n$5\r\nlat:k\r\n${}\r\n{val}\r\n",
+            val.len()
+        );
         let t0 = Instant::now();
         resp.write_all(cmd.as_bytes()).unwrap();
         let want = format!("\"{val}\"]");
         loop {
             match ws.read().unwrap() {
-                Message::Text(t) if t.as_str().contains("\"keychange\"") && t.as_str().ends_with(&format!("{want}}}")) => break,
+                Message::Text(t)
+                    if t.as_str().contains("\"keychange\"")
+                        && t.as_str().ends_with(&format!("{want}}}")) =>
+                {
+                    break;
+                }
                 _ => {}
             }
         }
@@ -105,7 +118,10 @@ fn latency(args: &[String]) {
 }
 
 fn unix_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
 }
 
 /// Server → client frames (unmasked): returns complete text payloads, keeps the rest.
@@ -118,7 +134,10 @@ fn frames(buf: &mut Vec<u8>, out: &mut Vec<String>) {
         }
         let (len, hdr) = match b[1] & 0x7f {
             126 if b.len() >= 4 => (u16::from_be_bytes([b[2], b[3]]) as usize, 4),
-            127 if b.len() >= 10 => (u64::from_be_bytes(b[2..10].try_into().unwrap()) as usize, 10),
+            127 if b.len() >= 10 => (
+                u64::from_be_bytes(b[2..10].try_into().unwrap()) as usize,
+                10,
+            ),
             126 | 127 => break,
             l => (l as usize, 2),
         };
@@ -137,7 +156,10 @@ fn fanout(args: &[String]) {
     let clients: usize = arg(args, "--clients", "1000").parse().unwrap();
     let rate: u64 = arg(args, "--rate", "1000").parse().unwrap();
     let seconds: u64 = arg(args, "--seconds", "10").parse().unwrap();
-    let sample: usize = arg(args, "--sample", "100").parse::<usize>().unwrap().min(clients);
+    let sample: usize = arg(args, "--sample", "100")
+        .parse::<usize>()
+        .unwrap()
+        .min(clients);
     let ws_url = arg(args, "--ws", "ws://127.0.0.1:6480/ws");
     let t = Instant::now();
     let mut socks = Vec::with_capacity(clients);
@@ -149,14 +171,16 @@ fn fanout(args: &[String]) {
     }
     eprintln!("{clients} subscribers connected in {:?}", t.elapsed());
     let stride = (clients / sample.max(1)).max(1);
-    let timed = |i: usize| i % stride == 0 && i / stride < sample;
+    let timed = |i: usize| i.is_multiple_of(stride) && i / stride < sample;
     // Timed clients are read as soon as data arrives; the others are drained every 10 ms
     // (a real browser has its own CPU: this keeps the measuring process from being the
     // bottleneck on a small machine, while the fan-out still writes to every socket).
     let mut poll = Poll::new().unwrap();
     for (i, s) in socks.iter_mut().enumerate() {
         if timed(i) {
-            poll.registry().register(s, Token(i), Interest::READABLE).unwrap();
+            poll.registry()
+                .register(s, Token(i), Interest::READABLE)
+                .unwrap();
         }
     }
     let mut next_sweep = Instant::now();
@@ -192,7 +216,8 @@ fn fanout(args: &[String]) {
     let end = Instant::now() + Duration::from_secs(seconds + 2);
     let mut texts = Vec::new();
     while Instant::now() < end {
-        poll.poll(&mut events, Some(Duration::from_millis(5))).unwrap();
+        poll.poll(&mut events, Some(Duration::from_millis(5)))
+            .unwrap();
         if Instant::now() >= next_sweep {
             next_sweep = Instant::now() + Duration::from_millis(10);
             for i in (0..clients).filter(|&i| !timed(i)) {
@@ -200,7 +225,8 @@ fn fanout(args: &[String]) {
                     if n == 0 {
                         break;
                     }
-                    received[i] += chunk[..n].windows(9).filter(|w| w == b"keychange").count() as u64;
+                    received[i] +=
+                        chunk[..n].windows(9).filter(|w| w == b"keychange").count() as u64;
                 }
             }
         }
@@ -217,11 +243,11 @@ fn fanout(args: &[String]) {
                 let now = unix_us();
                 frames(&mut bufs[i], &mut texts);
                 for t in texts.drain(..) {
-                    if let Some(pos) = t.rfind("\",\"") {
-                        if let Ok(sent) = t[pos + 3..].trim_end_matches("\"]}").parse::<u64>() {
-                            lat.push(now.saturating_sub(sent));
-                            received[i] += 1;
-                        }
+                    if let Some(pos) = t.rfind("\",\"")
+                        && let Ok(sent) = t[pos + 3..].trim_end_matches("\"]}").parse::<u64>()
+                    {
+                        lat.push(now.saturating_sub(sent));
+                        received[i] += 1;
                     }
                 }
             }
@@ -230,7 +256,10 @@ fn fanout(args: &[String]) {
     writer.join().unwrap();
     let expected = rate * seconds;
     // Untimed clients count `keychange` substrings (one may straddle two reads: 1% slack).
-    let complete = received.iter().filter(|&&r| r >= expected * 99 / 100).count();
+    let complete = received
+        .iter()
+        .filter(|&&r| r >= expected * 99 / 100)
+        .count();
     println!(
         "fanout clients={clients} rate={rate}/s seconds={seconds} complete_clients={complete} {}",
         percentiles(lat)

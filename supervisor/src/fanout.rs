@@ -46,9 +46,9 @@ pub struct FanoutArgs {
 pub fn run(args: FanoutArgs) -> Result<ExitCode> {
     let file = config::load(args.config.as_deref())?;
     let defaults = recached_proxy::fanout::FanoutOptions::default();
-    let tokens = args.tokens.or_else(|| {
-        (!file.fanout_tokens.is_empty()).then(|| PathBuf::from(&file.fanout_tokens))
-    });
+    let tokens = args
+        .tokens
+        .or_else(|| (!file.fanout_tokens.is_empty()).then(|| PathBuf::from(&file.fanout_tokens)));
     let opts = recached_proxy::fanout::FanoutOptions {
         port: args
             .port

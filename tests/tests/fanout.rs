@@ -51,13 +51,25 @@ impl Fleet {
             e.wait_port(p, START_TIMEOUT);
         }
         let mut cmd = Command::new(recached_bin());
-        cmd.args(["proxy", "--port", &ports[2].to_string(), "--backends", &nodes]);
+        cmd.args([
+            "proxy",
+            "--port",
+            &ports[2].to_string(),
+            "--backends",
+            &nodes,
+        ]);
         let mut proxy = Proc::spawn("proxy", cmd);
         proxy.wait_port(ports[2], START_TIMEOUT);
         let mut cmd = Command::new(recached_bin());
-        cmd.args(["fanout", "--port", &ports[3].to_string(), "--engines", &nodes])
-            .args(["--heartbeat-ms", "5000"])
-            .args(extra);
+        cmd.args([
+            "fanout",
+            "--port",
+            &ports[3].to_string(),
+            "--engines",
+            &nodes,
+        ])
+        .args(["--heartbeat-ms", "5000"])
+        .args(extra);
         let mut fanout = Proc::spawn("fanout", cmd);
         fanout.wait_port(ports[3], START_TIMEOUT);
         Fleet {
@@ -89,10 +101,22 @@ struct Ws {
 /// A TCP connection whose receive buffer is fixed at `rcvbuf` bytes before connecting (no
 /// autotuning), so a client that stops reading backs up into the sender quickly.
 fn connect_small(port: u16, rcvbuf: usize) -> TcpStream {
-    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, connect, setsockopt, socket, sockopt};
-    let fd = socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).unwrap();
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrIn, connect, setsockopt, socket, sockopt,
+    };
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
     setsockopt(&fd, sockopt::RcvBuf, &rcvbuf).unwrap();
-    connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::new(127, 0, 0, 1, port)).unwrap();
+    connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::new(127, 0, 0, 1, port),
+    )
+    .unwrap();
     TcpStream::from(fd)
 }
 
@@ -143,7 +167,10 @@ impl Ws {
                 Ok(Message::Close(c)) => return Err(format!("closed: {c:?}")),
                 Ok(_) => {}
                 Err(tungstenite::Error::Io(e))
-                    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
                 Err(e) => return Err(e.to_string()),
             }
         }
@@ -202,7 +229,9 @@ impl Client {
     }
 
     fn send_subscribe(&mut self, prefixes: &[&str], token: Option<&str>, resume: &[Value]) {
-        self.ws.send(&json!({"type": "subscribe", "prefixes": prefixes, "token": token, "resume": resume}));
+        self.ws.send(
+            &json!({"type": "subscribe", "prefixes": prefixes, "token": token, "resume": resume}),
+        );
     }
 
     /// Applies one message; returns it.
@@ -216,16 +245,24 @@ impl Client {
             }
             "must-refetch" => {
                 self.pos[i] = None;
-                self.refetches.push(m["reason"].as_str().unwrap_or("").to_string());
+                self.refetches
+                    .push(m["reason"].as_str().unwrap_or("").to_string());
                 self.replica.drop_instance(i as u32, self.instances as u32);
             }
             "entry" | "keychange" => {
-                let args: Vec<Vec<u8>> = m["args"].as_array().unwrap().iter().map(wire_bytes).collect();
+                let args: Vec<Vec<u8>> = m["args"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(wire_bytes)
+                    .collect();
                 if args.len() > 1 {
                     self.delivered.push(args[1].clone());
                 }
                 let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-                self.replica.apply(&argv).map_err(|e| format!("apply {m}: {e}"))?;
+                self.replica
+                    .apply(&argv)
+                    .map_err(|e| format!("apply {m}: {e}"))?;
                 if let (Some(p), Some(seq)) = (self.pos[i].as_mut(), m["seq"].as_u64()) {
                     p.1 = seq;
                 }
@@ -234,7 +271,10 @@ impl Client {
                 self.replica.drop_instance(i as u32, self.instances as u32);
             }
             "up-to-date" => {
-                self.pos[i] = Some((m["run"].as_str().unwrap().to_string(), m["seq"].as_u64().unwrap()));
+                self.pos[i] = Some((
+                    m["run"].as_str().unwrap().to_string(),
+                    m["seq"].as_u64().unwrap(),
+                ));
             }
             _ => {}
         }
@@ -246,7 +286,11 @@ impl Client {
         let deadline = Instant::now() + timeout;
         while self.instances == 0 || self.pos.iter().any(Option::is_none) {
             let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "not up to date within {timeout:?}: {:?}", self.pos);
+            assert!(
+                !left.is_zero(),
+                "not up to date within {timeout:?}: {:?}",
+                self.pos
+            );
             self.step(left).unwrap();
         }
     }
@@ -265,7 +309,10 @@ impl Client {
 
     fn read(&mut self, argv: &[&str]) -> String {
         let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
         String::from_utf8_lossy(self.replica.read(&argv, now)).into_owned()
     }
 }
@@ -278,7 +325,10 @@ fn dump(get: &mut dyn FnMut(&[&str]) -> String, key: &str) -> String {
         "string" => get(&["GET", key]),
         "hash" => get(&["HGETALL", key]),
         "set" => {
-            let mut m: Vec<String> = get(&["SMEMBERS", key]).lines().map(str::to_string).collect();
+            let mut m: Vec<String> = get(&["SMEMBERS", key])
+                .lines()
+                .map(str::to_string)
+                .collect();
             m.sort();
             m.join("\n")
         }
@@ -321,7 +371,11 @@ fn server_keys(f: &Fleet, prefix: &str) -> Vec<String> {
 fn assert_converged(f: &Fleet, c: &mut Client, prefix: &str) {
     let keys = server_keys(f, prefix);
     let local = resp_lines(&c.read(&["KEYS", &format!("{prefix}*")]));
-    let mut local: Vec<String> = local.lines().map(str::to_string).filter(|k| !k.is_empty()).collect();
+    let mut local: Vec<String> = local
+        .lines()
+        .map(str::to_string)
+        .filter(|k| !k.is_empty())
+        .collect();
     local.sort();
     assert_eq!(local, keys, "keys under {prefix:?}");
     for k in &keys {
@@ -369,8 +423,15 @@ fn snapshot_then_keychanges_converge() {
     f.cli(&["HINCRBYFLOAT", "t:h", "float", "1.5"]);
     c.drain(Duration::from_millis(500));
     assert_converged(&f, &mut c, "t:");
-    assert!(c.delivered.iter().all(|k| k.starts_with(b"t:")), "only t: keys delivered");
-    assert!(c.refetches.iter().all(|r| r == "initial"), "{:?}", c.refetches);
+    assert!(
+        c.delivered.iter().all(|k| k.starts_with(b"t:")),
+        "only t: keys delivered"
+    );
+    assert!(
+        c.refetches.iter().all(|r| r == "initial"),
+        "{:?}",
+        c.refetches
+    );
     // GET answered by the replica equals the proxy's.
     assert_eq!(resp_lines(&c.read(&["GET", "t:counter"])), "20");
 }
@@ -401,16 +462,28 @@ fn reconnect_resumes_from_the_ring_else_refetches() {
     c.send_subscribe(&["r:"], None, &resume);
     c.sync(T);
     c.drain(Duration::from_millis(300));
-    assert!(c.refetches.is_empty(), "resumed without refetch: {:?}", c.refetches);
+    assert!(
+        c.refetches.is_empty(),
+        "resumed without refetch: {:?}",
+        c.refetches
+    );
     assert_converged(&f, &mut c, "r:");
 
     // An unknown run id: must-refetch and a fresh snapshot.
     drop(std::mem::replace(&mut c.ws, Ws::connect(f.fanout_port)));
     write_mix(&f, "r:", 7);
     c.pos = vec![None; 2];
-    c.send_subscribe(&["r:"], None, &[json!({"instance": 0, "run": "nope", "seq": 1})]);
+    c.send_subscribe(
+        &["r:"],
+        None,
+        &[json!({"instance": 0, "run": "nope", "seq": 1})],
+    );
     c.sync(T);
-    assert!(c.refetches.iter().any(|r| r == "cannot-resume"), "{:?}", c.refetches);
+    assert!(
+        c.refetches.iter().any(|r| r == "cannot-resume"),
+        "{:?}",
+        c.refetches
+    );
     assert_converged(&f, &mut c, "r:");
 }
 
@@ -438,7 +511,14 @@ fn slow_browser_is_resynced_alone() {
     let n = 3000;
     for i in 0..n {
         let key = format!("q:{}", i % 50);
-        pipe.extend(format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{big}\r\n", key.len(), big.len()).bytes());
+        pipe.extend(
+            format!(
+                "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{big}\r\n",
+                key.len(),
+                big.len()
+            )
+            .bytes(),
+        );
     }
     let mut s = TcpStream::connect(("127.0.0.1", f.proxy_port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -461,7 +541,11 @@ fn slow_browser_is_resynced_alone() {
     }
     writer.join().unwrap();
     let mut fast = fast.join().unwrap();
-    assert!(fast.refetches.iter().all(|r| r == "initial"), "fast: {:?}", fast.refetches);
+    assert!(
+        fast.refetches.iter().all(|r| r == "initial"),
+        "fast: {:?}",
+        fast.refetches
+    );
     assert_converged(&f, &mut fast, "q:");
     slow.drain(Duration::from_millis(1500));
     assert!(
@@ -477,7 +561,11 @@ fn tokens_limit_what_a_browser_sees() {
     let dir = std::env::temp_dir().join(format!("fanout-tokens-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let tokens = dir.join("tokens.toml");
-    std::fs::write(&tokens, "[tokens]\n\"pub-token\" = [\"public:\"]\n\"all-token\" = [\"\"]\n").unwrap();
+    std::fs::write(
+        &tokens,
+        "[tokens]\n\"pub-token\" = [\"public:\"]\n\"all-token\" = [\"\"]\n",
+    )
+    .unwrap();
     let f = Fleet::start(&["--tokens", tokens.to_str().unwrap()]);
     for r in 0..4 {
         write_mix(&f, "public:", r);
@@ -524,7 +612,9 @@ fn tokens_limit_what_a_browser_sees() {
 #[test]
 fn without_tokens_only_loopback_origins() {
     let mut f = Fleet::start(&[]);
-    let err = Ws::try_connect(f.fanout_port, Some("http://evil.example")).err().unwrap();
+    let err = Ws::try_connect(f.fanout_port, Some("http://evil.example"))
+        .err()
+        .unwrap();
     assert!(err.contains("403"), "{err}");
     assert!(Ws::try_connect(f.fanout_port, Some("http://localhost:3000")).is_ok());
     assert!(Ws::try_connect(f.fanout_port, Some("http://127.0.0.1:1")).is_ok());
@@ -565,7 +655,11 @@ fn bad_input_gets_an_error_or_a_close_never_a_crash() {
     ] {
         w.ws.send(Message::text(text)).unwrap();
         let m = w.recv(T);
-        assert_eq!((m["type"].as_str(), m["code"].as_str()), (Some("error"), Some(code)), "{text}");
+        assert_eq!(
+            (m["type"].as_str(), m["code"].as_str()),
+            (Some("error"), Some(code)),
+            "{text}"
+        );
     }
     w.send(&json!({"type": "ping"}));
     assert_eq!(w.recv(T)["type"], "pong");
@@ -576,7 +670,10 @@ fn bad_input_gets_an_error_or_a_close_never_a_crash() {
         ("oversized", raw_frame(0x1, &vec![b'a'; 200_000])),
         ("invalid utf-8", raw_frame(0x1, b"{\"type\":\"\xff\xfe\"}")),
         ("reserved opcode", raw_frame(0x3, b"x")),
-        ("garbage", b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff".to_vec()),
+        (
+            "garbage",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff".to_vec(),
+        ),
     ];
     for (name, bytes) in cases {
         let w = Ws::connect(f.fanout_port);
@@ -591,20 +688,34 @@ fn bad_input_gets_an_error_or_a_close_never_a_crash() {
                 Ok(_) => assert!(Instant::now() < deadline, "{name}: not closed"),
             }
         }
-        assert!(f.fanout.is_running(), "{name}: fan-out died:\n{}", f.fanout.log());
+        assert!(
+            f.fanout.is_running(),
+            "{name}: fan-out died:\n{}",
+            f.fanout.log()
+        );
     }
     // Raw HTTP nonsense on the same port.
-    for req in [&b"\x00\x01\x02\r\n\r\n"[..], b"GET /nope HTTP/1.1\r\n\r\n", b"DELETE / HTTP/1.1\r\n\r\n", b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\n\r\n"] {
+    for req in [
+        &b"\x00\x01\x02\r\n\r\n"[..],
+        b"GET /nope HTTP/1.1\r\n\r\n",
+        b"DELETE / HTTP/1.1\r\n\r\n",
+        b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\n\r\n",
+    ] {
         let mut s = TcpStream::connect(("127.0.0.1", f.fanout_port)).unwrap();
         s.set_read_timeout(Some(T)).unwrap();
         s.write_all(req).unwrap();
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
-        assert!(out.starts_with("HTTP/1.1 4"), "{:?} → {out:?}", String::from_utf8_lossy(req));
+        assert!(
+            out.starts_with("HTTP/1.1 4"),
+            "{:?} → {out:?}",
+            String::from_utf8_lossy(req)
+        );
     }
     // The page and the module are served.
     let mut s = TcpStream::connect(("127.0.0.1", f.fanout_port)).unwrap();
-    s.write_all(b"GET /recached.js HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.write_all(b"GET /recached.js HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     assert!(out.starts_with("HTTP/1.1 200 OK") && out.contains("export async function connect"));
@@ -631,8 +742,10 @@ fn a_thousand_browsers_connect_and_drop() {
             // Subscribed, then dropped mid-snapshot (never reading).
             _ => {
                 s.set_read_timeout(Some(T)).unwrap();
-                let (mut ws, _) = tungstenite::client(format!("ws://127.0.0.1:{}/ws", f.fanout_port), s).unwrap();
-                ws.send(Message::text(r#"{"type":"subscribe","prefixes":["k:"]}"#)).unwrap();
+                let (mut ws, _) =
+                    tungstenite::client(format!("ws://127.0.0.1:{}/ws", f.fanout_port), s).unwrap();
+                ws.send(Message::text(r#"{"type":"subscribe","prefixes":["k:"]}"#))
+                    .unwrap();
                 if i % 10 == 3 {
                     held.push(ws); // kept open until the end
                 }
@@ -674,13 +787,24 @@ fn a_thousand_browsers_connect_and_drop() {
 fn browser_env() -> (std::path::PathBuf, std::path::PathBuf) {
     let dir = workspace_root().join("tests/browser");
     let modules = dir.join("node_modules/playwright-core");
-    assert!(modules.exists(), "{} missing: run scripts/test.sh (npm ci in tests/browser)", modules.display());
+    assert!(
+        modules.exists(),
+        "{} missing: run scripts/test.sh (npm ci in tests/browser)",
+        modules.display()
+    );
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(std::path::Path::new(&chromium).exists(), "{chromium} missing: run scripts/test.sh (apt chromium)");
+    assert!(
+        std::path::Path::new(&chromium).exists(),
+        "{chromium} missing: run scripts/test.sh (apt chromium)"
+    );
     let out = Command::new(workspace_root().join("scripts/build-wasm.sh"))
         .output()
         .expect("run scripts/build-wasm.sh");
-    assert!(out.status.success(), "build-wasm: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "build-wasm: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let wasm = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     (dir, wasm)
 }
@@ -726,7 +850,10 @@ fn chromium_demo_page_updates_and_reads_locally() {
     let out = node(
         &dir,
         "demo.test.mjs",
-        &[("FANOUT_PORT", f.fanout_port.to_string()), ("PROXY_PORT", f.proxy_port.to_string())],
+        &[
+            ("FANOUT_PORT", f.fanout_port.to_string()),
+            ("PROXY_PORT", f.proxy_port.to_string()),
+        ],
         Duration::from_secs(90),
     );
     assert!(out.contains("demo page: OK"), "{out}");
@@ -741,9 +868,19 @@ fn node_and_chromium_replicas_converge_under_random_writes() {
         "[tokens]\n\"tok-a\" = [\"a:\"]\n\"tok-ab\" = [\"a:\", \"b:\"]\n\"tok-all\" = [\"\"]\n",
     )
     .unwrap();
-    let f = Fleet::start(&["--wasm", wasm.to_str().unwrap(), "--tokens", tokens.to_str().unwrap()]);
+    let f = Fleet::start(&[
+        "--wasm",
+        wasm.to_str().unwrap(),
+        "--tokens",
+        tokens.to_str().unwrap(),
+    ]);
     let seed = std::env::var("SEED").unwrap_or_else(|_| {
-        (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() % 100_000).to_string()
+        (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            % 100_000)
+            .to_string()
     });
     let out = node(
         &dir,

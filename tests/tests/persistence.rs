@@ -84,7 +84,9 @@ impl Fleet {
             &config,
             format!(
                 "engines = {engines}\nbind = \"127.0.0.1\"\nproxy_port = {}\nengine_port_base = {base}\n\
-                 dir = \"{}\"\n[engine]\n{engine_toml}\n[supervisor]\n{supervisor_toml}\n",
+                 dir = \"{}\"\n\
+                 # Other fleets run in parallel: no fan-out or metrics on fixed ports.\n\
+                 fanout_port = 0\nmetrics_port = 0\n[engine]\n{engine_toml}\n[supervisor]\n{supervisor_toml}\n",
                 base + engines as u16,
                 dir.display()
             ),
@@ -709,7 +711,8 @@ fn sigterm_to_the_supervisor_leaves_no_process_behind() {
     let mut fleet = Fleet::start(2, &dir, "", "");
     Resp::connect(fleet.proxy_port).cmd_str(&["SET", "x", "1"]);
     let mut pids: Vec<u32> = fleet.children().into_iter().filter_map(|c| c.2).collect();
-    assert_eq!(pids.len(), 3, "{:?}", fleet.children());
+    // Two engines and the proxy (and whatever other roles the fleet runs).
+    assert!(pids.len() >= 3, "{:?}", fleet.children());
     let sup_pid = fleet.sup().pid();
     pids.push(sup_pid);
     kill(Pid::from_raw(sup_pid as i32), Signal::SIGTERM).unwrap();

@@ -95,13 +95,13 @@ impl Replica {
         let allowed = !REFUSED.iter().any(|a| a.eq_ignore_ascii_case(name))
             && (ALWAYS_ALLOWED.iter().any(|a| a.eq_ignore_ascii_case(name))
                 || engine_core::command::lookup(name).is_some_and(|spec| {
-                // A container (`OBJECT ENCODING`) is judged by its subcommand's row.
-                let row = argv
-                    .get(1)
-                    .and_then(|sub| spec.subcommand(sub))
-                    .unwrap_or(spec);
-                row.has_flag("readonly")
-            }));
+                    // A container (`OBJECT ENCODING`) is judged by its subcommand's row.
+                    let row = argv
+                        .get(1)
+                        .and_then(|sub| spec.subcommand(sub))
+                        .unwrap_or(spec);
+                    row.has_flag("readonly")
+                }));
         if !allowed {
             let shown: String = String::from_utf8_lossy(name)
                 .chars()
@@ -228,10 +228,17 @@ mod tests {
             read(&mut r, &["ZRANGE", "z", "0", "-1"], NOW),
             "*2\r\n$1\r\na\r\n$1\r\nb\r\n"
         );
-        assert_eq!(read(&mut r, &["LRANGE", "l", "0", "-1"], NOW), "*2\r\n$1\r\nx\r\n$1\r\ny\r\n");
+        assert_eq!(
+            read(&mut r, &["LRANGE", "l", "0", "-1"], NOW),
+            "*2\r\n$1\r\nx\r\n$1\r\ny\r\n"
+        );
         assert_eq!(read(&mut r, &["SMEMBERS", "s"], NOW), "*1\r\n$1\r\nm\r\n");
         assert_eq!(r.len(), 5);
-        assert!(apply(&mut r, &["HSET", "a", "f", "v"]).unwrap_err().starts_with("WRONGTYPE"));
+        assert!(
+            apply(&mut r, &["HSET", "a", "f", "v"])
+                .unwrap_err()
+                .starts_with("WRONGTYPE")
+        );
     }
 
     #[test]

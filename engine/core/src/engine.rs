@@ -46,6 +46,12 @@ pub struct Config {
     /// `feed-buffer-limit`, bytes, 0 = none: unsent output a keychange feed subscriber may
     /// accumulate before it is told to resync (see `crate::feed`, docs/feed.md).
     pub feed_buffer_limit: u64,
+    /// `client-query-buffer-limit`, bytes (Redis default 1gb, at least 1mb): unparsed input
+    /// of one connection above it closes the connection (enforced by the server).
+    pub client_query_buffer_limit: u64,
+    /// `client-output-buffer-limit`: hard/soft limits per client class (normal, replica,
+    /// pubsub), Redis's defaults (enforced by the server; see `cmd::server::OutputLimits`).
+    pub client_output_buffer_limit: crate::cmd::server::OutputLimits,
 }
 
 /// Values `maxmemory-policy` accepts, in Redis's order (its error text lists them so).
@@ -77,6 +83,8 @@ impl Default for Config {
             cluster_index: 0,
             cluster_announce_host: String::new(),
             feed_buffer_limit: crate::feed::DEFAULT_BUFFER_LIMIT,
+            client_query_buffer_limit: 1024 * 1024 * 1024,
+            client_output_buffer_limit: crate::cmd::server::OutputLimits::default(),
         }
     }
 }
@@ -237,6 +245,12 @@ impl Engine {
     /// Number of keychange feed subscribers.
     pub fn feed_subscribers(&self) -> usize {
         self.feed.subscribers()
+    }
+
+    /// Whether `client_id` is a keychange feed connection (like a Redis replica link, it is
+    /// exempt from the idle `timeout`).
+    pub fn is_feed_subscriber(&self, client_id: u64) -> bool {
+        self.feed.is_subscriber(client_id)
     }
 
     /// The earliest time (Unix µs) at which `cron` has something due for a parked client (a

@@ -26,6 +26,12 @@
 //! drains). The exception is an event that reports a hang-up (`hangup`): its FIN may sit behind
 //! the data, so reads continue until one returns 0. `readable` remembers that the socket may still hold data when we stop early
 //! (read budget spent, or backpressure), since no new edge will come for those bytes.
+//!
+//! # TLS
+//!
+//! A connection accepted on the TLS port carries a [`TlsConn`]: `read` then does its one
+//! socket read through it (decrypting into `rbuf`), and `flush` hands `out` to it, so the
+//! buffers, limits and batching above are the same for both (see [`crate::tls`]).
 
 use std::io::{self, Read, Write};
 
@@ -34,9 +40,10 @@ use mio::net::TcpStream;
 use resp::{Limits, ReplyWriter, RequestParser};
 
 use crate::budget::{
-    BUF_SHRINK_ABOVE, COMPACT_MAX, IDLE_BUF_FREE_US, OUTPUT_HIGH_WATER, QUERY_BUF_LIMIT,
-    READ_CHUNK, READ_MIN_SPACE,
+    BUF_SHRINK_ABOVE, COMPACT_MAX, IDLE_BUF_FREE_US, OUTPUT_HIGH_WATER, READ_CHUNK,
+    READ_MIN_SPACE,
 };
+use crate::tls::{PlainSink, TlsConn, TlsRead};
 
 /// Why a connection is being closed (for the log).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +54,9 @@ pub enum CloseReason {
     ProtocolError,
     /// The peer closed its side (read returned 0).
     PeerClosed,
+    /// Over its hard `client-output-buffer-limit` while output was routed to it; the
+    /// output was dropped.
+    OutputLimit,
 }
 
 /// Result of one `read` system call.
@@ -59,10 +69,12 @@ pub enum ReadOutcome {
     Drained,
     /// End of stream: the peer closed its side.
     Eof,
-    /// The unparsed input is above `QUERY_BUF_LIMIT`: close the connection.
+    /// The unparsed input is above `client-query-buffer-limit`: close the connection.
     QueryBufLimit,
     /// A socket error: close the connection.
     Error(io::Error),
+    /// A TLS handshake or record error: the alert is sent best effort, then close.
+    Tls(rustls::Error),
 }
 
 /// Where [`Conn::execute`] stopped.
@@ -116,6 +128,11 @@ pub struct Conn {
     /// Bytes read / written since the loop last added them to INFO's totals.
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// TLS state for a connection accepted on the TLS port.
+    pub tls: Option<Box<TlsConn>>,
+    /// Since when (Unix µs) the unsent output has been over its class's soft
+    /// `client-output-buffer-limit`; `None` while under it.
+    pub obuf_soft_since: Option<u64>,
 }
 
 /// Reuses the allocation of a `Vec` of slices for slices of another lifetime: the vector is
@@ -155,7 +172,14 @@ impl Conn {
             blocked: false,
             bytes_in: 0,
             bytes_out: 0,
+            tls: None,
+            obuf_soft_since: None,
         }
+    }
+
+    /// Bytes waiting for the socket: replies, or TLS handshake records and alerts.
+    pub fn wants_write(&self) -> bool {
+        self.out_pending() > 0 || self.tls.as_ref().is_some_and(|t| t.wants_write())
     }
 
     /// Reply bytes waiting to be written.
@@ -173,38 +197,33 @@ impl Conn {
         self.out_pending() >= OUTPUT_HIGH_WATER
     }
 
-    /// Makes at least `READ_MIN_SPACE` bytes free after `rend`; false when the unparsed input
-    /// is already above the query buffer limit.
-    fn make_room(&mut self) -> bool {
-        if self.rstart == self.rend {
-            self.rstart = 0;
-            self.rend = 0;
+    /// One `read` system call into the free space of the read buffer (through TLS for a TLS
+    /// connection, with `scratch` holding the ciphertext). `query_limit`: Redis
+    /// `client-query-buffer-limit`, bytes of unparsed input.
+    pub fn read(&mut self, scratch: &mut [u8], query_limit: usize) -> ReadOutcome {
+        let mut rb = ReadBuf {
+            rbuf: &mut self.rbuf,
+            rstart: &mut self.rstart,
+            rend: &mut self.rend,
+            limit: query_limit,
+        };
+        if let Some(tls) = &mut self.tls {
+            return match tls.read(&mut self.stream, scratch, &mut rb) {
+                TlsRead::Data { cipher, more, .. } => {
+                    self.bytes_in += cipher as u64;
+                    ReadOutcome::Data { n: cipher, more }
+                }
+                TlsRead::Drained => ReadOutcome::Drained,
+                TlsRead::Eof => ReadOutcome::Eof,
+                TlsRead::Full => ReadOutcome::QueryBufLimit,
+                TlsRead::Tls(e) => {
+                    tls.flush_alert(&mut self.stream);
+                    ReadOutcome::Tls(e)
+                }
+                TlsRead::Io(e) => ReadOutcome::Error(e),
+            };
         }
-        if self.rbuf.len() - self.rend >= READ_MIN_SPACE {
-            return true;
-        }
-        let pending = self.in_pending();
-        if pending > QUERY_BUF_LIMIT {
-            return false;
-        }
-        if self.rstart > 0 && (pending <= COMPACT_MAX || self.rstart >= self.rbuf.len() / 2) {
-            self.rbuf.copy_within(self.rstart..self.rend, 0);
-            self.rstart = 0;
-            self.rend = pending;
-            if self.rbuf.len() - self.rend >= READ_MIN_SPACE {
-                return true;
-            }
-        }
-        let new_len = (self.rbuf.len() * 2)
-            .max(READ_CHUNK)
-            .max(self.rend + READ_MIN_SPACE);
-        self.rbuf.resize(new_len, 0);
-        true
-    }
-
-    /// One `read` system call into the free space of the read buffer.
-    pub fn read(&mut self) -> ReadOutcome {
-        if !self.make_room() {
+        if !rb.make_room() {
             return ReadOutcome::QueryBufLimit;
         }
         loop {
@@ -311,7 +330,12 @@ impl Conn {
     /// Writes pending output until it is all written or the socket is full. An error means
     /// the connection is dead.
     pub fn flush(&mut self) -> io::Result<()> {
-        while self.out_pos < self.out.len() {
+        if let Some(tls) = &mut self.tls {
+            let (n, _full) = tls.write(&mut self.stream, &self.out[self.out_pos..])?;
+            self.out_pos += n;
+            self.bytes_out += n as u64;
+        }
+        while self.tls.is_none() && self.out_pos < self.out.len() {
             match self.stream.write(&self.out[self.out_pos..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
@@ -337,6 +361,13 @@ impl Conn {
         Ok(())
     }
 
+    /// Drops every unsent reply (the connection is being closed for its output limit, so the
+    /// memory is returned at once).
+    pub fn discard_output(&mut self) {
+        self.out = Vec::new();
+        self.out_pos = 0;
+    }
+
     /// Releases empty buffers that a burst left large, or that an idle connection does not
     /// need (called from the timer).
     pub fn shrink_idle_buffers(&mut self, now_us: u64) {
@@ -350,6 +381,59 @@ impl Conn {
             self.out = Vec::new();
             self.out_pos = 0;
         }
+    }
+}
+
+/// The read buffer's fields, borrowed apart from the socket and TLS state (see the module
+/// docs for its layout).
+struct ReadBuf<'a> {
+    rbuf: &'a mut Vec<u8>,
+    rstart: &'a mut usize,
+    rend: &'a mut usize,
+    limit: usize,
+}
+
+impl ReadBuf<'_> {
+    /// Makes at least `READ_MIN_SPACE` bytes free after `rend`; false when the unparsed input
+    /// is already above the query buffer limit.
+    fn make_room(&mut self) -> bool {
+        if *self.rstart == *self.rend {
+            *self.rstart = 0;
+            *self.rend = 0;
+        }
+        if self.rbuf.len() - *self.rend >= READ_MIN_SPACE {
+            return true;
+        }
+        let pending = *self.rend - *self.rstart;
+        if pending > self.limit {
+            return false;
+        }
+        if *self.rstart > 0 && (pending <= COMPACT_MAX || *self.rstart >= self.rbuf.len() / 2) {
+            self.rbuf.copy_within(*self.rstart..*self.rend, 0);
+            *self.rstart = 0;
+            *self.rend = pending;
+            if self.rbuf.len() - *self.rend >= READ_MIN_SPACE {
+                return true;
+            }
+        }
+        let new_len = (self.rbuf.len() * 2)
+            .max(READ_CHUNK)
+            .max(*self.rend + READ_MIN_SPACE);
+        self.rbuf.resize(new_len, 0);
+        true
+    }
+}
+
+impl PlainSink for ReadBuf<'_> {
+    fn space(&mut self) -> Option<&mut [u8]> {
+        if !self.make_room() {
+            return None;
+        }
+        Some(&mut self.rbuf[*self.rend..])
+    }
+
+    fn filled(&mut self, n: usize) {
+        *self.rend += n;
     }
 }
 

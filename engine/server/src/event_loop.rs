@@ -24,8 +24,18 @@
 //! are neither read nor executed; the kernel buffers fill and the client's writes block, so a
 //! pipelining client that never reads costs bounded memory.
 //!
-//! Tokens: a connection's token is its slab key; the listener and signals take tokens at the
-//! top of the range, which the slab never reaches (it holds at most `MAX_CLIENTS` entries).
+//! Tokens: a connection's token is its slab key; the listeners and signals take tokens at the
+//! top of the range, which the slab never reaches (it holds at most `maxclients` entries).
+//!
+//! Limits (Redis names, `engine.config`, CONFIG SET applies them at once): `maxclients`
+//! (accept, then `-ERR max number of clients reached` and close), `client-query-buffer-limit`
+//! (read), `client-output-buffer-limit` (checked after each batch, each routed delivery and
+//! each tick: over the hard limit, or over the soft one for its seconds, the client is closed
+//! and its output dropped — pub/sub class for subscribed clients, normal class otherwise),
+//! `timeout` (each tick: a client with no command for that many seconds is closed, except
+//! subscribers, blocked clients and keychange feed connections, as Redis spares pub/sub,
+//! blocked and replica clients). Connections from the TLS listener are the same `Conn` with a
+//! [`crate::tls::TlsConn`] inside.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -41,12 +51,14 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook_mio::v1_0::Signals;
 use slab::Slab;
 
-use crate::budget::{ACCEPT_BATCH, EVENTS_CAPACITY, MAX_CLIENTS, READ_BUDGET_PER_TURN};
+use crate::budget::{ACCEPT_BATCH, EVENTS_CAPACITY, READ_BUDGET_PER_TURN};
 use crate::conn::{Batch, CloseReason, Conn, ReadOutcome};
 use crate::host::{self, RssReader};
+use crate::tls::{self, TlsConn};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const SIGNALS: Token = Token(usize::MAX - 2);
+const TLS_LISTENER: Token = Token(usize::MAX - 3);
 
 /// The highest `hz` honoured (Redis `CONFIG_MAX_HZ`).
 const MAX_HZ: u32 = 500;
@@ -65,11 +77,22 @@ enum Disconnect {
     Io(io::Error),
     QueryBufLimit,
     Done(CloseReason),
+    /// A TLS handshake or record error (garbage, a refused client certificate).
+    Tls(rustls::Error),
+    /// Over its `client-output-buffer-limit`.
+    OutputLimit,
+    /// Idle for longer than `timeout`.
+    Timeout,
 }
 
 pub struct EventLoop {
     poll: Poll,
-    listener: TcpListener,
+    /// The plain listener; `None` when only TLS is served (`port 0` with a `tls_port`).
+    listener: Option<TcpListener>,
+    /// The TLS listener and its rustls configuration.
+    tls_listener: Option<(TcpListener, std::sync::Arc<rustls::ServerConfig>)>,
+    /// Ciphertext of one TLS socket read (`tls::SCRATCH_LEN`), shared by all connections.
+    tls_scratch: Vec<u8>,
     signals: Signals,
     conns: Slab<Conn>,
     pub engine: Engine,
@@ -80,7 +103,8 @@ pub struct EventLoop {
     /// Connections with work left for the next iteration (their read budget ran out).
     queued: Vec<usize>,
     /// The last accept stopped at `ACCEPT_BATCH`: more connections may be waiting.
-    accept_backlog: bool,
+    /// (Index 0: plain listener, 1: TLS listener.)
+    accept_backlog: [bool; 2],
     /// Accept failed (e.g. out of descriptors): retry on the next timer tick, not in a spin.
     accept_retry: bool,
     rss: RssReader,
@@ -93,30 +117,48 @@ pub struct EventLoop {
 }
 
 impl EventLoop {
-    pub fn new(listener: TcpListener, engine: Engine) -> io::Result<EventLoop> {
+    /// A loop serving plain RESP on `listener` (if any; see [`EventLoop::add_tls_listener`]).
+    pub fn new(listener: Option<TcpListener>, engine: Engine) -> io::Result<EventLoop> {
         let poll = Poll::new()?;
         let mut listener = listener;
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        if let Some(l) = &mut listener {
+            poll.registry().register(l, LISTENER, Interest::READABLE)?;
+        }
         let mut signals = Signals::new([SIGTERM, SIGINT])?;
         poll.registry()
             .register(&mut signals, SIGNALS, Interest::READABLE)?;
         Ok(EventLoop {
             poll,
             listener,
+            tls_listener: None,
+            tls_scratch: Vec::new(),
             signals,
             conns: Slab::new(),
             engine,
             next_client_id: 1,
             argv: Vec::new(),
             queued: Vec::new(),
-            accept_backlog: false,
+            accept_backlog: [false; 2],
             accept_retry: false,
             rss: RssReader::new(),
             next_cron_us: 0,
             ids: HashMap::new(),
             deliveries: Vec::new(),
         })
+    }
+
+    /// Also serves RESP over TLS on `listener`, with `cfg` (see [`crate::tls`]).
+    pub fn add_tls_listener(
+        &mut self,
+        mut listener: TcpListener,
+        cfg: std::sync::Arc<rustls::ServerConfig>,
+    ) -> io::Result<()> {
+        self.poll
+            .registry()
+            .register(&mut listener, TLS_LISTENER, Interest::READABLE)?;
+        self.tls_listener = Some((listener, cfg));
+        self.tls_scratch = vec![0; tls::SCRATCH_LEN];
+        Ok(())
     }
 
     fn cron_period_us(&self) -> u64 {
@@ -129,7 +171,7 @@ impl EventLoop {
         let mut now = host::now_us();
         self.next_cron_us = now + self.cron_period_us();
         loop {
-            let timeout = if !self.queued.is_empty() || self.accept_backlog {
+            let timeout = if !self.queued.is_empty() || self.accept_backlog.contains(&true) {
                 Duration::ZERO
             } else {
                 // Wake for the next tick, or earlier for a blocked client's timeout.
@@ -149,7 +191,8 @@ impl EventLoop {
 
             for event in events.iter() {
                 match event.token() {
-                    LISTENER => self.accept(now),
+                    LISTENER => self.accept(now, false),
+                    TLS_LISTENER => self.accept(now, true),
                     SIGNALS => {
                         if let Some(sig) = self.signals.pending().next() {
                             let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
@@ -161,8 +204,10 @@ impl EventLoop {
                 }
             }
 
-            if self.accept_backlog {
-                self.accept(now);
+            for tls in [false, true] {
+                if self.accept_backlog[usize::from(tls)] {
+                    self.accept(now, tls);
+                }
             }
             let queued = std::mem::take(&mut self.queued);
             for &key in &queued {
@@ -202,18 +247,56 @@ impl EventLoop {
         for (_, conn) in self.conns.iter_mut() {
             conn.shrink_idle_buffers(now);
         }
+        self.enforce_limits(now);
         if self.accept_retry {
             self.accept_retry = false;
-            self.accept(now);
+            self.accept(now, false);
+            self.accept(now, true);
         }
     }
 
-    fn accept(&mut self, now: u64) {
+    /// Each tick: idle clients over `timeout`, and clients over a soft output limit for its
+    /// seconds (a client that stopped reading gets no new output to trigger the check).
+    fn enforce_limits(&mut self, now: u64) {
+        let timeout_us = self.engine.config.timeout.saturating_mul(1_000_000);
+        let mut doomed = Vec::new();
+        for (key, conn) in self.conns.iter_mut() {
+            let c = &conn.client;
+            if timeout_us > 0
+                && now.saturating_sub(c.last_cmd_us) > timeout_us
+                && !conn.blocked
+                && c.subs.count() == 0
+                && !self.engine.is_feed_subscriber(c.id)
+            {
+                doomed.push((key, Disconnect::Timeout));
+            } else if output_limit_exceeded(&self.engine, conn, now) {
+                doomed.push((key, Disconnect::OutputLimit));
+            }
+        }
+        for (key, why) in doomed {
+            self.close(key, why);
+        }
+    }
+
+    /// One `accept` on the plain or the TLS listener; `None` if that listener does not exist.
+    fn accept_one(&self, tls: bool) -> Option<io::Result<(TcpStream, std::net::SocketAddr)>> {
+        let listener = if tls {
+            &self.tls_listener.as_ref()?.0
+        } else {
+            self.listener.as_ref()?
+        };
+        Some(listener.accept())
+    }
+
+    fn accept(&mut self, now: u64, tls: bool) {
         for _ in 0..ACCEPT_BATCH {
-            match self.listener.accept() {
-                Ok((stream, _peer)) => self.add_conn(stream, now),
+            let Some(result) = self.accept_one(tls) else {
+                return;
+            };
+            match result {
+                Ok((stream, _peer)) => self.add_conn(stream, now, tls),
                 Err(e) if would_block(&e) => {
-                    self.accept_backlog = false;
+                    self.accept_backlog[usize::from(tls)] = false;
                     return;
                 }
                 Err(e) if interrupted(&e) => {}
@@ -226,23 +309,37 @@ impl EventLoop {
                 Err(e) => {
                     // EMFILE/ENFILE/ENOBUFS: retrying at once would spin; wait for a tick.
                     warn!("Error accepting a client connection: {e}");
-                    self.accept_backlog = false;
+                    self.accept_backlog[usize::from(tls)] = false;
                     self.accept_retry = true;
                     return;
                 }
             }
         }
-        self.accept_backlog = true;
+        self.accept_backlog[usize::from(tls)] = true;
     }
 
-    fn add_conn(&mut self, mut stream: TcpStream, now: u64) {
+    fn add_conn(&mut self, mut stream: TcpStream, now: u64, tls: bool) {
         self.engine.net.total_connections_received += 1;
-        if self.conns.len() >= MAX_CLIENTS {
+        if self.conns.len() as u64 >= self.engine.config.maxclients {
             self.engine.net.rejected_connections += 1;
             // Best effort, as Redis does (`acceptCommonHandler`); the socket is new and empty.
-            let _ = stream.write(b"-ERR max number of clients reached\r\n");
+            // A TLS client is closed without it: plaintext cannot be sent before a handshake
+            // (Redis's write fails the same way there).
+            if !tls {
+                let _ = stream.write(b"-ERR max number of clients reached\r\n");
+            }
             return;
         }
+        let tls_conn = match &self.tls_listener {
+            Some((_, cfg)) if tls => match TlsConn::new(cfg) {
+                Ok(t) => Some(Box::new(t)),
+                Err(e) => {
+                    warn!("TLS connection setup: {e}");
+                    return;
+                }
+            },
+            _ => None,
+        };
         // Replies go out as soon as they are written; Nagle would add up to 40 ms.
         if let Err(e) = stream.set_nodelay(true) {
             debug!("TCP_NODELAY: {e}");
@@ -277,7 +374,9 @@ impl EventLoop {
         self.next_client_id += 1;
         self.ids.insert(client.id, key);
         debug!("Accepted {} (id={})", client.addr, client.id);
-        entry.insert(Conn::new(stream, client, &self.engine));
+        let mut conn = Conn::new(stream, client, &self.engine);
+        conn.tls = tls_conn;
+        entry.insert(conn);
         self.engine.host.connected_clients = self.conns.len() as u64;
     }
 
@@ -353,7 +452,9 @@ impl EventLoop {
                 }
                 break;
             }
-            match conn.read() {
+            let query_limit =
+                usize::try_from(self.engine.config.client_query_buffer_limit).unwrap_or(usize::MAX);
+            match conn.read(&mut self.tls_scratch, query_limit) {
                 ReadOutcome::Data { n, more } => {
                     budget = budget.saturating_sub(n);
                     conn.readable = more || conn.hangup;
@@ -365,6 +466,7 @@ impl EventLoop {
                 }
                 ReadOutcome::QueryBufLimit => return Err(Disconnect::QueryBufLimit),
                 ReadOutcome::Error(e) => return Err(Disconnect::Io(e)),
+                ReadOutcome::Tls(e) => return Err(Disconnect::Tls(e)),
             }
         }
 
@@ -375,7 +477,10 @@ impl EventLoop {
         // The keychange feed bounds each subscriber's unsent output (a no-op for others).
         self.engine
             .set_pending_output(conn.client.id, conn.out_pending());
-        let pending = conn.out_pending() > 0;
+        if output_limit_exceeded(&self.engine, conn, now) {
+            return Err(Disconnect::OutputLimit);
+        }
+        let pending = conn.wants_write();
         if let Some(reason) = conn.closing
             && !pending
         {
@@ -428,9 +533,20 @@ impl EventLoop {
                 continue;
             };
             let conn = &mut self.conns[key];
+            if conn.closing == Some(CloseReason::OutputLimit) {
+                continue;
+            }
             conn.push_output(&d.bytes);
             if d.unblock {
                 conn.blocked = false;
+            }
+            // The hard limit is checked as messages arrive, so a subscriber that never reads
+            // costs at most its limit plus one message; its output is dropped now and the
+            // connection closes on its next turn (never here: this may be the publisher's
+            // own connection, being served by the caller).
+            if hard_limit_exceeded(&self.engine, conn) {
+                conn.discard_output();
+                conn.closing = Some(CloseReason::OutputLimit);
             }
             if !conn.queued {
                 conn.queued = true;
@@ -444,8 +560,27 @@ impl EventLoop {
         let mut conn = self.conns.remove(key);
         self.ids.remove(&conn.client.id);
         self.engine.client_closed(conn.client.id);
+        if let Some(tls) = &mut conn.tls
+            && matches!(why, Disconnect::Done(_))
+        {
+            // A clean close: tell the peer (best effort, the socket is not waited for).
+            tls.send_close_notify();
+            tls.flush_alert(&mut conn.stream);
+        }
         let _ = self.poll.registry().deregister(&mut conn.stream);
         match &why {
+            Disconnect::Done(CloseReason::OutputLimit) | Disconnect::OutputLimit => warn!(
+                "Client id={} addr={} closed for overcoming of output buffer limits.",
+                conn.client.id, conn.client.addr
+            ),
+            Disconnect::Timeout => debug!(
+                "Closing idle client id={} addr={} (timeout)",
+                conn.client.id, conn.client.addr
+            ),
+            Disconnect::Tls(e) => debug!(
+                "Client id={} addr={}: TLS error: {e}",
+                conn.client.id, conn.client.addr
+            ),
             Disconnect::QueryBufLimit => warn!(
                 "Closing client id={} addr={} that reached max query buffer length ({} bytes)",
                 conn.client.id,
@@ -457,4 +592,31 @@ impl EventLoop {
         }
         self.engine.host.connected_clients = self.conns.len() as u64;
     }
+}
+
+/// The `client-output-buffer-limit` class of a connection: pub/sub for a subscribed client
+/// (Redis `getClientType`), normal otherwise. Keychange feed connections are bounded by
+/// `feed-buffer-limit` instead, which resyncs rather than closes, so they fall under
+/// normal (no limit by default).
+fn output_class(engine: &Engine, conn: &Conn) -> engine_core::cmd::server::OutputLimit {
+    let limits = &engine.config.client_output_buffer_limit;
+    if conn.client.subs.count() > 0 {
+        limits.pubsub
+    } else {
+        limits.normal
+    }
+}
+
+/// Whether the unsent output is at or over the hard limit of its class.
+fn hard_limit_exceeded(engine: &Engine, conn: &Conn) -> bool {
+    let limit = output_class(engine, conn);
+    limit.hard != 0 && conn.out_pending() as u64 >= limit.hard
+}
+
+/// Whether the unsent output breaks its class's hard limit, or has stayed over the soft
+/// limit for its seconds (Redis `checkClientOutputBufferLimits`).
+fn output_limit_exceeded(engine: &Engine, conn: &mut Conn, now_us: u64) -> bool {
+    let limit = output_class(engine, conn);
+    let used = conn.out_pending() as u64;
+    limit.exceeded(used, &mut conn.obuf_soft_since, now_us)
 }

@@ -12,6 +12,7 @@
 //! - [`budget`]: every named bound of the loop (accept batch, read budget, query buffer limit,
 //!   output high-water mark) with its reason.
 //! - [`host`]: the clock (Unix µs, read once per iteration) and RSS.
+//! - [`tls`]: the TLS port (rustls driven by hand over mio; docs/security-tls.md).
 //! - [`snapshot`]: load at start, SAVE/BGSAVE (fork), periodic and shutdown saves
 //!   (docs/persistence.md).
 //!
@@ -23,6 +24,7 @@ pub mod conn;
 pub mod event_loop;
 pub mod host;
 pub mod snapshot;
+pub mod tls;
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -36,7 +38,8 @@ use mio::net::TcpListener;
 /// TOML config (config parsing lives in the binary, not here).
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
-    /// TCP port (`--port`); 0 picks a free port (the chosen port is logged).
+    /// TCP port (`--port`); 0 picks a free port (the chosen port is logged), unless a TLS
+    /// port is set: then 0 means no plain listener, TLS only (Redis `port 0`).
     pub port: u16,
     /// Listen address (`--bind`), default 127.0.0.1.
     pub bind: String,
@@ -49,6 +52,8 @@ pub struct ServerOptions {
     /// Snapshot dir, periodic save and corrupt-file policy (`--dir`; `[engine]` keys
     /// `save_interval`, `save_changes`, `on_corrupt_snapshot`). No dir = no snapshots.
     pub snapshot: snapshot::SnapshotOptions,
+    /// The TLS listener (`tls_port`, certificate files, `tls_auth_clients`); port 0 = none.
+    pub tls: tls::TlsOptions,
 }
 
 impl Default for ServerOptions {
@@ -60,6 +65,7 @@ impl Default for ServerOptions {
             config_file: None,
             engine: engine_core::Config::default(),
             snapshot: snapshot::SnapshotOptions::default(),
+            tls: tls::TlsOptions::default(),
         }
     }
 }
@@ -82,11 +88,33 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
     // A bad topology is a start-up error, not a silently standalone engine.
     let cluster = engine_core::cmd::cluster::Cluster::from_config(&opts.engine)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    let addr = listen_addr(&opts.bind, opts.port)?;
-    // mio sets SO_REUSEADDR and close-on-exec on the listener (and on accepted sockets).
-    let listener = TcpListener::bind(addr)
-        .map_err(|e| io::Error::new(e.kind(), format!("Could not bind {addr}: {e}")))?;
-    let local = listener.local_addr()?;
+    // Certificates are read before binding, so a bad file is a start-up error.
+    let tls_config = if opts.tls.enabled() {
+        Some(tls::server_config(&opts.tls)?)
+    } else {
+        None
+    };
+    let bind = |port: u16| -> io::Result<TcpListener> {
+        let addr = listen_addr(&opts.bind, port)?;
+        // mio sets SO_REUSEADDR and close-on-exec on the listener (and on accepted sockets).
+        TcpListener::bind(addr)
+            .map_err(|e| io::Error::new(e.kind(), format!("Could not bind {addr}: {e}")))
+    };
+    let listener = if opts.port == 0 && tls_config.is_some() {
+        None
+    } else {
+        Some(bind(opts.port)?)
+    };
+    let tls_listener = match tls_config {
+        Some(cfg) => Some((bind(opts.tls.port)?, cfg)),
+        None => None,
+    };
+    // The address INFO and the snapshot file name use: the plain port, else the TLS port.
+    let local = match (&listener, &tls_listener) {
+        (Some(l), _) => l.local_addr()?,
+        (None, Some((l, _))) => l.local_addr()?,
+        (None, None) => unreachable!("a listener is always bound"),
+    };
 
     let cluster_desc = format!(
         "instance {} of {}",
@@ -127,10 +155,16 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
         });
     }
 
+    let plain = listener.is_some();
     let mut event_loop = event_loop::EventLoop::new(listener, engine)?;
+    if let Some((l, cfg)) = tls_listener {
+        info!("TLS listening on {}", l.local_addr()?);
+        event_loop.add_tls_listener(l, cfg)?;
+    }
     info!(
-        "recached engine pid={} listening on {local}",
-        std::process::id()
+        "recached engine pid={} listening on {local}{}",
+        std::process::id(),
+        if plain { "" } else { " (TLS only)" }
     );
     if cluster.enabled() {
         info!("cluster mode: {cluster_desc}");

@@ -47,12 +47,30 @@ const READ_CHUNK: usize = 64 * 1024;
 /// A message on the feed.
 #[derive(Debug, PartialEq, Eq)]
 pub enum FeedMsg {
-    Subscribed { run: String, seq: u64 },
-    Effect { seq: u64, args: Vec<Vec<u8>> },
-    Snapshot { id: u64, seq: u64, keys: u64 },
-    Entry { id: u64, args: Vec<Vec<u8>> },
-    SnapshotEnd { id: u64, seq: u64 },
-    Overflow { seq: u64 },
+    Subscribed {
+        run: String,
+        seq: u64,
+    },
+    Effect {
+        seq: u64,
+        args: Vec<Vec<u8>>,
+    },
+    Snapshot {
+        id: u64,
+        seq: u64,
+        keys: u64,
+    },
+    Entry {
+        id: u64,
+        args: Vec<Vec<u8>>,
+    },
+    SnapshotEnd {
+        id: u64,
+        seq: u64,
+    },
+    Overflow {
+        seq: u64,
+    },
     /// An error reply (`-ERR …`), text without the `-`.
     Error(String),
 }
@@ -145,7 +163,8 @@ impl Ring {
         }
         self.bytes += e.bytes();
         self.effects.push_back(e);
-        while self.effects.len() > RING_EFFECTS || (self.bytes > RING_BYTES && self.effects.len() > 1)
+        while self.effects.len() > RING_EFFECTS
+            || (self.bytes > RING_BYTES && self.effects.len() > 1)
         {
             let old = self.effects.pop_front().expect("non-empty");
             self.bytes -= old.bytes();
@@ -176,6 +195,10 @@ impl Ring {
 
     pub fn len(&self) -> usize {
         self.effects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.effects.is_empty()
     }
 }
 
@@ -234,7 +257,9 @@ impl Link {
         }
         match TcpStream::connect(self.addr) {
             Ok(mut s) => {
-                if let Err(e) = registry.register(&mut s, token, Interest::READABLE | Interest::WRITABLE) {
+                if let Err(e) =
+                    registry.register(&mut s, token, Interest::READABLE | Interest::WRITABLE)
+                {
                     log::warn!("fanout: feed {}: register: {e}", self.addr);
                     self.down(registry, now);
                     return;
@@ -282,9 +307,11 @@ impl Link {
 
     /// Queues a command (RESP multibulk) and tries to write it.
     pub fn send(&mut self, argv: &[&[u8]]) {
-        self.wbuf.extend_from_slice(format!("*{}\r\n", argv.len()).as_bytes());
+        self.wbuf
+            .extend_from_slice(format!("*{}\r\n", argv.len()).as_bytes());
         for a in argv {
-            self.wbuf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            self.wbuf
+                .extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
             self.wbuf.extend_from_slice(a);
             self.wbuf.extend_from_slice(b"\r\n");
         }
@@ -493,29 +520,52 @@ mod tests {
         assert_eq!(
             out,
             vec![
-                FeedMsg::Subscribed { run: "abc".into(), seq: 5 },
-                FeedMsg::Effect { seq: 6, args: vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()] },
+                FeedMsg::Subscribed {
+                    run: "abc".into(),
+                    seq: 5
+                },
+                FeedMsg::Effect {
+                    seq: 6,
+                    args: vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()]
+                },
                 FeedMsg::Error("ERR nope".into()),
-                FeedMsg::Snapshot { id: 1, seq: 6, keys: 2 },
+                FeedMsg::Snapshot {
+                    id: 1,
+                    seq: 6,
+                    keys: 2
+                },
                 FeedMsg::Entry {
                     id: 1,
-                    args: vec![b"HSET".to_vec(), b"h".to_vec(), b"f".to_vec(), b"v".to_vec()]
+                    args: vec![
+                        b"HSET".to_vec(),
+                        b"h".to_vec(),
+                        b"f".to_vec(),
+                        b"v".to_vec()
+                    ]
                 },
                 FeedMsg::SnapshotEnd { id: 1, seq: 6 },
                 FeedMsg::Overflow { seq: 9 },
             ]
         );
         let mut out = Vec::new();
-        assert!(parse_messages(&mut parser, &resp(&["effect", "x", "DEL", "k"]), &mut out).is_err());
+        assert!(
+            parse_messages(&mut parser, &resp(&["effect", "x", "DEL", "k"]), &mut out).is_err()
+        );
         assert!(parse_messages(&mut parser, b"?", &mut out).is_err());
     }
 
     #[test]
     fn scopes_from_the_table() {
         let a = |s: &[&str]| s.iter().map(|x| x.as_bytes().to_vec()).collect::<Vec<_>>();
-        assert_eq!(scope_of(&a(&["SET", "k", "v", "PXAT", "1"])), Scope::Keys(vec![1]));
+        assert_eq!(
+            scope_of(&a(&["SET", "k", "v", "PXAT", "1"])),
+            Scope::Keys(vec![1])
+        );
         assert_eq!(scope_of(&a(&["DEL", "a", "b"])), Scope::Keys(vec![1, 2]));
-        assert_eq!(scope_of(&a(&["MSET", "a", "1", "b", "2"])), Scope::Keys(vec![1, 3]));
+        assert_eq!(
+            scope_of(&a(&["MSET", "a", "1", "b", "2"])),
+            Scope::Keys(vec![1, 3])
+        );
         assert_eq!(scope_of(&a(&["FLUSHALL"])), Scope::Flush);
         assert_eq!(scope_of(&a(&["NOSUCH", "k"])), Scope::Unknown);
         assert_eq!(scope_of(&a(&["PING"])), Scope::Unknown);
@@ -525,15 +575,25 @@ mod tests {
     fn ring_resumes_only_when_contiguous() {
         let mut r = Ring::default();
         for s in 10..20 {
-            r.push(Rc::new(Effect::new(s, vec![b"DEL".to_vec(), b"k".to_vec()])));
+            r.push(Rc::new(Effect::new(
+                s,
+                vec![b"DEL".to_vec(), b"k".to_vec()],
+            )));
         }
-        assert_eq!(r.since(15, 19).map(|i| i.map(|e| e.seq).collect::<Vec<_>>()), Some(vec![16, 17, 18, 19]));
+        assert_eq!(
+            r.since(15, 19)
+                .map(|i| i.map(|e| e.seq).collect::<Vec<_>>()),
+            Some(vec![16, 17, 18, 19])
+        );
         assert_eq!(r.since(9, 19).map(|i| i.count()), Some(10));
         assert_eq!(r.since(19, 19).map(|i| i.count()), Some(0));
         assert!(r.since(8, 19).is_none());
         assert!(r.since(25, 19).is_none());
         // A gap clears it.
-        r.push(Rc::new(Effect::new(30, vec![b"DEL".to_vec(), b"k".to_vec()])));
+        r.push(Rc::new(Effect::new(
+            30,
+            vec![b"DEL".to_vec(), b"k".to_vec()],
+        )));
         assert_eq!(r.len(), 1);
         assert!(r.since(15, 30).is_none());
         assert_eq!(r.since(29, 30).map(|i| i.count()), Some(1));

@@ -99,7 +99,10 @@ pub fn respond(head: &Head, wasm_path: &Path) -> Vec<u8> {
         "/" | "/index.html" => ("text/html; charset=utf-8", INDEX_HTML.as_bytes().into()),
         "/demo.js" => ("text/javascript; charset=utf-8", DEMO_JS.as_bytes().into()),
         "/demo.css" => ("text/css; charset=utf-8", DEMO_CSS.as_bytes().into()),
-        "/recached.js" => ("text/javascript; charset=utf-8", RECACHED_JS.as_bytes().into()),
+        "/recached.js" => (
+            "text/javascript; charset=utf-8",
+            RECACHED_JS.as_bytes().into(),
+        ),
         "/recached.wasm" => match std::fs::read(wasm_path) {
             Ok(b) => ("application/wasm", b.into()),
             Err(e) => {
@@ -156,7 +159,8 @@ pub fn resp_replies(buf: &[u8], info: &str) -> (usize, Vec<u8>) {
     while at < buf.len() {
         match parser.parse(&buf[at..]) {
             Ok(Some(n)) => {
-                let name = (parser.argc() > 0).then(|| parser.arg(&buf[at..], 0).to_ascii_lowercase());
+                let name =
+                    (parser.argc() > 0).then(|| parser.arg(&buf[at..], 0).to_ascii_lowercase());
                 at += n;
                 if name.as_deref() == Some(b"ping") {
                     out.extend_from_slice(b"+PONG\r\n");
@@ -223,7 +227,11 @@ mod tests {
 
     #[test]
     fn heads_and_origins() {
-        assert!(parse_head(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap().is_none());
+        assert!(
+            parse_head(b"GET / HTTP/1.1\r\nHost: x\r\n")
+                .unwrap()
+                .is_none()
+        );
         let h = parse_head(
             b"GET /ws?token=a HTTP/1.1\r\nHost: x\r\nUpgrade: WebSocket\r\nOrigin: http://localhost:1\r\n\r\n",
         )
@@ -235,10 +243,21 @@ mod tests {
         assert_eq!(parse_head(&vec![b'a'; MAX_HEAD]).unwrap_err(), 431);
         let long = [b"GET /".as_slice(), &vec![b'a'; MAX_HEAD]].concat();
         assert_eq!(parse_head(&long).unwrap_err(), 431);
-        for o in ["http://127.0.0.1:6480", "http://localhost", "https://[::1]:8080/x", "http://127.1.2.3"] {
+        for o in [
+            "http://127.0.0.1:6480",
+            "http://localhost",
+            "https://[::1]:8080/x",
+            "http://127.1.2.3",
+        ] {
             assert!(origin_is_loopback(o), "{o}");
         }
-        for o in ["null", "http://example.com", "http://127.0.0.1.evil.com", "http://10.0.0.1:80", ""] {
+        for o in [
+            "null",
+            "http://example.com",
+            "http://127.0.0.1.evil.com",
+            "http://10.0.0.1:80",
+            "",
+        ] {
             assert!(!origin_is_loopback(o), "{o}");
         }
     }
@@ -254,7 +273,9 @@ mod tests {
         };
         let r = respond(&get("/recached.js"), Path::new("/nonexistent"));
         assert!(r.starts_with(b"HTTP/1.1 200 OK\r\nContent-Type: text/javascript"));
-        assert!(respond(&get("/recached.wasm"), Path::new("/nonexistent")).starts_with(b"HTTP/1.1 404"));
+        assert!(
+            respond(&get("/recached.wasm"), Path::new("/nonexistent")).starts_with(b"HTTP/1.1 404")
+        );
         assert!(respond(&get("/nope"), Path::new("/x")).starts_with(b"HTTP/1.1 404"));
         let mut post = get("/");
         post.method = "POST".into();

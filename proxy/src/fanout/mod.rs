@@ -214,7 +214,8 @@ mod tests {
 
     #[test]
     fn tokens_file() {
-        let t = parse_tokens("[tokens]\n\"pub\" = [\"public:\", \"public:x\"]\nall = [\"*\"]\n").unwrap();
+        let t = parse_tokens("[tokens]\n\"pub\" = [\"public:\", \"public:x\"]\nall = [\"*\"]\n")
+            .unwrap();
         assert_eq!(t["pub"], vec![b"public:".to_vec()]);
         assert_eq!(t["all"], vec![Vec::<u8>::new()]);
         assert!(parse_tokens("[tokens]\n\"\" = []\n").is_err());

@@ -137,7 +137,10 @@ pub fn parse_client(text: &str) -> Result<ClientMsg, ProtoError> {
                 resume,
             })
         }
-        "" => Err(err("bad-message", "a message needs a string field \"type\"")),
+        "" => Err(err(
+            "bad-message",
+            "a message needs a string field \"type\"",
+        )),
         other => Err(err(
             "unknown-type",
             format!(
@@ -388,7 +391,7 @@ fn base64_encode(out: &mut String, b: &[u8]) {
 
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
     let s = s.as_bytes();
-    if s.len() % 4 != 0 {
+    if !s.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(s.len() / 4 * 3);
@@ -472,7 +475,10 @@ mod tests {
             (r#"{"type":"subscribe","prefixes":"a"}"#, "bad-message"),
             (r#"{"type":"subscribe","prefixes":[1]}"#, "bad-message"),
             (r#"{"type":"subscribe","token":5}"#, "bad-message"),
-            (r#"{"type":"subscribe","resume":[{"instance":-1}]}"#, "bad-message"),
+            (
+                r#"{"type":"subscribe","resume":[{"instance":-1}]}"#,
+                "bad-message",
+            ),
         ] {
             assert_eq!(parse_client(bad).unwrap_err().code, code, "{bad}");
         }
@@ -493,7 +499,10 @@ mod tests {
         assert_eq!(v["args"][2]["b64"], "/wAB");
         assert_eq!(decode_bytes(&v["args"][2]), Some(vec![0xff, 0, 1]));
         let e = error("x", "\u{1}\u{2028}");
-        assert_eq!(serde_json::from_str::<Value>(&e).unwrap()["message"], "\u{1}\u{2028}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&e).unwrap()["message"],
+            "\u{1}\u{2028}"
+        );
         for n in 0..10 {
             let b: Vec<u8> = (0..n).map(|i| (i * 77 + 3) as u8).collect();
             let mut s = String::new();
@@ -502,6 +511,9 @@ mod tests {
         }
         assert_eq!(base64_decode("a==="), None);
         assert_eq!(base64_decode("ab=c"), None);
-        assert_eq!(heartbeat(&[Some(3), None]), r#"{"type":"heartbeat","seqs":[3,null]}"#);
+        assert_eq!(
+            heartbeat(&[Some(3), None]),
+            r#"{"type":"heartbeat","seqs":[3,null]}"#
+        );
     }
 }

@@ -128,6 +128,9 @@ struct HttpConn {
     born: Instant,
 }
 
+/// A connection on the fan-out's port. (Handshake is the largest variant; it lives only for
+/// the few ms of an upgrade, so it is not boxed.)
+#[allow(clippy::large_enum_variant)]
 enum Conn {
     Http(HttpConn),
     Handshake {
@@ -271,7 +274,11 @@ impl Server {
                     if self
                         .poll
                         .registry()
-                        .register(&mut stream, Token(idx), Interest::READABLE | Interest::WRITABLE)
+                        .register(
+                            &mut stream,
+                            Token(idx),
+                            Interest::READABLE | Interest::WRITABLE,
+                        )
                         .is_err()
                     {
                         self.free.push(idx);
@@ -313,7 +320,10 @@ impl Server {
             }
             Conn::Handshake { mut mid, .. } => {
                 if let Some(m) = mid.as_mut() {
-                    let _ = self.poll.registry().deregister(&mut m.get_mut().get_mut().inner);
+                    let _ = self
+                        .poll
+                        .registry()
+                        .deregister(&mut m.get_mut().get_mut().inner);
                 }
             }
             Conn::Ws(mut b) => {
@@ -385,7 +395,10 @@ impl Server {
                 "# Fanout\r\nconnections:{}\r\nengines:{}\r\nengines_live:{}\r\n",
                 self.live_conns,
                 self.links.len(),
-                self.links.iter().filter(|l| l.state == LinkState::Live).count()
+                self.links
+                    .iter()
+                    .filter(|l| l.state == LinkState::Live)
+                    .count()
             );
             let Some(Some(Conn::Http(h))) = self.conns.get_mut(idx) else {
                 return;
@@ -547,7 +560,11 @@ impl Server {
                 }
                 Ok(Message::Binary(_)) => {
                     b.last_recv = Instant::now();
-                    self.refuse(idx, CloseCode::Unsupported, "binary frames are not accepted");
+                    self.refuse(
+                        idx,
+                        CloseCode::Unsupported,
+                        "binary frames are not accepted",
+                    );
                 }
                 Ok(Message::Close(_)) => {
                     // tungstenite queued the close reply; the flush sends it.
@@ -716,7 +733,10 @@ impl Server {
         }
         let link = &self.links[i];
         let up = protocol::up_to_date(i, link.run.as_deref().unwrap_or(""), link.seq.unwrap_or(0));
-        if self.browser(idx).is_some_and(|b| matches!(b.inst[i], Inst::Live)) {
+        if self
+            .browser(idx)
+            .is_some_and(|b| matches!(b.inst[i], Inst::Live))
+        {
             self.push(idx, up.into(), Kind::Snap);
         }
     }
@@ -725,7 +745,11 @@ impl Server {
         let msg = match protocol::parse_client(text) {
             Ok(m) => m,
             Err(e) => {
-                return self.push(idx, protocol::error(e.code, &e.message).into(), Kind::Control);
+                return self.push(
+                    idx,
+                    protocol::error(e.code, &e.message).into(),
+                    Kind::Control,
+                );
             }
         };
         match msg {
@@ -833,7 +857,9 @@ impl Server {
         loop {
             let mut moved = 0;
             while moved < DRAIN_CHUNK {
-                let Some(out) = b.queue.pop_front() else { break };
+                let Some(out) = b.queue.pop_front() else {
+                    break;
+                };
                 let n = out.frame.len();
                 match out.kind {
                     Kind::Live => b.live_bytes -= n,
@@ -927,7 +953,10 @@ impl Server {
                 }
                 link.run = Some(run);
                 link.seq = Some(seq);
-                log::info!("fanout: instance {i}: subscribed to {} at seq {seq}", link.addr);
+                log::info!(
+                    "fanout: instance {i}: subscribed to {} at seq {seq}",
+                    link.addr
+                );
                 for idx in 0..self.conns.len() {
                     let Some(b) = self.browser(idx) else { continue };
                     match std::mem::replace(&mut b.inst[i], Inst::Idle) {
@@ -998,17 +1027,25 @@ impl Server {
             }
             FeedMsg::Snapshot { id, seq, keys } => {
                 self.pending_snaps[i].retain(|&p| p != id);
-                let Some(idx) = self.snap_owner(id, i) else { return };
+                let Some(idx) = self.snap_owner(id, i) else {
+                    return;
+                };
                 let run = self.links[i].run.clone().unwrap_or_default();
                 if let Some(b) = self.browser(idx)
                     && let Inst::Snapshot { seq: s, .. } = &mut b.inst[i]
                 {
                     *s = Some(seq);
                 }
-                self.push(idx, protocol::snapshot(i, &run, seq, keys).into(), Kind::Snap);
+                self.push(
+                    idx,
+                    protocol::snapshot(i, &run, seq, keys).into(),
+                    Kind::Snap,
+                );
             }
             FeedMsg::Entry { id, args } => {
-                let Some(idx) = self.snap_owner(id, i) else { return };
+                let Some(idx) = self.snap_owner(id, i) else {
+                    return;
+                };
                 let Some(b) = self.browser(idx) else { return };
                 let prefixes = b.prefixes.as_deref().unwrap_or(&[]);
                 // The engine selected by prefix already; checking again costs little and
@@ -1025,7 +1062,9 @@ impl Server {
                 }
             }
             FeedMsg::SnapshotEnd { id, seq } => {
-                let Some(idx) = self.snap_owner(id, i) else { return };
+                let Some(idx) = self.snap_owner(id, i) else {
+                    return;
+                };
                 self.snaps.remove(&id);
                 let Some(b) = self.browser(idx) else { return };
                 let deferred = match std::mem::replace(&mut b.inst[i], Inst::Live) {
@@ -1039,7 +1078,10 @@ impl Server {
                 let link = &self.links[i];
                 let at = link.seq.unwrap_or(seq).max(seq);
                 let up = protocol::up_to_date(i, link.run.as_deref().unwrap_or(""), at);
-                if self.browser(idx).is_some_and(|b| matches!(b.inst[i], Inst::Live)) {
+                if self
+                    .browser(idx)
+                    .is_some_and(|b| matches!(b.inst[i], Inst::Live))
+                {
                     self.push(idx, up.into(), Kind::Snap);
                 }
             }
@@ -1055,7 +1097,11 @@ impl Server {
                     if let Some(b) = self.browser(idx) {
                         b.inst[i] = Inst::Waiting;
                     }
-                    self.push(idx, protocol::error("snapshot-failed", &e).into(), Kind::Control);
+                    self.push(
+                        idx,
+                        protocol::error("snapshot-failed", &e).into(),
+                        Kind::Control,
+                    );
                 }
             }
         }
@@ -1066,7 +1112,8 @@ impl Server {
         let owner = *self.snaps.get(&id)?;
         let ok = owner.instance == i
             && self.browser(owner.conn).is_some_and(|b| {
-                b.serial == owner.serial && matches!(b.inst[i], Inst::Snapshot { id: x, .. } if x == id)
+                b.serial == owner.serial
+                    && matches!(b.inst[i], Inst::Snapshot { id: x, .. } if x == id)
             });
         if ok {
             Some(owner.conn)
@@ -1129,7 +1176,9 @@ impl Server {
             // Retry snapshots that could not be requested (link was down, engine refused).
             for i in 0..self.links.len() {
                 if self.links[i].state == LinkState::Live
-                    && self.browser(idx).is_some_and(|b| matches!(b.inst[i], Inst::Waiting))
+                    && self
+                        .browser(idx)
+                        .is_some_and(|b| matches!(b.inst[i], Inst::Waiting))
                 {
                     self.request_snapshot(idx, i);
                 }

@@ -339,6 +339,26 @@ const PARAMS: &[Param] = &[
         }),
     },
     Param {
+        name: "client-query-buffer-limit",
+        get: |e| e.config.client_query_buffer_limit.to_string(),
+        set: Some(|e, v| {
+            let n = parse_memory(v).ok_or("argument must be a memory value")?;
+            if n < 1024 * 1024 || n > i64::MAX as u64 {
+                return Err("argument must be between 1048576 and 9223372036854775807 inclusive");
+            }
+            e.config.client_query_buffer_limit = n;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "client-output-buffer-limit",
+        get: |e| e.config.client_output_buffer_limit.to_string(),
+        set: Some(|e, v| {
+            e.config.client_output_buffer_limit.apply(v)?;
+            Ok(())
+        }),
+    },
+    Param {
         name: "save",
         get: crate::snapshot::save_param,
         set: Some(crate::snapshot::set_save_param),
@@ -424,6 +444,121 @@ const PARAMS: &[Param] = &[
         set: None,
     },
 ];
+
+/// One class's `client-output-buffer-limit`: bytes of unsent replies. Over `hard` (non-zero)
+/// the client is closed at once; over `soft` (non-zero) for `soft_seconds` in a row it is
+/// closed too (Redis `checkClientOutputBufferLimits`, `networking.c`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputLimit {
+    pub hard: u64,
+    pub soft: u64,
+    pub soft_seconds: u64,
+}
+
+impl OutputLimit {
+    /// No limit (the `normal` class default, `0 0 0`).
+    pub const NONE: OutputLimit = OutputLimit {
+        hard: 0,
+        soft: 0,
+        soft_seconds: 0,
+    };
+
+    /// Whether `used` bytes break the limit, given when the client first went over the soft
+    /// limit (`soft_since_us`, updated here: set on crossing, cleared below it).
+    pub fn exceeded(&self, used: u64, soft_since_us: &mut Option<u64>, now_us: u64) -> bool {
+        if self.hard != 0 && used >= self.hard {
+            return true;
+        }
+        if self.soft != 0 && used >= self.soft {
+            let since = *soft_since_us.get_or_insert(now_us);
+            return now_us.saturating_sub(since) >= self.soft_seconds * 1_000_000;
+        }
+        *soft_since_us = None;
+        false
+    }
+}
+
+/// `client-output-buffer-limit` for the three classes Redis has. `replica` is kept (and
+/// printed as `slave`, as Redis does) so CONFIG GET/SET round-trip; recached has no replica
+/// links, so only `normal` and `pubsub` apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputLimits {
+    pub normal: OutputLimit,
+    pub replica: OutputLimit,
+    pub pubsub: OutputLimit,
+}
+
+impl Default for OutputLimits {
+    /// Redis's defaults: `normal 0 0 0 slave 256mb 64mb 60 pubsub 32mb 8mb 60`.
+    fn default() -> Self {
+        OutputLimits {
+            normal: OutputLimit::NONE,
+            replica: OutputLimit {
+                hard: 256 << 20,
+                soft: 64 << 20,
+                soft_seconds: 60,
+            },
+            pubsub: OutputLimit {
+                hard: 32 << 20,
+                soft: 8 << 20,
+                soft_seconds: 60,
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for OutputLimits {
+    /// Redis's CONFIG GET text: `normal 0 0 0 slave 268435456 67108864 60 pubsub …`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let classes = [
+            ("normal", &self.normal),
+            ("slave", &self.replica),
+            ("pubsub", &self.pubsub),
+        ];
+        for (i, (name, l)) in classes.iter().enumerate() {
+            let sep = if i == 0 { "" } else { " " };
+            write!(f, "{sep}{name} {} {} {}", l.hard, l.soft, l.soft_seconds)?;
+        }
+        Ok(())
+    }
+}
+
+impl OutputLimits {
+    /// Applies `<class> <hard> <soft> <soft seconds>` groups (class `normal`, `replica`/`slave`
+    /// or `pubsub`, sizes with memory units); all or nothing, with Redis's error texts
+    /// (`config.c` `updateClientOutputBufferLimit`). An empty value changes nothing.
+    pub fn apply(&mut self, v: &[u8]) -> Result<(), &'static str> {
+        let words: Vec<&[u8]> = v
+            .split(|b| *b == b' ')
+            .filter(|w| !w.is_empty())
+            .collect();
+        if words.len() % 4 != 0 {
+            return Err("Wrong number of arguments in buffer limit configuration.");
+        }
+        let mut next = *self;
+        for group in words.chunks_exact(4) {
+            let class = match group[0].to_ascii_lowercase().as_slice() {
+                b"normal" => &mut next.normal,
+                b"replica" | b"slave" => &mut next.replica,
+                b"pubsub" => &mut next.pubsub,
+                _ => return Err("Invalid client class specified in buffer limit configuration."),
+            };
+            const BAD: &str = "Error in hard, soft or soft_seconds setting in buffer limit configuration.";
+            let hard = parse_memory(group[1]).ok_or(BAD)?;
+            let soft = parse_memory(group[2]).ok_or(BAD)?;
+            let soft_seconds = args::parse_i64(group[3])
+                .filter(|n| *n >= 0)
+                .ok_or(BAD)? as u64;
+            *class = OutputLimit {
+                hard,
+                soft,
+                soft_seconds,
+            };
+        }
+        *self = next;
+        Ok(())
+    }
+}
 
 /// An integer config value within `lo..=hi`, with Redis's error texts (static, as setters
 /// return `&'static str`: only the ranges the parameters use are spelled out).

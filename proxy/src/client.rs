@@ -21,11 +21,19 @@
 //! Bounds: the event loop stops parsing a client's input while it has more than
 //! `MAX_PENDING` slots or more than `OUTPUT_HIGH_WATER` bytes of unsent output, so one client
 //! cannot make the proxy buffer without limit; it resumes once the client catches up.
+//! Unparsed input is bounded by `client-query-buffer-limit` ([`Client::read_input`]).
+//!
+//! A client accepted on the TLS port carries a [`TlsConn`]; [`Client::read_input`] and
+//! [`Client::write_output`] go through it, so everything above holds for both.
 
 use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::time::Instant;
 
 use mio::net::TcpStream;
 use resp::RequestParser;
+
+use crate::tls::{ClientBuf, TlsConn, TlsRead};
 
 use crate::dedicated::Lane;
 use crate::route::Session;
@@ -233,6 +241,50 @@ pub struct Client {
     pub lane: Lane,
     /// Paused until its pending replies are in, to switch lanes.
     pub wait_lane: bool,
+    /// TLS state, for a client of the TLS port.
+    pub tls: Option<Box<TlsConn>>,
+    /// When its last request was parsed (the `timeout` clock).
+    pub last_request: Instant,
+    /// Since when its unsent output has been over the soft output limit (µs on the loop's
+    /// clock); `None` while under it.
+    pub obuf_soft_since: Option<u64>,
+}
+
+/// Result of [`Client::read_input`].
+#[derive(Debug)]
+pub enum Input {
+    /// Bytes arrived; `more`: the socket may hold more (the read filled the space offered).
+    Data { more: bool },
+    /// Nothing to read now.
+    Drained,
+    /// The peer closed its side.
+    Eof,
+    /// Close the connection: a socket or TLS error, or the query buffer limit; the text is
+    /// for the log.
+    Fail(String),
+}
+
+/// Makes room at the end of a read buffer (`rbuf[rstart..rend]` unparsed): reuse consumed
+/// space, else grow by doubling.
+pub fn reserve(rbuf: &mut Vec<u8>, rstart: &mut usize, rend: &mut usize) {
+    if *rstart == *rend {
+        *rstart = 0;
+        *rend = 0;
+        if rbuf.len() > BIG_BUFFER {
+            *rbuf = vec![0; READ_CHUNK];
+        }
+    }
+    if rbuf.len() - *rend < READ_CHUNK / 4 {
+        if *rstart > 0 {
+            rbuf.copy_within(*rstart..*rend, 0);
+            *rend -= *rstart;
+            *rstart = 0;
+        }
+        if rbuf.len() - *rend < READ_CHUNK / 4 {
+            let grown = (rbuf.len() * 2).max(READ_CHUNK);
+            rbuf.resize(grown, 0);
+        }
+    }
 }
 
 impl Client {
@@ -255,34 +307,86 @@ impl Client {
             conns: Vec::new(),
             lane: Lane::Shared,
             wait_lane: false,
+            tls: None,
+            last_request: Instant::now(),
+            obuf_soft_since: None,
         }
     }
 
-    /// Makes room at the end of the read buffer: reuse consumed space, else grow.
-    pub fn reserve_read(&mut self) {
-        if self.rstart == self.rend {
-            self.rstart = 0;
-            self.rend = 0;
-            if self.rbuf.len() > BIG_BUFFER {
-                self.rbuf = vec![0; READ_CHUNK];
+    /// One read system call into the read buffer (through TLS for a TLS client; `scratch`
+    /// holds its ciphertext). More than `query_limit` bytes of unparsed input fail the
+    /// client (Redis `client-query-buffer-limit`).
+    pub fn read_input(&mut self, scratch: &mut [u8], query_limit: usize) -> Input {
+        let mut buf = ClientBuf {
+            rbuf: &mut self.rbuf,
+            rstart: &mut self.rstart,
+            rend: &mut self.rend,
+            limit: query_limit,
+        };
+        if let Some(tls) = &mut self.tls {
+            return match tls.read(&mut self.stream, scratch, &mut buf) {
+                TlsRead::Data { more, .. } => Input::Data { more },
+                TlsRead::Drained => Input::Drained,
+                TlsRead::Eof => Input::Eof,
+                TlsRead::Full => Input::Fail("query buffer limit reached".into()),
+                TlsRead::Tls(e) => {
+                    tls.flush_alert(&mut self.stream);
+                    Input::Fail(format!("TLS: {e}"))
+                }
+                TlsRead::Io(e) => Input::Fail(format!("read: {e}")),
+            };
+        }
+        if self.rend - self.rstart > query_limit {
+            return Input::Fail("query buffer limit reached".into());
+        }
+        reserve(&mut self.rbuf, &mut self.rstart, &mut self.rend);
+        let room = self.rbuf.len() - self.rend;
+        loop {
+            return match self.stream.read(&mut self.rbuf[self.rend..]) {
+                Ok(0) => Input::Eof,
+                Ok(n) => {
+                    self.rend += n;
+                    Input::Data { more: n == room }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Input::Drained,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => Input::Fail(format!("read: {e}")),
+            };
+        }
+    }
+
+    /// Writes unsent output until it is all written or the socket is full (TLS: also
+    /// handshake records). An error means the connection is dead.
+    pub fn write_output(&mut self) -> io::Result<()> {
+        if let Some(tls) = &mut self.tls {
+            let r = &self.replies;
+            let (n, _full) = tls.write(&mut self.stream, &r.out[r.out_pos..])?;
+            if n > 0 {
+                self.replies.consumed(n);
+            }
+            return Ok(());
+        }
+        while self.replies.unsent() > 0 {
+            let r = &self.replies;
+            match self.stream.write(&r.out[r.out_pos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.replies.consumed(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
         }
-        if self.rbuf.len() - self.rend < READ_CHUNK / 4 {
-            if self.rstart > 0 {
-                self.rbuf.copy_within(self.rstart..self.rend, 0);
-                self.rend -= self.rstart;
-                self.rstart = 0;
-            }
-            if self.rbuf.len() - self.rend < READ_CHUNK / 4 {
-                let grown = (self.rbuf.len() * 2).max(READ_CHUNK);
-                self.rbuf.resize(grown, 0);
-            }
-        }
+        Ok(())
+    }
+
+    /// TLS handshake records or alerts wait for the socket.
+    pub fn tls_wants_write(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.wants_write())
     }
 
     /// Nothing left to answer or send.
     pub fn idle(&self) -> bool {
-        self.replies.pending_len() == 0 && self.replies.unsent() == 0
+        self.replies.pending_len() == 0 && self.replies.unsent() == 0 && !self.tls_wants_write()
     }
 }
 

@@ -23,7 +23,15 @@
 //!
 //! Clients: slab index (`< DEDICATED_TOKEN_BASE`). Dedicated connections
 //! (`crate::dedicated`): `DEDICATED_TOKEN_BASE + slab index`. Backend `i`:
-//! `BACKEND_TOKEN_BASE + i`. Listener: `usize::MAX - 1`.
+//! `BACKEND_TOKEN_BASE + i`. Listener: `usize::MAX - 1`; TLS listener: `usize::MAX - 2`.
+//!
+//! # Limits and TLS
+//!
+//! [`ProxyLimits`] (Redis names): `maxclients` at accept, `client-query-buffer-limit` and
+//! `proto-max-bulk-len` on input, `client-output-buffer-limit` (pubsub class for subscribed
+//! clients as messages arrive, normal class otherwise, hard and soft with seconds) and
+//! `timeout` checked about once a second. Clients of the TLS port are the same [`Client`]
+//! with a TLS state inside (`crate::tls`).
 //!
 //! # Requests that need a dedicated connection
 //!
@@ -33,13 +41,13 @@
 //! ([`Lane`]) is left unparsed (`Flow::Wait`, the client paused with `wait_lane`) until the
 //! client's earlier replies are in, then parsed again.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use mio::net::TcpListener;
+use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token};
 use resp::{Limits, RequestParser};
 
@@ -48,15 +56,16 @@ use crate::client::{Client, Replies, Waiter};
 use crate::dedicated::{self, Dedicated, Incoming, Lane};
 use crate::pubsub::{self, Kind};
 use crate::route::{self, Args, Fleet, Plan, Session};
+use crate::client::Input;
 use crate::split::Merge;
+use crate::tls::{ProxyLimits, TlsConn};
 use crate::tx::{self, Step};
 
 const LISTENER: Token = Token(usize::MAX - 1);
+const TLS_LISTENER: Token = Token(usize::MAX - 2);
 const BACKEND_TOKEN_BASE: usize = usize::MAX / 2;
 const DEDICATED_TOKEN_BASE: usize = usize::MAX / 4;
 
-/// Most clients served at once; more are told so and closed (Redis `maxclients` default).
-const MAX_CLIENTS: usize = 10_000;
 /// Stop parsing a client's requests while this many replies are outstanding.
 const MAX_PENDING: usize = 16 * 1024;
 /// Stop parsing a client's requests while this much output is unsent (it is not reading).
@@ -126,7 +135,17 @@ impl<T> Slab<T> {
 
 pub struct Proxy {
     poll: Poll,
-    listener: TcpListener,
+    /// The plain listener; `None` when only TLS is served.
+    listener: Option<TcpListener>,
+    /// The TLS listener and its rustls configuration.
+    tls_listener: Option<(TcpListener, Arc<rustls::ServerConfig>)>,
+    /// Ciphertext of one TLS socket read, shared by every client (emptied before reuse).
+    tls_scratch: Vec<u8>,
+    limits: ProxyLimits,
+    /// The loop's clock origin (µs since it are the output limits' soft-limit times).
+    started: Instant,
+    /// When idle clients (`timeout`) and soft output limits are next checked.
+    next_sweep: Instant,
     clients: Slab<Client>,
     backends: Vec<Backend>,
     /// Clients' dedicated instance connections (`crate::dedicated`).
@@ -145,25 +164,64 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// A proxy listening on `listen` (plain; `None` = TLS only) and `tls` (address and
+    /// rustls configuration), in front of `backends`.
     pub fn new(
-        listen: SocketAddr,
+        listen: Option<SocketAddr>,
+        tls: Option<(SocketAddr, Arc<rustls::ServerConfig>)>,
         backends: Vec<(String, SocketAddr)>,
+        limits: ProxyLimits,
         shutdown: Arc<AtomicBool>,
     ) -> io::Result<Self> {
         let poll = Poll::new()?;
-        let mut listener = TcpListener::bind(listen)?;
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
-        let port = listener.local_addr()?.port();
+        let listener = match listen {
+            Some(addr) => {
+                let mut l = TcpListener::bind(addr)?;
+                poll.registry()
+                    .register(&mut l, LISTENER, Interest::READABLE)?;
+                Some(l)
+            }
+            None => None,
+        };
+        let tls_listener = match tls {
+            Some((addr, cfg)) => {
+                let mut l = TcpListener::bind(addr)
+                    .map_err(|e| io::Error::new(e.kind(), format!("TLS port {addr}: {e}")))?;
+                poll.registry()
+                    .register(&mut l, TLS_LISTENER, Interest::READABLE)?;
+                Some((l, cfg))
+            }
+            None => None,
+        };
+        let port = match (&listener, &tls_listener) {
+            (Some(l), _) | (None, Some((l, _))) => l.local_addr()?.port(),
+            (None, None) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "the proxy needs a port or a TLS port",
+                ));
+            }
+        };
         let fleet = Fleet::new(backends.iter().map(|(n, _)| n.clone()).collect(), port);
         let backends = backends
             .into_iter()
             .enumerate()
             .map(|(i, (name, addr))| Backend::new(i, name, addr))
             .collect();
+        let tls_scratch = if tls_listener.is_some() {
+            vec![0; crate::tls::SCRATCH_LEN]
+        } else {
+            Vec::new()
+        };
+        let now = Instant::now();
         Ok(Proxy {
             poll,
             listener,
+            tls_listener,
+            tls_scratch,
+            limits,
+            started: now,
+            next_sweep: now,
             clients: Slab::new(),
             backends,
             dedicated: Slab::new(),
@@ -178,10 +236,20 @@ impl Proxy {
         })
     }
 
+    /// The plain listener's address (the TLS one's when there is no plain port).
     pub fn local_addr(&self) -> SocketAddr {
         self.listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+            .as_ref()
+            .or(self.tls_listener.as_ref().map(|(l, _)| l))
+            .and_then(|l| l.local_addr().ok())
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// The TLS listener's address, if there is one.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_listener
+            .as_ref()
+            .and_then(|(l, _)| l.local_addr().ok())
     }
 
     /// Runs until the shutdown flag is set.
@@ -205,7 +273,8 @@ impl Proxy {
             }
             for event in events.iter() {
                 match event.token() {
-                    LISTENER => self.accept(),
+                    LISTENER => self.accept(false),
+                    TLS_LISTENER => self.accept(true),
                     Token(t) if t >= BACKEND_TOKEN_BASE => {
                         let i = t - BACKEND_TOKEN_BASE;
                         if i < self.backends.len() {
@@ -263,18 +332,46 @@ impl Proxy {
         wait
     }
 
-    fn accept(&mut self) {
-        loop {
-            match self.listener.accept() {
+    /// One `accept` on the plain or the TLS listener; `None` if that listener does not exist.
+    fn accept_one(&self, tls: bool) -> Option<io::Result<(TcpStream, SocketAddr)>> {
+        let listener = if tls {
+            &self.tls_listener.as_ref()?.0
+        } else {
+            self.listener.as_ref()?
+        };
+        Some(listener.accept())
+    }
+
+    fn accept(&mut self, tls: bool) {
+        while let Some(result) = self.accept_one(tls) {
+            match result {
                 Ok((mut stream, _peer)) => {
-                    if self.clients.len >= MAX_CLIENTS {
-                        let _ = stream.write(b"-ERR max number of clients reached\r\n");
+                    if self.clients.len >= self.limits.maxclients {
+                        // A TLS client cannot be told in plaintext; it is just closed.
+                        if !tls {
+                            let _ = stream.write(b"-ERR max number of clients reached\r\n");
+                        }
                         continue;
                     }
+                    let tls_conn = match &self.tls_listener {
+                        Some((_, cfg)) if tls => match TlsConn::new(cfg) {
+                            Ok(t) => Some(Box::new(t)),
+                            Err(e) => {
+                                log::warn!("proxy: TLS connection setup: {e}");
+                                continue;
+                            }
+                        },
+                        _ => None,
+                    };
                     let _ = stream.set_nodelay(true);
                     let id = self.next_client_id;
                     self.next_client_id += 1;
-                    let client = Client::new(stream, id, RequestParser::new(Limits::default()));
+                    let limits = Limits {
+                        max_bulk_len: self.limits.proto_max_bulk_len,
+                        ..Limits::default()
+                    };
+                    let mut client = Client::new(stream, id, RequestParser::new(limits));
+                    client.tls = tls_conn;
                     let token = self.clients.insert(client);
                     let c = self.clients.get_mut(token).expect("just inserted");
                     if let Err(e) = self.poll.registry().register(
@@ -377,7 +474,43 @@ impl Proxy {
         }
     }
 
+    /// About once a second: clients idle for longer than `timeout` (not subscribed, nothing
+    /// in flight), and clients over a soft output limit for its seconds, are closed.
+    fn sweep_clients(&mut self, now: Instant) {
+        if now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = now + Duration::from_secs(1);
+        let timeout = Duration::from_secs(self.limits.timeout);
+        let limits = self.limits.client_output_buffer_limit;
+        let now_us = now.duration_since(self.started).as_micros() as u64;
+        for token in 0..self.clients.entries.len() {
+            let Some(c) = self.clients.get_mut(token) else {
+                continue;
+            };
+            let idle = !timeout.is_zero()
+                && now.duration_since(c.last_request) > timeout
+                && c.replies.pending_len() == 0
+                && !c.session.subs.active();
+            let class = if c.session.subs.active() {
+                limits.pubsub
+            } else {
+                limits.normal
+            };
+            let over = class.exceeded(c.replies.unsent() as u64, &mut c.obuf_soft_since, now_us);
+            if idle || over {
+                log::debug!(
+                    "client {}: closed ({})",
+                    c.id,
+                    if idle { "timeout" } else { "output buffer limit" }
+                );
+                self.to_close.push(token);
+            }
+        }
+    }
+
     fn timers(&mut self, now: Instant) {
+        self.sweep_clients(now);
         for i in 0..self.backends.len() {
             match self.backends[i].link {
                 Link::Down { retry_at } if retry_at <= now => {
@@ -452,6 +585,8 @@ impl Proxy {
             return Ok(());
         };
         let (owner_token, owner_id) = (d.owner_token, d.owner_id);
+        let pubsub_limit = self.limits.client_output_buffer_limit.pubsub;
+        let now_us = self.started.elapsed().as_micros() as u64;
         d.incoming(|incoming| match incoming {
             Incoming::Reply(w, reply) => deliver(clients, dirty_clients, w, reply),
             Incoming::Message(frame) => {
@@ -462,14 +597,22 @@ impl Proxy {
                     return;
                 }
                 c.replies.push_local(frame, false);
-                if c.replies.unsent() > dedicated::PUBSUB_OUTPUT_LIMIT
+                let used = c.replies.unsent() as u64;
+                if pubsub_limit.exceeded(used, &mut c.obuf_soft_since, now_us)
                     || c.replies.pending_len() > MAX_PENDING
                 {
                     log::warn!(
                         "client {owner_id}: subscribed client is not reading its messages; \
-                         disconnecting it (over {} bytes)",
-                        dedicated::PUBSUB_OUTPUT_LIMIT
+                         disconnecting it ({used} bytes unsent, client-output-buffer-limit \
+                         pubsub {} {} {})",
+                        pubsub_limit.hard,
+                        pubsub_limit.soft,
+                        pubsub_limit.soft_seconds
                     );
+                    // Its messages are dropped now; the socket closes at the end of the
+                    // iteration.
+                    c.replies.out = Vec::new();
+                    c.replies.out_pos = 0;
                     to_close.push(owner_token);
                     return;
                 }
@@ -540,24 +683,22 @@ impl Proxy {
             if c.paused || c.replies.closing || c.read_closed {
                 break;
             }
-            c.reserve_read();
-            let room = c.rbuf.len() - c.rend;
-            match c.stream.read(&mut c.rbuf[c.rend..]) {
-                Ok(0) => {
-                    c.read_closed = true;
+            let input = c.read_input(&mut self.tls_scratch, self.limits.client_query_buffer_limit);
+            if c.tls_wants_write() {
+                // The TLS handshake (or an alert) has bytes for the peer.
+                mark(&mut c.dirty, &mut self.dirty_clients, token);
+            }
+            match input {
+                Input::Eof => c.read_closed = true,
+                Input::Data { more: true } => {}
+                Input::Data { more: false } => {
+                    // Short read: the socket is drained (see Backend::read).
+                    self.process_client(token);
+                    break;
                 }
-                Ok(n) => {
-                    c.rend += n;
-                    if n < room {
-                        // Short read: the socket is drained (see Backend::read).
-                        self.process_client(token);
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    log::debug!("client {token}: read: {e}");
+                Input::Drained => break,
+                Input::Fail(why) => {
+                    log::debug!("client {token}: {why}");
                     self.to_close.push(token);
                     return;
                 }
@@ -606,6 +747,7 @@ impl Proxy {
             conns,
             lane,
             wait_lane,
+            last_request,
             ..
         } = c;
         let mut ctx = Ctx {
@@ -625,6 +767,7 @@ impl Proxy {
             lane,
         };
         let out_before = me.replies.unsent();
+        let mut parsed = false;
         loop {
             if *rstart == *rend {
                 break;
@@ -653,6 +796,7 @@ impl Proxy {
                 }
             };
             if parser.argc() > 0 {
+                parsed = true;
                 let raw = &buf[..consumed];
                 let args = ParsedArgs {
                     parser: &*parser,
@@ -689,6 +833,11 @@ impl Proxy {
         if me.replies.unsent() != out_before && !*dirty {
             *dirty = true;
             dirty_clients.push(token);
+        }
+        if parsed {
+            // `timeout` counts from the last complete request, so a client trickling bytes
+            // (slowloris) is not kept alive by them.
+            *last_request = Instant::now();
         }
     }
 
@@ -727,22 +876,10 @@ impl Proxy {
             return;
         };
         c.dirty = false;
-        while c.replies.unsent() > 0 {
-            let r = &c.replies;
-            match c.stream.write(&r.out[r.out_pos..]) {
-                Ok(0) => {
-                    self.to_close.push(token);
-                    return;
-                }
-                Ok(n) => c.replies.consumed(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    log::debug!("client {token}: write: {e}");
-                    self.to_close.push(token);
-                    return;
-                }
-            }
+        if let Err(e) = c.write_output() {
+            log::debug!("client {token}: write: {e}");
+            self.to_close.push(token);
+            return;
         }
         if c.idle() && (c.replies.closing || c.read_closed) {
             self.to_close.push(token);

@@ -26,6 +26,8 @@
 //! - `dedicated`: a client's own connection to one instance (blocking commands,
 //!   transactions, pub/sub), its limits, and the lane rule that keeps execution in order.
 //! - `event_loop`: the single-threaded mio loop tying them together.
+//! - [`tls`]: the TLS client port (the engine's rustls driver) and [`tls::ProxyLimits`],
+//!   the Redis-named limits on the proxy's own clients.
 //!
 //! # Behaviour worth knowing
 //!
@@ -55,6 +57,7 @@ pub mod keys;
 pub mod pubsub;
 pub mod route;
 pub mod split;
+pub mod tls;
 pub mod tx;
 
 use std::io;
@@ -65,12 +68,17 @@ use std::sync::atomic::AtomicBool;
 /// Everything `recached proxy` needs.
 #[derive(Clone, Debug)]
 pub struct ProxyOptions {
-    /// TCP port (`--port`); 0 picks a free port (logged).
+    /// TCP port (`--port`); 0 picks a free port (logged), unless a TLS port is set: then 0
+    /// means TLS only (Redis `port 0`).
     pub port: u16,
     /// Listen address (`--bind`), default 127.0.0.1.
     pub bind: String,
     /// Backends as `host:port`, in instance order (instance i = backends[i]).
     pub backends: Vec<String>,
+    /// The TLS client port and its certificate files; port 0 = none.
+    pub tls: tls::TlsOptions,
+    /// Limits on the proxy's clients (Redis names and defaults).
+    pub limits: tls::ProxyLimits,
 }
 
 /// Runs the proxy in the foreground until SIGTERM/SIGINT, then returns `Ok(())`.
@@ -98,16 +106,31 @@ pub fn run_until(opts: ProxyOptions, shutdown: Arc<AtomicBool>) -> io::Result<()
             "the proxy needs at least one backend (--backends HOST:PORT,…)",
         ));
     }
-    let listen = resolve(&bind_addr(&opts.bind, opts.port))?;
+    let tls = if opts.tls.enabled() {
+        let cfg = tls::server_config(&opts.tls)?;
+        Some((resolve(&bind_addr(&opts.bind, opts.tls.port))?, cfg))
+    } else {
+        None
+    };
+    let listen = if opts.port == 0 && tls.is_some() {
+        None
+    } else {
+        Some(resolve(&bind_addr(&opts.bind, opts.port))?)
+    };
     let backends = opts
         .backends
         .iter()
         .map(|b| Ok((b.clone(), resolve(b)?)))
         .collect::<io::Result<Vec<_>>>()?;
-    let mut proxy = event_loop::Proxy::new(listen, backends, shutdown)?;
+    let mut proxy =
+        event_loop::Proxy::new(listen, tls, backends, opts.limits.clone(), shutdown)?;
+    if let Some(addr) = proxy.tls_addr() {
+        log::info!("proxy: TLS listening on {addr}");
+    }
     log::info!(
-        "proxy: listening on {} in front of {} instance(s): {}",
+        "proxy: listening on {}{} in front of {} instance(s): {}",
         proxy.local_addr(),
+        if listen.is_none() { " (TLS only)" } else { "" },
         opts.backends.len(),
         opts.backends.join(", ")
     );

@@ -512,7 +512,7 @@ fn load_into<R: Read>(ks: &mut Keyspace, now_ms: u64, input: R) -> LResult<LoadS
                     let el = src.blob_ref(&mut scratch)?;
                     l.push(el, crate::types::list::End::Tail);
                 }
-                Value::List(l)
+                Value::List(Box::new(l))
             }
             TAG_HASH => {
                 let n = src.len(u64::from(u32::MAX), "hash length")?;
@@ -522,7 +522,7 @@ fn load_into<R: Read>(ks: &mut Keyspace, now_ms: u64, input: R) -> LResult<LoadS
                     let v = src.blob_ref(&mut scratch)?;
                     h.set(&scratch2, v);
                 }
-                Value::Hash(h)
+                Value::Hash(Box::new(h))
             }
             TAG_SET => {
                 let n = src.len(u64::from(u32::MAX), "set length")?;
@@ -531,7 +531,7 @@ fn load_into<R: Read>(ks: &mut Keyspace, now_ms: u64, input: R) -> LResult<LoadS
                     let m = src.blob_ref(&mut scratch)?;
                     s.insert(m);
                 }
-                Value::Set(s)
+                Value::Set(Box::new(s))
             }
             TAG_ZSET => {
                 let n = src.len(u64::from(u32::MAX), "sorted set length")?;
@@ -548,7 +548,7 @@ fn load_into<R: Read>(ks: &mut Keyspace, now_ms: u64, input: R) -> LResult<LoadS
                         });
                     }
                 }
-                Value::ZSet(z.from_result())
+                Value::ZSet(Box::new(z.from_result()))
             }
             other => {
                 return Err(LoadError {
@@ -823,21 +823,21 @@ mod tests {
         );
         ks.set_expire(i, 10);
         let l: ListValue = [&b"a"[..], b"", b"ccc"].into_iter().collect();
-        ks.set(b"l", Value::List(l), Keep::Nothing, None);
+        ks.set(b"l", Value::List(Box::new(l)), Keep::Nothing, None);
         let mut h = HashValue::new();
         h.set(b"f1", b"v1");
         h.set(b"f2", &[0u8; 300]);
-        ks.set(b"h", Value::Hash(h), Keep::Nothing, None);
+        ks.set(b"h", Value::Hash(Box::new(h)), Keep::Nothing, None);
         let mut s = SetValue::new();
         for m in [&b"1"[..], b"2", b"x"] {
             s.insert(m);
         }
-        ks.set(b"set", Value::Set(s), Keep::Nothing, None);
+        ks.set(b"set", Value::Set(Box::new(s)), Keep::Nothing, None);
         let mut z = ZSetValue::new(1);
         z.insert(b"m1", 1.5);
         z.insert(b"m2", f64::NEG_INFINITY);
         z.insert(b"m3", -0.0);
-        ks.set(b"z", Value::ZSet(z), Keep::Nothing, None);
+        ks.set(b"z", Value::ZSet(Box::new(z)), Keep::Nothing, None);
         ks.set(
             b"big",
             Value::Str(StrValue::Raw(vec![7u8; 600_000])),
@@ -915,7 +915,7 @@ mod tests {
         );
         let mut h = HashValue::new();
         h.set(b"f", b"v");
-        a.ks.set(b"h", Value::Hash(h), Keep::Nothing, None);
+        a.ks.set(b"h", Value::Hash(Box::new(h)), Keep::Nothing, None);
         let bytes = snapshot(&a, 1);
         for i in 0..bytes.len() {
             for bit in [0x01u8, 0x80] {

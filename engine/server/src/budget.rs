@@ -2,15 +2,15 @@
 //! a ceiling (STYLE.md guideline 9; Redis `networking.c`, `server.h`).
 //!
 //! Sizes are bytes, counts are per wakeup of one connection (a "turn") unless stated otherwise.
+//!
+//! The limits an operator sets (Redis names: `maxclients`, `client-query-buffer-limit`,
+//! `client-output-buffer-limit`, `timeout`, `proto-max-bulk-len`) are settings in
+//! `engine_core::Config`, not constants here; `event_loop` documents how each is enforced.
 
 /// Connections accepted per readable event of the listener; the rest wait for the next loop
 /// iteration so a connection storm cannot starve clients already connected
 /// (Redis `MAX_ACCEPTS_PER_CALL` = 1000).
 pub const ACCEPT_BATCH: usize = 1000;
-
-/// Connections served at once; one more gets `-ERR max number of clients reached` and is closed
-/// (Redis `maxclients` default 10000), so descriptors and per-connection buffers stay bounded.
-pub const MAX_CLIENTS: usize = 10_000;
 
 /// Initial read buffer of a connection, allocated on its first read. Large enough for a
 /// pipelined batch of small commands in one `read` (Redis `PROTO_IOBUF_LEN` = 16 KB).
@@ -27,10 +27,6 @@ pub const COMPACT_MAX: usize = 64 * 1024;
 /// Bytes read from one connection per turn before it yields to the others (it is queued to
 /// continue on the next loop iteration), so a fast sender cannot monopolise the loop.
 pub const READ_BUDGET_PER_TURN: usize = 1024 * 1024;
-
-/// Unparsed input of one connection above this closes it (Redis `client-query-buffer-limit`,
-/// 1 GB). The parser's `proto-max-bulk-len` check already refuses a huge bulk before buffering.
-pub const QUERY_BUF_LIMIT: usize = 1024 * 1024 * 1024;
 
 /// Reply bytes waiting to be written above which a connection's requests are neither read nor
 /// executed until the socket drains (backpressure: a pipelining client that never reads its

@@ -389,7 +389,7 @@ fn modify_or_create<R>(
         None => {
             let mut h = HashValue::with_seed(e.ks.next_random());
             let r = f(&mut h);
-            e.ks.set(key, Value::Hash(h), Keep::Nothing, None);
+            e.ks.set(key, Value::Hash(Box::new(h)), Keep::Nothing, None);
             r
         }
     }

@@ -387,7 +387,7 @@ fn push_generic(
             let mut l = ListValue::new();
             elems.iter().for_each(|x| l.push(x, end));
             let len = l.len();
-            e.ks.set(key, Value::List(l), Keep::Nothing, None);
+            e.ks.set(key, Value::List(Box::new(l)), Keep::Nothing, None);
             len
         }
     };
@@ -742,7 +742,7 @@ fn lmove_generic(e: &mut Engine, c: &mut Call, from: End, to: End) -> Result<(),
                 let mut l = ListValue::new();
                 l.push(&value, to);
                 // A new key goes to the end of the keyspace: `si` stays valid.
-                e.ks.set(dst, Value::List(l), Keep::Nothing, None);
+                e.ks.set(dst, Value::List(Box::new(l)), Keep::Nothing, None);
             }
         }
     }

@@ -19,14 +19,24 @@ pub use zset::ZSetValue;
 
 /// A stored value. Every command checks the type through its type module's accessors, so
 /// the keyspace never looks inside a value.
+///
+/// The collections are boxed: a keyspace slot holds a `Value` inline, and most keys of a
+/// cache are strings, so the enum must be as small as a string (24 bytes) rather than as large
+/// as its largest collection header (`ZSetValue` is 160 bytes). Unboxed, every 64-byte string
+/// key paid ~136 bytes of padding (docs/memory.md, *Where the bytes go*); a collection pays one
+/// extra pointer hop, which is negligible beside its own lookups.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     Str(StrValue),
-    List(ListValue),
-    Hash(HashValue),
-    Set(SetValue),
-    ZSet(ZSetValue),
+    List(Box<ListValue>),
+    Hash(Box<HashValue>),
+    Set(Box<SetValue>),
+    ZSet(Box<ZSetValue>),
 }
+
+// The keyspace's per-key footprint depends on this (see the doc above): fail the build, not
+// the memory benchmark, if a new variant or a wider string representation grows the enum.
+const _: () = assert!(std::mem::size_of::<Value>() <= 24);
 
 impl Value {
     /// TYPE / SCAN TYPE name.

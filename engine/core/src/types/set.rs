@@ -288,7 +288,7 @@ pub fn sadd(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         None => {
             let mut s = SetValue::with_seed(e.ks.next_random());
             let n = add(&mut s);
-            e.ks.set(key, Value::Set(s), Keep::Nothing, None);
+            e.ks.set(key, Value::Set(Box::new(s)), Keep::Nothing, None);
             n
         }
     };
@@ -551,7 +551,7 @@ pub fn smove(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         None => {
             let mut s = SetValue::with_seed(e.ks.next_random());
             s.insert(member);
-            e.ks.set(dst, Value::Set(s), Keep::Nothing, None);
+            e.ks.set(dst, Value::Set(Box::new(s)), Keep::Nothing, None);
             true
         }
     };
@@ -671,7 +671,7 @@ fn setop_store(e: &mut Engine, c: &mut Call, op: SetOp) -> Result<(), CmdError> 
     if n > 0 {
         // Overwrites a destination of any type and clears its TTL (redis `setKey`).
         let existing = e.ks.lookup_write(dst, c.now_ms);
-        e.ks.set(dst, Value::Set(result), Keep::Nothing, existing);
+        e.ks.set(dst, Value::Set(Box::new(result)), Keep::Nothing, existing);
         notify(e, class::SET, op.store_event(), dst);
     } else if e.ks.delete(dst, c.now_ms) {
         notify(e, class::GENERIC, "del", dst);

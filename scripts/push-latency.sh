@@ -4,7 +4,7 @@
 # WebSocket clients one fan-out serves at 1,000 keychanges/s with p99 under 10 ms.
 #
 #   scripts/push-latency.sh                      # full run (a few minutes)
-#   N=2000 CLIENTS="100 500" scripts/push-latency.sh   # shorter
+#   N=2000 CLIENTS="100 500" SECONDS_PER_RUN=5 scripts/push-latency.sh   # shorter
 #
 # Starts its own fleet on free loopback ports (2 engines in cluster mode, the proxy, the
 # fan-out) and kills it by PID at the end. Phases:
@@ -18,7 +18,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N="${N:-10000}"
 CLIENTS="${CLIENTS:-100 1000 2000 5000 10000}"
 SECONDS_PER_RUN="${SECONDS_PER_RUN:-10}"
-cargo build --release -q -p recached -p recached-proxy --example push_latency
+# SKIP_BUILD=1 uses the binaries already built.
+[ -n "${SKIP_BUILD:-}" ] || cargo build --release -q -p recached -p recached-proxy --example push_latency
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 BIN="$TARGET_DIR/release/recached"
 PL="$TARGET_DIR/release/examples/push_latency"

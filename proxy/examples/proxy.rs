@@ -7,6 +7,9 @@ fn main() {
         port: 6380,
         bind: "127.0.0.1".into(),
         backends: Vec::new(),
+        tls: Default::default(),
+        limits: Default::default(),
+        auth: Default::default(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {

@@ -68,7 +68,18 @@ pub struct Backend {
     pub unavailable: Vec<u8>,
     /// Listed in the loop's to-flush list this iteration.
     pub dirty: bool,
+    /// `AUTH` with the internal credential, sent first on every new connection
+    /// (`crate::auth`); its reply goes to [`LOGIN_WAITER`] and is consumed here.
+    pub login: Option<Vec<u8>>,
 }
+
+/// The waiter of the login AUTH: no client has this token.
+const LOGIN_WAITER: Waiter = Waiter {
+    token: usize::MAX,
+    client_id: u64::MAX,
+    seq: 0,
+    part: 0,
+};
 
 impl Backend {
     pub fn new(index: usize, name: String, addr: SocketAddr) -> Self {
@@ -85,6 +96,7 @@ impl Backend {
             backoff: MIN_BACKOFF,
             unavailable,
             dirty: false,
+            login: None,
         }
     }
 
@@ -110,6 +122,11 @@ impl Backend {
             Ok(stream) => {
                 self.wire.stream = Some(stream);
                 self.link = Link::Connecting { since: now, queue };
+                if let Some(login) = &self.login {
+                    // First on the new connection, before anything queued meanwhile.
+                    self.wire.out.splice(0..0, login.iter().copied());
+                    self.inflight.push_front(LOGIN_WAITER);
+                }
             }
             Err(e) => {
                 log::debug!("instance {} ({}): connect: {e}", self.index, self.name);
@@ -166,10 +183,20 @@ impl Backend {
         mut deliver: impl FnMut(Waiter, &[u8]),
     ) -> Result<(), String> {
         let inflight = &mut self.inflight;
+        let (index, name) = (self.index, &self.name);
         self.wire.frames(|frame| {
             let Some(w) = inflight.pop_front() else {
                 return Err("reply without a request".into());
             };
+            if w == LOGIN_WAITER {
+                if frame.first() == Some(&b'-') {
+                    log::warn!(
+                        "instance {index} ({name}): the internal credential was refused: {}",
+                        String::from_utf8_lossy(frame).trim_end()
+                    );
+                }
+                return Ok(());
+            }
             deliver(w, frame);
             Ok(())
         })

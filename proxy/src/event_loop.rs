@@ -51,6 +51,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token};
 use resp::{Limits, RequestParser};
 
+use crate::auth::Gate;
 use crate::backend::{Backend, CONNECT_TIMEOUT, Link};
 use crate::client::{Client, Replies, Waiter};
 use crate::dedicated::{self, Dedicated, Incoming, Lane};
@@ -252,6 +253,18 @@ impl Proxy {
             .and_then(|(l, _)| l.local_addr().ok())
     }
 
+    /// Client authentication and the instances' credential ([`crate::auth`]); before
+    /// [`run`](Self::run). Errors: an invalid user rule.
+    pub fn set_auth(&mut self, auth: &crate::auth::ProxyAuth) -> io::Result<()> {
+        self.fleet.acl = engine_core::acl::Acl::from_config(&auth.acl)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        self.fleet.login = auth.login_request();
+        for b in &mut self.backends {
+            b.login = self.fleet.login.clone();
+        }
+        Ok(())
+    }
+
     /// Runs until the shutdown flag is set.
     pub fn run(&mut self) -> io::Result<()> {
         let now = Instant::now();
@@ -345,11 +358,20 @@ impl Proxy {
     fn accept(&mut self, tls: bool) {
         while let Some(result) = self.accept_one(tls) {
             match result {
-                Ok((mut stream, _peer)) => {
+                Ok((mut stream, peer)) => {
                     if self.clients.len >= self.limits.maxclients {
                         // A TLS client cannot be told in plaintext; it is just closed.
                         if !tls {
                             let _ = stream.write(b"-ERR max number of clients reached\r\n");
+                        }
+                        continue;
+                    }
+                    // Protected mode, as on the engines (engine_core::acl).
+                    if !peer.ip().to_canonical().is_loopback()
+                        && self.fleet.acl.protected_mode_refuses_remote()
+                    {
+                        if !tls {
+                            let _ = stream.write(engine_core::acl::PROTECTED_MODE_DENIED);
                         }
                         continue;
                     }
@@ -372,6 +394,7 @@ impl Proxy {
                     };
                     let mut client = Client::new(stream, id, RequestParser::new(limits));
                     client.tls = tls_conn;
+                    client.session.addr = peer.to_string();
                     let token = self.clients.insert(client);
                     let c = self.clients.get_mut(token).expect("just inserted");
                     if let Err(e) = self.poll.registry().register(
@@ -996,6 +1019,11 @@ impl Me<'_> {
 
 /// Decides and carries out one request of a client.
 fn handle<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Flow {
+    // Authentication and ACL ([`crate::auth`]): one branch while no password or user is set.
+    if let Gate::Reply(reply) = crate::auth::gate(args, me.session, &mut ctx.fleet.acl) {
+        me.replies.push_local(&reply, false);
+        return Flow::Continue;
+    }
     // Ordinary clients: one check, then the router.
     if me.conns.is_empty() && !me.session.tx.active() {
         let plan = route::plan(args, me.session, ctx.fleet);
@@ -1197,7 +1225,10 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
         token,
         Instant::now(),
     ) {
-        Ok(d) => {
+        Ok(mut d) => {
+            if let Some(login) = &ctx.fleet.login {
+                d.send(login, None, 1); // the internal credential; its reply is dropped
+            }
             let got = ctx.dedicated.insert(d);
             debug_assert_eq!(got, id);
             me.conns.push((instance, id));

@@ -48,6 +48,7 @@
 //! - A protocol error from a client gets Redis's exact `-ERR Protocol error: …` text, then the
 //!   connection is closed after the replies before it are sent.
 
+pub mod auth;
 mod backend;
 mod client;
 mod dedicated;
@@ -79,6 +80,8 @@ pub struct ProxyOptions {
     pub tls: tls::TlsOptions,
     /// Limits on the proxy's clients (Redis names and defaults).
     pub limits: tls::ProxyLimits,
+    /// Client authentication (`requirepass`, users) and the instances' credential ([`auth`]).
+    pub auth: auth::ProxyAuth,
 }
 
 /// Runs the proxy in the foreground until SIGTERM/SIGINT, then returns `Ok(())`.
@@ -124,6 +127,7 @@ pub fn run_until(opts: ProxyOptions, shutdown: Arc<AtomicBool>) -> io::Result<()
         .collect::<io::Result<Vec<_>>>()?;
     let mut proxy =
         event_loop::Proxy::new(listen, tls, backends, opts.limits.clone(), shutdown)?;
+    proxy.set_auth(&opts.auth)?;
     if let Some(addr) = proxy.tls_addr() {
         log::info!("proxy: TLS listening on {addr}");
     }

@@ -89,6 +89,10 @@ pub struct Session {
     pub tx: crate::tx::Tx,
     /// Channels and patterns subscribed to ([`crate::pubsub`]).
     pub subs: pubsub::Subscriptions,
+    /// The client's user ([`crate::auth`]).
+    pub auth: engine_core::acl::ClientAuth,
+    /// Peer address `ip:port` (ACL LOG, failed AUTH log lines).
+    pub addr: String,
 }
 
 /// What routing needs to know about the proxy as a whole.
@@ -111,6 +115,10 @@ pub struct Fleet {
     /// Requests (or parts of split requests) answered with an instance-unavailable error
     /// (INFO `backend_errors`; metrics).
     pub backend_errors: u64,
+    /// Users and permissions of the proxy's clients ([`crate::auth`]).
+    pub acl: engine_core::acl::Acl,
+    /// `AUTH` sent first on every instance connection (internal credential), if any.
+    pub login: Option<Vec<u8>>,
 }
 
 impl Fleet {
@@ -124,6 +132,8 @@ impl Fleet {
             rotation: 0,
             requests: 0,
             backend_errors: 0,
+            acl: engine_core::acl::Acl::new(),
+            login: None,
         }
     }
 

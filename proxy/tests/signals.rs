@@ -23,6 +23,9 @@ fn sigterm_stops_run_cleanly() {
         port,
         bind: "127.0.0.1".into(),
         backends: vec![format!("127.0.0.1:{dead}")],
+        tls: Default::default(),
+        limits: Default::default(),
+        auth: Default::default(),
     };
     let proxy = std::thread::spawn(move || recached_proxy::run(opts));
     // Wait until it answers (the handler is installed before the listener opens).

@@ -64,8 +64,18 @@ pub struct FileConfig {
     /// The fan-out's tokens file (`[tokens]`: "token" = ["prefix", …]); empty = no tokens,
     /// only loopback origins may connect (docs/browser-protocol.md).
     pub fanout_tokens: String,
+    /// The default user's password on engines and the proxy (Redis `requirepass`); "" = none.
+    pub requirepass: String,
+    /// Redis `protected-mode`: without a password, refuse clients off the loopback interface.
+    pub protected_mode: bool,
+    /// ACL users (`[[users]]` name + rules), enforced by engines and the proxy (`crate::auth`).
+    pub users: Vec<crate::auth::UserEntry>,
     pub engine: EngineSection,
     pub supervisor: SupervisorSection,
+    /// `[tls]`: certificate files and TLS ports (`crate::tls_limits`).
+    pub tls: crate::tls_limits::TlsSection,
+    /// `[limits]`: maxclients, timeout, query/output buffer limits (`crate::tls_limits`).
+    pub limits: crate::tls_limits::LimitsSection,
 }
 
 /// `[engine]`: the settings of each engine process, mapped onto [`engine_core::Config`].
@@ -132,8 +142,13 @@ impl Default for FileConfig {
             metrics_bind: "127.0.0.1".into(),
             fanout_port: None,
             fanout_tokens: String::new(),
+            requirepass: String::new(),
+            protected_mode: true,
+            users: Vec::new(),
             engine: EngineSection::default(),
             supervisor: SupervisorSection::default(),
+            tls: Default::default(),
+            limits: Default::default(),
         }
     }
 }
@@ -188,6 +203,7 @@ impl FileConfig {
             maxmemory_samples: e.maxmemory_samples,
             lfu_log_factor: e.lfu_log_factor,
             lfu_decay_time: e.lfu_decay_time,
+            acl: crate::auth::engine_acl(self),
             ..core
         }
     }
@@ -344,6 +360,8 @@ impl FileConfig {
         if self.bind.trim().is_empty() {
             return Err("bind must not be empty".into());
         }
+        crate::tls_limits::validate(self)?;
+        crate::auth::validate(self)?;
         let s = &self.supervisor;
         if s.restart_backoff_initial_ms == 0
             || s.restart_backoff_initial_ms > s.restart_backoff_max_ms

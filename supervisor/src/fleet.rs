@@ -156,6 +156,10 @@ pub fn start(args: StartArgs) -> Result<ExitCode> {
         cfg.fanout_port = Some(0);
     }
     cfg.validate()?;
+    crate::auth::init_fleet_password(&cfg)?;
+    if let Some(w) = crate::auth::protected_mode_warning(&cfg) {
+        log::warn!("{w}");
+    }
     let dir =
         std::path::absolute(&cfg.dir).map_err(|e| format!("dir {}: {e}", cfg.dir.display()))?;
     fs::create_dir_all(dir.join("logs")).map_err(|e| format!("dir {}: {e}", dir.display()))?;
@@ -597,6 +601,16 @@ impl Supervisor {
             );
             args.push(backends.join(","));
         }
+        // TLS ports (`[tls]`): the children read the certificate files from the config.
+        let tls_port = match slot.role {
+            Role::Engine => crate::tls_limits::engine_tls_port(&self.cfg, slot.index),
+            Role::Proxy => Some(self.cfg.tls.proxy_port).filter(|&p| p != 0),
+            Role::Fanout => None,
+        };
+        if let Some(p) = tls_port {
+            args.push("--tls-port".into());
+            args.push(p.to_string());
+        }
         if let Some(c) = &self.config_file {
             args.push("--config".into());
             args.push(c.display().to_string());
@@ -645,6 +659,10 @@ impl Supervisor {
         );
         let supervisor = nix::unistd::getpid();
         let mut cmd = Command::new(&self.exe);
+        if let Some(pw) = crate::auth::fleet_password() {
+            // The internal credential (crate::auth): in the environment, not in `ps`.
+            cmd.env(crate::auth::INTERNAL_AUTH_ENV, pw);
+        }
         cmd.args(args)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

@@ -102,6 +102,16 @@ pub fn push_settings(
         Ok(c) => BufReader::new(c),
         Err(e) => return vec![format!("{host}:{port}: {e}")],
     };
+    if let Some(login) = crate::auth::fleet_login() {
+        // The internal credential (crate::auth) when the fleet requires authentication.
+        let mut line = String::new();
+        if s.write_all(login.as_bytes()).is_err()
+            || (&mut r).take(4096).read_line(&mut line).is_err()
+            || !line.starts_with("+OK")
+        {
+            return vec![format!("{host}:{port}: internal AUTH: {}", line.trim_end())];
+        }
+    }
     for (name, value) in settings {
         let cmd = format!(
             "*4\r\n$6\r\nCONFIG\r\n$3\r\nSET\r\n${}\r\n{name}\r\n${}\r\n{value}\r\n",

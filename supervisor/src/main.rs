@@ -5,6 +5,9 @@
 //! recached server  --port P --bind ADDR [--config FILE] [--dir DIR]  one engine, foreground
 //!                  [--cluster-nodes H:P,H:P,… --cluster-index I] [--cluster-announce-host H]
 //! recached proxy   --port P --bind ADDR --backends H:P,H:P,… [--config FILE]
+//!   (server, proxy) [--tls-port P --tls-cert-file F --tls-key-file F [--tls-ca-cert-file F]
+//!                   [--tls-auth-clients no|yes|optional]] [--maxclients N] [--timeout S]
+//!                   [--client-query-buffer-limit SIZE] [--client-output-buffer-limit "…"]
 //! recached fanout  --port P --bind ADDR --engines H:P,H:P,… [--tokens FILE]   browser replicas
 //! recached start   [--config FILE] [--engines N] [--bind ADDR] [--proxy-port P]
 //!                  [--engine-port-base P] [--dir DIR] [--daemonize]   the supervisor
@@ -26,12 +29,14 @@
 //! supervisor started it. Exit status: 0 on success, 1 on any error (the message goes to the
 //! log / stderr), 2 on bad flags (clap's convention).
 
+mod auth;
 mod config;
 mod fanout;
 mod fleet;
 mod metrics;
 mod health;
 mod status;
+mod tls_limits;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,6 +73,10 @@ enum Command {
         dir: Option<PathBuf>,
         #[command(flatten)]
         cluster: ClusterArgs,
+        #[command(flatten)]
+        tls: tls_limits::TlsArgs,
+        #[command(flatten)]
+        limits: tls_limits::LimitArgs,
     },
     /// Run the sharding proxy in the foreground in front of any RESP servers.
     Proxy {
@@ -83,6 +92,10 @@ enum Command {
         /// TOML config file (validated; the proxy reads `bind`/`proxy_port` from it).
         #[arg(long)]
         config: Option<PathBuf>,
+        #[command(flatten)]
+        tls: tls_limits::TlsArgs,
+        #[command(flatten)]
+        limits: tls_limits::LimitArgs,
     },
     /// Run the WebSocket fan-out to browser replicas in the foreground (docs/browser-protocol.md).
     Fanout(fanout::FanoutArgs),
@@ -174,13 +187,17 @@ fn main() -> ExitCode {
             config,
             dir,
             cluster,
-        } => run_server(port, bind, config, dir, cluster),
+            tls,
+            limits,
+        } => run_server(port, bind, config, dir, cluster, (tls, limits)),
         Command::Proxy {
             port,
             bind,
             backends,
             config,
-        } => run_proxy(port, bind, backends, config),
+            tls,
+            limits,
+        } => run_proxy(port, bind, backends, config, (tls, limits)),
         Command::Fanout(args) => fanout::run(args),
         Command::Start(args) => fleet::start(args),
         Command::Stop(args) => status::stop(&args),
@@ -205,6 +222,7 @@ fn run_server(
     config: Option<PathBuf>,
     dir: Option<PathBuf>,
     cluster: ClusterArgs,
+    (tls, limits): (tls_limits::TlsArgs, tls_limits::LimitArgs),
 ) -> Result<ExitCode> {
     let file = config::load(config.as_deref())?;
     let snapshot_dir = dir.or_else(|| config.is_some().then(|| file.dir.clone()));
@@ -212,6 +230,10 @@ fn run_server(
     let port = port.unwrap_or(file.engine_port_base);
     let bind = bind.unwrap_or(file.bind.clone());
     let mut engine = file.engine_config();
+    tls_limits::apply_engine_limits(&file, &limits, &mut engine)
+        .map_err(|e| format!("server: {e}"))?;
+    let tls = tls_limits::tls_options(&file, &tls, file.tls.engine_port_base)
+        .map_err(|e| format!("server: {e}"))?;
     if !cluster.cluster_nodes.is_empty() {
         engine.cluster_nodes = cluster
             .cluster_nodes
@@ -251,6 +273,7 @@ fn run_server(
         config_file: config.map(|p| std::fs::canonicalize(&p).unwrap_or(p)),
         engine,
         snapshot,
+        tls,
     };
     match recached_server::run(opts) {
         Ok(()) => Ok(ExitCode::SUCCESS),
@@ -269,8 +292,12 @@ fn run_proxy(
     bind: Option<String>,
     backends: Vec<String>,
     config: Option<PathBuf>,
+    (tls, limits): (tls_limits::TlsArgs, tls_limits::LimitArgs),
 ) -> Result<ExitCode> {
     let file = config::load(config.as_deref())?;
+    let tls = tls_limits::tls_options(&file, &tls, file.tls.proxy_port)
+        .map_err(|e| format!("proxy: {e}"))?;
+    let limits = tls_limits::proxy_limits(&file, &limits).map_err(|e| format!("proxy: {e}"))?;
     let backends: Vec<String> = backends
         .into_iter()
         .map(|b| b.trim().to_string())
@@ -283,6 +310,13 @@ fn run_proxy(
         port: port.unwrap_or(file.proxy_port),
         bind: bind.unwrap_or(file.bind.clone()),
         backends,
+        tls,
+        limits,
+        auth: recached_proxy::auth::ProxyAuth {
+            acl: auth::acl_config(&file),
+            backend: auth::internal_password()
+                .map(|pw| (engine_core::acl::INTERNAL_USER.to_string(), pw)),
+        },
     };
     recached_proxy::run(opts).map_err(|e| format!("proxy: {e}"))?;
     Ok(ExitCode::SUCCESS)

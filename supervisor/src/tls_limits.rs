@@ -30,7 +30,7 @@ use serde::Deserialize;
 use crate::config::{FileConfig, Size};
 
 /// `[tls]`.
-#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsSection {
     /// Certificate chain (PEM, leaf first); needed when a TLS port is set.
@@ -45,6 +45,19 @@ pub struct TlsSection {
     pub proxy_port: u16,
     /// Engine i also serves TLS on `engine_port_base + i` (instance index); 0 = none.
     pub engine_port_base: u16,
+}
+
+impl Default for TlsSection {
+    fn default() -> Self {
+        TlsSection {
+            cert_file: String::new(),
+            key_file: String::new(),
+            ca_cert_file: String::new(),
+            auth_clients: "no".into(),
+            proxy_port: 0,
+            engine_port_base: 0,
+        }
+    }
 }
 
 /// `[limits]`: Redis-named limits of every RESP port (engines and the proxy).

@@ -42,11 +42,19 @@ impl Fleet {
         let base = free_port_run(engines);
         let engine_ports: Vec<u16> = (0..engines).map(|i| base + i as u16).collect();
         let proxy_port = free_port_except(&engine_ports);
+        let mut taken = engine_ports.clone();
+        taken.push(proxy_port);
+        // An explicit free fan-out port (the derived default, proxy port + 100, may be taken
+        // on a shared machine, and then the fan-out is skipped); no metrics listener, whose
+        // fixed default port would be shared by fleets of tests running in parallel.
+        let fanout_port = free_port_except(&taken);
         let mut cmd = Command::new(recached_bin());
         cmd.arg("start")
             .args(["--engines", &engines.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--proxy-port", &proxy_port.to_string()])
+            .args(["--fanout-port", &fanout_port.to_string()])
+            .args(["--metrics-port", "0"])
             .args(["--engine-port-base", &base.to_string()])
             .arg("--dir")
             .arg(dir)
@@ -410,7 +418,8 @@ fn fleet_serves_redis_clients_through_the_proxy_and_replaces_a_killed_engine() {
         .into_iter()
         .map(|(_, _, p)| p)
         .collect();
-    assert_eq!(pids.len(), 3, "{pids:?}");
+    // 2 engines, the proxy and the fan-out.
+    assert_eq!(pids.len(), 4, "{pids:?}");
     let stop = fleet.cli(&["stop"]);
     assert_eq!(stop.code, Some(0), "stop:\n{}{}", stop.stdout, stop.stderr);
     let mut fleet = fleet;

@@ -144,7 +144,8 @@ pub fn handler_for(name: &str) -> Option<Handler> {
                 .or_else(|| cluster::handler_for(name))
                 .or_else(|| crate::evict::handler_for(name))
                 .or_else(|| crate::snapshot::handler_for(name))
-                .or_else(|| crate::feed::handler_for(name));
+                .or_else(|| crate::feed::handler_for(name))
+                .or_else(|| crate::acl::handler_for(name));
         }
     })
 }
@@ -260,6 +261,18 @@ pub fn exec(
         ReplyWriter::new(out, client.proto).error(&err.message());
         return Flow::Continue;
     };
+    // Authentication and ACL permissions (acl.rs): one branch while the only user is the open
+    // default one. Before cluster redirection and MULTI queueing, as in redis `processCommand`.
+    if e.acl.restricted()
+        && let Err(refusal) = crate::acl::check(e, client, spec, argv, now_us)
+    {
+        e.stats.rejected_calls += 1;
+        let Some(msg) = refusal else {
+            return Flow::Close; // the connection's user was deleted
+        };
+        reject(e, client, spec, &msg, out);
+        return Flow::Continue;
+    }
     // Cluster mode: a key owned by another instance gets -MOVED / -CROSSSLOT before anything
     // runs or is queued (redis `processCommand` → `getNodeByQuery`). Standalone: a no-op.
     // Inside MULTI the error also aborts the transaction (EXECABORT), as in Redis.

@@ -43,6 +43,8 @@ pub struct Config {
     /// Host announced for nodes whose host is a wildcard (`0.0.0.0`); empty = the local
     /// address of the asking client's connection.
     pub cluster_announce_host: String,
+    /// `requirepass`, users and `protected-mode` (see `crate::acl`, docs/security.md).
+    pub acl: crate::acl::AclConfig,
     /// `feed-buffer-limit`, bytes, 0 = none: unsent output a keychange feed subscriber may
     /// accumulate before it is told to resync (see `crate::feed`, docs/feed.md).
     pub feed_buffer_limit: u64,
@@ -82,6 +84,7 @@ impl Default for Config {
             cluster_nodes: Vec::new(),
             cluster_index: 0,
             cluster_announce_host: String::new(),
+            acl: Default::default(),
             feed_buffer_limit: crate::feed::DEFAULT_BUFFER_LIMIT,
             client_query_buffer_limit: 1024 * 1024 * 1024,
             client_output_buffer_limit: crate::cmd::server::OutputLimits::default(),
@@ -151,6 +154,8 @@ pub struct Engine {
     pub persistence: Option<Box<dyn crate::snapshot::Persistence>>,
     /// Keychange feed subscribers and sequence numbers (`crate::feed`, `crate::effect`).
     pub(crate) feed: crate::feed::Feed,
+    /// Users, permissions, ACL LOG (`crate::acl`).
+    pub(crate) acl: crate::acl::Acl,
 }
 
 impl Engine {
@@ -163,7 +168,15 @@ impl Engine {
             .map(|_| format!("{:016x}", ks.next_random()))
             .collect::<String>()[..40]
             .to_string();
+        // An invalid user list is refused by the server before it gets here; a library user
+        // who passes one gets an engine nobody can use (fail closed), not an open one.
+        let acl = crate::acl::Acl::from_config(&config.acl).unwrap_or_else(|_| {
+            let mut acl = crate::acl::Acl::new();
+            let _ = acl.set_user(crate::acl::DEFAULT_USER.as_bytes(), &[b"off"]);
+            acl
+        });
         let mut e = Engine {
+            acl,
             ks,
             config,
             host: HostInfo::default(),

@@ -37,6 +37,7 @@
 //! [`HostInfo`] and [`Engine::net`] current and fills [`Config::hash_seed`] with a random value.
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod args;
 pub mod blocking;
 pub mod cmd;
@@ -83,6 +84,9 @@ pub struct Client {
     pub subs: cmd::pubsub::ClientSubs,
     /// READONLY / ASKING flags.
     pub cluster: cmd::cluster::ClientCluster,
+    /// The connection's user and whether it authenticated ([`acl`]; set by
+    /// [`Engine::init_client`]).
+    pub auth: acl::ClientAuth,
 }
 
 /// What the server must do after `exec`, beyond sending the bytes written to `out`.

@@ -239,6 +239,12 @@ impl EventLoop {
     /// One timer tick: engine background work, host figures, buffer housekeeping.
     fn cron(&mut self, now: u64) {
         self.engine.cron(now);
+        if self.engine.has_security_events() {
+            // Failed AUTH attempts (user and address; never the password).
+            let mut lines = Vec::new();
+            self.engine.take_security_events(&mut lines);
+            lines.iter().for_each(|l| warn!("{l}"));
+        }
         crate::snapshot::cron(&mut self.engine, now);
         self.route_deliveries();
         if let Some(rss) = self.rss.rss_bytes() {
@@ -330,6 +336,18 @@ impl EventLoop {
             }
             return;
         }
+        // Protected mode (engine_core::acl): no password for the default user and a peer off
+        // the loopback interface: Redis's -DENIED text (plaintext only), then close.
+        let loopback = stream
+            .peer_addr()
+            .is_ok_and(|a| a.ip().to_canonical().is_loopback());
+        if self.engine.protected_mode_refuses(loopback) {
+            self.engine.net.rejected_connections += 1;
+            if !tls {
+                let _ = stream.write(engine_core::acl::PROTECTED_MODE_DENIED);
+            }
+            return;
+        }
         let tls_conn = match &self.tls_listener {
             Some((_, cfg)) if tls => match TlsConn::new(cfg) {
                 Ok(t) => Some(Box::new(t)),
@@ -362,7 +380,7 @@ impl EventLoop {
             warn!("Error registering a client connection: {e}");
             return;
         }
-        let client = Client {
+        let mut client = Client {
             id: self.next_client_id,
             addr,
             laddr,
@@ -371,6 +389,7 @@ impl EventLoop {
             last_cmd_us: now,
             ..Client::default()
         };
+        self.engine.init_client(&mut client);
         self.next_client_id += 1;
         self.ids.insert(client.id, key);
         debug!("Accepted {} (id={})", client.addr, client.id);

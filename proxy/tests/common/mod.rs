@@ -87,6 +87,9 @@ impl Proxy {
             port,
             bind: "127.0.0.1".into(),
             backends: backends.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+            tls: Default::default(),
+            limits: Default::default(),
+            auth: Default::default(),
         };
         let flag = Arc::clone(&stop);
         let thread = Some(thread::spawn(move || run_until(opts, flag)));

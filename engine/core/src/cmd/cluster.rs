@@ -346,7 +346,7 @@ fn int(v: Option<&Val>) -> Option<i64> {
 
 /// redis `getKeysUsingKeySpecs` for one key spec: `Some(Some((first, last, step)))` key
 /// positions (inclusive), `Some(None)` no keys here, `None` invalid for this argv.
-fn key_spec_range(ks: &Val, argv: &[&[u8]]) -> Option<Option<(usize, usize, usize)>> {
+pub(crate) fn key_spec_range(ks: &Val, argv: &[&[u8]]) -> Option<Option<(usize, usize, usize)>> {
     let argc = argv.len() as i64;
     let bs = field(ks, "begin_search")?;
     let bs_spec = field(bs, "spec")?;

@@ -2,8 +2,7 @@
 //! (SETNAME GETNAME ID INFO LIST HELP), with redis 7.0 `networking.c` / `server.c` semantics.
 //!
 //! Only database 0 exists: SELECT answers like a redis-server started with `--databases 1`.
-//! There are no users or passwords yet: HELLO's AUTH accepts user `default` with any password
-//! (Redis's default user is `nopass`) and refuses other users with WRONGPASS.
+//! HELLO's AUTH option and RESET's return to the default user follow `crate::acl`.
 
 use std::fmt::Write as _;
 
@@ -51,10 +50,12 @@ pub fn quit(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// `RESET` → RESET: back to RESP2, no name, database 0 (redis `clearClientConnectionState`).
+/// `RESET` → RESET: back to RESP2, no name, database 0, the default user (authenticated only
+/// if it needs no password), like redis `clearClientConnectionState`.
 pub fn reset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     crate::cmd::tx::reset_client(e, c.client);
     crate::cmd::pubsub::reset_client(e, c.client);
+    e.init_client(c.client);
     c.client.proto = Proto::Resp2;
     c.client.name = None;
     c.w().simple(b"RESET");
@@ -124,12 +125,15 @@ pub fn hello(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             )));
         }
     }
-    if let Some((user, _password)) = auth
-        && user != b"default"
-    {
-        return Err(CmdError::Static(
-            "WRONGPASS invalid username-password pair or user is disabled.",
-        ));
+    // redis `helloCommand`: authenticate first, then refuse an unauthenticated client.
+    if let Some((user, password)) = auth {
+        let who = crate::acl::Who::of(c.client, c.now_us);
+        if !e.acl.authenticate(&mut c.client.auth, user, password, &who) {
+            return Err(CmdError::Static(crate::acl::WRONGPASS));
+        }
+    }
+    if !c.client.auth.authenticated && e.acl.default_needs_auth() {
+        return Err(CmdError::Static(crate::acl::HELLO_NOAUTH));
     }
     if let Some(n) = setname {
         set_name(c.client, n)?;
@@ -301,7 +305,7 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
         s,
         "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={flags} db=0 sub={} psub={} \
          ssub=0 multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
-         tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
+         tot-mem=0 events=r cmd={} user={} redir=-1 resp={}",
         client.id,
         client.addr,
         client.laddr,
@@ -312,6 +316,7 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
         client.subs.channels(),
         client.subs.patterns(),
         cmd,
+        client.auth.name(),
         client.proto.version()
     );
     s

@@ -242,6 +242,12 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                     "total_error_replies",
                     &(st.rejected_calls + st.failed_calls),
                 );
+                // Redis 7.2's names (7.0 has no such counters).
+                let acl = &e.acl.stats;
+                line("acl_access_denied_auth", &acl.denied_auth);
+                line("acl_access_denied_cmd", &acl.denied_cmd);
+                line("acl_access_denied_key", &acl.denied_key);
+                line("acl_access_denied_channel", &acl.denied_channel);
             }
             "replication" => {
                 line("role", &"master");
@@ -442,6 +448,28 @@ const PARAMS: &[Param] = &[
         name: "cluster-enabled",
         get: |e| if crate::cmd::cluster::enabled(e) { "yes" } else { "no" }.into(),
         set: None,
+    },
+    // The default user's password (applied by `acl::apply_config` once the whole CONFIG SET
+    // succeeded; "" = nopass).
+    Param {
+        name: "requirepass",
+        get: |e| String::from_utf8_lossy(&e.config.acl.requirepass).into_owned(),
+        set: Some(|e, v| {
+            e.config.acl.requirepass = v.to_vec();
+            Ok(())
+        }),
+    },
+    Param {
+        name: "protected-mode",
+        get: |e| if e.config.acl.protected_mode { "yes" } else { "no" }.into(),
+        set: Some(|e, v| {
+            e.config.acl.protected_mode = match () {
+                _ if args::is(v, "yes") => true,
+                _ if args::is(v, "no") => false,
+                _ => return Err("argument must be 'yes' or 'no'"),
+            };
+            Ok(())
+        }),
     },
 ];
 
@@ -687,6 +715,8 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     }
     // The policy and LFU settings decide how lookups stamp keys.
     crate::evict::apply_config(e);
+    let requirepass = pairs.iter().any(|(n, _)| args::is(n, "requirepass"));
+    crate::acl::apply_config(e, requirepass);
     c.w().ok();
     Ok(())
 }
@@ -697,6 +727,7 @@ pub fn config_resetstat(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     e.ks.stats = Default::default();
     e.evict.evicted_keys = 0;
     e.cmdstats = Default::default();
+    e.acl.stats = Default::default();
     e.net = Default::default();
     e.used_memory_peak = USED_MEMORY_STARTUP + e.ks.used_bytes() as u64;
     c.w().ok();

@@ -20,6 +20,8 @@
 //! - [`tx`]: WATCH / MULTI / EXEC / DISCARD / UNWATCH on one instance. Pure.
 //! - [`pubsub`]: a client's subscriptions, (un)subscribe requests per instance, the
 //!   confirmations the proxy writes. Pure.
+//! - [`auth`]: the clients' `requirepass`/ACL users (engine-core's rules) and the internal
+//!   credential on every instance connection.
 //! - `client`: a client connection and its queue of reply slots (ordering under pipelining).
 //! - `backend`: a shared backend connection, its in-flight FIFO and reconnect/backoff states;
 //!   `Wire`, the socket buffers it shares with dedicated connections.

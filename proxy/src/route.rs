@@ -564,7 +564,7 @@ fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
         let opt = args.arg(i);
         let more = argc - i - 1;
         if opt.eq_ignore_ascii_case(b"AUTH") && more >= 2 {
-            // No ACLs in front of the fleet yet: the default user needs no password.
+            // Checked before routing (`crate::auth::gate`).
             i += 3;
         } else if opt.eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
             let n = args.arg(i + 1);

@@ -48,7 +48,10 @@ pub fn acl_config(file: &FileConfig) -> AclConfig {
             .map(|u| {
                 (
                     u.name.clone(),
-                    u.rules.split_ascii_whitespace().map(str::to_string).collect(),
+                    u.rules
+                        .split_ascii_whitespace()
+                        .map(str::to_string)
+                        .collect(),
                 )
             })
             .collect(),
@@ -161,7 +164,10 @@ mod tests {
         assert!(validate(&f).is_ok());
         f.users[0].rules = "+nosuchcommand".into();
         let err = validate(&f).unwrap_err();
-        assert!(err.contains("Unknown command or category name in ACL"), "{err}");
+        assert!(
+            err.contains("Unknown command or category name in ACL"),
+            "{err}"
+        );
         f.users[0].name = INTERNAL_USER.into();
         assert!(validate(&f).unwrap_err().contains("reserved"));
         assert_eq!(new_internal_password(&f).unwrap().unwrap().len(), 64);

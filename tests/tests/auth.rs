@@ -184,7 +184,11 @@ fn every_port_requires_auth_and_key_patterns_hold_through_proxy_and_engines() {
         assert_eq!(s(c.cmd_str(&["GET", "app:1"])), NOAUTH, "port {p}");
         assert_eq!(s(c.cmd_str(&["SET", "x", "1"])), NOAUTH, "port {p}");
         assert_eq!(s(c.cmd_str(&["AUTH", "wrong"])), WRONGPASS, "port {p}");
-        assert_eq!(s(c.cmd_str(&["AUTH", "app", "wrong"])), WRONGPASS, "port {p}");
+        assert_eq!(
+            s(c.cmd_str(&["AUTH", "app", "wrong"])),
+            WRONGPASS,
+            "port {p}"
+        );
         assert!(
             s(c.cmd_str(&["HELLO", "2"])).starts_with("-NOAUTH HELLO must be called"),
             "port {p}"
@@ -223,8 +227,14 @@ fn every_port_requires_auth_and_key_patterns_hold_through_proxy_and_engines() {
         let own = key_on(i as u32, "app:direct:");
         assert_eq!(s(c.cmd_str(&["SET", &own, "d"])), "+OK\r\n", "engine {i}");
         assert_eq!(s(c.cmd_str(&["GET", &own])), "$1\r\nd\r\n", "engine {i}");
-        assert_eq!(s(c.cmd_str(&["GET", &key_on(i as u32, "other:")])), NOPERM_KEY);
-        assert_eq!(s(c.cmd_str(&["SET", &key_on(i as u32, "other:"), "x"])), NOPERM_KEY);
+        assert_eq!(
+            s(c.cmd_str(&["GET", &key_on(i as u32, "other:")])),
+            NOPERM_KEY
+        );
+        assert_eq!(
+            s(c.cmd_str(&["SET", &key_on(i as u32, "other:"), "x"])),
+            NOPERM_KEY
+        );
         assert_eq!(
             s(c.cmd_str(&["GET", &key_on(1 - i as u32, "other:")])),
             NOPERM_KEY
@@ -233,7 +243,10 @@ fn every_port_requires_auth_and_key_patterns_hold_through_proxy_and_engines() {
 
     // A read-only user: GET anything, no writes.
     let mut reader = Resp::connect(fleet.proxy_port);
-    assert_eq!(s(reader.cmd_str(&["AUTH", "reader", "read-pass"])), "+OK\r\n");
+    assert_eq!(
+        s(reader.cmd_str(&["AUTH", "reader", "read-pass"])),
+        "+OK\r\n"
+    );
     assert_eq!(s(reader.cmd_str(&["GET", "app:3"])), "$1\r\nv\r\n");
     assert_eq!(
         s(reader.cmd_str(&["SET", "app:3", "w"])),
@@ -245,11 +258,26 @@ fn every_port_requires_auth_and_key_patterns_hold_through_proxy_and_engines() {
     let cli = |port: u16, args: &[&str]| redis_cli(port, args).trim().to_string();
     let pa = ["--no-auth-warning", "-a", "sec-pass"];
     let ua = ["--no-auth-warning", "--user", "app", "--pass", "app-pass"];
-    assert_eq!(cli(fleet.proxy_port, &[&pa[..], &["SET", "cli:1", "a"]].concat()), "OK");
-    assert_eq!(cli(fleet.proxy_port, &[&pa[..], &["GET", "cli:1"]].concat()), "a");
-    assert_eq!(cli(fleet.proxy_port, &[&ua[..], &["GET", "app:3"]].concat()), "v");
+    assert_eq!(
+        cli(
+            fleet.proxy_port,
+            &[&pa[..], &["SET", "cli:1", "a"]].concat()
+        ),
+        "OK"
+    );
+    assert_eq!(
+        cli(fleet.proxy_port, &[&pa[..], &["GET", "cli:1"]].concat()),
+        "a"
+    );
+    assert_eq!(
+        cli(fleet.proxy_port, &[&ua[..], &["GET", "app:3"]].concat()),
+        "v"
+    );
     let e0 = fleet.engine_ports[0];
-    assert_eq!(cli(e0, &[&ua[..], &["-c", "SET", "app:cli", "c"]].concat()), "OK");
+    assert_eq!(
+        cli(e0, &[&ua[..], &["-c", "SET", "app:cli", "c"]].concat()),
+        "OK"
+    );
     assert_eq!(cli(e0, &[&ua[..], &["-c", "GET", "app:cli"]].concat()), "c");
     assert!(
         cli(e0, &[&ua[..], &["-c", "GET", "other:cli"]].concat()).contains("NOPERM"),
@@ -303,7 +331,10 @@ print("ok")
 
     // Failed attempts are counted in INFO and logged by the engine, without the password.
     let mut c = Resp::connect(e0);
-    assert_eq!(s(c.cmd_str(&["AUTH", "app", "not-the-password"])), WRONGPASS);
+    assert_eq!(
+        s(c.cmd_str(&["AUTH", "app", "not-the-password"])),
+        WRONGPASS
+    );
     assert_eq!(s(c.cmd_str(&["AUTH", "sec-pass"])), "+OK\r\n");
     let info = s(c.cmd_str(&["INFO", "stats"]));
     let denied: u64 = info
@@ -320,11 +351,20 @@ print("ok")
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert!(log.contains("Failed AUTH for user 'app' from 127.0.0.1:"), "{log}");
-    assert!(!log.contains("not-the-password") && !log.contains("app-pass"), "{log}");
+    assert!(
+        log.contains("Failed AUTH for user 'app' from 127.0.0.1:"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("not-the-password") && !log.contains("app-pass"),
+        "{log}"
+    );
     // ACL LOG has the entry too.
     let acl_log = s(c.cmd_str(&["ACL", "LOG", "1"]));
-    assert!(acl_log.contains("auth") && acl_log.contains("AUTH"), "{acl_log}");
+    assert!(
+        acl_log.contains("auth") && acl_log.contains("AUTH"),
+        "{acl_log}"
+    );
 }
 
 /// Protected mode, in a network namespace of our own: an engine and a redis-server bound to
@@ -379,7 +419,11 @@ wait
         "engine: {ours}\nlog: {}",
         read("engine.log")
     );
-    assert_eq!(ours, read("redis-remote.txt"), "the refusal differs from redis-server's");
+    assert_eq!(
+        ours,
+        read("redis-remote.txt"),
+        "the refusal differs from redis-server's"
+    );
     assert_eq!(read("engine-local.txt").trim(), "PONG");
     assert_eq!(read("engine-remote-auth.txt").trim(), "PONG");
     let _ = std::fs::remove_dir_all(&dir);

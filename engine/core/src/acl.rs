@@ -81,7 +81,8 @@ otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the cl
 the RESP protocol version at the same time";
 pub const AUTH_NOPASS: &str = "ERR AUTH <password> called without any password configured for \
 the default user. Are you sure your configuration is correct?";
-const NOPERM_KEY: &str = "NOPERM this user has no permissions to access one of the keys used as arguments";
+const NOPERM_KEY: &str =
+    "NOPERM this user has no permissions to access one of the keys used as arguments";
 const NOPERM_CHANNEL: &str =
     "NOPERM this user has no permissions to access one of the channels used as arguments";
 const NO_ACL_FILE: &str = "ERR This Redis instance is not configured to use an ACL file. You may \
@@ -191,7 +192,7 @@ impl ClientAuth {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sanitize {
     Unset,
-    Sanitize,
+    On,
     Skip,
 }
 
@@ -446,7 +447,7 @@ impl User {
         } else if is("skip-sanitize-payload") {
             self.sanitize = Sanitize::Skip;
         } else if is("sanitize-payload") {
-            self.sanitize = Sanitize::Sanitize;
+            self.sanitize = Sanitize::On;
         } else if is("nopass") {
             self.nopass = true;
             self.passwords.clear();
@@ -461,7 +462,7 @@ impl User {
             self.allchannels = false;
             self.channels.clear();
             self.enabled = false;
-            self.sanitize = Sanitize::Sanitize;
+            self.sanitize = Sanitize::On;
             self.set_all_commands(false);
         } else if is("clearselectors") {
             // No selectors besides the root one.
@@ -617,9 +618,9 @@ impl User {
             return true;
         }
         let h = sha256(password);
-        self.passwords
-            .iter()
-            .fold(false, |ok, p| ok | (p.iter().zip(&h).fold(0, |d, (a, b)| d | (a ^ b)) == 0))
+        self.passwords.iter().fold(false, |ok, p| {
+            ok | (p.iter().zip(&h).fold(0, |d, (a, b)| d | (a ^ b)) == 0)
+        })
     }
 
     fn command_allowed(&self, id: usize, spec: &CommandSpec, argv: &[&[u8]]) -> bool {
@@ -672,7 +673,7 @@ impl User {
         }
         match self.sanitize {
             Sanitize::Skip => f.push("skip-sanitize-payload"),
-            Sanitize::Sanitize => f.push("sanitize-payload"),
+            Sanitize::On => f.push("sanitize-payload"),
             Sanitize::Unset => {}
         }
         f
@@ -867,6 +868,9 @@ pub struct Acl {
     users: Vec<User>,
     next_id: u64,
     restricted: bool,
+    /// A user was deleted: connections may still name it, so the check stays on (it closes
+    /// them) even if only an open `default` remains.
+    deleted_any: bool,
     ids: CommandIds,
     pub stats: AclStats,
     log: VecDeque<LogEntry>,
@@ -896,6 +900,7 @@ impl Acl {
             users: vec![default],
             next_id: 1,
             restricted: false,
+            deleted_any: false,
             ids,
             stats: AclStats::default(),
             log: VecDeque::new(),
@@ -926,7 +931,8 @@ impl Acl {
     }
 
     fn refresh(&mut self) {
-        self.restricted = !(self.users.len() == 1 && self.users[0].fully_open());
+        self.restricted =
+            self.deleted_any || !(self.users.len() == 1 && self.users[0].fully_open());
     }
 
     fn default_user(&self) -> &User {
@@ -1032,14 +1038,14 @@ impl Acl {
     /// ACL DELUSER: how many of `names` existed. `default` is refused.
     pub fn delete_users(&mut self, names: &[&[u8]]) -> Result<usize, CmdError> {
         if names.iter().any(|n| *n == DEFAULT_USER.as_bytes()) {
-            return Err(CmdError::Static(
-                "ERR The 'default' user cannot be removed",
-            ));
+            return Err(CmdError::Static("ERR The 'default' user cannot be removed"));
         }
         let before = self.users.len();
         self.users.retain(|u| !names.contains(&u.name.as_slice()));
+        let deleted = before - self.users.len();
+        self.deleted_any |= deleted > 0;
         self.refresh();
-        Ok(before - self.users.len())
+        Ok(deleted)
     }
 
     /// AUTH / HELLO AUTH: switches `auth` to `user` if the password fits; else counts and
@@ -1054,8 +1060,7 @@ impl Acl {
         match self.user(user) {
             Some(u) if u.accepts(password) => {
                 auth.user_id = u.id;
-                auth.user_name =
-                    (u.id != 0).then(|| String::from_utf8_lossy(&u.name).into_owned());
+                auth.user_name = (u.id != 0).then(|| String::from_utf8_lossy(&u.name).into_owned());
                 auth.authenticated = true;
                 true
             }
@@ -1792,18 +1797,21 @@ mod tests {
         let acl = acl_with(&["+@all", "-get", "+@string"]);
         assert_eq!(line(&acl, "u"), "user u off resetchannels +@all");
         let acl = acl_with(&["+config", "-config|set"]);
-        assert_eq!(line(&acl, "u"), "user u off resetchannels -@all +config -config|set");
+        assert_eq!(
+            line(&acl, "u"),
+            "user u off resetchannels -@all +config -config|set"
+        );
         let acl = acl_with(&["+select|0"]);
         assert_eq!(line(&acl, "u"), "user u off resetchannels -@all +select|0");
         let acl = acl_with(&["&x", "resetchannels", "&y"]);
         assert_eq!(line(&acl, "u"), "user u off resetchannels &y -@all");
         let acl = acl_with(&["reset"]);
-        assert_eq!(line(&acl, "u"), "user u off sanitize-payload resetchannels -@all");
-        let acl = acl_with(&["%R~a", "%W~b", "%RW~c", "~d", "allchannels", "+ping"]);
         assert_eq!(
             line(&acl, "u"),
-            "user u off %R~a %W~b ~c ~d &* -@all +ping"
+            "user u off sanitize-payload resetchannels -@all"
         );
+        let acl = acl_with(&["%R~a", "%W~b", "%RW~c", "~d", "allchannels", "+ping"]);
+        assert_eq!(line(&acl, "u"), "user u off %R~a %W~b ~c ~d &* -@all +ping");
     }
 
     #[test]
@@ -1817,7 +1825,9 @@ mod tests {
         assert!(err(&mut acl, "+nonexist").ends_with("Unknown command or category name in ACL"));
         assert!(err(&mut acl, "+@nonexist").ends_with("Unknown command or category name in ACL"));
         assert!(err(&mut acl, "+select|0|1").ends_with("Unknown command or category name in ACL"));
-        assert!(err(&mut acl, "+config|get|x").ends_with("first-arg of a subcommand is not supported"));
+        assert!(
+            err(&mut acl, "+config|get|x").ends_with("first-arg of a subcommand is not supported")
+        );
         assert!(err(&mut acl, "+config|").ends_with("Syntax error"));
         assert!(err(&mut acl, "-select|0").ends_with("Unknown command or category name in ACL"));
         assert!(err(&mut acl, "#abc").ends_with("only lowercase hexadecimal characters"));
@@ -1888,12 +1898,30 @@ mod tests {
         assert!(acl.authenticate(&mut auth, b"c", b"", &who()));
         let select = command::lookup(b"select").unwrap();
         assert_eq!(acl.check(&auth, get, &[b"get", b"x"]), Ok(()));
-        assert_eq!(acl.check(&auth, set, &[b"set", b"x", b"v"]), Err(Denied::Command));
+        assert_eq!(
+            acl.check(&auth, set, &[b"set", b"x", b"v"]),
+            Err(Denied::Command)
+        );
         assert_eq!(acl.check(&auth, select, &[b"select", b"0"]), Ok(()));
-        assert_eq!(acl.check(&auth, select, &[b"select", b"1"]), Err(Denied::Command));
+        assert_eq!(
+            acl.check(&auth, select, &[b"select", b"1"]),
+            Err(Denied::Command)
+        );
         // A deleted user's connection is closed.
         assert_eq!(acl.delete_users(&[b"c", b"nobody"]), Ok(1));
-        assert_eq!(acl.check(&auth, get, &[b"get", b"x"]), Err(Denied::UserGone));
+        assert_eq!(
+            acl.check(&auth, get, &[b"get", b"x"]),
+            Err(Denied::UserGone)
+        );
+        // ... even once only an open default user is left.
+        let mut open = Acl::new();
+        open.set_user(b"t", &[b"on", b"nopass", b"allkeys", b"+@all"])
+            .unwrap();
+        let mut t = open.default_auth();
+        assert!(open.authenticate(&mut t, b"t", b"", &who()));
+        assert_eq!(open.delete_users(&[b"t"]), Ok(1));
+        assert!(open.restricted());
+        assert_eq!(open.check(&t, get, &[b"get", b"x"]), Err(Denied::UserGone));
         // Disabled users cannot authenticate.
         acl.set_user(b"app", &[b"off"]).unwrap();
         assert!(!acl.authenticate(&mut auth, b"app", b"pw", &who()));
@@ -1908,7 +1936,10 @@ mod tests {
         assert!(acl.authenticate(&mut auth, b"p", b"", &who()));
         let publish = command::lookup(b"publish").unwrap();
         let psub = command::lookup(b"psubscribe").unwrap();
-        assert_eq!(acl.check(&auth, publish, &[b"publish", b"news.1", b"m"]), Ok(()));
+        assert_eq!(
+            acl.check(&auth, publish, &[b"publish", b"news.1", b"m"]),
+            Ok(())
+        );
         assert_eq!(
             acl.check(&auth, publish, &[b"publish", b"x", b"m"]),
             Err(Denied::Channel(1))
@@ -1929,7 +1960,9 @@ mod tests {
             "This user has no permissions to access the 'x' key"
         );
         assert_eq!(
-            dryrun(&acl, &[b"al", b"set", b"app:x", b"1"]).unwrap().unwrap(),
+            dryrun(&acl, &[b"al", b"set", b"app:x", b"1"])
+                .unwrap()
+                .unwrap(),
             "This user has no permissions to run the 'set' command"
         );
         assert_eq!(dryrun(&acl, &[b"al", b"get", b"app:x"]).unwrap(), None);

@@ -25,6 +25,8 @@
 //! - [`effect`] and [`feed`]: the keychange feed — each change recorded as a deterministic
 //!   one-key command with a sequence number, streamed to `FEED SUBSCRIBE` connections, with
 //!   prefix snapshots and a bounded buffer (docs/feed.md).
+//! - [`acl`]: `requirepass`, ACL users, AUTH, the permission check dispatch runs before every
+//!   command (one branch when no password or user is set), protected mode.
 //! - [`snapshot`]: the snapshot format (write/load over caller-given streams) and SAVE, BGSAVE,
 //!   LASTSAVE through the server's [`snapshot::Persistence`] hook.
 //!

@@ -80,6 +80,17 @@ fn listen_addr(bind: &str, port: u16) -> io::Result<SocketAddr> {
     })
 }
 
+/// A non-blocking listener on `addr` with Redis's listen queue ([`budget::TCP_BACKLOG`]).
+/// mio sets SO_REUSEADDR and close-on-exec (also on accepted sockets); `listen` is called
+/// again to raise its queue of 128, which Linux allows on a listening socket.
+pub fn bind_listener(addr: SocketAddr) -> io::Result<TcpListener> {
+    use nix::sys::socket::{Backlog, listen};
+    let listener = TcpListener::bind(addr)?;
+    let backlog = Backlog::new(budget::TCP_BACKLOG).unwrap_or(Backlog::MAXCONN);
+    listen(&listener, backlog).map_err(io::Error::from)?;
+    Ok(listener)
+}
+
 /// Runs the engine in the foreground until SIGTERM/SIGINT (then returns `Ok(())`).
 ///
 /// Errors: the bind address does not resolve or cannot be bound (e.g. port in use), or the
@@ -96,8 +107,7 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
     };
     let bind = |port: u16| -> io::Result<TcpListener> {
         let addr = listen_addr(&opts.bind, port)?;
-        // mio sets SO_REUSEADDR and close-on-exec on the listener (and on accepted sockets).
-        TcpListener::bind(addr)
+        bind_listener(addr)
             .map_err(|e| io::Error::new(e.kind(), format!("Could not bind {addr}: {e}")))
     };
     let listener = if opts.port == 0 && tls_config.is_some() {

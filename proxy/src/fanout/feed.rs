@@ -358,6 +358,13 @@ impl Link {
             }
             self.state = LinkState::Subscribing;
             self.backoff = BACKOFF_MIN;
+            // With a password configured, the supervisor hands every child the fleet's internal
+            // credential (docs/security.md); its `+OK` is skipped by `parse_messages`, a
+            // `-WRONGPASS` fails the subscription like any refusal.
+            if let Ok(pw) = std::env::var(engine_core::acl::INTERNAL_AUTH_ENV) {
+                let user = engine_core::acl::INTERNAL_USER.as_bytes();
+                self.send(&[b"AUTH", user, pw.as_bytes()]);
+            }
             self.send(&[b"FEED", b"SUBSCRIBE"]);
         }
         self.flush()?;

@@ -217,13 +217,17 @@ fn proxy_serves_tls() {
     assert!(out.ok && out.stdout.contains("ok"), "{}\n{}", out.stdout, out.stderr);
 }
 
-/// A port `p` with `p..p+n` free at this moment (held together while checked).
+/// A port `p` with `p..p+n` free at this moment (held together while checked). Taken below
+/// the usual ephemeral range (32768+), where client sockets of other tests do not land.
 fn free_block(n: u16) -> u16 {
-    for _ in 0..100 {
-        let p = free_port();
-        if p.checked_add(n).is_none() {
-            continue;
-        }
+    let mut x = std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64);
+    x ^= nanos;
+    for _ in 0..200 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let p = 20_000 + (x >> 33) as u16 % 12_000;
         let held: Vec<_> = (p..p + n)
             .map_while(|q| std::net::TcpListener::bind(("127.0.0.1", q)).ok())
             .collect();

@@ -9,6 +9,7 @@
 //!   signals. Its module docs give the order of one iteration.
 //! - [`conn`]: one connection: read buffer, parser, engine `Client`, output buffer, and the
 //!   read / execute / flush steps with their edge-triggered rules.
+//! - [`alloc`]: the global allocator (mimalloc) and its settings (docs/memory.md).
 //! - [`budget`]: every named bound of the loop (accept batch, read budget, query buffer limit,
 //!   output high-water mark) with its reason.
 //! - [`host`]: the clock (Unix µs, read once per iteration) and RSS.
@@ -19,6 +20,7 @@
 //! The engine (`engine-core`) is pure; everything that touches sockets, the clock or the
 //! process lives here.
 
+pub mod alloc;
 pub mod budget;
 pub mod conn;
 pub mod event_loop;
@@ -96,6 +98,7 @@ pub fn bind_listener(addr: SocketAddr) -> io::Result<TcpListener> {
 /// Errors: the bind address does not resolve or cannot be bound (e.g. port in use), or the
 /// poller fails; each carries the address in its message.
 pub fn run(opts: ServerOptions) -> io::Result<()> {
+    alloc::configure();
     // A bad topology is a start-up error, not a silently standalone engine.
     let cluster = engine_core::cmd::cluster::Cluster::from_config(&opts.engine)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;

@@ -63,9 +63,10 @@ for entry in "${ALL[@]}"; do
         (cd "$ROOT/$dir" && cargo +nightly fuzz run -O "$t" -- \
             -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb="$RSS_LIMIT" \
             -timeout=10 -print_final_stats=1 >>"$log" 2>&1) || status=$?
-        execs=$(grep -E '^stat::number_of_executed_units:' "$log" | tail -n 1 | awk '{print $2}')
-        secs=$(grep -E '^stat::total_elapsed_time' "$log" | tail -n 1 | awk '{print $2}')
-        # Older libFuzzer prints no total_elapsed_time: fall back to the budget.
+        # libFuzzer's final stats: "stat::number_of_executed_units: N", and "Done N runs in
+        # S second(s)" for the time.
+        execs=$( (grep -E '^stat::number_of_executed_units:' "$log" || true) | tail -n 1 | awk '{print $2}')
+        secs=$( (grep -E '^Done [0-9]+ runs in' "$log" || true) | tail -n 1 | awk '{print $5}')
         secs=${secs:-$SECONDS_PER_TARGET}
         execs=${execs:-0}
         rate=$(( secs > 0 ? execs / secs : 0 ))

@@ -177,7 +177,7 @@ impl Proxy {
         let poll = Poll::new()?;
         let listener = match listen {
             Some(addr) => {
-                let mut l = recached_server::bind_listener(addr)?;
+                let mut l = crate::tls::bind_listener(addr)?;
                 poll.registry()
                     .register(&mut l, LISTENER, Interest::READABLE)?;
                 Some(l)
@@ -186,7 +186,7 @@ impl Proxy {
         };
         let tls_listener = match tls {
             Some((addr, cfg)) => {
-                let mut l = recached_server::bind_listener(addr)
+                let mut l = crate::tls::bind_listener(addr)
                     .map_err(|e| io::Error::new(e.kind(), format!("TLS port {addr}: {e}")))?;
                 poll.registry()
                     .register(&mut l, TLS_LISTENER, Interest::READABLE)?;

@@ -223,6 +223,23 @@ pub fn tls_options(
     Ok(opts)
 }
 
+/// The same options as the proxy's type (the proxy compiles its own copy of the TLS driver,
+/// so the types are distinct).
+pub fn for_proxy(o: TlsOptions) -> recached_proxy::tls::TlsOptions {
+    use recached_proxy::tls::AuthClients as P;
+    recached_proxy::tls::TlsOptions {
+        port: o.port,
+        cert_file: o.cert_file,
+        key_file: o.key_file,
+        ca_cert_file: o.ca_cert_file,
+        auth_clients: match o.auth_clients {
+            AuthClients::No => P::No,
+            AuthClients::Yes => P::Yes,
+            AuthClients::Optional => P::Optional,
+        },
+    }
+}
+
 /// Applies `[limits]` and the limit flags to an engine's settings.
 pub fn apply_engine_limits(
     file: &FileConfig,

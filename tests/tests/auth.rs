@@ -17,8 +17,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use engine_core::slot::instance_for_key;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 
 const FLEET_START: Duration = Duration::from_secs(30);
 
@@ -49,20 +47,6 @@ fn temp_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// The first of `n` consecutive free ports below the ephemeral range.
-fn free_port_run(n: usize) -> u16 {
-    use std::hash::{BuildHasher, Hasher};
-    for _ in 0..500 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(Instant::now().elapsed().as_nanos());
-        let base = (15_000 + h.finish() % (17_000 - n as u64)) as u16;
-        if (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i as u16)).is_ok()) {
-            return base;
-        }
-    }
-    panic!("no run of {n} free ports found");
 }
 
 impl Fleet {
@@ -107,16 +91,8 @@ impl Drop for Fleet {
     fn drop(&mut self) {
         let was_running = self.sup.is_running();
         self.sup.kill();
-        if was_running
-            && let Ok(text) = std::fs::read_to_string(self.dir.join("data/state.toml"))
-            && let Ok(t) = text.parse::<toml::Table>()
-            && let Some(children) = t.get("children").and_then(|c| c.as_array())
-        {
-            for c in children {
-                if let Some(pid) = c.get("pid").and_then(|p| p.as_integer()) {
-                    let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-                }
-            }
+        if was_running {
+            kill_recorded_children(&self.dir.join("data/state.toml"));
         }
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
@@ -142,34 +118,6 @@ const NOAUTH: &str = "-NOAUTH Authentication required.\r\n";
 const WRONGPASS: &str = "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
 const NOPERM_KEY: &str =
     "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n";
-
-/// Runs `cmd` (at most `timeout`), returning (success, stdout + stderr).
-fn run(cmd: &mut Command, timeout: Duration) -> (bool, String) {
-    let dir = temp_dir("cmd");
-    let out = dir.join("out");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(dir.join("err")).unwrap())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} did not finish within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let text = std::fs::read_to_string(&out).unwrap_or_default()
-        + &std::fs::read_to_string(dir.join("err")).unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&dir);
-    (status.success(), text)
-}
 
 #[test]
 fn every_port_requires_auth_and_key_patterns_hold_through_proxy_and_engines() {
@@ -323,10 +271,11 @@ print("ok")
         proxy = fleet.proxy_port,
         engine = e0,
     );
-    let (ok, out) = run(
+    let res = run_cmd(
         Command::new(&python).args(["-c", &script]),
         Duration::from_secs(60),
     );
+    let (ok, out) = (res.ok, res.text());
     assert!(ok && out.contains("ok"), "redis-py: {out}");
 
     // Failed attempts are counted in INFO and logged by the engine, without the password.
@@ -407,10 +356,11 @@ wait
         bin = recached_bin().display(),
         dir = dir.display(),
     );
-    let (ok, out) = run(
+    let res = run_cmd(
         Command::new("unshare").args(["-rn", "sh", "-c", &script]),
         Duration::from_secs(60),
     );
+    let (ok, out) = (res.ok, res.text());
     assert!(ok, "namespace script failed: {out}");
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
     let ours = read("engine-remote.txt");

@@ -12,30 +12,6 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 
-/// Runs `check(port, name)` against a fresh redis-server and a fresh engine.
-fn on_both(check: impl Fn(u16, &str)) {
-    let rport = free_port();
-    let _redis = start_redis(rport);
-    check(rport, "redis");
-    let eport = free_port();
-    let _engine = start_engine(eport);
-    check(eport, "recached");
-}
-
-fn cmd(c: &mut Resp, args: &[&str]) -> String {
-    escape(&c.cmd_str(args))
-}
-
-fn next(c: &mut Resp) -> String {
-    escape(&c.read_frame())
-}
-
-/// Sends a command without reading its reply (it blocks).
-fn send(c: &mut Resp, args: &[&str]) {
-    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    c.send_raw(&Resp::encode(&args));
-}
-
 /// Number of connections whose last command is `blocking_cmd` (CLIENT LIST `cmd=`), as seen
 /// from a fresh connection.
 fn clients_in(port: u16, blocking_cmd: &str) -> usize {
@@ -69,12 +45,6 @@ fn info_field(c: &mut Resp, field: &str) -> String {
         .unwrap_or_else(|| panic!("INFO clients has no {field}: {info}"))
         .trim()
         .to_string()
-}
-
-/// Asserts that nothing more arrives on `c` for a short while.
-fn assert_quiet(c: &mut Resp, who: &str) {
-    let (rest, _) = c.read_until_close(Duration::from_millis(150), Duration::from_millis(300));
-    assert!(rest.is_empty(), "{who}: unexpected {}", escape(&rest));
 }
 
 #[test]

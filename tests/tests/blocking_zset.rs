@@ -9,29 +9,6 @@ use common::*;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-/// Runs `check(port, name)` against a fresh redis-server and a fresh engine.
-fn on_both(check: impl Fn(u16, &str)) {
-    let rport = free_port();
-    let _redis = start_redis(rport);
-    check(rport, "redis");
-    let eport = free_port();
-    let _engine = start_engine(eport);
-    check(eport, "recached");
-}
-
-fn cmd(c: &mut Resp, args: &[&str]) -> String {
-    escape(&c.cmd_str(args))
-}
-
-fn send(c: &mut Resp, args: &[&str]) {
-    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    c.send_raw(&Resp::encode(&args));
-}
-
-fn next(c: &mut Resp) -> String {
-    escape(&c.read_frame())
-}
-
 #[test]
 fn bzpopmin_woken_by_zadd() {
     on_both(|port, name| {

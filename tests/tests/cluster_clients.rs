@@ -19,13 +19,11 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use engine_core::slot::{instance_for_key, key_slot, slot_ranges};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 
 const FLEET_START: Duration = Duration::from_secs(30);
 
@@ -44,12 +42,7 @@ impl Fleet {
         std::fs::create_dir_all(&dir).unwrap();
         let base = free_port_run(engines);
         let engine_ports: Vec<u16> = (0..engines).map(|i| base + i as u16).collect();
-        let proxy_port = loop {
-            let p = free_port_run(1);
-            if !engine_ports.contains(&p) {
-                break p;
-            }
-        };
+        let proxy_port = free_port_except(&engine_ports);
         let mut cmd = Command::new(recached_bin());
         cmd.arg("start")
             .args(["--engines", &engines.to_string()])
@@ -90,16 +83,8 @@ impl Drop for Fleet {
     fn drop(&mut self) {
         let was_running = self.sup.is_running();
         self.sup.kill();
-        if was_running
-            && let Ok(text) = std::fs::read_to_string(self.dir.join("data/state.toml"))
-            && let Ok(t) = text.parse::<toml::Table>()
-            && let Some(children) = t.get("children").and_then(|c| c.as_array())
-        {
-            for c in children {
-                if let Some(pid) = c.get("pid").and_then(|p| p.as_integer()) {
-                    let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-                }
-            }
+        if was_running {
+            kill_recorded_children(&self.dir.join("data/state.toml"));
         }
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
@@ -116,61 +101,6 @@ fn temp_dir(name: &str) -> PathBuf {
         .join(format!("cl-{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
-}
-
-/// The first of `n` consecutive ports that were all free a moment ago, below the ephemeral
-/// range (a fleet needs its ports to stay free between this check and its start).
-fn free_port_run(n: usize) -> u16 {
-    use std::hash::{BuildHasher, Hasher};
-    const LOW: u64 = 15_000;
-    const HIGH: u64 = 32_000;
-    for _ in 0..500 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(Instant::now().elapsed().as_nanos());
-        let base = (LOW + h.finish() % (HIGH - LOW - n as u64)) as u16;
-        if (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i as u16)).is_ok()) {
-            return base;
-        }
-    }
-    panic!("no run of {n} free ports found");
-}
-
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `cmd` to completion with captured output, killing it after `timeout`.
-fn run(cmd: &mut Command, timeout: Duration) -> Out {
-    let dir = temp_dir("cmd");
-    std::fs::create_dir_all(&dir).unwrap();
-    let (o, e) = (dir.join("stdout"), dir.join("stderr"));
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&o).unwrap())
-        .stderr(std::fs::File::create(&e).unwrap())
-        .spawn()
-        .unwrap_or_else(|err| panic!("spawn {cmd:?}: {err}"));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} did not finish within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = Out {
-        ok: status.success(),
-        stdout: std::fs::read_to_string(&o).unwrap_or_default(),
-        stderr: std::fs::read_to_string(&e).unwrap_or_default(),
-    };
-    let _ = std::fs::remove_dir_all(&dir);
-    out
 }
 
 fn cluster_dir() -> PathBuf {
@@ -302,7 +232,7 @@ fn redis_py_cluster_client_from_one_engine() {
         python.display()
     );
     let fleet = Fleet::start(2, None);
-    let out = run(
+    let out = run_cmd(
         Command::new(&python)
             .arg(cluster_dir().join("redis_py_cluster.py"))
             .args(["--port", &fleet.engine_ports[1].to_string()])
@@ -340,7 +270,7 @@ fn ioredis_cluster_client_from_one_engine() {
         modules.display()
     );
     let fleet = Fleet::start(2, None);
-    let out = run(
+    let out = run_cmd(
         Command::new("node")
             .current_dir(cluster_dir())
             .arg("ioredis_cluster.js")
@@ -365,7 +295,7 @@ fn ioredis_cluster_client_from_one_engine() {
 #[test]
 fn redis_benchmark_cluster_mode_completes_without_errors() {
     let fleet = Fleet::start(2, None);
-    let out = run(
+    let out = run_cmd(
         Command::new("redis-benchmark")
             .args(["-h", "127.0.0.1", "-p", &fleet.engine_ports[0].to_string()])
             .args(["--cluster", "-t", "set,get", "-n", "100000", "-q"]),
@@ -441,7 +371,7 @@ fn a_lone_server_takes_its_topology_from_flags() {
         format!("-MOVED {} 127.0.0.1:{p0}\r\n", key_slot(remote.as_bytes())).into_bytes()
     );
     // A bad topology is refused at start.
-    let out = run(
+    let out = run_cmd(
         Command::new(recached_bin())
             .args(["server", "--port", "0", "--cluster-nodes", &nodes])
             .args(["--cluster-index", "2"]),

@@ -12,7 +12,7 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -94,7 +94,7 @@ impl Fleet {
         let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         all.push("--dir".into());
         all.push(self.dir.display().to_string());
-        run(
+        run_cmd(
             Command::new(recached_bin()).args(&all),
             Duration::from_secs(30),
         )
@@ -107,13 +107,8 @@ impl Drop for Fleet {
         // the recorded pids may already belong to someone else.
         let was_running = self.sup.is_running();
         self.sup.kill();
-        if was_running
-            && let Ok(text) = std::fs::read_to_string(self.dir.join("state.toml"))
-            && let Ok(t) = text.parse::<toml::Table>()
-        {
-            for (_, _, pid) in child_pids(&t) {
-                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-            }
+        if was_running {
+            kill_recorded_children(&self.dir.join("state.toml"));
         }
         if !self.keep_dir && !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
@@ -148,90 +143,6 @@ fn fleet_dir(name: &str) -> PathBuf {
         .join(format!("e2e-{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
-}
-
-/// The first of `n` consecutive ports that were all free a moment ago (each one bound once).
-/// Chosen at random below Linux's ephemeral range (32768–60999): a port in that range can be
-/// taken at any moment as the local port of some outgoing connection, and a fleet needs
-/// several ports to stay free between this check and its start.
-fn free_port_run(n: usize) -> u16 {
-    use std::hash::{BuildHasher, Hasher};
-    const LOW: u64 = 15_000;
-    const HIGH: u64 = 32_000;
-    for _ in 0..500 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(Instant::now().elapsed().as_nanos());
-        let base = (LOW + h.finish() % (HIGH - LOW - n as u64)) as u16;
-        let all_free =
-            (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i as u16)).is_ok());
-        if all_free {
-            return base;
-        }
-    }
-    panic!("no run of {n} free ports found");
-}
-
-/// A free port that is not one of `taken`.
-fn free_port_except(taken: &[u16]) -> u16 {
-    loop {
-        let p = free_port_run(1);
-        if !taken.contains(&p) {
-            return p;
-        }
-    }
-}
-
-struct CmdOut {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs a command with output captured into temp files, killing it after `timeout`.
-fn run(cmd: &mut Command, timeout: Duration) -> CmdOut {
-    let dir = fleet_dir("cmd");
-    std::fs::create_dir_all(&dir).unwrap();
-    let (o, e) = (dir.join("stdout"), dir.join("stderr"));
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&o).unwrap())
-        .stderr(std::fs::File::create(&e).unwrap())
-        .spawn()
-        .unwrap_or_else(|err| panic!("spawn {cmd:?}: {err}"));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} did not finish within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = CmdOut {
-        code: status.code(),
-        stdout: std::fs::read_to_string(&o).unwrap_or_default(),
-        stderr: std::fs::read_to_string(&e).unwrap_or_default(),
-    };
-    let _ = std::fs::remove_dir_all(&dir);
-    out
-}
-
-/// One PING on a fresh connection with short timeouts: true on `+PONG`.
-fn pings(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    if s.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 7];
-    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
 
 fn pid_alive(pid: u32) -> bool {
@@ -288,7 +199,7 @@ fn fleet_serves_redis_clients_through_the_proxy_and_replaces_a_killed_engine() {
 
     // redis-benchmark through the proxy: completes, no error replies (redis-benchmark 7 exits
     // non-zero on the first error reply).
-    let bench = run(
+    let bench = run_cmd(
         Command::new("redis-benchmark")
             .args(["-h", "127.0.0.1", "-p", &proxy.to_string()])
             .args([
@@ -457,7 +368,7 @@ fn a_second_start_on_the_same_dir_is_refused_and_a_stale_pid_file_is_taken_over(
     let sup_pid = first.sup.pid();
 
     // Same dir, other (free) ports: refused at once, naming the running supervisor.
-    let second = run(
+    let second = run_cmd(
         Command::new(recached_bin())
             .arg("start")
             .args(["--engines", "1"])
@@ -539,7 +450,7 @@ fn a_daemonized_fleet_returns_once_ready_and_stops_from_another_process() {
     let _guard = DaemonGuard(dir.clone());
     let base = free_port_run(1);
     let proxy = free_port_except(&[base]);
-    let start = run(
+    let start = run_cmd(
         Command::new(recached_bin())
             .arg("start")
             .args(["--engines", "1", "--daemonize"])
@@ -566,7 +477,7 @@ fn a_daemonized_fleet_returns_once_ready_and_stops_from_another_process() {
     assert!(start.stdout.contains(&sup.to_string()), "{}", start.stdout);
     assert!(dir.join("logs/supervisor.log").exists());
     let dir_arg = dir.display().to_string();
-    let status = run(
+    let status = run_cmd(
         Command::new(recached_bin()).args(["status", "--json", "--dir", &dir_arg]),
         Duration::from_secs(30),
     );
@@ -576,7 +487,7 @@ fn a_daemonized_fleet_returns_once_ready_and_stops_from_another_process() {
         "{}",
         status.stdout
     );
-    let stop = run(
+    let stop = run_cmd(
         Command::new(recached_bin()).args(["stop", "--dir", &dir_arg]),
         Duration::from_secs(30),
     );

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 const OOM: &str = "-OOM command not allowed when used memory > 'maxmemory'.\r\n";
 
+/// The reply as raw text (`\r\n` kept); shadows `common::cmd`, which escapes it.
 fn cmd(c: &mut Resp, args: &[&str]) -> String {
     String::from_utf8_lossy(&c.cmd_str(args)).into_owned()
 }
@@ -160,16 +161,6 @@ fn allkeys_lru_at_20mb_under_100mb_of_writes() {
     assert!(evicted >= 70_000, "evicted_keys {evicted}");
     // The data is ~20 MB; RSS must not track the 100 MB written.
     assert!(rss_now < 64 << 20, "RSS {rss_now} not bounded");
-}
-
-/// Runs `check(port, name)` against a fresh redis-server and a fresh engine.
-fn on_both(check: impl Fn(u16, &str)) {
-    let rport = free_port();
-    let _redis = start_redis(rport);
-    check(rport, "redis");
-    let eport = free_port();
-    let _engine = start_engine(eport);
-    check(eport, "recached");
 }
 
 #[test]

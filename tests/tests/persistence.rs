@@ -20,7 +20,6 @@
 mod common;
 
 use common::*;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -204,20 +203,6 @@ fn pid_alive(pid: u32) -> bool {
     // A zombie still answers kill(0); /proc tells them apart.
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     kill(Pid::from_raw(pid as i32), None).is_ok() && !stat.contains(") Z ")
-}
-
-fn pings(port: u16) -> bool {
-    use std::io::Read;
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    if s.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 7];
-    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
 
 fn int_reply(r: &[u8]) -> i64 {

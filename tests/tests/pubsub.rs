@@ -8,24 +8,6 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 
-/// Runs `check(port, name)` against a fresh redis-server and a fresh engine.
-fn on_both(check: impl Fn(u16, &str)) {
-    let rport = free_port();
-    let _redis = start_redis(rport);
-    check(rport, "redis");
-    let eport = free_port();
-    let _engine = start_engine(eport);
-    check(eport, "recached");
-}
-
-fn cmd(c: &mut Resp, args: &[&str]) -> String {
-    escape(&c.cmd_str(args))
-}
-
-fn next(c: &mut Resp) -> String {
-    escape(&c.read_frame())
-}
-
 /// `*n`/`>n` frame of bulk strings, escaped like [`escape`].
 fn frame(head: &str, parts: &[&str]) -> String {
     let mut s = format!("{head}{}\\r\\n", parts.len());
@@ -42,12 +24,6 @@ fn sub_frame(head: &str, kind: &str, name: &str, count: i64) -> String {
         kind.len(),
         name.len()
     )
-}
-
-/// Asserts that nothing more arrives on `c` for a short while.
-fn assert_quiet(c: &mut Resp, who: &str) {
-    let (rest, _) = c.read_until_close(Duration::from_millis(150), Duration::from_millis(300));
-    assert!(rest.is_empty(), "{who}: unexpected {}", escape(&rest));
 }
 
 #[test]

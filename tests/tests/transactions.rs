@@ -10,20 +10,6 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 
-/// Runs `check(port, name)` against a fresh redis-server and a fresh engine.
-fn on_both(check: impl Fn(u16, &str)) {
-    let rport = free_port();
-    let _redis = start_redis(rport);
-    check(rport, "redis");
-    let eport = free_port();
-    let _engine = start_engine(eport);
-    check(eport, "recached");
-}
-
-fn cmd(c: &mut Resp, args: &[&str]) -> String {
-    escape(&c.cmd_str(args))
-}
-
 #[test]
 fn multi_exec_replies_in_order_with_runtime_errors_inline() {
     on_both(|port, who| {

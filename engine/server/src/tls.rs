@@ -27,7 +27,7 @@
 //! the caller's output buffer where its high-water mark and the output limits see them.
 //!
 //! Errors: a bad handshake or record (garbage, wrong version, a failed client certificate)
-//! is a [`TlsError`]; the alert rustls queued is written best effort and the connection is
+//! is a [`TlsRead::Tls`]; the alert rustls queued is written best effort and the connection is
 //! closed. Nothing else on the loop is affected.
 
 use std::io::{self, Read, Write};

@@ -17,6 +17,11 @@
 //! - [`frame_len`]: length of the first complete RESP2/RESP3 frame in a buffer.
 //! - [`Value`], [`parse_value`]: a decoded reply, for tests that check a reply's shape.
 //! - [`redis_cli`]: run the real `redis-cli` and return its stdout.
+//! - [`on_both`], [`cmd`], [`next`], [`send`], [`assert_quiet`]: one check run against
+//!   redis-server and the engine with the same expectations, on [`escape`]d reply text.
+//! - [`pings`], [`free_port_run`], [`free_port_except`], [`run_cmd`] / [`CmdOut`],
+//!   [`kill_recorded_children`]: a liveness probe, ports for a fleet, a bounded external
+//!   command, and a fleet guard's cleanup.
 #![allow(dead_code)]
 
 use std::fs::File;
@@ -555,4 +560,159 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
         "redis-cli {args:?} failed ({status}): {stdout}"
     );
     stdout
+}
+
+// ---- Same-expectations tests: one check against redis-server and the engine ----
+
+/// Runs `check(port, name)` against a fresh redis-server (`name` "redis") and then a fresh
+/// engine (`name` "recached"), so a test's expectations are checked against Redis too.
+/// Each server is killed by its [`Proc`] guard when its check returns or panics.
+pub fn on_both(check: impl Fn(u16, &str)) {
+    let rport = free_port();
+    let _redis = start_redis(rport);
+    check(rport, "redis");
+    let eport = free_port();
+    let _engine = start_engine(eport);
+    check(eport, "recached");
+}
+
+/// Sends one command and returns its reply frame as [`escape`]d text (at most
+/// [`READ_TIMEOUT`] for the reply).
+pub fn cmd(c: &mut Resp, args: &[&str]) -> String {
+    escape(&c.cmd_str(args))
+}
+
+/// The next reply frame on `c` (e.g. of a blocked command or a push), [`escape`]d (at most
+/// [`READ_TIMEOUT`]).
+pub fn next(c: &mut Resp) -> String {
+    escape(&c.read_frame())
+}
+
+/// Sends a command without reading its reply (it blocks, or the reply is read later).
+pub fn send(c: &mut Resp, args: &[&str]) {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    c.send_raw(&Resp::encode(&args));
+}
+
+/// Asserts that nothing more arrives on `c` for a short while (150 ms quiet, 300 ms at most).
+pub fn assert_quiet(c: &mut Resp, who: &str) {
+    let (rest, _) = c.read_until_close(Duration::from_millis(150), Duration::from_millis(300));
+    assert!(rest.is_empty(), "{who}: unexpected {}", escape(&rest));
+}
+
+// ---- Fleets (`recached start`) and external commands ----
+
+/// One PING on a fresh connection (connect within 200 ms, reply within 500 ms): true on
+/// `+PONG`, false on any failure (for polling whether a server is up and serving).
+pub fn pings(port: u16) -> bool {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+/// The first of `n` consecutive ports that were all free a moment ago (each one bound once).
+/// Chosen at random in 15000..32000, below Linux's ephemeral range (32768–60999): a port in
+/// that range can be taken at any moment as the local port of some outgoing connection, and
+/// a fleet needs several ports to stay free between this check and its start. At most 500
+/// tries, then a panic.
+pub fn free_port_run(n: usize) -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    const LOW: u64 = 15_000;
+    const HIGH: u64 = 32_000;
+    for _ in 0..500 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(Instant::now().elapsed().as_nanos());
+        let base = (LOW + h.finish() % (HIGH - LOW - n as u64)) as u16;
+        let all_free = (0..n).all(|i| TcpListener::bind(("127.0.0.1", base + i as u16)).is_ok());
+        if all_free {
+            return base;
+        }
+    }
+    panic!("no run of {n} free ports found");
+}
+
+/// A free port (from [`free_port_run`]) that is not one of `taken`.
+pub fn free_port_except(taken: &[u16]) -> u16 {
+    loop {
+        let p = free_port_run(1);
+        if !taken.contains(&p) {
+            return p;
+        }
+    }
+}
+
+/// What a command run by [`run_cmd`] left: exit status and its whole output.
+pub struct CmdOut {
+    /// Exited with status 0.
+    pub ok: bool,
+    /// The exit code (`None` when killed by a signal).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CmdOut {
+    /// stdout followed by stderr.
+    pub fn text(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+/// Runs `cmd` to completion (stdin null, stdout and stderr captured in temp files), killing it
+/// and panicking if it takes longer than `timeout`.
+pub fn run_cmd(cmd: &mut Command, timeout: Duration) -> CmdOut {
+    let dir = new_temp_dir("cmd");
+    let (o, e) = (dir.join("stdout"), dir.join("stderr"));
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(File::create(&o).unwrap())
+        .stderr(File::create(&e).unwrap())
+        .spawn()
+        .unwrap_or_else(|err| panic!("spawn {cmd:?}: {err}"));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = CmdOut {
+        ok: status.success(),
+        code: status.code(),
+        stdout: std::fs::read_to_string(&o).unwrap_or_default(),
+        stderr: std::fs::read_to_string(&e).unwrap_or_default(),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// SIGKILLs, by PID, every child recorded in a supervisor's state file (`state.toml`: a
+/// `children` array of tables with `pid`). For a fleet guard's Drop: call it only while the
+/// supervisor was still running, since once it is gone the recorded pids may be reused.
+/// A missing or unreadable file kills nothing.
+pub fn kill_recorded_children(state_file: &Path) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    if let Ok(text) = std::fs::read_to_string(state_file)
+        && let Ok(t) = text.parse::<toml::Table>()
+        && let Some(children) = t.get("children").and_then(|c| c.as_array())
+    {
+        for c in children {
+            if let Some(pid) = c.get("pid").and_then(|p| p.as_integer()) {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+        }
+    }
 }

@@ -6,14 +6,16 @@
 #
 # Workloads, in this order (each on the same 100k random keys, -r 100000, 64-byte values, -d 64,
 # 50 clients):
-#   pipelined    -P 16: SET, GET, INCR, MSET (10 keys), then MGET of 10 keys
+#   pipelined    -P 16: SET, GET, INCR, MSET (10 keys), then MGET of 10 keys, then the
+#                       single-key collection tests LPUSH, SADD, HSET, ZADD (one key each, as
+#                       redis-benchmark defines them: members/fields from -r)
 #   unpipelined  -P 1 : the same
 # MGET-10 is `redis-benchmark … mget key:__rand_int__ ×10` (redis-benchmark has no MGET test).
 #
 # Output: CSV on stdout, one header line, then one line per test:
 #   workload,test,rps,avg_latency_ms,min_latency_ms,p50_latency_ms,p95_latency_ms,p99_latency_ms,max_latency_ms
 #   pipelined,SET,350000.00,…
-# Tests are named SET, GET, INCR, MSET, MGET10.
+# Tests are named SET, GET, INCR, MSET, MGET10, LPUSH, SADD, HSET, ZADD.
 #
 # Environment: BENCH_N_PIPELINED (default 1000000 requests per test), BENCH_N_UNPIPELINED
 # (default 200000), BENCH_CLIENTS (default 50). redis-benchmark 7 exits non-zero on an error reply,
@@ -53,5 +55,7 @@ bench() {
 echo "workload,test,rps,avg_latency_ms,min_latency_ms,p50_latency_ms,p95_latency_ms,p99_latency_ms,max_latency_ms"
 bench pipelined -n "$N_PIPELINED" -P 16 -t set,get,incr,mset
 bench pipelined -n "$N_PIPELINED" -P 16 "${mget[@]}"
+bench pipelined -n "$N_PIPELINED" -P 16 -t lpush,sadd,hset,zadd
 bench unpipelined -n "$N_UNPIPELINED" -P 1 -t set,get,incr,mset
 bench unpipelined -n "$N_UNPIPELINED" -P 1 "${mget[@]}"
+bench unpipelined -n "$N_UNPIPELINED" -P 1 -t lpush,sadd,hset,zadd

@@ -55,31 +55,46 @@ REDIS_PLAIN=$((PORT + 3))
     --tls-port "$RC_TLS" --tls-cert-file "$CERTS/server.crt" --tls-key-file "$CERTS/server.key") \
     >"$TMP/recached.log" 2>&1 &
 PIDS+=($!)
+RC_PID=$!
 wait_port "$RC_PLAIN"
 wait_port "$RC_TLS"
 start_redis "$REDIS_TLS" --port 0 --tls-port "$REDIS_TLS" --tls-cert-file "$CERTS/server.crt" \
     --tls-key-file "$CERTS/server.key" --tls-ca-cert-file "$CERTS/ca.crt" --tls-auth-clients no
+REDIS_TLS_PID=${PIDS[-1]}
 start_redis "$REDIS_PLAIN"
+REDIS_PLAIN_PID=${PIDS[-1]}
 
 TLS_ARGS=(--tls --cacert "$CERTS/ca.crt")
-# name port tls?
+# name port tls? pid
 SERVERS=(
-    "recached-plain $RC_PLAIN 0"
-    "recached-tls $RC_TLS 1"
-    "redis-tls $REDIS_TLS 1"
-    "redis-plain $REDIS_PLAIN 0"
+    "recached-plain $RC_PLAIN 0 $RC_PID"
+    "recached-tls $RC_TLS 1 $RC_PID"
+    "redis-tls $REDIS_TLS 1 $REDIS_TLS_PID"
+    "redis-plain $REDIS_PLAIN 0 $REDIS_PLAIN_PID"
 )
 
-# One redis-benchmark run; appends "server pipeline test rps p50 p99" lines to $TMP/raw.
+# CPU time (user + system, clock ticks) a process has used so far.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+
+# One redis-benchmark run per test (SET, GET); appends "server pipeline test rps p50 p99
+# cpu_us_per_request" to $TMP/raw. The server's CPU is read around each test, so the cost
+# per request on the server side is known even when the (single-threaded, OpenSSL) client
+# is the bottleneck.
 bench_one() {
-    local name=$1 port=$2 tls=$3 pipeline=$4 extra=()
+    local name=$1 port=$2 tls=$3 pid=$4 pipeline=$5 extra=() t before after line
     [ "$tls" = 1 ] && extra=("${TLS_ARGS[@]}")
-    gen redis-benchmark -h 127.0.0.1 -p "$port" "${extra[@]}" -t set,get -n "$N" -c "$CLIENTS" \
-        -P "$pipeline" -r 100000 -d 3 --csv 2>/dev/null |
-        awk -F'","' -v s="$name" -v p="$pipeline" 'NR > 1 {
+    for t in set get; do
+        before=$(cpu_ticks "$pid")
+        line=$(gen redis-benchmark -h 127.0.0.1 -p "$port" "${extra[@]}" -t "$t" -n "$N" \
+            -c "$CLIENTS" -P "$pipeline" -r 100000 -d 3 --csv 2>/dev/null | tail -n 1)
+        after=$(cpu_ticks "$pid")
+        # CSV columns: test, rps, avg, min, p50, p95, p99, max
+        echo "$line" | awk -F'","' -v s="$name" -v p="$pipeline" \
+            -v cpu=$(((after - before) * TICK_US)) -v n="$N" '{
             gsub(/"/, "", $1); gsub(/"/, "", $NF);
-            # columns: test, rps, avg, min, p50, p95, p99, max
-            print s, p, $1, $2, $5, $7 }' >>"$TMP/raw"
+            printf "%s %s %s %s %s %s %.2f\n", s, p, $1, $2, $5, $7, cpu / n }' >>"$TMP/raw"
+    done
 }
 
 : >"$TMP/raw"
@@ -107,25 +122,29 @@ get() { # server pipeline test column(4=rps 5=p50 6=p99)
     echo "Run $RUN_ID; redis-benchmark -c $CLIENTS -n $N -r 100000 -d 3, median of $ROUNDS rounds;"
     echo "$CPU_PLACEMENT; TLS 1.3, ECDSA P-256 certificate; rustls (ring) in recached, OpenSSL in redis."
     echo
-    echo "| test | pipeline | server | requests/s | p50 ms | p99 ms |"
-    echo "|---|---|---|---:|---:|---:|"
+    echo "| test | pipeline | server | requests/s | p50 ms | p99 ms | server CPU µs/request |"
+    echo "|---|---|---|---:|---:|---:|---:|"
     for t in SET GET; do
         for p in 1 16; do
             for s in recached-plain recached-tls redis-tls redis-plain; do
-                echo "| $t | $p | $s | $(get $s $p $t 4) | $(get $s $p $t 5) | $(get $s $p $t 6) |"
+                echo "| $t | $p | $s | $(get $s $p $t 4) | $(get $s $p $t 5) | $(get $s $p $t 6) | $(get $s $p $t 7) |"
             done
         done
     done
     echo
-    echo "| test | pipeline | recached TLS / recached plain (target ≥ 0.8) | recached TLS / redis TLS (target ≥ 1.0) |"
-    echo "|---|---|---:|---:|"
+    echo "Throughput ratios (what the client saw), and for reference redis' own TLS/plain ratio:"
+    echo "when it is as low as recached's, the load generator, not the server, is the limit."
+    echo
+    echo "| test | pipeline | recached TLS / recached plain (target ≥ 0.8) | recached TLS / redis TLS (target ≥ 1.0) | redis TLS / redis plain |"
+    echo "|---|---|---:|---:|---:|"
     for t in SET GET; do
         for p in 1 16; do
             tls=$(get recached-tls $p $t 4)
             plain=$(get recached-plain $p $t 4)
             rtls=$(get redis-tls $p $t 4)
-            awk -v t=$t -v p=$p -v a="$tls" -v b="$plain" -v c="$rtls" \
-                'BEGIN { printf "| %s | %s | %.2f | %.2f |\n", t, p, (b > 0 ? a / b : 0), (c > 0 ? a / c : 0) }'
+            rplain=$(get redis-plain $p $t 4)
+            awk -v t=$t -v p=$p -v a="$tls" -v b="$plain" -v c="$rtls" -v d="$rplain" \
+                'BEGIN { printf "| %s | %s | %.2f | %.2f | %.2f |\n", t, p, (b > 0 ? a / b : 0), (c > 0 ? a / c : 0), (d > 0 ? c / d : 0) }'
         done
     done
 } >"$OUT"

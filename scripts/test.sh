@@ -13,7 +13,8 @@
 #    for the browser-replica tests, and the replica module (scripts/build-wasm.sh).
 # 2. Builds the release binary and exports RECACHED_BIN=<abs path> for the tests in tests/.
 # 3. Runs every test of the workspace (`cargo test --workspace`).
-# 4. Checks that the pure crates build for wasm32 (the browser replica runs that code).
+# 4. Runs every fuzz target briefly (scripts/fuzz.sh, ~10 s each; nightly + cargo-fuzz).
+#    Then checks that the pure crates build for wasm32 (the browser replica runs that code).
 # 5. Runs the benchmark scripts' short versions (BENCH_SMOKE=1, about a minute in all).
 #
 # Environment: CARGO_TEST_ARGS (extra args after `cargo test --workspace`, e.g. "-- --nocapture").
@@ -99,6 +100,19 @@ echo "RECACHED_BIN=$RECACHED_BIN"
 step "cargo test --workspace"
 # shellcheck disable=SC2086 # CARGO_TEST_ARGS is split on purpose
 cargo test --workspace ${CARGO_TEST_ARGS:-}
+
+step "fuzz targets, briefly (scripts/fuzz.sh: each target FUZZ_SECONDS, default 10)"
+# Every cargo-fuzz target (engine/resp/fuzz, fuzz/) runs ~10 s: a smoke test that they build
+# and hold their oracles; long runs are `FUZZ_SECONDS=600 scripts/fuzz.sh`. Needs nightly;
+# cargo-fuzz is installed once if missing (~45 s).
+if cargo +nightly --version >/dev/null 2>&1; then
+    if ! cargo fuzz --version >/dev/null 2>&1; then
+        cargo install --locked cargo-fuzz
+    fi
+    FUZZ_SECONDS="${FUZZ_SECONDS:-10}" FUZZ_RESULTS="$ROOT/target/fuzz-results.jsonl" scripts/fuzz.sh
+else
+    echo "skipped: no nightly toolchain (rustup toolchain install nightly)"
+fi
 
 step "wasm32 build of the pure crates"
 cargo build -p engine-core -p resp -p recached-wasm --target wasm32-unknown-unknown

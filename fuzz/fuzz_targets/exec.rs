@@ -31,14 +31,78 @@ const MAX_COMMANDS: usize = 64;
 const KEYS: &[&[u8]] = &[b"k", b"k2", b"{t}a", b"{t}b", b"h", b"s", b"z", b"l"];
 
 const WORDS: &[&[u8]] = &[
-    b"0", b"1", b"-1", b"2", b"10", b"-10", b"100", b"9223372036854775807",
-    b"-9223372036854775808", b"9223372036854775808", b"1.5", b"-0.0", b"inf", b"-inf", b"+inf",
-    b"nan", b"1e308", b"(1", b"[a", b"(a", b"-", b"+", b"", b" ", b"EX", b"PX", b"EXAT",
-    b"PXAT", b"NX", b"XX", b"GT", b"LT", b"CH", b"INCR", b"KEEPTTL", b"GET", b"WITHSCORES",
-    b"WITHSCORE", b"LIMIT", b"BYSCORE", b"BYLEX", b"REV", b"COUNT", b"MATCH", b"TYPE", b"*",
-    b"a*", b"h?", b"[a-z]", b"LEFT", b"RIGHT", b"BEFORE", b"AFTER", b"RANK", b"MAXLEN",
-    b"WEIGHTS", b"AGGREGATE", b"SUM", b"MIN", b"MAX", b"FIELDS", b"IDX", b"LEN", b"MINMATCHLEN",
-    b"ABSTTL", b"REPLACE", b"DB", b"ASYNC", b"SYNC", b"SCHEDULE", b"NOW", b"RESET",
+    b"0",
+    b"1",
+    b"-1",
+    b"2",
+    b"10",
+    b"-10",
+    b"100",
+    b"9223372036854775807",
+    b"-9223372036854775808",
+    b"9223372036854775808",
+    b"1.5",
+    b"-0.0",
+    b"inf",
+    b"-inf",
+    b"+inf",
+    b"nan",
+    b"1e308",
+    b"(1",
+    b"[a",
+    b"(a",
+    b"-",
+    b"+",
+    b"",
+    b" ",
+    b"EX",
+    b"PX",
+    b"EXAT",
+    b"PXAT",
+    b"NX",
+    b"XX",
+    b"GT",
+    b"LT",
+    b"CH",
+    b"INCR",
+    b"KEEPTTL",
+    b"GET",
+    b"WITHSCORES",
+    b"WITHSCORE",
+    b"LIMIT",
+    b"BYSCORE",
+    b"BYLEX",
+    b"REV",
+    b"COUNT",
+    b"MATCH",
+    b"TYPE",
+    b"*",
+    b"a*",
+    b"h?",
+    b"[a-z]",
+    b"LEFT",
+    b"RIGHT",
+    b"BEFORE",
+    b"AFTER",
+    b"RANK",
+    b"MAXLEN",
+    b"WEIGHTS",
+    b"AGGREGATE",
+    b"SUM",
+    b"MIN",
+    b"MAX",
+    b"FIELDS",
+    b"IDX",
+    b"LEN",
+    b"MINMATCHLEN",
+    b"ABSTTL",
+    b"REPLACE",
+    b"DB",
+    b"ASYNC",
+    b"SYNC",
+    b"SCHEDULE",
+    b"NOW",
+    b"RESET",
 ];
 
 /// Count arguments that size a reply (Redis answers |count| elements).
@@ -81,8 +145,14 @@ fn check_frames(out: &[u8], what: &str) {
     while !rest.is_empty() {
         match resp::reply::frame_len(rest) {
             Ok(Some(n)) => rest = &rest[n..],
-            Ok(None) => panic!("{what}: incomplete reply frame: {:?}", String::from_utf8_lossy(out)),
-            Err(e) => panic!("{what}: malformed reply ({e}): {:?}", String::from_utf8_lossy(out)),
+            Ok(None) => panic!(
+                "{what}: incomplete reply frame: {:?}",
+                String::from_utf8_lossy(out)
+            ),
+            Err(e) => panic!(
+                "{what}: malformed reply ({e}): {:?}",
+                String::from_utf8_lossy(out)
+            ),
         }
     }
 }
@@ -127,8 +197,14 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut engine = Engine::new(config);
     let mut clients = [
-        Client { id: 1, ..Client::default() },
-        Client { id: 2, ..Client::default() },
+        Client {
+            id: 1,
+            ..Client::default()
+        },
+        Client {
+            id: 2,
+            ..Client::default()
+        },
     ];
     let mut now_us: u64 = 1_700_000_000_000_000;
     let mut out = Vec::new();
@@ -179,7 +255,11 @@ fuzz_target!(|data: &[u8]| {
         out.clear();
         let flow = engine.exec(&mut clients[who], &refs, now_us, &mut out);
         if flow == Flow::Block {
-            assert!(out.is_empty(), "{}: a blocked command wrote a reply", spec.name);
+            assert!(
+                out.is_empty(),
+                "{}: a blocked command wrote a reply",
+                spec.name
+            );
             blocked[who] = true;
         } else {
             check_frames(&out, spec.name);

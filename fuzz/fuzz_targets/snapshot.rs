@@ -61,7 +61,8 @@ fuzz_target!(|data: &[u8]| {
     let mut again = Vec::new();
     snapshot::write(&e, NOW_MS, &mut again).expect("write to a Vec");
     let mut e2 = engine();
-    let stats2 = snapshot::load(&mut e2, NOW_MS, again.as_slice()).expect("reload what was written");
+    let stats2 =
+        snapshot::load(&mut e2, NOW_MS, again.as_slice()).expect("reload what was written");
     assert_eq!(stats2.keys, stats.keys);
     assert_eq!(e2.dbsize(), e.dbsize());
 });

@@ -46,7 +46,10 @@ impl Input<'_> {
 /// complete multibulk request).
 fn parse_request(req: &[u8]) -> Vec<Vec<u8>> {
     let mut p = RequestParser::new(Limits::default());
-    let n = p.parse(req).expect("part is valid RESP").expect("part is complete");
+    let n = p
+        .parse(req)
+        .expect("part is valid RESP")
+        .expect("part is complete");
     assert_eq!(n, req.len(), "part has trailing bytes");
     (0..p.argc()).map(|i| p.arg(req, i).to_vec()).collect()
 }
@@ -97,7 +100,10 @@ fn reply(input: &mut Input<'_>, merge: &Merge, args: usize) -> (Vec<u8>, bool) {
 fn check_one_frame(out: &[u8]) {
     match resp::reply::frame_len(out) {
         Ok(Some(n)) => assert_eq!(n, out.len(), "merge wrote more than one frame: {out:?}"),
-        other => panic!("merge wrote a bad frame ({other:?}): {:?}", String::from_utf8_lossy(out)),
+        other => panic!(
+            "merge wrote a bad frame ({other:?}): {:?}",
+            String::from_utf8_lossy(out)
+        ),
     }
 }
 
@@ -106,7 +112,14 @@ fuzz_target!(|data: &[u8]| {
     let n = 1 + input.byte() as usize % 4;
     let spec = command::spec_at(input.byte() as usize % command::count());
     let argc = input.byte() as usize % 16;
-    let mut argv: Vec<Vec<u8>> = vec![spec.name.split('|').next().unwrap_or("").as_bytes().to_vec()];
+    let mut argv: Vec<Vec<u8>> = vec![
+        spec.name
+            .split('|')
+            .next()
+            .unwrap_or("")
+            .as_bytes()
+            .to_vec(),
+    ];
     if let Some(sub) = spec.name.split('|').nth(1) {
         argv.push(sub.as_bytes().to_vec());
     }
@@ -116,7 +129,10 @@ fuzz_target!(|data: &[u8]| {
     }
     let refs: Vec<&[u8]> = argv.iter().map(|a| a.as_slice()).collect();
 
-    let mut fleet = Fleet::new((0..n).map(|i| format!("127.0.0.1:{}", 7000 + i)).collect(), 6380);
+    let mut fleet = Fleet::new(
+        (0..n).map(|i| format!("127.0.0.1:{}", 7000 + i)).collect(),
+        6380,
+    );
     fleet.up = (0..n).map(|i| input.byte() & 7 != 0 || i == 0).collect();
     let mut session = Session::default();
     let plan = route::plan(&refs[..], &mut session, &mut fleet);
@@ -127,7 +143,10 @@ fuzz_target!(|data: &[u8]| {
             for p in &parts {
                 assert!(p.instance < n, "part for instance {} of {n}", p.instance);
                 let args = parse_request(&p.request);
-                assert!(args[0].eq_ignore_ascii_case(&argv[0]), "part lost the command name");
+                assert!(
+                    args[0].eq_ignore_ascii_case(&argv[0]),
+                    "part lost the command name"
+                );
                 carried.extend(args.into_iter().skip(1));
             }
             let mut want: Vec<Vec<u8>> = argv[1..].to_vec();
@@ -149,7 +168,10 @@ fuzz_target!(|data: &[u8]| {
             (vec![req; n], merge)
         }
         Plan::Rewrite {
-            instance, request, merge, ..
+            instance,
+            request,
+            merge,
+            ..
         } => {
             assert!(instance < n);
             parse_request(&request);

@@ -53,11 +53,11 @@ use resp::{Limits, RequestParser};
 
 use crate::auth::Gate;
 use crate::backend::{Backend, CONNECT_TIMEOUT, Link};
+use crate::client::Input;
 use crate::client::{Client, Replies, Waiter};
 use crate::dedicated::{self, Dedicated, Incoming, Lane};
 use crate::pubsub::{self, Kind};
 use crate::route::{self, Args, Fleet, Plan, Session};
-use crate::client::Input;
 use crate::split::Merge;
 use crate::tls::{ProxyLimits, TlsConn};
 use crate::tx::{self, Step};
@@ -525,7 +525,11 @@ impl Proxy {
                 log::debug!(
                     "client {}: closed ({})",
                     c.id,
-                    if idle { "timeout" } else { "output buffer limit" }
+                    if idle {
+                        "timeout"
+                    } else {
+                        "output buffer limit"
+                    }
                 );
                 self.to_close.push(token);
             }

@@ -127,8 +127,7 @@ pub fn run_until(opts: ProxyOptions, shutdown: Arc<AtomicBool>) -> io::Result<()
         .iter()
         .map(|b| Ok((b.clone(), resolve(b)?)))
         .collect::<io::Result<Vec<_>>>()?;
-    let mut proxy =
-        event_loop::Proxy::new(listen, tls, backends, opts.limits.clone(), shutdown)?;
+    let mut proxy = event_loop::Proxy::new(listen, tls, backends, opts.limits.clone(), shutdown)?;
     proxy.set_auth(&opts.auth)?;
     if let Some(addr) = proxy.tls_addr() {
         log::info!("proxy: TLS listening on {addr}");

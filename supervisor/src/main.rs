@@ -298,6 +298,9 @@ fn run_proxy(
     let tls = tls_limits::tls_options(&file, &tls, file.tls.proxy_port)
         .map_err(|e| format!("proxy: {e}"))?;
     let limits = tls_limits::proxy_limits(&file, &limits).map_err(|e| format!("proxy: {e}"))?;
+    // The same allocator settings as the engines (freed memory returned at once): a client
+    // closed at its output limit gives its buffers back to the OS, not just to the allocator.
+    recached_server::alloc::configure();
     let backends: Vec<String> = backends
         .into_iter()
         .map(|b| b.trim().to_string())

@@ -264,8 +264,7 @@ pub fn proxy_limits(
         maxclients: usize::try_from(l.maxclients).unwrap_or(usize::MAX),
         client_query_buffer_limit: usize::try_from(l.client_query_buffer_limit.0)
             .unwrap_or(usize::MAX),
-        proto_max_bulk_len: usize::try_from(file.engine.proto_max_bulk_len.0)
-            .unwrap_or(usize::MAX),
+        proto_max_bulk_len: usize::try_from(file.engine.proto_max_bulk_len.0).unwrap_or(usize::MAX),
         client_output_buffer_limit: l.output_limits()?,
         timeout: l.timeout,
     })
@@ -308,6 +307,28 @@ mod tests {
     }
 
     #[test]
+    fn output_limit_hard_and_soft_semantics() {
+        use engine_core::cmd::server::OutputLimit;
+        let l = OutputLimit {
+            hard: 100,
+            soft: 10,
+            soft_seconds: 2,
+        };
+        let mut since = None;
+        assert!(!l.exceeded(5, &mut since, 0));
+        assert!(l.exceeded(100, &mut since, 0), "hard limit closes at once");
+        // Over soft: closed only after 2 s in a row over it.
+        assert!(!l.exceeded(50, &mut since, 1_000_000));
+        assert!(!l.exceeded(50, &mut since, 2_500_000));
+        assert!(l.exceeded(50, &mut since, 3_000_000));
+        // Dropping below soft resets the clock.
+        assert!(!l.exceeded(5, &mut since, 3_100_000));
+        assert_eq!(since, None);
+        assert!(!l.exceeded(50, &mut since, 4_000_000));
+        assert!(!OutputLimit::NONE.exceeded(u64::MAX, &mut None, 0));
+    }
+
+    #[test]
     fn bad_limits_and_tls_are_refused() {
         for bad in [
             "[limits]\nmaxclients = 0\n",
@@ -319,8 +340,8 @@ mod tests {
         ] {
             assert!(validate(&parse(bad).unwrap()).is_err(), "{bad}");
         }
-        let c = parse("[tls]\ncert_file = \"a\"\nkey_file = \"b\"\nengine_port_base = 7400\n")
-            .unwrap();
+        let c =
+            parse("[tls]\ncert_file = \"a\"\nkey_file = \"b\"\nengine_port_base = 7400\n").unwrap();
         validate(&c).unwrap();
         assert_eq!(engine_tls_port(&c, 2), Some(7402));
         let o = tls_options(&c, &TlsArgs::default(), 7400).unwrap();

@@ -24,10 +24,16 @@ use tls_support::*;
 /// `recached server --port plain --tls-port tls <cert args> extra…`, waited for on `tls`.
 fn start_tls_engine(certs: &Certs, plain: u16, tls: u16, extra: &[&str]) -> Proc {
     let mut cmd = Command::new(recached_bin());
-    cmd.args(["server", "--bind", "127.0.0.1", "--port", &plain.to_string()])
-        .args(["--tls-port", &tls.to_string()])
-        .args(certs.server_args())
-        .args(extra);
+    cmd.args([
+        "server",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        &plain.to_string(),
+    ])
+    .args(["--tls-port", &tls.to_string()])
+    .args(certs.server_args())
+    .args(extra);
     let mut p = Proc::spawn(&format!("tls-engine-{tls}"), cmd);
     p.wait_port(tls, START_TIMEOUT);
     p
@@ -46,7 +52,10 @@ fn garbage_is_closed(port: u16, bytes: &[u8]) {
             // A TLS alert may come first.
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
-            Err(e) => panic!("garbage on the TLS port: no close after {:?} ({e})", start.elapsed()),
+            Err(e) => panic!(
+                "garbage on the TLS port: no close after {:?} ({e})",
+                start.elapsed()
+            ),
         }
         assert!(start.elapsed() < Duration::from_secs(5), "no close");
     }
@@ -60,7 +69,12 @@ fn engine_serves_tls_beside_plain_with_redis_cli() {
     engine.wait_port(plain, START_TIMEOUT);
     let cli = certs.cli_args(false);
     let out = tls_cli(tls, &cli, &["SET", "greeting", "over tls"]);
-    assert!(out.ok && out.stdout.trim() == "OK", "{} {}", out.stdout, out.stderr);
+    assert!(
+        out.ok && out.stdout.trim() == "OK",
+        "{} {}",
+        out.stdout,
+        out.stderr
+    );
     // The same keyspace on both ports.
     assert_eq!(redis_cli(plain, &["GET", "greeting"]).trim(), "over tls");
     redis_cli(plain, &["SET", "plain", "1"]);
@@ -118,7 +132,11 @@ fn client_certificates_required_or_optional() {
     let (plain, tls) = (free_port(), free_port());
     let _required = start_tls_engine(&certs, plain, tls, &["--tls-auth-clients", "yes"]);
     let out = tls_cli(tls, &certs.cli_args(false), &["PING"]);
-    assert!(!out.stdout.contains("PONG"), "no client cert accepted: {}", out.stdout);
+    assert!(
+        !out.stdout.contains("PONG"),
+        "no client cert accepted: {}",
+        out.stdout
+    );
     let out = tls_cli(tls, &certs.cli_args(true), &["PING"]);
     assert_eq!(out.stdout.trim(), "PONG", "{}", out.stderr);
 
@@ -126,7 +144,12 @@ fn client_certificates_required_or_optional() {
     let _optional = start_tls_engine(&certs, plain2, tls2, &["--tls-auth-clients", "optional"]);
     for with_cert in [false, true] {
         let out = tls_cli(tls2, &certs.cli_args(with_cert), &["PING"]);
-        assert_eq!(out.stdout.trim(), "PONG", "cert={with_cert}: {}", out.stderr);
+        assert_eq!(
+            out.stdout.trim(),
+            "PONG",
+            "cert={with_cert}: {}",
+            out.stderr
+        );
     }
     // A client certificate from another CA is refused even when optional.
     let other = Certs::generate("mtls-other");
@@ -189,7 +212,12 @@ fn redis_py_over_tls() {
     let (plain, tls) = (free_port(), free_port());
     let _engine = start_tls_engine(&certs, plain, tls, &[]);
     let out = redis_py(tls, &certs.ca);
-    assert!(out.ok && out.stdout.contains("ok"), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.ok && out.stdout.contains("ok"),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
     assert_eq!(redis_cli(plain, &["STRLEN", "big"]).trim(), "3145728");
 }
 
@@ -210,11 +238,19 @@ fn proxy_serves_tls() {
     let out = tls_cli(tls, &cli, &["MSET", "a", "1", "b", "2", "c", "3", "d", "4"]);
     assert_eq!(out.stdout.trim(), "OK", "{}", out.stderr);
     let out = tls_cli(tls, &cli, &["MGET", "a", "b", "c", "d"]);
-    assert_eq!(out.stdout.split_whitespace().collect::<Vec<_>>(), ["1", "2", "3", "4"]);
+    assert_eq!(
+        out.stdout.split_whitespace().collect::<Vec<_>>(),
+        ["1", "2", "3", "4"]
+    );
     garbage_is_closed(tls, b"\x16\x03\x01\x00\x05garbage-garbage");
     assert_eq!(redis_cli(plain, &["GET", "c"]).trim(), "3");
     let out = redis_py(tls, &certs.ca);
-    assert!(out.ok && out.stdout.contains("ok"), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.ok && out.stdout.contains("ok"),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
 }
 
 /// A port `p` with `p..p+n` free at this moment (held together while checked). Taken below
@@ -226,7 +262,9 @@ fn free_block(n: u16) -> u16 {
         .map_or(0, |d| d.subsec_nanos() as u64);
     x ^= nanos;
     for _ in 0..200 {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let p = 20_000 + (x >> 33) as u16 % 12_000;
         let held: Vec<_> = (p..p + n)
             .map_while(|q| std::net::TcpListener::bind(("127.0.0.1", q)).ok())
@@ -266,13 +304,18 @@ fn fleet_tls_section_opens_tls_ports() {
         sup.wait_port(port, START_TIMEOUT);
     }
     let cli = certs.cli_args(false);
-    assert_eq!(tls_cli(tls_proxy, &cli, &["SET", "x", "y"]).stdout.trim(), "OK");
+    assert_eq!(
+        tls_cli(tls_proxy, &cli, &["SET", "x", "y"]).stdout.trim(),
+        "OK"
+    );
     assert_eq!(redis_cli(proxy, &["GET", "x"]).trim(), "y");
     for port in [tls_base, tls_base + 1] {
         assert_eq!(tls_cli(port, &cli, &["PING"]).stdout.trim(), "PONG");
     }
     let _ = run(
-        Command::new(recached_bin()).args(["stop", "--config"]).arg(&config),
+        Command::new(recached_bin())
+            .args(["stop", "--config"])
+            .arg(&config),
         Duration::from_secs(20),
     );
 }

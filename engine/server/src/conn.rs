@@ -40,8 +40,7 @@ use mio::net::TcpStream;
 use resp::{Limits, ReplyWriter, RequestParser};
 
 use crate::budget::{
-    BUF_SHRINK_ABOVE, COMPACT_MAX, IDLE_BUF_FREE_US, OUTPUT_HIGH_WATER, READ_CHUNK,
-    READ_MIN_SPACE,
+    BUF_SHRINK_ABOVE, COMPACT_MAX, IDLE_BUF_FREE_US, OUTPUT_HIGH_WATER, READ_CHUNK, READ_MIN_SPACE,
 };
 use crate::tls::{PlainSink, TlsConn, TlsRead};
 

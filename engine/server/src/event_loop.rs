@@ -614,13 +614,17 @@ impl EventLoop {
 }
 
 /// The `client-output-buffer-limit` class of a connection: pub/sub for a subscribed client
-/// (Redis `getClientType`), normal otherwise. Keychange feed connections are bounded by
-/// `feed-buffer-limit` instead, which resyncs rather than closes, so they fall under
-/// normal (no limit by default).
+/// (Redis `getClientType`), normal otherwise. Keychange feed connections (the fan-out's
+/// links, like Redis's replica links) are bounded by `feed-buffer-limit` instead, which
+/// resyncs rather than closes, so no class applies to them.
 fn output_class(engine: &Engine, conn: &Conn) -> engine_core::cmd::server::OutputLimit {
     let limits = &engine.config.client_output_buffer_limit;
     if conn.client.subs.count() > 0 {
         limits.pubsub
+    } else if limits.normal == engine_core::cmd::server::OutputLimit::NONE
+        || engine.is_feed_subscriber(conn.client.id)
+    {
+        engine_core::cmd::server::OutputLimit::NONE
     } else {
         limits.normal
     }

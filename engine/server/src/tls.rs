@@ -239,9 +239,7 @@ impl TlsConn {
 
     /// Whether the client presented a verified certificate.
     pub fn has_client_cert(&self) -> bool {
-        self.conn
-            .peer_certificates()
-            .is_some_and(|c| !c.is_empty())
+        self.conn.peer_certificates().is_some_and(|c| !c.is_empty())
     }
 
     /// One socket read into `scratch`, decrypted into `sink`. See the module docs.
@@ -379,7 +377,10 @@ mod tests {
     fn auth_clients_parses_redis_words() {
         assert_eq!(AuthClients::parse("YES"), Some(AuthClients::Yes));
         assert_eq!(AuthClients::parse("no"), Some(AuthClients::No));
-        assert_eq!(AuthClients::parse(" optional "), Some(AuthClients::Optional));
+        assert_eq!(
+            AuthClients::parse(" optional "),
+            Some(AuthClients::Optional)
+        );
         assert_eq!(AuthClients::parse("maybe"), None);
     }
 

@@ -45,19 +45,32 @@ fn openssl(dir: &Path, args: &[&str]) {
 impl Certs {
     /// Generates the CA, server and client certificates (about 0.1 s).
     pub fn generate(name: &str) -> Certs {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "certs-{name}-{}",
-            std::process::id()
-        ));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("certs-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
         let mut ca = vec!["req", "-x509"];
         ca.extend(ec);
         ca.extend([
-            "-keyout", "ca.key", "-out", "ca.crt", "-days", "1", "-subj",
-            "/CN=recached-test-ca", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=recached-test-ca",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
         ]);
         openssl(&dir, &ca);
         for (who, eku) in [("server", "serverAuth"), ("client", "clientAuth")] {
@@ -80,8 +93,21 @@ impl Certs {
             openssl(
                 &dir,
                 &[
-                    "x509", "-req", "-in", &csr, "-CA", "ca.crt", "-CAkey", "ca.key",
-                    "-CAcreateserial", "-out", &crt, "-days", "1", "-extfile", &ext,
+                    "x509",
+                    "-req",
+                    "-in",
+                    &csr,
+                    "-CA",
+                    "ca.crt",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-out",
+                    &crt,
+                    "-days",
+                    "1",
+                    "-extfile",
+                    &ext,
                 ],
             );
         }

@@ -560,7 +560,7 @@ impl OutputLimits {
             .split(|b| *b == b' ')
             .filter(|w| !w.is_empty())
             .collect();
-        if words.len() % 4 != 0 {
+        if !words.len().is_multiple_of(4) {
             return Err("Wrong number of arguments in buffer limit configuration.");
         }
         let mut next = *self;

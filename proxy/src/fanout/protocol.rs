@@ -175,10 +175,18 @@ fn decode_bytes(v: &Value) -> Option<Vec<u8>> {
 /// Drops one trailing `*`, then removes duplicates and prefixes covered by a shorter one
 /// (`["a:", "a:b", ""]` → `[""]`). The result is sorted.
 pub fn normalize(prefixes: &[Vec<u8>]) -> Vec<Vec<u8>> {
-    let mut v: Vec<Vec<u8>> = prefixes
-        .iter()
-        .map(|p| p.strip_suffix(b"*").unwrap_or(p).to_vec())
-        .collect();
+    minimize(
+        prefixes
+            .iter()
+            .map(|p| p.strip_suffix(b"*").unwrap_or(p).to_vec())
+            .collect(),
+    )
+}
+
+/// Sorts, dedups and drops every prefix another one already covers. Unlike [`normalize`] it
+/// strips nothing: it is applied to prefixes that are already normalized, where a trailing `*`
+/// is a literal byte of the prefix.
+fn minimize(mut v: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     v.sort();
     v.dedup();
     let mut out: Vec<Vec<u8>> = Vec::with_capacity(v.len());
@@ -204,7 +212,9 @@ pub fn intersect(requested: &[Vec<u8>], allowed: &[Vec<u8>]) -> Vec<Vec<u8>> {
             }
         }
     }
-    normalize(&out)
+    // Not `normalize`: stripping a `*` a second time would widen the result beyond what
+    // `allowed` grants (a token for `a**`, i.e. keys starting with `a*`, would get `a`).
+    minimize(out)
 }
 
 /// Whether `key` is selected by one of `prefixes`.
@@ -424,6 +434,25 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    /// Found by the `fanout` fuzz target: the intersection was normalized twice, so a token
+    /// for the prefix `a*` (written `a**`) was widened to every key starting with `a`.
+    #[test]
+    fn intersect_never_widens_the_allowed_prefix() {
+        let p = |s: &str| s.as_bytes().to_vec();
+        let got = intersect(&[p("")], &[p("a**")]);
+        assert_eq!(got, vec![p("a*")]);
+        assert!(!matches(&got, b"ab"));
+        assert!(matches(&got, b"a*b"));
+        for requested in ["", "*", "a", "a*", "a**", "a***"] {
+            for key in [&b"ab"[..], b"a", b"b"] {
+                assert!(
+                    !matches(&intersect(&[p(requested)], &[p("a**")]), key),
+                    "{requested:?} reached {key:?}"
+                );
+            }
+        }
+    }
+
     use super::*;
 
     fn v(items: &[&str]) -> Vec<Vec<u8>> {

@@ -69,7 +69,10 @@ pub enum Merge {
     Scan { instance: usize, instances: usize },
     /// INFO: `header` (the proxy's own sections) then a `# Keyspace` section with the
     /// instances' `db0` keys and expires added up. Errors count as unavailable instances.
-    Info { header: Vec<u8>, proxy_section: bool },
+    Info {
+        header: Vec<u8>,
+        proxy_section: bool,
+    },
 }
 
 /// Groups the keys of a multi-key request by instance.

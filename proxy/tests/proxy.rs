@@ -220,7 +220,10 @@ fn fan_out_dbsize_keys_flushall_and_scan_sees_every_key_once() {
     let info = text(&c.cmd(&["INFO", "memory", "keyspace"]));
     assert!(info.contains("# Memory\r\nused_memory:"), "{info}");
     assert!(info.contains("db0:keys=300,"), "{info}");
-    assert!(!info.contains("# Server") && !info.contains("# Proxy"), "{info}");
+    assert!(
+        !info.contains("# Server") && !info.contains("# Proxy"),
+        "{info}"
+    );
     let info = text(&c.cmd(&["INFO", "PROXY"]));
     assert!(info.contains("instances_answering:2"), "{info}");
     assert!(!info.contains("# Keyspace\r\ndb0"), "{info}");

@@ -33,8 +33,8 @@ mod auth;
 mod config;
 mod fanout;
 mod fleet;
-mod metrics;
 mod health;
+mod metrics;
 mod status;
 mod tls_limits;
 

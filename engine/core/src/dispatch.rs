@@ -310,7 +310,13 @@ pub fn exec(
             && e.feed.is_subscriber(client.id)
         {
             e.stats.rejected_calls += 1;
-            reject(e, client, spec, &crate::feed::feed_mode_error(spec.name), out);
+            reject(
+                e,
+                client,
+                spec,
+                &crate::feed::feed_mode_error(spec.name),
+                out,
+            );
             return Flow::Continue;
         }
         if client.tx.in_multi() && !tx::runs_inside_multi(spec.name) {

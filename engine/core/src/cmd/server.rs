@@ -259,7 +259,10 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("repl_backlog_active", &0);
             }
             "cluster" => {
-                line("cluster_enabled", &u8::from(crate::cmd::cluster::enabled(e)));
+                line(
+                    "cluster_enabled",
+                    &u8::from(crate::cmd::cluster::enabled(e)),
+                );
             }
             "keyspace" if !e.ks.is_empty() => {
                 let avg = e.ks.avg_ttl_ms(now_ms, 100);
@@ -446,7 +449,14 @@ const PARAMS: &[Param] = &[
     },
     Param {
         name: "cluster-enabled",
-        get: |e| if crate::cmd::cluster::enabled(e) { "yes" } else { "no" }.into(),
+        get: |e| {
+            if crate::cmd::cluster::enabled(e) {
+                "yes"
+            } else {
+                "no"
+            }
+            .into()
+        },
         set: None,
     },
     // The default user's password (applied by `acl::apply_config` once the whole CONFIG SET
@@ -461,7 +471,14 @@ const PARAMS: &[Param] = &[
     },
     Param {
         name: "protected-mode",
-        get: |e| if e.config.acl.protected_mode { "yes" } else { "no" }.into(),
+        get: |e| {
+            if e.config.acl.protected_mode {
+                "yes"
+            } else {
+                "no"
+            }
+            .into()
+        },
         set: Some(|e, v| {
             e.config.acl.protected_mode = match () {
                 _ if args::is(v, "yes") => true,
@@ -556,10 +573,7 @@ impl OutputLimits {
     /// or `pubsub`, sizes with memory units); all or nothing, with Redis's error texts
     /// (`config.c` `updateClientOutputBufferLimit`). An empty value changes nothing.
     pub fn apply(&mut self, v: &[u8]) -> Result<(), &'static str> {
-        let words: Vec<&[u8]> = v
-            .split(|b| *b == b' ')
-            .filter(|w| !w.is_empty())
-            .collect();
+        let words: Vec<&[u8]> = v.split(|b| *b == b' ').filter(|w| !w.is_empty()).collect();
         if !words.len().is_multiple_of(4) {
             return Err("Wrong number of arguments in buffer limit configuration.");
         }
@@ -571,12 +585,11 @@ impl OutputLimits {
                 b"pubsub" => &mut next.pubsub,
                 _ => return Err("Invalid client class specified in buffer limit configuration."),
             };
-            const BAD: &str = "Error in hard, soft or soft_seconds setting in buffer limit configuration.";
+            const BAD: &str =
+                "Error in hard, soft or soft_seconds setting in buffer limit configuration.";
             let hard = parse_memory(group[1]).ok_or(BAD)?;
             let soft = parse_memory(group[2]).ok_or(BAD)?;
-            let soft_seconds = args::parse_i64(group[3])
-                .filter(|n| *n >= 0)
-                .ok_or(BAD)? as u64;
+            let soft_seconds = args::parse_i64(group[3]).filter(|n| *n >= 0).ok_or(BAD)? as u64;
             *class = OutputLimit {
                 hard,
                 soft,

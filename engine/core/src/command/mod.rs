@@ -128,7 +128,11 @@ mod tests {
         assert!(COMMANDS.windows(2).all(|w| w[0].name < w[1].name));
         assert!(EXTRA.windows(2).all(|w| w[0].name < w[1].name));
         for c in EXTRA {
-            assert!(COMMANDS.iter().all(|r| r.name != c.name), "{} twice", c.name);
+            assert!(
+                COMMANDS.iter().all(|r| r.name != c.name),
+                "{} twice",
+                c.name
+            );
         }
         assert_eq!(all().count(), count());
         for c in all() {

@@ -95,6 +95,9 @@ pub struct Effect {
     /// The `keychange` (or `flush`) frame for browsers that see every key of it, built on
     /// first use.
     frame: OnceCell<tungstenite::Utf8Bytes>,
+    /// `frame` as a WebSocket text frame ([`protocol::text_frame`]), built on first use and
+    /// copied into every browser that sees the whole effect.
+    wire: OnceCell<Vec<u8>>,
 }
 
 impl Effect {
@@ -105,11 +108,18 @@ impl Effect {
             args,
             scope,
             frame: OnceCell::new(),
+            wire: OnceCell::new(),
         }
     }
 
     pub fn bytes(&self) -> usize {
         self.args.iter().map(|a| a.len() + 16).sum()
+    }
+
+    /// [`Effect::frame`] framed for the socket, encoded once per effect.
+    pub fn wire(&self, instance: usize) -> &[u8] {
+        self.wire
+            .get_or_init(|| protocol::text_frame(self.frame(instance).as_bytes()))
     }
 
     /// The wire frame for a browser that sees all of it, encoded once per effect.

@@ -183,16 +183,58 @@ pub fn resp_replies(buf: &[u8], info: &str) -> (usize, Vec<u8>) {
 }
 
 /// A stream that first yields bytes already read from it (the request head we parsed), then
-/// reads on; writes go straight through. tungstenite reads the upgrade request from it.
+/// reads on. tungstenite reads the upgrade request from it. Writes: bytes handed over with
+/// [`Replay::send_raw`] (already framed keychanges) go out first; until they are all on the
+/// socket, `write` answers `WouldBlock`, so tungstenite's own frames (pings, pongs, close)
+/// never land inside a raw frame.
 pub struct Replay<S> {
     pre: Vec<u8>,
     at: usize,
+    raw: Vec<u8>,
+    raw_sent: usize,
     pub inner: S,
 }
 
 impl<S> Replay<S> {
     pub fn new(pre: Vec<u8>, inner: S) -> Self {
-        Replay { pre, at: 0, inner }
+        Replay {
+            pre,
+            at: 0,
+            raw: Vec::new(),
+            raw_sent: 0,
+            inner,
+        }
+    }
+
+    /// Whether raw bytes are still waiting for the socket.
+    pub fn raw_pending(&self) -> bool {
+        self.raw_sent < self.raw.len()
+    }
+}
+
+impl<S: Write> Replay<S> {
+    /// Takes `bytes` (whole WebSocket frames; call only when tungstenite has nothing
+    /// buffered and `raw_pending` is false) and writes as much as the socket takes.
+    pub fn send_raw(&mut self, bytes: Vec<u8>) -> io::Result<()> {
+        debug_assert!(!self.raw_pending());
+        self.raw = bytes;
+        self.raw_sent = 0;
+        self.write_raw()
+    }
+
+    /// Writes pending raw bytes; `WouldBlock` if some remain.
+    fn write_raw(&mut self) -> io::Result<()> {
+        while self.raw_sent < self.raw.len() {
+            match self.inner.write(&self.raw[self.raw_sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.raw_sent += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.raw = Vec::new();
+        self.raw_sent = 0;
+        Ok(())
     }
 }
 
@@ -214,9 +256,11 @@ impl<S: Read> Read for Replay<S> {
 
 impl<S: Write> Write for Replay<S> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_raw()?;
         self.inner.write(buf)
     }
     fn flush(&mut self) -> io::Result<()> {
+        self.write_raw()?;
         self.inner.flush()
     }
 }

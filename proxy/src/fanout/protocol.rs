@@ -546,3 +546,47 @@ mod tests {
         );
     }
 }
+
+/// `payload` as one unmasked, final WebSocket text frame (RFC 6455 §5.2: a server never
+/// masks). Built once per effect and copied into every browser that sees it.
+pub fn text_frame(payload: &[u8]) -> Vec<u8> {
+    let n = payload.len();
+    let mut out = Vec::with_capacity(n + 10);
+    out.push(0x81); // FIN, opcode 1 (text)
+    if n < 126 {
+        out.push(n as u8);
+    } else if n <= u16::MAX as usize {
+        out.push(126);
+        out.extend_from_slice(&(n as u16).to_be_bytes());
+    } else {
+        out.push(127);
+        out.extend_from_slice(&(n as u64).to_be_bytes());
+    }
+    out.extend_from_slice(payload);
+    out
+}
+
+#[cfg(test)]
+mod frame_tests {
+    use super::text_frame;
+
+    /// RFC 6455 §5.2 length forms, checked against tungstenite's own encoder.
+    #[test]
+    fn text_frames_match_tungstenite() {
+        for n in [0usize, 1, 125, 126, 127, 65535, 65536, 70000] {
+            let payload = "k".repeat(n);
+            let ours = text_frame(payload.as_bytes());
+            let mut theirs = Vec::new();
+            tungstenite::protocol::frame::Frame::message(
+                payload.clone().into_bytes(),
+                tungstenite::protocol::frame::coding::OpCode::Data(
+                    tungstenite::protocol::frame::coding::Data::Text,
+                ),
+                true,
+            )
+            .format(&mut theirs)
+            .unwrap();
+            assert_eq!(ours, theirs, "payload of {n} bytes");
+        }
+    }
+}

@@ -29,7 +29,9 @@
 //! [`FanoutOptions::snapshot_bytes`]. Exceeding the first drops the queued keychanges and
 //! snapshot data and resyncs every instance of that browser (it alone); exceeding the second
 //! closes it. The queue is moved into tungstenite only while the socket takes it, so
-//! tungstenite's own buffer stays around one write buffer.
+//! tungstenite's own buffer stays around one write buffer. Keychanges and heartbeats skip
+//! tungstenite: each effect is framed once ([`super::feed::Effect::wire`]) and its bytes
+//! appended to the browser's pending batch, written whole at the end of the iteration.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -98,8 +100,17 @@ enum Kind {
 }
 
 struct Out {
-    frame: Utf8Bytes,
+    body: Body,
     kind: Kind,
+}
+
+enum Body {
+    /// One message, written through tungstenite.
+    Text(Utf8Bytes),
+    /// Consecutive keychanges and heartbeats already framed as unmasked WebSocket text frames
+    /// (RFC 6455 §5.2), handed to the stream whole ([`Replay::send_raw`]): one `memcpy` per
+    /// browser per effect instead of a queue entry, and one write for all of them.
+    Wire(Vec<u8>),
 }
 
 struct Browser {
@@ -501,7 +512,7 @@ impl Server {
                     self.tokens.is_some(),
                 );
                 b.queue.push_back(Out {
-                    frame: hello.into(),
+                    body: Body::Text(hello.into()),
                     kind: Kind::Control,
                 });
                 self.conns[idx] = Some(Conn::Ws(b));
@@ -606,6 +617,9 @@ impl Server {
     }
 
     fn push(&mut self, idx: usize, frame: Utf8Bytes, kind: Kind) {
+        if kind == Kind::Live {
+            return self.push_wire(idx, &protocol::text_frame(frame.as_bytes()));
+        }
         let (queue_bytes, snapshot_bytes) = (self.queue_bytes, self.snapshot_bytes);
         let Some(b) = self.browser(idx) else { return };
         if b.closing.is_some() {
@@ -631,7 +645,35 @@ impl Server {
                 b.snap_bytes += n;
             }
         }
-        b.queue.push_back(Out { frame, kind });
+        b.queue.push_back(Out {
+            body: Body::Text(frame),
+            kind,
+        });
+        self.mark_dirty(idx);
+    }
+
+    /// Queues an already framed keychange or heartbeat ([`protocol::text_frame`]), appended to the
+    /// browser's pending wire bytes when they are last in its queue. Same budget as `push`.
+    fn push_wire(&mut self, idx: usize, wire: &[u8]) {
+        let queue_bytes = self.queue_bytes;
+        let Some(b) = self.browser(idx) else { return };
+        if b.closing.is_some() {
+            return;
+        }
+        if b.live_bytes + wire.len() > queue_bytes {
+            return self.overflow(idx);
+        }
+        b.live_bytes += wire.len();
+        match b.queue.back_mut() {
+            Some(Out {
+                body: Body::Wire(buf),
+                ..
+            }) => buf.extend_from_slice(wire),
+            _ => b.queue.push_back(Out {
+                body: Body::Wire(wire.to_vec()),
+                kind: Kind::Live,
+            }),
+        }
         self.mark_dirty(idx);
     }
 
@@ -807,19 +849,18 @@ impl Server {
             Scope::Flush => Act::Whole,
             Scope::Unknown => Act::Resync("unknown-effect"),
             Scope::Keys(pos) => {
-                let visible: Vec<usize> = pos
-                    .iter()
-                    .copied()
-                    .filter(|&p| protocol::matches(prefixes, &e.args[p]))
-                    .collect();
-                if visible.is_empty() {
+                // Counted first: this runs once per browser per effect, and the common
+                // cases (none or all keys visible) need no list.
+                let seen = |&p: &usize| protocol::matches(prefixes, &e.args[p]);
+                let n = pos.iter().filter(|p| seen(p)).count();
+                if n == 0 {
                     Act::Skip
-                } else if visible.len() == pos.len() {
+                } else if n == pos.len() {
                     Act::Whole
                 } else if e.args[0].eq_ignore_ascii_case(b"del")
                     || e.args[0].eq_ignore_ascii_case(b"unlink")
                 {
-                    Act::Some(visible)
+                    Act::Some(pos.iter().copied().filter(|p| seen(p)).collect())
                 } else {
                     // Keys inside and outside the prefixes (RENAME across them, …): the
                     // effect cannot be relayed without leaking; refetch this instance.
@@ -829,7 +870,7 @@ impl Server {
         };
         match act {
             Act::Skip => {}
-            Act::Whole => self.push(idx, e.frame(i), Kind::Live),
+            Act::Whole => self.push_wire(idx, e.wire(i)),
             Act::Some(visible) => {
                 // Each key of a DEL is independent: relay the visible ones.
                 let mut argv: Vec<&[u8]> = vec![b"DEL"];
@@ -850,24 +891,39 @@ impl Server {
         }
     }
 
-    /// Moves queued frames into the socket until it would block.
+    /// Moves queued frames into the socket until it would block: messages through
+    /// tungstenite, framed batches ([`Body::Wire`]) straight to the socket once tungstenite
+    /// has nothing buffered (so the byte stream stays in queue order).
     fn drain(&mut self, idx: usize) {
         let Some(b) = self.browser(idx) else { return };
         b.dirty = false;
         loop {
             let mut moved = 0;
             while moved < DRAIN_CHUNK {
-                let Some(out) = b.queue.pop_front() else {
+                if matches!(
+                    b.queue.front(),
+                    None | Some(Out {
+                        body: Body::Wire(..),
+                        ..
+                    })
+                ) {
                     break;
+                }
+                let Some(Out {
+                    body: Body::Text(frame),
+                    kind,
+                }) = b.queue.pop_front()
+                else {
+                    unreachable!("checked above")
                 };
-                let n = out.frame.len();
-                match out.kind {
+                let n = frame.len();
+                match kind {
                     Kind::Live => b.live_bytes -= n,
                     Kind::Snap => b.snap_bytes -= n,
                     Kind::Control => {}
                 }
                 moved += n;
-                match b.ws.write(Message::Text(out.frame)) {
+                match b.ws.write(Message::Text(frame)) {
                     Ok(()) => {}
                     // The frame is buffered inside tungstenite; go on at the next WRITABLE.
                     Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -882,14 +938,35 @@ impl Server {
                 }
             }
             match b.ws.flush() {
-                Ok(()) => {
-                    if b.queue.is_empty() {
-                        return;
-                    }
-                }
+                Ok(()) => {}
                 Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(tungstenite::Error::ConnectionClosed) => return self.close(idx),
                 Err(_) => return self.close(idx),
+            }
+            // tungstenite's buffer and the stream's raw bytes are empty (flush succeeded):
+            // a framed batch may go out directly.
+            if matches!(
+                b.queue.front(),
+                Some(Out {
+                    body: Body::Wire(..),
+                    ..
+                })
+            ) {
+                let Some(Out {
+                    body: Body::Wire(buf),
+                    ..
+                }) = b.queue.pop_front()
+                else {
+                    unreachable!("checked above")
+                };
+                b.live_bytes -= buf.len();
+                match b.ws.get_mut().send_raw(buf) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                    Err(_) => return self.close(idx),
+                }
+            }
+            if b.queue.is_empty() {
+                return;
             }
         }
     }

@@ -6,34 +6,8 @@ use std::time::Instant;
 
 use engine_core::{Client, Config, Engine, Flow};
 
-const T0: u64 = 1_767_225_600_000_000;
-
-struct Session {
-    engine: Engine,
-    client: Client,
-}
-
-impl Session {
-    fn new() -> Session {
-        Session {
-            engine: Engine::new(Config {
-                hash_seed: 42,
-                ..Config::default()
-            }),
-            client: Client {
-                id: 1,
-                ..Client::default()
-            },
-        }
-    }
-
-    fn cmd(&mut self, line: &str) -> String {
-        let argv: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
-        let mut out = Vec::new();
-        self.engine.exec(&mut self.client, &argv, T0, &mut out);
-        String::from_utf8_lossy(&out).into_owned()
-    }
-}
+mod common;
+use common::{Session, T0};
 
 fn bulk(s: &str) -> String {
     format!("${}\r\n{}\r\n", s.len(), s)

@@ -182,6 +182,9 @@ const WRITES: &[&str] = &[
     "SREM t:a m8",
     "SPOP t:a",
     "SPOP t:a 2",
+    // SPOP above picks members at random (the hash seed is random per process), so t:b gets a
+    // member of its own: the RENAME below must find it whatever SPOP took.
+    "SADD t:b base",
     "SMOVE t:a t:b m1",
     "SMOVE t:a t:b m2",
     "SADD t:c m3 m4 m5 zz",

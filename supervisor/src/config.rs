@@ -522,6 +522,20 @@ mod tests {
     }
 
     #[test]
+    fn tls_fanout_port_beside_the_shared_tls_keys() {
+        let c = parse("[tls]\ncert_file = \"a\"\nkey_file = \"b\"\nfanout_port = 6481\n").unwrap();
+        assert_eq!(c.tls.fanout_port, 6481);
+        assert_eq!(c.tls.cert_file, "a");
+        c.validate().unwrap();
+        let e = parse("[tls]\nfanout_prot = 1\n").unwrap_err();
+        assert!(e.contains("unknown field"), "{e}");
+        assert!(parse("[tls]\nfanout_port = 70000\n").is_err());
+        assert!(parse("[tls]\nfanout_port = \"x\"\n").is_err());
+        let c = parse("[tls]\nfanout_port = 6481\n").unwrap();
+        assert!(c.validate().unwrap_err().contains("cert_file"));
+    }
+
+    #[test]
     fn topology_implicit_and_explicit() {
         let c = parse("engines = 2\nengine_port_base = 7000\n").unwrap();
         assert!(c.cluster);

@@ -1,8 +1,12 @@
 //! `recached fanout`: the WebSocket fan-out to browser replicas, in the foreground
 //! (`recached_proxy::fanout`; wire protocol in docs/browser-protocol.md).
 //!
-//! Settings come from flags, else the config file (`bind`, `fanout_port`, `fanout_tokens`),
-//! else the defaults. `recached start` runs it with `--engines` set to the fleet's topology.
+//! Settings come from flags, else the config file (`bind`, `fanout_port`, `fanout_tokens`,
+//! `[tls]` with its `fanout_port`), else the defaults. `recached start` runs it with
+//! `--engines` set to the fleet's topology and `--config`, so `[tls] fanout_port` adds an
+//! HTTPS + wss:// port beside the plain one. The TLS flags are the engines' and the proxy's
+//! (`--tls-port`, `--tls-cert-file`, `--tls-key-file`, `--tls-ca-cert-file`,
+//! `--tls-auth-clients`); `--port 0 --tls-port P` serves TLS only (docs/security-tls.md).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,7 +18,8 @@ use crate::{Result, config};
 /// Flags of `recached fanout`.
 #[derive(Args, Debug, Clone)]
 pub struct FanoutArgs {
-    /// HTTP + WebSocket port; default: the config's `fanout_port` (6480). 0 picks a free port.
+    /// HTTP + WebSocket port; default: the config's `fanout_port` (6480). 0 picks a free port,
+    /// or with a TLS port means TLS only.
     #[arg(long)]
     pub port: Option<u16>,
     /// Listen address; default: the config's `bind` (127.0.0.1).
@@ -41,6 +46,9 @@ pub struct FanoutArgs {
     /// Most bytes of keychanges queued for one browser before it is resynced.
     #[arg(long)]
     pub queue_bytes: Option<usize>,
+    /// HTTPS + wss:// (default: the config's `[tls]`, with `[tls] fanout_port`).
+    #[command(flatten)]
+    pub tls: crate::tls_limits::TlsArgs,
 }
 
 pub fn run(args: FanoutArgs) -> Result<ExitCode> {
@@ -49,6 +57,8 @@ pub fn run(args: FanoutArgs) -> Result<ExitCode> {
     let tokens = args
         .tokens
         .or_else(|| (!file.fanout_tokens.is_empty()).then(|| PathBuf::from(&file.fanout_tokens)));
+    let tls = crate::tls_limits::tls_options(&file, &args.tls, file.tls.fanout_port)
+        .map_err(|e| format!("fanout: {e}"))?;
     let opts = recached_proxy::fanout::FanoutOptions {
         port: args
             .port
@@ -60,6 +70,7 @@ pub fn run(args: FanoutArgs) -> Result<ExitCode> {
         wasm: args.wasm,
         heartbeat_ms: args.heartbeat_ms,
         queue_bytes: args.queue_bytes.unwrap_or(defaults.queue_bytes),
+        tls: crate::tls_limits::for_proxy(tls),
         ..defaults
     };
     recached_proxy::fanout::run_fanout(opts).map_err(|e| format!("fanout: {e}"))?;

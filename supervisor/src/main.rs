@@ -9,11 +9,13 @@
 //!                   [--tls-auth-clients no|yes|optional]] [--maxclients N] [--timeout S]
 //!                   [--client-query-buffer-limit SIZE] [--client-output-buffer-limit "…"]
 //! recached fanout  --port P --bind ADDR --engines H:P,H:P,… [--tokens FILE]   browser replicas
+//!                  [--tls-port P --tls-cert-file F --tls-key-file F …]   (HTTPS + wss://)
 //! recached start   [--config FILE] [--engines N] [--bind ADDR] [--proxy-port P]
 //!                  [--engine-port-base P] [--dir DIR] [--daemonize]   the supervisor
 //!                  [--metrics-port P]                  (Prometheus at /metrics, metrics.rs)
 //! recached stop    [--dir DIR | --config FILE]
-//! recached status  [--dir DIR | --config FILE] [--json]
+//! recached status  [--dir DIR | --config FILE] [--json] [--user U] [--pass P]
+//!                  (or $REDISCLI_AUTH, else the config's requirepass)
 //! recached bench   run|origin|redis-benchmark|rss|report|validate …   benchmark tools
 //! ```
 //!
@@ -110,6 +112,8 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        auth: status::AuthArgs,
     },
     /// Benchmark tools: open-loop load generator, slow origin, report (bench/src/lib.rs).
     #[command(subcommand)]
@@ -201,7 +205,7 @@ fn main() -> ExitCode {
         Command::Fanout(args) => fanout::run(args),
         Command::Start(args) => fleet::start(args),
         Command::Stop(args) => status::stop(&args),
-        Command::Status { dir, json } => status::status(&dir, json),
+        Command::Status { dir, json, auth } => status::status(&dir, &auth, json),
         Command::Bench(cmd) => recached_bench::main(cmd),
     };
     match result {

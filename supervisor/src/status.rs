@@ -13,6 +13,25 @@
 //!   answered `+PONG`, `down` when the port did not answer, or the supervisor's own state
 //!   (`restarting`, `stopping`) when it has no process. Exit 0 when every child is up, 1
 //!   otherwise (also when no fleet runs), so scripts can poll it.
+//!
+//! # Passwords
+//!
+//! With `requirepass` or ACL users configured, engines and the proxy answer an
+//! unauthenticated `PING` with `-NOAUTH` (as Redis does), so the probe starts with
+//! `AUTH [user] password` when it has a credential, taken from, in order (redis-cli's
+//! sources, then the fleet's own file):
+//!
+//! 1. `--pass`/`-a` (with `--user`), as redis-cli; a warning says a password in argv is
+//!    visible to `ps` (silenced with `--no-auth-warning`, as redis-cli);
+//! 2. the `REDISCLI_AUTH` environment variable, as redis-cli;
+//! 3. the config file's `requirepass` (the default user): the `--config` given, else the
+//!    one the fleet runs with, found in an engine's command line (`--config <absolute
+//!    path>`, which `recached start` passes to every child).
+//!
+//! The supervisor's internal credential (`crate::auth`) lives only in its children's
+//! environment and is never used here. The password is never printed. A child that
+//! answers `-NOAUTH`/`-WRONGPASS` is up (it answered) but shows no keys or memory, and a
+//! note on stderr says which credential to give.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -23,8 +42,81 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use clap::Args;
+
 use crate::fleet::{FleetState, STATE_FILE, connect_host, running_supervisor, unix_ms};
 use crate::{DirArgs, Result, config};
+
+/// The environment variable redis-cli reads a password from; `recached status` reads it too.
+pub const AUTH_ENV: &str = "REDISCLI_AUTH";
+
+/// Credential flags of `recached status` (redis-cli's names).
+#[derive(Args, Debug, Default, Clone)]
+pub struct AuthArgs {
+    /// ACL user to authenticate as (with --pass); default: the default user.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Password for the engines and the proxy; default: $REDISCLI_AUTH, else the config's
+    /// requirepass. Visible to `ps`: prefer the environment variable.
+    #[arg(short = 'a', long = "pass", visible_alias = "password")]
+    pub pass: Option<String>,
+    /// Do not warn about a password given on the command line.
+    #[arg(long)]
+    pub no_auth_warning: bool,
+}
+
+/// `AUTH [user] password` as a RESP command.
+fn auth_command(user: Option<&str>, pass: &str) -> Vec<u8> {
+    let mut args: Vec<&[u8]> = vec![b"AUTH"];
+    if let Some(u) = user {
+        args.push(u.as_bytes());
+    }
+    args.push(pass.as_bytes());
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// The `--config` an engine of the fleet was started with (absolute, see `fleet`).
+fn config_of_fleet(state: &FleetState) -> Option<PathBuf> {
+    state
+        .children
+        .iter()
+        .filter(|c| c.role == "engine")
+        .filter_map(|c| c.pid)
+        .find_map(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let mut args = cmd.split(|&b| b == 0);
+            args.find(|a| *a == b"--config")?;
+            let path = PathBuf::from(String::from_utf8(args.next()?.to_vec()).ok()?);
+            (path.is_absolute() && path.is_file()).then_some(path)
+        })
+}
+
+/// The AUTH command the probes start with, if any credential is known (see the module doc).
+fn login(args: &DirArgs, auth: &AuthArgs, state: Option<&FleetState>) -> Option<Vec<u8>> {
+    if let Some(p) = &auth.pass {
+        if !auth.no_auth_warning {
+            eprintln!(
+                "Warning: Using a password with '-a' or '--pass' on the command line may not be safe."
+            );
+        }
+        return Some(auth_command(auth.user.as_deref(), p));
+    }
+    if let Some(p) = std::env::var(AUTH_ENV).ok().filter(|p| !p.is_empty()) {
+        return Some(auth_command(auth.user.as_deref(), &p));
+    }
+    let path = args
+        .config
+        .clone()
+        .or_else(|| state.and_then(config_of_fleet))?;
+    let cfg = config::load(Some(&path)).ok()?;
+    (!cfg.requirepass.is_empty()).then(|| auth_command(None, &cfg.requirepass))
+}
 
 /// Connect, write and read timeout of each status probe.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -83,7 +175,7 @@ struct Row {
     restarts: Option<u64>,
 }
 
-pub fn status(args: &DirArgs, json: bool) -> Result<ExitCode> {
+pub fn status(args: &DirArgs, auth: &AuthArgs, json: bool) -> Result<ExitCode> {
     let (dir, _) = target(args)?;
     let Some(sup_pid) = running_supervisor(&dir) else {
         if json {
@@ -100,6 +192,8 @@ pub fn status(args: &DirArgs, json: bool) -> Result<ExitCode> {
     let state: Option<FleetState> = std::fs::read_to_string(&path)
         .ok()
         .and_then(|t| toml::from_str(&t).ok());
+    let login = login(args, auth, state.as_ref());
+    let mut auth_notes = Vec::new();
     let now = unix_ms();
     let mut rows = vec![Row {
         role: "supervisor".into(),
@@ -118,10 +212,13 @@ pub fn status(args: &DirArgs, json: bool) -> Result<ExitCode> {
         for c in &state.children {
             let host = connect_host(c.host.as_deref().unwrap_or(&state.bind));
             let probe = if c.pid.is_some() {
-                probe(host, c.port)
+                probe(host, c.port, login.as_deref())
             } else {
                 None
             };
+            if let Some(e) = probe.as_ref().and_then(|p| p.auth_error.as_ref()) {
+                auth_notes.push(format!("{}-{} (port {}): {e}", c.role, c.index, c.port));
+            }
             let up = probe.as_ref().is_some_and(|p| p.pong);
             all_up &= up;
             rows.push(Row {
@@ -145,6 +242,17 @@ pub fn status(args: &DirArgs, json: bool) -> Result<ExitCode> {
         print_json(&dir, &rows);
     } else {
         print_table(&dir, &rows);
+    }
+    if !auth_notes.is_empty() {
+        let hint = if login.is_some() {
+            "the password given was refused"
+        } else {
+            "give a password with --pass/-a (and --user), $REDISCLI_AUTH, or --config"
+        };
+        eprintln!(
+            "recached status: no keys or memory from {} ({hint})",
+            auth_notes.join("; ")
+        );
     }
     Ok(if all_up {
         ExitCode::SUCCESS
@@ -248,28 +356,51 @@ fn human_bytes(b: u64) -> String {
 /// What one child answered.
 #[derive(Debug, Default)]
 struct Probe {
+    /// `+PONG`, or an authentication error to PING (the process answers: it is up).
     pong: bool,
     keys: Option<u64>,
     used_memory: Option<u64>,
+    /// `-NOAUTH …` / `-WRONGPASS …`: the credential is missing or wrong.
+    auth_error: Option<String>,
 }
 
-/// PING, DBSIZE, INFO memory in one pipeline; `None` if the port does not answer at all.
-fn probe(host: &str, port: u16) -> Option<Probe> {
+/// Whether an error reply is about authentication (Redis's NOAUTH and WRONGPASS codes).
+fn is_auth_error(e: &str) -> bool {
+    e.starts_with("NOAUTH") || e.starts_with("WRONGPASS")
+}
+
+/// [`AUTH`, ] PING, DBSIZE, INFO memory in one pipeline; `None` if the port does not
+/// answer at all. `login`: an AUTH command to send first.
+fn probe(host: &str, port: u16, login: Option<&[u8]>) -> Option<Probe> {
     let addr = (host, port).to_socket_addrs().ok()?.next()?;
     let mut stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).ok()?;
     stream.set_read_timeout(Some(PROBE_TIMEOUT)).ok()?;
     stream.set_write_timeout(Some(PROBE_TIMEOUT)).ok()?;
-    stream
-        .write_all(
-            b"*1\r\n$4\r\nPING\r\n*1\r\n$6\r\nDBSIZE\r\n*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n",
-        )
-        .ok()?;
+    let mut req = login.unwrap_or_default().to_vec();
+    req.extend_from_slice(
+        b"*1\r\n$4\r\nPING\r\n*1\r\n$6\r\nDBSIZE\r\n*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n",
+    );
+    stream.write_all(&req).ok()?;
     let mut r = BufReader::new(stream);
     // Each reply is read even if an earlier one was an error, to stay in step.
-    let mut p = Probe {
-        pong: matches!(read_reply(&mut r), Ok(Reply::Simple(s)) if s == "PONG"),
-        ..Probe::default()
-    };
+    let mut p = Probe::default();
+    if login.is_some() {
+        // The fan-out answers AUTH with an error of its own (it has no passwords): only
+        // WRONGPASS matters here.
+        if let Ok(Reply::Error(e)) = read_reply(&mut r)
+            && is_auth_error(&e)
+        {
+            p.auth_error = Some(e);
+        }
+    }
+    match read_reply(&mut r) {
+        Ok(Reply::Simple(s)) => p.pong = s == "PONG",
+        Ok(Reply::Error(e)) if is_auth_error(&e) => {
+            p.pong = true;
+            p.auth_error.get_or_insert(e);
+        }
+        _ => {}
+    }
     if let Ok(Reply::Int(n)) = read_reply(&mut r) {
         p.keys = u64::try_from(n).ok();
     }
@@ -290,6 +421,7 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
 #[derive(Debug, PartialEq)]
 enum Reply {
     Simple(String),
+    Error(String),
     Int(i64),
     Bulk(String),
     Other,
@@ -315,7 +447,8 @@ fn read_reply_depth(r: &mut impl BufRead, depth: usize) -> std::io::Result<Reply
     let len = || body.parse::<i64>().map_err(|_| bad("bad length"));
     match line[0] {
         b'+' => Ok(Reply::Simple(body)),
-        b'-' | b'_' | b'#' | b',' => Ok(Reply::Other),
+        b'-' => Ok(Reply::Error(body)),
+        b'_' | b'#' | b',' => Ok(Reply::Other),
         b':' => Ok(Reply::Int(len()?)),
         b'$' | b'=' => {
             let n = len()?;
@@ -364,13 +497,33 @@ mod tests {
             panic!()
         };
         assert_eq!(info_field(&info, "used_memory"), Some("123456"));
-        assert_eq!(read_reply(&mut input).unwrap(), Reply::Other);
+        assert_eq!(
+            read_reply(&mut input).unwrap(),
+            Reply::Error("ERR x".into())
+        );
         assert_eq!(read_reply(&mut input).unwrap(), Reply::Other);
         assert!(input.is_empty());
         let mut bad: &[u8] = b"$99999999999\r\n";
         assert!(read_reply(&mut bad).is_err());
         let mut trunc: &[u8] = b"+PON";
         assert!(read_reply(&mut trunc).is_err());
+    }
+
+    #[test]
+    fn auth_commands() {
+        assert_eq!(
+            auth_command(None, "p w"),
+            b"*2\r\n$4\r\nAUTH\r\n$3\r\np w\r\n".to_vec()
+        );
+        assert_eq!(
+            auth_command(Some("app"), "x"),
+            b"*3\r\n$4\r\nAUTH\r\n$3\r\napp\r\n$1\r\nx\r\n".to_vec()
+        );
+        assert!(is_auth_error("NOAUTH Authentication required."));
+        assert!(is_auth_error(
+            "WRONGPASS invalid username-password pair or user is disabled."
+        ));
+        assert!(!is_auth_error("ERR this is the recached fan-out"));
     }
 
     #[test]

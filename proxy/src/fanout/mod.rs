@@ -19,6 +19,9 @@
 //!   docs/feed.md), its messages, effect scopes from the command table, the ring.
 //! - `http`: static assets and the upgrade request on the same port.
 //! - `server`: the mio loop, browsers, snapshots, resume, resync, heartbeats.
+//! - `tls`: the connection type, plain TCP or TLS ([`FanoutOptions::tls`]): HTTPS and
+//!   wss:// on a TLS port, alongside the plain port or instead of it (`port` 0 with a TLS
+//!   port, as Redis's `port 0`). Same pages, protocol, tokens and limits on both.
 //!
 //! # Guarantees (DESIGN.md, "Keychange feed and browser replicas")
 //!
@@ -44,6 +47,7 @@ pub mod feed;
 mod http;
 pub mod protocol;
 mod server;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -55,7 +59,8 @@ use std::sync::atomic::AtomicBool;
 /// Everything `recached fanout` needs.
 #[derive(Clone, Debug)]
 pub struct FanoutOptions {
-    /// HTTP + WebSocket port (`--port`, default 6480); 0 picks a free port (logged).
+    /// HTTP + WebSocket port (`--port`, default 6480); 0 picks a free port (logged), or,
+    /// when a TLS port is set, means no plain port (TLS only).
     pub port: u16,
     /// Listen address, default 127.0.0.1.
     pub bind: String,
@@ -74,8 +79,12 @@ pub struct FanoutOptions {
     pub queue_bytes: usize,
     /// Most bytes of snapshot data queued for one browser before it is closed.
     pub snapshot_bytes: usize,
-    /// Most browser and HTTP connections at once; more are closed on accept.
+    /// Most browser and HTTP connections at once (both ports together); more are closed on
+    /// accept.
     pub max_connections: usize,
+    /// HTTPS + wss:// (`--tls-port`, `--tls-cert-file`, …, the engines' names); `port` 0 =
+    /// none. Client certificates are checked as on the engines (`tls_auth_clients`).
+    pub tls: crate::tls::TlsOptions,
 }
 
 impl Default for FanoutOptions {
@@ -91,6 +100,7 @@ impl Default for FanoutOptions {
             queue_bytes: 8 << 20,
             snapshot_bytes: 512 << 20,
             max_connections: 16_000,
+            tls: crate::tls::TlsOptions::default(),
         }
     }
 }
@@ -154,8 +164,13 @@ pub fn run_fanout_until(opts: FanoutOptions, shutdown: Arc<AtomicBool>) -> io::R
 pub struct Fanout(server::Server);
 
 impl Fanout {
+    /// The plain port's address (the TLS port's when only TLS is served).
     pub fn local_addr(&self) -> SocketAddr {
         self.0.local_addr()
+    }
+    /// The TLS port's address, if one is served.
+    pub fn tls_local_addr(&self) -> Option<SocketAddr> {
+        self.0.tls_local_addr()
     }
     pub fn run(mut self) -> io::Result<()> {
         self.0.run()
@@ -174,17 +189,36 @@ pub fn bind_fanout(opts: FanoutOptions, shutdown: Arc<AtomicBool>) -> io::Result
         Some(p) => Some(load_tokens(p)?),
         None => None,
     };
-    let listen = resolve(&crate::bind_addr(&opts.bind, opts.port))?;
+    let tls = if opts.tls.enabled() {
+        let cfg = crate::tls::server_config(&opts.tls)?;
+        Some((resolve(&crate::bind_addr(&opts.bind, opts.tls.port))?, cfg))
+    } else {
+        None
+    };
+    // Redis's `port 0`: with a TLS port, no plain listener at all.
+    let listen = if opts.port == 0 && tls.is_some() {
+        None
+    } else {
+        Some(resolve(&crate::bind_addr(&opts.bind, opts.port))?)
+    };
     let engines = opts
         .engines
         .iter()
         .map(|e| resolve(e))
         .collect::<io::Result<Vec<_>>>()?;
     let wasm = opts.wasm.clone().unwrap_or_else(http::default_wasm_path);
-    let server = server::Server::new(listen, engines, tokens, wasm, &opts, shutdown)?;
+    let plain = listen.is_some();
+    let server = server::Server::new(listen, tls, engines, tokens, wasm, &opts, shutdown)?;
+    let mut urls = Vec::new();
+    if plain {
+        urls.push(format!("http://{}/", server.local_addr()));
+    }
+    if let Some(a) = server.tls_local_addr() {
+        urls.push(format!("https://{a}/"));
+    }
     log::info!(
-        "fanout: http://{}/ (WebSocket /ws) relaying {} engine(s): {}{}",
-        server.local_addr(),
+        "fanout: {} (WebSocket /ws) relaying {} engine(s): {}{}",
+        urls.join(" and "),
         opts.engines.len(),
         opts.engines.join(", "),
         if opts.tokens.is_some() {

@@ -11,6 +11,9 @@
 //! 4. Timers: feed reconnects, heartbeats, stale HTTP/handshake/closing connections, retries
 //!    of snapshots that could not be requested.
 //!
+//! Connections come from the plain port, the TLS port ([`super::tls::Sock`]: HTTPS and
+//! wss://), or both; past `accept` the two are handled by the same code.
+//!
 //! # A browser's view of one instance ([`Inst`])
 //!
 //! ```text
@@ -42,7 +45,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use tungstenite::handshake::server::{NoCallback, ServerHandshake};
 use tungstenite::handshake::{HandshakeError, MidHandshake};
@@ -53,9 +56,12 @@ use tungstenite::{Message, Utf8Bytes, WebSocket};
 use super::feed::{Effect, FeedMsg, Link, LinkState, Scope};
 use super::http::{self, Replay};
 use super::protocol::{self, ClientMsg, Resume};
+use super::tls::Sock;
 use super::{FanoutOptions, Tokens};
 
 const LISTENER: Token = Token(usize::MAX - 1);
+/// The TLS port's listener (HTTPS + wss://, [`super::tls`]).
+const TLS_LISTENER: Token = Token(usize::MAX - 2);
 /// Feed link `i` is `LINK_BASE + i`; connections are their slab index.
 const LINK_BASE: usize = usize::MAX / 2;
 /// Longest poll wait (shutdown flag, timers).
@@ -67,7 +73,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// Move this much of a browser's queue into tungstenite before flushing to the socket.
 const DRAIN_CHUNK: usize = 256 * 1024;
 
-type Stream = Replay<TcpStream>;
+type Stream = Replay<Sock>;
 
 /// Where a browser stands with one instance (see the module doc).
 #[derive(Debug)]
@@ -129,13 +135,16 @@ struct Browser {
 }
 
 struct HttpConn {
-    stream: TcpStream,
+    stream: Sock,
     peer: SocketAddr,
     buf: Vec<u8>,
     /// A response being written (then the connection closes).
     out: Vec<u8>,
     /// Speaking RESP (a probe): stay open after replies.
     resp: bool,
+    /// The whole response was handed to the stream; close once it is flushed (TLS holds
+    /// ciphertext until the socket takes it).
+    done: bool,
     born: Instant,
 }
 
@@ -161,7 +170,10 @@ struct SnapOwner {
 
 pub struct Server {
     poll: Poll,
-    listener: TcpListener,
+    /// The plain port; `None` when only TLS is served (`--port 0` with a TLS port).
+    listener: Option<TcpListener>,
+    /// The TLS port and its rustls configuration.
+    tls: Option<(TcpListener, Arc<rustls::ServerConfig>)>,
     shutdown: Arc<AtomicBool>,
     tokens: Option<Tokens>,
     wasm: PathBuf,
@@ -187,8 +199,10 @@ pub struct Server {
 }
 
 impl Server {
+    /// `listen`: the plain port, if any; `tls`: the TLS port and its configuration, if any.
     pub fn new(
-        listen: SocketAddr,
+        listen: Option<SocketAddr>,
+        tls: Option<(SocketAddr, Arc<rustls::ServerConfig>)>,
         engines: Vec<SocketAddr>,
         tokens: Option<Tokens>,
         wasm: PathBuf,
@@ -196,9 +210,25 @@ impl Server {
         shutdown: Arc<AtomicBool>,
     ) -> io::Result<Server> {
         let poll = Poll::new()?;
-        let mut listener = TcpListener::bind(listen)?;
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let listener = match listen {
+            Some(addr) => {
+                let mut l = TcpListener::bind(addr)?;
+                poll.registry()
+                    .register(&mut l, LISTENER, Interest::READABLE)?;
+                Some(l)
+            }
+            None => None,
+        };
+        let tls = match tls {
+            Some((addr, cfg)) => {
+                let mut l = crate::tls::bind_listener(addr)
+                    .map_err(|e| io::Error::new(e.kind(), format!("tls port {addr}: {e}")))?;
+                poll.registry()
+                    .register(&mut l, TLS_LISTENER, Interest::READABLE)?;
+                Some((l, cfg))
+            }
+            None => None,
+        };
         let heartbeat = Duration::from_millis(opts.heartbeat_ms.max(10));
         let ws_config = WebSocketConfig::default()
             .max_message_size(Some(opts.max_message))
@@ -208,6 +238,7 @@ impl Server {
         Ok(Server {
             poll,
             listener,
+            tls,
             shutdown,
             tokens,
             wasm,
@@ -231,10 +262,18 @@ impl Server {
         })
     }
 
+    /// The plain port's address (the TLS port's when only TLS is served).
     pub fn local_addr(&self) -> SocketAddr {
         self.listener
-            .local_addr()
+            .as_ref()
+            .or(self.tls.as_ref().map(|(l, _)| l))
+            .and_then(|l| l.local_addr().ok())
             .expect("a bound listener has an address")
+    }
+
+    /// The TLS port's address, if one is served.
+    pub fn tls_local_addr(&self) -> Option<SocketAddr> {
+        self.tls.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
 
     pub fn run(&mut self) -> io::Result<()> {
@@ -255,7 +294,8 @@ impl Server {
             }
             for event in events.iter() {
                 match event.token() {
-                    LISTENER => self.accept(),
+                    LISTENER => self.accept(false),
+                    TLS_LISTENER => self.accept(true),
                     Token(t) if t >= LINK_BASE => self.link_event(t - LINK_BASE),
                     Token(t) => self.conn_event(t),
                 }
@@ -270,14 +310,31 @@ impl Server {
     // -----------------------------------------------------------------------------------
     // Connections
 
-    fn accept(&mut self) {
+    fn accept(&mut self, tls: bool) {
         loop {
-            match self.listener.accept() {
-                Ok((mut stream, peer)) => {
+            let listener = if tls {
+                self.tls.as_ref().map(|(l, _)| l)
+            } else {
+                self.listener.as_ref()
+            };
+            let Some(listener) = listener else { return };
+            match listener.accept() {
+                Ok((tcp, peer)) => {
                     if self.live_conns >= self.max_connections {
                         log::warn!("fanout: {} connections: refusing {peer}", self.live_conns);
                         continue;
                     }
+                    let _ = tcp.set_nodelay(true);
+                    let mut stream = match &self.tls {
+                        Some((_, cfg)) if tls => match Sock::tls(tcp, cfg) {
+                            Ok(s) => s,
+                            Err(e) => {
+                                log::warn!("fanout: {peer}: {e}");
+                                continue;
+                            }
+                        },
+                        _ => Sock::Plain(tcp),
+                    };
                     let idx = self.free.pop().unwrap_or_else(|| {
                         self.conns.push(None);
                         self.conns.len() - 1
@@ -295,13 +352,13 @@ impl Server {
                         self.free.push(idx);
                         continue;
                     }
-                    let _ = stream.set_nodelay(true);
                     self.conns[idx] = Some(Conn::Http(HttpConn {
                         stream,
                         peer,
                         buf: Vec::new(),
                         out: Vec::new(),
                         resp: false,
+                        done: false,
                         born: Instant::now(),
                     }));
                     self.live_conns += 1;
@@ -365,24 +422,26 @@ impl Server {
         let Some(Some(Conn::Http(h))) = self.conns.get_mut(idx) else {
             return;
         };
-        if !h.out.is_empty() {
+        if !h.out.is_empty() || h.done {
             // Writing the response.
-            loop {
+            while !h.out.is_empty() {
                 match h.stream.write(&h.out) {
                     Ok(0) => return self.close(idx),
                     Ok(n) => {
                         h.out.drain(..n);
-                        if h.out.is_empty() {
-                            if h.resp {
-                                break;
-                            }
-                            return self.close(idx);
-                        }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(_) => return self.close(idx),
                 }
+            }
+            // On the TLS port the last ciphertext may still wait for the socket.
+            h.done = !h.resp;
+            match h.stream.flush() {
+                Ok(()) if h.done => return self.close(idx),
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => return self.close(idx),
             }
         }
         let mut chunk = [0u8; 4096];

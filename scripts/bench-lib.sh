@@ -7,7 +7,7 @@
 # (RECACHED_VERSION, REDIS_VERSION, NUTCRACKER_VERSION), CPU placement (PIN=1 with SERVER_CPUS and
 # BENCH_CPUS, e.g. "0" and "1": servers and generators are started under `taskset -c`), and
 # functions: free_ports N, wait_port P, start_redis P [args…], start_fleet N DIR PROXY BASE,
-# stop_fleet DIR, fleet_engines DIR, flush P…, srv CMD… (server placement), gen CMD… (generator
+# stop_fleet DIR, fleet_engines DIR, fleet_affinity DIR, flush P…, srv CMD… (server placement), gen CMD… (generator
 # placement), common_labels (prints --label args shared by every result of the run).
 set -euo pipefail
 
@@ -107,6 +107,15 @@ start_redis() {
 # Number of engines a fleet reports as up (recached status --json).
 fleet_engines() {
     "$BIN" status --dir "$1" --json 2>/dev/null | grep -o '"role":"engine-[0-9]*","port":[0-9]*,"pid":[0-9]*,"state":"up"' | wc -l
+}
+# "engine-0:0-1 engine-1:0-1 proxy:0-1 …": each fleet process's CPU affinity (taskset -pc).
+fleet_affinity() {
+    local role pid out=""
+    while read -r role pid; do
+        out+="$role:$(taskset -pc "$pid" 2>/dev/null | sed 's/.*: //') "
+    done < <("$BIN" status --dir "$1" --json 2>/dev/null \
+        | grep -o '"role":"[^"]*","port":[^,]*,"pid":[0-9]*' | sed 's/"role":"\([^"]*\)".*"pid":\([0-9]*\)/\1 \2/')
+    echo "${out% }"
 }
 # start_fleet N DIR PROXY_PORT ENGINE_BASE: starts and waits until `recached status` reports
 # N engines up; fails otherwise.

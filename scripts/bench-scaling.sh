@@ -8,7 +8,11 @@
 #
 # For each round and each engine count (the order rotates every round), a fresh fleet
 # (`recached start --engines N`) is started; `recached status --json` must report N engines up
-# before anything runs. Then, through the proxy and direct to the engines (`redis-benchmark
+# before every measurement (recorded as engines_reported). With PIN=1 the supervisor is started
+# under `taskset -c SERVER_CPUS` (its children inherit it) and redis-benchmark under
+# `taskset -c BENCH_CPUS`; the CPU list the kernel reports for each fleet process is recorded
+# (fleet_affinity), so a result says where it actually ran. On a host with fewer CPUs than
+# engines + proxy + generator no placement can show scaling; the report says so. Then, through the proxy and direct to the engines (`redis-benchmark
 # --cluster`), each from an empty keyspace:
 #   kv          SET, GET, INCR over 100,000 random keys (-r 100000), 64-byte values
 #   collection  LPUSH, SADD, HSET, ZADD, each into one key (redis-benchmark 7's own tests; the
@@ -44,7 +48,8 @@ for round in $(seq "$ROUNDS"); do
         free_ports 1; proxy=$PORT
         dir="$TMP/fleet-$round-$n"
         start_fleet "$n" "$dir" "$proxy" "$base"
-        reported=$(fleet_engines "$dir")
+        # With PIN=1, the CPUs each fleet process may run on, as the kernel reports them.
+        affinity=$(fleet_affinity "$dir")
         engine_ports=()
         for ((i = 0; i < n; i++)); do engine_ports+=($((base + i))); done
         for path in proxy direct; do
@@ -54,6 +59,10 @@ for round in $(seq "$ROUNDS"); do
             elif [ "$n" = 1 ]; then target=(-h 127.0.0.1 -p "$base")
             else target=(-h 127.0.0.1 -p "$base" --cluster); fi
             for workload in kv collection; do
+                # Verified before every measurement, not only at start: an engine that died and
+                # is being restarted would make this column measure fewer engines than it says.
+                reported=$(fleet_engines "$dir")
+                [ "$reported" = "$n" ] || { echo "$0: fleet reports $reported engines up, expected $n" >&2; exit 1; }
                 flush "${engine_ports[@]}"
                 if [ "$workload" = kv ]; then
                     tests=(-t set,get,incr -n "$N"); dist="uniform over 100000 keys (-r)"
@@ -64,6 +73,7 @@ for round in $(seq "$ROUNDS"); do
                 gen "$BIN" bench redis-benchmark \
                     --out "$RESULTS/scaling-$RUN_ID-e$n-$path-$workload-r$round.json" "${LABELS[@]}" \
                     --label suite=scaling --label "engines=$n" --label "engines_reported=$reported" \
+                    --label "fleet_affinity=$affinity" \
                     --label "path=$path" --label "workload=$workload" --label "round=$round" \
                     --label "rounds=$ROUNDS" --label "key_distribution=$dist" -- \
                     "${target[@]}" "${tests[@]}" -r 100000 -d 64 -c "$CLIENTS" -P "$PIPE" >/dev/null

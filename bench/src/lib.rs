@@ -8,6 +8,7 @@
 //!   parameters, and the cache-aside mode.
 //! - [`reply`]: a RESP reply scanner (where a reply ends; value, nil or error).
 //! - [`origin`]: a simulated slow origin for the cache-aside scenarios.
+//! - [`memory`]: one memory-per-data-shape sample (DBSIZE, RSS, INFO used_memory).
 //! - [`doc`]: the result JSON (one file per measurement) and its validation.
 //! - [`report`] and [`svg`]: `docs/BENCHMARKS.md` and its SVG charts, generated from the JSON.
 //!
@@ -18,6 +19,7 @@
 //! origin            the slow origin server (runs until killed)
 //! redis-benchmark   runs redis-benchmark --csv with the given args and records it as JSON
 //! rss               samples the RSS of a process tree over time into JSON
+//! memory            one memory-per-data-shape sample of a server (DBSIZE, RSS, used_memory)
 //! report            renders bench/results/*.json into docs/BENCHMARKS.md + SVG charts
 //! check             records the outcome of a script's check (e.g. a restarted engine) as JSON
 //! validate          checks result files (schema; --no-errors: no error counted)
@@ -28,6 +30,7 @@
 
 pub mod doc;
 pub mod loadgen;
+pub mod memory;
 pub mod origin;
 pub mod reply;
 pub mod report;
@@ -78,6 +81,13 @@ pub enum BenchCommand {
         /// Stop after this many seconds (or when the parent exits).
         #[arg(long)]
         seconds: f64,
+        #[command(flatten)]
+        out: OutArgs,
+    },
+    /// Record one memory sample of a filled server: DBSIZE, its RSS, INFO used_memory.
+    Memory {
+        #[command(flatten)]
+        args: memory::MemoryArgs,
         #[command(flatten)]
         out: OutArgs,
     },
@@ -148,6 +158,7 @@ pub fn main(cmd: BenchCommand) -> Result<ExitCode, String> {
             seconds,
             out,
         } => rss(ppid, interval_ms, seconds, &out),
+        BenchCommand::Memory { args, out } => memory::sample(&args, &out),
         BenchCommand::Report {
             results,
             out,

@@ -8,7 +8,11 @@
 //!   reduced to their **median** (each percentile separately).
 //! - Sections, in order: scaling (`suite=scaling`), systems (`suite=systems`: throughput from
 //!   redis-benchmark, latency from the open-loop generator), scenarios (`suite=scenarios`),
-//!   soak (`suite=soak`), memory (`suite=memory`). A suite without files is left out.
+//!   soak (`suite=soak`), memory per data shape (`suite=memory`, kind `memory`, written by
+//!   `recached bench memory`). A suite without files is left out.
+//! - Scaling states in words what the run can show: the median ratio of the largest to the
+//!   smallest engine count, and, when the host has fewer CPUs than the largest run keeps busy
+//!   (engines + proxy + generator), that it cannot show scaling at all.
 //! - Latencies are stored in microseconds and shown in milliseconds; rates per second.
 //!
 //! [`render`] is pure (documents in, Markdown and SVG text out), so it is tested on fixed input;
@@ -249,7 +253,9 @@ fn scaling(md: &mut String, charts: &mut Vec<(String, String)>, docs: &[&Doc], s
          the rounds) of redis-benchmark through the proxy and direct to the engines \
          (`redis-benchmark --cluster`); each cell after the first shows the change against the \
          column before it. SET/GET/INCR are spread over a key space; LPUSH/SADD/HSET/ZADD each \
-         write into one key, so they stay on one engine whatever the engine count.\n\n",
+         write into one key, so they stay on one engine whatever the engine count. With one \
+         engine, *direct* is plain redis-benchmark (it refuses `--cluster` with a single node), \
+         so the first direct column and the others differ in client mode as well.\n\n",
     );
     run_line(md, docs);
     let verified = label_values(docs, "engines_reported");
@@ -304,6 +310,7 @@ fn scaling(md: &mut String, charts: &mut Vec<(String, String)>, docs: &[&Doc], s
         }
     }
     md.push('\n');
+    scaling_verdict(md, docs, &engines, &paths, &tests, &med);
     for path in &paths {
         let series: Vec<(String, Vec<(f64, f64)>)> = tests
             .iter()
@@ -339,6 +346,65 @@ fn scaling(md: &mut String, charts: &mut Vec<(String, String)>, docs: &[&Doc], s
     }
 }
 
+/// What the scaling table can show on this host, said in words: the median over the tests of
+/// the throughput at the largest engine count ÷ at the smallest, per path, and, when the host
+/// has fewer CPUs than the busy processes of the largest run (its engines, the proxy and the
+/// generator), that the run cannot show scaling at all.
+fn scaling_verdict(
+    md: &mut String,
+    docs: &[&Doc],
+    engines: &[String],
+    paths: &[String],
+    tests: &[String],
+    med: &BTreeMap<(String, String), f64>,
+) {
+    let (Some(lo), Some(hi)) = (engines.first(), engines.last()) else {
+        return;
+    };
+    if lo == hi {
+        return;
+    }
+    let ratios: Vec<String> = paths
+        .iter()
+        .filter_map(|path| {
+            let r: Vec<f64> = tests
+                .iter()
+                .filter_map(|t| {
+                    let a = med.get(&(format!("{path}|{lo}"), t.clone()))?;
+                    let b = med.get(&(format!("{path}|{hi}"), t.clone()))?;
+                    (*a > 0.0).then(|| b / a)
+                })
+                .collect();
+            (!r.is_empty()).then(|| format!("{:.2}× {path}", median(r)))
+        })
+        .collect();
+    if !ratios.is_empty() {
+        let _ = writeln!(
+            md,
+            "Throughput with {hi} engines ÷ with {lo}, median over the tests: {}.\n",
+            ratios.join(", ")
+        );
+    }
+    let cpus = docs
+        .iter()
+        .filter_map(|d| d.v["host"]["cpus"].as_u64())
+        .max()
+        .unwrap_or(0);
+    let busy = hi.parse::<u64>().unwrap_or(0) + 2;
+    if cpus > 0 && cpus < busy {
+        let _ = writeln!(
+            md,
+            "**This run cannot show scaling.** The host has {cpus} CPUs; the {hi}-engine run \
+             keeps {busy} processes busy ({hi} engines, the proxy and redis-benchmark), and \
+             the load generator shares the CPUs with the servers it measures. Past what the \
+             CPUs can run side by side, another engine adds context switches, not capacity, so \
+             a flat or falling row here is the expected result and says nothing about a larger \
+             machine. To see scaling, give every engine, the proxy and the generator a core of their \
+             own: `PIN=1 SERVER_CPUS=… BENCH_CPUS=… scripts/bench-scaling.sh`.\n"
+        );
+    }
+}
+
 fn sanitize(s: &str) -> String {
     s.chars()
         .map(|c| {
@@ -358,6 +424,9 @@ struct LatRow {
     errors: f64,
     p: [f64; 5],
     service_p99: f64,
+    /// How late the generator itself issued requests (p99): when this is close to p99, the
+    /// generator was starved of CPU and the row measures the host, not the server.
+    lag_p99: f64,
 }
 
 fn lat_rows<F: Fn(&Doc) -> String>(docs: &[&Doc], key: F) -> Vec<(String, LatRow)> {
@@ -390,6 +459,7 @@ fn lat_rows<F: Fn(&Doc) -> String>(docs: &[&Doc], key: F) -> Vec<(String, LatRow
                 errors,
                 p,
                 service_p99: m(&["results", "service_us", "p99"]),
+                lag_p99: m(&["results", "lag_us", "p99"]),
             };
             (k, row)
         })
@@ -456,7 +526,10 @@ fn systems(md: &mut String, charts: &mut Vec<(String, String)>, docs: &[&Doc], s
             "Poisson arrivals at the target rate; latency from each request's intended start, so \
              queueing behind a slow reply is counted (no coordinated omission). Milliseconds, \
              median over the rounds. *service p99* is the same requests timed from when they \
-             were written, which is what a closed-loop tool would report.\n\n",
+             were written, which is what a closed-loop tool would report. *generator lag \
+             p99* is how late the generator itself sent requests: where it is close to p99, \
+             the generator was starved of CPU and the row measures the host, not the \
+             server.\n\n",
         );
         let p = &lg[0].v["params"];
         let _ = writeln!(
@@ -473,12 +546,12 @@ fn systems(md: &mut String, charts: &mut Vec<(String, String)>, docs: &[&Doc], s
             p["seed"],
         );
         let rows = lat_rows(&lg, |d| d.label("system").to_string());
-        md.push_str("| system | target/s | achieved/s | errors | p50 | p90 | p99 | p99.9 | max | service p99 |\n");
-        md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        md.push_str("| system | target/s | achieved/s | errors | p50 | p90 | p99 | p99.9 | max | service p99 | generator lag p99 |\n");
+        md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for (s, r) in &rows {
             let _ = writeln!(
                 md,
-                "| {s} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {s} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 thousands(r.rate),
                 thousands(r.achieved),
                 thousands(r.errors),
@@ -488,6 +561,7 @@ fn systems(md: &mut String, charts: &mut Vec<(String, String)>, docs: &[&Doc], s
                 ms(r.p[3]),
                 ms(r.p[4]),
                 ms(r.service_p99),
+                ms(r.lag_p99),
             );
         }
         let groups: Vec<String> = rows.iter().map(|(s, _)| s.clone()).collect();
@@ -693,17 +767,46 @@ fn soak(md: &mut String, charts: &mut Vec<(String, String)>, docs: &[&Doc], svg_
 }
 
 fn memory(md: &mut String, charts: &mut Vec<(String, String)>, docs: &[&Doc], svg_rel: &str) {
-    md.push_str("## Memory per data shape\n\n");
+    md.push_str("## Memory per data shape (`scripts/bench-memory-shapes.sh`)\n\n");
     md.push_str(
-        "A fresh server per shape, filled to a known DBSIZE; RSS is what the OS charges the \
-         process, *used_memory* the server's own logical estimate (INFO memory). Median of the \
-         repeated runs; bytes per key = RSS / keys.\n\n",
+        "One fresh server process per shape and run (a recached engine, `recached server`, \
+         against one redis-server), filled with the same commands by `redis-cli --pipe` until \
+         DBSIZE is the shape's key count, then sampled; median of the repeated runs. *RSS* is \
+         the resident memory the OS charges the process (VmRSS in /proc/PID/status, read the \
+         same way for both servers): the figure to size a machine by. *used_memory* is the \
+         server's own INFO figure, and it means different things: redis-server reports the \
+         bytes its allocator has handed out (size-class rounding included, fragmentation and \
+         pages kept for reuse not); recached reports a logical estimate kept in O(1) per write \
+         (a fixed baseline plus key bytes, value bytes and a fixed overhead per key, \
+         docs/memory.md), which is what `maxmemory` is enforced against and does not see \
+         allocator rounding, fragmentation, connection buffers or the process's own code and \
+         tables. So RSS is comparable \
+         between the servers; used_memory is comparable only with RSS of the same server. \
+         *bytes/element* is (RSS − the same server's RSS when empty) ÷ the items stored \
+         (keys, fields, members or list elements).\n\n",
     );
     run_line(md, docs);
+    // Shapes in the order the script lists them (`shape_order` label), not by file name.
+    let mut docs: Vec<&Doc> = docs.to_vec();
+    docs.sort_by(|a, b| num_order(a.label("shape_order"), b.label("shape_order")));
+    let docs = &docs[..];
     let shapes = first_seen(docs.iter().map(|d| d.label("shape")));
-    let systems = first_seen(docs.iter().map(|d| d.label("system")));
-    md.push_str("| shape | system | keys | RSS MiB | used_memory MiB | RSS bytes/key |\n|---|---|---:|---:|---:|---:|\n");
-    let mut per_key: BTreeMap<(String, String), f64> = BTreeMap::new();
+    let mut systems = first_seen(docs.iter().map(|d| d.label("system")));
+    // recached first, the reference after it.
+    systems.sort_by_key(|s| !s.starts_with("recached"));
+    let reference = systems
+        .iter()
+        .find(|s| s.starts_with("redis"))
+        .cloned()
+        .unwrap_or_default();
+    struct Cell {
+        keys: f64,
+        rss: f64,
+        used: f64,
+        elements: f64,
+        runs: usize,
+    }
+    let mut cells: BTreeMap<(String, String), Cell> = BTreeMap::new();
     for sh in &shapes {
         for sy in &systems {
             let g: Vec<&Doc> = docs
@@ -714,52 +817,90 @@ fn memory(md: &mut String, charts: &mut Vec<(String, String)>, docs: &[&Doc], sv
             if g.is_empty() {
                 continue;
             }
-            let m = |k: &str| median(g.iter().map(|d| d.num(&["results", k])).collect());
-            let (keys, rss, used) = (m("keys"), m("rss_bytes"), m("used_memory"));
-            let bpk = if keys > 0.0 { rss / keys } else { 0.0 };
-            per_key.insert((sh.clone(), sy.clone()), bpk);
+            let m = |path: &[&str]| median(g.iter().map(|d| d.num(path)).collect());
+            cells.insert(
+                (sh.clone(), sy.clone()),
+                Cell {
+                    keys: m(&["results", "keys"]),
+                    rss: m(&["results", "rss_bytes"]),
+                    used: m(&["results", "used_memory"]),
+                    elements: m(&["params", "elements"]),
+                    runs: g.len(),
+                },
+            );
+        }
+    }
+    let mib = |b: f64| format!("{:.1}", b / 1048576.0);
+    md.push_str(
+        "| shape | holds | server | keys (DBSIZE) | RSS MiB | used_memory MiB | RSS ÷ used_memory | RSS vs redis-server | bytes/element | runs |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for sh in &shapes {
+        let holds = docs
+            .iter()
+            .find(|d| d.label("shape") == sh)
+            .and_then(|d| d.v["params"]["describe"].as_str())
+            .unwrap_or("");
+        for sy in &systems {
+            let Some(c) = cells.get(&(sh.clone(), sy.clone())) else {
+                continue;
+            };
+            let ratio = |a: f64, b: f64| {
+                if a > 0.0 && b > 0.0 {
+                    format!("{:.2}×", a / b)
+                } else {
+                    "–".into()
+                }
+            };
+            let vs_ref = match cells.get(&(sh.clone(), reference.clone())) {
+                Some(r) if sy != &reference => ratio(c.rss, r.rss),
+                _ => "–".into(),
+            };
+            let empty = cells
+                .get(&("empty".to_string(), sy.clone()))
+                .map_or(0.0, |e| e.rss);
+            let per_element = if c.elements > 0.0 {
+                thousands(((c.rss - empty) / c.elements).max(0.0))
+            } else {
+                "–".into()
+            };
             let _ = writeln!(
                 md,
-                "| {sh} | {sy} | {} | {:.1} | {:.1} | {} |",
-                thousands(keys),
-                rss / 1048576.0,
-                used / 1048576.0,
-                thousands(bpk)
+                "| {sh} | {holds} | {sy} | {} | {} | {} | {} | {vs_ref} | {per_element} | {} |",
+                thousands(c.keys),
+                mib(c.rss),
+                mib(c.used),
+                ratio(c.rss, c.used),
+                c.runs,
             );
         }
     }
     let series: Vec<(String, Vec<f64>)> = systems
         .iter()
         .map(|sy| {
-            (
-                sy.clone(),
-                shapes
-                    .iter()
-                    .map(|sh| {
-                        per_key
-                            .get(&(sh.clone(), sy.clone()))
-                            .copied()
-                            .unwrap_or(0.0)
-                    })
-                    .collect(),
-            )
+            let v = shapes
+                .iter()
+                .map(|sh| {
+                    cells
+                        .get(&(sh.clone(), sy.clone()))
+                        .map_or(0.0, |c| c.rss / 1048576.0)
+                })
+                .collect();
+            (sy.clone(), v)
         })
         .collect();
     let name = "memory-shapes.svg".to_string();
     charts.push((
         name.clone(),
         svg::bar_chart(
-            "RSS bytes per key by data shape",
-            "bytes/key",
+            "RSS per data shape (median, MiB)",
+            "RSS MiB",
             &shapes,
             &series,
             false,
         ),
     ));
-    let _ = writeln!(
-        md,
-        "\n![RSS bytes per key by data shape]({svg_rel}/{name})\n"
-    );
+    let _ = writeln!(md, "\n![RSS per data shape]({svg_rel}/{name})\n");
 }
 
 /// Renders the report from `docs`; charts are linked as `{svg_rel}/{name}`.
@@ -797,10 +938,25 @@ pub fn render(docs: &[Doc], svg_rel: &str) -> Rendered {
     if !loads.is_empty() {
         let lo = loads.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = loads.iter().copied().fold(0.0, f64::max);
-        let _ = writeln!(
+        let _ = write!(
             md,
-            "1-minute load average as the results were written: {lo:.1} to {hi:.1} (a load above the CPU count means other work competed for the CPUs).\n"
+            "1-minute load average as the results were written: {lo:.1} to {hi:.1} (a load above the CPU count means other work competed for the CPUs)."
         );
+        let most_cpus = docs
+            .iter()
+            .filter_map(|d| d.v["host"]["cpus"].as_u64())
+            .max()
+            .unwrap_or(0);
+        // The load average counts the benchmark's own processes too, so only a load well above
+        // what one suite keeps busy is called out as outside work.
+        if most_cpus > 0 && hi > 2.0 * most_cpus as f64 {
+            md.push_str(
+                " It reached more than twice the CPU count, so work outside the benchmark \
+                 (builds, other benchmarks) ran at the same time: absolute figures from this run \
+                 are noisy, and a re-run on a quiet machine will differ.",
+            );
+        }
+        md.push_str("\n\n");
     }
     md.push_str(
         "**Caveat.** These figures come from one small machine: the load generators \
@@ -810,11 +966,13 @@ pub fn render(docs: &[Doc], svg_rel: &str) -> Rendered {
          hardware (with `PIN=1` and separate cores for the generator where you have them).\n\n",
     );
     md.push_str(
-        "Reproduce: `scripts/bench-scaling.sh`, `scripts/bench-systems.sh`, \
-         `scripts/bench-scenarios.sh`, `scripts/soak.sh`, then `scripts/bench-report.sh` \
-         (this file and docs/bench/*.svg). Each script writes one JSON file per measurement \
-         under `bench/results/` with the binary versions, the configuration and every \
-         parameter of the run.\n\n",
+        "Reproduce: `scripts/bench-all.sh` runs every suite below and regenerates this file \
+         and docs/bench/*.svg; or run one suite (`scripts/bench-scaling.sh`, \
+         `scripts/bench-systems.sh`, `scripts/bench-scenarios.sh`, `scripts/soak.sh`, \
+         `scripts/bench-memory-shapes.sh`), then `scripts/bench-report.sh`. Each script writes \
+         one JSON file per measurement under `bench/results/` with the binary versions, the \
+         configuration and every parameter of the run; the report shows the newest run of \
+         each suite.\n\n",
     );
     let runs = latest_runs(docs);
     if let Some(d) = runs.get("scaling") {

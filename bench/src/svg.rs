@@ -246,7 +246,7 @@ pub fn bar_chart(
     let bw = (gw * 0.8) / series.len().max(1) as f64;
     for (g, name) in groups.iter().enumerate() {
         let gx = LEFT + g as f64 * gw;
-        for (s, (_, vals)) in series.iter().enumerate() {
+        for (s, (sname, vals)) in series.iter().enumerate() {
             let v = vals.get(g).copied().unwrap_or(0.0);
             let y = py(v);
             let _ = writeln!(
@@ -257,7 +257,7 @@ pub fn bar_chart(
                 bw.max(1.0),
                 (TOP + h - y).max(0.0),
                 COLOURS[s % COLOURS.len()],
-                esc(&format!("{name}: {}", short(v)))
+                esc(&format!("{name}, {sname}: {}", short(v)))
             );
         }
         let _ = writeln!(

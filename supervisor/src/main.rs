@@ -16,7 +16,7 @@
 //! recached stop    [--dir DIR | --config FILE]
 //! recached status  [--dir DIR | --config FILE] [--json] [--user U] [--pass P]
 //!                  (or $REDISCLI_AUTH, else the config's requirepass)
-//! recached bench   run|origin|redis-benchmark|rss|report|validate …   benchmark tools
+//! recached bench   run|origin|redis-benchmark|rss|memory|check|report|validate …   benchmark tools
 //! ```
 //!
 //! # Layout

@@ -783,71 +783,11 @@ fn a_thousand_browsers_connect_and_drop() {
 // ---------------------------------------------------------------------------------------
 // Node and Chromium (tests/browser/, installed by scripts/test.sh: npm ci + apt chromium)
 
-/// tests/browser, with its node_modules and Chromium checked; the wasm module built if missing.
-fn browser_env() -> (std::path::PathBuf, std::path::PathBuf) {
-    let dir = workspace_root().join("tests/browser");
-    let modules = dir.join("node_modules/playwright-core");
-    assert!(
-        modules.exists(),
-        "{} missing: run scripts/test.sh (npm ci in tests/browser)",
-        modules.display()
-    );
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        std::path::Path::new(&chromium).exists(),
-        "{chromium} missing: run scripts/test.sh (apt chromium)"
-    );
-    let out = Command::new(workspace_root().join("scripts/build-wasm.sh"))
-        .output()
-        .expect("run scripts/build-wasm.sh");
-    assert!(
-        out.status.success(),
-        "build-wasm: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let wasm = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    (dir, wasm)
-}
-
-/// Runs `node <script>` in tests/browser with `envs`, killed after `limit`; panics on failure.
-fn node(dir: &std::path::Path, script: &str, envs: &[(&str, String)], limit: Duration) -> String {
-    let log = dir.join(format!("{script}.{}.log", std::process::id()));
-    let file = std::fs::File::create(&log).unwrap();
-    let mut cmd = Command::new("node");
-    cmd.current_dir(dir)
-        .args(["--experimental-websocket", "--no-warnings", script])
-        .stdout(file.try_clone().unwrap())
-        .stderr(file);
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("spawn node");
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let out = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    match status {
-        Some(s) if s.success() => out,
-        Some(s) => panic!("{script} failed ({s}):\n{out}"),
-        None => panic!("{script} did not finish within {limit:?}:\n{out}"),
-    }
-}
-
 #[test]
 fn chromium_demo_page_updates_and_reads_locally() {
-    let (dir, wasm) = browser_env();
+    let (dir, wasm) = browser_env(true);
     let f = Fleet::start(&["--wasm", wasm.to_str().unwrap()]);
-    let out = node(
+    let out = run_node(
         &dir,
         "demo.test.mjs",
         &[
@@ -861,7 +801,7 @@ fn chromium_demo_page_updates_and_reads_locally() {
 
 #[test]
 fn node_and_chromium_replicas_converge_under_random_writes() {
-    let (dir, wasm) = browser_env();
+    let (dir, wasm) = browser_env(true);
     let tokens = dir.join(format!("tokens.{}.toml", std::process::id()));
     std::fs::write(
         &tokens,
@@ -882,7 +822,7 @@ fn node_and_chromium_replicas_converge_under_random_writes() {
             % 100_000)
             .to_string()
     });
-    let out = node(
+    let out = run_node(
         &dir,
         "convergence.test.mjs",
         &[

@@ -518,66 +518,18 @@ fn recached_start_gives_the_fanout_its_tls_port_from_the_config() {
 // ---------------------------------------------------------------------------------------
 // Chromium over wss:// (tests/browser, installed by scripts/test.sh: npm ci + apt chromium)
 
-/// tests/browser, with its node_modules and Chromium checked; the wasm module built.
-fn browser_env() -> (std::path::PathBuf, std::path::PathBuf) {
-    let dir = workspace_root().join("tests/browser");
-    let modules = dir.join("node_modules/playwright-core");
-    assert!(
-        modules.exists(),
-        "{} missing: run scripts/test.sh (npm ci in tests/browser)",
-        modules.display()
-    );
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        std::path::Path::new(&chromium).exists(),
-        "{chromium} missing: run scripts/test.sh (apt chromium)"
-    );
-    let out = Command::new(workspace_root().join("scripts/build-wasm.sh"))
-        .output()
-        .expect("run scripts/build-wasm.sh");
-    assert!(
-        out.status.success(),
-        "build-wasm: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let wasm = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    (dir, wasm)
-}
-
 #[test]
 fn chromium_demo_page_over_https_and_wss() {
-    let (dir, wasm) = browser_env();
+    let (dir, wasm) = browser_env(true);
     let f = Fleet::start("fanout-chromium", true, &["--wasm", wasm.to_str().unwrap()]);
-    let log = dir.join(format!("wss.test.mjs.{}.log", std::process::id()));
-    let file = std::fs::File::create(&log).unwrap();
-    let mut child = Command::new("node")
-        .current_dir(&dir)
-        .args(["--no-warnings", "wss.test.mjs"])
-        .env("FANOUT_TLS_PORT", f.tls_port.to_string())
-        .env("PROXY_PORT", f.proxy_port.to_string())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file)
-        .spawn()
-        .expect("spawn node");
-    let limit = Duration::from_secs(90);
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let out = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    match status {
-        Some(s) if s.success() => {}
-        Some(s) => panic!("wss.test.mjs failed ({s}):\n{out}"),
-        None => panic!("wss.test.mjs did not finish within {limit:?}:\n{out}"),
-    }
+    let out = run_node(
+        &dir,
+        "wss.test.mjs",
+        &[
+            ("FANOUT_TLS_PORT", f.tls_port.to_string()),
+            ("PROXY_PORT", f.proxy_port.to_string()),
+        ],
+        Duration::from_secs(90),
+    );
     assert!(out.contains("wss demo page: OK"), "{out}");
 }

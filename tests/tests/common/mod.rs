@@ -22,6 +22,8 @@
 //! - [`pings`], [`free_port_run`], [`free_port_except`], [`run_cmd`] / [`CmdOut`],
 //!   [`kill_recorded_children`]: a liveness probe, ports for a fleet, a bounded external
 //!   command, and a fleet guard's cleanup.
+//! - [`browser_env`], [`run_node`]: tests/browser (node_modules, optionally Chromium) with the
+//!   wasm replica built, and a bounded `node <script>` run there.
 #![allow(dead_code)]
 
 use std::fs::File;
@@ -714,5 +716,73 @@ pub fn kill_recorded_children(state_file: &Path) {
                 let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Node and Chromium (tests/browser/, installed by scripts/test.sh: npm ci + apt chromium)
+
+/// tests/browser with its node_modules checked (and Debian's Chromium, or `$CHROMIUM`, when
+/// `chromium`), and the wasm replica module built by scripts/build-wasm.sh if missing:
+/// `(tests/browser dir, path of recached.wasm)`.
+pub fn browser_env(chromium: bool) -> (PathBuf, PathBuf) {
+    let dir = workspace_root().join("tests/browser");
+    let modules = dir.join("node_modules/playwright-core");
+    assert!(
+        modules.exists(),
+        "{} missing: run scripts/test.sh (npm ci in tests/browser)",
+        modules.display()
+    );
+    if chromium {
+        let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        assert!(
+            Path::new(&chromium).exists(),
+            "{chromium} missing: run scripts/test.sh (apt chromium)"
+        );
+    }
+    let out = Command::new(workspace_root().join("scripts/build-wasm.sh"))
+        .output()
+        .expect("run scripts/build-wasm.sh");
+    assert!(
+        out.status.success(),
+        "build-wasm: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let wasm = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    (dir, wasm)
+}
+
+/// Runs `node <script>` in `dir` with `envs`, killed after `limit`; returns its output
+/// (stdout and stderr); panics if it fails or runs out of time.
+pub fn run_node(dir: &Path, script: &str, envs: &[(&str, String)], limit: Duration) -> String {
+    let log = dir.join(format!("{script}.{}.log", std::process::id()));
+    let file = File::create(&log).unwrap();
+    let mut cmd = Command::new("node");
+    cmd.current_dir(dir)
+        .args(["--experimental-websocket", "--no-warnings", script])
+        .stdout(file.try_clone().unwrap())
+        .stderr(file);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn node");
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    match status {
+        Some(s) if s.success() => out,
+        Some(s) => panic!("{script} failed ({s}):\n{out}"),
+        None => panic!("{script} did not finish within {limit:?}:\n{out}"),
     }
 }

@@ -52,8 +52,14 @@ const SECTIONS: &[&str] = &[
 /// `usec` is not measured and reads 0.
 #[derive(Debug, Default)]
 pub struct CommandStats {
-    /// Keyed by the row's address (rows are `'static`), in first-use order.
-    rows: std::collections::HashMap<usize, (usize, &'static str, CmdStat)>,
+    /// Keyed by the row's address (rows are `'static`), in first-use order. Counted on every
+    /// command, so a fixed-seed foldhash rather than SipHash (keys are our own addresses, not
+    /// client input).
+    rows: std::collections::HashMap<
+        usize,
+        (usize, &'static str, CmdStat),
+        foldhash::fast::FixedState,
+    >,
 }
 
 #[derive(Debug, Default, Clone, Copy)]

@@ -41,6 +41,14 @@ pub struct FanoutArgs {
     /// Most bytes of keychanges queued for one browser before it is resynced.
     #[arg(long)]
     pub queue_bytes: Option<usize>,
+    /// Most bytes queued for all browsers together; past it the largest queues are resynced.
+    #[arg(long)]
+    pub total_queue_bytes: Option<usize>,
+    /// Broadcast pacing: when more than 32 browsers have output and most were written in the
+    /// previous round, write them at most once per this many microseconds, so keychanges
+    /// arriving meanwhile share one write (default 2000; 0 = every loop iteration).
+    #[arg(long)]
+    pub flush_delay_us: Option<u64>,
 }
 
 pub fn run(args: FanoutArgs) -> Result<ExitCode> {
@@ -60,6 +68,8 @@ pub fn run(args: FanoutArgs) -> Result<ExitCode> {
         wasm: args.wasm,
         heartbeat_ms: args.heartbeat_ms,
         queue_bytes: args.queue_bytes.unwrap_or(defaults.queue_bytes),
+        total_queue_bytes: args.total_queue_bytes.unwrap_or(defaults.total_queue_bytes),
+        flush_delay_us: args.flush_delay_us.unwrap_or(defaults.flush_delay_us),
         ..defaults
     };
     recached_proxy::fanout::run_fanout(opts).map_err(|e| format!("fanout: {e}"))?;

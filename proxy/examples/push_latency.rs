@@ -6,9 +6,12 @@
 //! push_latency latency --resp 127.0.0.1:6380 --ws ws://127.0.0.1:6480/ws [--n 10000]
 //!     one subscriber; SET lat:k <i>, then wait for its keychange, n times (closed loop):
 //!     p50/p90/p99/max of (arrival − send), microseconds
-//! push_latency fanout --resp … --ws … --clients C [--rate 1000] [--seconds 10] [--sample 100]
-//!     C subscribers of `fan:`; a writer SETs fan:k <send time µs> at `rate`/s; `sample`
-//!     clients spread over the C are timed (the others just drain their socket)
+//! push_latency fanout --resp … --ws … --clients C [--topics T] [--rate 1000] [--seconds 10]
+//!                     [--sample S]
+//!     client i subscribes to `fan:<i % T>:` (T=1: every client sees every write); a writer
+//!     SETs fan:<j % T>:k <send time µs> at `rate`/s; S clients (default max(100, T)) spread
+//!     over the C are timed on every keychange, the others only count theirs.
+//!     complete_clients = clients that received exactly the keychanges of their topic.
 //! ```
 //! Output: one line of `key=value` pairs (µs), for the script to print.
 
@@ -57,6 +60,9 @@ fn subscribe(ws_url: &str, prefix: &str) -> WebSocket<TcpStream> {
 }
 
 fn percentiles(mut v: Vec<u64>) -> String {
+    if v.is_empty() {
+        return "n=0".into();
+    }
     v.sort_unstable();
     let q = |p: f64| v[((v.len() as f64 * p) as usize).min(v.len() - 1)];
     format!(
@@ -124,6 +130,164 @@ fn unix_us() -> u64 {
         .as_micros() as u64
 }
 
+/// Counts the keychange frames in a server → client byte stream (unmasked frames,
+/// RFC 6455 §5.2) without buffering it: only frame headers are parsed and payloads skipped,
+/// so an untimed client costs one `read` per wakeup and a few comparisons per frame.
+#[derive(Default)]
+struct Counter {
+    /// Header bytes of a frame whose header straddles two reads.
+    hdr: Vec<u8>,
+    /// Payload bytes of the current frame still to skip.
+    skip: usize,
+    keychanges: u64,
+}
+
+impl Counter {
+    fn feed(&mut self, mut b: &[u8]) {
+        const KC: &[u8] = br#"{"type":"keychange""#;
+        while !b.is_empty() {
+            if self.skip > 0 {
+                let n = self.skip.min(b.len());
+                self.skip -= n;
+                b = &b[n..];
+                continue;
+            }
+            // Complete the header (2, 4 or 10 bytes).
+            let take = 10usize.saturating_sub(self.hdr.len()).min(b.len());
+            let mut h = std::mem::take(&mut self.hdr);
+            let had = h.len();
+            h.extend_from_slice(&b[..take]);
+            let need = match h.get(1).map(|x| x & 0x7f) {
+                None => usize::MAX,
+                Some(126) => 4,
+                Some(127) => 10,
+                Some(_) => 2,
+            };
+            if h.len() < need {
+                self.hdr = h;
+                return;
+            }
+            let len = match need {
+                2 => (h[1] & 0x7f) as usize,
+                4 => u16::from_be_bytes([h[2], h[3]]) as usize,
+                _ => u64::from_be_bytes(h[2..10].try_into().unwrap()) as usize,
+            };
+            b = &b[need - had..];
+            if h[0] & 0x0f == 1 {
+                // A payload straddling the read counts as a keychange: after the subscribe
+                // only keychanges (and, once a minute, heartbeats) are sent.
+                let n = KC.len().min(b.len()).min(len);
+                if n < KC.len().min(len) || b[..n] == KC[..n] {
+                    self.keychanges += 1;
+                }
+            }
+            self.skip = len;
+        }
+    }
+}
+
+/// Opens `count` subscribed clients, `batch` handshakes in flight at a time (the fan-out
+/// snapshots them concurrently), client `i` subscribing to `prefix(i)`.
+fn subscribe_all(
+    ws_url: &str,
+    count: usize,
+    prefix: impl Fn(usize) -> String,
+) -> Vec<mio::net::TcpStream> {
+    let addr = ws_url
+        .trim_start_matches("ws://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut out = Vec::with_capacity(count);
+    let batch = 200;
+    for first in (0..count).step_by(batch) {
+        let mut open = Vec::new();
+        for i in first..(first + batch).min(count) {
+            let stream = TcpStream::connect(&addr).expect("connect to the fan-out");
+            stream.set_nodelay(true).unwrap();
+            let (mut ws, _) = tungstenite::client(ws_url, stream).expect("WebSocket handshake");
+            ws.send(Message::text(format!(
+                r#"{{"type":"subscribe","prefixes":["{}"]}}"#,
+                prefix(i)
+            )))
+            .unwrap();
+            open.push(ws);
+        }
+        for mut ws in open {
+            let mut instances = usize::MAX;
+            let mut up = 0;
+            while up < instances {
+                if let Message::Text(t) = ws.read().expect("read") {
+                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                    match v["type"].as_str() {
+                        Some("hello") => instances = v["instances"].as_u64().unwrap() as usize,
+                        Some("up-to-date") => up += 1,
+                        _ => {}
+                    }
+                }
+            }
+            let s = ws.into_inner();
+            s.set_nonblocking(true).unwrap();
+            out.push(mio::net::TcpStream::from_std(s));
+        }
+    }
+    out
+}
+
+/// Reads until a short read (edge-triggered: a short read means the socket was drained).
+fn drain(s: &mut mio::net::TcpStream, chunk: &mut [u8], mut f: impl FnMut(&[u8])) {
+    loop {
+        match s.read(chunk) {
+            Ok(0) => return,
+            Ok(n) => {
+                f(&chunk[..n]);
+                if n < chunk.len() {
+                    return;
+                }
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// The timed clients: read as soon as data arrives, every keychange decoded and timed
+/// (its value is the writer's send time, unix µs). Returns (latencies, keychanges per client).
+fn timed_reader(mut socks: Vec<mio::net::TcpStream>, end: Instant) -> (Vec<u64>, Vec<u64>) {
+    let mut poll = Poll::new().unwrap();
+    for (j, s) in socks.iter_mut().enumerate() {
+        poll.registry()
+            .register(s, Token(j), Interest::READABLE)
+            .unwrap();
+    }
+    let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); socks.len()];
+    let mut counts = vec![0u64; socks.len()];
+    let mut lat = Vec::new();
+    let mut events = Events::with_capacity(1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut texts = Vec::new();
+    while Instant::now() < end {
+        poll.poll(&mut events, Some(Duration::from_millis(5)))
+            .unwrap();
+        for ev in events.iter() {
+            let j = ev.token().0;
+            drain(&mut socks[j], &mut chunk, |b| bufs[j].extend_from_slice(b));
+            let now = unix_us();
+            frames(&mut bufs[j], &mut texts);
+            for t in texts.drain(..) {
+                if t.starts_with(r#"{"type":"keychange""#)
+                    && let Some(pos) = t.rfind("\",\"")
+                    && let Ok(sent) = t[pos + 3..].trim_end_matches("\"]}").parse::<u64>()
+                {
+                    lat.push(now.saturating_sub(sent));
+                    counts[j] += 1;
+                }
+            }
+        }
+    }
+    (lat, counts)
+}
+
 /// Server → client frames (unmasked): returns complete text payloads, keeps the rest.
 fn frames(buf: &mut Vec<u8>, out: &mut Vec<String>) {
     let mut at = 0;
@@ -154,37 +318,49 @@ fn frames(buf: &mut Vec<u8>, out: &mut Vec<String>) {
 
 fn fanout(args: &[String]) {
     let clients: usize = arg(args, "--clients", "1000").parse().unwrap();
+    let topics: usize = arg(args, "--topics", "1").parse::<usize>().unwrap().max(1);
     let rate: u64 = arg(args, "--rate", "1000").parse().unwrap();
     let seconds: u64 = arg(args, "--seconds", "10").parse().unwrap();
-    let sample: usize = arg(args, "--sample", "100")
+    // Enough timed clients for ~rate·seconds samples: each sees 1/topics of the writes.
+    let default_sample = topics.max(100).to_string();
+    let sample: usize = arg(args, "--sample", &default_sample)
         .parse::<usize>()
         .unwrap()
-        .min(clients);
+        .clamp(1, clients);
     let ws_url = arg(args, "--ws", "ws://127.0.0.1:6480/ws");
     let t = Instant::now();
-    let mut socks = Vec::with_capacity(clients);
-    for _ in 0..clients {
-        let ws = subscribe(&ws_url, "fan:");
-        let s = ws.into_inner();
-        s.set_nonblocking(true).unwrap();
-        socks.push(mio::net::TcpStream::from_std(s));
-    }
+    let topic = move |i: usize| i % topics;
+    let socks = subscribe_all(&ws_url, clients, |i| format!("fan:{}:", topic(i)));
     eprintln!("{clients} subscribers connected in {:?}", t.elapsed());
-    let stride = (clients / sample.max(1)).max(1);
-    let timed = |i: usize| i.is_multiple_of(stride) && i / stride < sample;
-    // Timed clients are read as soon as data arrives; the others are drained every 10 ms
-    // (a real browser has its own CPU: this keeps the measuring process from being the
-    // bottleneck on a small machine, while the fan-out still writes to every socket).
-    let mut poll = Poll::new().unwrap();
-    for (i, s) in socks.iter_mut().enumerate() {
+    // Timed client j is the (j % stride)-th of the j-th group of `stride`: spread over the
+    // C clients and, with several topics, over the topics too.
+    let stride = (clients / sample).max(1);
+    let mut is_timed = vec![false; clients];
+    for j in 0..sample {
+        is_timed[(j * stride + j % stride).min(clients - 1)] = true;
+    }
+    let timed = |i: usize| is_timed[i];
+    // Timed clients get a thread that reads as soon as data arrives. The others are read by
+    // a paced loop (every 10 ms, whatever is ready): a real browser has its own CPU, and on
+    // this small machine the measuring process must not take the fan-out's; pacing also
+    // spares the fan-out a wakeup per write (the reader is not waiting in epoll).
+    let mut timed_socks = Vec::new();
+    let mut timed_ids = Vec::new();
+    let mut other = Vec::new();
+    let mut other_ids = Vec::new();
+    for (i, s) in socks.into_iter().enumerate() {
         if timed(i) {
-            poll.registry()
-                .register(s, Token(i), Interest::READABLE)
-                .unwrap();
+            timed_socks.push(s);
+            timed_ids.push(i);
+        } else {
+            other.push(s);
+            other_ids.push(i);
         }
     }
-    let mut next_sweep = Instant::now();
-    // The writer: SET fan:k <send time µs> at `rate`/s, replies drained by a second thread.
+    let end = Instant::now() + Duration::from_secs(seconds + 2);
+    let timed_thread = std::thread::spawn(move || timed_reader(timed_socks, end));
+    // The writer: SET fan:<i % topics>:k <send time µs> at `rate`/s, replies drained by a
+    // second thread.
     let resp_addr = arg(args, "--resp", "127.0.0.1:6380");
     let writer = std::thread::spawn(move || {
         let mut s = TcpStream::connect(resp_addr).unwrap();
@@ -203,65 +379,56 @@ fn fanout(args: &[String]) {
                 std::thread::sleep(d);
             }
             let v = unix_us().to_string();
-            let cmd = format!("*3\r\n$3\r\nSET\r\n$5\r\nfan:k\r\n${}\r\n{v}\r\n", v.len());
+            let key = format!("fan:{}:k", i % topics as u64);
+            let cmd = format!(
+                "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{v}\r\n",
+                key.len(),
+                v.len()
+            );
             s.write_all(cmd.as_bytes()).unwrap();
         }
         reader.join().unwrap();
     });
-    let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); clients];
-    let mut lat = Vec::new();
-    let mut received = vec![0u64; clients];
-    let mut events = Events::with_capacity(4096);
-    let mut chunk = vec![0u8; 64 * 1024];
-    let end = Instant::now() + Duration::from_secs(seconds + 2);
-    let mut texts = Vec::new();
+    let mut poll = Poll::new().unwrap();
+    for (j, s) in other.iter_mut().enumerate() {
+        poll.registry()
+            .register(s, Token(j), Interest::READABLE)
+            .unwrap();
+    }
+    let mut counters: Vec<Counter> = (0..other.len()).map(|_| Counter::default()).collect();
+    let mut events = Events::with_capacity(16 * 1024);
+    let mut chunk = vec![0u8; 256 * 1024];
     while Instant::now() < end {
+        let round = Instant::now();
         poll.poll(&mut events, Some(Duration::from_millis(5)))
             .unwrap();
-        if Instant::now() >= next_sweep {
-            next_sweep = Instant::now() + Duration::from_millis(10);
-            for i in (0..clients).filter(|&i| !timed(i)) {
-                while let Ok(n) = socks[i].read(&mut chunk) {
-                    if n == 0 {
-                        break;
-                    }
-                    received[i] +=
-                        chunk[..n].windows(9).filter(|w| w == b"keychange").count() as u64;
-                }
-            }
-        }
         for ev in events.iter() {
-            let i = ev.token().0;
-            loop {
-                match socks[i].read(&mut chunk) {
-                    Ok(0) => break,
-                    Ok(n) => bufs[i].extend_from_slice(&chunk[..n]),
-                    Err(_) => break,
-                }
-            }
-            if timed(i) {
-                let now = unix_us();
-                frames(&mut bufs[i], &mut texts);
-                for t in texts.drain(..) {
-                    if let Some(pos) = t.rfind("\",\"")
-                        && let Ok(sent) = t[pos + 3..].trim_end_matches("\"]}").parse::<u64>()
-                    {
-                        lat.push(now.saturating_sub(sent));
-                        received[i] += 1;
-                    }
-                }
-            }
+            let j = ev.token().0;
+            let c = &mut counters[j];
+            drain(&mut other[j], &mut chunk, |b| c.feed(b));
+        }
+        if let Some(d) = (round + Duration::from_millis(10)).checked_duration_since(Instant::now())
+        {
+            std::thread::sleep(d);
         }
     }
     writer.join().unwrap();
-    let expected = rate * seconds;
-    // Untimed clients count `keychange` substrings (one may straddle two reads: 1% slack).
-    let complete = received
+    let (lat, timed_counts) = timed_thread.join().unwrap();
+    let total = rate * seconds;
+    // Writes to topic t: the i < total with i % topics == t.
+    let expected = |i: usize| {
+        let t = topic(i) as u64;
+        let k = topics as u64;
+        total / k + u64::from(t < total % k)
+    };
+    let complete = timed_ids
         .iter()
-        .filter(|&&r| r >= expected * 99 / 100)
+        .zip(&timed_counts)
+        .chain(other_ids.iter().zip(counters.iter().map(|c| &c.keychanges)))
+        .filter(|&(&i, &n)| n == expected(i))
         .count();
     println!(
-        "fanout clients={clients} rate={rate}/s seconds={seconds} complete_clients={complete} {}",
+        "fanout clients={clients} topics={topics} rate={rate}/s seconds={seconds} complete_clients={complete} {}",
         percentiles(lat)
     );
 }

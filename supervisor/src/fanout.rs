@@ -49,6 +49,14 @@ pub struct FanoutArgs {
     /// HTTPS + wss:// (default: the config's `[tls]`, with `[tls] fanout_port`).
     #[command(flatten)]
     pub tls: crate::tls_limits::TlsArgs,
+    /// Most bytes queued for all browsers together; past it the largest queues are resynced.
+    #[arg(long)]
+    pub total_queue_bytes: Option<usize>,
+    /// Broadcast pacing: when more than 32 browsers have output and most were written in the
+    /// previous round, write them at most once per this many microseconds, so keychanges
+    /// arriving meanwhile share one write (default 2000; 0 = every loop iteration).
+    #[arg(long)]
+    pub flush_delay_us: Option<u64>,
 }
 
 pub fn run(args: FanoutArgs) -> Result<ExitCode> {
@@ -71,6 +79,8 @@ pub fn run(args: FanoutArgs) -> Result<ExitCode> {
         heartbeat_ms: args.heartbeat_ms,
         queue_bytes: args.queue_bytes.unwrap_or(defaults.queue_bytes),
         tls: crate::tls_limits::for_proxy(tls),
+        total_queue_bytes: args.total_queue_bytes.unwrap_or(defaults.total_queue_bytes),
+        flush_delay_us: args.flush_delay_us.unwrap_or(defaults.flush_delay_us),
         ..defaults
     };
     recached_proxy::fanout::run_fanout(opts).map_err(|e| format!("fanout: {e}"))?;

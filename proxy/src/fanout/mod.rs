@@ -79,6 +79,14 @@ pub struct FanoutOptions {
     pub queue_bytes: usize,
     /// Most bytes of snapshot data queued for one browser before it is closed.
     pub snapshot_bytes: usize,
+    /// Most bytes queued for all browsers together (keychanges and snapshot data); past it
+    /// the largest queues are dropped and their browsers resynced.
+    pub total_queue_bytes: usize,
+    /// Pacing of broadcast flush rounds, µs: when more than 32 browsers have output and most
+    /// were written in the previous round too, they are written at most once per this
+    /// period, so keychanges arriving meanwhile share one write per browser (0 = every loop
+    /// iteration). See server.rs, *Pacing*.
+    pub flush_delay_us: u64,
     /// Most browser and HTTP connections at once (both ports together); more are closed on
     /// accept.
     pub max_connections: usize,
@@ -99,6 +107,8 @@ impl Default for FanoutOptions {
             max_message: 64 * 1024,
             queue_bytes: 8 << 20,
             snapshot_bytes: 512 << 20,
+            total_queue_bytes: 1 << 30,
+            flush_delay_us: 2_000,
             max_connections: 16_000,
             tls: crate::tls::TlsOptions::default(),
         }

@@ -11,7 +11,7 @@
 #      strings: 1,000,000 keys with 64-byte values
 #      hashes:  100 hashes × 10,000 fields (8-byte values)
 #      zsets:   100 sorted sets × 10,000 members
-#    Data is loaded with `redis-cli --pipe` from a RESP file generated once into $WORK.
+#    Runs scripts/bench-memory-shapes.sh for these three shapes (its JSON goes to $WORK/results).
 # 2. SET throughput (redis-benchmark, 64-byte values, random keys from a 10M space, pipeline
 #    16) without a limit and under allkeys-lru at a 64mb limit after pre-filling past it, for
 #    recached and redis-server, $ROUNDS rounds (default 1) alternating the servers. Besides
@@ -48,69 +48,12 @@ start_server() {
     echo $!
 }
 
-rss_bytes() { awk '/^VmRSS:/ {print $2 * 1024}' "/proc/$1/status"; }
-info_field() { redis-cli -p "$1" INFO memory | tr -d '\r' | awk -F: -v f="$2" '$1 == f {print $2}'; }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-
-gen() {
-    local name=$1
-    [ -s "$WORK/$name.resp" ] && return 0
-    echo "generating $WORK/$name.resp" >&2
-    python3 - "$name" >"$WORK/$name.resp" <<'PY'
-import sys
-out = sys.stdout.buffer
-def cmd(*args):
-    parts = [b"*%d\r\n" % len(args)]
-    for a in args:
-        parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    out.write(b"".join(parts))
-name = sys.argv[1]
-if name == "strings":
-    val = b"v" * 64
-    for i in range(1_000_000):
-        cmd(b"SET", b"key:%07d" % i, val)
-elif name == "hashes":
-    for h in range(100):
-        args = [b"HSET", b"hash:%03d" % h]
-        for f in range(10_000):
-            args += [b"field:%05d" % f, b"val%05d" % f]
-        cmd(*args)
-elif name == "zsets":
-    for z in range(100):
-        args = [b"ZADD", b"zset:%03d" % z]
-        for m in range(10_000):
-            args += [b"%d" % (m * 7 % 10_007), b"member:%05d" % m]
-        cmd(*args)
-PY
-}
 
 if [ -z "${SKIP_MEMORY:-}" ]; then
-printf '| dataset | server | RSS (median of %s) | used_memory | RSS / redis RSS |\n|---|---|---|---|---|\n' "$RUNS"
-for ds in strings hashes zsets; do
-    gen "$ds"
-    declare -A RSS=()
-    for kind in redis recached; do
-        rss_runs=(); used_runs=()
-        for _ in $(seq 1 "$RUNS"); do
-            port=$(free_port)
-            pid=$(start_server "$kind" "$port"); PIDS+=("$pid")
-            wait_port "$port"
-            redis-cli -p "$port" --pipe <"$WORK/$ds.resp" >"$WORK/pipe.out" 2>&1 \
-                || { cat "$WORK/pipe.out" >&2; exit 1; }
-            sleep 0.5
-            rss_runs+=("$(rss_bytes "$pid")")
-            used_runs+=("$(info_field "$port" used_memory)")
-            kill "$pid"; wait "$pid" 2>/dev/null || true
-        done
-        r=$(printf '%s\n' "${rss_runs[@]}" | median)
-        u=$(printf '%s\n' "${used_runs[@]}" | median)
-        RSS[$kind]=$r
-        ratio=$(awk -v a="$r" -v b="${RSS[redis]}" 'BEGIN {printf "%.2f", a / b}')
-        printf '| %s | %s | %.1f MiB | %.1f MiB | %s× |\n' "$ds" "$kind" \
-            "$(awk -v x="$r" 'BEGIN {print x/1048576}')" "$(awk -v x="$u" 'BEGIN {print x/1048576}')" "$ratio"
-    done
-    unset RSS
-done
+    # Part 1 is the per-shape benchmark of the report (one implementation): its table, here for
+    # the three datasets of issue 7, results in a scratch folder.
+    MEM_SHAPES="strings hashes zsets" MEM_RUNS="$RUNS" BENCH_RESULTS="$WORK/results" \
+        RECACHED_BIN="$BIN" "$ROOT/scripts/bench-memory-shapes.sh"
 fi
 
 [ -n "${SKIP_THROUGHPUT:-}" ] && exit 0

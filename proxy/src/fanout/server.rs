@@ -65,7 +65,13 @@
 //! references would save that copy, but the write syscall costs over a hundred times more.) All
 //! browsers' queued bytes together are capped by [`FanoutOptions::total_queue_bytes`]:
 //! past it the largest queues are dropped and resynced (`check_total`), so memory stays
-//! bounded however many slow browsers there are.
+//! bounded however many slow browsers there are. Outside the budgets each browser holds at
+//! most one chunk ([`DRAIN_CHUNK`]) plus one frame in tungstenite (nothing more is moved in
+//! while it holds bytes the socket refused) and as much in the batch handed to the socket
+//! (batches are cut at [`DRAIN_CHUNK`]). A browser resynced for falling behind gets its
+//! snapshots only once it has read everything queued before (`Browser::backlogged`): a
+//! browser that does not read would otherwise be sent, and shed from, one snapshot after
+//! another (tests/tests/fanout_queue_cap.rs).
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -173,6 +179,10 @@ struct Browser {
     dirty: bool,
     /// The flush round ([`Stats::rounds`]) that last drained it.
     drained_round: u64,
+    /// Resynced for falling behind (`slow-consumer`): its snapshots are requested only once
+    /// everything queued for it (the `must-refetch` included) has reached the socket, so a
+    /// browser that does not read costs neither a snapshot per shed nor queue churn.
+    backlogged: bool,
 }
 
 impl Browser {
@@ -754,6 +764,7 @@ impl Server {
                     closing: None,
                     dirty: false,
                     drained_round: 0,
+                    backlogged: false,
                 });
                 let hello = protocol::hello(
                     self.links.len(),
@@ -952,10 +963,13 @@ impl Server {
         }
         b.charge(Kind::Live, wire.len());
         match b.queue.back_mut() {
+            // A batch leaves the budgets when it is handed to the socket and is held until
+            // written: at most one chunk (+ one frame) each, so what the caps do not see
+            // stays small per browser.
             Some(Out {
                 body: Body::Wire(buf),
                 ..
-            }) => buf.extend_from_slice(wire),
+            }) if buf.len() < DRAIN_CHUNK => buf.extend_from_slice(wire),
             _ => b.queue.push_back(Out {
                 body: Body::Wire(wire.to_vec()),
                 kind: Kind::Live,
@@ -972,6 +986,7 @@ impl Server {
         log::debug!("fanout: browser {} fell behind: resync", b.serial);
         b.queue.retain(|o| o.kind == Kind::Control);
         b.release_all();
+        b.backlogged = true;
         for i in 0..self.links.len() {
             let subscribed = self
                 .browser(idx)
@@ -1003,7 +1018,9 @@ impl Server {
         );
         let id = self.next_snap;
         let Some(b) = self.browser(idx) else { return };
-        if b.closing.is_some() || !live {
+        if b.closing.is_some() || !live || b.backlogged {
+            // Requested later: at the link's next subscribe or heartbeat, or (backlogged)
+            // when `drain` has written everything queued for this browser.
             b.inst[i] = Inst::Waiting;
             return;
         }
@@ -1189,6 +1206,14 @@ impl Server {
         b.dirty = false;
         b.drained_round = self.stats.rounds;
         loop {
+            // Nothing more goes into tungstenite while it holds bytes the socket refused, so
+            // its buffer (outside the queue budgets) stays within one chunk and one frame
+            // however often a browser that does not read is drained.
+            match b.ws.flush() {
+                Ok(()) => {}
+                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => return self.close(idx),
+            }
             let mut moved = 0;
             while moved < DRAIN_CHUNK {
                 if matches!(
@@ -1255,7 +1280,19 @@ impl Server {
                 }
             }
             if b.queue.is_empty() {
-                return;
+                break;
+            }
+        }
+        // Everything queued reached the socket: a browser resynced for falling behind gets
+        // its snapshots now (see `Browser::backlogged`).
+        if std::mem::take(&mut b.backlogged) {
+            for i in 0..self.links.len() {
+                if self
+                    .browser(idx)
+                    .is_some_and(|b| matches!(b.inst[i], Inst::Waiting))
+                {
+                    self.request_snapshot(idx, i);
+                }
             }
         }
     }

@@ -361,18 +361,18 @@ const RING_BYTES: usize = 64 << 20;
 /// What the fan-out may hold beyond its queues and ring: per browser up to one chunk plus one
 /// frame inside tungstenite and as much in the batch handed to the socket (server.rs
 /// `DRAIN_CHUNK` = 256 KiB, frames here ~200 KB: 20 × ~0.9 MB ≈ 18 MB at worst), plus
-/// allocator slack. Measured over 5 runs: the peak stayed 6–64 MB *below* base + ring + cap
-/// (the ring's three copies are an upper estimate), so 24 MB is headroom, not a fit; without
-/// the total cap the same run peaked at 297 MB against a bound of 230 MB.
+/// allocator slack. Measured: peaks of 118–186 MB against this bound of ~230 MB; without the
+/// total cap the same run peaked at 256 MB (and `queued_bytes` at 132 MB).
 const MARGIN: usize = 24 << 20;
 
 /// Highest RSS allowed for a fan-out that started at `base` bytes and relayed `written`
 /// bytes of values: `base`, the ring, the cap, and [`MARGIN`].
 ///
-/// The ring keeps each effect's arguments and, once relayed, its `keychange` JSON and its
-/// framed wire bytes (feed.rs `Effect`: `args`, `frame`, `wire`), each about the value's
-/// size: three copies, of which `RING_BYTES` counts only the first. Without the total cap
-/// the stalled browsers would hold `STALLED × PER_BROWSER` = 160 MB more.
+/// The ring keeps each effect's arguments (what `RING_BYTES` counts); the `keychange` JSON and
+/// framed wire bytes built to relay an effect are dropped when the next effect arrives
+/// (feed.rs `Ring::push`), but the allocator keeps freed pages for reuse, so the ring is
+/// counted three times (arguments, JSON, wire bytes), as if they were all still held. Without the total cap the stalled browsers would hold `STALLED ×
+/// PER_BROWSER` = 160 MB more.
 fn rss_bound(base: usize, written: usize) -> usize {
     base + 3 * written.min(RING_BYTES) + CAP + MARGIN
 }

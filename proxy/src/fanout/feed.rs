@@ -171,6 +171,13 @@ impl Ring {
         if self.effects.back().is_some_and(|b| b.seq + 1 != e.seq) {
             self.clear();
         }
+        // Delivery happens as an effect arrives, so the previous one has been sent: drop its
+        // encoded frames (a resume from the ring re-encodes), so that what the ring holds is
+        // what `bytes` counts against RING_BYTES, not three copies of each effect.
+        if let Some(prev) = self.effects.back_mut().and_then(Rc::get_mut) {
+            prev.frame = OnceCell::new();
+            prev.wire = OnceCell::new();
+        }
         self.bytes += e.bytes();
         self.effects.push_back(e);
         while self.effects.len() > RING_EFFECTS

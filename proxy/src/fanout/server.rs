@@ -64,7 +64,7 @@
 //! `memcpy` of ~100 bytes per browser per keychange; sharing the frame and `writev`-ing
 //! references would save that copy, but the write syscall costs over a hundred times more.) All
 //! browsers' queued bytes together are capped by [`FanoutOptions::total_queue_bytes`]:
-//! past it the largest queues are dropped and resynced (`check_total`), so memory stays
+//! past it the largest queues (of stalled browsers first) are dropped and resynced (`check_total`), so memory stays
 //! bounded however many slow browsers there are. Outside the budgets each browser holds at
 //! most one chunk ([`DRAIN_CHUNK`]) plus one frame in tungstenite (nothing more is moved in
 //! while it holds bytes the socket refused) and as much in the batch handed to the socket
@@ -183,6 +183,10 @@ struct Browser {
     /// everything queued for it (the `must-refetch` included) has reached the socket, so a
     /// browser that does not read costs neither a snapshot per shed nor queue churn.
     backlogged: bool,
+    /// Its socket refused bytes at the last drain (something stayed queued): the total cap
+    /// sheds such browsers first, so one that reads is not resynced for frames queued to it in
+    /// the same loop iteration.
+    stalled: bool,
 }
 
 impl Browser {
@@ -765,6 +769,7 @@ impl Server {
                     dirty: false,
                     drained_round: 0,
                     backlogged: false,
+                    stalled: false,
                 });
                 let hello = protocol::hello(
                     self.links.len(),
@@ -916,8 +921,9 @@ impl Server {
         self.check_total();
     }
 
-    /// Past the cap on all browsers' queued bytes: the largest queues are dropped and their
-    /// browsers resynced (as for one browser's overflow) until the total is under ¾ of the
+    /// Past the cap on all browsers' queued bytes: the largest queues of stalled browsers, then
+    /// of the others, are dropped and their browsers resynced (as for one browser's overflow)
+    /// until the total is under ¾ of the
     /// cap, so a burst costs one O(browsers) scan per quarter of the cap, not per frame.
     fn check_total(&mut self) {
         if self.queued.get() <= self.total_queue_bytes || self.shedding {
@@ -925,10 +931,12 @@ impl Server {
         }
         // The resyncs below push again; they must not start a nested scan.
         self.shedding = true;
-        let mut sizes: Vec<(usize, usize)> = (0..self.conns.len())
+        // Browsers whose socket refused bytes go first (largest first), then the others: a
+        // browser that reads may hold a large queue only for this loop iteration.
+        let mut sizes: Vec<(bool, usize, usize)> = (0..self.conns.len())
             .filter_map(|idx| match &self.conns[idx] {
                 Some(Conn::Ws(b)) if b.live_bytes + b.snap_bytes > 0 => {
-                    Some((b.live_bytes + b.snap_bytes, idx))
+                    Some((b.stalled, b.live_bytes + b.snap_bytes, idx))
                 }
                 _ => None,
             })
@@ -940,7 +948,7 @@ impl Server {
             self.queued.get(),
             self.total_queue_bytes
         );
-        for (_, idx) in sizes {
+        for (_, _, idx) in sizes {
             if self.queued.get() <= target {
                 break;
             }
@@ -1200,6 +1208,14 @@ impl Server {
     /// tungstenite, framed batches ([`Body::Wire`]) straight to the socket once tungstenite
     /// has nothing buffered (so the byte stream stays in queue order).
     fn drain(&mut self, idx: usize) {
+        self.drain_queue(idx);
+        if let Some(Some(Conn::Ws(b))) = self.conns.get_mut(idx) {
+            b.stalled = !b.queue.is_empty();
+        }
+    }
+
+    /// [`Server::drain`]'s work: returns when the queue is empty or the socket would block.
+    fn drain_queue(&mut self, idx: usize) {
         let Some(Some(Conn::Ws(b))) = self.conns.get_mut(idx) else {
             return;
         };

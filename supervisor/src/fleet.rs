@@ -144,8 +144,16 @@ pub fn start(args: StartArgs) -> Result<ExitCode> {
         .fanout_port
         .or(cfg.fanout_port)
         .unwrap_or(cfg.proxy_port.wrapping_add(100));
+    cfg.fanout_port = Some(0);
+    let taken = fleet_ports(&cfg).iter().any(|(_, p)| *p == fanout_port);
     cfg.fanout_port = Some(fanout_port);
-    if !fanout_explicit
+    if !fanout_explicit && fanout_port != 0 && taken {
+        log::warn!(
+            "fan-out port {fanout_port} (proxy_port + 100) is another port of this fleet: no \
+             fan-out for this fleet (set --fanout-port or fanout_port)"
+        );
+        cfg.fanout_port = Some(0);
+    } else if !fanout_explicit
         && fanout_port != 0
         && TcpListener::bind((cfg.bind.as_str(), fanout_port)).is_err()
     {
@@ -222,8 +230,46 @@ pub fn start(args: StartArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Every port the fleet listens on, with what listens there: engines, proxy, fan-out,
+/// metrics, and the TLS ports of `[tls]` (0 = none, left out).
+fn fleet_ports(cfg: &FileConfig) -> Vec<(String, u16)> {
+    let mut ports = Vec::new();
+    for (i, _, port) in cfg.local_engines() {
+        ports.push((format!("engine {i}"), port));
+        if cfg.tls.engine_port_base != 0 {
+            ports.push((
+                format!("engine {i} (TLS)"),
+                cfg.tls.engine_port_base.wrapping_add(i as u16),
+            ));
+        }
+    }
+    ports.push(("the proxy".to_string(), cfg.proxy_port));
+    ports.push(("the proxy (TLS)".to_string(), cfg.tls.proxy_port));
+    ports.push(("the fan-out".to_string(), cfg.fanout_port.unwrap_or(0)));
+    ports.push(("the fan-out (TLS)".to_string(), cfg.tls.fanout_port));
+    ports.push(("the metrics endpoint".to_string(), cfg.metrics_port));
+    ports.retain(|(_, p)| *p != 0);
+    ports
+}
+
+/// Two listeners of the fleet on one port: the second would crash-loop on "address in use"
+/// after the fleet reported itself started, so it is refused up front.
+fn check_ports_distinct(cfg: &FileConfig) -> Result<()> {
+    let ports = fleet_ports(cfg);
+    for (i, (who, port)) in ports.iter().enumerate() {
+        if let Some((first, _)) = ports[..i].iter().find(|(_, p)| p == port) {
+            return Err(format!(
+                "port {port} is set for both {first} and {who}: give each its own port \
+                 (--proxy-port, --engine-port-base, --fanout-port, --metrics-port, [tls])"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Refuses ports already taken, before anything is spawned.
 fn check_ports_free(cfg: &FileConfig) -> Result<()> {
+    check_ports_distinct(cfg)?;
     let engines = cfg.local_engines();
     if engines.is_empty() {
         return Err(format!(

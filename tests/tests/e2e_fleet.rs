@@ -424,6 +424,86 @@ fn a_second_start_on_the_same_dir_is_refused_and_a_stale_pid_file_is_taken_over(
     assert_eq!(stop.code, Some(0), "{}{}", stop.stdout, stop.stderr);
 }
 
+#[test]
+fn colliding_ports_are_refused_and_a_derived_fanout_port_on_an_engine_is_skipped() {
+    // Explicit: the fan-out on engine 0's port. Refused before anything starts (it used to
+    // start, report the fleet ready, and crash-loop the fan-out on "address in use").
+    let dir = fleet_dir("fleet-ports");
+    let engine = free_port_run(1);
+    let proxy = free_port_except(&[engine]);
+    let out = run_cmd(
+        Command::new(recached_bin())
+            .arg("start")
+            .args([
+                "--engines",
+                "1",
+                "--bind",
+                "127.0.0.1",
+                "--metrics-port",
+                "0",
+            ])
+            .args(["--proxy-port", &proxy.to_string()])
+            .args(["--engine-port-base", &engine.to_string()])
+            .args(["--fanout-port", &engine.to_string()])
+            .arg("--dir")
+            .arg(&dir),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "port {engine} is set for both engine 0 and the fan-out"
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(!pings(engine) && !pings(proxy), "nothing may have started");
+
+    // Derived: engines at proxy port + 100 (the README's example of moving ports), no
+    // --fanout-port: the fleet starts without a fan-out and says why.
+    let base = free_port_run(102);
+    let (proxy, engine) = (base, base + 100);
+    let mut cmd = Command::new(recached_bin());
+    cmd.arg("start")
+        .args([
+            "--engines",
+            "2",
+            "--bind",
+            "127.0.0.1",
+            "--metrics-port",
+            "0",
+        ])
+        .args(["--proxy-port", &proxy.to_string()])
+        .args(["--engine-port-base", &engine.to_string()])
+        .arg("--dir")
+        .arg(&dir)
+        .env("RUST_LOG", "info");
+    let mut fleet = Fleet {
+        sup: Proc::spawn("fleet-ports", cmd),
+        dir: dir.clone(),
+        proxy_port: proxy,
+        engine_ports: vec![engine, engine + 1],
+        keep_dir: false,
+    };
+    for p in [proxy, engine, engine + 1] {
+        fleet.sup.wait_port(p, FLEET_START);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !fleet.sup.log().contains("is another port of this fleet") {
+        assert!(
+            Instant::now() < deadline,
+            "no warning:\n{}",
+            fleet.sup.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let st = fleet.cli(&["status"]);
+    assert_eq!(st.code, Some(0), "status:\n{}{}", st.stdout, st.stderr);
+    assert!(!st.stdout.contains("fanout"), "{}", st.stdout);
+    let stop = fleet.cli(&["stop"]);
+    assert_eq!(stop.code, Some(0), "{}{}", stop.stdout, stop.stderr);
+}
+
 /// Kills a daemonized supervisor (not our child) by the PID in its pid file on drop; its
 /// children follow through PDEATHSIG.
 struct DaemonGuard(PathBuf);

@@ -18,8 +18,8 @@ use crate::{Result, config};
 /// Flags of `recached fanout`.
 #[derive(Args, Debug, Clone)]
 pub struct FanoutArgs {
-    /// HTTP + WebSocket port; default: the config's `fanout_port` (6480). 0 picks a free port,
-    /// or with a TLS port means TLS only.
+    /// HTTP + WebSocket port; default: the config's `fanout_port`, else its `proxy_port` + 100
+    /// (6480). 0 picks a free port, or with a TLS port means TLS only.
     #[arg(long)]
     pub port: Option<u16>,
     /// Listen address; default: the config's `bind` (127.0.0.1).

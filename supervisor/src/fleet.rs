@@ -1,4 +1,4 @@
-//! `recached start`: the supervisor of one fleet (N engines and one proxy on one machine).
+//! `recached start`: the supervisor of one fleet (N engines, proxy, fan-out, metrics endpoint).
 //!
 //! # Lifecycle
 //!

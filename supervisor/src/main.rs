@@ -12,6 +12,7 @@
 //!                  [--tls-port P --tls-cert-file F --tls-key-file F …]   (HTTPS + wss://)
 //! recached start   [--config FILE] [--engines N] [--bind ADDR] [--proxy-port P]
 //!                  [--engine-port-base P] [--dir DIR] [--daemonize]   the supervisor
+//!                  [--fanout-port P]                   (default proxy port + 100; 0 = none)
 //!                  [--metrics-port P]                  (Prometheus at /metrics, metrics.rs)
 //! recached stop    [--dir DIR | --config FILE]
 //! recached status  [--dir DIR | --config FILE] [--json] [--user U] [--pass P]
@@ -25,11 +26,16 @@
 //! - [`config`]: the TOML file (`configs/recached.toml` documents every key), defaults, size
 //!   suffixes, and how flags override it.
 //! - [`fleet`]: `recached start` — the supervisor (pid file, children, restarts, signals).
+//! - [`health`]: the supervisor's PING health checks and SIGHUP reload.
+//! - [`metrics`]: the supervisor's Prometheus endpoint (a thread, not a child).
+//! - [`fanout`]: `recached fanout` — flags and config for `recached_proxy::fanout`.
 //! - [`status`]: `recached stop` / `recached status`, and the tiny RESP client `status` uses.
+//! - [`auth`], [`tls_limits`]: the security sections of the config and their flags.
+//! - `recached bench …` is the `recached-bench` crate (`bench/`).
 //!
-//! Every role also runs alone from the command line; nothing in `server` or `proxy` assumes a
-//! supervisor started it. Exit status: 0 on success, 1 on any error (the message goes to the
-//! log / stderr), 2 on bad flags (clap's convention).
+//! Every role also runs alone from the command line; nothing in `server`, `proxy` or `fanout`
+//! assumes a supervisor started it. Exit status: 0 on success, 1 on any error (the message
+//! goes to the log / stderr), 2 on bad flags (clap's convention).
 
 mod auth;
 mod config;
@@ -101,7 +107,8 @@ enum Command {
     },
     /// Run the WebSocket fan-out to browser replicas in the foreground (docs/browser-protocol.md).
     Fanout(fanout::FanoutArgs),
-    /// Start the fleet: N engines and one proxy, supervised (restarts, clean stop).
+    /// Start the fleet (N engines, proxy, fan-out, metrics endpoint), supervised: restarts,
+    /// clean stop.
     Start(StartArgs),
     /// Stop the fleet running on a data dir (SIGTERM to its supervisor, then wait).
     Stop(DirArgs),
@@ -129,7 +136,8 @@ pub struct StartArgs {
     /// Number of engine processes; 0 = one per core.
     #[arg(long)]
     pub engines: Option<usize>,
-    /// Listen address of every engine and the proxy.
+    /// Listen address of every engine, the proxy and the fan-out (the metrics endpoint uses
+    /// the config's `metrics_bind`).
     #[arg(long)]
     pub bind: Option<String>,
     /// Proxy port.
@@ -139,10 +147,12 @@ pub struct StartArgs {
     #[arg(long)]
     pub engine_port_base: Option<u16>,
     /// Port of the WebSocket fan-out (browser replicas); 0 = no fan-out. Default: the
-    /// config's `fanout_port` (6480).
+    /// config's `fanout_port`, else the proxy port + 100 (6480), skipped with a warning when
+    /// that derived port is busy.
     #[arg(long)]
     pub fanout_port: Option<u16>,
-    /// Runtime directory: pid file, state file, logs/.
+    /// Runtime directory: pid file, state file, logs/, snapshots. Default: the config's `dir`
+    /// (recached-data, relative to the current directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Detach from the terminal; returns once the fleet is started.

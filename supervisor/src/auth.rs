@@ -85,6 +85,23 @@ pub fn engine_acl(file: &FileConfig) -> AclConfig {
     cfg
 }
 
+/// The proxy's users: the config's, plus — when the fleet has an internal password — the
+/// internal user limited to PING and INFO, so the supervisor's health checks and `/metrics`
+/// can read the proxy of a fleet with a password (clients' commands never run as it).
+pub fn proxy_acl(file: &FileConfig) -> AclConfig {
+    let mut cfg = acl_config(file);
+    if let Some(pw) = internal_password() {
+        cfg.users.push((
+            INTERNAL_USER.to_string(),
+            ["on", &format!(">{pw}"), "+ping", "+info"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        ));
+    }
+    cfg
+}
+
 /// The internal password from the environment (set by `recached start`), if any.
 pub fn internal_password() -> Option<String> {
     std::env::var(INTERNAL_AUTH_ENV)

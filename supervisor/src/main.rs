@@ -330,7 +330,7 @@ fn run_proxy(
         tls: tls_limits::for_proxy(tls),
         limits,
         auth: recached_proxy::auth::ProxyAuth {
-            acl: auth::acl_config(&file),
+            acl: auth::proxy_acl(&file),
             backend: auth::internal_password()
                 .map(|pw| (engine_core::acl::INTERNAL_USER.to_string(), pw)),
         },

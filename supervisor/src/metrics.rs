@@ -179,9 +179,15 @@ fn scrape(dir: &Path) -> Vec<ChildFigures> {
                 "proxy" => b"*3\r\n$4\r\nINFO\r\n$5\r\nproxy\r\n$7\r\nclients\r\n",
                 _ => b"*1\r\n$4\r\nINFO\r\n",
             };
+            // Engines and the proxy require the internal credential when the fleet has a
+            // password (crate::auth); the fan-out's RESP side has no AUTH.
+            let login = match c.role.as_str() {
+                "engine" | "proxy" => crate::auth::fleet_login(),
+                _ => None,
+            };
             let info = c
                 .pid
-                .and_then(|_| fetch_info(fleet::connect_host(&host), c.port, request))
+                .and_then(|_| fetch_info(fleet::connect_host(&host), c.port, login, request))
                 .map(|text| parse_info(&text));
             ChildFigures {
                 instance: format!("{}-{}", c.role, c.index),
@@ -193,15 +199,25 @@ fn scrape(dir: &Path) -> Vec<ChildFigures> {
         .collect()
 }
 
-/// One INFO round trip; `None` on any failure or timeout, `Some("")` for an error reply.
-fn fetch_info(host: &str, port: u16, request: &[u8]) -> Option<String> {
+/// One INFO round trip, after `login` (an `AUTH` request) if given; `None` on any failure or
+/// timeout, `Some("")` for an error reply (a refused login included).
+fn fetch_info(host: &str, port: u16, login: Option<String>, request: &[u8]) -> Option<String> {
     let addr = (host, port).to_socket_addrs().ok()?.next()?;
     let mut stream = TcpStream::connect_timeout(&addr, CHILD_TIMEOUT).ok()?;
     stream.set_read_timeout(Some(CHILD_TIMEOUT)).ok()?;
     stream.set_write_timeout(Some(CHILD_TIMEOUT)).ok()?;
-    stream.write_all(request).ok()?;
-    let mut r = BufReader::new(stream);
+    let mut r = BufReader::new(stream.try_clone().ok()?);
     let mut line = Vec::new();
+    if let Some(login) = login {
+        stream.write_all(login.as_bytes()).ok()?;
+        r.by_ref().take(4096).read_until(b'\n', &mut line).ok()?;
+        if !line.starts_with(b"+OK") {
+            // Answered, so up; without INFO fields.
+            return line.ends_with(b"\r\n").then(String::new);
+        }
+        line.clear();
+    }
+    stream.write_all(request).ok()?;
     r.by_ref().take(4096).read_until(b'\n', &mut line).ok()?;
     if !line.ends_with(b"\r\n") {
         return None;

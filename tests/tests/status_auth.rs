@@ -8,7 +8,8 @@
 //! - a wrong password: every child still reported up (it answered), no keys or memory, a
 //!   note on stderr;
 //!
-//! and never prints a password. Cleanup: the fleet's Drop SIGKILLs the supervisor by PID,
+//! and never prints a password. The supervisor's `/metrics` reads the same children with the
+//! fleet's internal credential (keys counted, no password in the output). Cleanup: the fleet's Drop SIGKILLs the supervisor by PID,
 //! then every child PID listed in `dir/state.toml`; every wait is bounded in time.
 
 mod common;
@@ -31,16 +32,18 @@ struct Fleet {
     proxy_port: u16,
     engine_ports: Vec<u16>,
     fanout_port: u16,
+    metrics_port: u16,
 }
 
 impl Fleet {
-    fn start() -> Fleet {
+    fn start(name: &str) -> Fleet {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("status-auth-{}", std::process::id()));
+            .join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let base = free_port_run(3);
         let fanout_port = free_port_except(&[base, base + 1, base + 2]);
+        let metrics_port = free_port_except(&[base, base + 1, base + 2, fanout_port]);
         let config = dir.join("recached.toml");
         // The data dir comes from the file, so `status --config` finds the fleet.
         std::fs::write(
@@ -58,12 +61,12 @@ impl Fleet {
             .args(["--proxy-port", &(base + 2).to_string()])
             .args(["--engine-port-base", &base.to_string()])
             .args(["--fanout-port", &fanout_port.to_string()])
-            .args(["--metrics-port", "0"])
+            .args(["--metrics-port", &metrics_port.to_string()])
             .arg("--config")
             .arg(&config)
             .env_remove("REDISCLI_AUTH");
         let mut sup = Proc::spawn("status-auth-fleet", cmd);
-        for p in [base, base + 1, base + 2, fanout_port] {
+        for p in [base, base + 1, base + 2, fanout_port, metrics_port] {
             sup.wait_port(p, FLEET_START);
         }
         Fleet {
@@ -73,6 +76,7 @@ impl Fleet {
             proxy_port: base + 2,
             engine_ports: vec![base, base + 1],
             fanout_port,
+            metrics_port,
         }
     }
 
@@ -154,7 +158,7 @@ fn assert_full(json: &Value, f: &Fleet) {
 
 #[test]
 fn status_authenticates_and_never_prints_the_password() {
-    let f = Fleet::start();
+    let f = Fleet::start("status-auth");
     let mut c = Resp::connect(f.proxy_port);
     assert_eq!(
         cmd(&mut c, &["PING"]),
@@ -217,4 +221,38 @@ fn status_authenticates_and_never_prints_the_password() {
     }
     assert!(stderr.contains("refused"), "{stderr}");
     assert!(stderr.contains("engine-0"), "{stderr}");
+}
+
+/// `GET /metrics` from the supervisor: the body.
+fn metrics_text(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect metrics");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("read response");
+    let (head, body) = resp.split_once("\r\n\r\n").expect("HTTP head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+#[test]
+fn metrics_read_the_children_with_the_internal_credential() {
+    let f = Fleet::start("metrics-auth");
+    let mut c = Resp::connect(f.proxy_port);
+    assert_eq!(cmd(&mut c, &["AUTH", PASSWORD]), "+OK\\r\\n");
+    for i in 0..KEYS {
+        assert_eq!(cmd(&mut c, &["SET", &format!("m:{i}"), "v"]), "+OK\\r\\n");
+    }
+    let text = metrics_text(f.metrics_port);
+    let keys: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("recached_keys{instance=\"engine-"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(keys, KEYS as u64, "{text}");
+    // The proxy answered INFO (its request counter is there) and the engines their commands.
+    assert!(text.contains("recached_proxy_requests_total{"), "{text}");
+    assert!(text.contains("recached_commands_total{"), "{text}");
+    assert!(!text.contains(PASSWORD) && !text.contains(APP_PASSWORD));
 }

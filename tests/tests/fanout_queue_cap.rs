@@ -505,6 +505,14 @@ fn stalled_browsers_are_shed_and_resynced() {
 /// last write, while snapshot data drained into tungstenite's unbounded buffer (fan-out RSS
 /// 450-580 MB with a 16 MB cap). Now a shed browser's snapshot waits until it has read its
 /// backlog.
+///
+/// Memory: the same [`rss_bound`] as `stalled_browsers_are_shed_and_resynced` (base + 3 ×
+/// ring + cap + [`MARGIN`], ~230 MB here). Before the feed link read at most
+/// `feed::READ_BUDGET` (1 MiB) per event it read each burst of snapshot frames whole (8 MB
+/// per snapshot, many snapshots at once) and held it twice, and this run peaked at 203-551 MB
+/// (5 runs); with the budget it peaks at 104-112 MB (12 runs), leaving about half the bound as
+/// headroom for allocator and scheduling noise, while a return of whole-burst reads (which
+/// exceeded the bound in 3 of 5 runs) is caught.
 #[test]
 fn shedding_settles_with_large_snapshots() {
     const BIG_KEYS: usize = 40;
@@ -512,6 +520,9 @@ fn shedding_settles_with_large_snapshots() {
     let mut stalled: Vec<Sub> = (0..STALLED)
         .map(|_| Sub::subscribe(rig.fanout_port, PREFIX, Some(4096)))
         .collect();
+    let pid = rig.fanout.pid();
+    let base = rss(pid).expect("fan-out RSS");
+    let sampler = Sampler::start(pid, rig.fanout_port);
     write_keys(rig.engine_port, 0..WRITES, PREFIX, BIG_KEYS);
     let mut shed = rig.info()["queue_shed"];
     let settled = (0..10).any(|_| {
@@ -519,9 +530,24 @@ fn shedding_settles_with_large_snapshots() {
         let now = rig.info()["queue_shed"];
         std::mem::replace(&mut shed, now) == now
     });
+    let peaks = sampler.finish();
+    let bound = rss_bound(base, WRITES * VALUE);
+    eprintln!(
+        "fan-out RSS: {base} before, peak {} (bound {bound}, over base+3×ring+cap {}); \
+         queued_bytes peak {} over {} samples",
+        peaks.rss,
+        (peaks.rss as i64) - (bound - MARGIN) as i64,
+        peaks.queued,
+        peaks.samples
+    );
     assert!(
         settled,
         "queue_shed still rising 5 s after the last write: {shed}"
+    );
+    assert!(
+        peaks.rss < bound,
+        "fan-out RSS peaked at {} bytes, bound {bound} (cap {CAP}, base {base})",
+        peaks.rss
     );
     assert!(shed > 0);
     let info = rig.info();

@@ -12,6 +12,22 @@
 //! Simple-string and integer replies are ignored; an error reply is logged (and during the
 //! subscribe step ends the connection, retried with backoff).
 //!
+//! # Bounded reads
+//!
+//! One call of [`Link::event`] reads at most [`READ_BUDGET`] bytes (1 MiB), parses them and
+//! returns the complete messages, which the server hands out before reading more. A snapshot
+//! burst (one `FEED SNAPSHOT` can emit many MB at once) is thus taken in 1 MiB steps instead
+//! of being read whole and held twice (read buffer + parsed copies) while it is queued. When
+//! a call stops at the budget rather than at `WouldBlock`, the socket may still hold data for
+//! which mio (edge-triggered) will report no new event: [`Link::pending`] is then true and
+//! the server's loop polls with a zero timeout and calls `event` again
+//! (server.rs `run`). The read buffer holds at most the budget plus the unfinished tail of
+//! one message; a single message is limited by the RESP parser's `proto-max-bulk-len` per
+//! argument (512 MB, [`Limits::default`], checked on the `$` header before the body is
+//! buffered). The engine's snapshot frames are one key's value each, collections split into
+//! entries of at most 1024 elements (docs/feed.md *Snapshots*), so in practice a message is
+//! about one value. After a burst the buffer's capacity is given back ([`RBUF_KEEP`]).
+//!
 //! # Ring
 //!
 //! [`Ring`] keeps the most recent effects (at most [`RING_EFFECTS`] and [`RING_BYTES`]), so a
@@ -43,6 +59,11 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Read chunk size.
 const READ_CHUNK: usize = 64 * 1024;
+/// Most bytes read from the socket per [`Link::event`] (see *Bounded reads*).
+pub const READ_BUDGET: usize = 1 << 20;
+/// Read-buffer capacity kept between events; a larger one (a burst, a big value) is shrunk
+/// once the buffer has been consumed below it.
+const RBUF_KEEP: usize = 2 * READ_BUDGET;
 
 /// A message on the feed.
 #[derive(Debug, PartialEq, Eq)]
@@ -240,6 +261,9 @@ pub struct Link {
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
     parser: RequestParser,
+    /// The last `event` stopped at [`READ_BUDGET`]: the socket may hold more, with no edge
+    /// to come for it.
+    pending: bool,
     backoff: Duration,
     /// The engine's run id and the last sequence number seen on this feed, across reconnects
     /// (a reconnect that finds the same run at the same seq has lost nothing).
@@ -257,6 +281,7 @@ impl Link {
             rbuf: Vec::new(),
             wbuf: Vec::new(),
             parser: RequestParser::new(Limits::default()),
+            pending: false,
             backoff: BACKOFF_MIN,
             run: None,
             seq: None,
@@ -284,7 +309,9 @@ impl Link {
                 let _ = s.set_nodelay(true);
                 self.stream = Some(s);
                 self.rbuf.clear();
+                self.rbuf.shrink_to(READ_CHUNK);
                 self.wbuf.clear();
+                self.pending = false;
                 self.parser = RequestParser::new(Limits::default());
                 self.state = LinkState::Connecting(now + CONNECT_TIMEOUT);
             }
@@ -300,6 +327,7 @@ impl Link {
         if let Some(mut s) = self.stream.take() {
             let _ = registry.deregister(&mut s);
         }
+        self.pending = false;
         self.state = LinkState::Down(now + self.backoff);
         self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
     }
@@ -320,6 +348,13 @@ impl Link {
             log::debug!("fanout: feed {}: connect timed out", self.addr);
             self.down(registry, now);
         }
+    }
+
+    /// Whether the socket may still hold data the last [`event`](Self::event) left unread
+    /// (it stopped at [`READ_BUDGET`]): the caller must call `event` again without waiting
+    /// for readiness.
+    pub fn pending(&self) -> bool {
+        self.pending
     }
 
     /// Queues a command (RESP multibulk) and tries to write it.
@@ -357,9 +392,10 @@ impl Link {
         Ok(())
     }
 
-    /// Handles a readiness event: finishes a connect (then subscribes), writes, and reads every
-    /// complete message into `out`. `Err` means the connection is gone (the caller calls
-    /// [`down`](Self::down) and resyncs).
+    /// Handles a readiness event: finishes a connect (then subscribes), writes, reads at most
+    /// [`READ_BUDGET`] bytes and parses every complete message into `out`. If the read stopped
+    /// at the budget, [`pending`](Self::pending) is set. `Err` means the connection is gone
+    /// (the caller calls [`down`](Self::down) and resyncs).
     pub fn event(&mut self, out: &mut Vec<FeedMsg>) -> io::Result<()> {
         let Some(s) = self.stream.as_mut() else {
             return Ok(());
@@ -389,9 +425,16 @@ impl Link {
             return Ok(());
         };
         let mut closed = false;
+        let mut read = 0;
+        self.pending = false;
         loop {
+            if read >= READ_BUDGET {
+                self.pending = true;
+                break;
+            }
+            let want = READ_CHUNK.min(READ_BUDGET - read);
             let len = self.rbuf.len();
-            self.rbuf.resize(len + READ_CHUNK, 0);
+            self.rbuf.resize(len + want, 0);
             match s.read(&mut self.rbuf[len..]) {
                 Ok(0) => {
                     self.rbuf.truncate(len);
@@ -400,7 +443,8 @@ impl Link {
                 }
                 Ok(n) => {
                     self.rbuf.truncate(len + n);
-                    if n < READ_CHUNK {
+                    read += n;
+                    if n < want {
                         break;
                     }
                 }
@@ -417,6 +461,9 @@ impl Link {
         }
         let used = parse_messages(&mut self.parser, &self.rbuf, out)?;
         self.rbuf.drain(..used);
+        if self.rbuf.capacity() > RBUF_KEEP && self.rbuf.len() <= READ_BUDGET {
+            self.rbuf.shrink_to(READ_BUDGET.max(self.rbuf.len()));
+        }
         for m in out.iter() {
             if let FeedMsg::Subscribed { .. } = m {
                 self.state = LinkState::Live;
@@ -576,6 +623,79 @@ mod tests {
             parse_messages(&mut parser, &resp(&["effect", "x", "DEL", "k"]), &mut out).is_err()
         );
         assert!(parse_messages(&mut parser, b"?", &mut out).is_err());
+    }
+
+    /// A burst larger than the budget is taken in steps of at most [`READ_BUDGET`] bytes, the
+    /// read buffer does not stay large, and driving the link like the server does (readiness
+    /// events, plus another call while `pending`) gets every message: no data is left waiting
+    /// for an edge that does not come.
+    #[test]
+    fn event_reads_at_most_the_budget_and_resumes() {
+        const ENTRIES: usize = 12;
+        const VALUE: usize = 512 * 1024;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut poll = mio::Poll::new().unwrap();
+        let mut link = Link::new(listener.local_addr().unwrap());
+        link.maybe_connect(poll.registry(), Token(0), Instant::now());
+        // Room for the whole burst in the link's socket, so that reads can hit the budget.
+        let sock = link.stream.as_ref().unwrap();
+        nix::sys::socket::setsockopt(sock, nix::sys::socket::sockopt::RcvBuf, &(8 << 20)).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        let writer = std::thread::spawn(move || {
+            let mut wire = resp(&["subscribed", "abc", "0"]);
+            let big = "x".repeat(VALUE);
+            for _ in 0..ENTRIES {
+                wire.extend(resp(&["entry", "1", "SET", "k", &big]));
+            }
+            peer.write_all(&wire).unwrap();
+            peer // kept open until joined
+        });
+        // Let the burst reach the link's socket buffer.
+        std::thread::sleep(Duration::from_millis(200));
+        let mut events = mio::Events::with_capacity(8);
+        let (mut entries, mut calls, mut pending_calls) = (0, 0, 0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while entries < ENTRIES {
+            assert!(Instant::now() < deadline, "{entries} of {ENTRIES} entries");
+            let timeout = if link.pending() {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(100)
+            };
+            poll.poll(&mut events, Some(timeout)).unwrap();
+            if events.is_empty() && !link.pending() {
+                continue;
+            }
+            let mut out = Vec::new();
+            link.event(&mut out).unwrap();
+            calls += 1;
+            pending_calls += usize::from(link.pending());
+            let bytes: usize = out
+                .iter()
+                .map(|m| match m {
+                    FeedMsg::Entry { args, .. } => args.iter().map(Vec::len).sum(),
+                    _ => 0,
+                })
+                .sum();
+            // What one call returns: its budget plus the start of a message read earlier.
+            assert!(
+                bytes <= READ_BUDGET + VALUE + 64,
+                "{bytes} bytes in one call"
+            );
+            assert!(
+                link.rbuf.capacity() <= RBUF_KEEP,
+                "{}",
+                link.rbuf.capacity()
+            );
+            entries += out
+                .iter()
+                .filter(|m| matches!(m, FeedMsg::Entry { .. }))
+                .count();
+        }
+        assert_eq!(link.state, LinkState::Live);
+        assert!(calls >= ENTRIES * VALUE / READ_BUDGET, "{calls} calls");
+        eprintln!("{calls} calls, {pending_calls} stopped at the budget");
+        drop(writer.join().unwrap());
     }
 
     #[test]

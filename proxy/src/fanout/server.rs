@@ -2,9 +2,12 @@
 //!
 //! # One iteration
 //!
-//! 1. `poll` (timeout: the next feed reconnect, at most [`TICK`]).
-//! 2. Events: the listener (accept until `WouldBlock`), feed links (read every complete
-//!    message and relay it, see below), connections (HTTP request → response or upgrade;
+//! 1. `poll` (timeout: the next feed reconnect, at most [`TICK`]; zero while a feed link has
+//!    unread data, see 2).
+//! 2. Events: the listener (accept until `WouldBlock`), feed links (read at most
+//!    `feed::READ_BUDGET` bytes, relay every complete message, see below; a link that stopped
+//!    at the budget is `pending` and is read again after the events, since no new edge may
+//!    come for the data left in its socket), connections (HTTP request → response or upgrade;
 //!    handshake progress; browser frames).
 //! 3. A flush round (`flush_round`): every browser with queued output is drained into its
 //!    socket once (one write syscall for everything relayed to it since its last write) —
@@ -472,6 +475,11 @@ impl Server {
         while !self.shutdown.load(Ordering::Relaxed) {
             let now = Instant::now();
             let mut timeout = TICK;
+            // A link that stopped at its read budget still has data and no edge to come:
+            // only look at readiness, do not wait.
+            if self.links.iter().any(Link::pending) {
+                timeout = Duration::ZERO;
+            }
             for l in &self.links {
                 if let Some(at) = l.deadline() {
                     timeout = timeout.min(at.saturating_duration_since(now));
@@ -491,6 +499,13 @@ impl Server {
                     TLS_LISTENER => self.accept(true),
                     Token(t) if t >= LINK_BASE => self.link_event(t - LINK_BASE),
                     Token(t) => self.conn_event(t),
+                }
+            }
+            // One more budget for each link with data left, after the messages already read
+            // were handed out (and before this round's flush drains them to the browsers).
+            for i in 0..self.links.len() {
+                if self.links[i].pending() {
+                    self.link_event(i);
                 }
             }
             self.flush_round();

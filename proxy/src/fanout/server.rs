@@ -67,7 +67,7 @@
 //! `memcpy` of ~100 bytes per browser per keychange; sharing the frame and `writev`-ing
 //! references would save that copy, but the write syscall costs over a hundred times more.) All
 //! browsers' queued bytes together are capped by [`FanoutOptions::total_queue_bytes`]:
-//! past it the largest queues (of stalled browsers first) are dropped and resynced (`check_total`), so memory stays
+//! past it every browser first writes what its socket takes, then the largest queues left (of stalled browsers first) are dropped and resynced (`check_total`), so memory stays
 //! bounded however many slow browsers there are. Outside the budgets each browser holds at
 //! most one chunk ([`DRAIN_CHUNK`]) plus one frame in tungstenite (nothing more is moved in
 //! while it holds bytes the socket refused) and as much in the batch handed to the socket
@@ -944,10 +944,17 @@ impl Server {
         if self.queued.get() <= self.total_queue_bytes || self.shedding {
             return;
         }
-        // The resyncs below push again; they must not start a nested scan.
+        // The drains and resyncs below push again; they must not start a nested scan.
         self.shedding = true;
-        // Browsers whose socket refused bytes go first (largest first), then the others: a
-        // browser that reads may hold a large queue only for this loop iteration.
+        // Only what the sockets refuse is shed: first every browser with output writes what
+        // its socket takes now (a flush round outside the pacing), so a browser that reads is
+        // not resynced for frames queued to it within this loop iteration.
+        self.drain_dirty();
+        if self.queued.get() <= self.total_queue_bytes {
+            self.shedding = false;
+            return;
+        }
+        // Browsers whose socket refused bytes go first (largest first), then the others.
         let mut sizes: Vec<(bool, usize, usize)> = (0..self.conns.len())
             .filter_map(|idx| match &self.conns[idx] {
                 Some(Conn::Ws(b)) if b.live_bytes + b.snap_bytes > 0 => {

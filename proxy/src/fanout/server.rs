@@ -67,7 +67,8 @@
 //! `memcpy` of ~100 bytes per browser per keychange; sharing the frame and `writev`-ing
 //! references would save that copy, but the write syscall costs over a hundred times more.) All
 //! browsers' queued bytes together are capped by [`FanoutOptions::total_queue_bytes`]:
-//! past it every browser first writes what its socket takes, then the largest queues left (of stalled browsers first) are dropped and resynced (`check_total`), so memory stays
+//! past it every browser first writes what its socket takes, then the largest queues left
+//! (of stalled browsers first) are dropped and resynced (`check_total`), so memory stays
 //! bounded however many slow browsers there are. Outside the budgets each browser holds at
 //! most one chunk ([`DRAIN_CHUNK`]) plus one frame in tungstenite (nothing more is moved in
 //! while it holds bytes the socket refused) and as much in the batch handed to the socket

@@ -361,8 +361,10 @@ const RING_BYTES: usize = 64 << 20;
 /// What the fan-out may hold beyond its queues and ring: per browser up to one chunk plus one
 /// frame inside tungstenite and as much in the batch handed to the socket (server.rs
 /// `DRAIN_CHUNK` = 256 KiB, frames here ~200 KB: 20 × ~0.9 MB ≈ 18 MB at worst), plus
-/// allocator slack. Measured: peaks of 118–186 MB against this bound of ~230 MB; without the
-/// total cap the same run peaked at 256 MB (and `queued_bytes` at 132 MB).
+/// allocator slack. Measured with bounded feed reads and the shed-after-drain cap: peaks of
+/// 84–88 MB (`stalled_browsers_are_shed_and_resynced`) and 104–112 MB (large snapshots)
+/// against this bound of ~230 MB. Without the total cap the first run peaks at ~200 MB, under
+/// this bound: what catches a missing cap there is (b), `queued_bytes` (148 MB) and no shed.
 const MARGIN: usize = 24 << 20;
 
 /// Highest RSS allowed for a fan-out that started at `base` bytes and relayed `written`

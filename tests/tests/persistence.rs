@@ -243,7 +243,7 @@ fn writes_for(i: usize) -> (String, Vec<Vec<Vec<u8>>>, Option<u64>) {
         3 => vec![args(&["SADD", &key, &format!("m{i}"), "n", "o"])],
         _ => vec![args(&["ZADD", &key, "1.5", "a", &format!("-{i}"), "b"])],
     };
-    let ttl = (i % 3 == 0).then(|| 600_000 + i as u64);
+    let ttl = i.is_multiple_of(3).then(|| 600_000 + i as u64);
     if let Some(t) = ttl {
         w.push(args(&["PEXPIRE", &key, &t.to_string()]));
     }

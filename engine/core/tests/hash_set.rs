@@ -482,7 +482,7 @@ fn every_change_is_announced_with_redis_event_names() {
         s.now_us,
         &mut out,
     );
-    let mut events = |s: &mut Session, line: &str| -> Vec<String> {
+    let events = |s: &mut Session, line: &str| -> Vec<String> {
         s.cmd(line);
         let mut ds = Vec::new();
         s.engine.take_deliveries(&mut ds);

@@ -44,6 +44,20 @@ impl Default for RssReader {
     }
 }
 
+/// 64 random bits from the kernel (`/dev/urandom`); falls back to time and pid mixed, which
+/// is still unpredictable enough to stop precomputed collision sets.
+pub fn random_seed() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+    {
+        return u64::from_le_bytes(b);
+    }
+    now_us().rotate_left(17) ^ u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,18 +73,4 @@ mod tests {
     fn clock_is_after_2020() {
         assert!(now_us() > 1_577_836_800_000_000);
     }
-}
-
-/// 64 random bits from the kernel (`/dev/urandom`); falls back to time and pid mixed, which
-/// is still unpredictable enough to stop precomputed collision sets.
-pub fn random_seed() -> u64 {
-    use std::io::Read;
-    let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_ok()
-    {
-        return u64::from_le_bytes(b);
-    }
-    now_us().rotate_left(17) ^ u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }

@@ -6,52 +6,28 @@
 //! whose quality depends on luck (or on insertion order: keys inserted together have similar
 //! TTLs and LRU clocks) fails here deterministically instead of once in a few CI runs.
 
-use engine_core::{Client, Config, Engine};
+mod common;
 
-const T0: u64 = 1_767_225_600_000_000;
+use common::Session;
+
 /// Seeds tried per workload.
 const SEEDS: u64 = 300;
 
-struct S {
-    e: Engine,
-    c: Client,
-    now_us: u64,
+fn used_memory(s: &mut Session) -> u64 {
+    let info = s.cmd("INFO memory");
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .expect("used_memory")
+        .trim()
+        .parse()
+        .expect("integer")
 }
 
-impl S {
-    fn new(seed: u64) -> S {
-        S {
-            e: Engine::new(Config {
-                hash_seed: seed,
-                ..Config::default()
-            }),
-            c: Client::default(),
-            now_us: T0,
-        }
-    }
-
-    fn cmd(&mut self, argv: &[&str]) -> String {
-        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
-        let mut out = Vec::new();
-        self.e.exec(&mut self.c, &argv, self.now_us, &mut out);
-        String::from_utf8_lossy(&out).into_owned()
-    }
-
-    fn used_memory(&mut self) -> u64 {
-        let info = self.cmd(&["INFO", "memory"]);
-        info.lines()
-            .find_map(|l| l.strip_prefix("used_memory:"))
-            .expect("used_memory")
-            .trim()
-            .parse()
-            .expect("integer")
-    }
-
-    fn alive(&mut self, prefix: &str, range: std::ops::Range<u32>) -> usize {
-        range
-            .filter(|i| self.cmd(&["EXISTS", &format!("{prefix}{i}")]) == ":1\r\n")
-            .count()
-    }
+/// How many of `prefix{i}` for `i` in `range` still exist.
+fn alive(s: &mut Session, prefix: &str, range: std::ops::Range<u32>) -> usize {
+    range
+        .filter(|i| s.cmd(&format!("EXISTS {prefix}{i}")) == ":1\r\n")
+        .count()
 }
 
 /// tests/tests/eviction.rs `volatile_ttl_evicts_the_keys_closest_to_expiry_first`, in process:
@@ -63,20 +39,24 @@ fn volatile_ttl_evicts_soonest_expiry_first_for_every_seed() {
     let mut worst_early = 0;
     let mut bad = Vec::new();
     for seed in 0..SEEDS {
-        let mut s = S::new(seed);
+        let mut s = Session::with_seed(seed);
         for i in 0..200 {
             let ttl = (1000 + i).to_string();
-            s.cmd(&["SET", &format!("t{i}"), &v, "EX", &ttl]);
-            s.cmd(&["SET", &format!("p{i}"), &v]);
+            s.argv(&["SET", &format!("t{i}"), &v, "EX", &ttl]);
+            s.argv(&["SET", &format!("p{i}"), &v]);
         }
-        let used = s.used_memory();
-        s.cmd(&["CONFIG", "SET", "maxmemory-policy", "volatile-ttl"]);
+        let used = used_memory(&mut s);
+        s.argv(&["CONFIG", "SET", "maxmemory-policy", "volatile-ttl"]);
         let limit = (used - 100 * 1100).to_string();
-        s.cmd(&["CONFIG", "SET", "maxmemory", &limit]);
-        assert_eq!(s.cmd(&["SET", "trigger", "x"]), "+OK\r\n");
-        let early = s.alive("t", 0..100);
-        let late = s.alive("t", 100..200);
-        assert_eq!(s.alive("p", 0..200), 200, "seed {seed}: a key without TTL");
+        s.argv(&["CONFIG", "SET", "maxmemory", &limit]);
+        assert_eq!(s.argv(&["SET", "trigger", "x"]), "+OK\r\n");
+        let early = alive(&mut s, "t", 0..100);
+        let late = alive(&mut s, "t", 100..200);
+        assert_eq!(
+            alive(&mut s, "p", 0..200),
+            200,
+            "seed {seed}: a key without TTL"
+        );
         worst_late = worst_late.min(late);
         worst_early = worst_early.max(early);
         if !(late >= 90 && early <= 30) {
@@ -99,21 +79,21 @@ fn allkeys_lru_evicts_the_oldest_writes_for_every_seed() {
     let mut worst = 0;
     let mut bad = Vec::new();
     for seed in 0..SEEDS {
-        let mut s = S::new(seed);
+        let mut s = Session::with_seed(seed);
         for i in 0..1000 {
             s.now_us += 20_000; // 20 ms: two LRU clock ticks per key
-            s.cmd(&["SET", &format!("k{i}"), &v]);
+            s.argv(&["SET", &format!("k{i}"), &v]);
         }
-        let used = s.used_memory();
-        s.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+        let used = used_memory(&mut s);
+        s.argv(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
         // Room for ~500 fewer keys (~180 bytes each).
         let limit = (used - 500 * 180).to_string();
-        s.cmd(&["CONFIG", "SET", "maxmemory", &limit]);
+        s.argv(&["CONFIG", "SET", "maxmemory", &limit]);
         s.now_us += 20_000;
-        assert_eq!(s.cmd(&["SET", "trigger", "x"]), "+OK\r\n");
+        assert_eq!(s.argv(&["SET", "trigger", "x"]), "+OK\r\n");
         // The newest quarter should survive almost entirely.
-        let newest = s.alive("k", 750..1000);
-        let oldest = s.alive("k", 0..250);
+        let newest = alive(&mut s, "k", 750..1000);
+        let oldest = alive(&mut s, "k", 0..250);
         worst = worst.max(250 - newest);
         if !(newest >= 235 && oldest <= 60) {
             bad.push(format!(

@@ -10,44 +10,21 @@ use std::time::{Duration, Instant};
 use engine_core::keyspace::ENTRY_OVERHEAD;
 use engine_core::types::hash::FIELD_OVERHEAD;
 use engine_core::types::set::MEMBER_OVERHEAD;
-use engine_core::{Client, Config, Engine, Proto};
+use engine_core::{Client, Proto};
 
-/// 2026-01-01T00:00:00Z in µs.
-const T0: u64 = 1_767_225_600_000_000;
+mod common;
 
-struct Session {
-    engine: Engine,
-    client: Client,
-    now_us: u64,
+use common::{Session, T0};
+
+/// Runs a space-separated command and parses its reply (exactly one).
+trait Frames {
+    fn frame(&mut self, line: &str) -> Frame;
 }
 
-impl Session {
-    fn new() -> Session {
-        Session {
-            engine: Engine::new(Config {
-                hash_seed: 42,
-                ..Config::default()
-            }),
-            client: Client {
-                id: 1,
-                created_us: T0,
-                ..Client::default()
-            },
-            now_us: T0,
-        }
-    }
-
-    fn raw(&mut self, argv: &[&[u8]]) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.engine
-            .exec(&mut self.client, argv, self.now_us, &mut out);
-        out
-    }
-
-    /// Runs a space-separated command and parses the reply.
-    fn cmd(&mut self, line: &str) -> Frame {
+impl Frames for Session {
+    fn frame(&mut self, line: &str) -> Frame {
         let argv: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
-        let out = self.raw(&argv);
+        let (out, _) = self.raw(&argv);
         let (f, used) = parse(&out);
         assert_eq!(used, out.len(), "exactly one reply to {line:?}");
         f
@@ -157,7 +134,7 @@ fn build_and_time(
         for j in i..(i + BATCH).min(n) {
             let argv = argv_for(j);
             let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-            let out = s.raw(&refs);
+            let (out, _) = s.raw(&refs);
             assert_eq!(out, b":1\r\n", "element {j}");
         }
         let took = start.elapsed();
@@ -199,7 +176,7 @@ fn building_a_100k_field_hash_is_linear_and_accounted_exactly() {
             );
         },
     );
-    assert_eq!(s.cmd("HLEN big"), Frame::Int(N as i64));
+    assert_eq!(s.frame("HLEN big"), Frame::Int(N as i64));
     // Quadratic work would make the last batch ~100× slower than the first; allow noise.
     assert!(
         last <= first * 8 + Duration::from_millis(20),
@@ -207,17 +184,17 @@ fn building_a_100k_field_hash_is_linear_and_accounted_exactly() {
     );
 
     // Overwrites, deletions and HINCRBY* keep the figure exact too.
-    s.cmd("HSET big field:5 a-much-longer-value-than-before");
+    s.frame("HSET big field:5 a-much-longer-value-than-before");
     expected = expected - value(5).len() + "a-much-longer-value-than-before".len();
-    s.cmd("HDEL big field:6 field:7 nosuch");
+    s.frame("HDEL big field:6 field:7 nosuch");
     expected -= field(6).len() + value(6).len() + FIELD_OVERHEAD;
     expected -= field(7).len() + value(7).len() + FIELD_OVERHEAD;
-    s.cmd("HINCRBY big counter 1000");
+    s.frame("HINCRBY big counter 1000");
     expected += "counter".len() + "1000".len() + FIELD_OVERHEAD;
-    s.cmd("HINCRBYFLOAT big counter 0.5");
+    s.frame("HINCRBYFLOAT big counter 0.5");
     expected += "1000.5".len() - "1000".len();
     assert_eq!(s.engine.dataset_bytes() as usize, expected);
-    s.cmd("DEL big");
+    s.frame("DEL big");
     assert_eq!(s.engine.dataset_bytes(), 0);
 }
 
@@ -245,23 +222,23 @@ fn building_a_100k_member_set_is_linear_and_accounted_exactly() {
         "first 1000 SADDs {first:?}, last 1000 {last:?}"
     );
     // SREM and SPOP keep it exact (SPOP's members are known from its reply).
-    s.cmd("SREM bigset member-1 member-2 nosuch");
+    s.frame("SREM bigset member-1 member-2 nosuch");
     expected -= 2 * (b"member-1".len() + MEMBER_OVERHEAD);
     assert_eq!(s.engine.dataset_bytes() as usize, expected);
-    let popped = s.cmd("SPOP bigset 10");
+    let popped = s.frame("SPOP bigset 10");
     for m in popped.items() {
         expected -= m.bulk().len() + MEMBER_OVERHEAD;
     }
     assert_eq!(s.engine.dataset_bytes() as usize, expected);
-    s.cmd("DEL bigset");
+    s.frame("DEL bigset");
     assert_eq!(s.engine.dataset_bytes(), 0);
 }
 
 #[test]
 fn random_replies_have_the_right_shape() {
     let mut s = Session::new();
-    s.cmd("HSET h a 1 b 2 c 3 d 4 e 5");
-    s.cmd("SADD s a b c d e");
+    s.frame("HSET h a 1 b 2 c 3 d 4 e 5");
+    s.frame("SADD s a b c d e");
     let hash: HashMap<&[u8], &[u8]> = [
         (&b"a"[..], &b"1"[..]),
         (b"b", b"2"),
@@ -275,19 +252,19 @@ fn random_replies_have_the_right_shape() {
     for _ in 0..200 {
         // Positive count: distinct, from the collection.
         for count in 1..5 {
-            let r = s.cmd(&format!("HRANDFIELD h {count}"));
+            let r = s.frame(&format!("HRANDFIELD h {count}"));
             let got: HashSet<&[u8]> = r.items().iter().map(Frame::bulk).collect();
             assert_eq!(got.len(), count, "distinct fields");
             assert!(got.iter().all(|f| hash.contains_key(f)));
             seen_fields.extend(got.iter().map(|f| f.to_vec()));
 
-            let r = s.cmd(&format!("SRANDMEMBER s {count}"));
+            let r = s.frame(&format!("SRANDMEMBER s {count}"));
             let got: HashSet<&[u8]> = r.items().iter().map(Frame::bulk).collect();
             assert_eq!(got.len(), count, "distinct members");
             assert!(got.iter().all(|m| members.contains(m)));
         }
         // WITHVALUES, RESP2: flat field, value pairs that belong together.
-        let r = s.cmd("HRANDFIELD h 3 WITHVALUES");
+        let r = s.frame("HRANDFIELD h 3 WITHVALUES");
         assert_eq!(r.items().len(), 6);
         for pair in r.items().chunks(2) {
             assert_eq!(hash[pair[0].bulk()], pair[1].bulk());
@@ -297,47 +274,47 @@ fn random_replies_have_the_right_shape() {
 
     // Negative count: exactly |count| elements, repeats allowed (and, with 5 elements and 100
     // draws, certain).
-    let r = s.cmd("HRANDFIELD h -100");
+    let r = s.frame("HRANDFIELD h -100");
     assert_eq!(r.items().len(), 100);
     let distinct: HashSet<&[u8]> = r.items().iter().map(Frame::bulk).collect();
     assert!(distinct.len() <= 5 && distinct.len() > 1);
-    let r = s.cmd("SRANDMEMBER s -100");
+    let r = s.frame("SRANDMEMBER s -100");
     assert_eq!(r.items().len(), 100);
     assert!(r.items().iter().all(|m| members.contains(m.bulk())));
-    let r = s.cmd("HRANDFIELD h -7 WITHVALUES");
+    let r = s.frame("HRANDFIELD h -7 WITHVALUES");
     assert_eq!(r.items().len(), 14);
 
     // Single forms.
     for _ in 0..50 {
-        assert!(hash.contains_key(s.cmd("HRANDFIELD h").bulk()));
-        assert!(members.contains(s.cmd("SRANDMEMBER s").bulk()));
+        assert!(hash.contains_key(s.frame("HRANDFIELD h").bulk()));
+        assert!(members.contains(s.frame("SRANDMEMBER s").bulk()));
     }
 
     // A negative count too large to stream is refused, not attempted.
     assert_eq!(
-        s.cmd("SRANDMEMBER s -9223372036854775807"),
+        s.frame("SRANDMEMBER s -9223372036854775807"),
         Frame::Error("ERR value is out of range".into())
     );
     assert_eq!(
-        s.cmd("HRANDFIELD h -4611686018427387903 WITHVALUES"),
+        s.frame("HRANDFIELD h -4611686018427387903 WITHVALUES"),
         Frame::Error("ERR value is out of range".into())
     );
 
     // RESP3: WITHVALUES pairs are arrays of two; SRANDMEMBER stays an array.
     s.client.proto = Proto::Resp3;
-    let r = s.cmd("HRANDFIELD h 2 WITHVALUES");
+    let r = s.frame("HRANDFIELD h 2 WITHVALUES");
     assert!(matches!(r, Frame::Array(_)));
     assert_eq!(r.items().len(), 2);
     for pair in r.items() {
         assert!(matches!(pair, Frame::Array(v) if v.len() == 2));
         assert_eq!(hash[pair.items()[0].bulk()], pair.items()[1].bulk());
     }
-    let r = s.cmd("HRANDFIELD h -3 WITHVALUES");
+    let r = s.frame("HRANDFIELD h -3 WITHVALUES");
     assert_eq!(r.items().len(), 3);
-    assert!(matches!(s.cmd("SRANDMEMBER s 2"), Frame::Array(v) if v.len() == 2));
-    assert!(matches!(s.cmd("HGETALL h"), Frame::Map(v) if v.len() == 10));
-    assert!(matches!(s.cmd("SMEMBERS s"), Frame::Set(v) if v.len() == 5));
-    assert!(matches!(s.cmd("SUNION s nokey"), Frame::Set(v) if v.len() == 5));
+    assert!(matches!(s.frame("SRANDMEMBER s 2"), Frame::Array(v) if v.len() == 2));
+    assert!(matches!(s.frame("HGETALL h"), Frame::Map(v) if v.len() == 10));
+    assert!(matches!(s.frame("SMEMBERS s"), Frame::Set(v) if v.len() == 5));
+    assert!(matches!(s.frame("SUNION s nokey"), Frame::Set(v) if v.len() == 5));
 }
 
 #[test]
@@ -346,35 +323,35 @@ fn spop_removes_exactly_what_it_returns() {
     for round in 0..20 {
         let n = 50;
         let args: Vec<String> = (0..n).map(|i| format!("m{i}")).collect();
-        s.cmd(&format!("SADD p {}", args.join(" ")));
+        s.frame(&format!("SADD p {}", args.join(" ")));
         let mut left: HashSet<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
         // Counts below a third of the size and above it use different samplers.
         for count in [3, 20, 1] {
-            let r = s.cmd(&format!("SPOP p {count}"));
+            let r = s.frame(&format!("SPOP p {count}"));
             assert_eq!(r.items().len(), count, "round {round}");
             for m in r.items() {
                 assert!(left.remove(m.bulk()), "popped twice or never there");
                 assert_eq!(
-                    s.cmd(&format!(
+                    s.frame(&format!(
                         "SISMEMBER p {}",
                         String::from_utf8_lossy(m.bulk())
                     )),
                     Frame::Int(0)
                 );
             }
-            assert_eq!(s.cmd("SCARD p").int(), left.len() as i64);
+            assert_eq!(s.frame("SCARD p").int(), left.len() as i64);
         }
-        let one = s.cmd("SPOP p");
+        let one = s.frame("SPOP p");
         assert!(left.remove(one.bulk()));
         // The rest, in one go; then the key is gone.
-        let r = s.cmd("SPOP p 1000");
+        let r = s.frame("SPOP p 1000");
         assert_eq!(r.items().len(), left.len());
-        assert_eq!(s.cmd("EXISTS p"), Frame::Int(0));
+        assert_eq!(s.frame("EXISTS p"), Frame::Int(0));
         assert_eq!(s.engine.dataset_bytes(), 0);
     }
     s.client.proto = Proto::Resp3;
-    s.cmd("SADD p a b c");
-    assert!(matches!(s.cmd("SPOP p 2"), Frame::Set(v) if v.len() == 2));
+    s.frame("SADD p a b c");
+    assert!(matches!(s.frame("SPOP p 2"), Frame::Set(v) if v.len() == 2));
 }
 
 #[test]
@@ -383,15 +360,15 @@ fn full_scans_return_every_element_of_large_collections() {
     let fields: Vec<String> = (0..1000).map(|i| format!("f{i}")).collect();
     for chunk in fields.chunks(100) {
         let pairs: Vec<String> = chunk.iter().map(|f| format!("{f} v{f}")).collect();
-        s.cmd(&format!("HSET h {}", pairs.join(" ")));
-        s.cmd(&format!("SADD s {}", chunk.join(" ")));
+        s.frame(&format!("HSET h {}", pairs.join(" ")));
+        s.frame(&format!("SADD s {}", chunk.join(" ")));
     }
     for (cmd, stride) in [("HSCAN h", 2), ("SSCAN s", 1)] {
         let mut seen = HashSet::new();
         let mut cursor = "0".to_string();
         let mut calls = 0;
         loop {
-            let r = s.cmd(&format!("{cmd} {cursor} COUNT 37"));
+            let r = s.frame(&format!("{cmd} {cursor} COUNT 37"));
             let items = r.items();
             cursor = String::from_utf8(items[0].bulk().to_vec()).unwrap();
             let page = items[1].items();
@@ -417,57 +394,57 @@ fn full_scans_return_every_element_of_large_collections() {
 fn multi_key_commands_survive_expired_keys_moving_entries() {
     let mut s = Session::new();
     // `a` sits at position 0 and expires; deleting it moves the last entry into its place.
-    s.cmd("SADD a 1");
-    s.cmd("SADD b 2 3");
-    s.cmd("PEXPIRE a 10");
+    s.frame("SADD a 1");
+    s.frame("SADD b 2 3");
+    s.frame("PEXPIRE a 10");
     s.now_us += 20_000;
-    assert_eq!(s.cmd("SMOVE b a 2"), Frame::Int(1));
-    assert_eq!(s.cmd("SMEMBERS a").items(), [Frame::Bulk(b"2".to_vec())]);
-    assert_eq!(s.cmd("SMEMBERS b").items(), [Frame::Bulk(b"3".to_vec())]);
+    assert_eq!(s.frame("SMOVE b a 2"), Frame::Int(1));
+    assert_eq!(s.frame("SMEMBERS a").items(), [Frame::Bulk(b"2".to_vec())]);
+    assert_eq!(s.frame("SMEMBERS b").items(), [Frame::Bulk(b"3".to_vec())]);
 
-    s.cmd("SADD x 1 2");
-    s.cmd("SADD y 2 3");
-    s.cmd("SADD z 9");
-    s.cmd("PEXPIRE x 10");
+    s.frame("SADD x 1 2");
+    s.frame("SADD y 2 3");
+    s.frame("SADD z 9");
+    s.frame("PEXPIRE x 10");
     s.now_us += 20_000;
-    assert_eq!(s.cmd("SUNION x y z").items().len(), 3);
-    assert_eq!(s.cmd("SINTERSTORE y y z"), Frame::Int(0));
-    assert_eq!(s.cmd("EXISTS y"), Frame::Int(0));
-    s.cmd("SADD y 2 3");
-    s.cmd("SADD x 3");
-    s.cmd("PEXPIRE y 10");
+    assert_eq!(s.frame("SUNION x y z").items().len(), 3);
+    assert_eq!(s.frame("SINTERSTORE y y z"), Frame::Int(0));
+    assert_eq!(s.frame("EXISTS y"), Frame::Int(0));
+    s.frame("SADD y 2 3");
+    s.frame("SADD x 3");
+    s.frame("PEXPIRE y 10");
     s.now_us += 20_000;
-    assert_eq!(s.cmd("SDIFFSTORE z x y"), Frame::Int(1));
-    assert_eq!(s.cmd("SMEMBERS z").items(), [Frame::Bulk(b"3".to_vec())]);
-    assert_eq!(s.cmd("SINTERCARD 2 x z"), Frame::Int(1));
+    assert_eq!(s.frame("SDIFFSTORE z x y"), Frame::Int(1));
+    assert_eq!(s.frame("SMEMBERS z").items(), [Frame::Bulk(b"3".to_vec())]);
+    assert_eq!(s.frame("SINTERCARD 2 x z"), Frame::Int(1));
 }
 
 #[test]
 fn empty_collections_never_stay_in_the_keyspace() {
     let mut s = Session::new();
-    s.cmd("HSET h a 1");
-    s.cmd("HDEL h a");
-    s.cmd("SADD s a");
-    s.cmd("SREM s a");
-    s.cmd("SADD p a");
-    s.cmd("SPOP p");
-    s.cmd("SADD m a");
-    s.cmd("SMOVE m n a");
-    s.cmd("SUNIONSTORE st nokey");
-    assert_eq!(s.cmd("DBSIZE"), Frame::Int(1), "only n remains");
-    assert_eq!(s.cmd("SMEMBERS n").items(), [Frame::Bulk(b"a".to_vec())]);
+    s.frame("HSET h a 1");
+    s.frame("HDEL h a");
+    s.frame("SADD s a");
+    s.frame("SREM s a");
+    s.frame("SADD p a");
+    s.frame("SPOP p");
+    s.frame("SADD m a");
+    s.frame("SMOVE m n a");
+    s.frame("SUNIONSTORE st nokey");
+    assert_eq!(s.frame("DBSIZE"), Frame::Int(1), "only n remains");
+    assert_eq!(s.frame("SMEMBERS n").items(), [Frame::Bulk(b"a".to_vec())]);
     // Failed increments do not create anything.
-    s.cmd("HSET h2 s abc");
-    assert!(matches!(s.cmd("HINCRBY h3 f x"), Frame::Error(_)));
-    assert!(matches!(s.cmd("HINCRBYFLOAT h3 f inf"), Frame::Error(_)));
-    assert_eq!(s.cmd("EXISTS h3"), Frame::Int(0));
+    s.frame("HSET h2 s abc");
+    assert!(matches!(s.frame("HINCRBY h3 f x"), Frame::Error(_)));
+    assert!(matches!(s.frame("HINCRBYFLOAT h3 f inf"), Frame::Error(_)));
+    assert_eq!(s.frame("EXISTS h3"), Frame::Int(0));
 }
 
 #[test]
 fn every_change_is_announced_with_redis_event_names() {
     let mut s = Session::new();
     assert_eq!(
-        s.cmd("CONFIG SET notify-keyspace-events KEA"),
+        s.frame("CONFIG SET notify-keyspace-events KEA"),
         Frame::Simple("OK".into())
     );
     let mut sub = Client {
@@ -483,7 +460,7 @@ fn every_change_is_announced_with_redis_event_names() {
         &mut out,
     );
     let events = |s: &mut Session, line: &str| -> Vec<String> {
-        s.cmd(line);
+        s.frame(line);
         let mut ds = Vec::new();
         s.engine.take_deliveries(&mut ds);
         let mut names = Vec::new();

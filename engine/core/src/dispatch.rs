@@ -152,20 +152,11 @@ pub fn handler_for(name: &str) -> Option<Handler> {
     })
 }
 
-/// Handlers per table row: `(row handler, subcommand handlers)`, and the row positions by
-/// lowercase name, built once per engine.
+/// Handlers per table row: `(row handler, subcommand handlers)`, built once per engine; rows
+/// are numbered as [`crate::command::lookup_index`] numbers them.
 pub struct Handlers {
     rows: Vec<(Option<Handler>, Vec<Option<Handler>>)>,
-    /// Lowercase command name → position (as [`crate::command::lookup_index`] numbers rows).
-    /// The binary search over ~240 names cost ~400 instructions per command, 15% of an
-    /// unpipelined GET's user-space work (callgrind); hashing the name costs ~100. The keys
-    /// are the fixed table, so a fixed-seed hash cannot be flooded: a client's name only
-    /// probes it.
-    by_name: std::collections::HashMap<&'static [u8], usize, foldhash::fast::FixedState>,
 }
-
-/// Longest command name in the table is well below this; longer names are unknown at once.
-const MAX_NAME: usize = 32;
 
 impl Handlers {
     pub fn new() -> Handlers {
@@ -177,28 +168,7 @@ impl Handlers {
                 )
             })
             .collect();
-        let mut by_name = std::collections::HashMap::with_capacity_and_hasher(
-            crate::command::count(),
-            foldhash::fast::FixedState::with_seed(0x5245_4341_4348_4544),
-        );
-        for (i, c) in crate::command::all().enumerate() {
-            debug_assert!(c.name.len() <= MAX_NAME);
-            by_name.insert(c.name.as_bytes(), i);
-        }
-        Handlers { rows, by_name }
-    }
-
-    /// Position of a top-level command, any case: the same answer as
-    /// [`crate::command::lookup_index`] (the table's names are lowercase), by hash.
-    fn index_of(&self, name: &[u8]) -> Option<usize> {
-        if name.len() > MAX_NAME {
-            return None;
-        }
-        let mut buf = [0u8; MAX_NAME];
-        let lower = &mut buf[..name.len()];
-        lower.copy_from_slice(name);
-        lower.make_ascii_lowercase();
-        self.by_name.get(&*lower).copied()
+        Handlers { rows }
     }
 }
 
@@ -219,7 +189,7 @@ pub fn resolve(
     handlers: &Handlers,
     argv: &[&[u8]],
 ) -> Result<(&'static CommandSpec, Option<Handler>), CmdError> {
-    let Some(ci) = handlers.index_of(argv[0]) else {
+    let Some(ci) = crate::command::lookup_index(argv[0]) else {
         return Err(CmdError::Other(unknown_command_message(argv)));
     };
     let top = crate::command::spec_at(ci);
@@ -436,34 +406,5 @@ fn after_command(e: &mut Engine, client: &mut Client, out: &mut Vec<u8>, reply_s
             }
         });
         out.splice(reply_start..reply_start, own);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Handlers;
-
-    #[test]
-    fn hashed_lookup_agrees_with_the_table() {
-        let h = Handlers::new();
-        for (i, c) in crate::command::all().enumerate() {
-            let upper = c.name.to_ascii_uppercase();
-            for name in [c.name.as_bytes(), upper.as_bytes()] {
-                assert_eq!(h.index_of(name), Some(i), "{}", c.name);
-                assert_eq!(crate::command::lookup_index(name), Some(i), "{}", c.name);
-            }
-        }
-        for name in [
-            &b""[..],
-            b"nosuch",
-            b"ge",
-            b"gett",
-            b"config|get",
-            &[b'a'; 100],
-            b"G\xc9T",
-        ] {
-            assert_eq!(h.index_of(name), None);
-            assert_eq!(crate::command::lookup_index(name), None);
-        }
     }
 }

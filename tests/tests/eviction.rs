@@ -41,21 +41,6 @@ fn pipeline(c: &mut Resp, reqs: &[Vec<Vec<u8>>]) -> Vec<Vec<u8>> {
     reqs.iter().map(|_| c.read_frame()).collect()
 }
 
-/// VmRSS of `pid`, bytes.
-fn rss(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .unwrap()
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .unwrap();
-    kb * 1024
-}
-
 /// xorshift64*: the seeded workload.
 struct Rng(u64);
 impl Rng {
@@ -150,7 +135,7 @@ fn allkeys_lru_at_20mb_under_100mb_of_writes() {
     let hot = exists(&mut c, "hot");
     let cold = exists(&mut c, "cold");
     let evicted = info_u64(&mut c, "stats", "evicted_keys");
-    let rss_now = rss(engine.pid());
+    let rss_now = rss_bytes(engine.pid()).expect("VmRSS");
     eprintln!(
         "allkeys-lru: {batch} batches, max used_memory {max_used}, hot {hot}/1000, cold {cold}/1000, \
          evicted {evicted}, rss {rss_now}"

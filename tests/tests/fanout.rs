@@ -98,28 +98,6 @@ struct Ws {
     ws: WebSocket<TcpStream>,
 }
 
-/// A TCP connection whose receive buffer is fixed at `rcvbuf` bytes before connecting (no
-/// autotuning), so a client that stops reading backs up into the sender quickly.
-fn connect_small(port: u16, rcvbuf: usize) -> TcpStream {
-    use nix::sys::socket::{
-        AddressFamily, SockFlag, SockType, SockaddrIn, connect, setsockopt, socket, sockopt,
-    };
-    let fd = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .unwrap();
-    setsockopt(&fd, sockopt::RcvBuf, &rcvbuf).unwrap();
-    connect(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &SockaddrIn::new(127, 0, 0, 1, port),
-    )
-    .unwrap();
-    TcpStream::from(fd)
-}
-
 impl Ws {
     fn try_connect(port: u16, origin: Option<&str>) -> Result<Ws, String> {
         let stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;

@@ -94,43 +94,6 @@ fn info(port: u16) -> HashMap<String, u64> {
         .collect()
 }
 
-/// Resident set size of `pid` in bytes (`VmRSS` of /proc/<pid>/status).
-fn rss(pid: u32) -> Option<usize> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: usize = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
-}
-
-/// A TCP connection whose receive buffer is fixed at `rcvbuf` bytes before connecting (no
-/// autotuning), so a subscriber that stops reading backs up into the fan-out quickly instead
-/// of into several MB of kernel buffer.
-fn connect_small(port: u16, rcvbuf: usize) -> TcpStream {
-    use nix::sys::socket::{
-        AddressFamily, SockFlag, SockType, SockaddrIn, connect, setsockopt, socket, sockopt,
-    };
-    let fd = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .expect("socket");
-    setsockopt(&fd, sockopt::RcvBuf, &rcvbuf).expect("SO_RCVBUF");
-    connect(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &SockaddrIn::new(127, 0, 0, 1, port),
-    )
-    .expect("connect to the fan-out");
-    TcpStream::from(fd)
-}
-
 /// A browser-protocol client over a blocking WebSocket, keeping a model of the replica: the
 /// subscribed keys' values (every write here is a plain `SET`, so a map suffices).
 struct Sub {
@@ -313,7 +276,7 @@ impl Sampler {
                 if s.load(Ordering::Relaxed) {
                     break;
                 }
-                let r = rss(pid).unwrap_or(0);
+                let r = rss_bytes(pid).map(|b| b as usize).unwrap_or(0);
                 let q = info(port).get("queued_bytes").copied().unwrap_or(0);
                 let mut p = p.lock().unwrap();
                 p.rss = p.rss.max(r);
@@ -403,7 +366,7 @@ fn stalled_browsers_are_shed_and_resynced() {
     let mut stalled: Vec<Sub> = (0..STALLED)
         .map(|_| Sub::subscribe(rig.fanout_port, PREFIX, Some(4096)))
         .collect();
-    let base = rss(pid).expect("fan-out RSS");
+    let base = rss_bytes(pid).map(|b| b as usize).expect("fan-out RSS");
     let sampler = Sampler::start(pid, rig.fanout_port);
     write_values(rig.engine_port, 0..WRITES, PREFIX);
     // Once the writes stop, so does shedding: a browser that does not read is not sent
@@ -523,7 +486,7 @@ fn shedding_settles_with_large_snapshots() {
         .map(|_| Sub::subscribe(rig.fanout_port, PREFIX, Some(4096)))
         .collect();
     let pid = rig.fanout.pid();
-    let base = rss(pid).expect("fan-out RSS");
+    let base = rss_bytes(pid).map(|b| b as usize).expect("fan-out RSS");
     let sampler = Sampler::start(pid, rig.fanout_port);
     write_keys(rig.engine_port, 0..WRITES, PREFIX, BIG_KEYS);
     let mut shed = rig.info()["queue_shed"];

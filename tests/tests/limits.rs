@@ -64,16 +64,6 @@ fn proxy(extra: &[&str]) -> Target {
     }
 }
 
-/// Resident memory of `pid`, bytes (Linux `/proc`).
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
 impl Target {
     fn seed(&self) {
         assert_eq!(
@@ -145,7 +135,7 @@ fn proxy_refuses_hostile_input() {
 /// its memory does not move much. With `timeout 1` they are closed within about 2 s.
 fn slowloris(t: &Target, timeout_set: bool) {
     t.seed();
-    let before = rss(t.pid);
+    let before = rss_bytes(t.pid).expect("VmRSS");
     let mut slow: Vec<TcpStream> = (0..50)
         .map(|_| TcpStream::connect(("127.0.0.1", t.port)).unwrap())
         .collect();
@@ -179,7 +169,7 @@ fn slowloris(t: &Target, timeout_set: bool) {
     } else {
         assert_eq!(closed, 0, "clients closed without a timeout");
     }
-    let grown = rss(t.pid).saturating_sub(before);
+    let grown = rss_bytes(t.pid).expect("VmRSS").saturating_sub(before);
     assert!(
         grown < 32 << 20,
         "RSS grew by {grown} bytes for 50 slow clients"
@@ -206,7 +196,7 @@ fn deaf_subscriber(t: &Target) {
     t.seed();
     let mut sub = Resp::connect(t.port);
     sub.cmd_str(&["SUBSCRIBE", "news"]);
-    let before = rss(t.pid);
+    let before = rss_bytes(t.pid).expect("VmRSS");
     let mut publisher = Resp::connect(t.port);
     let payload = vec![b'p'; 1024 * 1024];
     let mut peak = 0;
@@ -215,10 +205,10 @@ fn deaf_subscriber(t: &Target) {
         let r = publisher.cmd(&[b"PUBLISH", b"news", &payload]);
         receivers_at_end = String::from_utf8_lossy(&r[1..r.len() - 2]).parse().unwrap();
         if i % 10 == 0 {
-            peak = peak.max(rss(t.pid));
+            peak = peak.max(rss_bytes(t.pid).expect("VmRSS"));
         }
     }
-    peak = peak.max(rss(t.pid));
+    peak = peak.max(rss_bytes(t.pid).expect("VmRSS"));
     assert_eq!(
         receivers_at_end, 0,
         "the deaf subscriber was never disconnected"

@@ -22,6 +22,8 @@
 //! - [`pings`], [`free_port_run`], [`free_port_except`], [`run_cmd`] / [`CmdOut`],
 //!   [`kill_recorded_children`]: a liveness probe, ports for a fleet, a bounded external
 //!   command, and a fleet guard's cleanup.
+//! - [`rss_bytes`]: a process's resident memory; [`connect_small`]: a TCP connection with a
+//!   fixed small receive buffer (a client that stops reading backs up into the server fast).
 //! - [`browser_env`], [`run_node`]: tests/browser (node_modules, optionally Chromium) with the
 //!   wasm replica built, and a bounded `node <script>` run there.
 #![allow(dead_code)]
@@ -785,4 +787,41 @@ pub fn run_node(dir: &Path, script: &str, envs: &[(&str, String)], limit: Durati
         Some(s) => panic!("{script} failed ({s}):\n{out}"),
         None => panic!("{script} did not finish within {limit:?}:\n{out}"),
     }
+}
+
+/// Resident set size of `pid` in bytes (`VmRSS` of /proc/<pid>/status); `None` once it is gone.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// A connection to 127.0.0.1:`port` whose receive buffer is fixed at `rcvbuf` bytes before
+/// connecting (no autotuning), so a client that stops reading backs up into the server
+/// quickly instead of into several MB of kernel buffer.
+pub fn connect_small(port: u16, rcvbuf: usize) -> TcpStream {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrIn, connect, setsockopt, socket, sockopt,
+    };
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .expect("socket");
+    setsockopt(&fd, sockopt::RcvBuf, &rcvbuf).expect("SO_RCVBUF");
+    connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::new(127, 0, 0, 1, port),
+    )
+    .expect("connect");
+    TcpStream::from(fd)
 }

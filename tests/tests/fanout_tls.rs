@@ -254,31 +254,6 @@ fn https_get(certs: &Certs, port: u16, path: &str) -> (String, Vec<u8>) {
     (status, resp[head_end + 4..].to_vec())
 }
 
-/// Sends `bytes` to `port` and waits (≤ 5 s) for the fan-out to close the connection.
-fn garbage_is_closed(port: u16, bytes: &[u8]) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(bytes).unwrap();
-    let start = Instant::now();
-    let mut buf = [0u8; 4096];
-    loop {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "garbage on the fan-out's TLS port: no close"
-        );
-        match s.read(&mut buf) {
-            Ok(0) => return,
-            // A TLS alert may come first.
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return,
-            Err(e) => panic!(
-                "garbage on the fan-out's TLS port: no close after {:?} ({e})",
-                start.elapsed()
-            ),
-        }
-    }
-}
-
 #[test]
 fn wss_client_gets_keychanges_and_https_serves_the_page() {
     let f = Fleet::start("fanout-wss", true, &[]);

@@ -1,5 +1,5 @@
-//! Helpers for the TLS and limits tests (`tls.rs`, `limits.rs`): test certificates made with
-//! the `openssl` CLI, a bounded command runner, and a blocking TLS client over `redis-cli`'s
+//! Helpers for the TLS tests (`tls.rs`, `fanout_tls.rs`, `limits.rs`): test certificates made
+//! with the `openssl` CLI, a bounded command runner, [`garbage_is_closed`], and a blocking TLS client over `redis-cli`'s
 //! view of the world (`openssl s_client` is not needed).
 //!
 //! Certificates: a throwaway CA (P-256, CA:TRUE, one day), a server certificate for
@@ -201,4 +201,30 @@ pub fn tls_cli(port: u16, tls: &[String], args: &[&str]) -> Output {
 pub fn python() -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster/.venv/bin/python");
     p.exists().then_some(p)
+}
+
+/// Sends `bytes` to 127.0.0.1:`port` (a TLS port) and waits (≤ 5 s) for the server to close
+/// the connection; a TLS alert may come first.
+pub fn garbage_is_closed(port: u16, bytes: &[u8]) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(bytes).unwrap();
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "garbage on TLS port {port}: no close"
+        );
+        match s.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return,
+            Err(e) => panic!(
+                "garbage on TLS port {port}: no close after {:?} ({e})",
+                start.elapsed()
+            ),
+        }
+    }
 }

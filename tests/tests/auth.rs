@@ -89,16 +89,7 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        let was_running = self.sup.is_running();
-        self.sup.kill();
-        if was_running {
-            kill_recorded_children(&self.dir.join("data/state.toml"));
-        }
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        } else {
-            eprintln!("fleet dir kept at {}", self.dir.display());
-        }
+        teardown_fleet(&mut self.sup, &self.dir.join("data/state.toml"), &self.dir);
     }
 }
 

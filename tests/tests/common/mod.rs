@@ -825,3 +825,19 @@ pub fn connect_small(port: u16, rcvbuf: usize) -> TcpStream {
     .expect("connect");
     TcpStream::from(fd)
 }
+
+/// Tears down a fleet a test started with `recached start`: SIGKILLs the supervisor, then — if
+/// it was still running, so the recorded pids are still its children — every child listed in
+/// `state_file`; removes `dir`, unless the test is failing (kept for a look, and said so).
+pub fn teardown_fleet(sup: &mut Proc, state_file: &Path, dir: &Path) {
+    let was_running = sup.is_running();
+    sup.kill();
+    if was_running {
+        kill_recorded_children(state_file);
+    }
+    if !std::thread::panicking() {
+        let _ = std::fs::remove_dir_all(dir);
+    } else {
+        eprintln!("fleet dir kept at {}", dir.display());
+    }
+}

@@ -29,8 +29,7 @@ use tungstenite::{Message, WebSocket};
 
 /// Two engines, a proxy and a fan-out on free ports.
 struct Fleet {
-    _engines: Vec<Proc>,
-    _proxy: Proc,
+    _cluster: ClusterWithProxy,
     fanout: Proc,
     proxy_port: u16,
     fanout_port: u16,
@@ -38,46 +37,20 @@ struct Fleet {
 
 impl Fleet {
     fn start(extra: &[&str]) -> Fleet {
-        let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
-        let nodes = format!("127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1]);
-        let mut engines = Vec::new();
-        for (i, &p) in ports[..2].iter().enumerate() {
-            let mut cmd = Command::new(recached_bin());
-            cmd.args(["server", "--port", &p.to_string(), "--bind", "127.0.0.1"])
-                .args(["--cluster-nodes", &nodes, "--cluster-index", &i.to_string()]);
-            engines.push(Proc::spawn(&format!("engine-{p}"), cmd));
-        }
-        for (e, &p) in engines.iter_mut().zip(&ports) {
-            e.wait_port(p, START_TIMEOUT);
-        }
+        let cluster = ClusterWithProxy::start();
+        let fanout_port = free_port();
         let mut cmd = Command::new(recached_bin());
-        cmd.args([
-            "proxy",
-            "--port",
-            &ports[2].to_string(),
-            "--backends",
-            &nodes,
-        ]);
-        let mut proxy = Proc::spawn("proxy", cmd);
-        proxy.wait_port(ports[2], START_TIMEOUT);
-        let mut cmd = Command::new(recached_bin());
-        cmd.args([
-            "fanout",
-            "--port",
-            &ports[3].to_string(),
-            "--engines",
-            &nodes,
-        ])
-        .args(["--heartbeat-ms", "5000"])
-        .args(extra);
+        cmd.args(["fanout", "--port", &fanout_port.to_string()])
+            .args(["--engines", &cluster.nodes])
+            .args(["--heartbeat-ms", "5000"])
+            .args(extra);
         let mut fanout = Proc::spawn("fanout", cmd);
-        fanout.wait_port(ports[3], START_TIMEOUT);
+        fanout.wait_port(fanout_port, START_TIMEOUT);
         Fleet {
-            _engines: engines,
-            _proxy: proxy,
+            proxy_port: cluster.proxy_port,
+            _cluster: cluster,
             fanout,
-            proxy_port: ports[2],
-            fanout_port: ports[3],
+            fanout_port,
         }
     }
 

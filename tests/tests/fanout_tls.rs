@@ -29,8 +29,7 @@ use tungstenite::{Message, WebSocket};
 
 /// Two engines (cluster mode), a proxy and a fan-out with a TLS port, on free ports.
 struct Fleet {
-    _engines: Vec<Proc>,
-    _proxy: Proc,
+    _cluster: ClusterWithProxy,
     fanout: Proc,
     certs: Certs,
     proxy_port: u16,
@@ -43,49 +42,28 @@ impl Fleet {
     /// `plain`: also serve the plain port (else `--port 0`, TLS only).
     fn start(name: &str, plain: bool, extra: &[&str]) -> Fleet {
         let certs = Certs::generate(name);
-        let ports: Vec<u16> = (0..5).map(|_| free_port()).collect();
-        let nodes = format!("127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1]);
-        let mut engines = Vec::new();
-        for (i, &p) in ports[..2].iter().enumerate() {
-            let mut cmd = Command::new(recached_bin());
-            cmd.args(["server", "--port", &p.to_string(), "--bind", "127.0.0.1"])
-                .args(["--cluster-nodes", &nodes, "--cluster-index", &i.to_string()]);
-            engines.push(Proc::spawn(&format!("engine-{p}"), cmd));
-        }
-        for (e, &p) in engines.iter_mut().zip(&ports) {
-            e.wait_port(p, START_TIMEOUT);
-        }
-        let mut cmd = Command::new(recached_bin());
-        cmd.args([
-            "proxy",
-            "--port",
-            &ports[2].to_string(),
-            "--backends",
-            &nodes,
-        ]);
-        let mut proxy = Proc::spawn("proxy", cmd);
-        proxy.wait_port(ports[2], START_TIMEOUT);
-        let plain_port = if plain { ports[3] } else { 0 };
+        let cluster = ClusterWithProxy::start();
+        let (port, tls_port) = (free_port(), free_port());
+        let plain_port = if plain { port } else { 0 };
         let mut cmd = Command::new(recached_bin());
         cmd.args(["fanout", "--port", &plain_port.to_string()])
-            .args(["--engines", &nodes])
-            .args(["--tls-port", &ports[4].to_string()])
+            .args(["--engines", &cluster.nodes])
+            .args(["--tls-port", &tls_port.to_string()])
             .args(certs.server_args())
             .args(["--heartbeat-ms", "5000"])
             .args(extra);
         let mut fanout = Proc::spawn("fanout-tls", cmd);
-        fanout.wait_port(ports[4], START_TIMEOUT);
+        fanout.wait_port(tls_port, START_TIMEOUT);
         if plain {
-            fanout.wait_port(ports[3], START_TIMEOUT);
+            fanout.wait_port(port, START_TIMEOUT);
         }
         Fleet {
-            _engines: engines,
-            _proxy: proxy,
+            proxy_port: cluster.proxy_port,
+            _cluster: cluster,
             fanout,
             certs,
-            proxy_port: ports[2],
             plain_port,
-            tls_port: ports[4],
+            tls_port,
         }
     }
 

@@ -22,6 +22,7 @@
 //! - [`pings`], [`free_port_run`], [`free_port_except`], [`run_cmd`] / [`CmdOut`],
 //!   [`kill_recorded_children`]: a liveness probe, ports for a fleet, a bounded external
 //!   command, and a fleet guard's cleanup.
+//! - [`ClusterWithProxy`]: two engines in cluster mode and a proxy in front, on free ports.
 //! - [`rss_bytes`]: a process's resident memory; [`connect_small`]: a TCP connection with a
 //!   fixed small receive buffer (a client that stops reading backs up into the server fast).
 //! - [`browser_env`], [`run_node`]: tests/browser (node_modules, optionally Chromium) with the
@@ -839,5 +840,49 @@ pub fn teardown_fleet(sup: &mut Proc, state_file: &Path, dir: &Path) {
         let _ = std::fs::remove_dir_all(dir);
     } else {
         eprintln!("fleet dir kept at {}", dir.display());
+    }
+}
+
+/// Two `recached server` engines in cluster mode (`--cluster-nodes`, index 0 and 1) and a
+/// `recached proxy` in front of them, on free ports, all accepting connections; killed by PID
+/// on drop.
+pub struct ClusterWithProxy {
+    pub engines: Vec<Proc>,
+    pub proxy: Proc,
+    /// `127.0.0.1:<engine 0>,127.0.0.1:<engine 1>` (the `--cluster-nodes` / `--engines` value).
+    pub nodes: String,
+    pub proxy_port: u16,
+}
+
+impl ClusterWithProxy {
+    pub fn start() -> ClusterWithProxy {
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let nodes = format!("127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1]);
+        let mut engines = Vec::new();
+        for (i, &p) in ports[..2].iter().enumerate() {
+            let mut cmd = Command::new(recached_bin());
+            cmd.args(["server", "--port", &p.to_string(), "--bind", "127.0.0.1"])
+                .args(["--cluster-nodes", &nodes, "--cluster-index", &i.to_string()]);
+            engines.push(Proc::spawn(&format!("engine-{p}"), cmd));
+        }
+        for (e, &p) in engines.iter_mut().zip(&ports) {
+            e.wait_port(p, START_TIMEOUT);
+        }
+        let mut cmd = Command::new(recached_bin());
+        cmd.args([
+            "proxy",
+            "--port",
+            &ports[2].to_string(),
+            "--backends",
+            &nodes,
+        ]);
+        let mut proxy = Proc::spawn("proxy", cmd);
+        proxy.wait_port(ports[2], START_TIMEOUT);
+        ClusterWithProxy {
+            engines,
+            proxy,
+            nodes,
+            proxy_port: ports[2],
+        }
     }
 }

@@ -90,12 +90,20 @@ pub struct ProxyOptions {
 ///
 /// Errors: no backends, an address that does not resolve, or the listening port is taken.
 pub fn run(opts: ProxyOptions) -> io::Result<()> {
+    until_signalled(|shutdown| run_until(opts, shutdown))
+}
+
+/// Runs `body` with a flag that SIGTERM/SIGINT set (the proxy's and the fan-out's loops check
+/// it at least every 100 ms); the handlers are removed when it returns.
+pub(crate) fn until_signalled(
+    body: impl FnOnce(Arc<AtomicBool>) -> io::Result<()>,
+) -> io::Result<()> {
     let shutdown = Arc::new(AtomicBool::new(false));
     let mut ids = Vec::new();
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         ids.push(signal_hook::flag::register(sig, Arc::clone(&shutdown))?);
     }
-    let result = run_until(opts, shutdown);
+    let result = body(shutdown);
     for id in ids {
         signal_hook::low_level::unregister(id);
     }

@@ -152,16 +152,7 @@ pub fn parse_tokens(text: &str) -> Result<Tokens, String> {
 
 /// Runs the fan-out in the foreground until SIGTERM/SIGINT.
 pub fn run_fanout(opts: FanoutOptions) -> io::Result<()> {
-    let shutdown = Arc::new(AtomicBool::new(false));
-    let mut ids = Vec::new();
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        ids.push(signal_hook::flag::register(sig, Arc::clone(&shutdown))?);
-    }
-    let result = run_fanout_until(opts, shutdown);
-    for id in ids {
-        signal_hook::low_level::unregister(id);
-    }
-    result
+    crate::until_signalled(|shutdown| run_fanout_until(opts, shutdown))
 }
 
 /// Runs the fan-out until `shutdown` is set (checked at least every 100 ms).

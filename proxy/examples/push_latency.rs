@@ -43,7 +43,12 @@ fn subscribe(ws_url: &str, prefix: &str) -> WebSocket<TcpStream> {
         r#"{{"type":"subscribe","prefixes":["{prefix}"]}}"#
     )))
     .unwrap();
-    // Wait until every instance is up to date.
+    wait_up_to_date(&mut ws);
+    ws
+}
+
+/// Reads until every instance announced by `hello` has sent `up-to-date`.
+fn wait_up_to_date(ws: &mut WebSocket<TcpStream>) {
     let mut instances = usize::MAX;
     let mut up = 0;
     while up < instances {
@@ -56,7 +61,6 @@ fn subscribe(ws_url: &str, prefix: &str) -> WebSocket<TcpStream> {
             }
         }
     }
-    ws
 }
 
 fn percentiles(mut v: Vec<u64>) -> String {
@@ -215,18 +219,7 @@ fn subscribe_all(
             open.push(ws);
         }
         for mut ws in open {
-            let mut instances = usize::MAX;
-            let mut up = 0;
-            while up < instances {
-                if let Message::Text(t) = ws.read().expect("read") {
-                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
-                    match v["type"].as_str() {
-                        Some("hello") => instances = v["instances"].as_u64().unwrap() as usize,
-                        Some("up-to-date") => up += 1,
-                        _ => {}
-                    }
-                }
-            }
+            wait_up_to_date(&mut ws);
             let s = ws.into_inner();
             s.set_nonblocking(true).unwrap();
             out.push(mio::net::TcpStream::from_std(s));

@@ -149,19 +149,22 @@ pub fn end(
         return;
     }
     let own = (e.ks.dirty - mark.dirty).saturating_sub(e.ks.feed_del_count - mark.dels);
-    if own == 0 || !spec.has_flag("write") {
+    if own == 0 || !spec.has_flag(crate::command::Flags::WRITE) {
         return;
     }
     derive(e, spec, argv, reply, proto, changed);
 }
 
 /// `changed` sorted and deduplicated (order between different keys does not matter: each
-/// key's effects are independent); the command's key arguments when no key was reported.
+/// key's effects are independent); when no key was reported, the command's key arguments
+/// that it may write (the one extractor's keys, less those its key specs mark read-only).
 fn changed_keys(spec: &CommandSpec, argv: &[&[u8]], mut changed: Vec<Box<[u8]>>) -> Vec<Box<[u8]>> {
     if changed.is_empty() {
-        return crate::cmd::server::key_positions(spec, argv.len())
-            .into_iter()
-            .map(|i| argv[i].into())
+        return crate::command::keys(spec, argv)
+            .as_slice()
+            .iter()
+            .filter(|k| !k.flags.contains(crate::command::KeyFlags::RO))
+            .map(|k| argv[k.pos].into())
             .collect();
     }
     changed.sort_unstable();

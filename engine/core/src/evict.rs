@@ -54,7 +54,7 @@ pub use crate::engine::MAXMEMORY_POLICIES;
 
 use crate::args;
 use crate::cmd::server::USED_MEMORY_STARTUP;
-use crate::dispatch::Call;
+use crate::call::Call;
 use crate::error::CmdError;
 use crate::{Client, Engine};
 
@@ -519,7 +519,7 @@ pub fn before_command(
     // Queuing inside MULTI may grow memory without bound: refused too, except what ends it.
     let in_multi =
         client.tx.in_multi() && !matches!(spec.name, "exec" | "discard" | "quit" | "reset");
-    spec.has_flag("denyoom") || in_multi
+    spec.has_flag(crate::command::Flags::DENYOOM) || in_multi
 }
 
 /// Continues eviction left over by the per-command bound (called from `Engine::cron`).
@@ -546,19 +546,6 @@ pub fn object_idletime(e: &Engine, i: usize, now_ms: u64) -> u64 {
 // ---------------------------------------------------------------------------------------------
 // MEMORY
 // ---------------------------------------------------------------------------------------------
-
-/// Handlers of the MEMORY rows.
-pub fn handler_for(name: &str) -> Option<crate::dispatch::Handler> {
-    Some(match name {
-        "memory|usage" => memory_usage,
-        "memory|stats" => memory_stats,
-        "memory|doctor" => memory_doctor,
-        "memory|malloc-stats" => memory_malloc_stats,
-        "memory|purge" => memory_purge,
-        "memory|help" => memory_help,
-        _ => return None,
-    })
-}
 
 /// `MEMORY USAGE key [SAMPLES count]` → bytes accounted for the key (key + value + entry
 /// overhead; collections keep their own byte count, so no sampling is needed and `count` is

@@ -42,6 +42,7 @@
 pub mod acl;
 pub mod args;
 pub mod blocking;
+pub mod call;
 pub mod cmd;
 pub mod command;
 pub mod dispatch;

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use crate::args::{self, int_arg};
-use crate::dispatch::Call;
+use crate::call::Call;
 use crate::error::{CmdError, c_str_lossy};
 use crate::{Client, Engine, Flow, Proto};
 

@@ -36,7 +36,7 @@ use indexmap::{IndexMap, IndexSet};
 use resp::{Proto, ReplyWriter};
 use std::collections::HashMap;
 
-use crate::dispatch::{Call, Handler};
+use crate::call::Call;
 use crate::error::{CmdError, c_str_lossy};
 use crate::keyspace::KsEvent;
 use crate::{Client, Delivery, Engine, glob};
@@ -537,24 +537,6 @@ pub fn subscribed_context_error(fullname: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // Commands
 // ---------------------------------------------------------------------------------------------
-
-/// Handlers of this module's commands, by table name.
-pub fn handler_for(name: &str) -> Option<Handler> {
-    Some(match name {
-        "subscribe" => subscribe,
-        "psubscribe" => psubscribe,
-        "unsubscribe" => unsubscribe,
-        "punsubscribe" => punsubscribe,
-        "publish" => publish_cmd,
-        "pubsub|channels" => pubsub_channels,
-        "pubsub|shardchannels" => pubsub_shardchannels,
-        "pubsub|numsub" => pubsub_numsub,
-        "pubsub|shardnumsub" => pubsub_numsub,
-        "pubsub|numpat" => pubsub_numpat,
-        "pubsub|help" => pubsub_help,
-        _ => return None,
-    })
-}
 
 fn subscribe_generic(e: &mut Engine, c: &mut Call, kind: Kind) -> Result<(), CmdError> {
     let argv = c.argv;

@@ -1481,7 +1481,7 @@ pub fn acl_log(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 pub fn acl_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    crate::cmd::connection::help(c, "ACL", HELP_LINES);
+    crate::call::help(c, "ACL", HELP_LINES);
     Ok(())
 }
 

@@ -62,3 +62,15 @@ impl Call<'_> {
 /// (written by the dispatcher); it never writes part of a reply and then fails.
 pub type Handler = fn(&mut Engine, &mut Call<'_>) -> Result<(), CmdError>;
 
+/// redis `addReplyHelp`: a header line then the given lines (which end with the HELP entry),
+/// as status replies.
+pub fn help(c: &mut Call, container: &str, lines: &[&str]) {
+    let mut w = c.w();
+    w.array(lines.len() + 1);
+    w.simple(
+        format!("{container} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:").as_bytes(),
+    );
+    for l in lines {
+        w.simple(l.as_bytes());
+    }
+}

@@ -204,7 +204,7 @@ fn reject(e: &mut Engine, client: &mut Client, spec: &CommandSpec, msg: &str, ou
 /// addressed to this very client in front of its reply (`reply_start`), where Redis 7.0 writes
 /// them (a RESP3 client subscribed to a channel it publishes to, or to its own keyspace events).
 fn after_command(e: &mut Engine, client: &mut Client, out: &mut Vec<u8>, reply_start: usize) {
-    crate::cmd::pubsub::flush_events(e);
+    crate::notify::flush_events(e);
     crate::cmd::tx::process_touched(e);
     crate::cmd::pubsub::sync_proto(e, client);
     let id = client.id;

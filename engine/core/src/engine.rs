@@ -287,7 +287,7 @@ impl Engine {
         crate::effect::flush_deleted(self);
         crate::feed::cron(self);
         // Keys the cycle expired: `expired` notifications and failed WATCHes.
-        crate::cmd::pubsub::flush_events(self);
+        crate::notify::flush_events(self);
         crate::cmd::tx::process_touched(self);
         let used = crate::cmd::server::USED_MEMORY_STARTUP + self.ks.used_bytes() as u64;
         self.used_memory_peak = self.used_memory_peak.max(used);

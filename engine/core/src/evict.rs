@@ -494,11 +494,11 @@ fn pool_insert(e: &mut Engine, i: usize, s: u64) {
 /// Called for every evicted key, after it left the keyspace: the `evicted` keyspace
 /// notification and the keychange feed's DEL effect.
 ///
-/// The keychange feed's DEL effect comes from the same notification: `cmd::pubsub::notify`
+/// The keychange feed's DEL effect comes from the same notification: `notify::notify`
 /// hands `class::EVICTED` keys to `crate::effect::note_changed`, which records `DEL key`
 /// (DESIGN.md: "expiry/eviction → DEL"). Anything else that must learn of evictions hooks here.
 pub fn evicted_key(e: &mut Engine, key: &[u8]) {
-    crate::cmd::pubsub::notify(e, crate::cmd::pubsub::class::EVICTED, "evicted", key);
+    crate::notify::notify(e, crate::notify::class::EVICTED, "evicted", key);
 }
 
 /// Before a command (not one run by EXEC): evicts if over the limit, and tells whether the
@@ -627,7 +627,7 @@ pub fn memory_purge(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 /// MEMORY HELP (Redis 7.0's text).
 pub fn memory_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    crate::cmd::connection::help(
+    crate::call::help(
         c,
         "MEMORY",
         &[

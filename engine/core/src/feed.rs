@@ -70,7 +70,7 @@ pub struct Feed {
     /// True between `effect::begin` and `effect::end` of a command: keyspace notifications
     /// add their key to `changed`.
     pub(crate) capturing: bool,
-    /// Keys the running command reported as changed (`cmd::pubsub::notify`).
+    /// Keys the running command reported as changed (`notify::notify`).
     pub(crate) changed: Vec<Box<[u8]>>,
     /// Effects a handler chose itself (`effect::propagate`), replacing the default rule.
     pub(crate) chosen: Option<Vec<Vec<Vec<u8>>>>,
@@ -425,7 +425,7 @@ pub fn feed_snapshot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 pub fn feed_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    crate::cmd::connection::help(
+    crate::call::help(
         c,
         "FEED",
         &[

@@ -14,7 +14,8 @@ use resp::ReplyWriter;
 
 use crate::Engine;
 use crate::args;
-use crate::cmd::connection::{REDIS_VERSION, help};
+use crate::call::help;
+use crate::cmd::connection::REDIS_VERSION;
 use crate::command::{self, BeginSearch, CommandSpec, FindKeys, Flags, KeyFlags, KeySpec, Val};
 use crate::call::Call;
 use crate::engine::MAXMEMORY_POLICIES;
@@ -450,8 +451,8 @@ const PARAMS: &[Param] = &[
     },
     Param {
         name: "notify-keyspace-events",
-        get: |e| crate::cmd::pubsub::format_notify_flags(e.pubsub.notify_flags()),
-        set: Some(crate::cmd::pubsub::set_notify_flags),
+        get: |e| crate::notify::format_notify_flags(e.pubsub.notify_flags()),
+        set: Some(crate::notify::set_notify_flags),
     },
     Param {
         name: "cluster-enabled",
@@ -727,7 +728,7 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             && let Err(why) = set(e, value)
         {
             e.config = saved;
-            crate::cmd::pubsub::restore_notify_flags(e, saved_notify);
+            crate::notify::restore_notify_flags(e, saved_notify);
             crate::evict::apply_config(e);
             return Err(fail(name, why));
         }

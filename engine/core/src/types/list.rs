@@ -32,7 +32,7 @@ use std::collections::VecDeque;
 use crate::Engine;
 use crate::args::{self, int_arg};
 use crate::blocking;
-use crate::cmd::pubsub::{class, notify};
+use crate::notify::{class, notify};
 use crate::call::Call;
 use crate::error::CmdError;
 use crate::keyspace::Keep;

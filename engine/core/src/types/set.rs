@@ -38,7 +38,7 @@ use indexmap::IndexSet;
 
 use crate::Engine;
 use crate::args;
-use crate::cmd::pubsub::{class, notify};
+use crate::notify::{class, notify};
 use crate::call::Call;
 use crate::error::CmdError;
 use crate::glob;

@@ -47,7 +47,7 @@ use super::{AddFlags, AddOutcome, MAX_LISTPACK_ENTRIES, ZSetValue, as_zset, as_z
 use crate::Engine;
 use crate::args::{self, int_arg};
 use crate::blocking;
-use crate::cmd::pubsub::{class, notify};
+use crate::notify::{class, notify};
 use crate::call::Call;
 use crate::error::CmdError;
 use crate::keyspace::Keep;

@@ -347,7 +347,7 @@ fn from_finder<A: Argv + ?Sized>(g: GetKeys, argv: &A, out: &mut Keys) {
             }
             let Some(s) = streams else { return };
             let num = argc - s - 1;
-            if num == 0 || num % 2 != 0 {
+            if num == 0 || !num.is_multiple_of(2) {
                 return;
             }
             for pos in s + 1..argc - num / 2 {

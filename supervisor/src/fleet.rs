@@ -1171,4 +1171,47 @@ mod tests {
         assert_eq!(back.children[0].pid, None);
         assert_eq!(back.children[0].restarts, 3);
     }
+
+    /// `status`, `metrics` and the black-box tests read this text: its bytes stay as they are.
+    #[test]
+    fn state_file_text_is_pinned() {
+        let s = FleetState {
+            supervisor_pid: 1,
+            started_unix_ms: 2,
+            bind: "0.0.0.0".into(),
+            children: vec![
+                ChildState {
+                    role: "engine".into(),
+                    index: 1,
+                    host: Some("127.0.0.1".into()),
+                    port: 6401,
+                    pid: Some(77),
+                    state: "running".into(),
+                    restarts: 0,
+                    started_unix_ms: 5,
+                },
+                ChildState {
+                    role: "fanout".into(),
+                    index: 0,
+                    host: None,
+                    port: 6480,
+                    pid: None,
+                    state: "failed".into(),
+                    restarts: 2,
+                    started_unix_ms: 6,
+                },
+            ],
+        };
+        let text = toml::to_string(&s).unwrap();
+        assert_eq!(
+            text,
+            "supervisor_pid = 1\nstarted_unix_ms = 2\nbind = \"0.0.0.0\"\n\n\
+             [[children]]\nrole = \"engine\"\nindex = 1\nhost = \"127.0.0.1\"\nport = 6401\n\
+             pid = 77\nstate = \"running\"\nrestarts = 0\nstarted_unix_ms = 5\n\n\
+             [[children]]\nrole = \"fanout\"\nindex = 0\nport = 6480\nstate = \"failed\"\n\
+             restarts = 2\nstarted_unix_ms = 6\n"
+        );
+        let back: FleetState = toml::from_str(&text).unwrap();
+        assert_eq!(toml::to_string(&back).unwrap(), text);
+    }
 }

@@ -322,7 +322,7 @@ impl Engine {
     }
 
     /// Protected mode: whether a connection from a non-loopback peer must be refused with
-    /// [`PROTECTED_MODE_DENIED`] (the server knows the peer; redis `clientAcceptHandler`).
+    /// [`PROTECTED_MODE_DENIED`](super::PROTECTED_MODE_DENIED) (the server knows the peer; redis `clientAcceptHandler`).
     pub fn protected_mode_refuses(&self, peer_is_loopback: bool) -> bool {
         !peer_is_loopback && self.acl.protected_mode_refuses_remote()
     }

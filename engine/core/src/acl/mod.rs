@@ -16,7 +16,7 @@
 //!   SETUSER) changes it. `requirepass pw` = `resetpass >pw`; an empty `requirepass` = `nopass`
 //!   (redis `ACLUpdateDefaultUserPassword`).
 //! - A connection ([`ClientAuth`]) starts as the default user, authenticated iff the default
-//!   user is `on` and `nopass` at that moment ([`Engine::init_client`], redis
+//!   user is `on` and `nopass` at that moment ([`Engine::init_client`](crate::Engine::init_client), redis
 //!   `clientSetDefaultAuth`); RESET goes back to that state. AUTH / HELLO AUTH switch user.
 //!
 //! # The check ([`check()`], called by dispatch after the arity check, before cluster
@@ -46,11 +46,11 @@
 //! `_key`, `_channel`, Redis 7.2's names) and recorded in ACL LOG (bounded to 128 entries,
 //! grouped like Redis within 60 s). Failed AUTH attempts are also queued as one-line
 //! security events (user name and address, never the password) that the server drains with
-//! [`Engine::take_security_events`] into its log.
+//! [`Engine::take_security_events`](crate::Engine::take_security_events) into its log.
 //!
 //! # Protected mode
 //!
-//! [`Engine::protected_mode_refuses`]: with `protected-mode yes` and a default user that
+//! [`Engine::protected_mode_refuses`](crate::Engine::protected_mode_refuses): with `protected-mode yes` and a default user that
 //! needs no password, a connection from a non-loopback address gets [`PROTECTED_MODE_DENIED`]
 //! (redis 7.0's text, byte for byte) and is closed; the server asks at accept time.
 //!

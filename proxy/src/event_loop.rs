@@ -33,13 +33,10 @@
 //! `timeout` checked about once a second. Clients of the TLS port are the same [`Client`]
 //! with a TLS state inside (`crate::tls`).
 //!
-//! # Requests that need a dedicated connection
+//! # Executing requests
 //!
-//! [`handle`] takes each parsed request: an ordinary client goes straight to
-//! [`route::plan`]; a client in a transaction goes through [`crate::tx`], a subscribed one
-//! through [`crate::pubsub`]. A request for another lane than the client's last one
-//! ([`Lane`]) is left unparsed (`Flow::Wait`, the client paused with `wait_lane`) until the
-//! client's earlier replies are in, then parsed again.
+//! Each complete request goes to [`exec::handle`] (`crate::exec`), which routes and carries it
+//! out; its [`Flow`] says whether to keep parsing, stop, or pause the client (`wait_lane`).
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
@@ -48,24 +45,26 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Registry, Token};
+use mio::{Events, Interest, Poll, Token};
 use resp::{Limits, RequestParser};
 
-use crate::auth::Gate;
 use crate::backend::{Backend, CONNECT_TIMEOUT, Link};
 use crate::client::Input;
-use crate::client::{Client, Replies, Waiter};
-use crate::dedicated::{self, Dedicated, Incoming, Lane};
-use crate::pubsub::{self, Kind};
-use crate::route::{self, Args, Fleet, Plan, Session};
-use crate::split::Merge;
+use crate::client::{Client, Waiter};
+use crate::dedicated::{Dedicated, Incoming, Lane};
+use crate::exec::{Ctx, Flow, Me, handle};
+use crate::route::{Args, Fleet};
 use crate::tls::{ProxyLimits, TlsConn};
-use crate::tx::{self, Step};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const TLS_LISTENER: Token = Token(usize::MAX - 2);
 const BACKEND_TOKEN_BASE: usize = usize::MAX / 2;
 const DEDICATED_TOKEN_BASE: usize = usize::MAX / 4;
+
+/// The token of dedicated connection `id` (its slab index).
+pub(crate) fn dedicated_token(id: usize) -> Token {
+    Token(DEDICATED_TOKEN_BASE + id)
+}
 
 /// Stop parsing a client's requests while this many replies are outstanding.
 const MAX_PENDING: usize = 16 * 1024;
@@ -92,11 +91,11 @@ impl Args for ParsedArgs<'_> {
     }
 }
 
-/// Clients by token; a vacant entry's index is reused.
-struct Slab<T> {
+/// Clients (and dedicated connections) by token; a vacant entry's index is reused.
+pub(crate) struct Slab<T> {
     entries: Vec<Option<T>>,
     free: Vec<usize>,
-    len: usize,
+    pub(crate) len: usize,
 }
 
 impl<T> Slab<T> {
@@ -107,7 +106,7 @@ impl<T> Slab<T> {
             len: 0,
         }
     }
-    fn insert(&mut self, v: T) -> usize {
+    pub(crate) fn insert(&mut self, v: T) -> usize {
         self.len += 1;
         match self.free.pop() {
             Some(i) => {
@@ -120,13 +119,17 @@ impl<T> Slab<T> {
             }
         }
     }
+    /// The index the next [`insert`](Self::insert) uses: a token can be registered first.
+    pub(crate) fn vacant_key(&self) -> usize {
+        self.free.last().copied().unwrap_or(self.entries.len())
+    }
     fn get(&self, i: usize) -> Option<&T> {
         self.entries.get(i).and_then(|e| e.as_ref())
     }
-    fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+    pub(crate) fn get_mut(&mut self, i: usize) -> Option<&mut T> {
         self.entries.get_mut(i).and_then(|e| e.as_mut())
     }
-    fn remove(&mut self, i: usize) -> Option<T> {
+    pub(crate) fn remove(&mut self, i: usize) -> Option<T> {
         let v = self.entries.get_mut(i)?.take()?;
         self.free.push(i);
         self.len -= 1;
@@ -978,427 +981,11 @@ fn deliver(clients: &mut Slab<Client>, dirty_clients: &mut Vec<usize>, w: Waiter
     }
 }
 
-/// The proxy-wide state a request may touch (everything but the clients).
-struct Ctx<'a> {
-    registry: &'a Registry,
-    backends: &'a mut [Backend],
-    dedicated: &'a mut Slab<Dedicated>,
-    fleet: &'a mut Fleet,
-    dirty_backends: &'a mut Vec<usize>,
-    dirty_dedicated: &'a mut Vec<usize>,
-}
-
-/// The requesting client's state (its read buffer is borrowed by the request's args).
-struct Me<'a> {
-    token: usize,
-    id: u64,
-    replies: &'a mut Replies,
-    session: &'a mut Session,
-    conns: &'a mut Vec<(usize, usize)>,
-    lane: &'a mut Lane,
-}
-
-impl Me<'_> {
-    /// Switches to `lane` if the client may: its requests on another lane must all be
-    /// answered first (`crate::dedicated`, "Lanes and ordering"). `false`: wait.
-    fn enter_lane(&mut self, lane: Lane) -> bool {
-        if *self.lane != lane {
-            if self.replies.pending_len() > 0 {
-                return false;
-            }
-            *self.lane = lane;
-        }
-        true
-    }
-
-    fn waiter(&self, seq: u64, part: u32) -> Waiter {
-        Waiter {
-            token: self.token,
-            client_id: self.id,
-            seq,
-            part,
-        }
-    }
-}
-
-/// Decides and carries out one request of a client.
-fn handle<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Flow {
-    // Authentication and ACL ([`crate::auth`]): one branch while no password or user is set.
-    if let Gate::Reply(reply) = crate::auth::gate(args, me.session, &mut ctx.fleet.acl) {
-        me.replies.push_local(&reply, false);
-        return Flow::Continue;
-    }
-    // Ordinary clients: one check, then the router.
-    if me.conns.is_empty() && !me.session.tx.active() {
-        let plan = route::plan(args, me.session, ctx.fleet);
-        return run_plan(plan, args, raw, me, ctx);
-    }
-    if args.arg(0).eq_ignore_ascii_case(b"reset") {
-        // RESET ends transactions, WATCH and subscriptions: their connections are closed
-        // once everything asked before is answered; the router then answers +RESET.
-        if me.replies.pending_len() > 0 {
-            return Flow::Wait;
-        }
-        for (_, id) in me.conns.drain(..) {
-            if let Some(mut d) = ctx.dedicated.remove(id) {
-                d.wire.close(ctx.registry);
-            }
-        }
-        me.session.tx = tx::Tx::default();
-        me.session.subs.clear();
-        *me.lane = Lane::Shared;
-    } else if me.session.subs.active() {
-        return subscribed(args, raw, me, ctx);
-    } else if me.session.tx.active() {
-        return in_transaction(args, raw, me, ctx);
-    }
-    let plan = route::plan(args, me.session, ctx.fleet);
-    run_plan(plan, args, raw, me, ctx)
-}
-
-/// A request of a client inside WATCH or MULTI ([`crate::tx`]).
-fn in_transaction<A: Args + ?Sized>(
-    args: &A,
-    raw: &[u8],
-    me: &mut Me<'_>,
-    ctx: &mut Ctx<'_>,
-) -> Flow {
-    // A lane switch can only have to wait while replies are pending; only then is the
-    // state kept to be restored.
-    let before = (me.replies.pending_len() > 0).then(|| me.session.tx.clone());
-    let step = me.session.tx.step(args, raw, &ctx.fleet.up);
-    let target = match &step {
-        Step::Send { instance, .. } | Step::ExecAbort { instance } => Some(*instance),
-        _ => None,
-    };
-    if let Some(i) = target
-        && !me.enter_lane(Lane::Dedicated(i))
-    {
-        if let Some(before) = before {
-            me.session.tx = before; // decided again once the lane is free
-        }
-        return Flow::Wait;
-    }
-    match step {
-        Step::Reply(bytes) => me.replies.push_local(&bytes, false),
-        Step::Quit => {
-            me.replies.push_local(b"+OK\r\n", true);
-            return Flow::StopReading;
-        }
-        Step::Route => {
-            let plan = route::plan(args, me.session, ctx.fleet);
-            // Between WATCH and MULTI, requests for the watched instance use its
-            // connection (no lane switch, and reads see what WATCH saw).
-            let plan = match plan {
-                Plan::Forward(i) if me.session.tx.pinned == Some(i) => Plan::Blocking(i),
-                other => other,
-            };
-            return run_plan(plan, args, raw, me, ctx);
-        }
-        Step::Send { instance, prelude } => match conn_for(instance, me, ctx) {
-            Ok(id) => {
-                let d = ctx.dedicated.get_mut(id).expect("just looked up");
-                d.pubsub = false;
-                for request in &prelude {
-                    d.send(request, None, 1);
-                }
-                let seq = me.replies.push_plain();
-                d.send(raw, Some(me.waiter(seq, 0)), 1);
-                mark(&mut d.dirty, ctx.dirty_dedicated, id);
-            }
-            Err(error) => {
-                me.session.tx.pin_failed();
-                me.replies.push_local(&error, false);
-            }
-        },
-        Step::ExecAbort { instance } => match conn_for(instance, me, ctx) {
-            Ok(id) => {
-                let d = ctx.dedicated.get_mut(id).expect("just looked up");
-                let seq = me
-                    .replies
-                    .push_parts(1, Merge::Fixed(tx::EXECABORT.to_vec()));
-                d.send(b"*1\r\n$7\r\nDISCARD\r\n", Some(me.waiter(seq, 0)), 1);
-                mark(&mut d.dirty, ctx.dirty_dedicated, id);
-            }
-            Err(_) => me.replies.push_local(tx::EXECABORT, false),
-        },
-    }
-    Flow::Continue
-}
-
-/// A request of a subscribed client ([`crate::pubsub`]).
-fn subscribed<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Flow {
-    let name = args.arg(0);
-    // Unknown commands and arity errors first, as Redis checks them first.
-    let known = engine_core::command::lookup(name)
-        .is_some_and(|spec| spec.is_implemented() && spec.arity_ok(args.argc()));
-    if !known || name.eq_ignore_ascii_case(b"quit") {
-        let plan = route::plan(args, me.session, ctx.fleet);
-        return run_plan(plan, args, raw, me, ctx);
-    }
-    if let Some(kind) = Kind::from_name(name) {
-        return subscription(kind, args, me, ctx);
-    }
-    let arg = (args.argc() > 1).then(|| args.arg(1));
-    if let Some(reply) = pubsub::subscribed_mode_reply(name, arg) {
-        me.replies.push_local(&reply, false);
-    }
-    Flow::Continue
-}
-
-/// SUBSCRIBE / PSUBSCRIBE / UNSUBSCRIBE / PUNSUBSCRIBE.
-fn subscription<A: Args + ?Sized>(
-    kind: Kind,
-    args: &A,
-    me: &mut Me<'_>,
-    ctx: &mut Ctx<'_>,
-) -> Flow {
-    let n = ctx.fleet.instances();
-    let names: Vec<&[u8]> = (1..args.argc()).map(|i| args.arg(i)).collect();
-    let nothing_to_send =
-        matches!(kind, Kind::Unsubscribe | Kind::Punsubscribe) && !me.session.subs.active();
-    if !nothing_to_send && !me.enter_lane(Lane::PubSub) {
-        return Flow::Wait;
-    }
-    for i in me.session.subs.instances_needed(kind, &names, n) {
-        if let Err(error) = conn_for(i, me, ctx) {
-            me.replies.push_local(&error, false);
-            return Flow::Continue;
-        }
-    }
-    let change = me.session.subs.apply(kind, &names, n);
-    if change.sends.is_empty() {
-        me.replies.push_local(&change.reply, false);
-        return Flow::Continue;
-    }
-    let seq = me
-        .replies
-        .push_parts(change.sends.len(), Merge::Fixed(change.reply));
-    for (part, send) in change.sends.iter().enumerate() {
-        let waiter = me.waiter(seq, part as u32);
-        let found = me.conns.iter().find(|(i, _)| *i == send.instance);
-        match found.and_then(|&(_, id)| Some((id, ctx.dedicated.get_mut(id)?))) {
-            Some((id, d)) => {
-                if matches!(kind, Kind::Subscribe | Kind::Psubscribe) {
-                    d.pubsub = true;
-                }
-                d.send(&send.request, Some(waiter), send.frames);
-                mark(&mut d.dirty, ctx.dirty_dedicated, id);
-            }
-            None => {
-                ctx.fleet.backend_errors += 1;
-                let error = &ctx.backends[send.instance].unavailable;
-                me.replies.fill(seq, part as u32, error);
-            }
-        }
-    }
-    Flow::Continue
-}
-
-/// The client's dedicated connection to `instance`, opened if it has none: its slab id,
-/// or the error reply (limits of `crate::dedicated`, instance down).
-fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize, Vec<u8>> {
-    if let Some(&(_, id)) = me.conns.iter().find(|(i, _)| *i == instance) {
-        return Ok(id);
-    }
-    let backend = &ctx.backends[instance];
-    if !backend.accepts() {
-        ctx.fleet.backend_errors += 1;
-        return Err(backend.unavailable.clone());
-    }
-    if me.conns.len() >= dedicated::MAX_PER_CLIENT {
-        return Err(dedicated::limit_error(true));
-    }
-    if ctx.dedicated.len >= dedicated::MAX_TOTAL {
-        return Err(dedicated::limit_error(false));
-    }
-    // The slab index is the token, so reserve the entry before registering.
-    let id = ctx
-        .dedicated
-        .free
-        .last()
-        .copied()
-        .unwrap_or(ctx.dedicated.entries.len());
-    let token = Token(DEDICATED_TOKEN_BASE + id);
-    match Dedicated::connect(
-        instance,
-        backend.addr,
-        me.token,
-        me.id,
-        ctx.registry,
-        token,
-        Instant::now(),
-    ) {
-        Ok(mut d) => {
-            if let Some(login) = &ctx.fleet.login {
-                d.send(login, None, 1); // the internal credential; its reply is dropped
-            }
-            let got = ctx.dedicated.insert(d);
-            debug_assert_eq!(got, id);
-            me.conns.push((instance, id));
-            Ok(id)
-        }
-        Err(e) => {
-            log::warn!("instance {instance}: dedicated connection: {e}");
-            Err(backend.unavailable.clone())
-        }
-    }
-}
-
-/// Carries out a routing plan for one request of client `me`.
-fn run_plan<A: Args + ?Sized>(
-    plan: Plan,
-    args: &A,
-    raw: &[u8],
-    me: &mut Me<'_>,
-    ctx: &mut Ctx<'_>,
-) -> Flow {
-    match plan {
-        Plan::Reply(bytes) => {
-            me.replies.push_local(&bytes, false);
-            Flow::Continue
-        }
-        Plan::ReplyThenClose(bytes) => {
-            me.replies.push_local(&bytes, true);
-            Flow::StopReading
-        }
-        Plan::Multi => {
-            me.session.tx.multi = true;
-            me.replies.push_local(b"+OK\r\n", false);
-            Flow::Continue
-        }
-        Plan::PubSub(kind) => subscription(kind, args, me, ctx),
-        Plan::Blocking(i) | Plan::Watch(i) => {
-            if !me.enter_lane(Lane::Dedicated(i)) {
-                return Flow::Wait;
-            }
-            match conn_for(i, me, ctx) {
-                Ok(id) => {
-                    if matches!(plan, Plan::Watch(_)) {
-                        me.session.tx.watching = true;
-                        me.session.tx.pinned = Some(i);
-                    }
-                    let d = ctx.dedicated.get_mut(id).expect("just looked up");
-                    d.pubsub = false;
-                    let seq = me.replies.push_plain();
-                    d.send(raw, Some(me.waiter(seq, 0)), 1);
-                    mark(&mut d.dirty, ctx.dirty_dedicated, id);
-                }
-                Err(error) => me.replies.push_local(&error, false),
-            }
-            Flow::Continue
-        }
-        shared => {
-            if !me.enter_lane(Lane::Shared) {
-                return Flow::Wait;
-            }
-            execute(shared, raw, me, ctx);
-            Flow::Continue
-        }
-    }
-}
-
-/// Carries out a plan on the shared backend connections.
-fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
-    let n = ctx.backends.len();
-    let (token, client_id) = (me.token, me.id);
-    let replies = &mut *me.replies;
-    let mut send = |i: usize, request: &[u8], seq: u64, part: u32, replies: &mut Replies| {
-        let sent = send_to(
-            ctx.backends,
-            ctx.dirty_backends,
-            i,
-            request,
-            Waiter {
-                token,
-                client_id,
-                seq,
-                part,
-            },
-            replies,
-        );
-        if !sent {
-            ctx.fleet.backend_errors += 1;
-        }
-    };
-    match plan {
-        Plan::Forward(i) => {
-            let seq = replies.push_plain();
-            send(i, raw, seq, 0, replies);
-        }
-        Plan::ForwardAny => {
-            let i = ctx.fleet.up.iter().position(|&up| up).unwrap_or(0);
-            let seq = replies.push_plain();
-            send(i, raw, seq, 0, replies);
-        }
-        Plan::Split { parts, merge } => {
-            let seq = replies.push_parts(parts.len(), merge);
-            for (p, part) in parts.iter().enumerate() {
-                send(part.instance, &part.request, seq, p as u32, replies);
-            }
-        }
-        Plan::FanOut { request, merge } => {
-            let seq = replies.push_parts(n, merge);
-            let request = request.as_deref().unwrap_or(raw);
-            for i in 0..n {
-                send(i, request, seq, i as u32, replies);
-            }
-        }
-        Plan::Rewrite {
-            instance,
-            request,
-            merge,
-        } => {
-            let seq = replies.push_parts(1, merge);
-            send(instance, &request, seq, 0, replies);
-        }
-        Plan::Reply(_)
-        | Plan::ReplyThenClose(_)
-        | Plan::Blocking(_)
-        | Plan::Watch(_)
-        | Plan::Multi
-        | Plan::PubSub(_) => unreachable!("handled by run_plan"),
-    }
-}
-
-/// Whether to keep parsing a client's input after a request.
-#[derive(PartialEq, Eq)]
-enum Flow {
-    Continue,
-    /// QUIT (or a protocol error): answer what is pending, then close.
-    StopReading,
-    /// Leave the request unparsed until the client's earlier replies are in (lane switch).
-    Wait,
-}
-
 /// Adds `idx` to a to-flush list once per iteration.
-fn mark(dirty: &mut bool, list: &mut Vec<usize>, idx: usize) {
+pub(crate) fn mark(dirty: &mut bool, list: &mut Vec<usize>, idx: usize) {
     if !*dirty {
         *dirty = true;
         list.push(idx);
-    }
-}
-
-/// Queues `request` on backend `i`, or answers the slot at once if the instance is down.
-fn send_to(
-    backends: &mut [Backend],
-    dirty_backends: &mut Vec<usize>,
-    i: usize,
-    request: &[u8],
-    w: Waiter,
-    replies: &mut Replies,
-) -> bool {
-    let b = &mut backends[i];
-    if b.accepts() {
-        b.send(request, w);
-        if !b.dirty {
-            b.dirty = true;
-            dirty_backends.push(i);
-        }
-        true
-    } else {
-        replies.fill(w.seq, w.part, &b.unavailable);
-        false
     }
 }
 

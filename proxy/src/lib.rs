@@ -25,7 +25,10 @@
 //!   `Wire`, the socket buffers it shares with dedicated connections.
 //! - `dedicated`: a client's own connection to one instance (blocking commands,
 //!   transactions, pub/sub), its limits, and the lane rule that keeps execution in order.
-//! - `event_loop`: the single-threaded mio loop tying them together.
+//! - `event_loop`: the single-threaded mio loop tying them together: accept, read, write,
+//!   timers and the connection slabs.
+//! - `exec`: what one parsed request does: auth gate, route plan, then forwarding,
+//!   split/fan-out, local replies, or the transaction / pub/sub / blocking handoffs.
 //! - [`tls`]: the TLS client port (the engine's rustls driver) and [`tls::ProxyLimits`],
 //!   the Redis-named limits on the proxy's own clients.
 //!
@@ -53,6 +56,7 @@ mod backend;
 mod client;
 mod dedicated;
 mod event_loop;
+mod exec;
 pub mod fanout;
 pub mod pubsub;
 pub mod route;

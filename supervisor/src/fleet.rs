@@ -5,12 +5,12 @@
 //! 1. **Config.** Defaults < `--config FILE` < flags. `dir` is made absolute, `dir/logs/` is
 //!    created, and every port is test-bound once so a busy port fails the start at once
 //!    instead of turning into a crash loop.
-//! 2. **Pid file** `dir/recached.pid`: opened and locked with `flock(LOCK_EX|LOCK_NB)` for the
+//! 2. **Pid file** `dir/recached.pid` (`crate::pidfile`): opened and locked with `flock(LOCK_EX|LOCK_NB)` for the
 //!    supervisor's whole life, then the pid is written into it. A second `start` on the same
 //!    dir cannot take the lock and is refused with the running pid. A stale file (its process
 //!    died, even by SIGKILL) holds no lock — the kernel drops it with the last descriptor — so
 //!    the next `start` takes it over; pid reuse cannot fool this, unlike `kill(pid, 0)`.
-//! 3. **`--daemonize`** (optional): fork, `setsid`, `chdir /`, stdin from `/dev/null`,
+//! 3. **`--daemonize`** (optional, `crate::daemon`): fork, `setsid`, `chdir /`, stdin from `/dev/null`,
 //!    stdout/stderr to `dir/logs/supervisor.log`. The parent waits on a pipe until the child
 //!    reports the fleet ready (or failed) and exits 0 (or 1), so `start --daemonize && status`
 //!    has no race. The fork happens before any thread exists.
@@ -34,8 +34,9 @@
 //!    that ran at least `min_healthy_uptime_ms` is restarted at once; one that died sooner is a
 //!    quick death and waits `restart_backoff_initial_ms · 2^(k-1)` (k = quick deaths in a row,
 //!    capped at `restart_backoff_max_ms`); from 5 in a row the log calls it a crash loop.
-//! 7. **State file** `dir/state.toml` (temp file + rename, so readers never see half a file):
-//!    per child role, index, port, pid, state, restarts, start time. `recached status` reads it.
+//! 7. **State file** `dir/state.toml` (`crate::state`; temp file + rename, so readers never
+//!    see half a file): per child role, index, port, pid, state, restarts, start time.
+//!    `recached status` reads it.
 //!
 //!    **Health, SIGHUP, refused starts** (`health`): children that answered once are
 //!    PINGed every `health_check_interval_ms`; `health_check_failures` failures in a row =
@@ -48,7 +49,7 @@
 //!    files, exit 0.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, Write};
+use std::io::{self, Read, Write};
 use std::net::TcpListener;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -60,54 +61,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use serde::{Deserialize, Serialize};
 
 use crate::config::{self, FileConfig};
+use crate::daemon::daemonize;
+use crate::pidfile::PidFile;
+use crate::state::{self, ChildState, FleetState, Role, RunState, STATE_FILE};
 use crate::{Result, StartArgs};
 
-/// Pid file name inside `dir`.
-pub const PID_FILE: &str = "recached.pid";
-/// State file name inside `dir`.
-pub const STATE_FILE: &str = "state.toml";
 /// Quick deaths in a row from which the log reports a crash loop.
 const CRASH_LOOP_DEATHS: u32 = 5;
 /// How long `start` waits for every child to accept connections before it reports the fleet
 /// ready (it keeps supervising either way).
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What `recached status` needs to know about the fleet, written by the supervisor.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct FleetState {
-    pub supervisor_pid: u32,
-    /// Unix milliseconds.
-    pub started_unix_ms: u64,
-    /// Address the children listen on.
-    pub bind: String,
-    pub children: Vec<ChildState>,
-}
-
-/// One child process as of the last state write.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ChildState {
-    /// `engine` or `proxy`.
-    pub role: String,
-    pub index: usize,
-    /// Listen address; absent in state files of older versions (then the fleet's `bind`).
-    #[serde(default)]
-    pub host: Option<String>,
-    pub port: u16,
-    /// Absent while the child waits for its restart.
-    pub pid: Option<u32>,
-    /// `running`, `restarting` (dead, waiting out its backoff) or `stopping`.
-    pub state: String,
-    /// Restarts since the fleet started.
-    pub restarts: u64,
-    /// When the current process was started, Unix milliseconds.
-    pub started_unix_ms: u64,
-}
 
 pub fn unix_ms() -> u64 {
     SystemTime::now()
@@ -293,127 +260,6 @@ fn check_ports_free(cfg: &FileConfig) -> Result<()> {
     Ok(())
 }
 
-/// The locked pid file; see the module docs (step 2).
-struct PidFile {
-    path: PathBuf,
-    lock: Flock<File>,
-}
-
-impl PidFile {
-    fn acquire(dir: &Path) -> Result<PidFile> {
-        let path = dir.join(PID_FILE);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| format!("pid file {}: {e}", path.display()))?;
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => {
-                let mut old = String::new();
-                let _ = (&*lock).read_to_string(&mut old);
-                if !old.trim().is_empty() {
-                    log::warn!(
-                        "taking over stale pid file {} (pid {} is gone)",
-                        path.display(),
-                        old.trim()
-                    );
-                }
-                Ok(PidFile { path, lock })
-            }
-            Err((mut file, Errno::EWOULDBLOCK)) => {
-                let mut pid = String::new();
-                let _ = file.read_to_string(&mut pid);
-                Err(format!(
-                    "a fleet is already running on {} (supervisor pid {}); stop it with `recached stop --dir {}`",
-                    dir.display(),
-                    pid.trim(),
-                    dir.display()
-                ))
-            }
-            Err((_, e)) => Err(format!("pid file {}: flock: {e}", path.display())),
-        }
-    }
-
-    fn write_pid(&self, pid: u32) -> Result<()> {
-        let mut f: &File = &self.lock;
-        let res = f
-            .set_len(0)
-            .and_then(|_| f.rewind())
-            .and_then(|_| f.write_all(format!("{pid}\n").as_bytes()))
-            .and_then(|_| f.sync_all());
-        res.map_err(|e| format!("pid file {}: {e}", self.path.display()))
-    }
-
-    /// Removes the file while still holding the lock, then unlocks (drop).
-    fn release(self) {
-        let _ = fs::remove_file(&self.path);
-    }
-}
-
-/// Is a fleet running on `dir`? Returns the supervisor pid from the pid file if its lock is
-/// held. Used by `stop` and `status`.
-pub fn running_supervisor(dir: &Path) -> Option<u32> {
-    let file = File::open(dir.join(PID_FILE)).ok()?;
-    match Flock::lock(file, FlockArg::LockSharedNonblock) {
-        Ok(_free) => None,
-        Err((mut file, Errno::EWOULDBLOCK)) => {
-            let mut s = String::new();
-            file.read_to_string(&mut s).ok()?;
-            // The lock is taken a moment before the pid is written; 0 stands for "starting".
-            Some(s.trim().parse().unwrap_or(0))
-        }
-        Err(_) => None,
-    }
-}
-
-/// Step 3 of the lifecycle. Returns, in the daemon, the write end of the readiness pipe.
-fn daemonize(log_path: &Path) -> Result<File> {
-    use nix::unistd::{ForkResult, fork, setsid};
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log_path)
-        .map_err(|e| format!("log {}: {e}", log_path.display()))?;
-    let (r, w) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
-    // SAFETY: the process is single-threaded at this point (clap, env_logger and config
-    // loading start no threads; signal handlers are installed only after the fork), so the
-    // child may run arbitrary code, allocate and take locks after fork.
-    match unsafe { fork() }.map_err(|e| format!("fork: {e}"))? {
-        ForkResult::Parent { child } => {
-            drop(w);
-            let mut byte = [0u8; 1];
-            let n = File::from(r).read(&mut byte).unwrap_or(0);
-            // Exit without running destructors: the pid file's Flock must not be unlocked
-            // here, the lock belongs to the open file description the daemon shares.
-            if n == 1 && byte[0] == b'1' {
-                println!(
-                    "recached: fleet started (supervisor pid {child}); log: {}",
-                    log_path.display()
-                );
-                std::process::exit(0);
-            }
-            eprintln!(
-                "recached: the fleet is not ready yet (supervisor pid {child} keeps trying); see {}",
-                log_path.display()
-            );
-            std::process::exit(1);
-        }
-        ForkResult::Child => {
-            drop(r);
-            setsid().map_err(|e| format!("setsid: {e}"))?;
-            std::env::set_current_dir("/").map_err(|e| format!("chdir /: {e}"))?;
-            let null = File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
-            nix::unistd::dup2_stdin(&null).map_err(|e| format!("dup2: {e}"))?;
-            nix::unistd::dup2_stdout(&log).map_err(|e| format!("dup2: {e}"))?;
-            nix::unistd::dup2_stderr(&log).map_err(|e| format!("dup2: {e}"))?;
-            Ok(File::from(w))
-        }
-    }
-}
-
 /// Flags plus a self-pipe; see step 4.
 struct Signals {
     term: Arc<AtomicBool>,
@@ -453,24 +299,6 @@ impl Signals {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
-    Engine,
-    Proxy,
-    /// The WebSocket fan-out to browser replicas (`recached fanout`).
-    Fanout,
-}
-
-impl Role {
-    fn name(self) -> &'static str {
-        match self {
-            Role::Engine => "engine",
-            Role::Proxy => "proxy",
-            Role::Fanout => "fanout",
-        }
-    }
-}
-
 /// One supervised child slot: the process currently filling it, or when to start the next.
 struct Slot {
     role: Role,
@@ -497,6 +325,19 @@ struct Slot {
 impl Slot {
     fn label(&self) -> String {
         format!("{}-{}", self.role.name(), self.index)
+    }
+
+    /// What the state file says about this slot.
+    fn run_state(&self, fleet_stopping: bool) -> RunState {
+        if fleet_stopping {
+            RunState::Stopping
+        } else if self.child.is_some() {
+            RunState::Running
+        } else if self.failed {
+            RunState::Failed
+        } else {
+            RunState::Restarting
+        }
     }
 }
 
@@ -604,11 +445,7 @@ impl Supervisor {
     fn child_args(&self, i: usize) -> Vec<String> {
         let slot = &self.slots[i];
         let mut args = vec![
-            match slot.role {
-                Role::Engine => "server".to_string(),
-                Role::Proxy => "proxy".to_string(),
-                Role::Fanout => "fanout".to_string(),
-            },
+            slot.role.subcommand().to_string(),
             "--port".into(),
             slot.port.to_string(),
             "--bind".into(),
@@ -999,34 +836,19 @@ impl Supervisor {
                 .slots
                 .iter()
                 .map(|s| ChildState {
-                    role: s.role.name().into(),
+                    role: s.role,
                     index: s.index,
                     host: Some(s.host.clone()),
                     port: s.port,
                     pid: s.child.as_ref().map(|c| c.id()),
-                    state: if self.stopping() {
-                        "stopping"
-                    } else if s.child.is_some() {
-                        "running"
-                    } else if s.failed {
-                        "failed"
-                    } else {
-                        "restarting"
-                    }
-                    .into(),
+                    state: s.run_state(self.stopping()),
                     restarts: s.restarts,
                     started_unix_ms: s.started_unix_ms,
                 })
                 .collect(),
         };
-        let path = self.dir.join(STATE_FILE);
-        let tmp = self.dir.join(format!("{STATE_FILE}.tmp"));
-        let res = toml::to_string(&state)
-            .map_err(io::Error::other)
-            .and_then(|text| fs::write(&tmp, text))
-            .and_then(|_| fs::rename(&tmp, &path));
-        if let Err(e) = res {
-            log::error!("state file {}: {e}", path.display());
+        if let Err(e) = state::write(&self.dir, &state) {
+            log::error!("state file {}: {e}", self.dir.join(STATE_FILE).display());
         }
     }
 }
@@ -1106,28 +928,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_second_lock_on_the_same_dir_is_refused_and_a_stale_file_is_taken_over() {
-        let dir = std::env::temp_dir().join(format!("recached-pidtest-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let first = PidFile::acquire(&dir).unwrap();
-        first.write_pid(4242).unwrap();
-        assert_eq!(running_supervisor(&dir), Some(4242));
-        let err = PidFile::acquire(&dir).err().expect("second lock must fail");
-        assert!(
-            err.contains("already running") && err.contains("4242"),
-            "{err}"
-        );
-        // Dropping without release = a process that died: the file stays, the lock goes.
-        drop(first);
-        assert!(dir.join(PID_FILE).exists());
-        assert_eq!(running_supervisor(&dir), None);
-        let again = PidFile::acquire(&dir).unwrap();
-        again.release();
-        assert!(!dir.join(PID_FILE).exists());
-        let _ = fs::remove_dir_all(&dir);
-    }
-
-    #[test]
     fn restart_backoff_doubles_on_quick_deaths_and_resets_after_a_healthy_run() {
         let s = config::SupervisorSection::default();
         let quick = Duration::from_millis(50);
@@ -1147,28 +947,5 @@ mod tests {
             restart_delay(&s, quick, u32::MAX).0,
             Duration::from_millis(30_000)
         );
-    }
-
-    #[test]
-    fn state_round_trips_through_toml() {
-        let s = FleetState {
-            supervisor_pid: 1,
-            started_unix_ms: 2,
-            bind: "127.0.0.1".into(),
-            children: vec![ChildState {
-                role: "engine".into(),
-                index: 0,
-                host: Some("127.0.0.1".into()),
-                port: 6400,
-                pid: None,
-                state: "restarting".into(),
-                restarts: 3,
-                started_unix_ms: 4,
-            }],
-        };
-        let text = toml::to_string(&s).unwrap();
-        let back: FleetState = toml::from_str(&text).unwrap();
-        assert_eq!(back.children[0].pid, None);
-        assert_eq!(back.children[0].restarts, 3);
     }
 }

@@ -25,7 +25,10 @@
 //! - `main.rs` (this file): flags (clap), logging, and the hand-off to each role. No role logic.
 //! - [`config`]: the TOML file (`configs/recached.toml` documents every key), defaults, size
 //!   suffixes, and how flags override it.
-//! - [`fleet`]: `recached start` — the supervisor (pid file, children, restarts, signals).
+//! - [`fleet`]: `recached start` — the supervisor (children, restarts, signals).
+//! - [`pidfile`], [`daemon`], [`state`]: its pid file lock, `--daemonize`, and the
+//!   `state.toml` that `status` and `metrics` read (child [`state::Role`] and
+//!   [`state::RunState`]).
 //! - [`health`]: the supervisor's PING health checks and SIGHUP reload.
 //! - [`metrics`]: the supervisor's Prometheus endpoint (a thread, not a child).
 //! - [`fanout`]: `recached fanout` — flags and config for `recached_proxy::fanout`.
@@ -39,10 +42,13 @@
 
 mod auth;
 mod config;
+mod daemon;
 mod fanout;
 mod fleet;
 mod health;
 mod metrics;
+mod pidfile;
+mod state;
 mod status;
 mod tls_limits;
 

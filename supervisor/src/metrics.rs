@@ -44,7 +44,8 @@ use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::fleet::{self, FleetState, STATE_FILE};
+use crate::fleet;
+use crate::state::{self, Role};
 
 /// Longest request head read.
 pub const MAX_REQUEST: usize = 8 * 1024;
@@ -163,10 +164,7 @@ pub struct Info {
 
 /// Reads the state file and asks each running child for INFO.
 fn scrape(dir: &Path) -> Vec<ChildFigures> {
-    let Ok(text) = std::fs::read_to_string(dir.join(STATE_FILE)) else {
-        return Vec::new();
-    };
-    let Ok(state) = toml::from_str::<FleetState>(&text) else {
+    let Some(state) = state::read(dir) else {
         return Vec::new();
     };
     state
@@ -174,16 +172,16 @@ fn scrape(dir: &Path) -> Vec<ChildFigures> {
         .iter()
         .map(|c| {
             let host = c.host.clone().unwrap_or_else(|| state.bind.clone());
-            let request: &[u8] = match c.role.as_str() {
-                "engine" => b"*2\r\n$4\r\nINFO\r\n$10\r\neverything\r\n",
-                "proxy" => b"*3\r\n$4\r\nINFO\r\n$5\r\nproxy\r\n$7\r\nclients\r\n",
-                _ => b"*1\r\n$4\r\nINFO\r\n",
+            let request: &[u8] = match c.role {
+                Role::Engine => b"*2\r\n$4\r\nINFO\r\n$10\r\neverything\r\n",
+                Role::Proxy => b"*3\r\n$4\r\nINFO\r\n$5\r\nproxy\r\n$7\r\nclients\r\n",
+                Role::Fanout => b"*1\r\n$4\r\nINFO\r\n",
             };
             // Engines and the proxy require the internal credential when the fleet has a
             // password (crate::auth); the fan-out's RESP side has no AUTH.
-            let login = match c.role.as_str() {
-                "engine" | "proxy" => crate::auth::fleet_login(),
-                _ => None,
+            let login = match c.role {
+                Role::Engine | Role::Proxy => crate::auth::fleet_login(),
+                Role::Fanout => None,
             };
             let info = c
                 .pid
@@ -191,7 +189,7 @@ fn scrape(dir: &Path) -> Vec<ChildFigures> {
                 .map(|text| parse_info(&text));
             ChildFigures {
                 instance: format!("{}-{}", c.role, c.index),
-                role: c.role.clone(),
+                role: c.role.name().into(),
                 restarts: c.restarts,
                 info,
             }

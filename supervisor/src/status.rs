@@ -44,7 +44,9 @@ use nix::unistd::Pid;
 
 use clap::Args;
 
-use crate::fleet::{FleetState, STATE_FILE, connect_host, running_supervisor, unix_ms};
+use crate::fleet::{connect_host, unix_ms};
+use crate::pidfile::running_supervisor;
+use crate::state::{self, FleetState, Role, RunState};
 use crate::{DirArgs, Result, config};
 
 /// The environment variable redis-cli reads a password from; `recached status` reads it too.
@@ -86,7 +88,7 @@ fn config_of_fleet(state: &FleetState) -> Option<PathBuf> {
     state
         .children
         .iter()
-        .filter(|c| c.role == "engine")
+        .filter(|c| c.role == Role::Engine)
         .filter_map(|c| c.pid)
         .find_map(|pid| {
             let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
@@ -188,10 +190,7 @@ pub fn status(args: &DirArgs, auth: &AuthArgs, json: bool) -> Result<ExitCode> {
         }
         return Ok(ExitCode::FAILURE);
     };
-    let path = dir.join(STATE_FILE);
-    let state: Option<FleetState> = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| toml::from_str(&t).ok());
+    let state = state::read(&dir);
     let login = login(args, auth, state.as_ref());
     let mut auth_notes = Vec::new();
     let now = unix_ms();
@@ -226,9 +225,9 @@ pub fn status(args: &DirArgs, auth: &AuthArgs, json: bool) -> Result<ExitCode> {
                 port: Some(c.port),
                 pid: c.pid,
                 state: match (&probe, c.pid) {
-                    (_, None) => c.state.clone(),
+                    (_, None) => c.state.name().into(),
                     (Some(p), _) if p.pong => "up".into(),
-                    _ if c.state != "running" => c.state.clone(),
+                    _ if c.state != RunState::Running => c.state.name().into(),
                     _ => "down".into(),
                 },
                 uptime_s: c.pid.map(|_| now.saturating_sub(c.started_unix_ms) / 1000),

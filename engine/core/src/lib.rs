@@ -37,7 +37,8 @@
 //!   one-key command with a sequence number, streamed to `FEED SUBSCRIBE` connections, with
 //!   prefix snapshots and a bounded buffer (docs/feed.md).
 //! - [`acl`]: `requirepass`, ACL users, AUTH, the permission check dispatch runs before every
-//!   command (one branch when no password or user is set), protected mode.
+//!   command (one branch when no password or user is set), protected mode; its rooms are
+//!   `rules`, `check`, `commands` and `log`.
 //! - [`snapshot`]: the snapshot format (write/load over caller-given streams) and SAVE, BGSAVE,
 //!   LASTSAVE through the server's [`snapshot::Persistence`] hook.
 //!

@@ -44,8 +44,8 @@ pub const MAX_DEPTH: usize = 128;
 /// Longest line or bulk accepted, in bytes (Redis `proto-max-bulk-len` default, 512 MB).
 pub const MAX_LEN: usize = 512 * 1024 * 1024;
 
-/// One decoded reply.
-#[derive(Clone, Debug, PartialEq)]
+/// One decoded reply. `Debug` shows byte strings as (lossy) text: `Error("ERR no")`.
+#[derive(Clone, PartialEq)]
 pub enum Value {
     Simple(Vec<u8>),
     /// `-…` or `!…`: the message without the `-`, starting with the code (`ERR …`).
@@ -72,6 +72,36 @@ pub enum Value {
         attrs: Vec<(Value, Value)>,
         value: Box<Value>,
     },
+}
+
+impl std::fmt::Debug for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        match self {
+            Value::Simple(s) => f.debug_tuple("Simple").field(&text(s)).finish(),
+            Value::Error(s) => f.debug_tuple("Error").field(&text(s)).finish(),
+            Value::Integer(n) => f.debug_tuple("Integer").field(n).finish(),
+            Value::Bulk(s) => f.debug_tuple("Bulk").field(&text(s)).finish(),
+            Value::Null => f.write_str("Null"),
+            Value::Array(v) => f.debug_tuple("Array").field(v).finish(),
+            Value::Map(v) => f.debug_tuple("Map").field(v).finish(),
+            Value::Set(v) => f.debug_tuple("Set").field(v).finish(),
+            Value::Push(v) => f.debug_tuple("Push").field(v).finish(),
+            Value::Double(d) => f.debug_tuple("Double").field(d).finish(),
+            Value::Boolean(b) => f.debug_tuple("Boolean").field(b).finish(),
+            Value::BigNumber(s) => f.debug_tuple("BigNumber").field(&text(s)).finish(),
+            Value::Verbatim { format, text: t } => f
+                .debug_struct("Verbatim")
+                .field("format", &text(format))
+                .field("text", &text(t))
+                .finish(),
+            Value::Attribute { attrs, value } => f
+                .debug_struct("Attribute")
+                .field("attrs", attrs)
+                .field("value", value)
+                .finish(),
+        }
+    }
 }
 
 /// Decodes the first reply of `buf`. See the module docs for shapes, errors and bounds.
@@ -376,6 +406,13 @@ mod tests {
         assert!(decode(&deep).is_err());
         let hostile = b"%1\r\n".repeat(1_000_000);
         assert!(decode(&hostile).is_err());
+    }
+
+    #[test]
+    fn debug_shows_text() {
+        let v = Array(vec![Error(b("ERR x")), Bulk(vec![b'a', 0xff]), Integer(1)]);
+        let want = "Array([Error(\"ERR x\"), Bulk(\"a\u{fffd}\"), Integer(1)])";
+        assert_eq!(format!("{v:?}"), want);
     }
 
     #[test]

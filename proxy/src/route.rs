@@ -235,7 +235,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             session.name = None;
             reply_static(b"+RESET\r\n")
         }
-        "select" => match engine_core::args::parse_i64(args.arg(1)) {
+        "select" => match resp::parse_i64(args.arg(1)) {
             Some(0) => reply_static(b"+OK\r\n"),
             Some(_) => reply_static(b"-ERR DB index is out of range\r\n"),
             None => reply_static(b"-ERR value is not an integer or out of range\r\n"),
@@ -516,7 +516,7 @@ const BAD_NAME: &[u8] =
 fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
     let argc = args.argc();
     if argc >= 2 {
-        match engine_core::args::parse_i64(args.arg(1)) {
+        match resp::parse_i64(args.arg(1)) {
             Some(2) => {}
             Some(_) => return reply_static(b"-NOPROTO unsupported protocol version\r\n"),
             None => {

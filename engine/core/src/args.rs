@@ -7,39 +7,9 @@
 
 use crate::error::CmdError;
 
-/// redis `string2ll`: the strict decimal integer grammar shared by every integer argument.
-pub fn parse_i64(s: &[u8]) -> Option<i64> {
-    // LONG_STR_SIZE is 21: "-9223372036854775808" has 20 characters.
-    if s.is_empty() || s.len() >= 21 {
-        return None;
-    }
-    if s == b"0" {
-        return Some(0);
-    }
-    let (neg, digits) = match s[0] {
-        b'-' => (true, &s[1..]),
-        _ => (false, s),
-    };
-    match digits.first() {
-        Some(b'1'..=b'9') => {}
-        _ => return None,
-    }
-    let mut v: u64 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
-    }
-    if neg {
-        if v > (i64::MAX as u64) + 1 {
-            return None;
-        }
-        Some((v as i64).wrapping_neg())
-    } else {
-        i64::try_from(v).ok()
-    }
-}
+/// Redis `string2ll`: the one strict decimal parser, `resp::parse_i64` (no sign but `-`, no
+/// leading zeros, no spaces, fits an `i64`).
+pub use resp::parse_i64;
 
 /// Integer argument or `ERR value is not an integer or out of range`.
 pub fn int_arg(s: &[u8]) -> Result<i64, CmdError> {

@@ -188,7 +188,7 @@ fn from_specs<A: Argv + ?Sized>(spec: &CommandSpec, argv: &A, out: &mut Keys) ->
                 if i64::from(keynumidx) >= argc || at < 0 || at >= argc {
                     return false;
                 }
-                let Some(numkeys) = resp_i64(argv.arg(at as usize)).filter(|n| *n >= 0) else {
+                let Some(numkeys) = resp::parse_i64(argv.arg(at as usize)).filter(|n| *n >= 0) else {
                     return false;
                 };
                 let first = first + i64::from(firstkey);
@@ -416,10 +416,6 @@ fn atoi(b: &[u8]) -> i32 {
     n as i32
 }
 
-/// Redis's `string2ll`: the one strict decimal parser (`resp::parse_i64` when it exists).
-fn resp_i64(b: &[u8]) -> Option<i64> {
-    crate::args::parse_i64(b)
-}
 
 #[cfg(test)]
 mod tests {

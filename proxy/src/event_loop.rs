@@ -991,10 +991,8 @@ pub(crate) fn mark(dirty: &mut bool, list: &mut Vec<usize>, idx: usize) {
 
 /// A request as multibulk (`*N\r\n$len\r\narg\r\n…`).
 fn encode_args(args: &impl Args) -> Vec<u8> {
+    let argv: Vec<&[u8]> = (0..args.argc()).map(|i| args.arg(i)).collect();
     let mut out = Vec::new();
-    crate::split::push_array_header(&mut out, args.argc());
-    for i in 0..args.argc() {
-        crate::split::push_bulk(&mut out, args.arg(i));
-    }
+    resp::encode_request(&mut out, &argv);
     out
 }

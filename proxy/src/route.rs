@@ -259,10 +259,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             let all: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
             let sections = InfoSections::new(&all[1..]);
             let mut request = Vec::new();
-            push_array_header(&mut request, argc);
-            for a in &all {
-                push_bulk(&mut request, a);
-            }
+            resp::encode_request(&mut request, &all);
             Plan::FanOut {
                 request: Some(request),
                 merge: Merge::Info {
@@ -484,16 +481,11 @@ fn scan<A: Args + ?Sized>(args: &A, n: usize) -> Plan {
         return reply_static(b"-ERR invalid cursor\r\n");
     };
     let (instance, backend_cursor) = split::scan_cursor_decode(cursor, n);
+    let cursor = itoa::Buffer::new().format(backend_cursor).to_owned();
+    let mut argv: Vec<&[u8]> = (0..args.argc()).map(|i| args.arg(i)).collect();
+    argv[1] = cursor.as_bytes();
     let mut request = Vec::new();
-    push_array_header(&mut request, args.argc());
-    push_bulk(&mut request, args.arg(0));
-    push_bulk(
-        &mut request,
-        itoa::Buffer::new().format(backend_cursor).as_bytes(),
-    );
-    for i in 2..args.argc() {
-        push_bulk(&mut request, args.arg(i));
-    }
+    resp::encode_request(&mut request, &argv);
     Plan::Rewrite {
         instance,
         request,

@@ -206,6 +206,9 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
     // the key found by the one extractor.
     if spec.first_key > 0 && spec.first_key == spec.last_key && !spec.has_flag(Flags::MOVABLEKEYS)
     {
+        if let Some(pos) = command::fixed_key(spec, argc) {
+            return Plan::Forward(instance_of(args.arg(pos), n));
+        }
         let keys = command::keys(spec, args);
         if keys.len() == 1 {
             let pos = keys.as_slice()[0].pos;

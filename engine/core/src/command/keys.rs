@@ -117,17 +117,14 @@ impl Argv for [&[u8]] {
     }
 }
 
-/// Why a request yields no keys where its row has them, for callers that care (the proxy
-/// forwards such a request to any engine, which answers the syntax error).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeysError {
-    /// The row's key specs and finder found no key in this request.
-    Invalid,
-}
-
 /// The keys of `argv` for `spec` (module docs). An empty result for a row that has keys
 /// ([`CommandSpec::has_keys`]) means the request does not fit its syntax.
 pub fn keys<A: Argv + ?Sized>(spec: &CommandSpec, argv: &A) -> Keys {
+    if let Some((pos, flags)) = single_index(spec, argv.argc()) {
+        let mut out = Keys::default();
+        out.push(pos, flags);
+        return out;
+    }
     let mut out = Keys::default();
     let mut real_spec = false;
     let mut variable = false;
@@ -143,6 +140,40 @@ pub fn keys<A: Argv + ?Sized>(spec: &CommandSpec, argv: &A) -> Keys {
         from_finder(g, argv, &mut out);
     }
     out
+}
+
+/// The position of the one key of a row that always has exactly one, at a fixed place, when
+/// the request reaches it: one key spec naming one index (GET, INCR, HSET…), or Redis's SET
+/// and BITFIELD finders (key 1, whose flags depend on the rest). `None`: ask [`keys`], which
+/// gives the same position for these rows. For hot paths that route by the key (the proxy):
+/// it spares ~70 to ~170 instructions per request (callgrind).
+#[inline]
+pub fn fixed_key(spec: &CommandSpec, argc: usize) -> Option<usize> {
+    if let Some((pos, _)) = single_index(spec, argc) {
+        return Some(pos);
+    }
+    match spec.getkeys {
+        Some(GetKeys::Set | GetKeys::Bitfield) if argc > 1 => Some(1),
+        _ => None,
+    }
+}
+
+/// A row whose one key spec names one index reached by the request: the key and its flags,
+/// as the general walk ([`from_specs`]) would find them.
+#[inline]
+fn single_index(spec: &CommandSpec, argc: usize) -> Option<(usize, KeyFlags)> {
+    if let [ks] = spec.key_specs
+        && let BeginSearch::Index(i) = ks.begin_search
+        && let FindKeys::Range { lastkey: 0, .. } = ks.find_keys
+        && !ks
+            .flags
+            .intersects(KeyFlags::NOT_KEY | KeyFlags::VARIABLE_FLAGS | KeyFlags::INCOMPLETE)
+        && i >= 1
+        && (i as usize) < argc
+    {
+        return Some((i as usize, ks.flags));
+    }
+    None
 }
 
 /// redis `getKeysUsingKeySpecs` with `GET_KEYSPEC_DEFAULT`: false when a spec fails.
@@ -483,6 +514,27 @@ mod tests {
         let argv: [&[u8]; 2] = [b"GET", b"k"];
         let got = keys(lookup_argv(&argv).unwrap(), &argv[..]);
         assert_eq!(got.as_slice()[0].flags, KeyFlags::RO | KeyFlags::ACCESS);
+    }
+
+    #[test]
+    fn fixed_key_agrees_with_the_general_walk() {
+        let mut fixed = 0;
+        for spec in crate::command::all().flat_map(|c| std::iter::once(c).chain(c.subcommands)) {
+            for argc in 1..6 {
+                let args: Vec<&[u8]> = vec![b"get"; argc];
+                if let Some((pos, flags)) = single_index(spec, argc) {
+                    let mut general = Keys::default();
+                    assert!(from_specs(spec, args.as_slice(), &mut general), "{}", spec.name);
+                    assert_eq!(general.as_slice(), [KeyRef { pos, flags }], "{}", spec.name);
+                }
+                if let Some(pos) = fixed_key(spec, argc) {
+                    let all: Vec<usize> = keys(spec, args.as_slice()).positions().collect();
+                    assert_eq!(all, [pos], "{}", spec.name);
+                    fixed += 1;
+                }
+            }
+        }
+        assert!(fixed > 300, "{fixed}");
     }
 
     #[test]

@@ -78,7 +78,7 @@ pub fn run(args: FanoutArgs) -> Result<ExitCode> {
         wasm: args.wasm,
         heartbeat_ms: args.heartbeat_ms,
         queue_bytes: args.queue_bytes.unwrap_or(defaults.queue_bytes),
-        tls: crate::tls_limits::for_proxy(tls),
+        tls,
         total_queue_bytes: args.total_queue_bytes.unwrap_or(defaults.total_queue_bytes),
         flush_delay_us: args.flush_delay_us.unwrap_or(defaults.flush_delay_us),
         ..defaults

@@ -327,7 +327,7 @@ fn run_proxy(
         port: port.unwrap_or(file.proxy_port),
         bind: bind.unwrap_or(file.bind.clone()),
         backends,
-        tls: tls_limits::for_proxy(tls),
+        tls,
         limits,
         auth: recached_proxy::auth::ProxyAuth {
             acl: auth::proxy_acl(&file),

@@ -51,10 +51,12 @@ mod tls;
 
 use std::collections::BTreeMap;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+
+use recached_net::listen::{listen_addr, resolve};
 
 /// Everything `recached fanout` needs.
 #[derive(Clone, Debug)]
@@ -152,7 +154,7 @@ pub fn parse_tokens(text: &str) -> Result<Tokens, String> {
 
 /// Runs the fan-out in the foreground until SIGTERM/SIGINT.
 pub fn run_fanout(opts: FanoutOptions) -> io::Result<()> {
-    crate::until_signalled(|shutdown| run_fanout_until(opts, shutdown))
+    recached_net::signal::until_signalled(|shutdown| run_fanout_until(opts, shutdown))
 }
 
 /// Runs the fan-out until `shutdown` is set (checked at least every 100 ms).
@@ -192,7 +194,7 @@ pub fn bind_fanout(opts: FanoutOptions, shutdown: Arc<AtomicBool>) -> io::Result
     };
     let tls = if opts.tls.enabled() {
         let cfg = crate::tls::server_config(&opts.tls)?;
-        Some((resolve(&crate::bind_addr(&opts.bind, opts.tls.port))?, cfg))
+        Some((listen_addr(&opts.bind, opts.tls.port)?, cfg))
     } else {
         None
     };
@@ -200,7 +202,7 @@ pub fn bind_fanout(opts: FanoutOptions, shutdown: Arc<AtomicBool>) -> io::Result
     let listen = if opts.port == 0 && tls.is_some() {
         None
     } else {
-        Some(resolve(&crate::bind_addr(&opts.bind, opts.port))?)
+        Some(listen_addr(&opts.bind, opts.port)?)
     };
     let engines = opts
         .engines
@@ -229,18 +231,6 @@ pub fn bind_fanout(opts: FanoutOptions, shutdown: Arc<AtomicBool>) -> io::Result
         }
     );
     Ok(Fanout(server))
-}
-
-fn resolve(addr: &str) -> io::Result<SocketAddr> {
-    addr.to_socket_addrs()
-        .map_err(|e| io::Error::new(e.kind(), format!("{addr}: {e}")))?
-        .next()
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{addr}: no address found"),
-            )
-        })
 }
 
 #[cfg(test)]

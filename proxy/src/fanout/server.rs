@@ -397,7 +397,7 @@ impl Server {
         let poll = Poll::new()?;
         let listener = match listen {
             Some(addr) => {
-                let mut l = TcpListener::bind(addr)?;
+                let mut l = recached_net::listen::bind(addr)?;
                 poll.registry()
                     .register(&mut l, LISTENER, Interest::READABLE)?;
                 Some(l)
@@ -406,7 +406,7 @@ impl Server {
         };
         let tls = match tls {
             Some((addr, cfg)) => {
-                let mut l = crate::tls::bind_listener(addr)
+                let mut l = recached_net::listen::bind(addr)
                     .map_err(|e| io::Error::new(e.kind(), format!("tls port {addr}: {e}")))?;
                 poll.registry()
                     .register(&mut l, TLS_LISTENER, Interest::READABLE)?;

@@ -1,5 +1,6 @@
 //! The recached proxy: routes each command by key to one of N RESP backends (recached
-//! engines or plain redis-servers), so clients see one server.
+//! engines or plain redis-servers), so clients see one server. (The WebSocket fan-out, the
+//! other relay, is the crate beside this one: `recached-fanout`, folder `proxy/fanout`.)
 //!
 //! ```text
 //!  clients ──► listener ──► Client (parser, reply slots) ──route──► Backend i (one shared,
@@ -55,7 +56,6 @@ mod backend;
 mod client;
 mod dedicated;
 mod event_loop;
-pub mod fanout;
 pub mod keys;
 pub mod pubsub;
 pub mod route;

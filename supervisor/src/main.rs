@@ -28,7 +28,7 @@
 //! - [`fleet`]: `recached start` — the supervisor (pid file, children, restarts, signals).
 //! - [`health`]: the supervisor's PING health checks and SIGHUP reload.
 //! - [`metrics`]: the supervisor's Prometheus endpoint (a thread, not a child).
-//! - [`fanout`]: `recached fanout` — flags and config for `recached_proxy::fanout`.
+//! - [`fanout`]: `recached fanout` — flags and config for `recached_fanout`.
 //! - [`status`]: `recached stop` / `recached status`, and the tiny RESP client `status` uses.
 //! - [`auth`], [`tls_limits`]: the security sections of the config and their flags.
 //! - `recached bench …` is the `recached-bench` crate (`bench/`).

@@ -46,7 +46,7 @@ use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use resp::{Limits, RequestParser};
 
-use super::protocol;
+use crate::protocol;
 
 /// Most effects the ring keeps per engine.
 pub const RING_EFFECTS: usize = 100_000;
@@ -173,7 +173,8 @@ pub fn scope_of(args: &[Vec<u8>]) -> Scope {
         return Scope::Unknown;
     };
     let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-    match crate::route::request_keys(spec, argv.as_slice()) {
+    // TODO(command::keys): engine_core::command::keys replaces this call into the proxy.
+    match recached_proxy::route::request_keys(spec, argv.as_slice()) {
         Ok(pos) if !pos.is_empty() && pos.iter().all(|&p| p < args.len()) => Scope::Keys(pos),
         _ => Scope::Unknown,
     }

@@ -17,11 +17,19 @@
 //!   parsing browser messages, building fan-out messages, prefix rules. Pure.
 //! - [`feed`]: one engine's feed link (the RESP side: `FEED SUBSCRIBE`, `FEED SNAPSHOT`,
 //!   docs/feed.md), its messages, effect scopes from the command table, the ring.
-//! - `http`: static assets and the upgrade request on the same port.
+//! - `http`: static assets (compiled in from `recached-www`, the crate that owns them) and
+//!   the upgrade request on the same port.
 //! - `server`: the mio loop, browsers, snapshots, resume, resync, heartbeats.
 //! - `tls`: the connection type, plain TCP or TLS ([`FanoutOptions::tls`]): HTTPS and
 //!   wss:// on a TLS port, alongside the plain port or instead of it (`port` 0 with a TLS
 //!   port, as Redis's `port 0`). Same pages, protocol, tokens and limits on both.
+//!
+//! # Dependencies
+//!
+//! `resp` (the feed's RESP), `engine-core` (the command table, for effect scopes),
+//! `recached-net` (listeners, the TLS driver, the shutdown flag) and `recached-www` (the web
+//! assets). It sits beside the proxy (`proxy/`, both are relays) without depending on it,
+//! except, for now, for the proxy's key positions (`TODO(command::keys)` in `feed`).
 //!
 //! # Guarantees (DESIGN.md, "Keychange feed and browser replicas")
 //!
@@ -94,7 +102,7 @@ pub struct FanoutOptions {
     pub max_connections: usize,
     /// HTTPS + wss:// (`--tls-port`, `--tls-cert-file`, …, the engines' names); `port` 0 =
     /// none. Client certificates are checked as on the engines (`tls_auth_clients`).
-    pub tls: crate::tls::TlsOptions,
+    pub tls: recached_net::tls::TlsOptions,
 }
 
 impl Default for FanoutOptions {
@@ -112,7 +120,7 @@ impl Default for FanoutOptions {
             total_queue_bytes: 1 << 30,
             flush_delay_us: 2_000,
             max_connections: 16_000,
-            tls: crate::tls::TlsOptions::default(),
+            tls: recached_net::tls::TlsOptions::default(),
         }
     }
 }
@@ -193,7 +201,7 @@ pub fn bind_fanout(opts: FanoutOptions, shutdown: Arc<AtomicBool>) -> io::Result
         None => None,
     };
     let tls = if opts.tls.enabled() {
-        let cfg = crate::tls::server_config(&opts.tls)?;
+        let cfg = recached_net::tls::server_config(&opts.tls)?;
         Some((listen_addr(&opts.bind, opts.tls.port)?, cfg))
     } else {
         None
@@ -209,7 +217,10 @@ pub fn bind_fanout(opts: FanoutOptions, shutdown: Arc<AtomicBool>) -> io::Result
         .iter()
         .map(|e| resolve(e))
         .collect::<io::Result<Vec<_>>>()?;
-    let wasm = opts.wasm.clone().unwrap_or_else(http::default_wasm_path);
+    let wasm = opts
+        .wasm
+        .clone()
+        .unwrap_or_else(recached_www::default_wasm_path);
     let plain = listen.is_some();
     let server = server::Server::new(listen, tls, engines, tokens, wasm, &opts, shutdown)?;
     let mut urls = Vec::new();

@@ -15,7 +15,7 @@
 //! 4. Timers: feed reconnects, heartbeats, stale HTTP/handshake/closing connections, retries
 //!    of snapshots that could not be requested.
 //!
-//! Connections come from the plain port, the TLS port ([`super::tls::Sock`]: HTTPS and
+//! Connections come from the plain port, the TLS port ([`crate::tls::Sock`]: HTTPS and
 //! wss://), or both; past `accept` the two are handled by the same code.
 //!
 //! # A browser's view of one instance ([`Inst`])
@@ -62,7 +62,7 @@
 //! snapshot data and resyncs every instance of that browser (it alone); exceeding the second
 //! closes it. The queue is moved into tungstenite only while the socket takes it, so
 //! tungstenite's own buffer stays around one write buffer. Keychanges and heartbeats skip
-//! tungstenite: each effect is framed once ([`super::feed::Effect::wire`]) and its bytes
+//! tungstenite: each effect is framed once ([`crate::feed::Effect::wire`]) and its bytes
 //! appended to the browser's pending batch, written whole at the next flush round. (One
 //! `memcpy` of ~100 bytes per browser per keychange; sharing the frame and `writev`-ing
 //! references would save that copy, but the write syscall costs over a hundred times more.) All
@@ -95,14 +95,14 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tungstenite::{Message, Utf8Bytes, WebSocket};
 
-use super::feed::{Effect, FeedMsg, Link, LinkState, Scope};
-use super::http::{self, Replay};
-use super::protocol::{self, ClientMsg, Resume};
-use super::tls::Sock;
-use super::{FanoutOptions, Tokens};
+use crate::feed::{Effect, FeedMsg, Link, LinkState, Scope};
+use crate::http::{self, Replay};
+use crate::protocol::{self, ClientMsg, Resume};
+use crate::tls::Sock;
+use crate::{FanoutOptions, Tokens};
 
 const LISTENER: Token = Token(usize::MAX - 1);
-/// The TLS port's listener (HTTPS + wss://, [`super::tls`]).
+/// The TLS port's listener (HTTPS + wss://, [`crate::tls`]).
 const TLS_LISTENER: Token = Token(usize::MAX - 2);
 /// Feed link `i` is `LINK_BASE + i`; connections are their slab index.
 const LINK_BASE: usize = usize::MAX / 2;
@@ -1538,7 +1538,7 @@ impl Server {
                 let prefixes = b.prefixes.as_deref().unwrap_or(&[]);
                 // The engine selected by prefix already; checking again costs little and
                 // keeps a key outside the browser's prefixes from ever reaching it.
-                let ok = match super::feed::scope_of(&args) {
+                let ok = match crate::feed::scope_of(&args) {
                     Scope::Keys(pos) => pos.iter().all(|&p| protocol::matches(prefixes, &args[p])),
                     _ => false,
                 };

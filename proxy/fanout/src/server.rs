@@ -89,6 +89,7 @@ use std::time::{Duration, Instant};
 
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
+use recached_net::Slab;
 use tungstenite::handshake::server::{NoCallback, ServerHandshake};
 use tungstenite::handshake::{HandshakeError, MidHandshake};
 use tungstenite::protocol::frame::coding::CloseCode;
@@ -341,9 +342,8 @@ pub struct Server {
     max_connections: usize,
     ws_config: WebSocketConfig,
     links: Vec<Link>,
-    conns: Vec<Option<Conn>>,
-    free: Vec<usize>,
-    live_conns: usize,
+    /// HTTP connections, handshakes and browsers; the slot is the mio token.
+    conns: Slab<Conn>,
     snaps: HashMap<u64, SnapOwner>,
     /// Per link, snapshot ids requested whose header has not arrived (an error reply is
     /// charged to the oldest).
@@ -435,9 +435,7 @@ impl Server {
             ws_config,
             pending_snaps: vec![VecDeque::new(); engines.len()],
             links: engines.into_iter().map(Link::new).collect(),
-            conns: Vec::new(),
-            free: Vec::new(),
-            live_conns: 0,
+            conns: Slab::new(),
             snaps: HashMap::new(),
             next_snap: 1,
             next_serial: 1,
@@ -529,8 +527,8 @@ impl Server {
             let Some(listener) = listener else { return };
             match listener.accept() {
                 Ok((tcp, peer)) => {
-                    if self.live_conns >= self.max_connections {
-                        log::warn!("fanout: {} connections: refusing {peer}", self.live_conns);
+                    if self.conns.len() >= self.max_connections {
+                        log::warn!("fanout: {} connections: refusing {peer}", self.conns.len());
                         continue;
                     }
                     let _ = tcp.set_nodelay(true);
@@ -544,10 +542,8 @@ impl Server {
                         },
                         _ => Sock::Plain(tcp),
                     };
-                    let idx = self.free.pop().unwrap_or_else(|| {
-                        self.conns.push(None);
-                        self.conns.len() - 1
-                    });
+                    // The slot is the token, so it is known before registering.
+                    let idx = self.conns.vacant_key();
                     if self
                         .poll
                         .registry()
@@ -558,10 +554,9 @@ impl Server {
                         )
                         .is_err()
                     {
-                        self.free.push(idx);
                         continue;
                     }
-                    self.conns[idx] = Some(Conn::Http(HttpConn {
+                    self.conns.insert(Conn::Http(HttpConn {
                         stream,
                         peer,
                         buf: Vec::new(),
@@ -570,7 +565,6 @@ impl Server {
                         done: false,
                         born: Instant::now(),
                     }));
-                    self.live_conns += 1;
                     // Data may already be there (edge-triggered: no event would tell us).
                     self.conn_event(idx);
                 }
@@ -586,11 +580,9 @@ impl Server {
     }
 
     fn close(&mut self, idx: usize) {
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::take) else {
+        let Some(conn) = self.conns.try_remove(idx) else {
             return;
         };
-        self.live_conns -= 1;
-        self.free.push(idx);
         match conn {
             Conn::Http(mut h) => {
                 let _ = self.poll.registry().deregister(&mut h.stream);
@@ -619,9 +611,9 @@ impl Server {
 
     fn conn_event(&mut self, idx: usize) {
         match self.conns.get(idx) {
-            Some(Some(Conn::Http(_))) => self.http_event(idx),
-            Some(Some(Conn::Handshake { .. })) => self.handshake_event(idx),
-            Some(Some(Conn::Ws(_))) => {
+            Some(Conn::Http(_)) => self.http_event(idx),
+            Some(Conn::Handshake { .. }) => self.handshake_event(idx),
+            Some(Conn::Ws(_)) => {
                 self.browser_read(idx);
                 self.mark_dirty(idx);
             }
@@ -631,7 +623,7 @@ impl Server {
 
     fn http_event(&mut self, idx: usize) {
         use std::io::{Read, Write};
-        let Some(Some(Conn::Http(h))) = self.conns.get_mut(idx) else {
+        let Some(Conn::Http(h)) = self.conns.get_mut(idx) else {
             return;
         };
         if !h.out.is_empty() || h.done {
@@ -677,7 +669,7 @@ impl Server {
                 "# Fanout\r\nconnections:{}\r\nengines:{}\r\nengines_live:{}\r\n\
                  flush_rounds:{}\r\nwire_writes:{}\r\nwire_bytes:{}\r\nqueued_bytes:{}\r\n\
                  queue_shed:{}\r\n",
-                self.live_conns,
+                self.conns.len(),
                 self.links.len(),
                 self.links
                     .iter()
@@ -689,7 +681,7 @@ impl Server {
                 self.queued.get(),
                 self.stats.shed,
             );
-            let Some(Some(Conn::Http(h))) = self.conns.get_mut(idx) else {
+            let Some(Conn::Http(h)) = self.conns.get_mut(idx) else {
                 return;
             };
             let (used, replies) = http::resp_replies(&h.buf, &info);
@@ -739,20 +731,19 @@ impl Server {
             }
         }
         // Hand the socket, with the bytes read so far, to tungstenite.
-        let Some(Conn::Http(h)) = self.conns[idx].take() else {
+        let born = h.born;
+        let Conn::Http(h) =
+            std::mem::replace(&mut self.conns[idx], Conn::Handshake { mid: None, born })
+        else {
             unreachable!("checked above")
         };
         let stream = Replay::new(h.buf, h.stream);
         let result = tungstenite::accept_with_config(stream, Some(self.ws_config));
-        self.conns[idx] = Some(Conn::Handshake {
-            mid: None,
-            born: h.born,
-        });
         self.handshake_result(idx, result);
     }
 
     fn handshake_event(&mut self, idx: usize) {
-        let Some(Some(Conn::Handshake { mid, .. })) = self.conns.get_mut(idx) else {
+        let Some(Conn::Handshake { mid, .. }) = self.conns.get_mut(idx) else {
             return;
         };
         let Some(m) = mid.take() else {
@@ -797,13 +788,13 @@ impl Server {
                     body: Body::Text(hello.into()),
                     kind: Kind::Control,
                 });
-                self.conns[idx] = Some(Conn::Ws(b));
+                self.conns[idx] = Conn::Ws(b);
                 self.mark_dirty(idx);
                 // The subscribe may have arrived with the upgrade request.
                 self.browser_read(idx);
             }
             Err(HandshakeError::Interrupted(mid)) => {
-                if let Some(Some(Conn::Handshake { mid: slot, .. })) = self.conns.get_mut(idx) {
+                if let Some(Conn::Handshake { mid: slot, .. }) = self.conns.get_mut(idx) {
                     *slot = Some(mid);
                 }
             }
@@ -817,16 +808,23 @@ impl Server {
     // -----------------------------------------------------------------------------------
     // Browsers
 
+    /// Every slot that may hold a connection, for loops whose body needs `&mut self`: keys
+    /// are indices into the slab's storage, so all of them are below its capacity; vacant
+    /// ones read as `None`.
+    fn slots(&self) -> std::ops::Range<usize> {
+        0..self.conns.capacity()
+    }
+
     fn browser(&mut self, idx: usize) -> Option<&mut Browser> {
         match self.conns.get_mut(idx) {
-            Some(Some(Conn::Ws(b))) => Some(b),
+            Some(Conn::Ws(b)) => Some(b),
             _ => None,
         }
     }
 
     fn mark_dirty(&mut self, idx: usize) {
         let round = self.stats.rounds;
-        if let Some(Some(Conn::Ws(b))) = self.conns.get_mut(idx)
+        if let Some(Conn::Ws(b)) = self.conns.get_mut(idx)
             && !b.dirty
         {
             b.dirty = true;
@@ -956,9 +954,11 @@ impl Server {
             return;
         }
         // Browsers whose socket refused bytes go first (largest first), then the others.
-        let mut sizes: Vec<(bool, usize, usize)> = (0..self.conns.len())
-            .filter_map(|idx| match &self.conns[idx] {
-                Some(Conn::Ws(b)) if b.live_bytes + b.snap_bytes > 0 => {
+        let mut sizes: Vec<(bool, usize, usize)> = self
+            .conns
+            .iter()
+            .filter_map(|(idx, conn)| match conn {
+                Conn::Ws(b) if b.live_bytes + b.snap_bytes > 0 => {
                     Some((b.stalled, b.live_bytes + b.snap_bytes, idx))
                 }
                 _ => None,
@@ -1232,14 +1232,14 @@ impl Server {
     /// has nothing buffered (so the byte stream stays in queue order).
     fn drain(&mut self, idx: usize) {
         self.drain_queue(idx);
-        if let Some(Some(Conn::Ws(b))) = self.conns.get_mut(idx) {
+        if let Some(Conn::Ws(b)) = self.conns.get_mut(idx) {
             b.stalled = !b.queue.is_empty();
         }
     }
 
     /// [`Server::drain`]'s work: returns when the queue is empty or the socket would block.
     fn drain_queue(&mut self, idx: usize) {
-        let Some(Some(Conn::Ws(b))) = self.conns.get_mut(idx) else {
+        let Some(Conn::Ws(b)) = self.conns.get_mut(idx) else {
             return;
         };
         b.dirty = false;
@@ -1392,7 +1392,7 @@ impl Server {
         self.pending_snaps[i].clear();
         // Snapshots in flight died with the connection; partial entries may have been
         // relayed, so those browsers refetch once the link is back.
-        for idx in 0..self.conns.len() {
+        for idx in self.slots() {
             let in_snapshot = self
                 .browser(idx)
                 .is_some_and(|b| matches!(b.inst[i], Inst::Snapshot { .. }));
@@ -1421,7 +1421,7 @@ impl Server {
                     "fanout: instance {i}: subscribed to {} at seq {seq}",
                     link.addr
                 );
-                for idx in 0..self.conns.len() {
+                for idx in self.slots() {
                     let Some(b) = self.browser(idx) else { continue };
                     match std::mem::replace(&mut b.inst[i], Inst::Idle) {
                         Inst::Idle => {}
@@ -1471,7 +1471,7 @@ impl Server {
                     return;
                 }
                 // A gap, a flush or an effect without known keys concerns every browser.
-                for idx in 0..self.conns.len() {
+                for idx in self.slots() {
                     let Some(b) = self.browser(idx) else { continue };
                     let act = match &mut b.inst[i] {
                         Inst::Live if gap => 2,
@@ -1504,7 +1504,7 @@ impl Server {
                 let link = &mut self.links[i];
                 link.ring.clear();
                 link.seq = None;
-                for idx in 0..self.conns.len() {
+                for idx in self.slots() {
                     let affected = self
                         .browser(idx)
                         .is_some_and(|b| matches!(b.inst[i], Inst::Live | Inst::Snapshot { .. }));
@@ -1625,12 +1625,10 @@ impl Server {
         self.next_heartbeat = now + self.heartbeat;
         let silent = self.heartbeat * 5 / 2;
         let mut to_close = Vec::new();
-        for idx in 0..self.conns.len() {
-            match &self.conns[idx] {
-                Some(Conn::Http(h)) if now.duration_since(h.born) > HTTP_TIMEOUT => {
-                    to_close.push(idx)
-                }
-                Some(Conn::Handshake { born, .. }) if now.duration_since(*born) > HTTP_TIMEOUT => {
+        for (idx, conn) in &self.conns {
+            match conn {
+                Conn::Http(h) if now.duration_since(h.born) > HTTP_TIMEOUT => to_close.push(idx),
+                Conn::Handshake { born, .. } if now.duration_since(*born) > HTTP_TIMEOUT => {
                     to_close.push(idx)
                 }
                 _ => {}
@@ -1639,7 +1637,7 @@ impl Server {
         for idx in to_close {
             self.close(idx);
         }
-        for idx in 0..self.conns.len() {
+        for idx in self.slots() {
             let seqs: Vec<Option<u64>> = {
                 let Some(b) = self.browser(idx) else { continue };
                 if let Some(since) = b.closing {

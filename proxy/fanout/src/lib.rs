@@ -95,7 +95,7 @@ pub struct FanoutOptions {
     /// Pacing of broadcast flush rounds, µs: when more than 32 browsers have output and most
     /// were written in the previous round too, they are written at most once per this
     /// period, so keychanges arriving meanwhile share one write per browser (0 = every loop
-    /// iteration). See server.rs, *Pacing*.
+    /// iteration). See server/queue.rs, *Pacing*.
     pub flush_delay_us: u64,
     /// Most browser and HTTP connections at once (both ports together); more are closed on
     /// accept.

@@ -58,6 +58,8 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use serde::Serialize;
 
+use resp::Value;
+
 use crate::reply::{self, Reply};
 use crate::rng::{KeyChooser, Rng};
 use crate::schedule::Schedule;
@@ -465,16 +467,6 @@ struct Conn {
     redial_at: Option<Instant>,
 }
 
-/// Appends a RESP command (array of bulk strings).
-fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
 struct Worker<'a> {
     params: &'a LoadParams,
     plan: &'a Plan,
@@ -522,13 +514,16 @@ pub fn discover_cluster(seed: SocketAddr) -> Result<(Vec<SocketAddr>, Vec<usize>
     let mut s = std::net::TcpStream::connect_timeout(&seed, CONNECT_TIMEOUT)
         .map_err(|e| format!("{seed}: {e}"))?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    s.write_all(b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n")
-        .map_err(|e| format!("{seed}: {e}"))?;
+    let mut req = Vec::new();
+    resp::encode_request(&mut req, &["CLUSTER", "SLOTS"]);
+    s.write_all(&req).map_err(|e| format!("{seed}: {e}"))?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16384];
     let value = loop {
-        if let Some((v, _)) = reply::parse_value(&buf) {
-            break v;
+        match resp::decode(&buf) {
+            Ok(Some((v, _))) => break v,
+            Ok(None) => {}
+            Err(e) => return Err(format!("{seed}: CLUSTER SLOTS: {e}")),
         }
         match s.read(&mut chunk) {
             Ok(0) | Err(_) => return Err(format!("{seed}: no complete CLUSTER SLOTS reply")),
@@ -536,23 +531,19 @@ pub fn discover_cluster(seed: SocketAddr) -> Result<(Vec<SocketAddr>, Vec<usize>
             Ok(_) => return Err(format!("{seed}: CLUSTER SLOTS reply too large")),
         }
     };
-    let reply::Value::Array(ranges) = value else {
+    let Value::Array(ranges) = value else {
         return Err(format!("{seed}: CLUSTER SLOTS answered {value:?}"));
     };
     let mut nodes: Vec<SocketAddr> = Vec::new();
     let mut map = vec![usize::MAX; 16384];
     for r in ranges {
-        let reply::Value::Array(r) = r else { continue };
-        let (
-            Some(reply::Value::Int(a)),
-            Some(reply::Value::Int(b)),
-            Some(reply::Value::Array(node)),
-        ) = (r.first(), r.get(1), r.get(2))
+        let Value::Array(r) = r else { continue };
+        let (Some(Value::Integer(a)), Some(Value::Integer(b)), Some(Value::Array(node))) =
+            (r.first(), r.get(1), r.get(2))
         else {
             continue;
         };
-        let (Some(reply::Value::Bulk(host)), Some(reply::Value::Int(port))) =
-            (node.first(), node.get(1))
+        let (Some(Value::Bulk(host)), Some(Value::Integer(port))) = (node.first(), node.get(1))
         else {
             continue;
         };
@@ -686,26 +677,26 @@ impl<'a> Worker<'a> {
         let ttl = self.params.ttl_ms.to_string();
         let value = &self.plan.value;
         let mut buf = Vec::new();
-        match (r.stage, r.op) {
-            (Stage::Origin, _) => encode(&mut buf, &[b"GET", &key]),
-            (Stage::Fill, _) | (Stage::Cache, Op::Set) => {
-                if self.params.ttl_ms > 0 {
-                    encode(&mut buf, &[b"SET", &key, value, b"PX", ttl.as_bytes()]);
-                } else {
-                    encode(&mut buf, &[b"SET", &key, value]);
-                }
+        let args: &[&[u8]] = match (r.stage, r.op) {
+            (Stage::Origin, _) | (Stage::Cache, Op::Get) => &[b"GET", &key],
+            (Stage::Fill, _) | (Stage::Cache, Op::Set) if self.params.ttl_ms > 0 => {
+                &[b"SET", &key, value, b"PX", ttl.as_bytes()]
             }
-            (Stage::Cache, Op::Get) => encode(&mut buf, &[b"GET", &key]),
-            (Stage::Cache, Op::Incr) => encode(&mut buf, &[b"INCR", &key]),
+            (Stage::Fill, _) | (Stage::Cache, Op::Set) => &[b"SET", &key, value],
+            (Stage::Cache, Op::Incr) => &[b"INCR", &key],
             (Stage::Cache, Op::Mget) => {
                 let mut args: Vec<Vec<u8>> = vec![b"MGET".to_vec(), key];
                 for _ in 1..self.params.mget {
                     let k = self.plan.keys.pick(&mut self.rng);
                     args.push(self.key(k));
                 }
-                let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
-                encode(&mut buf, &refs);
+                // Owned keys: written here, nothing left for below.
+                resp::encode_request(&mut buf, &args);
+                &[]
             }
+        };
+        if !args.is_empty() {
+            resp::encode_request(&mut buf, args);
         }
         let c = &mut self.conns[i];
         let wire = if r.stage == Stage::Origin {
@@ -1072,9 +1063,9 @@ pub fn server_info(addr: &str) -> BTreeMap<String, String> {
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
     let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-    if s.write_all(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
-        .is_err()
-    {
+    let mut req = Vec::new();
+    resp::encode_request(&mut req, &["INFO", "server"]);
+    if s.write_all(&req).is_err() {
         return out;
     }
     let mut buf = Vec::new();

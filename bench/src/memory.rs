@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::reply;
+use resp::Value;
 
 /// Reply size cap: INFO memory is a few KiB.
 const MAX_REPLY: usize = 4 << 20;
@@ -58,19 +58,18 @@ pub struct MemoryArgs {
 }
 
 /// Sends one command (arguments as bulk strings) and parses the reply.
-fn command(s: &mut TcpStream, args: &[&str]) -> Result<reply::Value, String> {
-    let mut req = format!("*{}\r\n", args.len());
-    for a in args {
-        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-    }
-    s.write_all(req.as_bytes())
-        .map_err(|e| format!("{}: {e}", args[0]))?;
+fn command(s: &mut TcpStream, args: &[&str]) -> Result<Value, String> {
+    let mut req = Vec::new();
+    resp::encode_request(&mut req, args);
+    s.write_all(&req).map_err(|e| format!("{}: {e}", args[0]))?;
     let deadline = Instant::now() + TIMEOUT;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16384];
     loop {
-        if let Some((v, _)) = reply::parse_value(&buf) {
-            return Ok(v);
+        match resp::decode(&buf) {
+            Ok(Some((v, _))) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => return Err(format!("{}: {e}", args[0])),
         }
         if buf.len() > MAX_REPLY || Instant::now() > deadline {
             return Err(format!("{}: no complete reply", args[0]));
@@ -104,11 +103,13 @@ fn query(target: &str) -> Result<(u64, Option<u64>, Option<u64>), String> {
     s.set_write_timeout(Some(TIMEOUT))
         .map_err(|e| e.to_string())?;
     let keys = match command(&mut s, &["DBSIZE"])? {
-        reply::Value::Int(n) if n >= 0 => n as u64,
+        Value::Integer(n) if n >= 0 => n as u64,
         other => return Err(format!("DBSIZE answered {other:?}")),
     };
     let info = match command(&mut s, &["INFO", "memory"])? {
-        reply::Value::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        Value::Bulk(b) | Value::Verbatim { text: b, .. } => {
+            String::from_utf8_lossy(&b).into_owned()
+        }
         other => return Err(format!("INFO memory answered {other:?}")),
     };
     Ok((

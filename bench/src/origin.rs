@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use resp::{Proto, ReplyWriter};
+
 /// Connections served at once; more are closed on accept.
 pub const MAX_CONNECTIONS: usize = 512;
 /// Largest request accepted (the origin only ever sees GET/SET of one key).
@@ -72,9 +74,8 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<ParsedRequest>, String> {
         Some((at + p, at + p + 2))
     }
     fn num(b: &[u8]) -> Result<usize, String> {
-        std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| s.parse().ok())
+        resp::parse_i64(b)
+            .and_then(|n| usize::try_from(n).ok())
             .ok_or_else(|| "Protocol error: bad length".to_string())
     }
     if buf.is_empty() {
@@ -171,7 +172,9 @@ fn serve(
                         "# Origin\r\norigin_calls:{}\r\n",
                         calls.load(Ordering::Relaxed)
                     );
-                    format!("${}\r\n{body}\r\n", body.len()).into_bytes()
+                    let mut out = Vec::new();
+                    ReplyWriter::new(&mut out, Proto::Resp2).bulk(body.as_bytes());
+                    out
                 }
                 _ => b"-ERR unknown command\r\n".to_vec(),
             };
@@ -193,9 +196,8 @@ pub fn spawn(p: OriginParams) -> std::io::Result<Origin> {
         let p = Arc::new(p);
         let cpu = Arc::new(Mutex::new(()));
         let live = Arc::new(AtomicUsize::new(0));
-        let mut value_reply = format!("${}\r\n", p.value_size).into_bytes();
-        value_reply.extend(std::iter::repeat_n(b'o', p.value_size));
-        value_reply.extend_from_slice(b"\r\n");
+        let mut value_reply = Vec::new();
+        ReplyWriter::new(&mut value_reply, Proto::Resp2).bulk(&vec![b'o'; p.value_size]);
         let value_reply: Arc<[u8]> = value_reply.into();
         for conn in listener.incoming() {
             if stop2.load(Ordering::SeqCst) {
@@ -243,6 +245,8 @@ mod tests {
         }
         assert!(parse_request(b"GET k\r\n").is_err());
         assert!(parse_request(b"*x\r\n").is_err());
+        assert!(parse_request(b"*-1\r\n").is_err());
+        assert!(parse_request(b"*1\r\n$+1\r\nx\r\n").is_err());
     }
 
     #[test]

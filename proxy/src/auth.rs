@@ -43,10 +43,7 @@ impl ProxyAuth {
     pub fn login_request(&self) -> Option<Vec<u8>> {
         let (user, pass) = self.backend.as_ref()?;
         let mut out = Vec::new();
-        crate::split::push_array_header(&mut out, 3);
-        for a in [&b"AUTH"[..], user.as_bytes(), pass.as_bytes()] {
-            crate::split::push_bulk(&mut out, a);
-        }
+        resp::encode_request(&mut out, &["AUTH", user, pass]);
         Some(out)
     }
 }

@@ -184,12 +184,11 @@ impl Subscriptions {
             .enumerate()
             .filter(|(_, list)| !list.is_empty())
             .map(|(instance, list)| {
+                let mut args: Vec<&[u8]> = Vec::with_capacity(1 + list.len());
+                args.push(kind.word());
+                args.extend(list.iter().map(Vec::as_slice));
                 let mut request = Vec::new();
-                push_array_header(&mut request, 1 + list.len());
-                push_bulk(&mut request, kind.word());
-                for name in &list {
-                    push_bulk(&mut request, name);
-                }
+                resp::encode_request(&mut request, &args);
                 Send {
                     instance,
                     request,

@@ -29,6 +29,7 @@
 //! SCAN goes to one instance at a time; its cursor carries the instance (see
 //! [`scan_cursor_decode`]).
 
+use resp::Value;
 use resp::reply::frame_len;
 
 /// One sub-request: the full RESP request for `instance`.
@@ -101,23 +102,27 @@ pub fn split(args: &[&[u8]], step: usize, instance_of: impl Fn(&[u8]) -> usize) 
         seq.push((part, part_keys[part as usize]));
         part_keys[part as usize] += 1;
     }
-    // Pass 2: each part's request, header first.
-    let mut parts: Vec<Part> = part_of_instance
+    // Pass 2: each part's arguments, then its request.
+    let mut part_args: Vec<Vec<&[u8]>> = part_keys
         .iter()
-        .zip(&part_keys)
-        .map(|(&(instance, _), &keys)| {
-            let mut request = Vec::new();
-            push_array_header(&mut request, 1 + keys as usize * step);
-            push_bulk(&mut request, args[0]);
-            Part { instance, request }
+        .map(|&keys| {
+            let mut a = Vec::with_capacity(1 + keys as usize * step);
+            a.push(args[0]);
+            a
         })
         .collect();
     for (k, &(part, _)) in seq.iter().enumerate() {
-        let request = &mut parts[part as usize].request;
-        for arg in &args[1 + k * step..1 + (k + 1) * step] {
-            push_bulk(request, arg);
-        }
+        part_args[part as usize].extend_from_slice(&args[1 + k * step..1 + (k + 1) * step]);
     }
+    let parts = part_of_instance
+        .iter()
+        .zip(part_args)
+        .map(|(&(instance, _), a)| {
+            let mut request = Vec::new();
+            resp::encode_request(&mut request, &a);
+            Part { instance, request }
+        })
+        .collect();
     Split { parts, seq }
 }
 
@@ -262,7 +267,7 @@ fn merge_scan(instance: usize, instances: usize, replies: &[&[u8]], out: &mut Ve
     };
     let Some(backend_next) = bulk(cursor)
         .flatten()
-        .and_then(|c| std::str::from_utf8(c).ok()?.parse::<u64>().ok())
+        .and_then(|c| std::str::from_utf8(&c).ok()?.parse::<u64>().ok())
     else {
         return false;
     };
@@ -298,7 +303,7 @@ fn merge_info(header: &[u8], proxy_section: bool, replies: &[&[u8]], out: &mut V
     for r in replies {
         let Some(Some(text)) = bulk(r) else { continue };
         answered += 1;
-        let text = String::from_utf8_lossy(text);
+        let text = String::from_utf8_lossy(&text);
         let mut current: Option<usize> = None;
         for line in text.split('\n') {
             let line = line.trim_end_matches('\r');
@@ -467,31 +472,30 @@ fn header_line(frame: &[u8]) -> Option<(&[u8], usize)> {
     Some((&frame[..cr], cr + 2))
 }
 
-fn parse_i64(digits: &[u8]) -> Option<i64> {
-    std::str::from_utf8(digits).ok()?.parse().ok()
-}
-
 /// `:n` → n.
 fn integer(frame: &[u8]) -> Option<i64> {
-    let (line, _) = header_line(frame)?;
-    parse_i64(line.strip_prefix(b":")?)
+    match resp::decode(frame) {
+        Ok(Some((Value::Integer(n), _))) => Some(n),
+        _ => None,
+    }
 }
 
 /// `$len\r\nbytes\r\n` → Some(Some(bytes)); `$-1` → Some(None); anything else → None.
-fn bulk(frame: &[u8]) -> Option<Option<&[u8]>> {
-    let (line, at) = header_line(frame)?;
-    let len = parse_i64(line.strip_prefix(b"$")?)?;
-    if len < 0 {
+fn bulk(frame: &[u8]) -> Option<Option<Vec<u8>>> {
+    if frame.starts_with(b"$-1\r\n") {
         return Some(None);
     }
-    frame.get(at..at + len as usize).map(Some)
+    match resp::decode(frame) {
+        Ok(Some((Value::Bulk(b), _))) => Some(Some(b)),
+        _ => None,
+    }
 }
 
 /// The element frames of an array (`*n` or RESP3 set `~n`); `*-1` gives no elements.
 fn array_elems(frame: &[u8]) -> Option<Vec<&[u8]>> {
     let (line, mut at) = header_line(frame)?;
     let n = match line.first() {
-        Some(b'*' | b'~') => parse_i64(&line[1..])?,
+        Some(b'*' | b'~') => resp::parse_i64(&line[1..])?,
         _ => return None,
     };
     let mut elems = Vec::with_capacity(n.clamp(0, 1024) as usize);
@@ -509,10 +513,7 @@ mod tests {
 
     fn req(args: &[&[u8]]) -> Vec<u8> {
         let mut out = Vec::new();
-        push_array_header(&mut out, args.len());
-        for a in args {
-            push_bulk(&mut out, a);
-        }
+        resp::encode_request(&mut out, args);
         out
     }
 

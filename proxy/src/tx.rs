@@ -259,7 +259,9 @@ fn first_up(up: &[bool]) -> usize {
 
 fn with_multi(held: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     let mut prelude = Vec::with_capacity(held.len() + 1);
-    prelude.push(b"*1\r\n$5\r\nMULTI\r\n".to_vec());
+    let mut multi = Vec::new();
+    resp::encode_request(&mut multi, &["MULTI"]);
+    prelude.push(multi);
     prelude.extend(held);
     prelude
 }

@@ -136,13 +136,11 @@ pub fn fleet_password() -> Option<&'static str> {
 }
 
 /// `AUTH` with the internal credential, for the supervisor's own connections to engines.
-pub fn fleet_login() -> Option<String> {
+pub fn fleet_login() -> Option<Vec<u8>> {
     let pw = fleet_password()?;
-    Some(format!(
-        "*3\r\n$4\r\nAUTH\r\n${}\r\n{INTERNAL_USER}\r\n${}\r\n{pw}\r\n",
-        INTERNAL_USER.len(),
-        pw.len()
-    ))
+    let mut out = Vec::new();
+    resp::encode_request(&mut out, &["AUTH", INTERNAL_USER, pw]);
+    Some(out)
 }
 
 /// A warning for a fleet that protected mode would cut off: a non-loopback bind without any

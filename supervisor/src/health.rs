@@ -23,10 +23,12 @@
 //! ignored. An invalid file is refused as a whole and nothing changes.
 
 use std::io::{BufRead, BufReader, Write};
-
 use std::time::Duration;
 
+use resp::Value;
+
 use crate::config::FileConfig;
+use crate::reply::ReplyReader;
 
 /// Whether `host:port` answers a PING with a complete reply line within `timeout`.
 pub fn ping(host: &str, port: u16, timeout: Duration) -> bool {
@@ -77,36 +79,41 @@ pub fn push_settings(
         Err(e) => return vec![format!("{host}:{port}: {e}")],
     };
     let mut r = match s.try_clone() {
-        Ok(c) => BufReader::new(c),
+        Ok(c) => ReplyReader::new(c, 4096),
         Err(e) => return vec![format!("{host}:{port}: {e}")],
     };
+    let ok = Value::Simple(b"OK".to_vec());
     if let Some(login) = crate::auth::fleet_login() {
         // The internal credential (crate::auth) when the fleet requires authentication.
-        let mut line = String::new();
-        if s.write_all(login.as_bytes()).is_err()
-            || (&mut r).take(4096).read_line(&mut line).is_err()
-            || !line.starts_with("+OK")
-        {
-            return vec![format!("{host}:{port}: internal AUTH: {}", line.trim_end())];
+        let answer = s.write_all(&login).and_then(|()| r.read());
+        if !matches!(&answer, Ok(v) if *v == ok) {
+            return vec![format!(
+                "{host}:{port}: internal AUTH: {}",
+                describe(&answer)
+            )];
         }
     }
     for (name, value) in settings {
-        let cmd = format!(
-            "*4\r\n$6\r\nCONFIG\r\n$3\r\nSET\r\n${}\r\n{name}\r\n${}\r\n{value}\r\n",
-            name.len(),
-            value.len()
-        );
-        let mut line = String::new();
-        let ok =
-            s.write_all(cmd.as_bytes()).is_ok() && (&mut r).take(4096).read_line(&mut line).is_ok();
-        if !ok || !line.starts_with("+OK") {
-            failed.push(format!("{name}={value:?}: {}", line.trim_end()));
-            if !ok {
+        let mut cmd = Vec::new();
+        resp::encode_request(&mut cmd, &["CONFIG", "SET", name, value]);
+        let answer = s.write_all(&cmd).and_then(|()| r.read());
+        if !matches!(&answer, Ok(v) if *v == ok) {
+            failed.push(format!("{name}={value:?}: {}", describe(&answer)));
+            if answer.is_err() {
                 break;
             }
         }
     }
     failed
+}
+
+/// A refused `CONFIG SET`/`AUTH` answer for the log: the error text, or what came instead.
+fn describe(answer: &std::io::Result<Value>) -> String {
+    match answer {
+        Ok(Value::Error(e)) => format!("-{}", String::from_utf8_lossy(e)),
+        Ok(other) => format!("{other:?}"),
+        Err(e) => e.to_string(),
+    }
 }
 
 /// Names of the settings that differ between `old` and `new` but need a fleet restart.

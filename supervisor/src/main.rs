@@ -29,7 +29,8 @@
 //! - [`health`]: the supervisor's PING health checks and SIGHUP reload.
 //! - [`metrics`]: the supervisor's Prometheus endpoint (a thread, not a child).
 //! - [`fanout`]: `recached fanout` — flags and config for `recached_fanout`.
-//! - [`status`]: `recached stop` / `recached status`, and the tiny RESP client `status` uses.
+//! - [`status`]: `recached stop` / `recached status`.
+//! - [`reply`]: reading RESP replies over a blocking socket, for `status`, `metrics` and `health`.
 //! - [`auth`], [`tls_limits`]: the security sections of the config and their flags.
 //! - `recached bench …` is the `recached-bench` crate (`bench/`).
 //!
@@ -43,6 +44,7 @@ mod fanout;
 mod fleet;
 mod health;
 mod metrics;
+mod reply;
 mod status;
 mod tls_limits;
 

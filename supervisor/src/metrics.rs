@@ -39,12 +39,15 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use resp::Value;
+
 use crate::fleet::{self, FleetState, STATE_FILE};
+use crate::reply::ReplyReader;
 
 /// Longest request head read.
 pub const MAX_REQUEST: usize = 8 * 1024;
@@ -174,10 +177,10 @@ fn scrape(dir: &Path) -> Vec<ChildFigures> {
         .iter()
         .map(|c| {
             let host = c.host.clone().unwrap_or_else(|| state.bind.clone());
-            let request: &[u8] = match c.role.as_str() {
-                "engine" => b"*2\r\n$4\r\nINFO\r\n$10\r\neverything\r\n",
-                "proxy" => b"*3\r\n$4\r\nINFO\r\n$5\r\nproxy\r\n$7\r\nclients\r\n",
-                _ => b"*1\r\n$4\r\nINFO\r\n",
+            let request: &[&str] = match c.role.as_str() {
+                "engine" => &["INFO", "everything"],
+                "proxy" => &["INFO", "proxy", "clients"],
+                _ => &["INFO"],
             };
             // Engines and the proxy require the internal credential when the fleet has a
             // password (crate::auth); the fan-out's RESP side has no AUTH.
@@ -201,47 +204,27 @@ fn scrape(dir: &Path) -> Vec<ChildFigures> {
 
 /// One INFO round trip, after `login` (an `AUTH` request) if given; `None` on any failure or
 /// timeout, `Some("")` for an error reply (a refused login included).
-fn fetch_info(host: &str, port: u16, login: Option<String>, request: &[u8]) -> Option<String> {
+fn fetch_info(host: &str, port: u16, login: Option<Vec<u8>>, request: &[&str]) -> Option<String> {
     let mut stream = recached_net::listen::connect(host, port, CHILD_TIMEOUT).ok()?;
-    let mut r = BufReader::new(stream.try_clone().ok()?);
-    let mut line = Vec::new();
+    let mut r = ReplyReader::new(stream.try_clone().ok()?, MAX_INFO);
     if let Some(login) = login {
-        stream.write_all(login.as_bytes()).ok()?;
-        r.by_ref().take(4096).read_until(b'\n', &mut line).ok()?;
-        if !line.starts_with(b"+OK") {
+        stream.write_all(&login).ok()?;
+        if r.read().ok()? != Value::Simple(b"OK".to_vec()) {
             // Answered, so up; without INFO fields.
-            return line.ends_with(b"\r\n").then(String::new);
+            return Some(String::new());
         }
-        line.clear();
     }
-    stream.write_all(request).ok()?;
-    r.by_ref().take(4096).read_until(b'\n', &mut line).ok()?;
-    if !line.ends_with(b"\r\n") {
-        return None;
-    }
-    if line.starts_with(b"-") || line.starts_with(b"+") {
+    let mut req = Vec::new();
+    resp::encode_request(&mut req, request);
+    stream.write_all(&req).ok()?;
+    match r.read().ok()? {
         // Alive but without INFO (the fan-out answers only PING in RESP): up, no fields.
-        return Some(String::new());
+        Value::Error(_) | Value::Simple(_) => Some(String::new()),
+        Value::Bulk(text) | Value::Verbatim { text, .. } => {
+            Some(String::from_utf8_lossy(&text).into_owned())
+        }
+        _ => None,
     }
-    if !(line.starts_with(b"$") || line.starts_with(b"=")) {
-        return None;
-    }
-    let n: usize = std::str::from_utf8(&line[1..line.len() - 2])
-        .ok()?
-        .parse()
-        .ok()?;
-    if n > MAX_INFO {
-        return None;
-    }
-    let mut body = vec![0u8; n];
-    r.read_exact(&mut body).ok()?;
-    // A RESP3 verbatim string starts with `txt:`.
-    let text = String::from_utf8_lossy(&body).into_owned();
-    Some(
-        text.strip_prefix("txt:")
-            .map(str::to_string)
-            .unwrap_or(text),
-    )
 }
 
 /// `field:value` lines; `cmdstat_<name>:calls=N,…`; `db0:keys=N,…`.

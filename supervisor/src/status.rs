@@ -33,8 +33,7 @@
 //! answers `-NOAUTH`/`-WRONGPASS` is up (it answered) but shows no keys or memory, and a
 //! note on stderr says which credential to give.
 
-use std::io::{BufRead, BufReader, Read, Write};
-
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -44,7 +43,10 @@ use nix::unistd::Pid;
 
 use clap::Args;
 
+use resp::Value;
+
 use crate::fleet::{FleetState, STATE_FILE, connect_host, running_supervisor, unix_ms};
+use crate::reply::ReplyReader;
 use crate::{DirArgs, Result, config};
 
 /// The environment variable redis-cli reads a password from; `recached status` reads it too.
@@ -72,12 +74,8 @@ fn auth_command(user: Option<&str>, pass: &str) -> Vec<u8> {
         args.push(u.as_bytes());
     }
     args.push(pass.as_bytes());
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
+    let mut out = Vec::new();
+    resp::encode_request(&mut out, &args);
     out
 }
 
@@ -374,35 +372,36 @@ fn is_auth_error(e: &str) -> bool {
 fn probe(host: &str, port: u16, login: Option<&[u8]>) -> Option<Probe> {
     let mut stream = recached_net::listen::connect(host, port, PROBE_TIMEOUT).ok()?;
     let mut req = login.unwrap_or_default().to_vec();
-    req.extend_from_slice(
-        b"*1\r\n$4\r\nPING\r\n*1\r\n$6\r\nDBSIZE\r\n*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n",
-    );
+    for cmd in [&["PING"][..], &["DBSIZE"], &["INFO", "memory"]] {
+        resp::encode_request(&mut req, cmd);
+    }
     stream.write_all(&req).ok()?;
-    let mut r = BufReader::new(stream);
+    let mut r = ReplyReader::new(stream, MAX_REPLY);
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     // Each reply is read even if an earlier one was an error, to stay in step.
     let mut p = Probe::default();
     if login.is_some() {
         // The fan-out answers AUTH with an error of its own (it has no passwords): only
         // WRONGPASS matters here.
-        if let Ok(Reply::Error(e)) = read_reply(&mut r)
-            && is_auth_error(&e)
+        if let Ok(Value::Error(e)) = r.read()
+            && is_auth_error(&text(&e))
         {
-            p.auth_error = Some(e);
+            p.auth_error = Some(text(&e));
         }
     }
-    match read_reply(&mut r) {
-        Ok(Reply::Simple(s)) => p.pong = s == "PONG",
-        Ok(Reply::Error(e)) if is_auth_error(&e) => {
+    match r.read() {
+        Ok(Value::Simple(s)) => p.pong = s == b"PONG",
+        Ok(Value::Error(e)) if is_auth_error(&text(&e)) => {
             p.pong = true;
-            p.auth_error.get_or_insert(e);
+            p.auth_error.get_or_insert(text(&e));
         }
         _ => {}
     }
-    if let Ok(Reply::Int(n)) = read_reply(&mut r) {
+    if let Ok(Value::Integer(n)) = r.read() {
         p.keys = u64::try_from(n).ok();
     }
-    if let Ok(Reply::Bulk(info)) = read_reply(&mut r) {
-        p.used_memory = info_field(&info, "used_memory").and_then(|v| v.parse().ok());
+    if let Ok(Value::Bulk(info) | Value::Verbatim { text: info, .. }) = r.read() {
+        p.used_memory = info_field(&text(&info), "used_memory").and_then(|v| v.parse().ok());
     }
     Some(p)
 }
@@ -414,96 +413,16 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-/// The few RESP2/RESP3 reply types the probe reads; anything else is skipped as `Other`.
-#[derive(Debug, PartialEq)]
-enum Reply {
-    Simple(String),
-    Error(String),
-    Int(i64),
-    Bulk(String),
-    Other,
-}
-
-/// Reads one reply (nested arrays are consumed and returned as `Other`).
-fn read_reply(r: &mut impl BufRead) -> std::io::Result<Reply> {
-    read_reply_depth(r, 0)
-}
-
-fn read_reply_depth(r: &mut impl BufRead, depth: usize) -> std::io::Result<Reply> {
-    use std::io::{Error, ErrorKind};
-    let bad = |m: &str| Error::new(ErrorKind::InvalidData, m.to_string());
-    if depth > 8 {
-        return Err(bad("reply nested too deep"));
-    }
-    let mut line = Vec::new();
-    r.take(MAX_REPLY as u64).read_until(b'\n', &mut line)?;
-    if !line.ends_with(b"\r\n") {
-        return Err(bad("truncated reply"));
-    }
-    let body = String::from_utf8_lossy(&line[1..line.len() - 2]).into_owned();
-    let len = || body.parse::<i64>().map_err(|_| bad("bad length"));
-    match line[0] {
-        b'+' => Ok(Reply::Simple(body)),
-        b'-' => Ok(Reply::Error(body)),
-        b'_' | b'#' | b',' => Ok(Reply::Other),
-        b':' => Ok(Reply::Int(len()?)),
-        b'$' | b'=' => {
-            let n = len()?;
-            if n < 0 {
-                return Ok(Reply::Other);
-            }
-            let n = n as usize;
-            if n > MAX_REPLY {
-                return Err(bad("reply too large"));
-            }
-            let mut buf = vec![0u8; n + 2];
-            r.read_exact(&mut buf)?;
-            buf.truncate(n);
-            Ok(Reply::Bulk(String::from_utf8_lossy(&buf).into_owned()))
-        }
-        b'*' | b'%' | b'~' => {
-            let n = len()?;
-            let items = if line[0] == b'%' {
-                n.saturating_mul(2)
-            } else {
-                n
-            };
-            for _ in 0..items.clamp(0, 1 << 16) {
-                read_reply_depth(r, depth + 1)?;
-            }
-            Ok(Reply::Other)
-        }
-        _ => Err(bad("unknown reply type")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn reads_the_probe_replies() {
-        let mut input: &[u8] =
-            b"+PONG\r\n:42\r\n$35\r\n# Memory\r\nused_memory:123456\r\nfoo:1\r\n-ERR x\r\n*2\r\n$1\r\na\r\n:1\r\n";
-        assert_eq!(
-            read_reply(&mut input).unwrap(),
-            Reply::Simple("PONG".into())
-        );
-        assert_eq!(read_reply(&mut input).unwrap(), Reply::Int(42));
-        let Reply::Bulk(info) = read_reply(&mut input).unwrap() else {
-            panic!()
-        };
-        assert_eq!(info_field(&info, "used_memory"), Some("123456"));
-        assert_eq!(
-            read_reply(&mut input).unwrap(),
-            Reply::Error("ERR x".into())
-        );
-        assert_eq!(read_reply(&mut input).unwrap(), Reply::Other);
-        assert!(input.is_empty());
-        let mut bad: &[u8] = b"$99999999999\r\n";
-        assert!(read_reply(&mut bad).is_err());
-        let mut trunc: &[u8] = b"+PON";
-        assert!(read_reply(&mut trunc).is_err());
+    fn info_fields() {
+        let info = "# Memory\r\nused_memory:123456\r\nfoo:1\r\n";
+        assert_eq!(info_field(info, "used_memory"), Some("123456"));
+        assert_eq!(info_field(info, "foo"), Some("1"));
+        assert_eq!(info_field(info, "bar"), None);
     }
 
     #[test]

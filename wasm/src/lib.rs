@@ -163,39 +163,25 @@ impl Replica {
 }
 
 /// `:N\r\n` → N.
-fn parse_int(resp: &[u8]) -> Option<i64> {
-    let body = resp.strip_prefix(b":")?;
-    let end = body.iter().position(|&b| b == b'\r')?;
-    std::str::from_utf8(&body[..end]).ok()?.parse().ok()
+fn parse_int(reply: &[u8]) -> Option<i64> {
+    match resp::decode(reply) {
+        Ok(Some((resp::Value::Integer(n), _))) => Some(n),
+        _ => None,
+    }
 }
 
-/// A RESP2 array of bulk strings (the reply of KEYS) → its items; anything else → empty.
-fn parse_bulk_array(resp: &[u8]) -> Vec<Vec<u8>> {
-    let mut items = Vec::new();
-    let mut p = 0;
-    let line = |p: &mut usize| -> Option<i64> {
-        let end = resp[*p..].iter().position(|&b| b == b'\r')? + *p;
-        let n = std::str::from_utf8(&resp[*p + 1..end]).ok()?.parse().ok()?;
-        *p = end + 2;
-        Some(n)
-    };
-    if resp.first() != Some(&b'*') {
-        return items;
+/// An array of bulk strings (the reply of KEYS) → its items; anything else → empty.
+fn parse_bulk_array(reply: &[u8]) -> Vec<Vec<u8>> {
+    match resp::decode(reply) {
+        Ok(Some((resp::Value::Array(items), _))) => items
+            .into_iter()
+            .filter_map(|v| match v {
+                resp::Value::Bulk(b) => Some(b),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
     }
-    let Some(n) = line(&mut p) else { return items };
-    for _ in 0..n.max(0) {
-        if resp.get(p) != Some(&b'$') {
-            break;
-        }
-        let Some(len) = line(&mut p) else { break };
-        let len = len.max(0) as usize;
-        let Some(item) = resp.get(p..p + len) else {
-            break;
-        };
-        items.push(item.to_vec());
-        p += len + 2;
-    }
-    items
 }
 
 #[cfg(test)]

@@ -57,6 +57,8 @@
 //!   that is the default of [`Limits::max_multibulk_len`]. Memory still grows only with the
 //!   arguments actually received (argument slots are reserved at most 1024 at a time).
 
+use crate::int::parse_i64;
+
 /// Size limits enforced while parsing, before anything is buffered
 /// (Redis names and defaults: `proto-max-bulk-len` 512 MB, `PROTO_INLINE_MAX_SIZE` 64 KB,
 /// multibulk count `INT_MAX` in Redis 7).
@@ -281,7 +283,7 @@ impl RequestParser {
                         let Some(cr) = self.find_header_end(buf) else {
                             return self.too_big(buf, ProtocolError::TooBigMbulkCount);
                         };
-                        let count = parse_ll(&buf[1..cr])
+                        let count = parse_i64(&buf[1..cr])
                             .filter(|&n| n <= self.limits.max_multibulk_len as i64)
                             .ok_or(ProtocolError::InvalidMultibulkLength)?;
                         self.pos = cr + 2;
@@ -329,7 +331,7 @@ impl RequestParser {
                     if buf[self.pos] != b'$' {
                         return Err(ProtocolError::ExpectedDollar(buf[self.pos]));
                     }
-                    let len = parse_ll(&buf[self.pos + 1..cr])
+                    let len = parse_i64(&buf[self.pos + 1..cr])
                         .filter(|&n| n >= 0)
                         .and_then(|n| usize::try_from(n).ok())
                         .filter(|&n| n <= self.limits.max_bulk_len)
@@ -557,40 +559,5 @@ fn split_args(
             start,
             end: scratch.len(),
         });
-    }
-}
-
-/// Redis's `string2ll` (`util.c`): a strict decimal i64 — no sign but `-`, no leading zeros,
-/// no `-0`, no blanks, at most 20 bytes. `None` if `s` is not one.
-pub(crate) fn parse_ll(s: &[u8]) -> Option<i64> {
-    // LONG_STR_SIZE is 21: longer strings are refused before looking at them.
-    if s.is_empty() || s.len() >= 21 {
-        return None;
-    }
-    if s == b"0" {
-        return Some(0);
-    }
-    let (negative, digits) = match s.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, s),
-    };
-    match digits.first() {
-        Some(b'1'..=b'9') => {}
-        _ => return None,
-    }
-    let mut v: u64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
-    }
-    if negative {
-        if v > i64::MAX as u64 + 1 {
-            return None;
-        }
-        Some((v as i64).wrapping_neg())
-    } else {
-        i64::try_from(v).ok()
     }
 }

@@ -26,7 +26,8 @@
 //! [`FrameScanner`] remembers its progress between calls, so a huge reply (an `LRANGE` of a
 //! million elements) arriving in pieces is scanned in O(total bytes).
 
-use crate::parse::{ProtocolError, parse_ll};
+use crate::int::parse_i64;
+use crate::parse::ProtocolError;
 
 /// Byte length of the first complete frame of `buf`, `Ok(None)` if it is not complete yet.
 /// One-shot form of [`FrameScanner::scan`].
@@ -136,7 +137,7 @@ impl FrameScanner {
 
 /// A length header: `Some(n)` for n ≥ 0, `None` for the RESP2 null `-1` where allowed.
 fn length(line: &[u8], null_allowed: bool) -> Result<Option<usize>, ProtocolError> {
-    match parse_ll(line) {
+    match parse_i64(line) {
         Some(-1) if null_allowed => Ok(None),
         Some(n) if n >= 0 => usize::try_from(n)
             .map(Some)

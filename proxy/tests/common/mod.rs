@@ -189,10 +189,8 @@ impl Conn {
 }
 
 pub fn encode(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-    }
+    let mut out = Vec::new();
+    resp::encode_request(&mut out, args);
     out
 }
 

@@ -108,12 +108,8 @@ pub fn read_bulk(s: &mut TcpStream) -> Vec<u8> {
 
 /// Encodes a request as a RESP multibulk.
 pub fn cmd(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
+    let mut out = Vec::new();
+    resp::encode_request(&mut out, args);
     out
 }
 

@@ -24,7 +24,7 @@
 //! reaches the clients).
 
 use engine_core::acl::{self, Acl, AclConfig, ClientAuth, Who};
-use engine_core::command::{self, CommandSpec};
+use engine_core::command::CommandSpec;
 use resp::{Proto, ReplyWriter};
 
 use crate::route::{Args, Session};
@@ -64,13 +64,7 @@ fn error(msg: &str) -> Gate {
 
 /// The row a request runs, if it exists and its arity is right (else the router answers).
 fn row<A: Args + ?Sized>(args: &A) -> Option<&'static CommandSpec> {
-    let top = command::lookup(args.arg(0))?;
-    let spec = if !top.subcommands.is_empty() && args.argc() >= 2 {
-        top.subcommand(args.arg(1))?
-    } else {
-        top
-    };
-    crate::route::arity_ok(spec.arity, args.argc()).then_some(spec)
+    crate::route::known_row(args)
 }
 
 /// Decides whether a client's request may be routed (see the module docs).

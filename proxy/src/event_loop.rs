@@ -1088,7 +1088,7 @@ fn subscribed<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx: &mut
     let name = args.arg(0);
     // Unknown commands and arity errors first, as Redis checks them first.
     let known = engine_core::command::lookup(name)
-        .is_some_and(|spec| route::arity_ok(spec.arity, args.argc()));
+        .is_some_and(|spec| spec.is_implemented() && spec.arity_ok(args.argc()));
     if !known || name.eq_ignore_ascii_case(b"quit") {
         let plan = route::plan(args, me.session, ctx.fleet);
         return run_plan(plan, args, raw, me, ctx);

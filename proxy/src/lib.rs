@@ -14,8 +14,6 @@
 //!
 //! - [`route`]: what to do with one request (forward by key, split, fan out, answer locally,
 //!   use a dedicated connection, refuse with `-ERR`), from the shared command table. Pure.
-//! - [`keys`]: key positions from the table's key specs, for commands with movable keys
-//!   (`numkeys` forms such as ZUNIONSTORE, LMPOP, BLMPOP, SINTERCARD). Pure.
 //! - [`split`]: splitting MGET/MSET/DEL/UNLINK/EXISTS/TOUCH by instance and merging replies
 //!   in key order; SCAN cursor encoding. Pure.
 //! - [`tx`]: WATCH / MULTI / EXEC / DISCARD / UNWATCH on one instance. Pure.
@@ -56,7 +54,6 @@ mod backend;
 mod client;
 mod dedicated;
 mod event_loop;
-pub mod keys;
 pub mod pubsub;
 pub mod route;
 pub mod split;

@@ -56,27 +56,15 @@
 use std::borrow::Cow;
 use std::time::Instant;
 
-use engine_core::command::{self, CommandSpec};
+use engine_core::command::{self, CommandSpec, Flags};
 
-use crate::keys::{self, KeysError};
 use crate::pubsub;
 use crate::split::{self, Merge, Part, push_array_header, push_bulk};
 
 /// Argument access over a parsed request (the parser's ranges into the read buffer, or a
-/// plain slice in tests).
-pub trait Args {
-    fn argc(&self) -> usize;
-    fn arg(&self, i: usize) -> &[u8];
-}
-
-impl Args for [&[u8]] {
-    fn argc(&self) -> usize {
-        self.len()
-    }
-    fn arg(&self, i: usize) -> &[u8] {
-        self[i]
-    }
-}
+/// plain slice in tests): the key extractor's own trait, so routing hands requests to it as
+/// they are.
+pub use engine_core::command::keys::Argv as Args;
 
 /// The per-connection state the proxy itself answers for.
 #[derive(Debug, Default)]
@@ -193,17 +181,36 @@ pub fn instance_of(key: &[u8], n: usize) -> usize {
 pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet) -> Plan {
     fleet.requests += 1;
     let argc = args.argc();
+    let n = fleet.instances();
     let Some(spec) = command::lookup(args.arg(0)) else {
         return Plan::Reply(unknown_command(args).into());
     };
-    if !arity_ok(spec.arity, argc) {
+    // The row the keys are found from: a container's subcommand (OBJECT ENCODING k,
+    // MEMORY USAGE k, XINFO STREAM k…) or the command itself.
+    let row = match spec.subcommands.is_empty() || argc < 2 {
+        true => spec,
+        false => spec.subcommand(args.arg(1)).unwrap_or(spec),
+    };
+    if !spec.is_implemented() {
+        // A Redis command the engines do not run yet: the key's engine answers it (today
+        // Redis's unknown-command error); without a key, the proxy answers that itself.
+        return match keys_instance(row, args, n) {
+            Ok(Some(i)) => Plan::Forward(i),
+            _ => Plan::Reply(unknown_command(args).into()),
+        };
+    }
+    if !spec.arity_ok(argc) {
         return Plan::Reply(arity_error(spec.name).into());
     }
-    let n = fleet.instances();
-    // Hot path: exactly one key (GET, SET, INCR, …). ZUNIONSTORE and friends have the
-    // destination as their one legacy key and more keys after `numkeys` (movable keys).
-    if spec.first_key > 0 && spec.first_key == spec.last_key && !spec.has_flag("movablekeys") {
-        return Plan::Forward(instance_of(args.arg(spec.first_key as usize), n));
+    // Hot path: rows with exactly one key (GET, SET, INCR, …; the legacy triple says which),
+    // the key found by the one extractor.
+    if spec.first_key > 0 && spec.first_key == spec.last_key && !spec.has_flag(Flags::MOVABLEKEYS)
+    {
+        let keys = command::keys(spec, args);
+        if keys.len() == 1 {
+            let pos = keys.as_slice()[0].pos;
+            return Plan::Forward(instance_of(args.arg(pos), n));
+        }
     }
     match spec.name {
         "mget" => split_keys(args, 1, Merge::Values(Vec::new()), n),
@@ -228,7 +235,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             session.name = None;
             reply_static(b"+RESET\r\n")
         }
-        "select" => match parse_i64(args.arg(1)) {
+        "select" => match engine_core::args::parse_i64(args.arg(1)) {
             Some(0) => reply_static(b"+OK\r\n"),
             Some(_) => reply_static(b"-ERR DB index is out of range\r\n"),
             None => reply_static(b"-ERR value is not an integer or out of range\r\n"),
@@ -278,16 +285,16 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "subscribe" | "psubscribe" | "unsubscribe" | "punsubscribe" => {
             Plan::PubSub(pubsub::Kind::from_name(spec.name.as_bytes()).expect("a subscription"))
         }
-        _ if spec.has_flag("pubsub") => {
+        _ if spec.has_flag(Flags::PUBSUB) => {
             not_supported(spec, "sharded pub/sub is not relayed (use SUBSCRIBE)")
         }
-        _ if spec.has_flag("blocking") => match keys_instance(spec, args, n) {
+        _ if spec.has_flag(Flags::BLOCKING) => match keys_instance(spec, args, n) {
             Ok(Some(i)) => Plan::Blocking(i),
             Ok(None) => not_supported(spec, "it has no key to route by"),
             Err(()) => reply_static(CROSSSLOT),
         },
-        _ if spec.has_flag("movablekeys") || spec.first_key > 0 => {
-            match keys_instance(spec, args, n) {
+        _ if row.has_keys() => {
+            match keys_instance(row, args, n) {
                 Ok(Some(i)) => Plan::Forward(i),
                 // No key, or a malformed `numkeys`: any instance gives the right reply.
                 Ok(None) => Plan::ForwardAny,
@@ -298,20 +305,27 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
     }
 }
 
-/// The key argument positions of a request: the legacy `first_key`/`last_key`/`step`, or
-/// the key specs for commands with movable keys ([`crate::keys`]). PUBLISH's channel counts
-/// as its key (channels are routed like keys).
-pub fn request_keys<A: Args + ?Sized>(
-    spec: &CommandSpec,
-    args: &A,
-) -> Result<Vec<usize>, KeysError> {
-    if spec.has_flag("movablekeys") {
-        keys::key_positions(spec, args.argc(), |i| args.arg(i))
-    } else if spec.name == "publish" {
-        Ok(vec![1])
-    } else {
-        Ok(key_positions(spec, args.argc()).collect())
+/// The key argument positions of a request, from the one key extractor
+/// (`engine_core::command::keys`); empty when the request does not fit the row's syntax (the
+/// instance answers that error). PUBLISH's channel counts as its key (channels are routed like
+/// keys).
+pub fn request_keys<A: Args + ?Sized>(spec: &CommandSpec, args: &A) -> Vec<usize> {
+    if spec.name == "publish" {
+        return vec![1];
     }
+    command::keys(spec, args).positions().collect()
+}
+
+/// The implemented row a request names (a container's subcommand row when it has one), if
+/// its arity is right; `None` when the router answers it (unknown command, arity error).
+pub fn known_row<A: Args + ?Sized>(args: &A) -> Option<&'static CommandSpec> {
+    let top = command::lookup(args.arg(0)).filter(|c| c.is_implemented())?;
+    let spec = if !top.subcommands.is_empty() && args.argc() >= 2 {
+        top.subcommand(args.arg(1))?
+    } else {
+        top
+    };
+    spec.arity_ok(args.argc()).then_some(spec)
 }
 
 /// The one instance every key of the request lives on: `Ok(None)` without keys (or with
@@ -321,11 +335,8 @@ pub(crate) fn keys_instance<A: Args + ?Sized>(
     args: &A,
     n: usize,
 ) -> Result<Option<usize>, ()> {
-    let Ok(positions) = request_keys(spec, args) else {
-        return Ok(None);
-    };
     let mut owner = None;
-    for pos in positions {
+    for pos in request_keys(spec, args) {
         let i = instance_of(args.arg(pos), n);
         match owner {
             None => owner = Some(i),
@@ -347,7 +358,7 @@ fn pubsub_introspection<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, 
         out.extend_from_slice(b"\r\n");
         return Plan::Reply(out.into());
     };
-    if !arity_ok(sub_spec.arity, args.argc()) {
+    if !sub_spec.arity_ok(args.argc()) {
         return Plan::Reply(arity_error(sub_spec.name).into());
     }
     match sub_spec.short_name() {
@@ -385,41 +396,20 @@ fn fan_out(merge: Merge) -> Plan {
     }
 }
 
-/// Redis arity: `n > 0` exactly `n` arguments (with the name), `n < 0` at least `-n`.
-pub(crate) fn arity_ok(arity: i32, argc: usize) -> bool {
-    if arity >= 0 {
-        argc == arity as usize
-    } else {
-        argc >= arity.unsigned_abs() as usize
-    }
-}
-
-/// Redis 7: `-ERR wrong number of arguments for '<name>' command` (full lowercase name).
+/// The engine's arity error text (`engine_core::error::arity_message`).
 fn arity_error(name: &str) -> Vec<u8> {
-    format!("-ERR wrong number of arguments for '{name}' command\r\n").into_bytes()
+    let mut out = Vec::new();
+    resp::ReplyWriter::new(&mut out, resp::Proto::Resp2)
+        .error(&engine_core::error::arity_message(name));
+    out
 }
 
-/// Redis 7.0 `processCommand`: the name and the first arguments, each cut so the text stays
-/// under ~128 bytes, CR/LF shown as spaces.
+/// The engine's unknown-command error text (`engine_core::error::unknown_command_message`).
 fn unknown_command<A: Args + ?Sized>(args: &A) -> Vec<u8> {
-    let mut listed = Vec::new();
-    for i in 1..args.argc() {
-        if listed.len() >= 128 {
-            break;
-        }
-        let room = 128 - listed.len();
-        let a = args.arg(i);
-        listed.push(b'\'');
-        listed.extend_from_slice(&a[..a.len().min(room)]);
-        listed.extend_from_slice(b"' ");
-    }
-    let name = args.arg(0);
-    let mut out = b"-ERR unknown command '".to_vec();
-    out.extend_from_slice(&name[..name.len().min(128)]);
-    out.extend_from_slice(b"', with args beginning with: ");
-    out.extend_from_slice(&listed);
-    sanitize_error(&mut out[1..]);
-    out.extend_from_slice(b"\r\n");
+    let argv: Vec<&[u8]> = (0..args.argc()).map(|i| args.arg(i)).collect();
+    let mut out = Vec::new();
+    resp::ReplyWriter::new(&mut out, resp::Proto::Resp2)
+        .error(&engine_core::error::unknown_command_message(&argv));
     out
 }
 
@@ -447,32 +437,10 @@ fn bulk(b: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Strict decimal i64, as Redis's `string2ll`.
-fn parse_i64(b: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(b).ok()?;
-    if s.starts_with('+') || (s.len() > 1 && s.starts_with('0')) || s.starts_with("-0") {
-        return None;
-    }
-    s.parse().ok()
-}
-
-/// Key argument positions of a command, from the table (`last_key` < 0 counts from the end).
-fn key_positions(spec: &CommandSpec, argc: usize) -> impl Iterator<Item = usize> {
-    let first = spec.first_key.max(0) as usize;
-    let last = if spec.last_key < 0 {
-        argc as i64 + spec.last_key as i64
-    } else {
-        spec.last_key as i64
-    };
-    let last = last.clamp(0, argc as i64 - 1) as usize;
-    let step = spec.step.max(1) as usize;
-    (first..=last).step_by(step).filter(move |_| first > 0)
-}
-
 /// The instance every key of the request lives on, if there is one.
 fn same_instance<A: Args + ?Sized>(args: &A, spec: &CommandSpec, n: usize) -> Option<usize> {
     let mut owner = None;
-    for pos in key_positions(spec, args.argc()) {
+    for pos in command::keys(spec, args).positions() {
         let i = instance_of(args.arg(pos), n);
         match owner {
             None => owner = Some(i),
@@ -548,7 +516,7 @@ const BAD_NAME: &[u8] =
 fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
     let argc = args.argc();
     if argc >= 2 {
-        match parse_i64(args.arg(1)) {
+        match engine_core::args::parse_i64(args.arg(1)) {
             Some(2) => {}
             Some(_) => return reply_static(b"-NOPROTO unsupported protocol version\r\n"),
             None => {
@@ -637,7 +605,7 @@ fn client<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, session: &mut 
         out.extend_from_slice(b"\r\n");
         return Plan::Reply(out.into());
     };
-    if !arity_ok(sub_spec.arity, argc) {
+    if !sub_spec.arity_ok(argc) {
         return Plan::Reply(arity_error(sub_spec.name).into());
     }
     match sub_spec.short_name() {
@@ -947,7 +915,8 @@ mod tests {
         for spec in engine_core::command::COMMANDS {
             if spec.first_key <= 0
                 || spec.first_key != spec.last_key
-                || spec.has_flag("movablekeys")
+                || spec.has_flag(Flags::MOVABLEKEYS)
+                || !spec.has_keys()
                 || !spec.subcommands.is_empty()
             {
                 continue;
@@ -968,6 +937,38 @@ mod tests {
             checked += 1;
         }
         assert!(checked > 80, "only {checked} single-key commands");
+    }
+
+    #[test]
+    fn every_subcommand_with_a_key_routes_by_its_key() {
+        // OBJECT ENCODING k, MEMORY USAGE k, XINFO STREAM k, …: every subcommand row whose key
+        // specs find a key (implemented by the engines or not) goes to the key's instance.
+        let mut checked = Vec::new();
+        for top in engine_core::command::all() {
+            for sub in top.subcommands {
+                if !sub.has_keys() || sub.has_flag(Flags::MOVABLEKEYS) {
+                    continue;
+                }
+                let argc = (sub.arity.unsigned_abs() as usize).max(3);
+                let key = format!("key-of-{}", sub.name);
+                let mut args: Vec<&[u8]> = vec![b"1"; argc];
+                args[0] = top.name.as_bytes();
+                args[1] = sub.short_name().as_bytes();
+                let keys = engine_core::command::keys(sub, args.as_slice());
+                assert_eq!(keys.len(), 1, "{}", sub.name);
+                args[keys.as_slice()[0].pos] = key.as_bytes();
+                assert_eq!(
+                    run(&args, 3),
+                    Plan::Forward(instance_of(key.as_bytes(), 3)),
+                    "{}",
+                    sub.name
+                );
+                checked.push(sub.name);
+            }
+        }
+        for name in ["object|encoding", "memory|usage", "xinfo|stream", "xgroup|create"] {
+            assert!(checked.contains(&name), "{name} not checked: {checked:?}");
+        }
     }
 
     #[test]

@@ -89,11 +89,11 @@ impl Tx {
     /// instance; `up[i]`: instance `i` is reachable (for pinning held commands).
     pub fn step<A: Args + ?Sized>(&mut self, args: &A, raw: &[u8], up: &[bool]) -> Step {
         let n = up.len();
-        let Some(spec) = command::lookup(args.arg(0)) else {
+        let Some(spec) = command::lookup(args.arg(0)).filter(|c| c.is_implemented()) else {
             self.abort_if_multi();
             return Step::Route; // the router answers "unknown command"
         };
-        if !route::arity_ok(spec.arity, args.argc()) {
+        if !spec.arity_ok(args.argc()) {
             self.abort_if_multi();
             return Step::Route; // the router answers the arity error
         }
@@ -152,7 +152,7 @@ impl Tx {
             _ => {}
         }
         // Subscriptions and connection settings would change the dedicated connection.
-        let subscription = spec.has_flag("pubsub") && spec.name != "publish";
+        let subscription = spec.has_flag(command::Flags::PUBSUB) && spec.name != "publish";
         let connection_state = subscription
             || matches!(
                 spec.name,

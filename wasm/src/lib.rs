@@ -100,7 +100,7 @@ impl Replica {
                         .get(1)
                         .and_then(|sub| spec.subcommand(sub))
                         .unwrap_or(spec);
-                    row.has_flag("readonly")
+                    row.has_flag(engine_core::command::Flags::READONLY)
                 }));
         if !allowed {
             let shown: String = String::from_utf8_lossy(name)

@@ -59,8 +59,8 @@ use std::collections::VecDeque;
 use resp::ReplyWriter;
 
 use crate::args;
-use crate::command::{self, CommandSpec, Val};
-use crate::dispatch::Call;
+use crate::command::{self, CommandSpec};
+use crate::call::Call;
 use crate::error::{CmdError, c_str_lossy};
 use crate::{Client, Engine, Flow};
 
@@ -1107,7 +1107,7 @@ impl Acl {
         spec: &CommandSpec,
         argv: &[&[u8]],
     ) -> Result<(), Denied> {
-        if !auth.authenticated && self.default_needs_auth() && !spec.has_flag("no_auth") {
+        if !auth.authenticated && self.default_needs_auth() && !spec.has_flag(crate::command::Flags::NO_AUTH) {
             return Err(Denied::NoAuth);
         }
         let Some(user) = self.user_by_id(auth.user_id) else {
@@ -1119,7 +1119,7 @@ impl Acl {
     /// Command, key and channel permissions of `user` (redis `ACLSelectorCheckCmd`).
     fn user_check(&self, user: &User, spec: &CommandSpec, argv: &[&[u8]]) -> Result<(), Denied> {
         if !user.allcommands || !user.allowed.iter().all(|w| *w == u64::MAX) {
-            let allowed = spec.has_flag("no_auth")
+            let allowed = spec.has_flag(crate::command::Flags::NO_AUTH)
                 || self
                     .ids
                     .of(spec)
@@ -1128,7 +1128,7 @@ impl Acl {
                 return Err(Denied::Command);
             }
         }
-        if !user.allkeys && !spec.key_specs.is_empty() {
+        if !user.allkeys && spec.has_keys() {
             check_keys(user, spec, argv)?;
         }
         if !user.allchannels {
@@ -1255,45 +1255,27 @@ fn lossy(b: &[u8]) -> String {
 }
 
 /// Key permissions (see the module docs); `Err(Denied::Key(pos))` names the first refused key.
+/// Keys and their flags come from the one extractor (redis `ACLSelectorCheckCmd` →
+/// `getKeysFromCommandWithSpecs`): a request whose keys cannot be found checks none, and its
+/// handler answers the real error.
 fn check_keys(user: &User, spec: &CommandSpec, argv: &[&[u8]]) -> Result<(), Denied> {
-    use crate::cmd::cluster::key_spec_range;
-    // An invalid key spec for this argv (a bad `numkeys`) means no keys at all, as in redis
-    // `getKeysUsingKeySpecs`: the handler then answers the real error.
-    if spec
-        .key_specs
-        .iter()
-        .any(|ks| key_spec_range(ks, argv).is_none())
-    {
-        return Ok(());
-    }
-    for ks in spec.key_specs {
-        let need = key_spec_perms(ks);
-        if let Some(Some((first, last, step))) = key_spec_range(ks, argv) {
-            let mut i = first;
-            while i <= last && i < argv.len() {
-                if !user.key_allowed(argv[i], need) {
-                    return Err(Denied::Key(i));
-                }
-                i += step;
-            }
+    for k in crate::command::keys(spec, argv).as_slice() {
+        if !user.key_allowed(argv[k.pos], key_spec_perms(k.flags)) {
+            return Err(Denied::Key(k.pos));
         }
     }
     Ok(())
 }
 
 /// redis `ACLSelectorCheckKey`: `access` needs read; `insert`, `update`, `delete` need write.
-fn key_spec_perms(ks: &Val) -> u8 {
-    let Val::Map(fields) = ks else { return 0 };
-    let Some((_, Val::Arr(flags))) = fields.iter().find(|(k, _)| *k == "flags") else {
-        return 0;
-    };
+pub fn key_spec_perms(flags: crate::command::KeyFlags) -> u8 {
+    use crate::command::KeyFlags;
     let mut need = 0;
-    for f in *flags {
-        match f {
-            Val::Str("access") => need |= PERM_R,
-            Val::Str("insert" | "update" | "delete") => need |= PERM_W,
-            _ => {}
-        }
+    if flags.contains(KeyFlags::ACCESS) {
+        need |= PERM_R;
+    }
+    if flags.intersects(KeyFlags::INSERT | KeyFlags::UPDATE | KeyFlags::DELETE) {
+        need |= PERM_W;
     }
     need
 }
@@ -1399,42 +1381,28 @@ pub fn auth(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     }
 }
 
-/// Handlers of the ACL subcommands, by table name.
-pub fn handler_for(name: &str) -> Option<crate::dispatch::Handler> {
-    Some(match name {
-        "auth" => auth,
-        "acl|whoami" => acl_whoami,
-        "acl|users" => acl_users,
-        "acl|list" => acl_list,
-        "acl|setuser" => acl_setuser,
-        "acl|getuser" => acl_getuser,
-        "acl|deluser" => acl_deluser,
-        "acl|cat" => acl_cat,
-        "acl|dryrun" => acl_dryrun,
-        "acl|log" => acl_log,
-        "acl|load" | "acl|save" => |_, _| Err(CmdError::Static(NO_ACL_FILE)),
-        "acl|help" => acl_help,
-        _ => return None,
-    })
+/// ACL LOAD / ACL SAVE: recached has no ACL file.
+pub fn acl_no_file(_e: &mut Engine, _c: &mut Call) -> Result<(), CmdError> {
+    Err(CmdError::Static(NO_ACL_FILE))
 }
 
-fn acl_whoami(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn acl_whoami(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let name = c.client.auth.name().to_string();
     c.w().bulk(name.as_bytes());
     Ok(())
 }
 
-fn acl_users(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn acl_users(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     write_users(&e.acl, &mut c.w());
     Ok(())
 }
 
-fn acl_list(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn acl_list(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     write_list(&e.acl, &mut c.w());
     Ok(())
 }
 
-fn acl_setuser(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn acl_setuser(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let rules = &c.argv[3..];
     e.acl
         .set_user(c.argv[2], rules)
@@ -1443,12 +1411,12 @@ fn acl_setuser(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-fn acl_getuser(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn acl_getuser(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     write_getuser(&e.acl, c.argv[2], &mut c.w());
     Ok(())
 }
 
-fn acl_deluser(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn acl_deluser(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let n = e.acl.delete_users(&c.argv[2..])?;
     if e.acl.user_by_id(c.client.auth.user_id).is_none() {
         // Redis closes the connections of a deleted user, this one after the reply.
@@ -1458,12 +1426,12 @@ fn acl_deluser(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-fn acl_cat(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn acl_cat(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let arg = c.argv.get(2).copied();
     write_cat(arg, &mut c.w())
 }
 
-fn acl_dryrun(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn acl_dryrun(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let text = dryrun(&e.acl, &c.argv[2..])?;
     match text {
         None => c.w().ok(),
@@ -1472,7 +1440,7 @@ fn acl_dryrun(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-fn acl_log(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn acl_log(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut count = 10usize;
     if let Some(a) = c.argv.get(2) {
         if args::is(a, "reset") {
@@ -1512,8 +1480,8 @@ fn acl_log(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-fn acl_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    crate::cmd::connection::help(c, "ACL", HELP_LINES);
+pub fn acl_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    crate::call::help(c, "ACL", HELP_LINES);
     Ok(())
 }
 

@@ -53,7 +53,8 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use resp::{Proto, ReplyWriter};
 
-use crate::dispatch::{self, Call};
+use crate::call::Call;
+use crate::dispatch;
 use crate::error::CmdError;
 use crate::types::ldouble::LongDouble;
 use crate::{Client, Delivery, Engine, Flow};

@@ -4,7 +4,7 @@
 //! # How a command's effect is found
 //! The dispatcher calls [`begin`] before a handler and [`end`] after it, only while someone
 //! subscribes to the feed (otherwise `begin` is one test and returns `None`). In between,
-//! every keyspace notification (`cmd::pubsub::notify`, which every write calls for each key
+//! every keyspace notification (`notify::notify`, which every write calls for each key
 //! it changed, exactly when it changed it) adds its key to `Feed::changed`. `end` then:
 //! 1. records `DEL k` for keys deleted by expiry or eviction meanwhile (the keyspace logs them,
 //!    see [`record_deleted`]) — they happened before the command's own change;
@@ -60,7 +60,7 @@ pub fn propagate(e: &mut Engine, args: &[&[u8]]) {
     }
 }
 
-/// Called by `cmd::pubsub::notify` for every key a command changes, and for every evicted
+/// Called by `notify::notify` for every key a command changes, and for every evicted
 /// key (`class::EVICTED`, sent by `evict.rs` after the key left the keyspace): an eviction is
 /// recorded as `DEL key` from here, so eviction code needs no call of its own.
 #[inline]
@@ -68,7 +68,7 @@ pub fn note_changed(e: &mut Engine, class: u32, key: &[u8]) {
     if !e.ks.feed_on {
         return;
     }
-    if class == crate::cmd::pubsub::class::EVICTED {
+    if class == crate::notify::class::EVICTED {
         e.ks.feed_deleted(key);
     } else if e.feed.capturing {
         e.feed.changed.push(key.into());
@@ -149,19 +149,22 @@ pub fn end(
         return;
     }
     let own = (e.ks.dirty - mark.dirty).saturating_sub(e.ks.feed_del_count - mark.dels);
-    if own == 0 || !spec.has_flag("write") {
+    if own == 0 || !spec.has_flag(crate::command::Flags::WRITE) {
         return;
     }
     derive(e, spec, argv, reply, proto, changed);
 }
 
 /// `changed` sorted and deduplicated (order between different keys does not matter: each
-/// key's effects are independent); the command's key arguments when no key was reported.
+/// key's effects are independent); when no key was reported, the command's key arguments
+/// that it may write (the one extractor's keys, less those its key specs mark read-only).
 fn changed_keys(spec: &CommandSpec, argv: &[&[u8]], mut changed: Vec<Box<[u8]>>) -> Vec<Box<[u8]>> {
     if changed.is_empty() {
-        return crate::cmd::server::key_positions(spec, argv.len())
-            .into_iter()
-            .map(|i| argv[i].into())
+        return crate::command::keys(spec, argv)
+            .as_slice()
+            .iter()
+            .filter(|k| !k.flags.contains(crate::command::KeyFlags::RO))
+            .map(|k| argv[k.pos].into())
             .collect();
     }
     changed.sort_unstable();

@@ -4,7 +4,7 @@
 //! (background work per timer tick); both take the time as an argument, so the same code runs
 //! in the server process and in the browser replica.
 
-use crate::dispatch::{self, Handlers};
+use crate::dispatch;
 use crate::expire;
 use crate::keyspace::Keyspace;
 use crate::{Client, Flow, HostInfo};
@@ -124,7 +124,6 @@ pub struct Engine {
     pub net: NetStats,
     pub(crate) ks: Keyspace,
     pub(crate) stats: Stats,
-    pub(crate) handlers: Handlers,
     /// INFO `run_id`: 40 hex digits derived from the hash seed.
     pub(crate) run_id: String,
     /// INFO `used_memory_peak`, updated by `cron` and INFO.
@@ -190,7 +189,6 @@ impl Engine {
             persist: Default::default(),
             persistence: None,
             feed: Default::default(),
-            handlers: Handlers::new(),
             run_id,
             used_memory_peak: crate::cmd::server::USED_MEMORY_STARTUP,
             ops_per_sec: 0,
@@ -289,7 +287,7 @@ impl Engine {
         crate::effect::flush_deleted(self);
         crate::feed::cron(self);
         // Keys the cycle expired: `expired` notifications and failed WATCHes.
-        crate::cmd::pubsub::flush_events(self);
+        crate::notify::flush_events(self);
         crate::cmd::tx::process_touched(self);
         let used = crate::cmd::server::USED_MEMORY_STARTUP + self.ks.used_bytes() as u64;
         self.used_memory_peak = self.used_memory_peak.max(used);

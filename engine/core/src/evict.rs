@@ -54,7 +54,7 @@ pub use crate::engine::MAXMEMORY_POLICIES;
 
 use crate::args;
 use crate::cmd::server::USED_MEMORY_STARTUP;
-use crate::dispatch::Call;
+use crate::call::Call;
 use crate::error::CmdError;
 use crate::{Client, Engine};
 
@@ -494,11 +494,11 @@ fn pool_insert(e: &mut Engine, i: usize, s: u64) {
 /// Called for every evicted key, after it left the keyspace: the `evicted` keyspace
 /// notification and the keychange feed's DEL effect.
 ///
-/// The keychange feed's DEL effect comes from the same notification: `cmd::pubsub::notify`
+/// The keychange feed's DEL effect comes from the same notification: `notify::notify`
 /// hands `class::EVICTED` keys to `crate::effect::note_changed`, which records `DEL key`
 /// (DESIGN.md: "expiry/eviction → DEL"). Anything else that must learn of evictions hooks here.
 pub fn evicted_key(e: &mut Engine, key: &[u8]) {
-    crate::cmd::pubsub::notify(e, crate::cmd::pubsub::class::EVICTED, "evicted", key);
+    crate::notify::notify(e, crate::notify::class::EVICTED, "evicted", key);
 }
 
 /// Before a command (not one run by EXEC): evicts if over the limit, and tells whether the
@@ -519,7 +519,7 @@ pub fn before_command(
     // Queuing inside MULTI may grow memory without bound: refused too, except what ends it.
     let in_multi =
         client.tx.in_multi() && !matches!(spec.name, "exec" | "discard" | "quit" | "reset");
-    spec.has_flag("denyoom") || in_multi
+    spec.has_flag(crate::command::Flags::DENYOOM) || in_multi
 }
 
 /// Continues eviction left over by the per-command bound (called from `Engine::cron`).
@@ -546,19 +546,6 @@ pub fn object_idletime(e: &Engine, i: usize, now_ms: u64) -> u64 {
 // ---------------------------------------------------------------------------------------------
 // MEMORY
 // ---------------------------------------------------------------------------------------------
-
-/// Handlers of the MEMORY rows.
-pub fn handler_for(name: &str) -> Option<crate::dispatch::Handler> {
-    Some(match name {
-        "memory|usage" => memory_usage,
-        "memory|stats" => memory_stats,
-        "memory|doctor" => memory_doctor,
-        "memory|malloc-stats" => memory_malloc_stats,
-        "memory|purge" => memory_purge,
-        "memory|help" => memory_help,
-        _ => return None,
-    })
-}
 
 /// `MEMORY USAGE key [SAMPLES count]` → bytes accounted for the key (key + value + entry
 /// overhead; collections keep their own byte count, so no sampling is needed and `count` is
@@ -640,7 +627,7 @@ pub fn memory_purge(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 /// MEMORY HELP (Redis 7.0's text).
 pub fn memory_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    crate::cmd::connection::help(
+    crate::call::help(
         c,
         "MEMORY",
         &[

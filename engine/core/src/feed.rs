@@ -31,7 +31,7 @@
 
 use resp::Proto;
 
-use crate::dispatch::{Call, Handler};
+use crate::call::Call;
 use crate::error::CmdError;
 use crate::keyspace::Entry;
 use crate::types::Value;
@@ -70,7 +70,7 @@ pub struct Feed {
     /// True between `effect::begin` and `effect::end` of a command: keyspace notifications
     /// add their key to `changed`.
     pub(crate) capturing: bool,
-    /// Keys the running command reported as changed (`cmd::pubsub::notify`).
+    /// Keys the running command reported as changed (`notify::notify`).
     pub(crate) changed: Vec<Box<[u8]>>,
     /// Effects a handler chose itself (`effect::propagate`), replacing the default rule.
     pub(crate) chosen: Option<Vec<Vec<Vec<u8>>>>,
@@ -334,20 +334,10 @@ pub fn feed_mode_error(name: &str) -> String {
 // FEED command
 // ---------------------------------------------------------------------------------------------
 
-/// Handlers of the FEED rows (`command/extra.rs`).
-pub fn handler_for(name: &str) -> Option<Handler> {
-    Some(match name {
-        "feed|subscribe" => feed_subscribe,
-        "feed|snapshot" => feed_snapshot,
-        "feed|help" => feed_help,
-        _ => return None,
-    })
-}
-
 const IN_MULTI: CmdError = CmdError::Static("ERR FEED is not allowed inside MULTI");
 
 /// `FEED SUBSCRIBE` → `["subscribed", run_id, seq]`, then every effect.
-fn feed_subscribe(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn feed_subscribe(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     if c.client.tx.in_exec {
         return Err(IN_MULTI);
     }
@@ -378,7 +368,7 @@ fn feed_subscribe(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 /// `FEED SNAPSHOT id prefix [prefix …]` → `snapshot`, `entry`…, `snapshot-end` frames.
-fn feed_snapshot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn feed_snapshot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     if c.client.tx.in_exec {
         return Err(IN_MULTI);
     }
@@ -434,8 +424,8 @@ fn feed_snapshot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-fn feed_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    crate::cmd::connection::help(
+pub fn feed_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    crate::call::help(
         c,
         "FEED",
         &[

@@ -47,7 +47,7 @@
 //!   after each command and each cron tick. Structural changes report themselves (a key stored,
 //!   deleted, expired, renamed, its TTL set or removed, a flush); an in-place change through
 //!   [`Keyspace::update`] is reported by the command's keyspace notification
-//!   (`cmd::pubsub::notify` calls [`Keyspace::signal_modified`]), because handlers may call
+//!   (`notify::notify` calls [`Keyspace::signal_modified`]), because handlers may call
 //!   `update` and then find nothing to change (SREM of an absent member), which Redis does not
 //!   count. With no watched key the cost is one `is_empty` test per change.
 //! - `events`: keyspace events the keyspace itself causes (`expired` on lazy/active expiry,

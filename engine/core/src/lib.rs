@@ -7,9 +7,20 @@
 //! # Layout
 //!
 //! - [`command`]: THE command table (`command/table.rs`, generated from redis-server 7.0.15's
-//!   own metadata) and lookup.
+//!   own metadata: every Redis command and subcommand, typed flags and key specs, the handler
+//!   bound in each row from `command/handlers.rs`), lookup, and THE key extractor
+//!   ([`command::keys`]) that ACL, cluster redirects, COMMAND GETKEYS, effects, the proxy and
+//!   the fan-out all use.
+//! - [`call`]: what a handler receives and returns ([`call::Call`], [`call::Handler`]) and the
+//!   HELP reply writer: a leaf the table and the command files import.
+//! - [`notify`]: keyspace notifications (`notify-keyspace-events`, redis `notify.c`): a leaf
+//!   every write calls.
 //! - [`dispatch`]: lookup → arity → handler → bookkeeping; the only place that writes the arity
 //!   and unknown-command errors, and the one place a command's changes are observed.
+//!
+//! Floors: `command` and `call` at the bottom (data and types), `notify`, `keyspace` and the
+//! data types above them, `cmd/*` and `dispatch` on top; a lower module never imports a
+//! higher one for its types.
 //! - [`error`]: every error reply, with Redis's exact text. [`args`]: integer/cursor/option
 //!   parsing with Redis's acceptance rules. [`glob`]: Redis's `stringmatchlen`.
 //! - [`keyspace`]: key → value + expiry (IndexMap + volatile index), lazy expiry on lookup,
@@ -42,6 +53,7 @@
 pub mod acl;
 pub mod args;
 pub mod blocking;
+pub mod call;
 pub mod cmd;
 pub mod command;
 pub mod dispatch;
@@ -52,6 +64,7 @@ pub mod expire;
 pub mod feed;
 pub mod glob;
 pub mod keyspace;
+pub mod notify;
 pub mod slot;
 pub mod snapshot;
 pub mod types;

@@ -49,7 +49,7 @@
 use std::io::{self, Read, Write};
 
 use crate::Engine;
-use crate::dispatch::{Call, Handler};
+use crate::call::Call;
 use crate::error::CmdError;
 use crate::keyspace::Keyspace;
 use crate::types::{HashValue, ListValue, SetValue, StrValue, Value, ZSetValue};
@@ -697,16 +697,6 @@ pub fn set_save_param(e: &mut Engine, v: &[u8]) -> Result<(), &'static str> {
             Err("Invalid save parameters (recached keeps one save point: \"<seconds> <changes>\")")
         }
     }
-}
-
-/// Handlers of SAVE, BGSAVE and LASTSAVE.
-pub fn handler_for(name: &str) -> Option<Handler> {
-    Some(match name {
-        "save" => save,
-        "bgsave" => bgsave,
-        "lastsave" => lastsave,
-        _ => return None,
-    })
 }
 
 const NOT_ENABLED: &str = "ERR snapshots are not enabled in this process (no dir configured)";

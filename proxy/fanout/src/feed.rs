@@ -161,7 +161,7 @@ impl Effect {
     }
 }
 
-/// Where an effect's keys are, from the command table (`route::request_keys`).
+/// Where an effect's keys are, from the one key extractor (`engine_core::command::keys`).
 pub fn scope_of(args: &[Vec<u8>]) -> Scope {
     let Some(name) = args.first() else {
         return Scope::Unknown;
@@ -173,10 +173,12 @@ pub fn scope_of(args: &[Vec<u8>]) -> Scope {
         return Scope::Unknown;
     };
     let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-    // TODO(command::keys): engine_core::command::keys replaces this call into the proxy.
-    match recached_proxy::route::request_keys(spec, argv.as_slice()) {
-        Ok(pos) if !pos.is_empty() && pos.iter().all(|&p| p < args.len()) => Scope::Keys(pos),
-        _ => Scope::Unknown,
+    // The one key extractor; positions are always inside `argv`.
+    let pos: Vec<usize> = command::keys(spec, argv.as_slice()).positions().collect();
+    if pos.is_empty() {
+        Scope::Unknown
+    } else {
+        Scope::Keys(pos)
     }
 }
 

@@ -26,10 +26,10 @@
 //!
 //! # Dependencies
 //!
-//! `resp` (the feed's RESP), `engine-core` (the command table, for effect scopes),
-//! `recached-net` (listeners, the TLS driver, the shutdown flag) and `recached-www` (the web
-//! assets). It sits beside the proxy (`proxy/`, both are relays) without depending on it,
-//! except, for now, for the proxy's key positions (`TODO(command::keys)` in `feed`).
+//! `resp` (the feed's RESP), `engine-core` (the command table and its key extractor, for
+//! effect scopes), `recached-net` (listeners, the TLS driver, the shutdown flag) and
+//! `recached-www` (the web assets). It sits beside the proxy (`proxy/`, both are relays)
+//! without depending on it.
 //!
 //! # Guarantees (DESIGN.md, "Keychange feed and browser replicas")
 //!

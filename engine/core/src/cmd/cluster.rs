@@ -69,8 +69,8 @@
 
 use std::fmt::Write as _;
 
-use crate::command::{CommandSpec, Val};
-use crate::dispatch::{Call, Handler};
+use crate::command::CommandSpec;
+use crate::call::Call;
 use crate::error::CmdError;
 use crate::slot::{self, SLOTS};
 use crate::{Client, Config, Engine};
@@ -282,140 +282,6 @@ impl KeyCheck<'_> {
     }
 }
 
-/// Calls `f(pos)` for each key argument of `argv` per `spec`, until `f` returns false.
-/// Returns false if the key specs cannot be applied to this argv (invalid `numkeys`): then the
-/// request is treated as keyless, so the handler answers with the real error.
-fn for_each_key(spec: &CommandSpec, argv: &[&[u8]], mut f: impl FnMut(usize) -> bool) -> bool {
-    let argc = argv.len();
-    if !spec.has_flag("movablekeys") {
-        if spec.first_key <= 0 || spec.step <= 0 {
-            return true;
-        }
-        let first = spec.first_key as usize;
-        let last = if spec.last_key < 0 {
-            argc as i64 + i64::from(spec.last_key)
-        } else {
-            i64::from(spec.last_key)
-        };
-        let mut i = first;
-        while (i as i64) <= last && i < argc {
-            if !f(i) {
-                break;
-            }
-            i += spec.step as usize;
-        }
-        return true;
-    }
-    // Two passes: validate every key spec first, so an invalid one means "no keys at all"
-    // (redis getkeys procs return 0 keys when the command will fail with a syntax error).
-    if spec
-        .key_specs
-        .iter()
-        .any(|ks| key_spec_range(ks, argv).is_none())
-    {
-        return false;
-    }
-    for ks in spec.key_specs {
-        if let Some(Some((first, last, step))) = key_spec_range(ks, argv) {
-            let mut i = first;
-            while i <= last && i < argc {
-                if !f(i) {
-                    return true;
-                }
-                i += step;
-            }
-        }
-    }
-    true
-}
-
-/// Field `name` of a static map value.
-fn field<'a>(v: &'a Val, name: &str) -> Option<&'a Val> {
-    match v {
-        Val::Map(m) => m.iter().find(|(k, _)| *k == name).map(|(_, v)| v),
-        _ => None,
-    }
-}
-
-fn int(v: Option<&Val>) -> Option<i64> {
-    match v {
-        Some(Val::Int(i)) => Some(*i),
-        _ => None,
-    }
-}
-
-/// redis `getKeysUsingKeySpecs` for one key spec: `Some(Some((first, last, step)))` key
-/// positions (inclusive), `Some(None)` no keys here, `None` invalid for this argv.
-pub(crate) fn key_spec_range(ks: &Val, argv: &[&[u8]]) -> Option<Option<(usize, usize, usize)>> {
-    let argc = argv.len() as i64;
-    let bs = field(ks, "begin_search")?;
-    let bs_spec = field(bs, "spec")?;
-    let first: i64 = match field(bs, "type") {
-        Some(Val::Str("index")) => int(field(bs_spec, "index"))?,
-        Some(Val::Str("keyword")) => {
-            let Some(Val::Str(kw)) = field(bs_spec, "keyword") else {
-                return None;
-            };
-            let start = int(field(bs_spec, "startfrom"))?;
-            let (from, to, step) = if start >= 0 {
-                (start, argc - 1, 1)
-            } else {
-                (argc + start, 1, -1)
-            };
-            let mut i = from;
-            let mut found = None;
-            while i >= 1 && i < argc && (step > 0 && i <= to || step < 0 && i >= to) {
-                if argv[i as usize].eq_ignore_ascii_case(kw.as_bytes()) {
-                    found = Some(i + 1);
-                    break;
-                }
-                i += step;
-            }
-            match found {
-                Some(f) => f,
-                None => return Some(None),
-            }
-        }
-        _ => return Some(None), // "unknown": no keys can be found from the spec
-    };
-    if first < 1 || first >= argc {
-        return Some(None);
-    }
-    let fk = field(ks, "find_keys")?;
-    let fk_spec = field(fk, "spec")?;
-    let (first, last, step) = match field(fk, "type") {
-        Some(Val::Str("range")) => {
-            let lastkey = int(field(fk_spec, "lastkey"))?;
-            let limit = int(field(fk_spec, "limit")).unwrap_or(0);
-            let last = if lastkey >= 0 {
-                first + lastkey
-            } else if limit <= 1 {
-                argc + lastkey
-            } else {
-                first + (argc - first) / limit + lastkey
-            };
-            (first, last, int(field(fk_spec, "keystep"))?)
-        }
-        Some(Val::Str("keynum")) => {
-            let idx = first + int(field(fk_spec, "keynumidx"))?;
-            if idx >= argc {
-                return None;
-            }
-            let numkeys = crate::args::parse_i64(argv[idx as usize])?;
-            let first = first + int(field(fk_spec, "firstkey"))?;
-            if numkeys < 1 || numkeys > argc - first {
-                return None;
-            }
-            (first, first + numkeys - 1, int(field(fk_spec, "keystep"))?)
-        }
-        _ => return Some(None),
-    };
-    if step < 1 || last < first {
-        return Some(None);
-    }
-    Some(Some((first as usize, last as usize, step as usize)))
-}
-
 /// The ownership check, run by dispatch before a command's handler (see the module docs).
 /// Returns true when the command may run here; otherwise writes `-MOVED` or `-CROSSSLOT` to
 /// `out` and returns false. Standalone engines return true at once.
@@ -440,8 +306,12 @@ pub fn redirect(
         cross: false,
         remote: false,
     };
-    if !for_each_key(spec, argv, |i| check.add(argv[i])) {
-        return true;
+    // The one key extractor (redis `getNodeByQuery` → `getKeysFromCommandWithSpecs`): a
+    // request whose keys cannot be found is keyless here, so its handler answers the error.
+    for pos in crate::command::keys(spec, argv).positions() {
+        if !check.add(argv[pos]) {
+            break;
+        }
     }
     match check.verdict() {
         Verdict::Here => true,
@@ -470,42 +340,6 @@ pub fn redirect(
 // ---------------------------------------------------------------------------------------------
 // Commands
 
-/// Handlers of this module's commands, by table name.
-pub fn handler_for(name: &str) -> Option<Handler> {
-    Some(match name {
-        "cluster|slots" => slots,
-        "cluster|shards" => shards,
-        "cluster|nodes" => nodes,
-        "cluster|myid" => myid,
-        "cluster|info" => info,
-        "cluster|keyslot" => keyslot,
-        "cluster|countkeysinslot" => countkeysinslot,
-        "cluster|getkeysinslot" => getkeysinslot,
-        "cluster|links" => links,
-        "cluster|replicas" | "cluster|slaves" => replicas,
-        "cluster|count-failure-reports" => count_failure_reports,
-        "cluster|saveconfig" => saveconfig,
-        "cluster|help" => help,
-        "cluster|addslots"
-        | "cluster|addslotsrange"
-        | "cluster|delslots"
-        | "cluster|delslotsrange"
-        | "cluster|flushslots"
-        | "cluster|meet"
-        | "cluster|forget"
-        | "cluster|replicate"
-        | "cluster|reset"
-        | "cluster|setslot"
-        | "cluster|failover"
-        | "cluster|bumpepoch"
-        | "cluster|set-config-epoch" => not_supported,
-        "readonly" => readonly,
-        "readwrite" => readwrite,
-        "asking" => asking,
-        _ => return None,
-    })
-}
-
 /// The cluster, or the standalone error.
 fn cluster_of(e: &Engine) -> Result<&Cluster, CmdError> {
     if e.cluster.enabled() {
@@ -526,7 +360,7 @@ fn ranges_by_instance(c: &Cluster) -> Vec<Vec<(u16, u16)>> {
 
 /// `CLUSTER SLOTS` → `[[start, end, [host, port, id, {}]], …]`: one entry per range, sorted
 /// by slot, node metadata an empty map (RESP3) / empty array (RESP2) like redis 7.0.
-fn slots(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn slots(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let cl = cluster_of(e)?;
     let ranges = slot::slot_ranges(cl.nodes.len() as u32);
     // The writer borrows the call, hosts borrow its client: look them up first.
@@ -551,7 +385,7 @@ fn slots(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 /// `CLUSTER SHARDS` → one shard per instance: `{slots: [s, e, …], nodes: [{id, port, ip,
 /// endpoint, [hostname,] role, replication-offset, health}]}` (redis 7.0 field order).
-fn shards(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn shards(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let cl = cluster_of(e)?;
     let by = ranges_by_instance(cl);
     let hosts: Vec<String> = (0..cl.nodes.len())
@@ -598,7 +432,7 @@ fn shards(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 /// connected <slot ranges…>`. The bus port is 0 (there is no cluster bus); `pong-ms` is now
 /// for the other nodes (they are considered reachable), 0 for myself, as Redis prints.
 /// A bulk string (RESP2) / verbatim `txt` string (RESP3).
-fn nodes(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn nodes(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let cl = cluster_of(e)?;
     let by = ranges_by_instance(cl);
     let mut text = String::new();
@@ -628,14 +462,14 @@ fn nodes(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 /// `CLUSTER MYID` → this node's id.
-fn myid(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn myid(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let cl = cluster_of(e)?;
     c.w().bulk(cl.nodes[cl.me as usize].id.as_bytes());
     Ok(())
 }
 
 /// `CLUSTER INFO` → Redis's fields, as a bulk (RESP2) / verbatim `txt` (RESP3) string.
-fn info(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn info(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let cl = cluster_of(e)?;
     let n = cl.nodes.len();
     // Masters serving at least one slot (with many instances some may own none).
@@ -665,7 +499,7 @@ fn info(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 /// `CLUSTER KEYSLOT key` → the key's hash slot.
-fn keyslot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn keyslot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     cluster_of(e)?;
     let s = slot::key_slot(c.argv[2]);
     c.w().integer(i64::from(s));
@@ -678,7 +512,7 @@ fn slot_arg(arg: &[u8]) -> Result<i64, CmdError> {
 }
 
 /// `CLUSTER COUNTKEYSINSLOT slot` → keys held here in `slot` (walks the keyspace).
-fn countkeysinslot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn countkeysinslot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     cluster_of(e)?;
     let s = slot_arg(c.argv[2])?;
     if !(0..i64::from(SLOTS)).contains(&s) {
@@ -692,7 +526,7 @@ fn countkeysinslot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 /// `CLUSTER GETKEYSINSLOT slot count` → up to `count` keys held here in `slot`.
-fn getkeysinslot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn getkeysinslot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     cluster_of(e)?;
     let s = slot_arg(c.argv[2])?;
     let max = slot_arg(c.argv[3])?;
@@ -712,7 +546,7 @@ fn getkeysinslot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 /// `CLUSTER LINKS` → no links (there is no cluster bus).
-fn links(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn links(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     cluster_of(e)?;
     c.w().array(0);
     Ok(())
@@ -732,28 +566,28 @@ fn known_node(cl: &Cluster, id: &[u8]) -> Result<usize, CmdError> {
 }
 
 /// `CLUSTER REPLICAS|SLAVES node-id` → no replicas.
-fn replicas(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn replicas(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     known_node(cluster_of(e)?, c.argv[2])?;
     c.w().array(0);
     Ok(())
 }
 
 /// `CLUSTER COUNT-FAILURE-REPORTS node-id` → 0.
-fn count_failure_reports(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn count_failure_reports(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     known_node(cluster_of(e)?, c.argv[2])?;
     c.w().integer(0);
     Ok(())
 }
 
 /// `CLUSTER SAVECONFIG` → OK (the configuration is the topology; nothing to save).
-fn saveconfig(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn saveconfig(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     cluster_of(e)?;
     c.w().ok();
     Ok(())
 }
 
 /// Subcommands that change the slot map or membership: the map is a function of the topology.
-fn not_supported(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn not_supported(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     cluster_of(e)?;
     Err(CmdError::Other(format!(
         "ERR CLUSTER {} is not supported: recached derives the slot map from the fleet \
@@ -763,7 +597,7 @@ fn not_supported(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 /// `READONLY` → OK (sets the flag; there are no replicas).
-fn readonly(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn readonly(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     cluster_of(e)?;
     c.client.cluster.readonly = true;
     c.w().ok();
@@ -771,7 +605,7 @@ fn readonly(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 /// `READWRITE` → OK.
-fn readwrite(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn readwrite(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     cluster_of(e)?;
     c.client.cluster.readonly = false;
     c.w().ok();
@@ -779,7 +613,7 @@ fn readwrite(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 /// `ASKING` → OK.
-fn asking(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn asking(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     cluster_of(e)?;
     c.client.cluster.asking = true;
     c.w().ok();
@@ -787,7 +621,7 @@ fn asking(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 /// `CLUSTER HELP` → redis 7.0's text, trimmed to what recached answers.
-fn help(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+pub fn help(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     cluster_of(e)?;
     const LINES: &[&str] = &[
         "CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -957,7 +791,7 @@ mod tests {
         let (l1, r1, r2) = (key_on(0, 2, 0), key_on(1, 2, 0), key_on(1, 2, 1));
         let cmd = |args: &[&str]| {
             let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-            let spec = crate::dispatch::resolve(&Default::default(), &argv)
+            let spec = crate::dispatch::resolve(&argv)
                 .unwrap()
                 .0;
             let mut out = Vec::new();

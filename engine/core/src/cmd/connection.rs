@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use crate::args::{self, int_arg};
-use crate::dispatch::Call;
+use crate::call::{Call, help};
 use crate::error::{CmdError, c_str_lossy};
 use crate::{Client, Engine, Flow, Proto};
 
@@ -258,19 +258,6 @@ pub fn client_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         ],
     );
     Ok(())
-}
-
-/// redis `addReplyHelp`: a header line then the given lines (which end with the HELP entry),
-/// as status replies.
-pub fn help(c: &mut Call, container: &str, lines: &[&str]) {
-    let mut w = c.w();
-    w.array(lines.len() + 1);
-    w.simple(
-        format!("{container} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:").as_bytes(),
-    );
-    for l in lines {
-        w.simple(l.as_bytes());
-    }
 }
 
 /// One CLIENT LIST line in redis 7.0's field order (`catClientInfoString`). Buffer and memory

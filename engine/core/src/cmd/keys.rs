@@ -9,8 +9,8 @@
 
 use crate::Engine;
 use crate::args::{self, int_arg};
-use crate::cmd::pubsub::{class, notify};
-use crate::dispatch::Call;
+use crate::notify::{class, notify};
+use crate::call::Call;
 use crate::error::CmdError;
 use crate::glob;
 

@@ -14,9 +14,10 @@ use resp::ReplyWriter;
 
 use crate::Engine;
 use crate::args;
-use crate::cmd::connection::{REDIS_VERSION, help};
-use crate::command::{self, CommandSpec, Val};
-use crate::dispatch::{self, Call};
+use crate::call::help;
+use crate::cmd::connection::REDIS_VERSION;
+use crate::command::{self, BeginSearch, CommandSpec, FindKeys, Flags, KeyFlags, KeySpec, Val};
+use crate::call::Call;
 use crate::engine::MAXMEMORY_POLICIES;
 use crate::error::{CmdError, c_str_lossy};
 use crate::glob;
@@ -450,8 +451,8 @@ const PARAMS: &[Param] = &[
     },
     Param {
         name: "notify-keyspace-events",
-        get: |e| crate::cmd::pubsub::format_notify_flags(e.pubsub.notify_flags()),
-        set: Some(crate::cmd::pubsub::set_notify_flags),
+        get: |e| crate::notify::format_notify_flags(e.pubsub.notify_flags()),
+        set: Some(crate::notify::set_notify_flags),
     },
     Param {
         name: "cluster-enabled",
@@ -727,7 +728,7 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             && let Err(why) = set(e, value)
         {
             e.config = saved;
-            crate::cmd::pubsub::restore_notify_flags(e, saved_notify);
+            crate::notify::restore_notify_flags(e, saved_notify);
             crate::evict::apply_config(e);
             return Err(fail(name, why));
         }
@@ -778,7 +779,7 @@ pub fn config_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 /// Writes a table value; `key` is the map key it sits under, which decides Redis's set /
 /// status-string shapes (see the module doc).
-fn write_val(w: &mut ReplyWriter<'_>, v: &Val, key: Option<&str>) {
+pub fn write_val(w: &mut ReplyWriter<'_>, v: &Val, key: Option<&str>) {
     match v {
         Val::Str(s) => w.bulk(s.as_bytes()),
         Val::Int(n) => w.integer(*n),
@@ -821,8 +822,8 @@ fn write_entry(w: &mut ReplyWriter<'_>, spec: &CommandSpec) {
     w.array(10);
     w.bulk(spec.name.as_bytes());
     w.integer(i64::from(spec.arity));
-    w.set(spec.flags.len());
-    for f in spec.flags {
+    w.set(spec.flags.names().count());
+    for f in spec.flags.names() {
         w.simple(f.as_bytes());
     }
     w.integer(i64::from(spec.first_key));
@@ -838,7 +839,7 @@ fn write_entry(w: &mut ReplyWriter<'_>, spec: &CommandSpec) {
     }
     w.set(spec.key_specs.len());
     for k in spec.key_specs {
-        write_val(w, k, None);
+        write_key_spec(w, k);
     }
     if spec.subcommands.is_empty() {
         w.set(0);
@@ -847,6 +848,88 @@ fn write_entry(w: &mut ReplyWriter<'_>, spec: &CommandSpec) {
         for s in spec.subcommands {
             write_entry(w, s);
         }
+    }
+}
+
+/// One key spec as redis `addReplyCommandKeySpecs` writes it.
+fn write_key_spec(w: &mut ReplyWriter<'_>, k: &KeySpec) {
+    w.map(3 + usize::from(k.notes.is_some()));
+    if let Some(notes) = k.notes {
+        w.bulk(b"notes");
+        w.bulk(notes.as_bytes());
+    }
+    w.bulk(b"flags");
+    write_key_flags(w, k.flags);
+    w.bulk(b"begin_search");
+    w.map(2);
+    w.bulk(b"type");
+    match k.begin_search {
+        BeginSearch::Index(i) => {
+            w.bulk(b"index");
+            w.bulk(b"spec");
+            w.map(1);
+            w.bulk(b"index");
+            w.integer(i64::from(i));
+        }
+        BeginSearch::Keyword { keyword, startfrom } => {
+            w.bulk(b"keyword");
+            w.bulk(b"spec");
+            w.map(2);
+            w.bulk(b"keyword");
+            w.bulk(keyword.as_bytes());
+            w.bulk(b"startfrom");
+            w.integer(i64::from(startfrom));
+        }
+        BeginSearch::Unknown => {
+            w.bulk(b"unknown");
+            w.bulk(b"spec");
+            w.map(0);
+        }
+    }
+    w.bulk(b"find_keys");
+    w.map(2);
+    w.bulk(b"type");
+    let fields: [(&str, i32); 3] = match k.find_keys {
+        FindKeys::Range {
+            lastkey,
+            keystep,
+            limit,
+        } => {
+            w.bulk(b"range");
+            [("lastkey", lastkey), ("keystep", keystep), ("limit", limit)]
+        }
+        FindKeys::Keynum {
+            keynumidx,
+            firstkey,
+            keystep,
+        } => {
+            w.bulk(b"keynum");
+            [
+                ("keynumidx", keynumidx),
+                ("firstkey", firstkey),
+                ("keystep", keystep),
+            ]
+        }
+        FindKeys::Unknown => {
+            w.bulk(b"unknown");
+            w.bulk(b"spec");
+            w.map(0);
+            return;
+        }
+    };
+    w.bulk(b"spec");
+    w.map(3);
+    for (name, n) in fields {
+        w.bulk(name.as_bytes());
+        w.integer(i64::from(n));
+    }
+}
+
+/// Key-spec flags as a set of status strings (redis `addReplyFlagsForKeyArgs`).
+fn write_key_flags(w: &mut ReplyWriter<'_>, flags: KeyFlags) {
+    w.set(flags.names().count());
+    for f in flags.names() {
+        w.simple(f.as_bytes());
     }
 }
 
@@ -873,22 +956,17 @@ fn write_docs(w: &mut ReplyWriter<'_>, spec: &CommandSpec) {
     }
 }
 
-/// A row by name, any case: `get`, or `config|get` for a subcommand.
+/// A row COMMAND INFO / DOCS report, by full name (`get`, `config|get`): implemented ones
+/// only, as if the others did not exist.
 fn lookup_fullname(name: &[u8]) -> Option<&'static CommandSpec> {
-    match name.iter().position(|&b| b == b'|') {
-        None => dispatch::lookup_index(name).map(command::spec_at),
-        Some(p) => {
-            let top = command::spec_at(dispatch::lookup_index(&name[..p])?);
-            top.subcommand(&name[p + 1..])
-        }
-    }
+    command::lookup_fullname(name).filter(|c| c.is_implemented())
 }
 
 /// `COMMAND` → every entry.
 pub fn command(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut w = c.w();
-    w.array(command::count());
-    for spec in command::all() {
+    w.array(command::implemented().count());
+    for spec in command::implemented() {
         write_entry(&mut w, spec);
     }
     Ok(())
@@ -896,7 +974,7 @@ pub fn command(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 /// `COMMAND COUNT` → number of commands.
 pub fn command_count(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    c.w().integer(command::count() as i64);
+    c.w().integer(command::implemented().count() as i64);
     Ok(())
 }
 
@@ -922,8 +1000,8 @@ pub fn command_docs(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let argv = c.argv;
     let mut w = c.w();
     if argv.len() == 2 {
-        w.map(command::count());
-        for spec in command::all() {
+        w.map(command::implemented().count());
+        for spec in command::implemented() {
             w.bulk(spec.name.as_bytes());
             write_docs(&mut w, spec);
         }
@@ -941,48 +1019,50 @@ pub fn command_docs(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// `COMMAND GETKEYS command [arg …]` → the key arguments, from the table's key positions.
-pub fn command_getkeys(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+/// `COMMAND GETKEYS command [arg …]` → the key arguments; `COMMAND GETKEYSANDFLAGS` → each
+/// with its key-spec flags. Any row of Redis's table answers, implemented here or not, from
+/// the one key extractor (redis `getKeysSubcommandImpl`, with its error texts).
+pub fn command_getkeys(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    getkeys(c, false)
+}
+
+pub fn command_getkeysandflags(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    getkeys(c, true)
+}
+
+fn getkeys(c: &mut Call, with_flags: bool) -> Result<(), CmdError> {
     let cmd = &c.argv[2..];
-    let (spec, _) = dispatch::resolve(&e.handlers, cmd)
-        .map_err(|_| CmdError::Static("ERR Invalid command specified"))?;
-    if !dispatch::arity_ok(spec, cmd.len()) {
+    let Some(spec) = command::lookup_argv(cmd) else {
+        return Err(CmdError::Static("ERR Invalid command specified"));
+    };
+    if !spec.has_keys() {
+        return Err(CmdError::Static("ERR The command has no key arguments"));
+    }
+    if !spec.arity_ok(cmd.len()) {
         return Err(CmdError::Static(
             "ERR Invalid number of arguments specified for command",
         ));
     }
-    let keys = key_positions(spec, cmd.len());
+    let keys = command::keys(spec, cmd);
     if keys.is_empty() {
-        return Err(CmdError::Static("ERR The command has no key arguments"));
+        if spec.has_flag(Flags::NO_MANDATORY_KEYS) {
+            c.w().array(0);
+            return Ok(());
+        }
+        return Err(CmdError::Static("ERR Invalid arguments specified for command"));
     }
     let mut w = c.w();
     w.array(keys.len());
-    for i in keys {
-        w.bulk(cmd[i]);
+    for k in keys.as_slice() {
+        if with_flags {
+            w.array(2);
+            w.bulk(cmd[k.pos]);
+            write_key_flags(&mut w, k.flags);
+        } else {
+            w.bulk(cmd[k.pos]);
+        }
     }
     Ok(())
-}
-
-/// Key argument positions of a call with `argc` arguments (redis `getKeysUsingLegacyRangeSpec`):
-/// `first..=last` by `step`, a negative `last` counting from the end.
-pub fn key_positions(spec: &CommandSpec, argc: usize) -> Vec<usize> {
-    if spec.first_key <= 0 || spec.step <= 0 {
-        return Vec::new();
-    }
-    let argc = argc as i64;
-    let first = i64::from(spec.first_key);
-    let last = if spec.last_key < 0 {
-        argc + i64::from(spec.last_key)
-    } else {
-        i64::from(spec.last_key)
-    };
-    let mut v = Vec::new();
-    let mut i = first;
-    while i <= last && i < argc {
-        v.push(i as usize);
-        i += i64::from(spec.step);
-    }
-    v
 }
 
 /// `COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]` → command names,
@@ -1020,7 +1100,7 @@ pub fn command_list(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         Filter::Pattern(p) => glob::matches(p, s.name.as_bytes(), true),
     };
     let mut names: Vec<&str> = Vec::new();
-    for spec in command::all() {
+    for spec in command::implemented() {
         if keep(spec) {
             names.push(spec.name);
         }

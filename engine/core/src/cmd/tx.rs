@@ -36,7 +36,8 @@
 
 use std::collections::HashMap;
 
-use crate::dispatch::{self, Call, Handler};
+use crate::call::Call;
+use crate::dispatch;
 use crate::error::CmdError;
 use crate::{Client, Engine, Flow};
 
@@ -112,18 +113,6 @@ impl Watches {
 /// (inside EXEC, redis `CLIENT_DENY_BLOCKING`): it then replies as if its timeout had passed.
 pub fn denies_blocking(client: &Client) -> bool {
     client.tx.in_exec
-}
-
-/// Handlers of this module's commands, by table name.
-pub fn handler_for(name: &str) -> Option<Handler> {
-    Some(match name {
-        "multi" => multi,
-        "exec" => exec,
-        "discard" => discard,
-        "watch" => watch,
-        "unwatch" => unwatch,
-        _ => return None,
-    })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,29 +8,34 @@
 //!
 //! - `FEED`: the keychange feed (docs/feed.md, `crate::feed`).
 
-use super::{CommandSpec, Val};
+use super::handlers as h;
+use super::{CommandSpec, Flags, Val};
 
 pub static EXTRA: &[CommandSpec] = &[CommandSpec {
     name: "feed",
     arity: -2,
-    flags: &[],
+    flags: Flags::empty(),
     first_key: 0,
     last_key: 0,
     step: 0,
     acl_categories: &["@slow"],
     tips: &[],
     key_specs: &[],
+    getkeys: None,
+    handler: None,
     subcommands: &[
         CommandSpec {
             name: "feed|help",
             arity: 2,
-            flags: &["loading", "stale"],
+            flags: Flags::LOADING.union(Flags::STALE),
             first_key: 0,
             last_key: 0,
             step: 0,
             acl_categories: &["@slow"],
             tips: &[],
             key_specs: &[],
+            getkeys: None,
+            handler: Some(h::feed_help),
             subcommands: &[],
             docs: Val::Map(&[
                 (
@@ -45,13 +50,15 @@ pub static EXTRA: &[CommandSpec] = &[CommandSpec {
         CommandSpec {
             name: "feed|snapshot",
             arity: -4,
-            flags: &["admin", "noscript", "loading", "stale"],
+            flags: Flags::ADMIN.union(Flags::NOSCRIPT).union(Flags::LOADING).union(Flags::STALE),
             first_key: 0,
             last_key: 0,
             step: 0,
             acl_categories: &["@admin", "@slow", "@dangerous"],
             tips: &["nondeterministic_output"],
             key_specs: &[],
+            getkeys: None,
+            handler: Some(h::feed_snapshot),
             subcommands: &[],
             docs: Val::Map(&[
                 (
@@ -85,13 +92,15 @@ pub static EXTRA: &[CommandSpec] = &[CommandSpec {
         CommandSpec {
             name: "feed|subscribe",
             arity: 2,
-            flags: &["admin", "noscript", "loading", "stale"],
+            flags: Flags::ADMIN.union(Flags::NOSCRIPT).union(Flags::LOADING).union(Flags::STALE),
             first_key: 0,
             last_key: 0,
             step: 0,
             acl_categories: &["@admin", "@slow", "@dangerous"],
             tips: &[],
             key_specs: &[],
+            getkeys: None,
+            handler: Some(h::feed_subscribe),
             subcommands: &[],
             docs: Val::Map(&[
                 (

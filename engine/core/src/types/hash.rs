@@ -41,8 +41,8 @@ use indexmap::IndexMap;
 
 use crate::Engine;
 use crate::args::{self, int_arg};
-use crate::cmd::pubsub::{class, notify};
-use crate::dispatch::{Call, Handler};
+use crate::notify::{class, notify};
+use crate::call::Call;
 use crate::error::CmdError;
 use crate::glob;
 use crate::keyspace::Keep;
@@ -316,29 +316,6 @@ pub fn check_random_reply_len(count: u64) -> Result<(), CmdError> {
 // ---------------------------------------------------------------------------------------------
 // Commands
 // ---------------------------------------------------------------------------------------------
-
-/// Handlers of this type's commands, by table name.
-pub fn handler_for(name: &str) -> Option<Handler> {
-    Some(match name {
-        "hset" => hset,
-        "hmset" => hmset,
-        "hsetnx" => hsetnx,
-        "hget" => hget,
-        "hmget" => hmget,
-        "hdel" => hdel,
-        "hexists" => hexists,
-        "hgetall" => hgetall,
-        "hkeys" => hkeys,
-        "hvals" => hvals,
-        "hlen" => hlen,
-        "hstrlen" => hstrlen,
-        "hincrby" => hincrby,
-        "hincrbyfloat" => hincrbyfloat,
-        "hrandfield" => hrandfield,
-        "hscan" => hscan,
-        _ => return None,
-    })
-}
 
 /// The hash inside `v`, or WRONGTYPE.
 pub fn as_hash(v: &Value) -> Result<&HashValue, CmdError> {

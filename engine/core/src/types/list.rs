@@ -32,8 +32,8 @@ use std::collections::VecDeque;
 use crate::Engine;
 use crate::args::{self, int_arg};
 use crate::blocking;
-use crate::cmd::pubsub::{class, notify};
-use crate::dispatch::{Call, Handler};
+use crate::notify::{class, notify};
+use crate::call::Call;
 use crate::error::CmdError;
 use crate::keyspace::Keep;
 use crate::types::Value;
@@ -243,35 +243,6 @@ impl<'a> FromIterator<&'a [u8]> for ListValue {
 // ---------------------------------------------------------------------------------------------
 // Commands
 // ---------------------------------------------------------------------------------------------
-
-/// Handlers of this type's commands, by table name.
-pub fn handler_for(name: &str) -> Option<Handler> {
-    Some(match name {
-        "lpush" => lpush,
-        "rpush" => rpush,
-        "lpushx" => lpushx,
-        "rpushx" => rpushx,
-        "lpop" => lpop,
-        "rpop" => rpop,
-        "llen" => llen,
-        "lrange" => lrange,
-        "lindex" => lindex,
-        "lset" => lset,
-        "lrem" => lrem,
-        "ltrim" => ltrim,
-        "linsert" => linsert,
-        "lpos" => lpos,
-        "lmove" => lmove,
-        "rpoplpush" => rpoplpush,
-        "lmpop" => lmpop,
-        "blpop" => blpop,
-        "brpop" => brpop,
-        "blmove" => blmove,
-        "brpoplpush" => brpoplpush,
-        "blmpop" => blmpop,
-        _ => return None,
-    })
-}
 
 /// The list inside `v`, or WRONGTYPE.
 pub fn as_list(v: &Value) -> Result<&ListValue, CmdError> {

@@ -38,8 +38,8 @@ use indexmap::IndexSet;
 
 use crate::Engine;
 use crate::args;
-use crate::cmd::pubsub::{class, notify};
-use crate::dispatch::{Call, Handler};
+use crate::notify::{class, notify};
+use crate::call::Call;
 use crate::error::CmdError;
 use crate::glob;
 use crate::keyspace::Keep;
@@ -193,30 +193,6 @@ impl SetValue {
 // ---------------------------------------------------------------------------------------------
 // Commands
 // ---------------------------------------------------------------------------------------------
-
-/// Handlers of this type's commands, by table name.
-pub fn handler_for(name: &str) -> Option<Handler> {
-    Some(match name {
-        "sadd" => sadd,
-        "srem" => srem,
-        "smembers" => smembers,
-        "sismember" => sismember,
-        "smismember" => smismember,
-        "scard" => scard,
-        "spop" => spop,
-        "srandmember" => srandmember,
-        "smove" => smove,
-        "sinter" => sinter,
-        "sintercard" => sintercard,
-        "sinterstore" => sinterstore,
-        "sunion" => sunion,
-        "sunionstore" => sunionstore,
-        "sdiff" => sdiff,
-        "sdiffstore" => sdiffstore,
-        "sscan" => sscan,
-        _ => return None,
-    })
-}
 
 /// The set inside `v`, or WRONGTYPE.
 pub fn as_set(v: &Value) -> Result<&SetValue, CmdError> {

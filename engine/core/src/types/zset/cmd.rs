@@ -47,8 +47,8 @@ use super::{AddFlags, AddOutcome, MAX_LISTPACK_ENTRIES, ZSetValue, as_zset, as_z
 use crate::Engine;
 use crate::args::{self, int_arg};
 use crate::blocking;
-use crate::cmd::pubsub::{class, notify};
-use crate::dispatch::{Call, Handler};
+use crate::notify::{class, notify};
+use crate::call::Call;
 use crate::error::CmdError;
 use crate::keyspace::Keep;
 use crate::types::Value;
@@ -58,48 +58,6 @@ use crate::types::set::SetValue;
 const ERR_NAN: CmdError = CmdError::Static("ERR resulting score is not a number (NaN)");
 const ERR_NOT_FLOAT_RANGE: CmdError = CmdError::Static("ERR min or max is not a float");
 const ERR_LEX_RANGE: CmdError = CmdError::Static("ERR min or max not valid string range item");
-
-/// Handlers of this type's commands, by table name.
-pub fn handler_for(name: &str) -> Option<Handler> {
-    Some(match name {
-        "zadd" => zadd,
-        "zincrby" => zincrby,
-        "zrem" => zrem,
-        "zscore" => zscore,
-        "zmscore" => zmscore,
-        "zcard" => zcard,
-        "zcount" => zcount,
-        "zlexcount" => zlexcount,
-        "zrange" => zrange,
-        "zrangestore" => zrangestore,
-        "zrangebyscore" => zrangebyscore,
-        "zrevrangebyscore" => zrevrangebyscore,
-        "zrangebylex" => zrangebylex,
-        "zrevrangebylex" => zrevrangebylex,
-        "zrevrange" => zrevrange,
-        "zrank" => zrank,
-        "zrevrank" => zrevrank,
-        "zpopmin" => zpopmin,
-        "zpopmax" => zpopmax,
-        "zmpop" => zmpop,
-        "zremrangebyrank" => zremrangebyrank,
-        "zremrangebyscore" => zremrangebyscore,
-        "zremrangebylex" => zremrangebylex,
-        "zunion" => zunion,
-        "zinter" => zinter,
-        "zdiff" => zdiff,
-        "zunionstore" => zunionstore,
-        "zinterstore" => zinterstore,
-        "zdiffstore" => zdiffstore,
-        "zintercard" => zintercard,
-        "zrandmember" => zrandmember,
-        "zscan" => zscan,
-        "bzpopmin" => bzpopmin,
-        "bzpopmax" => bzpopmax,
-        "bzmpop" => bzmpop,
-        _ => return None,
-    })
-}
 
 // ---------------------------------------------------------------------------------------------
 // Reply helpers

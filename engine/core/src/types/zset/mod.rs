@@ -32,7 +32,6 @@ pub mod skiplist;
 
 use indexmap::IndexMap;
 
-use crate::dispatch::Handler;
 use crate::error::CmdError;
 use crate::types::Value;
 use skiplist::{Members, NIL, SkipList};
@@ -517,11 +516,6 @@ pub fn as_zset_mut(v: &mut Value) -> Result<&mut ZSetValue, CmdError> {
         Value::ZSet(z) => Ok(z),
         _ => Err(CmdError::WrongType),
     }
-}
-
-/// Handlers of this type's commands, by table name.
-pub fn handler_for(name: &str) -> Option<Handler> {
-    cmd::handler_for(name)
 }
 
 #[cfg(test)]

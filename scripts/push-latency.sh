@@ -16,7 +16,7 @@
 #               keychange of max(100, T) timed clients is timed. T=1 is a broadcast: every
 #               keychange to every client. Each run also prints the fan-out's CPU (% of one
 #               core, from /proc) and its socket writes (INFO wire_writes), µs per write.
-# The measuring client is proxy/examples/push_latency.rs. Figures: µs.
+# The measuring client is proxy/fanout/examples/push_latency.rs. Figures: µs.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N="${N:-10000}"
@@ -24,7 +24,7 @@ CLIENTS="${CLIENTS:-100 1000 2000 5000 10000}"
 TOPICS="${TOPICS:-1 100 C}"
 SECONDS_PER_RUN="${SECONDS_PER_RUN:-10}"
 # SKIP_BUILD=1 uses the binaries already built.
-[ -n "${SKIP_BUILD:-}" ] || { cargo build --release -q -p recached && cargo build --release -q -p recached-proxy --example push_latency; }
+[ -n "${SKIP_BUILD:-}" ] || { cargo build --release -q -p recached && cargo build --release -q -p recached-fanout --example push_latency; }
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 BIN="$TARGET_DIR/release/recached"
 PL="$TARGET_DIR/release/examples/push_latency"

@@ -1,4 +1,4 @@
-//! Fuzz target: the fan-out's WebSocket message handling (`recached_proxy::fanout::protocol`,
+//! Fuzz target: the fan-out's WebSocket message handling (`recached_fanout::protocol`,
 //! pure): browser messages in, prefix authorization, and messages out.
 //!
 //! Input layout: byte 0 picks a mode; the rest is the payload.
@@ -13,7 +13,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use recached_proxy::fanout::protocol::{self, ClientMsg, MAX_PREFIX_LEN, MAX_PREFIXES};
+use recached_fanout::protocol::{self, ClientMsg, MAX_PREFIX_LEN, MAX_PREFIXES};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, payload)) = data.split_first() else {

@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
+use recached_net::Slab;
 use resp::{Limits, RequestParser};
 
 use crate::backend::{Backend, CONNECT_TIMEOUT, Link};
@@ -88,52 +89,6 @@ impl Args for ParsedArgs<'_> {
     }
     fn arg(&self, i: usize) -> &[u8] {
         self.parser.arg(self.buf, i)
-    }
-}
-
-/// Clients (and dedicated connections) by token; a vacant entry's index is reused.
-pub(crate) struct Slab<T> {
-    entries: Vec<Option<T>>,
-    free: Vec<usize>,
-    pub(crate) len: usize,
-}
-
-impl<T> Slab<T> {
-    fn new() -> Self {
-        Slab {
-            entries: Vec::new(),
-            free: Vec::new(),
-            len: 0,
-        }
-    }
-    pub(crate) fn insert(&mut self, v: T) -> usize {
-        self.len += 1;
-        match self.free.pop() {
-            Some(i) => {
-                self.entries[i] = Some(v);
-                i
-            }
-            None => {
-                self.entries.push(Some(v));
-                self.entries.len() - 1
-            }
-        }
-    }
-    /// The index the next [`insert`](Self::insert) uses: a token can be registered first.
-    pub(crate) fn vacant_key(&self) -> usize {
-        self.free.last().copied().unwrap_or(self.entries.len())
-    }
-    fn get(&self, i: usize) -> Option<&T> {
-        self.entries.get(i).and_then(|e| e.as_ref())
-    }
-    pub(crate) fn get_mut(&mut self, i: usize) -> Option<&mut T> {
-        self.entries.get_mut(i).and_then(|e| e.as_mut())
-    }
-    pub(crate) fn remove(&mut self, i: usize) -> Option<T> {
-        let v = self.entries.get_mut(i)?.take()?;
-        self.free.push(i);
-        self.len -= 1;
-        Some(v)
     }
 }
 
@@ -180,7 +135,7 @@ impl Proxy {
         let poll = Poll::new()?;
         let listener = match listen {
             Some(addr) => {
-                let mut l = crate::tls::bind_listener(addr)?;
+                let mut l = recached_net::listen::bind(addr)?;
                 poll.registry()
                     .register(&mut l, LISTENER, Interest::READABLE)?;
                 Some(l)
@@ -189,7 +144,7 @@ impl Proxy {
         };
         let tls_listener = match tls {
             Some((addr, cfg)) => {
-                let mut l = crate::tls::bind_listener(addr)
+                let mut l = recached_net::listen::bind(addr)
                     .map_err(|e| io::Error::new(e.kind(), format!("TLS port {addr}: {e}")))?;
                 poll.registry()
                     .register(&mut l, TLS_LISTENER, Interest::READABLE)?;
@@ -362,7 +317,7 @@ impl Proxy {
         while let Some(result) = self.accept_one(tls) {
             match result {
                 Ok((mut stream, peer)) => {
-                    if self.clients.len >= self.limits.maxclients {
+                    if self.clients.len() >= self.limits.maxclients {
                         // A TLS client cannot be told in plaintext; it is just closed.
                         if !tls {
                             let _ = stream.write(b"-ERR max number of clients reached\r\n");
@@ -406,10 +361,10 @@ impl Proxy {
                         Interest::READABLE | Interest::WRITABLE,
                     ) {
                         log::warn!("proxy: register client: {e}");
-                        self.clients.remove(token);
+                        self.clients.try_remove(token);
                         continue;
                     }
-                    self.fleet.clients = self.clients.len;
+                    self.fleet.clients = self.clients.len();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -510,10 +465,7 @@ impl Proxy {
         let timeout = Duration::from_secs(self.limits.timeout);
         let limits = self.limits.client_output_buffer_limit;
         let now_us = now.duration_since(self.started).as_micros() as u64;
-        for token in 0..self.clients.entries.len() {
-            let Some(c) = self.clients.get_mut(token) else {
-                continue;
-            };
+        for (token, c) in self.clients.iter_mut() {
             let idle = !timeout.is_zero()
                 && now.duration_since(c.last_request) > timeout
                 && c.replies.pending_len() == 0
@@ -554,8 +506,9 @@ impl Proxy {
                 _ => {}
             }
         }
-        if self.dedicated.len > 0 {
-            for id in 0..self.dedicated.entries.len() {
+        if !self.dedicated.is_empty() {
+            // Every key is below the capacity; vacant ones are skipped by `get`.
+            for id in 0..self.dedicated.capacity() {
                 let late = self.dedicated.get(id).is_some_and(|d| {
                     d.connecting
                         .is_some_and(|since| now.duration_since(since) >= CONNECT_TIMEOUT)
@@ -655,7 +608,7 @@ impl Proxy {
     /// unavailable error, and a client whose transaction or subscriptions lived on it is
     /// disconnected after its pending replies (see `crate::dedicated`).
     fn fail_dedicated(&mut self, id: usize, why: &str) {
-        let Some(mut d) = self.dedicated.remove(id) else {
+        let Some(mut d) = self.dedicated.try_remove(id) else {
             return;
         };
         d.wire.close(self.poll.registry());
@@ -950,19 +903,19 @@ impl Proxy {
 
     fn close_finished(&mut self) {
         for token in std::mem::take(&mut self.to_close) {
-            if let Some(mut c) = self.clients.remove(token) {
+            if let Some(mut c) = self.clients.try_remove(token) {
                 let _ = self.poll.registry().deregister(&mut c.stream);
                 // In-flight waiters for this client are dropped on delivery (id check).
                 // Its dedicated connections close with it: an instance unblocks a BLPOP
                 // and drops the subscriptions of a connection that is gone.
                 for (_, id) in c.conns {
-                    if let Some(mut d) = self.dedicated.remove(id) {
+                    if let Some(mut d) = self.dedicated.try_remove(id) {
                         d.wire.close(self.poll.registry());
                     }
                 }
             }
         }
-        self.fleet.clients = self.clients.len;
+        self.fleet.clients = self.clients.len();
     }
 }
 

@@ -20,7 +20,9 @@ use crate::auth::Gate;
 use crate::backend::Backend;
 use crate::client::{Replies, Waiter};
 use crate::dedicated::{self, Dedicated, Lane};
-use crate::event_loop::{Slab, dedicated_token, mark};
+use recached_net::Slab;
+
+use crate::event_loop::{dedicated_token, mark};
 use crate::pubsub::{self, Kind};
 use crate::route::{self, Args, Fleet, Plan, Session};
 use crate::split::Merge;
@@ -93,7 +95,7 @@ pub(crate) fn handle<A: Args + ?Sized>(
             return Flow::Wait;
         }
         for (_, id) in me.conns.drain(..) {
-            if let Some(mut d) = ctx.dedicated.remove(id) {
+            if let Some(mut d) = ctx.dedicated.try_remove(id) {
                 d.wire.close(ctx.registry);
             }
         }
@@ -262,7 +264,7 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
     if me.conns.len() >= dedicated::MAX_PER_CLIENT {
         return Err(dedicated::limit_error(true));
     }
-    if ctx.dedicated.len >= dedicated::MAX_TOTAL {
+    if ctx.dedicated.len() >= dedicated::MAX_TOTAL {
         return Err(dedicated::limit_error(false));
     }
     // The slab index is the token, so reserve the entry before registering.

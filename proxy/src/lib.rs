@@ -1,5 +1,6 @@
 //! The recached proxy: routes each command by key to one of N RESP backends (recached
-//! engines or plain redis-servers), so clients see one server.
+//! engines or plain redis-servers), so clients see one server. (The WebSocket fan-out, the
+//! other relay, is the crate beside this one: `recached-fanout`, folder `proxy/fanout`.)
 //!
 //! ```text
 //!  clients ──► listener ──► Client (parser, reply slots) ──route──► Backend i (one shared,
@@ -57,7 +58,6 @@ mod client;
 mod dedicated;
 mod event_loop;
 mod exec;
-pub mod fanout;
 pub mod pubsub;
 pub mod route;
 pub mod split;
@@ -65,9 +65,10 @@ pub mod tls;
 pub mod tx;
 
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+
+use recached_net::listen::{listen_addr, resolve};
 
 /// Everything `recached proxy` needs.
 #[derive(Clone, Debug)]
@@ -91,24 +92,7 @@ pub struct ProxyOptions {
 ///
 /// Errors: no backends, an address that does not resolve, or the listening port is taken.
 pub fn run(opts: ProxyOptions) -> io::Result<()> {
-    until_signalled(|shutdown| run_until(opts, shutdown))
-}
-
-/// Runs `body` with a flag that SIGTERM/SIGINT set (the proxy's and the fan-out's loops check
-/// it at least every 100 ms); the handlers are removed when it returns.
-pub(crate) fn until_signalled(
-    body: impl FnOnce(Arc<AtomicBool>) -> io::Result<()>,
-) -> io::Result<()> {
-    let shutdown = Arc::new(AtomicBool::new(false));
-    let mut ids = Vec::new();
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        ids.push(signal_hook::flag::register(sig, Arc::clone(&shutdown))?);
-    }
-    let result = body(shutdown);
-    for id in ids {
-        signal_hook::low_level::unregister(id);
-    }
-    result
+    recached_net::signal::until_signalled(|shutdown| run_until(opts, shutdown))
 }
 
 /// Runs the proxy until `shutdown` is set (checked at least every 100 ms). For embedding
@@ -122,14 +106,14 @@ pub fn run_until(opts: ProxyOptions, shutdown: Arc<AtomicBool>) -> io::Result<()
     }
     let tls = if opts.tls.enabled() {
         let cfg = tls::server_config(&opts.tls)?;
-        Some((resolve(&bind_addr(&opts.bind, opts.tls.port))?, cfg))
+        Some((listen_addr(&opts.bind, opts.tls.port)?, cfg))
     } else {
         None
     };
     let listen = if opts.port == 0 && tls.is_some() {
         None
     } else {
-        Some(resolve(&bind_addr(&opts.bind, opts.port))?)
+        Some(listen_addr(&opts.bind, opts.port)?)
     };
     let backends = opts
         .backends
@@ -149,24 +133,4 @@ pub fn run_until(opts: ProxyOptions, shutdown: Arc<AtomicBool>) -> io::Result<()
         opts.backends.join(", ")
     );
     proxy.run()
-}
-
-fn bind_addr(bind: &str, port: u16) -> String {
-    if bind.contains(':') && !bind.starts_with('[') {
-        format!("[{bind}]:{port}")
-    } else {
-        format!("{bind}:{port}")
-    }
-}
-
-fn resolve(addr: &str) -> io::Result<SocketAddr> {
-    addr.to_socket_addrs()
-        .map_err(|e| io::Error::new(e.kind(), format!("{addr}: {e}")))?
-        .next()
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{addr}: no address found"),
-            )
-        })
 }

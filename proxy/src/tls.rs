@@ -1,11 +1,10 @@
 //! TLS on the proxy's client port, and the proxy's client limits.
 //!
-//! The rustls driver is the engine's own source file (`engine/server/src/tls.rs`, compiled
-//! into this crate too with `#[path]`, so the proxy does not link the engine's server crate
-//! and its global allocator): one socket read per batch decrypted from memory, plaintext
-//! handed to rustls only while its encrypted backlog is small. This module adapts it to the
-//! proxy's client buffers ([`crate::client::Client`]). Backend connections to the engines
-//! stay plain TCP: they are on loopback or a trusted network (docs/security-tls.md).
+//! The rustls driver is `recached-net`'s (shared with the engine and the fan-out): one
+//! socket read per batch decrypted from memory, plaintext handed to rustls only while its
+//! encrypted backlog is small. This module adapts it to the proxy's client buffers
+//! ([`crate::client::Client`]). Backend connections to the engines stay plain TCP: they are
+//! on loopback or a trusted network (docs/security-tls.md).
 //!
 //! [`ProxyLimits`] carries the Redis-named limits the proxy enforces on its own clients:
 //! `maxclients`, `client-query-buffer-limit`, `proto-max-bulk-len`, the pub/sub class of
@@ -14,25 +13,9 @@
 //! (`event_loop`: parsing stops while 16 MB of replies are unsent), plus the normal class's
 //! limits if an operator sets them.
 
-#[path = "../../engine/server/src/tls.rs"]
-mod driver;
-
-pub use driver::{
+pub use recached_net::tls::{
     AuthClients, PlainSink, SCRATCH_LEN, TlsConn, TlsOptions, TlsRead, server_config,
 };
-
-use std::io;
-use std::net::SocketAddr;
-
-/// A non-blocking listener with Redis's listen queue of 511 (`tcp-backlog`; the engine's
-/// `budget::TCP_BACKLOG`, whose docs give the reason); mio's own is 128.
-pub fn bind_listener(addr: SocketAddr) -> io::Result<mio::net::TcpListener> {
-    use nix::sys::socket::{Backlog, listen};
-    let listener = mio::net::TcpListener::bind(addr)?;
-    let backlog = Backlog::new(511).unwrap_or(Backlog::MAXCONN);
-    listen(&listener, backlog).map_err(io::Error::from)?;
-    Ok(listener)
-}
 
 use engine_core::cmd::server::OutputLimits;
 

@@ -1,5 +1,5 @@
 //! `recached fanout`: the WebSocket fan-out to browser replicas, in the foreground
-//! (`recached_proxy::fanout`; wire protocol in docs/browser-protocol.md).
+//! (`recached_fanout`; wire protocol in docs/browser-protocol.md).
 //!
 //! Settings come from flags, else the config file (`bind`, `fanout_port`, `fanout_tokens`,
 //! `[tls]` with its `fanout_port`), else the defaults. `recached start` runs it with
@@ -61,13 +61,13 @@ pub struct FanoutArgs {
 
 pub fn run(args: FanoutArgs) -> Result<ExitCode> {
     let file = config::load(args.config.as_deref())?;
-    let defaults = recached_proxy::fanout::FanoutOptions::default();
+    let defaults = recached_fanout::FanoutOptions::default();
     let tokens = args
         .tokens
         .or_else(|| (!file.fanout_tokens.is_empty()).then(|| PathBuf::from(&file.fanout_tokens)));
     let tls = crate::tls_limits::tls_options(&file, &args.tls, file.tls.fanout_port)
         .map_err(|e| format!("fanout: {e}"))?;
-    let opts = recached_proxy::fanout::FanoutOptions {
+    let opts = recached_fanout::FanoutOptions {
         port: args
             .port
             .or(file.fanout_port)
@@ -78,11 +78,11 @@ pub fn run(args: FanoutArgs) -> Result<ExitCode> {
         wasm: args.wasm,
         heartbeat_ms: args.heartbeat_ms,
         queue_bytes: args.queue_bytes.unwrap_or(defaults.queue_bytes),
-        tls: crate::tls_limits::for_proxy(tls),
+        tls,
         total_queue_bytes: args.total_queue_bytes.unwrap_or(defaults.total_queue_bytes),
         flush_delay_us: args.flush_delay_us.unwrap_or(defaults.flush_delay_us),
         ..defaults
     };
-    recached_proxy::fanout::run_fanout(opts).map_err(|e| format!("fanout: {e}"))?;
+    recached_fanout::run_fanout(opts).map_err(|e| format!("fanout: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }

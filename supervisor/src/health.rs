@@ -23,7 +23,6 @@
 //! ignored. An invalid file is refused as a whole and nothing changes.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use resp::Value;
@@ -33,19 +32,9 @@ use crate::reply::ReplyReader;
 
 /// Whether `host:port` answers a PING with a complete reply line within `timeout`.
 pub fn ping(host: &str, port: u16, timeout: Duration) -> bool {
-    let Some(addr) = (host, port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-    else {
+    let Ok(mut s) = recached_net::listen::connect(host, port, timeout) else {
         return false;
     };
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, timeout) else {
-        return false;
-    };
-    if s.set_read_timeout(Some(timeout)).is_err() || s.set_write_timeout(Some(timeout)).is_err() {
-        return false;
-    }
     if s.write_all(b"PING\r\n").is_err() {
         return false;
     }
@@ -85,19 +74,7 @@ pub fn push_settings(
     timeout: Duration,
 ) -> Vec<String> {
     let mut failed = Vec::new();
-    let Some(addr) = (host, port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-    else {
-        return vec![format!("{host}:{port}: address does not resolve")];
-    };
-    let conn = TcpStream::connect_timeout(&addr, timeout).and_then(|s| {
-        s.set_read_timeout(Some(timeout))?;
-        s.set_write_timeout(Some(timeout))?;
-        Ok(s)
-    });
-    let mut s = match conn {
+    let mut s = match recached_net::listen::connect(host, port, timeout) {
         Ok(s) => s,
         Err(e) => return vec![format!("{host}:{port}: {e}")],
     };

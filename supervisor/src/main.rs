@@ -31,7 +31,7 @@
 //!   [`state::RunState`]).
 //! - [`health`]: the supervisor's PING health checks and SIGHUP reload.
 //! - [`metrics`]: the supervisor's Prometheus endpoint (a thread, not a child).
-//! - [`fanout`]: `recached fanout` — flags and config for `recached_proxy::fanout`.
+//! - [`fanout`]: `recached fanout` — flags and config for `recached_fanout`.
 //! - [`status`]: `recached stop` / `recached status`.
 //! - [`reply`]: reading RESP replies over a blocking socket, for `status`, `metrics` and `health`.
 //! - [`auth`], [`tls_limits`]: the security sections of the config and their flags.
@@ -335,7 +335,7 @@ fn run_proxy(
         port: port.unwrap_or(file.proxy_port),
         bind: bind.unwrap_or(file.bind.clone()),
         backends,
-        tls: tls_limits::for_proxy(tls),
+        tls,
         limits,
         auth: recached_proxy::auth::ProxyAuth {
             acl: auth::proxy_acl(&file),

@@ -40,7 +40,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -203,10 +203,7 @@ fn scrape(dir: &Path) -> Vec<ChildFigures> {
 /// One INFO round trip, after `login` (an `AUTH` request) if given; `None` on any failure or
 /// timeout, `Some("")` for an error reply (a refused login included).
 fn fetch_info(host: &str, port: u16, login: Option<Vec<u8>>, request: &[&str]) -> Option<String> {
-    let addr = (host, port).to_socket_addrs().ok()?.next()?;
-    let mut stream = TcpStream::connect_timeout(&addr, CHILD_TIMEOUT).ok()?;
-    stream.set_read_timeout(Some(CHILD_TIMEOUT)).ok()?;
-    stream.set_write_timeout(Some(CHILD_TIMEOUT)).ok()?;
+    let mut stream = recached_net::listen::connect(host, port, CHILD_TIMEOUT).ok()?;
     let mut r = ReplyReader::new(stream.try_clone().ok()?, MAX_INFO);
     if let Some(login) = login {
         stream.write_all(&login).ok()?;

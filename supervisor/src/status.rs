@@ -34,7 +34,6 @@
 //! note on stderr says which credential to give.
 
 use std::io::Write;
-use std::net::{TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -370,10 +369,7 @@ fn is_auth_error(e: &str) -> bool {
 /// [`AUTH`, ] PING, DBSIZE, INFO memory in one pipeline; `None` if the port does not
 /// answer at all. `login`: an AUTH command to send first.
 fn probe(host: &str, port: u16, login: Option<&[u8]>) -> Option<Probe> {
-    let addr = (host, port).to_socket_addrs().ok()?.next()?;
-    let mut stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).ok()?;
-    stream.set_read_timeout(Some(PROBE_TIMEOUT)).ok()?;
-    stream.set_write_timeout(Some(PROBE_TIMEOUT)).ok()?;
+    let mut stream = recached_net::listen::connect(host, port, PROBE_TIMEOUT).ok()?;
     let mut req = login.unwrap_or_default().to_vec();
     for cmd in [&["PING"][..], &["DBSIZE"], &["INFO", "memory"]] {
         resp::encode_request(&mut req, cmd);

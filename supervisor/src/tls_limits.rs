@@ -25,7 +25,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use engine_core::cmd::server::OutputLimits;
-use recached_server::tls::{AuthClients, TlsOptions};
+use recached_net::tls::{AuthClients, TlsOptions};
 use serde::Deserialize;
 
 use crate::config::{FileConfig, Size};
@@ -225,23 +225,6 @@ pub fn tls_options(
         return Err("TLS needs --tls-cert-file and --tls-key-file (or [tls] in the config)".into());
     }
     Ok(opts)
-}
-
-/// The same options as the proxy's type (the proxy compiles its own copy of the TLS driver,
-/// so the types are distinct).
-pub fn for_proxy(o: TlsOptions) -> recached_proxy::tls::TlsOptions {
-    use recached_proxy::tls::AuthClients as P;
-    recached_proxy::tls::TlsOptions {
-        port: o.port,
-        cert_file: o.cert_file,
-        key_file: o.key_file,
-        ca_cert_file: o.ca_cert_file,
-        auth_clients: match o.auth_clients {
-            AuthClients::No => P::No,
-            AuthClients::Yes => P::Yes,
-            AuthClients::Optional => P::Optional,
-        },
-    }
 }
 
 /// Applies `[limits]` and the limit flags to an engine's settings.

@@ -1,5 +1,5 @@
 //! The fan-out's cap on all browsers' queued bytes together (issue 5, `--total-queue-bytes`,
-//! proxy/src/fanout/server.rs *Queues*): one engine, `recached fanout` with a 16 MB total cap
+//! proxy/fanout/src/server/queue.rs *Queues*): one engine, `recached fanout` with a 16 MB total cap
 //! and a per-browser `--queue-bytes` of 8 MB (larger than cap / browsers, so the total cap is
 //! what binds), and WebSocket subscribers that complete the subscribe handshake
 //! (docs/browser-protocol.md: `hello`, `subscribed`, `must-refetch` `initial`, `snapshot`,
@@ -318,7 +318,7 @@ fn write_keys(port: u16, range: std::ops::Range<usize>, prefix: &str, keys: usiz
     }
 }
 
-/// The fan-out's ring of recent effects (proxy/src/fanout/feed.rs `RING_BYTES`: 64 MiB of
+/// The fan-out's ring of recent effects (proxy/fanout/src/feed.rs `RING_BYTES`: 64 MiB of
 /// effect arguments), which the queue cap does not cover.
 const RING_BYTES: usize = 64 << 20;
 /// What the fan-out may hold beyond its queues and ring: per browser up to one chunk plus one

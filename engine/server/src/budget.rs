@@ -12,12 +12,6 @@
 /// (Redis `MAX_ACCEPTS_PER_CALL` = 1000).
 pub const ACCEPT_BATCH: usize = 1000;
 
-/// Listen queue of every listening socket (Redis `tcp-backlog` 511; the kernel caps it at
-/// `net.core.somaxconn`). mio and std use 128, which a connection storm overflows whenever
-/// the loop is descheduled for a few milliseconds: each dropped SYN costs its client a 1 s
-/// retransmission.
-pub const TCP_BACKLOG: i32 = 511;
-
 /// Initial read buffer of a connection, allocated on its first read. Large enough for a
 /// pipelined batch of small commands in one `read` (Redis `PROTO_IOBUF_LEN` = 16 KB).
 pub const READ_CHUNK: usize = 16 * 1024;

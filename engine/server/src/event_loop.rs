@@ -47,9 +47,9 @@ use log::{debug, info, warn};
 use mio::event::Event;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
+use recached_net::Slab;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook_mio::v1_0::Signals;
-use slab::Slab;
 
 use crate::budget::{ACCEPT_BATCH, EVENTS_CAPACITY, READ_BUDGET_PER_TURN};
 use crate::conn::{Batch, CloseReason, Conn, ReadOutcome};

@@ -13,7 +13,8 @@
 //! - [`budget`]: every named bound of the loop (accept batch, read budget, query buffer limit,
 //!   output high-water mark) with its reason.
 //! - [`host`]: the clock (Unix µs, read once per iteration) and RSS.
-//! - [`tls`]: the TLS port (rustls driven by hand over mio; docs/security-tls.md).
+//! - [`tls`]: the TLS port: `recached-net`'s rustls driver and settings, re-exported
+//!   (docs/security-tls.md). Listeners and their queue are `recached_net::listen`'s too.
 //! - [`snapshot`]: load at start, SAVE/BGSAVE (fork), periodic and shutdown saves
 //!   (docs/persistence.md).
 //!
@@ -26,15 +27,15 @@ pub mod conn;
 pub mod event_loop;
 pub mod host;
 pub mod snapshot;
-pub mod tls;
+pub use recached_net::tls;
 
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
 use engine_core::{Engine, HostInfo};
 use log::info;
 use mio::net::TcpListener;
+use recached_net::listen;
 
 /// Everything `recached server` needs; the `recached` binary fills it from flags and the
 /// TOML config (config parsing lives in the binary, not here).
@@ -72,27 +73,6 @@ impl Default for ServerOptions {
     }
 }
 
-/// Resolves `bind` (an IP address or a host name) with `port` to the first socket address.
-fn listen_addr(bind: &str, port: u16) -> io::Result<SocketAddr> {
-    (bind, port).to_socket_addrs()?.next().ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("bind address {bind:?} resolves to nothing"),
-        )
-    })
-}
-
-/// A non-blocking listener on `addr` with Redis's listen queue ([`budget::TCP_BACKLOG`]).
-/// mio sets SO_REUSEADDR and close-on-exec (also on accepted sockets); `listen` is called
-/// again to raise its queue of 128, which Linux allows on a listening socket.
-pub fn bind_listener(addr: SocketAddr) -> io::Result<TcpListener> {
-    use nix::sys::socket::{Backlog, listen};
-    let listener = TcpListener::bind(addr)?;
-    let backlog = Backlog::new(budget::TCP_BACKLOG).unwrap_or(Backlog::MAXCONN);
-    listen(&listener, backlog).map_err(io::Error::from)?;
-    Ok(listener)
-}
-
 /// Runs the engine in the foreground until SIGTERM/SIGINT (then returns `Ok(())`).
 ///
 /// Errors: the bind address does not resolve or cannot be bound (e.g. port in use), or the
@@ -108,11 +88,7 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
     } else {
         None
     };
-    let bind = |port: u16| -> io::Result<TcpListener> {
-        let addr = listen_addr(&opts.bind, port)?;
-        bind_listener(addr)
-            .map_err(|e| io::Error::new(e.kind(), format!("Could not bind {addr}: {e}")))
-    };
+    let bind = |port: u16| -> io::Result<TcpListener> { listen::bind_on(&opts.bind, port) };
     let listener = if opts.port == 0 && tls_config.is_some() {
         None
     } else {

@@ -1,5 +1,6 @@
-//! TLS on RESP ports: rustls (ring provider) driven by hand over non-blocking mio sockets, so
-//! the loop keeps its own buffers, batching and backpressure (docs/security-tls.md).
+//! TLS on every server port (engine, proxy, fan-out): rustls (ring provider) driven by hand
+//! over non-blocking mio sockets, so the loop keeps its own buffers, batching and
+//! backpressure (docs/security-tls.md).
 //!
 //! # Settings (Redis names)
 //!
@@ -78,7 +79,7 @@ impl AuthClients {
     }
 }
 
-/// The TLS settings of one role (engine or proxy). `port == 0`: no TLS listener.
+/// The TLS settings of one role (engine, proxy or fan-out). `port == 0`: no TLS listener.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TlsOptions {
     pub port: u16,

@@ -100,12 +100,10 @@ fn latency(args: &[String]) {
     let mut lat = Vec::with_capacity(n);
     for i in 0..n + warmup {
         let val = i.to_string();
-        let cmd = format!(
-            "*3\r\n$3\r\nSET\r\n$5\r\nlat:k\r\n${}\r\n{val}\r\n",
-            val.len()
-        );
+        let mut cmd = Vec::new();
+        resp::encode_request(&mut cmd, &["SET", "lat:k", &val]);
         let t0 = Instant::now();
-        resp.write_all(cmd.as_bytes()).unwrap();
+        resp.write_all(&cmd).unwrap();
         let want = format!("\"{val}\"]");
         loop {
             match ws.read().unwrap() {
@@ -373,12 +371,9 @@ fn fanout(args: &[String]) {
             }
             let v = unix_us().to_string();
             let key = format!("fan:{}:k", i % topics as u64);
-            let cmd = format!(
-                "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{v}\r\n",
-                key.len(),
-                v.len()
-            );
-            s.write_all(cmd.as_bytes()).unwrap();
+            let mut cmd = Vec::new();
+            resp::encode_request(&mut cmd, &["SET", &key, &v]);
+            s.write_all(&cmd).unwrap();
         }
         reader.join().unwrap();
     });

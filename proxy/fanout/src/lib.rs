@@ -17,11 +17,19 @@
 //!   parsing browser messages, building fan-out messages, prefix rules. Pure.
 //! - [`feed`]: one engine's feed link (the RESP side: `FEED SUBSCRIBE`, `FEED SNAPSHOT`,
 //!   docs/feed.md), its messages, effect scopes from the command table, the ring.
-//! - `http`: static assets and the upgrade request on the same port.
+//! - `http`: static assets (compiled in from `recached-www`, the crate that owns them) and
+//!   the upgrade request on the same port.
 //! - `server`: the mio loop, browsers, snapshots, resume, resync, heartbeats.
 //! - `tls`: the connection type, plain TCP or TLS ([`FanoutOptions::tls`]): HTTPS and
 //!   wss:// on a TLS port, alongside the plain port or instead of it (`port` 0 with a TLS
 //!   port, as Redis's `port 0`). Same pages, protocol, tokens and limits on both.
+//!
+//! # Dependencies
+//!
+//! `resp` (the feed's RESP), `engine-core` (the command table and its key extractor, for
+//! effect scopes), `recached-net` (listeners, the TLS driver, the shutdown flag) and
+//! `recached-www` (the web assets). It sits beside the proxy (`proxy/`, both are relays)
+//! without depending on it.
 //!
 //! # Guarantees (DESIGN.md, "Keychange feed and browser replicas")
 //!
@@ -51,10 +59,12 @@ mod tls;
 
 use std::collections::BTreeMap;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+
+use recached_net::listen::{listen_addr, resolve};
 
 /// Everything `recached fanout` needs.
 #[derive(Clone, Debug)]
@@ -85,14 +95,14 @@ pub struct FanoutOptions {
     /// Pacing of broadcast flush rounds, µs: when more than 32 browsers have output and most
     /// were written in the previous round too, they are written at most once per this
     /// period, so keychanges arriving meanwhile share one write per browser (0 = every loop
-    /// iteration). See server.rs, *Pacing*.
+    /// iteration). See server/queue.rs, *Pacing*.
     pub flush_delay_us: u64,
     /// Most browser and HTTP connections at once (both ports together); more are closed on
     /// accept.
     pub max_connections: usize,
     /// HTTPS + wss:// (`--tls-port`, `--tls-cert-file`, …, the engines' names); `port` 0 =
     /// none. Client certificates are checked as on the engines (`tls_auth_clients`).
-    pub tls: crate::tls::TlsOptions,
+    pub tls: recached_net::tls::TlsOptions,
 }
 
 impl Default for FanoutOptions {
@@ -110,7 +120,7 @@ impl Default for FanoutOptions {
             total_queue_bytes: 1 << 30,
             flush_delay_us: 2_000,
             max_connections: 16_000,
-            tls: crate::tls::TlsOptions::default(),
+            tls: recached_net::tls::TlsOptions::default(),
         }
     }
 }
@@ -152,7 +162,7 @@ pub fn parse_tokens(text: &str) -> Result<Tokens, String> {
 
 /// Runs the fan-out in the foreground until SIGTERM/SIGINT.
 pub fn run_fanout(opts: FanoutOptions) -> io::Result<()> {
-    crate::until_signalled(|shutdown| run_fanout_until(opts, shutdown))
+    recached_net::signal::until_signalled(|shutdown| run_fanout_until(opts, shutdown))
 }
 
 /// Runs the fan-out until `shutdown` is set (checked at least every 100 ms).
@@ -191,8 +201,8 @@ pub fn bind_fanout(opts: FanoutOptions, shutdown: Arc<AtomicBool>) -> io::Result
         None => None,
     };
     let tls = if opts.tls.enabled() {
-        let cfg = crate::tls::server_config(&opts.tls)?;
-        Some((resolve(&crate::bind_addr(&opts.bind, opts.tls.port))?, cfg))
+        let cfg = recached_net::tls::server_config(&opts.tls)?;
+        Some((listen_addr(&opts.bind, opts.tls.port)?, cfg))
     } else {
         None
     };
@@ -200,14 +210,17 @@ pub fn bind_fanout(opts: FanoutOptions, shutdown: Arc<AtomicBool>) -> io::Result
     let listen = if opts.port == 0 && tls.is_some() {
         None
     } else {
-        Some(resolve(&crate::bind_addr(&opts.bind, opts.port))?)
+        Some(listen_addr(&opts.bind, opts.port)?)
     };
     let engines = opts
         .engines
         .iter()
         .map(|e| resolve(e))
         .collect::<io::Result<Vec<_>>>()?;
-    let wasm = opts.wasm.clone().unwrap_or_else(http::default_wasm_path);
+    let wasm = opts
+        .wasm
+        .clone()
+        .unwrap_or_else(recached_www::default_wasm_path);
     let plain = listen.is_some();
     let server = server::Server::new(listen, tls, engines, tokens, wasm, &opts, shutdown)?;
     let mut urls = Vec::new();
@@ -229,18 +242,6 @@ pub fn bind_fanout(opts: FanoutOptions, shutdown: Arc<AtomicBool>) -> io::Result
         }
     );
     Ok(Fanout(server))
-}
-
-fn resolve(addr: &str) -> io::Result<SocketAddr> {
-    addr.to_socket_addrs()
-        .map_err(|e| io::Error::new(e.kind(), format!("{addr}: {e}")))?
-        .next()
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{addr}: no address found"),
-            )
-        })
 }
 
 #[cfg(test)]

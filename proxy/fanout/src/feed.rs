@@ -46,7 +46,7 @@ use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use resp::{Limits, RequestParser};
 
-use super::protocol;
+use crate::protocol;
 
 /// Most effects the ring keeps per engine.
 pub const RING_EFFECTS: usize = 100_000;
@@ -362,14 +362,7 @@ impl Link {
 
     /// Queues a command (RESP multibulk) and tries to write it.
     pub fn send(&mut self, argv: &[&[u8]]) {
-        self.wbuf
-            .extend_from_slice(format!("*{}\r\n", argv.len()).as_bytes());
-        for a in argv {
-            self.wbuf
-                .extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            self.wbuf.extend_from_slice(a);
-            self.wbuf.extend_from_slice(b"\r\n");
-        }
+        resp::encode_request(&mut self.wbuf, argv);
         let _ = self.flush();
     }
 
@@ -566,10 +559,8 @@ mod tests {
     use super::*;
 
     fn resp(parts: &[&str]) -> Vec<u8> {
-        let mut v = format!("*{}\r\n", parts.len()).into_bytes();
-        for p in parts {
-            v.extend_from_slice(format!("${}\r\n{p}\r\n", p.len()).as_bytes());
-        }
+        let mut v = Vec::new();
+        resp::encode_request(&mut v, parts);
         v
     }
 

@@ -7,27 +7,14 @@
 
 use std::io::{self, Read, Write};
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Largest request head accepted, bytes.
 pub const MAX_HEAD: usize = 8 * 1024;
 
-/// The text assets, compiled in (so the fan-out serves the page with no files around).
-const INDEX_HTML: &str = include_str!("../../../wasm/www/index.html");
-const DEMO_JS: &str = include_str!("../../../wasm/www/demo.js");
-const DEMO_CSS: &str = include_str!("../../../wasm/www/demo.css");
-const RECACHED_JS: &str = include_str!("../../../wasm/www/recached.js");
-
-/// Where the module file is, unless `--wasm` says otherwise: scripts/build-wasm.sh's output.
-pub fn default_wasm_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("RECACHED_WASM") {
-        return PathBuf::from(p);
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("www/recached.wasm")
-}
+// The text assets are compiled in by the crate that owns them (`recached-www`), so the
+// fan-out serves the page with no files around.
+use recached_www::{DEMO_CSS, DEMO_JS, INDEX_HTML, RECACHED_JS};
 
 /// A parsed request head.
 #[derive(Debug)]

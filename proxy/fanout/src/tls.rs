@@ -5,8 +5,8 @@
 //! browsers' WebSocket run over either unchanged: the TLS port behaves exactly like the
 //! plain one (tokens, limits, heartbeats, bounded queues), with encryption underneath.
 //!
-//! The rustls driver is the engines' ([`crate::tls::TlsConn`], the source file of
-//! `engine/server/src/tls.rs`); this module only adapts it to `std::io`:
+//! The rustls driver is every role's ([`recached_net::tls::TlsConn`]); this module only
+//! adapts it to `std::io`:
 //!
 //! ```text
 //!  read(out)  ─► decrypted bytes left over? copy them ─► else one socket read of ciphertext
@@ -36,7 +36,7 @@ use mio::event::Source;
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
-use crate::tls::{PlainSink, SCRATCH_LEN, TlsConn, TlsRead};
+use recached_net::tls::{PlainSink, SCRATCH_LEN, TlsConn, TlsRead};
 
 thread_local! {
     /// Ciphertext of one socket read; emptied before [`TlsStream::read`] returns, so every

@@ -1,0 +1,126 @@
+//! Listening sockets and address resolution.
+//!
+//! Shapes: a bind address is an IP address or a host name without a port (`--bind`,
+//! `127.0.0.1`, `::`, `localhost`); a peer is `host:port` (`[::1]:6400` for IPv6). Ports are
+//! TCP port numbers; 0 asks the kernel for a free one (read it back with `local_addr`).
+//! Resolution takes the first address the system resolver returns, as redis-server and
+//! redis-cli do.
+//!
+//! Errors are `io::Error`s whose message names the address, since they end a role's start
+//! and an operator reads them in the log: "bind address \"x\" resolves to nothing",
+//! "x:1: no address found", "Could not bind 127.0.0.1:6400: Address already in use".
+
+use std::io;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use mio::net::TcpListener;
+
+/// Listen queue of every listening socket (Redis `tcp-backlog` 511; the kernel caps it at
+/// `net.core.somaxconn`). mio and std use 128, which a connection storm overflows whenever
+/// the loop is descheduled for a few milliseconds: each dropped SYN costs its client a 1 s
+/// retransmission.
+pub const TCP_BACKLOG: i32 = 511;
+
+/// A non-blocking listener on `addr` with the listen queue [`TCP_BACKLOG`]. mio sets
+/// SO_REUSEADDR and close-on-exec (also on accepted sockets); `listen` is called again to
+/// raise its queue of 128, which Linux allows on a listening socket.
+///
+/// Errors: the address cannot be bound (in use, not local, no permission).
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    use nix::sys::socket::{Backlog, listen};
+    let listener = TcpListener::bind(addr)?;
+    let backlog = Backlog::new(TCP_BACKLOG).unwrap_or(Backlog::MAXCONN);
+    listen(&listener, backlog).map_err(io::Error::from)?;
+    Ok(listener)
+}
+
+/// [`bind`] on `bind` (an IP address or host name) and `port`, with the address in the
+/// error: "Could not bind 127.0.0.1:6400: Address already in use" (redis-server's words).
+pub fn bind_on(bind_addr: &str, port: u16) -> io::Result<TcpListener> {
+    let addr = listen_addr(bind_addr, port)?;
+    bind(addr).map_err(|e| io::Error::new(e.kind(), format!("Could not bind {addr}: {e}")))
+}
+
+/// Resolves `bind` (an IP address or a host name, IPv6 without brackets) with `port` to the
+/// first socket address.
+pub fn listen_addr(bind: &str, port: u16) -> io::Result<SocketAddr> {
+    let host = bind
+        .strip_prefix('[')
+        .and_then(|b| b.strip_suffix(']'))
+        .unwrap_or(bind);
+    (host, port).to_socket_addrs()?.next().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bind address {bind:?} resolves to nothing"),
+        )
+    })
+}
+
+/// Resolves a peer given as `host:port` (an engine, a backend) to its first address.
+pub fn resolve(addr: &str) -> io::Result<SocketAddr> {
+    addr.to_socket_addrs()
+        .map_err(|e| io::Error::new(e.kind(), format!("{addr}: {e}")))?
+        .next()
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{addr}: no address found"),
+            )
+        })
+}
+
+/// A blocking connection to `host` and `port` within `timeout`, with `timeout` as its read
+/// and write timeout too: the supervisor's health checks and probes, which must never hang
+/// on a stopped child.
+pub fn connect(host: &str, port: u16, timeout: Duration) -> io::Result<TcpStream> {
+    // Any resolver failure reads the same: the caller prefixes `host:port`.
+    let unresolved = || io::Error::new(io::ErrorKind::InvalidInput, "address does not resolve");
+    let addr = (host, port)
+        .to_socket_addrs()
+        .map_err(|_| unresolved())?
+        .next()
+        .ok_or_else(unresolved)?;
+    let s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        assert_eq!(
+            listen_addr("127.0.0.1", 6400).unwrap(),
+            "127.0.0.1:6400".parse().unwrap()
+        );
+        assert_eq!(listen_addr("::1", 1).unwrap(), "[::1]:1".parse().unwrap());
+        assert_eq!(listen_addr("[::1]", 1).unwrap(), "[::1]:1".parse().unwrap());
+        assert_eq!(
+            resolve("127.0.0.1:7").unwrap(),
+            "127.0.0.1:7".parse().unwrap()
+        );
+        assert!(
+            resolve("127.0.0.1")
+                .unwrap_err()
+                .to_string()
+                .contains("127.0.0.1")
+        );
+    }
+
+    #[test]
+    fn binds_with_the_address_in_the_error() {
+        let l = bind_on("127.0.0.1", 0).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let e = bind_on("127.0.0.1", port).unwrap_err();
+        assert!(
+            e.to_string().starts_with("Could not bind 127.0.0.1:"),
+            "{e}"
+        );
+        let s = connect("127.0.0.1", port, Duration::from_secs(1)).unwrap();
+        assert_eq!(s.read_timeout().unwrap(), Some(Duration::from_secs(1)));
+    }
+}

@@ -7,10 +7,11 @@
 //! graph (`recached` → `recached-fanout` → this crate), not through a path across crates.
 //! Each constant is the file's text, UTF-8.
 //!
-//! The WebAssembly module itself is not compiled in: it is the `recached-wasm` crate built
-//! for `wasm32-unknown-unknown` by scripts/build-wasm.sh, a separate cargo build that a
-//! native build cannot run. The fan-out reads it at request time from the path
-//! [`default_wasm_path`] names unless `--wasm PATH` says otherwise.
+//! The WebAssembly module is compiled in too ([`RECACHED_WASM`]): `build.rs` builds the
+//! `recached-wasm` crate for `wasm32-unknown-unknown` in a nested cargo build. Where that
+//! cannot run it is empty, and the fan-out reads the module from the file
+//! [`default_wasm_path`] names; `--wasm PATH` or `RECACHED_WASM` always take precedence (a
+//! module rebuilt by scripts/build-wasm.sh is served without relinking).
 
 use std::path::{Path, PathBuf};
 
@@ -23,16 +24,26 @@ pub const DEMO_CSS: &str = include_str!("demo.css");
 /// `GET /recached.js`: the replica's ES module.
 pub const RECACHED_JS: &str = include_str!("recached.js");
 
-/// Where `/recached.wasm` is read from unless `--wasm` names a file: `RECACHED_WASM` if set,
+/// `GET /recached.wasm`: the replica module built by `build.rs`; empty when it could not be
+/// built (then [`default_wasm_path`] is read).
+pub const RECACHED_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/recached.wasm"));
+
+/// The file `/recached.wasm` is read from when [`RECACHED_WASM`] is empty and `--wasm` names
+/// no file: `RECACHED_WASM` if set,
 /// else scripts/build-wasm.sh's output, `<target>/www/recached.wasm`, with `<target>` the
 /// `CARGO_TARGET_DIR` at run time or this workspace's `target/` (fixed at build time, so an
 /// installed binary moved off this machine needs `--wasm` or `RECACHED_WASM`).
 pub fn default_wasm_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("RECACHED_WASM") {
-        return PathBuf::from(p);
+    if let Some(p) = wasm_override() {
+        return p;
     }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
     target.join("www/recached.wasm")
+}
+
+/// `RECACHED_WASM`, when set: a module file served instead of the embedded one.
+pub fn wasm_override() -> Option<PathBuf> {
+    std::env::var_os("RECACHED_WASM").map(PathBuf::from)
 }

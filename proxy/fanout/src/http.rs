@@ -7,7 +7,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::PathBuf;
 
 /// Largest request head accepted, bytes.
 pub const MAX_HEAD: usize = 8 * 1024;
@@ -77,8 +77,32 @@ pub fn origin_is_loopback(origin: &str) -> bool {
         || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Where `/recached.wasm` comes from.
+#[derive(Clone, Debug)]
+pub enum WasmModule {
+    /// Compiled into the binary (`recached_www::RECACHED_WASM`).
+    Embedded(&'static [u8]),
+    /// Read from this file at each request (`--wasm`, `RECACHED_WASM`, or scripts/build-wasm.sh's
+    /// output when the binary has none embedded).
+    File(PathBuf),
+}
+
+impl WasmModule {
+    /// `--wasm PATH` or `RECACHED_WASM` if given, else the embedded module, else the file
+    /// scripts/build-wasm.sh writes.
+    pub fn choose(flag: Option<PathBuf>) -> WasmModule {
+        match flag.or_else(recached_www::wasm_override) {
+            Some(path) => WasmModule::File(path),
+            None if !recached_www::RECACHED_WASM.is_empty() => {
+                WasmModule::Embedded(recached_www::RECACHED_WASM)
+            }
+            None => WasmModule::File(recached_www::default_wasm_path()),
+        }
+    }
+}
+
 /// A complete response for a plain HTTP request (never the upgrade).
-pub fn respond(head: &Head, wasm_path: &Path) -> Vec<u8> {
+pub fn respond(head: &Head, wasm: &WasmModule) -> Vec<u8> {
     if head.method != "GET" && head.method != "HEAD" {
         return status(405, "Method Not Allowed");
     }
@@ -90,15 +114,18 @@ pub fn respond(head: &Head, wasm_path: &Path) -> Vec<u8> {
             "text/javascript; charset=utf-8",
             RECACHED_JS.as_bytes().into(),
         ),
-        "/recached.wasm" => match std::fs::read(wasm_path) {
-            Ok(b) => ("application/wasm", b.into()),
-            Err(e) => {
-                log::warn!(
-                    "fanout: cannot read {} ({e}); build it with scripts/build-wasm.sh",
-                    wasm_path.display()
-                );
-                return status(404, "Not Found (recached.wasm is not built)");
-            }
+        "/recached.wasm" => match wasm {
+            WasmModule::Embedded(b) => ("application/wasm", (*b).into()),
+            WasmModule::File(path) => match std::fs::read(path) {
+                Ok(b) => ("application/wasm", b.into()),
+                Err(e) => {
+                    log::warn!(
+                        "fanout: cannot read {} ({e}); build it with scripts/build-wasm.sh",
+                        path.display()
+                    );
+                    return status(404, "Not Found (recached.wasm is not built)");
+                }
+            },
         },
         "/healthz" => ("text/plain", b"ok\n"[..].into()),
         "/ws" => return status(426, "Upgrade Required"),
@@ -302,15 +329,29 @@ mod tests {
             upgrade_ws: false,
             ws_complete: false,
         };
-        let r = respond(&get("/recached.js"), Path::new("/nonexistent"));
+        let missing = WasmModule::File("/nonexistent".into());
+        let r = respond(&get("/recached.js"), &missing);
         assert!(r.starts_with(b"HTTP/1.1 200 OK\r\nContent-Type: text/javascript"));
-        assert!(
-            respond(&get("/recached.wasm"), Path::new("/nonexistent")).starts_with(b"HTTP/1.1 404")
-        );
-        assert!(respond(&get("/nope"), Path::new("/x")).starts_with(b"HTTP/1.1 404"));
+        assert!(respond(&get("/recached.wasm"), &missing).starts_with(b"HTTP/1.1 404"));
+        assert!(respond(&get("/nope"), &missing).starts_with(b"HTTP/1.1 404"));
         let mut post = get("/");
         post.method = "POST".into();
-        assert!(respond(&post, Path::new("/x")).starts_with(b"HTTP/1.1 405"));
+        assert!(respond(&post, &missing).starts_with(b"HTTP/1.1 405"));
+        // The module compiled into the binary, as built by recached-www's build.rs.
+        let embedded = WasmModule::Embedded(b"\0asm\x01\0\0\0");
+        let r = respond(&get("/recached.wasm"), &embedded);
+        assert!(r.starts_with(b"HTTP/1.1 200 OK\r\nContent-Type: application/wasm"));
+        assert!(r.ends_with(b"\0asm\x01\0\0\0"));
+    }
+
+    #[test]
+    fn the_replica_module_is_compiled_in() {
+        // build.rs ran the nested wasm32 build (scripts/test.sh installs the target first).
+        assert!(
+            recached_www::RECACHED_WASM.starts_with(b"\0asm"),
+            "recached.wasm was not embedded: is the wasm32-unknown-unknown target installed?"
+        );
+        assert!(matches!(WasmModule::choose(None), WasmModule::Embedded(_)) || recached_www::wasm_override().is_some());
     }
 
     #[test]

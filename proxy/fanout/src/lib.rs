@@ -78,7 +78,8 @@ pub struct FanoutOptions {
     pub engines: Vec<String>,
     /// TOML tokens file; `None` = no tokens, loopback origins only.
     pub tokens: Option<PathBuf>,
-    /// The module file served at `/recached.wasm` (default: scripts/build-wasm.sh's output).
+    /// The module file served at `/recached.wasm` (default: `RECACHED_WASM`, else the module
+    /// compiled into the binary, else scripts/build-wasm.sh's output).
     pub wasm: Option<PathBuf>,
     /// Heartbeat period, ms: a ping and a `heartbeat` message; a browser silent for 2.5
     /// periods is closed.
@@ -217,10 +218,7 @@ pub fn bind_fanout(opts: FanoutOptions, shutdown: Arc<AtomicBool>) -> io::Result
         .iter()
         .map(|e| resolve(e))
         .collect::<io::Result<Vec<_>>>()?;
-    let wasm = opts
-        .wasm
-        .clone()
-        .unwrap_or_else(recached_www::default_wasm_path);
+    let wasm = http::WasmModule::choose(opts.wasm.clone());
     let plain = listen.is_some();
     let server = server::Server::new(listen, tls, engines, tokens, wasm, &opts, shutdown)?;
     let mut urls = Vec::new();

@@ -33,7 +33,6 @@ use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -117,7 +116,7 @@ pub struct Server {
     tls: Option<(TcpListener, Arc<rustls::ServerConfig>)>,
     shutdown: Arc<AtomicBool>,
     tokens: Option<Tokens>,
-    wasm: PathBuf,
+    wasm: http::WasmModule,
     heartbeat: Duration,
     max_message: usize,
     queue_bytes: usize,
@@ -173,7 +172,7 @@ impl Server {
         tls: Option<(SocketAddr, Arc<rustls::ServerConfig>)>,
         engines: Vec<SocketAddr>,
         tokens: Option<Tokens>,
-        wasm: PathBuf,
+        wasm: http::WasmModule,
         opts: &FanoutOptions,
         shutdown: Arc<AtomicBool>,
     ) -> io::Result<Server> {

@@ -204,8 +204,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
     }
     // Hot path: rows with exactly one key (GET, SET, INCR, …; the legacy triple says which),
     // the key found by the one extractor.
-    if spec.first_key > 0 && spec.first_key == spec.last_key && !spec.has_flag(Flags::MOVABLEKEYS)
-    {
+    if spec.first_key > 0 && spec.first_key == spec.last_key && !spec.has_flag(Flags::MOVABLEKEYS) {
         if let Some(pos) = command::fixed_key(spec, argc) {
             return Plan::Forward(instance_of(args.arg(pos), n));
         }
@@ -961,7 +960,12 @@ mod tests {
                 checked.push(sub.name);
             }
         }
-        for name in ["object|encoding", "memory|usage", "xinfo|stream", "xgroup|create"] {
+        for name in [
+            "object|encoding",
+            "memory|usage",
+            "xinfo|stream",
+            "xgroup|create",
+        ] {
             assert!(checked.contains(&name), "{name} not checked: {checked:?}");
         }
     }

@@ -49,8 +49,8 @@ mod fleet;
 mod health;
 mod metrics;
 mod pidfile;
-mod state;
 mod reply;
+mod state;
 mod status;
 mod tls_limits;
 

@@ -36,7 +36,9 @@ fn request_for(top: &CommandSpec, row: &CommandSpec, extra: usize) -> Vec<String
                 let p = if startfrom > 0 {
                     (startfrom as usize).max(fixed)
                 } else {
-                    args.len().saturating_sub(startfrom.unsigned_abs() as usize).max(fixed)
+                    args.len()
+                        .saturating_sub(startfrom.unsigned_abs() as usize)
+                        .max(fixed)
                 };
                 filler(&mut args, p + 3);
                 args[p] = keyword.to_string();
@@ -149,7 +151,13 @@ const LATER_ARITY: &[(&str, usize)] = &[("zrank", 3), ("zrevrank", 3)];
 /// Splits a line on spaces; `""` is the empty argument.
 fn words(line: &str) -> Vec<String> {
     line.split(' ')
-        .map(|w| if w == "\"\"" { String::new() } else { w.to_string() })
+        .map(|w| {
+            if w == "\"\"" {
+                String::new()
+            } else {
+                w.to_string()
+            }
+        })
         .collect()
 }
 

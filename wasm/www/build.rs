@@ -79,9 +79,7 @@ fn build(ws: &Path, out_dir: &Path) -> Result<PathBuf, String> {
     ] {
         cmd.env_remove(var);
     }
-    let status = cmd
-        .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
     if !status.success() {
         return Err(format!(
             "cargo build -p recached-wasm --target wasm32-unknown-unknown: {status}"

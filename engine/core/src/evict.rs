@@ -53,8 +53,8 @@
 pub use crate::engine::MAXMEMORY_POLICIES;
 
 use crate::args;
-use crate::cmd::server::USED_MEMORY_STARTUP;
 use crate::call::Call;
+use crate::cmd::server::USED_MEMORY_STARTUP;
 use crate::error::CmdError;
 use crate::{Client, Engine};
 

@@ -187,4 +187,3 @@ pub fn flush_events(e: &mut Engine) {
         e.ks.events = events; // keep the buffer
     }
 }
-

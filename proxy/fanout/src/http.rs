@@ -351,7 +351,10 @@ mod tests {
             recached_www::RECACHED_WASM.starts_with(b"\0asm"),
             "recached.wasm was not embedded: is the wasm32-unknown-unknown target installed?"
         );
-        assert!(matches!(WasmModule::choose(None), WasmModule::Embedded(_)) || recached_www::wasm_override().is_some());
+        assert!(
+            matches!(WasmModule::choose(None), WasmModule::Embedded(_))
+                || recached_www::wasm_override().is_some()
+        );
     }
 
     #[test]

@@ -5,8 +5,8 @@ use super::check::Denied;
 use super::rules::{write_cat, write_getuser, write_list, write_users};
 use super::{AUTH_NOPASS, Acl, DEFAULT_USER, WRONGPASS, Who, lossy};
 use crate::args;
-use crate::command;
 use crate::call::Call;
+use crate::command;
 use crate::error::{CmdError, c_str_lossy};
 use crate::{Engine, Flow};
 

@@ -69,8 +69,8 @@
 
 use std::fmt::Write as _;
 
-use crate::command::CommandSpec;
 use crate::call::Call;
+use crate::command::CommandSpec;
 use crate::error::CmdError;
 use crate::slot::{self, SLOTS};
 use crate::{Client, Config, Engine};
@@ -791,9 +791,7 @@ mod tests {
         let (l1, r1, r2) = (key_on(0, 2, 0), key_on(1, 2, 0), key_on(1, 2, 1));
         let cmd = |args: &[&str]| {
             let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-            let spec = crate::dispatch::resolve(&argv)
-                .unwrap()
-                .0;
+            let spec = crate::dispatch::resolve(&argv).unwrap().0;
             let mut out = Vec::new();
             let ok = redirect(&e0, &mut client(), spec, &argv, &mut out);
             (ok, String::from_utf8_lossy(&out).into_owned())

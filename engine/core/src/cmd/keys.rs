@@ -9,10 +9,10 @@
 
 use crate::Engine;
 use crate::args::{self, int_arg};
-use crate::notify::{class, notify};
 use crate::call::Call;
 use crate::error::CmdError;
 use crate::glob;
+use crate::notify::{class, notify};
 
 /// `DEL|UNLINK key [key …]` → number of keys removed. (UNLINK frees in the background in
 /// Redis; values here are flat buffers, freed in O(1), so both delete now.)

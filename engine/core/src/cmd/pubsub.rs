@@ -528,7 +528,11 @@ mod tests {
             ("", ""),
         ] {
             let flags = crate::notify::parse_notify_flags(input.as_bytes()).unwrap();
-            assert_eq!(crate::notify::format_notify_flags(flags), canonical, "{input}");
+            assert_eq!(
+                crate::notify::format_notify_flags(flags),
+                canonical,
+                "{input}"
+            );
         }
         assert_eq!(crate::notify::parse_notify_flags(b"Z"), None);
     }

@@ -14,10 +14,10 @@ use resp::ReplyWriter;
 
 use crate::Engine;
 use crate::args;
+use crate::call::Call;
 use crate::call::help;
 use crate::cmd::connection::REDIS_VERSION;
 use crate::command::{self, BeginSearch, CommandSpec, FindKeys, Flags, KeyFlags, KeySpec, Val};
-use crate::call::Call;
 use crate::engine::MAXMEMORY_POLICIES;
 use crate::error::{CmdError, c_str_lossy};
 use crate::glob;
@@ -1049,7 +1049,9 @@ fn getkeys(c: &mut Call, with_flags: bool) -> Result<(), CmdError> {
             c.w().array(0);
             return Ok(());
         }
-        return Err(CmdError::Static("ERR Invalid arguments specified for command"));
+        return Err(CmdError::Static(
+            "ERR Invalid arguments specified for command",
+        ));
     }
     let mut w = c.w();
     w.array(keys.len());

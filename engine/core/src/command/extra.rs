@@ -50,7 +50,10 @@ pub static EXTRA: &[CommandSpec] = &[CommandSpec {
         CommandSpec {
             name: "feed|snapshot",
             arity: -4,
-            flags: Flags::ADMIN.union(Flags::NOSCRIPT).union(Flags::LOADING).union(Flags::STALE),
+            flags: Flags::ADMIN
+                .union(Flags::NOSCRIPT)
+                .union(Flags::LOADING)
+                .union(Flags::STALE),
             first_key: 0,
             last_key: 0,
             step: 0,
@@ -92,7 +95,10 @@ pub static EXTRA: &[CommandSpec] = &[CommandSpec {
         CommandSpec {
             name: "feed|subscribe",
             arity: 2,
-            flags: Flags::ADMIN.union(Flags::NOSCRIPT).union(Flags::LOADING).union(Flags::STALE),
+            flags: Flags::ADMIN
+                .union(Flags::NOSCRIPT)
+                .union(Flags::LOADING)
+                .union(Flags::STALE),
             first_key: 0,
             last_key: 0,
             step: 0,

@@ -219,12 +219,17 @@ fn from_specs<A: Argv + ?Sized>(spec: &CommandSpec, argv: &A, out: &mut Keys) ->
                 if i64::from(keynumidx) >= argc || at < 0 || at >= argc {
                     return false;
                 }
-                let Some(numkeys) = resp::parse_i64(argv.arg(at as usize)).filter(|n| *n >= 0) else {
+                let Some(numkeys) = resp::parse_i64(argv.arg(at as usize)).filter(|n| *n >= 0)
+                else {
                     return false;
                 };
                 let first = first + i64::from(firstkey);
                 // Redis casts the count to int.
-                (first, first + i64::from(numkeys as i32) - 1, i64::from(keystep))
+                (
+                    first,
+                    first + i64::from(numkeys as i32) - 1,
+                    i64::from(keystep),
+                )
             }
             FindKeys::Unknown => return false,
         };
@@ -447,7 +452,6 @@ fn atoi(b: &[u8]) -> i32 {
     n as i32
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -484,7 +488,10 @@ mod tests {
 
     #[test]
     fn keyword_specs_and_finders() {
-        assert_eq!(k(&["XREAD", "COUNT", "2", "STREAMS", "a", "b", "0", "0"]), [4, 5]);
+        assert_eq!(
+            k(&["XREAD", "COUNT", "2", "STREAMS", "a", "b", "0", "0"]),
+            [4, 5]
+        );
         assert_eq!(
             k(&["XREADGROUP", "GROUP", "g", "c", "STREAMS", "a", "0"]),
             [5]
@@ -524,7 +531,11 @@ mod tests {
                 let args: Vec<&[u8]> = vec![b"get"; argc];
                 if let Some((pos, flags)) = single_index(spec, argc) {
                     let mut general = Keys::default();
-                    assert!(from_specs(spec, args.as_slice(), &mut general), "{}", spec.name);
+                    assert!(
+                        from_specs(spec, args.as_slice(), &mut general),
+                        "{}",
+                        spec.name
+                    );
                     assert_eq!(general.as_slice(), [KeyRef { pos, flags }], "{}", spec.name);
                 }
                 if let Some(pos) = fixed_key(spec, argc) {

@@ -117,7 +117,12 @@ pub struct KeySpec {
 pub enum GetKeys {
     /// `genericGetKeys(store, numkeys, first, step)`: `argv[numkeys]` keys from `first`,
     /// then the destination at `store` (0: none).
-    Generic { store: u8, numkeys: u8, first: u8, step: u8 },
+    Generic {
+        store: u8,
+        numkeys: u8,
+        first: u8,
+        step: u8,
+    },
     /// `sortGetKeys`: the sorted key, and the last `STORE` destination.
     Sort,
     /// `sortROGetKeys`: the sorted key.

@@ -41,11 +41,11 @@ use indexmap::IndexMap;
 
 use crate::Engine;
 use crate::args::{self, int_arg};
-use crate::notify::{class, notify};
 use crate::call::Call;
 use crate::error::CmdError;
 use crate::glob;
 use crate::keyspace::Keep;
+use crate::notify::{class, notify};
 use crate::types::Value;
 use crate::types::ldouble::LongDouble;
 

@@ -32,10 +32,10 @@ use std::collections::VecDeque;
 use crate::Engine;
 use crate::args::{self, int_arg};
 use crate::blocking;
-use crate::notify::{class, notify};
 use crate::call::Call;
 use crate::error::CmdError;
 use crate::keyspace::Keep;
+use crate::notify::{class, notify};
 use crate::types::Value;
 
 /// Bytes accounted per element beyond its own bytes: the boxed slice (16) and the allocator's

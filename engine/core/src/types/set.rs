@@ -38,11 +38,11 @@ use indexmap::IndexSet;
 
 use crate::Engine;
 use crate::args;
-use crate::notify::{class, notify};
 use crate::call::Call;
 use crate::error::CmdError;
 use crate::glob;
 use crate::keyspace::Keep;
+use crate::notify::{class, notify};
 use crate::types::Value;
 use crate::types::hash::{
     check_random_reply_len, parse_random_count, parse_scan_opts, sample_distinct, scan_range,

@@ -13,10 +13,10 @@
 
 use crate::Engine;
 use crate::args::{self, int_arg};
-use crate::notify::{class, notify};
 use crate::call::Call;
 use crate::error::CmdError;
 use crate::keyspace::Keep;
+use crate::notify::{class, notify};
 use crate::types::Value;
 use crate::types::ldouble::LongDouble;
 

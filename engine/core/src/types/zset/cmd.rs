@@ -35,29 +35,30 @@
 //! - Lex ranges (ZRANGEBYLEX, ZRANGE … BYLEX, ZLEXCOUNT, ZREMRANGEBYLEX, ZRANGESTORE … BYLEX)
 //!   over a zset whose scores differ are "undefined" in Redis. We always answer as Redis does
 //!   for a listpack-encoded zset (find the start by a scan, then walk while the far bound
-//!   holds; see [`select_lex`]), so zsets of up to 128 members match redis-server byte for byte.
+//!   holds; see `range::select_lex`), so zsets of up to 128 members match redis-server byte for byte.
 //!   For a larger one Redis's answer depends on its random skiplist levels; ours stays the
 //!   listpack answer, found in O(n) instead of O(log n). With equal scores (the documented
 //!   use) both are the plain slice of the range, found in O(log n).
 
+use super::range::select_lex;
 use resp::{Proto, ReplyWriter};
 
 use super::score::{self, LexRange, ScoreRange, parse_score};
-use super::{AddFlags, AddOutcome, MAX_LISTPACK_ENTRIES, ZSetValue, as_zset, as_zset_mut};
+use super::{AddFlags, AddOutcome, ZSetValue, as_zset, as_zset_mut};
 use crate::Engine;
-use crate::args::{self, int_arg};
+use crate::args::{self};
 use crate::blocking;
-use crate::notify::{class, notify};
 use crate::call::Call;
 use crate::error::CmdError;
 use crate::keyspace::Keep;
+use crate::notify::{class, notify};
 use crate::types::Value;
 use crate::types::hash;
-use crate::types::set::SetValue;
 
 const ERR_NAN: CmdError = CmdError::Static("ERR resulting score is not a number (NaN)");
-const ERR_NOT_FLOAT_RANGE: CmdError = CmdError::Static("ERR min or max is not a float");
-const ERR_LEX_RANGE: CmdError = CmdError::Static("ERR min or max not valid string range item");
+pub(super) const ERR_NOT_FLOAT_RANGE: CmdError = CmdError::Static("ERR min or max is not a float");
+pub(super) const ERR_LEX_RANGE: CmdError =
+    CmdError::Static("ERR min or max not valid string range item");
 
 // ---------------------------------------------------------------------------------------------
 // Reply helpers
@@ -71,7 +72,7 @@ pub fn write_score(w: &mut ReplyWriter<'_>, s: f64) {
 }
 
 /// `n` members with optional scores: flat in RESP2, `[m, s]` pairs in RESP3.
-fn write_entries<'a>(
+pub(super) fn write_entries<'a>(
     w: &mut ReplyWriter<'_>,
     n: usize,
     withscores: bool,
@@ -91,7 +92,11 @@ fn write_entries<'a>(
 }
 
 /// The zset at `key` for reading (counts a hit or miss); WRONGTYPE for another type.
-fn read<'e>(e: &'e mut Engine, key: &[u8], now_ms: u64) -> Result<Option<&'e ZSetValue>, CmdError> {
+pub(super) fn read<'e>(
+    e: &'e mut Engine,
+    key: &[u8],
+    now_ms: u64,
+) -> Result<Option<&'e ZSetValue>, CmdError> {
     match e.ks.lookup_read(key, now_ms) {
         None => Ok(None),
         Some(i) => as_zset(e.ks.value(i)).map(Some),
@@ -99,7 +104,11 @@ fn read<'e>(e: &'e mut Engine, key: &[u8], now_ms: u64) -> Result<Option<&'e ZSe
 }
 
 /// The keyspace position of the zset at `key` before a write; WRONGTYPE for another type.
-fn write_pos(e: &mut Engine, key: &[u8], now_ms: u64) -> Result<Option<usize>, CmdError> {
+pub(super) fn write_pos(
+    e: &mut Engine,
+    key: &[u8],
+    now_ms: u64,
+) -> Result<Option<usize>, CmdError> {
     match e.ks.lookup_write(key, now_ms) {
         None => Ok(None),
         Some(i) => {
@@ -110,7 +119,7 @@ fn write_pos(e: &mut Engine, key: &[u8], now_ms: u64) -> Result<Option<usize>, C
 }
 
 /// Deletes the zset at `i` if it became empty; announces `del`. Returns whether it did.
-fn delete_if_empty(e: &mut Engine, i: usize, key: &[u8]) -> bool {
+pub(super) fn delete_if_empty(e: &mut Engine, i: usize, key: &[u8]) -> bool {
     if matches!(e.ks.value(i), Value::ZSet(z) if z.is_empty()) {
         e.ks.remove_at(i);
         notify(e, class::GENERIC, "del", key);
@@ -122,7 +131,7 @@ fn delete_if_empty(e: &mut Engine, i: usize, key: &[u8]) -> bool {
 
 /// Stores a computed zset at `dst` (STORE forms, redis `setKey` + notification), or deletes
 /// `dst` when the result is empty; replies with the result's size.
-fn store_result(e: &mut Engine, c: &mut Call, dst: &[u8], z: ZSetValue, event: &str) {
+pub(super) fn store_result(e: &mut Engine, c: &mut Call, dst: &[u8], z: ZSetValue, event: &str) {
     let n = z.len();
     let existing = e.ks.lookup_write(dst, c.now_ms);
     if n > 0 {
@@ -414,334 +423,6 @@ fn write_rank(w: &mut ReplyWriter<'_>, r: Option<(usize, f64)>, withscore: bool)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Ranges: ZRANGE and its older forms, ZRANGESTORE, ZREMRANGEBY*
-// ---------------------------------------------------------------------------------------------
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum By {
-    Auto,
-    Rank,
-    Score,
-    Lex,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Dir {
-    Auto,
-    Forward,
-    Reverse,
-}
-
-/// A parsed range of any kind.
-enum Range {
-    Rank(i64, i64),
-    Score(ScoreRange),
-    Lex(LexRange),
-}
-
-/// The members a range selects: `count` members walking from 0-based rank `start` (downward
-/// when `reverse`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Selection {
-    start: usize,
-    count: usize,
-    reverse: bool,
-}
-
-const EMPTY: Selection = Selection {
-    start: 0,
-    count: 0,
-    reverse: false,
-};
-
-/// Rank indexes as Redis clamps them: negative from the end, `(start, end)` inclusive.
-fn clamp_ranks(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
-    let len = len as i64;
-    let mut start = if start < 0 { len + start } else { start };
-    let mut end = if end < 0 { len + end } else { end };
-    if start < 0 {
-        start = 0;
-    }
-    if start > end || start >= len {
-        return None;
-    }
-    if end >= len {
-        end = len - 1;
-    }
-    Some((start as usize, end as usize))
-}
-
-/// What `range` selects in `z`, after `LIMIT offset count` (score and lex ranges; `limit` < 0
-/// means all). As in Redis, a negative offset selects nothing.
-///
-/// The count never exceeds the members between `start` and the end it walks to, so a reply
-/// whose length is written before its elements always gets exactly that many.
-fn select(z: &ZSetValue, range: &Range, reverse: bool, offset: i64, limit: i64) -> Selection {
-    let sel = select_unclamped(z, range, reverse, offset, limit);
-    let room = if sel.start >= z.len() {
-        0
-    } else if sel.reverse {
-        sel.start + 1
-    } else {
-        z.len() - sel.start
-    };
-    debug_assert!(sel.count <= room, "{sel:?} in {} members", z.len());
-    Selection {
-        count: sel.count.min(room),
-        ..sel
-    }
-}
-
-fn select_unclamped(
-    z: &ZSetValue,
-    range: &Range,
-    reverse: bool,
-    offset: i64,
-    limit: i64,
-) -> Selection {
-    let span = match range {
-        Range::Rank(s, e) => {
-            return match clamp_ranks(*s, *e, z.len()) {
-                None => EMPTY,
-                Some((s, e)) => Selection {
-                    start: if reverse { z.len() - 1 - s } else { s },
-                    count: e - s + 1,
-                    reverse,
-                },
-            };
-        }
-        Range::Score(r) => z.score_span(r),
-        Range::Lex(r) => return select_lex(z, r, reverse, offset, limit),
-    };
-    let Some((first, last)) = span else {
-        return EMPTY;
-    };
-    let inside = last - first + 1;
-    if offset < 0 || offset as u64 >= inside as u64 {
-        return EMPTY;
-    }
-    let offset = offset as usize;
-    let mut count = inside - offset;
-    if limit >= 0 {
-        count = count.min(usize::try_from(limit).unwrap_or(usize::MAX));
-    }
-    Selection {
-        start: if reverse {
-            last - offset
-        } else {
-            first + offset
-        },
-        count,
-        reverse,
-    }
-}
-
-/// [`select`] for a lex range, walked the way redis `genericZrangebylexCommand` walks it:
-/// from the range's first member (its last when `reverse`), skip `offset` members whatever
-/// they are, then take members while the far bound holds, at most `limit`. With equal scores
-/// that is the slice of the range; with mixed scores (members out of byte order) a run can
-/// stop early or, after an offset, start outside the range, exactly as in Redis.
-fn select_lex(z: &ZSetValue, r: &LexRange, reverse: bool, offset: i64, limit: i64) -> Selection {
-    let Ok(offset) = usize::try_from(offset) else {
-        return EMPTY;
-    };
-    let Some(first) = z.lex_start(r, reverse) else {
-        return EMPTY;
-    };
-    let start = if reverse {
-        first.checked_sub(offset)
-    } else {
-        first.checked_add(offset).filter(|&s| s < z.len())
-    };
-    let Some(start) = start else {
-        return EMPTY;
-    };
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    Selection {
-        start,
-        count: z.lex_run(start, r, reverse, limit),
-        reverse,
-    }
-}
-
-/// `ZRANGE key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count] [WITHSCORES]`.
-pub fn zrange(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    range_generic(e, c, 1, None, By::Auto, Dir::Auto)
-}
-
-/// `ZRANGESTORE dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]` → stored size.
-pub fn zrangestore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let dst = c.argv[1];
-    range_generic(e, c, 2, Some(dst), By::Auto, Dir::Auto)
-}
-
-/// `ZRANGEBYSCORE key min max [WITHSCORES] [LIMIT offset count]`.
-pub fn zrangebyscore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    range_generic(e, c, 1, None, By::Score, Dir::Forward)
-}
-
-/// `ZREVRANGEBYSCORE key max min [WITHSCORES] [LIMIT offset count]`.
-pub fn zrevrangebyscore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    range_generic(e, c, 1, None, By::Score, Dir::Reverse)
-}
-
-/// `ZRANGEBYLEX key min max [LIMIT offset count]`.
-pub fn zrangebylex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    range_generic(e, c, 1, None, By::Lex, Dir::Forward)
-}
-
-/// `ZREVRANGEBYLEX key max min [LIMIT offset count]`.
-pub fn zrevrangebylex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    range_generic(e, c, 1, None, By::Lex, Dir::Reverse)
-}
-
-/// `ZREVRANGE key start stop [WITHSCORES]`.
-pub fn zrevrange(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    range_generic(e, c, 1, None, By::Rank, Dir::Reverse)
-}
-
-/// redis `zrangeGenericCommand`. `first` is the index of the source key; `store` the
-/// destination of ZRANGESTORE.
-fn range_generic(
-    e: &mut Engine,
-    c: &mut Call,
-    first: usize,
-    store: Option<&[u8]>,
-    mut by: By,
-    mut dir: Dir,
-) -> Result<(), CmdError> {
-    let argv = c.argv;
-    let key = argv[first];
-    let (mut minidx, mut maxidx) = (first + 1, first + 2);
-    let mut withscores = false;
-    let (mut offset, mut limit) = (0i64, -1i64);
-    let mut j = first + 3;
-    while j < argv.len() {
-        let left = argv.len() - j - 1;
-        let a = argv[j];
-        if store.is_none() && args::is(a, "withscores") {
-            withscores = true;
-        } else if args::is(a, "limit") && left >= 2 {
-            offset = int_arg(argv[j + 1])?;
-            limit = int_arg(argv[j + 2])?;
-            j += 2;
-        } else if dir == Dir::Auto && args::is(a, "rev") {
-            dir = Dir::Reverse;
-        } else if by == By::Auto && args::is(a, "bylex") {
-            by = By::Lex;
-        } else if by == By::Auto && args::is(a, "byscore") {
-            by = By::Score;
-        } else {
-            return Err(CmdError::Syntax);
-        }
-        j += 1;
-    }
-    let reverse = dir == Dir::Reverse;
-    if by == By::Auto {
-        by = By::Rank;
-    }
-    // Redis tests the value, so `LIMIT 0 -1` passes with a rank range.
-    if limit != -1 && by == By::Rank {
-        return Err(CmdError::Static(
-            "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
-        ));
-    }
-    if withscores && by == By::Lex {
-        return Err(CmdError::Static(
-            "ERR syntax error, WITHSCORES not supported in combination with BYLEX",
-        ));
-    }
-    if reverse && by != By::Rank {
-        // The range is given as max, min.
-        std::mem::swap(&mut minidx, &mut maxidx);
-    }
-    let range = match by {
-        By::Score => {
-            Range::Score(ScoreRange::parse(argv[minidx], argv[maxidx]).ok_or(ERR_NOT_FLOAT_RANGE)?)
-        }
-        By::Lex => Range::Lex(LexRange::parse(argv[minidx], argv[maxidx]).ok_or(ERR_LEX_RANGE)?),
-        _ => Range::Rank(int_arg(argv[minidx])?, int_arg(argv[maxidx])?),
-    };
-    // The seed of a ZRANGESTORE destination (drawn before the source is borrowed).
-    let seed = if store.is_some() {
-        e.ks.next_random()
-    } else {
-        0
-    };
-    let Some(z) = read(e, key, c.now_ms)? else {
-        match store {
-            Some(dst) => store_result(e, c, dst, ZSetValue::new(seed), "zrangestore"),
-            None => c.w().array(0),
-        }
-        return Ok(());
-    };
-    let sel = select(z, &range, reverse, offset, limit);
-    let items = z.walk(sel.start, sel.count, sel.reverse);
-    match store {
-        None => write_entries(&mut c.w(), sel.count, withscores, items),
-        Some(dst) => {
-            // Redis creates the destination as a skiplist when a rank range is known to
-            // exceed the listpack limit, else as a listpack that converts while filling.
-            let mut out = if matches!(range, Range::Rank(..)) && sel.count > MAX_LISTPACK_ENTRIES {
-                ZSetValue::new_skiplist(seed)
-            } else {
-                ZSetValue::new(seed)
-            };
-            for (m, s) in items {
-                out.insert(m, s);
-            }
-            store_result(e, c, dst, out, "zrangestore");
-        }
-    }
-    Ok(())
-}
-
-/// `ZREMRANGEBYRANK key start stop` → members removed.
-pub fn zremrangebyrank(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let range = Range::Rank(int_arg(c.argv[2])?, int_arg(c.argv[3])?);
-    remrange_generic(e, c, range, "zremrangebyrank")
-}
-
-/// `ZREMRANGEBYSCORE key min max` → members removed.
-pub fn zremrangebyscore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let r = ScoreRange::parse(c.argv[2], c.argv[3]).ok_or(ERR_NOT_FLOAT_RANGE)?;
-    remrange_generic(e, c, Range::Score(r), "zremrangebyscore")
-}
-
-/// `ZREMRANGEBYLEX key min max` → members removed.
-pub fn zremrangebylex(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let r = LexRange::parse(c.argv[2], c.argv[3]).ok_or(ERR_LEX_RANGE)?;
-    remrange_generic(e, c, Range::Lex(r), "zremrangebylex")
-}
-
-/// redis `zremrangeGenericCommand`.
-fn remrange_generic(
-    e: &mut Engine,
-    c: &mut Call,
-    range: Range,
-    event: &str,
-) -> Result<(), CmdError> {
-    let key = c.argv[1];
-    let Some(i) = write_pos(e, key, c.now_ms)? else {
-        c.w().integer(0);
-        return Ok(());
-    };
-    let sel = select(as_zset(e.ks.value(i))?, &range, false, 0, -1);
-    if sel.count == 0 {
-        c.w().integer(0);
-        return Ok(());
-    }
-    let removed = e.ks.update(i, |v| match v {
-        Value::ZSet(z) => z.remove_rank_range(sel.start, sel.count),
-        _ => 0,
-    });
-    c.w().integer(removed as i64);
-    notify(e, class::ZSET, event, key);
-    delete_if_empty(e, i, key);
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
 // Pops: ZPOPMIN ZPOPMAX ZMPOP (the blocking forms are at the end)
 // ---------------------------------------------------------------------------------------------
 
@@ -921,301 +602,6 @@ pub fn zmpop(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// ZUNION ZINTER ZDIFF and their STORE forms, ZINTERCARD
-// ---------------------------------------------------------------------------------------------
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum SetOp {
-    Union,
-    Inter,
-    Diff,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Aggregate {
-    Sum,
-    Min,
-    Max,
-}
-
-/// redis `zunionInterAggregate`: `inf + -inf` sums to 0.
-fn aggregate(target: &mut f64, v: f64, how: Aggregate) {
-    match how {
-        Aggregate::Sum => {
-            *target += v;
-            if target.is_nan() {
-                *target = 0.0;
-            }
-        }
-        Aggregate::Min => {
-            if v < *target {
-                *target = v;
-            }
-        }
-        Aggregate::Max => {
-            if v > *target {
-                *target = v;
-            }
-        }
-    }
-}
-
-/// An input of a set operation: a zset, or a set whose members all score 1 (redis
-/// `zsetopsrc`).
-#[derive(Clone, Copy)]
-enum Source<'a> {
-    Missing,
-    Z(&'a ZSetValue),
-    S(&'a SetValue),
-}
-
-impl<'a> Source<'a> {
-    fn len(&self) -> usize {
-        match self {
-            Source::Missing => 0,
-            Source::Z(z) => z.len(),
-            Source::S(s) => s.len(),
-        }
-    }
-
-    fn score(&self, m: &[u8]) -> Option<f64> {
-        match self {
-            Source::Missing => None,
-            Source::Z(z) => z.score(m),
-            Source::S(s) => s.contains(m).then_some(1.0),
-        }
-    }
-
-    fn for_each(&self, mut f: impl FnMut(&'a [u8], f64) -> bool) {
-        match self {
-            Source::Missing => {}
-            Source::Z(z) => {
-                for (m, s) in z.iter() {
-                    if !f(m, s) {
-                        return;
-                    }
-                }
-            }
-            Source::S(s) => {
-                for m in s.iter() {
-                    if !f(m, 1.0) {
-                        return;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// `ZUNION numkeys key [key …] [WEIGHTS w …] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]`.
-pub fn zunion(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    setop_generic(e, c, None, 1, SetOp::Union, false)
-}
-
-/// `ZINTER numkeys key [key …] [WEIGHTS w …] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]`.
-pub fn zinter(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    setop_generic(e, c, None, 1, SetOp::Inter, false)
-}
-
-/// `ZDIFF numkeys key [key …] [WITHSCORES]`.
-pub fn zdiff(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    setop_generic(e, c, None, 1, SetOp::Diff, false)
-}
-
-/// `ZUNIONSTORE dst numkeys key [key …] [WEIGHTS w …] [AGGREGATE …]` → stored size.
-pub fn zunionstore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let dst = c.argv[1];
-    setop_generic(e, c, Some(dst), 2, SetOp::Union, false)
-}
-
-/// `ZINTERSTORE dst numkeys key [key …] [WEIGHTS w …] [AGGREGATE …]` → stored size.
-pub fn zinterstore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let dst = c.argv[1];
-    setop_generic(e, c, Some(dst), 2, SetOp::Inter, false)
-}
-
-/// `ZDIFFSTORE dst numkeys key [key …]` → stored size.
-pub fn zdiffstore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let dst = c.argv[1];
-    setop_generic(e, c, Some(dst), 2, SetOp::Diff, false)
-}
-
-/// `ZINTERCARD numkeys key [key …] [LIMIT limit]` → size of the intersection (at most
-/// `limit`, 0 = no limit).
-pub fn zintercard(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    setop_generic(e, c, None, 1, SetOp::Inter, true)
-}
-
-/// redis `zunionInterDiffGenericCommand`.
-fn setop_generic(
-    e: &mut Engine,
-    c: &mut Call,
-    dst: Option<&[u8]>,
-    numkeys_idx: usize,
-    op: SetOp,
-    card_only: bool,
-) -> Result<(), CmdError> {
-    let argv = c.argv;
-    let setnum = int_arg(argv[numkeys_idx])?;
-    if setnum < 1 {
-        return Err(CmdError::Other(format!(
-            "ERR at least 1 input key is needed for '{}' command",
-            c.spec.name
-        )));
-    }
-    if setnum as u64 > (argv.len() - (numkeys_idx + 1)) as u64 {
-        return Err(CmdError::Syntax);
-    }
-    let setnum = setnum as usize;
-    let keys = &argv[numkeys_idx + 1..numkeys_idx + 1 + setnum];
-    // Pass 1, in key order: expire, count hits/misses, check types (Redis does this before
-    // reading the options, so WRONGTYPE wins over a syntax error).
-    for k in keys {
-        if let Some(i) = e.ks.lookup_read(k, c.now_ms)
-            && !matches!(e.ks.value(i), Value::ZSet(_) | Value::Set(_))
-        {
-            return Err(CmdError::WrongType);
-        }
-    }
-    let mut weights = vec![1.0f64; setnum];
-    let mut how = Aggregate::Sum;
-    let mut withscores = false;
-    let mut limit: u64 = 0;
-    let mut j = numkeys_idx + 1 + setnum;
-    while j < argv.len() {
-        let remaining = argv.len() - j;
-        let a = argv[j];
-        if op != SetOp::Diff && !card_only && remaining > setnum && args::is(a, "weights") {
-            j += 1;
-            for w in weights.iter_mut() {
-                *w = parse_score(argv[j])
-                    .ok_or(CmdError::Static("ERR weight value is not a float"))?;
-                j += 1;
-            }
-        } else if op != SetOp::Diff && !card_only && remaining >= 2 && args::is(a, "aggregate") {
-            let v = argv[j + 1];
-            how = if args::is(v, "sum") {
-                Aggregate::Sum
-            } else if args::is(v, "min") {
-                Aggregate::Min
-            } else if args::is(v, "max") {
-                Aggregate::Max
-            } else {
-                return Err(CmdError::Syntax);
-            };
-            j += 2;
-        } else if dst.is_none() && !card_only && args::is(a, "withscores") {
-            withscores = true;
-            j += 1;
-        } else if card_only && remaining >= 2 && args::is(a, "limit") {
-            limit = args::parse_i64(argv[j + 1])
-                .and_then(|n| u64::try_from(n).ok())
-                .ok_or(CmdError::Static("ERR LIMIT can't be negative"))?;
-            j += 2;
-        } else {
-            return Err(CmdError::Syntax);
-        }
-    }
-    // Pass 2: positions. Every key is now live or gone, so these lookups change nothing and
-    // the positions stay valid together.
-    let positions: Vec<Option<usize>> = keys
-        .iter()
-        .map(|k| e.ks.lookup_write(k, c.now_ms))
-        .collect();
-    let seed = e.ks.next_random();
-    let mut srcs: Vec<(Source, f64)> = positions
-        .iter()
-        .zip(&weights)
-        .map(|(p, &w)| {
-            let s = match p.map(|i| e.ks.value(i)) {
-                Some(Value::ZSet(z)) => Source::Z(z),
-                Some(Value::Set(s)) => Source::S(s),
-                _ => Source::Missing,
-            };
-            (s, w)
-        })
-        .collect();
-    if op != SetOp::Diff {
-        // Smallest first, stable (glibc's qsort here is a merge sort): the order in which
-        // scores are summed, so results match Redis to the last bit.
-        srcs.sort_by_key(|(s, _)| s.len());
-    }
-    let mut out = ZSetValue::new_skiplist(seed);
-    let mut card: u64 = 0;
-    match op {
-        SetOp::Inter => {
-            let (first, w0) = srcs[0];
-            first.for_each(|m, s| {
-                let mut score = w0 * s;
-                if score.is_nan() {
-                    score = 0.0;
-                }
-                for &(src, w) in &srcs[1..] {
-                    match src.score(m) {
-                        Some(v) => aggregate(&mut score, v * w, how),
-                        None => return true,
-                    }
-                }
-                if card_only {
-                    card += 1;
-                    return limit == 0 || card < limit;
-                }
-                out.insert(m, score);
-                true
-            });
-        }
-        SetOp::Union => {
-            let mut acc: indexmap::IndexMap<&[u8], f64, foldhash::fast::FixedState> =
-                indexmap::IndexMap::with_capacity_and_hasher(
-                    srcs.last().map_or(0, |(s, _)| s.len()),
-                    foldhash::fast::FixedState::with_seed(seed),
-                );
-            for &(src, w) in &srcs {
-                src.for_each(|m, s| {
-                    let mut score = w * s;
-                    if score.is_nan() {
-                        score = 0.0;
-                    }
-                    match acc.entry(m) {
-                        indexmap::map::Entry::Occupied(mut o) => aggregate(o.get_mut(), score, how),
-                        indexmap::map::Entry::Vacant(v) => {
-                            v.insert(score);
-                        }
-                    }
-                    true
-                });
-            }
-            for (m, s) in acc {
-                out.insert(m, s);
-            }
-        }
-        SetOp::Diff => {
-            let (first, _) = srcs[0];
-            first.for_each(|m, s| {
-                if !srcs[1..].iter().any(|(src, _)| src.score(m).is_some()) {
-                    out.insert(m, s);
-                }
-                true
-            });
-        }
-    }
-    drop(srcs);
-    if card_only {
-        c.w().integer(card as i64);
-    } else if let Some(dst) = dst {
-        let event = match op {
-            SetOp::Union => "zunionstore",
-            SetOp::Inter => "zinterstore",
-            SetOp::Diff => "zdiffstore",
-        };
-        store_result(e, c, dst, out.from_result(), event);
-    } else {
-        write_entries(&mut c.w(), out.len(), withscores, out.iter());
-    }
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
 // ZRANDMEMBER ZSCAN
 // ---------------------------------------------------------------------------------------------
 
@@ -1371,6 +757,7 @@ pub fn bzmpop(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::zset::range::{EMPTY, Range, Selection, clamp_ranks, select};
 
     fn reply(proto: Proto, f: impl FnOnce(&mut ReplyWriter<'_>)) -> String {
         let mut out = Vec::new();

@@ -27,7 +27,9 @@
 //!   in `d2string` form; a skiplist is scanned by cursor.
 
 pub mod cmd;
+pub mod range;
 pub mod score;
+pub mod setop;
 pub mod skiplist;
 
 use indexmap::IndexMap;

@@ -3,12 +3,15 @@
 //! - [`keys`]: generic keyspace commands (DEL, EXPIRE, TTL, RENAME, KEYS, SCAN, FLUSHALL…),
 //!   redis `db.c` / `expire.c`.
 //! - [`connection`]: per-connection commands (PING, ECHO, SELECT, HELLO, RESET, QUIT, CLIENT).
-//! - [`server`]: INFO, TIME, CONFIG and COMMAND (introspection generated from the table).
+//! - [`server`]: INFO, TIME, CONFIG.
+//! - [`command`]: COMMAND and its subcommands, from the command table (GETKEYS from its key
+//!   extractor).
 //! - [`tx`]: MULTI / EXEC / DISCARD / WATCH / UNWATCH.
 //! - [`pubsub`]: SUBSCRIBE, PUBLISH, PUBSUB and keyspace notifications.
 //! - [`cluster`]: CLUSTER *, READONLY, READWRITE, ASKING.
 
 pub mod cluster;
+pub mod command;
 pub mod connection;
 pub mod keys;
 pub mod pubsub;

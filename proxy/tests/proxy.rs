@@ -277,6 +277,33 @@ fn unroutable_commands_get_an_error_and_the_connection_stays_open() {
 }
 
 #[test]
+fn subcommands_with_a_key_go_to_the_key_instance() {
+    // OBJECT ENCODING k, MEMORY USAGE k, XINFO STREAM k: the key is found from the subcommand
+    // row's key specs (the one key extractor), on either instance. Rows the engines do not
+    // run yet (XADD, XINFO) route the same way: these backends are redis-servers.
+    let f = Fleet::start();
+    let mut c = f.conn();
+    for i in 0..2 {
+        let (n, s, x) = (key_on(i, "n"), key_on(i, "s"), key_on(i, "x"));
+        assert_eq!(c.cmd(&["SET", &n, "12345"]), b"+OK\r\n");
+        assert_eq!(c.cmd(&["SET", &s, "abc"]), b"+OK\r\n");
+        assert_eq!(c.cmd(&["OBJECT", "ENCODING", &n]), bulk("int"), "instance {i}");
+        assert_eq!(c.cmd(&["object", "encoding", &s]), bulk("embstr"), "instance {i}");
+        let usage = c.cmd(&["MEMORY", "USAGE", &s, "SAMPLES", "0"]);
+        assert!(usage.starts_with(b":"), "{}", text(&usage));
+        assert_eq!(f.backend(i).cmd(&["EXISTS", &s]), int(1));
+        assert!(c.cmd(&["XADD", &x, "1-1", "f", "v"]).starts_with(b"$3\r\n1-1"));
+        let info = c.cmd(&["XINFO", "STREAM", &x]);
+        assert!(info.starts_with(b"*"), "{}", text(&info));
+    }
+    assert_eq!(c.cmd(&["OBJECT", "ENCODING", "nosuchkey"]), b"$-1\r\n");
+    assert_eq!(
+        c.cmd(&["OBJECT", "ENCODING"]),
+        b"-ERR wrong number of arguments for 'object|encoding' command\r\n"
+    );
+}
+
+#[test]
 fn protocol_error_gets_redis_text_then_close() {
     let f = Fleet::start();
     let mut c = f.conn();

@@ -198,7 +198,10 @@ def spec(info, docs_by_name, impl, cflags, kflags, ind):
     if 'arity' in OVERRIDES.get(n, {}):
         arity = ('int', OVERRIDES[n]['arity'])
     pad = ' ' * ind
-    subs_s = ''.join(spec(s, docs_by_name, impl, cflags, kflags, ind + 8) for s in subs[1])
+    # Subcommands by name: Redis lists them in its dict's order, which changes with the
+    # server's hash seed, so a sorted table regenerates identically.
+    subs_sorted = sorted(subs[1], key=lambda x: x[1][0][1])
+    subs_s = ''.join(spec(s, docs_by_name, impl, cflags, kflags, ind + 8) for s in subs_sorted)
     d = docs_by_name.get(n)
     handler = 'Some(h::%s)' % export_name(n) if export_name(n) in impl else 'None'
     ks = ''.join('\n%s        %s,' % (pad, key_spec(k, kflags)) for k in keyspecs[1])

@@ -4,14 +4,15 @@
 #   scripts/bench-all.sh                 # about 25 minutes on 2 cores with the defaults
 #   BENCH_PRUNE=1 scripts/bench-all.sh   # also delete older runs' files from bench/results/
 #
-# Runs, under one run id (BENCH_RUN_ID, default the UTC time) and one release binary built once:
+# Runs, under one run id (BENCH_RUN_ID, default the UTC time) and one release build of `recached`
+# and `recached-bench` (RECACHED_BIN, RECACHED_BENCH_BIN override them):
 #   scripts/bench-scaling.sh, scripts/bench-systems.sh, scripts/bench-scenarios.sh,
 #   scripts/soak.sh, scripts/bench-memory-shapes.sh
 # then scripts/bench-report.sh, which rewrites docs/BENCHMARKS.md and docs/bench/*.svg from
 # bench/results/*.json (the newest run of each suite). A suite that fails stops the run (its
 # log says why) and the report is not regenerated. Each suite's progress goes to
 # $BENCH_LOGS/SUITE.log (default: a fresh folder under /tmp, printed at the start), which also
-# holds the copy of the binary the run measured.
+# holds the copies of the binaries the run used.
 #
 # Every setting of the individual scripts passes through (ENGINES, BENCH_ROUNDS, SYSTEMS_N,
 # PIN/SERVER_CPUS/BENCH_CPUS, BENCH_RESULTS, …); BENCH_SUITES picks a subset, e.g.
@@ -19,16 +20,24 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
-if [ -z "${RECACHED_BIN:-}" ]; then
-    cargo build --release -p recached >&2
-    RECACHED_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/recached"
+# The server binary and the benchmark tools' binary (`recached-bench`), built in one cargo run
+# unless given.
+BUILD_PKGS=()
+[ -n "${RECACHED_BIN:-}" ] || BUILD_PKGS+=(-p recached)
+[ -n "${RECACHED_BENCH_BIN:-}" ] || BUILD_PKGS+=(-p recached-bench)
+if [ "${#BUILD_PKGS[@]}" -gt 0 ]; then
+    cargo build --release "${BUILD_PKGS[@]}" >&2
 fi
+RECACHED_BIN=${RECACHED_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/recached}
+RECACHED_BENCH_BIN=${RECACHED_BENCH_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/recached-bench}
 LOGS=${BENCH_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/recached-bench-all.XXXXXX")}
 mkdir -p "$LOGS"
-# A private copy: the shared target/ may be rebuilt while the suites run, and one run must
-# measure one binary.
+# Private copies: the shared target/ may be rebuilt while the suites run, and one run must
+# measure one binary (and record it with one set of tools).
 cp "$RECACHED_BIN" "$LOGS/recached"
+cp "$RECACHED_BENCH_BIN" "$LOGS/recached-bench"
 export RECACHED_BIN=$LOGS/recached
+export RECACHED_BENCH_BIN=$LOGS/recached-bench
 export BENCH_RUN_ID=${BENCH_RUN_ID:-$(date -u +%Y%m%dT%H%M%S)}
 RESULTS=${BENCH_RESULTS:-$ROOT/bench/results}
 case "$RESULTS" in /*) ;; *) RESULTS="$ROOT/$RESULTS" ;; esac

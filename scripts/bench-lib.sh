@@ -2,7 +2,9 @@
 # not run). Loopback only: every server gets free ports on 127.0.0.1 and is stopped by PID (or
 # `recached stop` for a fleet) on exit, also on Ctrl-C.
 #
-# Provides: ROOT, BIN (the release `recached`), RESULTS (BENCH_RESULTS, default bench/results),
+# Provides: ROOT, BIN (the release `recached`; RECACHED_BIN overrides), BENCH_BIN (the release
+# `recached-bench`, the load generator and result tools; RECACHED_BENCH_BIN overrides), RESULTS
+# (BENCH_RESULTS, default bench/results),
 # RUN_ID, TMP, SMOKE (BENCH_SMOKE=1: tiny sizes for the test script), the versions
 # (RECACHED_VERSION, REDIS_VERSION, NUTCRACKER_VERSION), CPU placement (PIN=1 with SERVER_CPUS and
 # BENCH_CPUS, e.g. "0" and "1": servers and generators are started under `taskset -c`), and
@@ -22,11 +24,16 @@ mkdir -p "$RESULTS"
 for tool in redis-server redis-cli redis-benchmark; do
     command -v "$tool" >/dev/null || { echo "$0: $tool not found (apt-get install redis-server redis-tools)" >&2; exit 1; }
 done
-if [ -z "${RECACHED_BIN:-}" ]; then
-    cargo build --release -p recached >&2
-    RECACHED_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/recached"
+# The benchmark tools are their own binary (kept out of the production `recached`); one cargo
+# run builds whichever of the two is not given.
+BUILD_PKGS=()
+[ -n "${RECACHED_BIN:-}" ] || BUILD_PKGS+=(-p recached)
+[ -n "${RECACHED_BENCH_BIN:-}" ] || BUILD_PKGS+=(-p recached-bench)
+if [ "${#BUILD_PKGS[@]}" -gt 0 ]; then
+    cargo build --release "${BUILD_PKGS[@]}" >&2
 fi
-BIN=$RECACHED_BIN
+BIN=${RECACHED_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/recached}
+BENCH_BIN=${RECACHED_BENCH_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/recached-bench}
 RECACHED_VERSION=$("$BIN" --version | awk '{print $2}')
 REDIS_VERSION=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
 NUTCRACKER_VERSION=$( (nutcracker --version 2>&1 || true) | head -1 | awk '{print $NF}')

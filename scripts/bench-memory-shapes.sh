@@ -17,14 +17,15 @@
 # For each of MEM_RUNS rounds, each shape and each server (the server order alternates every
 # round), a fresh process is started on a free port of 127.0.0.1, filled with `redis-cli --pipe`
 # from a RESP file generated once (cached in MEM_WORK), given 0.5 s to settle, and sampled by
-# `recached bench memory` (DBSIZE must equal the shape's key count; RSS from /proc/PID/status;
+# `recached-bench memory` (DBSIZE must equal the shape's key count; RSS from /proc/PID/status;
 # INFO used_memory), then stopped by PID. One JSON file per sample in bench/results/
-# (BENCH_RESULTS), labelled suite=memory; `recached bench report` shows the median per shape and
+# (BENCH_RESULTS), labelled suite=memory; `recached-bench report` shows the median per shape and
 # server. Neither server persists anything (recached server without --dir; redis-server
 # --save '' --appendonly no).
 #
 # Environment: MEM_RUNS (3), MEM_SHAPES (all of the above, space separated), MEM_WORK
-# (/tmp/recached-bench-memory-shapes), BENCH_SMOKE=1, PIN/SERVER_CPUS/BENCH_CPUS, RECACHED_BIN.
+# (/tmp/recached-bench-memory-shapes), BENCH_SMOKE=1, PIN/SERVER_CPUS/BENCH_CPUS, RECACHED_BIN,
+# RECACHED_BENCH_BIN.
 source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
 RUNS=${MEM_RUNS:-3}
@@ -145,7 +146,7 @@ for round in $(seq "$RUNS"); do
             if [ "$sys" = recached ]; then cmdline="recached server --port P --bind 127.0.0.1 (no --dir: no snapshots)"
             else cmdline="redis-server --port P ${REDIS_ARGS[*]}"; fi
             echo "round $round/$RUNS: $shape, $sys" >&2
-            "$BIN" bench memory --target "127.0.0.1:$p" --pid "$SPID" --shape "$shape" --describe "$describe" \
+            "$BENCH_BIN" memory --target "127.0.0.1:$p" --pid "$SPID" --shape "$shape" --describe "$describe" \
                 --elements "$elements" --value-size "$vsize" --expect-keys "$keys" \
                 --out "$RESULTS/memory-$RUN_ID-$shape-$sys-r$round.json" "${LABELS[@]}" \
                 --label suite=memory --label "system=$sys" --label "shape=$shape" --label "shape_order=$si" --label "round=$round" \
@@ -156,5 +157,5 @@ for round in $(seq "$RUNS"); do
     done
 done
 
-"$BIN" bench report --results "$RESULTS" --out "$TMP/report.md" --svg-dir "$TMP/svg" >/dev/null
+"$BENCH_BIN" report --results "$RESULTS" --out "$TMP/report.md" --svg-dir "$TMP/svg" >/dev/null
 sed -n '/^## Memory/,/^## /p' "$TMP/report.md" | grep '^|'

@@ -4,13 +4,14 @@
 #
 #   scripts/bench-report.sh [RESULTS_DIR]
 #
-# Environment: RECACHED_BIN (default: builds target/release/recached).
+# Environment: RECACHED_BENCH_BIN (default: builds target/release/recached-bench, the benchmark
+# tools' binary).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
-if [ -z "${RECACHED_BIN:-}" ]; then
-    cargo build --release -p recached >&2
-    RECACHED_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/recached"
+if [ -z "${RECACHED_BENCH_BIN:-}" ]; then
+    cargo build --release -p recached-bench >&2
+    RECACHED_BENCH_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/recached-bench"
 fi
 rm -f docs/bench/*.svg
-"$RECACHED_BIN" bench report --results "${1:-bench/results}" --out docs/BENCHMARKS.md --svg-dir docs/bench
+"$RECACHED_BENCH_BIN" report --results "${1:-bench/results}" --out docs/BENCHMARKS.md --svg-dir docs/bench

@@ -19,11 +19,12 @@
 #               elements vary over -r 100000, the key does not)
 # Every measurement is one JSON file in bench/results/ (BENCH_RESULTS) labelled suite=scaling;
 # at the end the scaling table (median per cell, change against the previous column) is printed
-# from those files by `recached bench report`.
+# from those files by `recached-bench report`.
 #
 # Environment: ENGINES ("1 2 4"), BENCH_ROUNDS (3), BENCH_N (requests per kv test, 200000),
 # BENCH_N_COLL (per collection test, 100000), BENCH_CLIENTS (50), BENCH_PIPELINE (1),
-# BENCH_SMOKE=1 (the test script's ~30 s version), PIN/SERVER_CPUS/BENCH_CPUS, RECACHED_BIN.
+# BENCH_SMOKE=1 (the test script's ~30 s version), PIN/SERVER_CPUS/BENCH_CPUS, RECACHED_BIN,
+# RECACHED_BENCH_BIN.
 source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
 ENGINES=${ENGINES:-"1 2 4"}
@@ -70,7 +71,7 @@ for round in $(seq "$ROUNDS"); do
                     tests=(-t lpush,sadd,hset,zadd -n "$NC"); dist="one key per test (elements over -r 100000)"
                 fi
                 echo "round $round/$ROUNDS: $n engines, $path, $workload" >&2
-                gen "$BIN" bench redis-benchmark \
+                gen "$BENCH_BIN" redis-benchmark \
                     --out "$RESULTS/scaling-$RUN_ID-e$n-$path-$workload-r$round.json" "${LABELS[@]}" \
                     --label suite=scaling --label "engines=$n" --label "engines_reported=$reported" \
                     --label "fleet_affinity=$affinity" \
@@ -83,5 +84,5 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 
-"$BIN" bench report --results "$RESULTS" --out "$TMP/report.md" --svg-dir "$TMP/svg" >/dev/null
+"$BENCH_BIN" report --results "$RESULTS" --out "$TMP/report.md" --svg-dir "$TMP/svg" >/dev/null
 sed -n '/^## Scaling/,/^## /p' "$TMP/report.md" | sed '$d' | grep -E '^\||^Engine counts'

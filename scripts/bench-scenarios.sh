@@ -4,7 +4,7 @@
 #
 #   scripts/bench-scenarios.sh
 #
-# The origin is `recached bench origin`: every GET costs ORIGIN_LATENCY_MS of waiting (no CPU)
+# The origin is `recached-bench origin`: every GET costs ORIGIN_LATENCY_MS of waiting (no CPU)
 # plus ORIGIN_CPU_US of CPU serialised on one core (so it saturates near 1e6/ORIGIN_CPU_US GETs/s,
 # like a loaded database). recached is a fleet of SCEN_ENGINES engines behind its proxy.
 # Scenarios (key space, distribution, value size, TTL, rate):
@@ -12,12 +12,13 @@
 #   hot-key        1,000 keys, zipf 1.2 (a few keys take most reads), 1 KB, TTL 10 s
 #   large-values   500 keys, uniform, 64 KB values, TTL 30 s, at 1/5 of the rate
 # Each scenario runs twice with the same seed, rate, keys and duration: *without* (GETs straight
-# at the origin) and *with* (`recached bench run --mode cache-aside`: GET at the proxy, on a miss
+# at the origin) and *with* (`recached-bench run --mode cache-aside`: GET at the proxy, on a miss
 # GET at the origin and SET with the TTL), from an empty cache. The report shows origin calls
 # (and their reduction), the hit ratio and p99 latency (from the intended start) side by side.
 #
 # Environment: SCEN_RATE (2000 requests/s), SCEN_SECONDS (10), SCEN_ENGINES (2), BENCH_ROUNDS (1),
-# ORIGIN_LATENCY_MS (5), ORIGIN_CPU_US (300), BENCH_SMOKE=1, PIN/SERVER_CPUS/BENCH_CPUS, RECACHED_BIN.
+# ORIGIN_LATENCY_MS (5), ORIGIN_CPU_US (300), BENCH_SMOKE=1, PIN/SERVER_CPUS/BENCH_CPUS, RECACHED_BIN,
+# RECACHED_BENCH_BIN.
 source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
 RATE=${SCEN_RATE:-2000}
@@ -49,7 +50,7 @@ for round in $(seq "$ROUNDS"); do
     for s in "${SCENARIOS[@]}"; do
         IFS='|' read -r name prefix keys dist zs vsize ttl div <<<"$s"
         free_ports 1; OP=$PORT
-        "${SRV[@]}" "$BIN" bench origin --port "$OP" --latency-ms "$OLAT" --cpu-us "$OCPU" \
+        "${SRV[@]}" "$BENCH_BIN" origin --port "$OP" --latency-ms "$OLAT" --cpu-us "$OCPU" \
             --value-size "$vsize" >"$TMP/origin-$OP.log" 2>&1 &
         opid=$!
         PIDS+=($opid)
@@ -65,10 +66,10 @@ for round in $(seq "$ROUNDS"); do
             flush "${engine_ports[@]}"
             echo "round $round/$ROUNDS: $name, $variant recached" >&2
             if [ "$variant" = without ]; then
-                gen "$BIN" bench run --target "127.0.0.1:$OP" --mix get:1 "${common[@]}" \
+                gen "$BENCH_BIN" run --target "127.0.0.1:$OP" --mix get:1 "${common[@]}" \
                     --out "$RESULTS/scenarios-$RUN_ID-$name-$variant-r$round.json" "${labels[@]}" --label variant=without >&2
             else
-                gen "$BIN" bench run --target "127.0.0.1:$FP" --mode cache-aside --origin "127.0.0.1:$OP" \
+                gen "$BENCH_BIN" run --target "127.0.0.1:$FP" --mode cache-aside --origin "127.0.0.1:$OP" \
                     --ttl-ms "$ttl" "${common[@]}" \
                     --out "$RESULTS/scenarios-$RUN_ID-$name-$variant-r$round.json" "${labels[@]}" --label variant=with >&2
             fi
@@ -78,5 +79,5 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 
-"$BIN" bench report --results "$RESULTS" --out "$TMP/report.md" --svg-dir "$TMP/svg" >/dev/null
+"$BENCH_BIN" report --results "$RESULTS" --out "$TMP/report.md" --svg-dir "$TMP/svg" >/dev/null
 sed -n '/^## Deployment/,/^## /p' "$TMP/report.md" | grep '^|'

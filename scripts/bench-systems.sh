@@ -15,13 +15,13 @@
 #   1. throughput: redis-benchmark SET, GET, INCR, 100,000 random keys, 64-byte values,
 #      BENCH_CLIENTS clients, pipeline BENCH_PIPELINE (for redis-xN: one redis-benchmark per
 #      server at the same time with 1/N of the clients and requests; the report sums them);
-#   2. latency: `recached bench run` open loop at SYS_RATE requests/s, GET 90% / SET 10%, uniform
+#   2. latency: `recached-bench run` open loop at SYS_RATE requests/s, GET 90% / SET 10%, uniform
 #      over 100,000 keys, 64-byte values, SYS_CONNS connections in all, SYS_SECONDS measured.
 # Every measurement is one JSON file in bench/results/ (BENCH_RESULTS) labelled suite=systems.
 #
 # Environment: SYSTEMS_N (2), BENCH_ROUNDS (3), BENCH_N (100000 requests per test),
 # BENCH_CLIENTS (50), BENCH_PIPELINE (1), SYS_RATE (10000), SYS_CONNS (8), SYS_SECONDS (10),
-# BENCH_SMOKE=1 (~30 s version), PIN/SERVER_CPUS/BENCH_CPUS, RECACHED_BIN.
+# BENCH_SMOKE=1 (~30 s version), PIN/SERVER_CPUS/BENCH_CPUS, RECACHED_BIN, RECACHED_BENCH_BIN.
 source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 command -v nutcracker >/dev/null || { echo "$0: nutcracker not found (apt-get install nutcracker)" >&2; exit 1; }
 
@@ -111,7 +111,7 @@ for round in $(seq "$ROUNDS"); do
         if [ "$sys" = redis-xN ]; then
             bg=()
             for ((i = 0; i < NN; i++)); do
-                gen "$BIN" bench redis-benchmark --out "$RESULTS/systems-$RUN_ID-$sys-rb-r$round-part$i.json" \
+                gen "$BENCH_BIN" redis-benchmark --out "$RESULTS/systems-$RUN_ID-$sys-rb-r$round-part$i.json" \
                     "${labels[@]}" --label "part=$i" -- -h 127.0.0.1 -p $((RN + i)) "${rb[@]}" \
                     -n $((N / NN)) -c $((CLIENTS / NN)) >/dev/null &
                 bg+=($!)
@@ -119,18 +119,18 @@ for round in $(seq "$ROUNDS"); do
             for p in "${bg[@]}"; do wait "$p"; done
         else
             # shellcheck disable=SC2086 # RB holds the port and maybe --cluster
-            gen "$BIN" bench redis-benchmark --out "$RESULTS/systems-$RUN_ID-$sys-rb-r$round.json" \
+            gen "$BENCH_BIN" redis-benchmark --out "$RESULTS/systems-$RUN_ID-$sys-rb-r$round.json" \
                 "${labels[@]}" -- -h 127.0.0.1 ${RB[$sys]} "${rb[@]}" -n "$N" -c "$CLIENTS" >/dev/null
         fi
         # shellcheck disable=SC2086
         flush ${FLUSH[$sys]}
         conns=$(( CONNS / ${NODES[$sys]} )); [ "$conns" -ge 1 ] || conns=1
         # shellcheck disable=SC2086 # LG holds --target and maybe --cluster
-        gen "$BIN" bench run ${LG[$sys]} --rate "$RATE" --duration "$SECONDS_" --warmup "$WARMUP" \
+        gen "$BENCH_BIN" run ${LG[$sys]} --rate "$RATE" --duration "$SECONDS_" --warmup "$WARMUP" \
             --connections "$conns" --mix get:90,set:10 --keys 100000 --value-size 64 --seed "$round" \
             --out "$RESULTS/systems-$RUN_ID-$sys-lat-r$round.json" "${labels[@]}" >&2
     done
 done
 
-"$BIN" bench report --results "$RESULTS" --out "$TMP/report.md" --svg-dir "$TMP/svg" >/dev/null
+"$BENCH_BIN" report --results "$RESULTS" --out "$TMP/report.md" --svg-dir "$TMP/svg" >/dev/null
 sed -n '/^## Systems/,/^## /p' "$TMP/report.md" | grep '^|'

@@ -4,7 +4,7 @@
 #   scripts/soak.sh                      # SOAK_SECONDS=210: about 30 s per phase
 #   SOAK_SECONDS=30 scripts/soak.sh      # the test script's version
 #
-# Phases (each an open-loop `recached bench run`, errors counted per phase by kind):
+# Phases (each an open-loop `recached-bench run`, errors counted per phase by kind):
 #   ramp       three steps at 1/4, 1/2, 3/4 of SOAK_RATE
 #   sustained  SOAK_RATE, GET 80% / SET 20%
 #   burst      3 × SOAK_RATE
@@ -22,7 +22,8 @@
 # check and the RSS series is one JSON file in bench/results/ (BENCH_RESULTS), suite=soak.
 #
 # Environment: SOAK_SECONDS (210), SOAK_RATE (5000), SOAK_ENGINES (2), SOAK_MAXMEMORY (32mb),
-# BENCH_SMOKE=1 (sets SOAK_SECONDS=30 and a low rate), PIN/SERVER_CPUS/BENCH_CPUS, RECACHED_BIN.
+# BENCH_SMOKE=1 (sets SOAK_SECONDS=30 and a low rate), PIN/SERVER_CPUS/BENCH_CPUS, RECACHED_BIN,
+# RECACHED_BENCH_BIN.
 source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
 TOTAL=${SOAK_SECONDS:-210}
@@ -48,7 +49,7 @@ pid_of() { # pid_of ROLE: from recached status --json
 }
 SUP=$(pid_of supervisor)
 [ -n "$SUP" ] || { echo "$0: no supervisor pid in recached status --json" >&2; exit 1; }
-"$BIN" bench rss --ppid "$SUP" --interval-ms 500 --seconds $((TOTAL * 3 + 120)) \
+"$BENCH_BIN" rss --ppid "$SUP" --interval-ms 500 --seconds $((TOTAL * 3 + 120)) \
     --out "$RESULTS/soak-$RUN_ID-rss.json" "${LABELS[@]}" --label suite=soak >/dev/null &
 RSS_PID=$!
 PIDS+=($RSS_PID)
@@ -60,13 +61,13 @@ phase() { # phase NAME WHAT RATE [run args…]
     shift 3
     order=$((order + 1))
     echo "phase $order: $name ($what)" >&2
-    gen "$BIN" bench run --target "127.0.0.1:$FP" --rate "$rate" --warmup 0 --connections 16 \
+    gen "$BENCH_BIN" run --target "127.0.0.1:$FP" --rate "$rate" --warmup 0 --connections 16 \
         --seed "$order" --max-backlog 50000 "$@" \
         --out "$RESULTS/soak-$RUN_ID-$(printf %02d $order)-$name.json" "${LABELS[@]}" \
         --label suite=soak --label "phase=$name" --label "what=$what" --label "order=$order" >&2
 }
 check() { # check NAME OUTCOME DETAIL
-    "$BIN" bench check --name "$1" --outcome "$2" --detail "$3" \
+    "$BENCH_BIN" check --name "$1" --outcome "$2" --detail "$3" \
         --out "$RESULTS/soak-$RUN_ID-check-$1.json" "${LABELS[@]}" --label suite=soak >&2
 }
 third=$(awk -v p="$P" 'BEGIN { printf "%.1f", p / 3 }')
@@ -139,5 +140,5 @@ fi
 sleep 1
 kill -TERM "$RSS_PID" 2>/dev/null || true
 wait "$RSS_PID" 2>/dev/null || true
-"$BIN" bench report --results "$RESULTS" --out "$TMP/report.md" --svg-dir "$TMP/svg" >/dev/null
+"$BENCH_BIN" report --results "$RESULTS" --out "$TMP/report.md" --svg-dir "$TMP/svg" >/dev/null
 sed -n '/^## Soak/,/^## /p' "$TMP/report.md" | grep -E '^\||^- Check|^RSS'

@@ -11,7 +11,8 @@
 #    (npm ci, tests/cluster/package-lock.json). Each is skipped when already installed.
 #    Debian's chromium and playwright-core in tests/browser/node_modules (npm ci, idempotent)
 #    for the browser-replica tests, and the replica module (scripts/build-wasm.sh).
-# 2. Builds the release binary and exports RECACHED_BIN=<abs path> for the tests in tests/.
+# 2. Builds the release binaries and exports RECACHED_BIN=<abs path> for the tests in tests/ and
+#    RECACHED_BENCH_BIN (the benchmark tools, `recached-bench`) for the benchmark smoke.
 # 3. Runs every test of the workspace (`cargo test --workspace`).
 # 4. Runs every fuzz target briefly (scripts/fuzz.sh, ~10 s each; nightly + cargo-fuzz).
 #    Then checks that the pure crates build for wasm32 (the browser replica runs that code).
@@ -89,13 +90,17 @@ RECACHED_WASM="$(scripts/build-wasm.sh)"
 export RECACHED_WASM
 ls -l "$RECACHED_WASM"
 
-step "cargo build --release -p recached"
-cargo build --release -p recached
+step "cargo build --release -p recached -p recached-bench"
+cargo build --release -p recached -p recached-bench
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
 export RECACHED_BIN="$TARGET_DIR/release/recached"
 test -x "$RECACHED_BIN"
 echo "RECACHED_BIN=$RECACHED_BIN"
+# Exported, so the benchmark scripts below use this build instead of building their own.
+export RECACHED_BENCH_BIN="$TARGET_DIR/release/recached-bench"
+test -x "$RECACHED_BENCH_BIN"
+echo "RECACHED_BENCH_BIN=$RECACHED_BENCH_BIN"
 
 step "cargo test --workspace"
 # shellcheck disable=SC2086 # CARGO_TEST_ARGS is split on purpose
@@ -119,7 +124,7 @@ cargo build -p engine-core -p resp -p recached-wasm --target wasm32-unknown-unkn
 
 step "benchmark smoke (scripts/bench-*.sh, scripts/soak.sh: short versions)"
 # Ran, no errors, JSON valid: each script's BENCH_SMOKE=1 version writes into a scratch results
-# folder, then `recached bench validate` checks every file (and that no request failed, except in
+# folder, then `recached-bench validate` checks every file (and that no request failed, except in
 # the soak's kill phase, where requests to the killed engine fail by design) and the report renders.
 BENCH_SMOKE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/recached-bench-smoke.XXXXXX")
 for s in bench-scaling bench-systems bench-scenarios soak bench-memory-shapes; do
@@ -127,9 +132,9 @@ for s in bench-scaling bench-systems bench-scenarios soak bench-memory-shapes; d
         || { tail -n 30 "$BENCH_SMOKE_DIR/$s.log"; echo "$s failed"; exit 1; }
     echo "$s: ok"
 done
-"$RECACHED_BIN" bench validate "$BENCH_SMOKE_DIR"/*.json
-"$RECACHED_BIN" bench validate --no-errors $(ls "$BENCH_SMOKE_DIR"/*.json | grep -v -- '-kill\.json$')
-"$RECACHED_BIN" bench report --results "$BENCH_SMOKE_DIR" --out "$BENCH_SMOKE_DIR/BENCHMARKS.md" \
+"$RECACHED_BENCH_BIN" validate "$BENCH_SMOKE_DIR"/*.json
+"$RECACHED_BENCH_BIN" validate --no-errors $(ls "$BENCH_SMOKE_DIR"/*.json | grep -v -- '-kill\.json$')
+"$RECACHED_BENCH_BIN" report --results "$BENCH_SMOKE_DIR" --out "$BENCH_SMOKE_DIR/BENCHMARKS.md" \
     --svg-dir "$BENCH_SMOKE_DIR/svg"
 rm -rf "$BENCH_SMOKE_DIR"
 

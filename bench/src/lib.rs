@@ -1,4 +1,5 @@
-//! `recached-bench`: the benchmark suite's library, run as `recached bench …` (issue 9).
+//! `recached-bench`: the benchmark suite's library, run as the `recached-bench` binary
+//! (`src/main.rs`; issue 9).
 //!
 //! # Layout
 //!
@@ -12,7 +13,7 @@
 //! - [`doc`]: the result JSON (one file per measurement) and its validation.
 //! - [`report`] and [`svg`]: `docs/BENCHMARKS.md` and its SVG charts, generated from the JSON.
 //!
-//! # Subcommands (`recached bench SUBCOMMAND`)
+//! # Subcommands (`recached-bench SUBCOMMAND`)
 //!
 //! ```text
 //! run               open-loop load against any RESP server; prints a summary, --out writes JSON
@@ -46,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-/// `recached bench …`
+/// `recached-bench …`
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
     /// Open-loop load (Poisson arrivals, latency from the intended start) against a RESP server.
@@ -136,7 +137,7 @@ pub struct OutArgs {
     pub labels: Vec<String>,
 }
 
-/// Runs one `recached bench` subcommand.
+/// Runs one `recached-bench` subcommand.
 pub fn main(cmd: BenchCommand) -> Result<ExitCode, String> {
     match cmd {
         BenchCommand::Run { params, out } => run_load(&params, &out),

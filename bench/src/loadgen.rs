@@ -1,4 +1,4 @@
-//! The open-loop load generator behind `recached bench run`.
+//! The open-loop load generator behind `recached-bench run`.
 //!
 //! # Model
 //!

@@ -1,4 +1,4 @@
-//! `recached bench memory`: one memory-per-data-shape sample of a running server, as a result
+//! `recached-bench memory`: one memory-per-data-shape sample of a running server, as a result
 //! document of kind `memory` ([`crate::doc`]). Driven by `scripts/bench-memory-shapes.sh`,
 //! which starts a fresh server per shape and run, fills it, then calls this once.
 //!
@@ -31,7 +31,7 @@ use resp::Value;
 const MAX_REPLY: usize = 4 << 20;
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// `recached bench memory` arguments.
+/// `recached-bench memory` arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct MemoryArgs {
     /// The server, host:port.

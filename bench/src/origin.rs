@@ -1,5 +1,5 @@
 //! A simulated slow origin (the database behind a cache) for the cache-aside scenarios:
-//! `recached bench origin --port P --latency-ms 20 --cpu-us 300 --value-size 1024`.
+//! `recached-bench origin --port P --latency-ms 20 --cpu-us 300 --value-size 1024`.
 //!
 //! It speaks enough RESP for a cache-aside client: `GET key` answers a value of `value_size`
 //! bytes (the same bytes for every key), `SET` answers `+OK`, `PING` `+PONG`, and `INFO` a bulk

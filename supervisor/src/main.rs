@@ -17,7 +17,6 @@
 //! recached stop    [--dir DIR | --config FILE]
 //! recached status  [--dir DIR | --config FILE] [--json] [--user U] [--pass P]
 //!                  (or $REDISCLI_AUTH, else the config's requirepass)
-//! recached bench   run|origin|redis-benchmark|rss|memory|check|report|validate …   benchmark tools
 //! ```
 //!
 //! # Layout
@@ -35,7 +34,8 @@
 //! - [`status`]: `recached stop` / `recached status`.
 //! - [`reply`]: reading RESP replies over a blocking socket, for `status`, `metrics` and `health`.
 //! - [`auth`], [`tls_limits`]: the security sections of the config and their flags.
-//! - `recached bench …` is the `recached-bench` crate (`bench/`).
+//! - The benchmark tools are a separate binary, `recached-bench` (crate `bench/`), so that this
+//!   production binary carries none of their code or dependencies.
 //!
 //! Every role also runs alone from the command line; nothing in `server`, `proxy` or `fanout`
 //! assumes a supervisor started it. Exit status: 0 on success, 1 on any error (the message
@@ -130,9 +130,6 @@ enum Command {
         #[command(flatten)]
         auth: status::AuthArgs,
     },
-    /// Benchmark tools: open-loop load generator, slow origin, report (bench/src/lib.rs).
-    #[command(subcommand)]
-    Bench(recached_bench::BenchCommand),
 }
 
 /// Flags of `recached start`; each one overrides the same key of the config file.
@@ -224,7 +221,6 @@ fn main() -> ExitCode {
         Command::Start(args) => fleet::start(args),
         Command::Stop(args) => status::stop(&args),
         Command::Status { dir, json, auth } => status::status(&dir, &auth, json),
-        Command::Bench(cmd) => recached_bench::main(cmd),
     };
     match result {
         Ok(code) => code,

@@ -287,12 +287,23 @@ fn subcommands_with_a_key_go_to_the_key_instance() {
         let (n, s, x) = (key_on(i, "n"), key_on(i, "s"), key_on(i, "x"));
         assert_eq!(c.cmd(&["SET", &n, "12345"]), b"+OK\r\n");
         assert_eq!(c.cmd(&["SET", &s, "abc"]), b"+OK\r\n");
-        assert_eq!(c.cmd(&["OBJECT", "ENCODING", &n]), bulk("int"), "instance {i}");
-        assert_eq!(c.cmd(&["object", "encoding", &s]), bulk("embstr"), "instance {i}");
+        assert_eq!(
+            c.cmd(&["OBJECT", "ENCODING", &n]),
+            bulk("int"),
+            "instance {i}"
+        );
+        assert_eq!(
+            c.cmd(&["object", "encoding", &s]),
+            bulk("embstr"),
+            "instance {i}"
+        );
         let usage = c.cmd(&["MEMORY", "USAGE", &s, "SAMPLES", "0"]);
         assert!(usage.starts_with(b":"), "{}", text(&usage));
         assert_eq!(f.backend(i).cmd(&["EXISTS", &s]), int(1));
-        assert!(c.cmd(&["XADD", &x, "1-1", "f", "v"]).starts_with(b"$3\r\n1-1"));
+        assert!(
+            c.cmd(&["XADD", &x, "1-1", "f", "v"])
+                .starts_with(b"$3\r\n1-1")
+        );
         let info = c.cmd(&["XINFO", "STREAM", &x]);
         assert!(info.starts_with(b"*"), "{}", text(&info));
     }

@@ -133,25 +133,13 @@ impl Proxy {
         shutdown: Arc<AtomicBool>,
     ) -> io::Result<Self> {
         let poll = Poll::new()?;
-        let listener = match listen {
-            Some(addr) => {
-                let mut l = recached_net::listen::bind(addr)?;
-                poll.registry()
-                    .register(&mut l, LISTENER, Interest::READABLE)?;
-                Some(l)
-            }
-            None => None,
-        };
-        let tls_listener = match tls {
-            Some((addr, cfg)) => {
-                let mut l = recached_net::listen::bind(addr)
-                    .map_err(|e| io::Error::new(e.kind(), format!("TLS port {addr}: {e}")))?;
-                poll.registry()
-                    .register(&mut l, TLS_LISTENER, Interest::READABLE)?;
-                Some((l, cfg))
-            }
-            None => None,
-        };
+        let (reg, bind) = (poll.registry(), recached_net::listen::bind_registered);
+        let listener = listen.map(|a| bind(reg, a, LISTENER, None)).transpose()?;
+        let tls_listener = tls
+            .map(|(a, cfg)| {
+                Ok::<_, io::Error>((bind(reg, a, TLS_LISTENER, Some("TLS port"))?, cfg))
+            })
+            .transpose()?;
         let port = match (&listener, &tls_listener) {
             (Some(l), _) | (None, Some((l, _))) => l.local_addr()?.port(),
             (None, None) => {

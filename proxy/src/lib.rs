@@ -68,7 +68,7 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use recached_net::listen::{listen_addr, resolve};
+use recached_net::listen::resolve;
 
 /// Everything `recached proxy` needs.
 #[derive(Clone, Debug)]
@@ -104,17 +104,7 @@ pub fn run_until(opts: ProxyOptions, shutdown: Arc<AtomicBool>) -> io::Result<()
             "the proxy needs at least one backend (--backends HOST:PORT,…)",
         ));
     }
-    let tls = if opts.tls.enabled() {
-        let cfg = tls::server_config(&opts.tls)?;
-        Some((listen_addr(&opts.bind, opts.tls.port)?, cfg))
-    } else {
-        None
-    };
-    let listen = if opts.port == 0 && tls.is_some() {
-        None
-    } else {
-        Some(listen_addr(&opts.bind, opts.port)?)
-    };
+    let (listen, tls) = recached_net::listen::role_addrs(&opts.bind, opts.port, &opts.tls)?;
     let backends = opts
         .backends
         .iter()

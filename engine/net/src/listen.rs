@@ -42,6 +42,49 @@ pub fn bind_on(bind_addr: &str, port: u16) -> io::Result<TcpListener> {
     bind(addr).map_err(|e| io::Error::new(e.kind(), format!("Could not bind {addr}: {e}")))
 }
 
+/// The addresses a server role (proxy, fan-out) listens on: the plain port, unless it is 0
+/// while TLS is on (Redis's `port 0`: TLS only), and the TLS port with its rustls
+/// configuration when TLS is enabled. Errors: an address that does not resolve, unreadable or
+/// invalid certificate files.
+#[allow(clippy::type_complexity)]
+pub fn role_addrs(
+    bind: &str,
+    port: u16,
+    tls: &crate::tls::TlsOptions,
+) -> io::Result<(
+    Option<SocketAddr>,
+    Option<(SocketAddr, std::sync::Arc<rustls::ServerConfig>)>,
+)> {
+    let tls = if tls.enabled() {
+        let cfg = crate::tls::server_config(tls)?;
+        Some((listen_addr(bind, tls.port)?, cfg))
+    } else {
+        None
+    };
+    let plain = if port == 0 && tls.is_some() {
+        None
+    } else {
+        Some(listen_addr(bind, port)?)
+    };
+    Ok((plain, tls))
+}
+
+/// [`bind`], then registered for reads under `token`; `what` names the port in the error
+/// ("TLS port 127.0.0.1:6443: Address already in use").
+pub fn bind_registered(
+    registry: &mio::Registry,
+    addr: SocketAddr,
+    token: mio::Token,
+    what: Option<&str>,
+) -> io::Result<TcpListener> {
+    let mut l = bind(addr).map_err(|e| match what {
+        Some(w) => io::Error::new(e.kind(), format!("{w} {addr}: {e}")),
+        None => e,
+    })?;
+    registry.register(&mut l, token, mio::Interest::READABLE)?;
+    Ok(l)
+}
+
 /// Resolves `bind` (an IP address or a host name, IPv6 without brackets) with `port` to the
 /// first socket address.
 pub fn listen_addr(bind: &str, port: u16) -> io::Result<SocketAddr> {

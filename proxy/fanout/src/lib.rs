@@ -64,7 +64,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use recached_net::listen::{listen_addr, resolve};
+use recached_net::listen::resolve;
 
 /// Everything `recached fanout` needs.
 #[derive(Clone, Debug)]
@@ -201,18 +201,8 @@ pub fn bind_fanout(opts: FanoutOptions, shutdown: Arc<AtomicBool>) -> io::Result
         Some(p) => Some(load_tokens(p)?),
         None => None,
     };
-    let tls = if opts.tls.enabled() {
-        let cfg = recached_net::tls::server_config(&opts.tls)?;
-        Some((listen_addr(&opts.bind, opts.tls.port)?, cfg))
-    } else {
-        None
-    };
     // Redis's `port 0`: with a TLS port, no plain listener at all.
-    let listen = if opts.port == 0 && tls.is_some() {
-        None
-    } else {
-        Some(listen_addr(&opts.bind, opts.port)?)
-    };
+    let (listen, tls) = recached_net::listen::role_addrs(&opts.bind, opts.port, &opts.tls)?;
     let engines = opts
         .engines
         .iter()

@@ -177,25 +177,13 @@ impl Server {
         shutdown: Arc<AtomicBool>,
     ) -> io::Result<Server> {
         let poll = Poll::new()?;
-        let listener = match listen {
-            Some(addr) => {
-                let mut l = recached_net::listen::bind(addr)?;
-                poll.registry()
-                    .register(&mut l, LISTENER, Interest::READABLE)?;
-                Some(l)
-            }
-            None => None,
-        };
-        let tls = match tls {
-            Some((addr, cfg)) => {
-                let mut l = recached_net::listen::bind(addr)
-                    .map_err(|e| io::Error::new(e.kind(), format!("tls port {addr}: {e}")))?;
-                poll.registry()
-                    .register(&mut l, TLS_LISTENER, Interest::READABLE)?;
-                Some((l, cfg))
-            }
-            None => None,
-        };
+        let (reg, bind) = (poll.registry(), recached_net::listen::bind_registered);
+        let listener = listen.map(|a| bind(reg, a, LISTENER, None)).transpose()?;
+        let tls = tls
+            .map(|(a, cfg)| {
+                Ok::<_, io::Error>((bind(reg, a, TLS_LISTENER, Some("tls port"))?, cfg))
+            })
+            .transpose()?;
         let heartbeat = Duration::from_millis(opts.heartbeat_ms.max(10));
         let ws_config = WebSocketConfig::default()
             .max_message_size(Some(opts.max_message))

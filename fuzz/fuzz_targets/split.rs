@@ -1,5 +1,6 @@
 //! Fuzz target: the proxy's routing, request splitting and reply merging
-//! (`recached_proxy::{route, split, keys}`, all pure).
+//! (`recached_proxy::{route, split}` and the key extractor `engine_core::command::keys`, all
+//! pure).
 //!
 //! Input layout: byte 0 = number of instances (1..=4), byte 1 = a command-table row (low
 //! byte) , byte 2 = argc (0..=15) then per argument a length byte and its bytes (short keys

@@ -274,6 +274,12 @@ fn find_keyword<A: Argv + ?Sized>(argv: &A, keyword: &[u8], startfrom: i64) -> O
 /// Redis's `getkeys_proc` finders (src/db.c), argument for argument.
 fn from_finder<A: Argv + ?Sized>(g: GetKeys, argv: &A, out: &mut Keys) {
     let argc = argv.argc();
+    // Redis's finders trust the arity check that runs before them (the key at 1 always
+    // exists); callers here may ask first (the proxy routes rows it does not check), so a
+    // request too short for its key names none.
+    if argc < 2 {
+        return;
+    }
     let is = |i: usize, word: &str| argv.arg(i).eq_ignore_ascii_case(word.as_bytes());
     let none = KeyFlags::empty();
     match g {
@@ -546,6 +552,28 @@ mod tests {
             }
         }
         assert!(fixed > 300, "{fixed}");
+    }
+
+    #[test]
+    fn keys_are_always_inside_the_request_whatever_its_length() {
+        // Bad input never panics: any row, any argument count (arity unchecked), any words.
+        let words: [&[u8]; 6] = [b"1", b"0", b"store", b"STREAMS", b"keys", b"get"];
+        for spec in crate::command::all().flat_map(|c| std::iter::once(c).chain(c.subcommands)) {
+            for argc in 0..9 {
+                for w in words {
+                    let mut args: Vec<&[u8]> = vec![w; argc];
+                    if argc > 0 {
+                        args[0] = spec.name.as_bytes();
+                    }
+                    for k in keys(spec, args.as_slice()).as_slice() {
+                        assert!(k.pos >= 1 && k.pos < argc, "{} argc {argc}", spec.name);
+                    }
+                    if let Some(pos) = fixed_key(spec, argc) {
+                        assert!(pos >= 1 && pos < argc, "{}", spec.name);
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -934,6 +934,32 @@ mod tests {
     }
 
     #[test]
+    fn rows_the_engines_do_not_run_route_by_key_or_answer_unknown() {
+        // Regression (fuzz/regressions/split/): SORT alone once made the finder name a key
+        // past the end. No key: the proxy answers Redis's unknown-command text itself.
+        for name in [
+            "SORT",
+            "SORT_RO",
+            "GEORADIUS",
+            "BITFIELD",
+            "XREAD",
+            "MIGRATE",
+            "EVAL",
+        ] {
+            assert_eq!(
+                reply(run(&[name.as_bytes()], 2)),
+                format!("-ERR unknown command '{name}', with args beginning with: \r\n")
+                    .into_bytes(),
+            );
+        }
+        let key = b"k".as_slice();
+        assert_eq!(
+            run(&[b"XADD", key, b"*", b"f", b"v"], 3),
+            Plan::Forward(instance_of(key, 3))
+        );
+    }
+
+    #[test]
     fn every_subcommand_with_a_key_routes_by_its_key() {
         // OBJECT ENCODING k, MEMORY USAGE k, XINFO STREAM k, …: every subcommand row whose key
         // specs find a key (implemented by the engines or not) goes to the key's instance.

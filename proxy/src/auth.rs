@@ -142,9 +142,9 @@ fn auth(argv: &[&[u8]], session: &mut Session, acl: &mut Acl, who: &Who) -> Gate
     }
 }
 
-/// HELLO [2 [AUTH user pass] [SETNAME name]]: authenticates, then lets the router answer.
+/// HELLO [2|3 [AUTH user pass] [SETNAME name]]: authenticates, then lets the router answer.
 fn hello(argv: &[&[u8]], session: &mut Session, acl: &mut Acl, who: &Who) -> Gate {
-    if argv.len() >= 2 && argv[1] != b"2" {
+    if argv.len() >= 2 && !matches!(resp::parse_i64(argv[1]), Some(2 | 3)) {
         return Gate::Pass; // NOPROTO or a bad version: the router's answer
     }
     let mut i = 2;
@@ -174,7 +174,7 @@ fn hello(argv: &[&[u8]], session: &mut Session, acl: &mut Acl, who: &Who) -> Gat
 /// ACL subcommands, answered from the proxy's own state.
 fn acl_command(spec: &CommandSpec, argv: &[&[u8]], session: &mut Session, acl: &mut Acl) -> Gate {
     let mut out = Vec::new();
-    let mut w = ReplyWriter::new(&mut out, Proto::Resp2);
+    let mut w = ReplyWriter::new(&mut out, session.proto);
     let result = match spec.name {
         "acl|whoami" => {
             w.bulk(session.auth.name().as_bytes());

@@ -107,9 +107,13 @@ pub enum Incoming<'a> {
     Message(&'a [u8]),
 }
 
-/// A RESP2 pub/sub message frame (`message` or `pmessage` array).
+/// A pub/sub message frame: RESP2 `message` / `pmessage` array or RESP3 push.
 pub fn is_message(frame: &[u8]) -> bool {
-    frame.starts_with(b"*3\r\n$7\r\nmessage\r\n") || frame.starts_with(b"*4\r\n$8\r\npmessage\r\n")
+    let body = match frame.first() {
+        Some(b'*' | b'>') => &frame[1..],
+        _ => return false,
+    };
+    body.starts_with(b"3\r\n$7\r\nmessage\r\n") || body.starts_with(b"4\r\n$8\r\npmessage\r\n")
 }
 
 pub struct Dedicated {
@@ -125,6 +129,8 @@ pub struct Dedicated {
     pub pubsub: bool,
     /// Listed in the loop's to-flush list this iteration.
     pub dirty: bool,
+    /// Switched to RESP3 with `HELLO 3` (its owner is a RESP3 client).
+    pub resp3: bool,
 }
 
 impl Dedicated {
@@ -149,6 +155,7 @@ impl Dedicated {
             inflight: VecDeque::new(),
             pubsub: false,
             dirty: false,
+            resp3: false,
         })
     }
 
@@ -172,7 +179,8 @@ impl Dedicated {
             ..
         } = self;
         wire.frames(|frame| {
-            if *pubsub && is_message(frame) {
+            // A RESP3 push is never a reply, whatever ran since the last SUBSCRIBE.
+            if (*pubsub || frame.first() == Some(&b'>')) && is_message(frame) {
                 each(Incoming::Message(frame));
                 return Ok(());
             }
@@ -209,5 +217,9 @@ mod tests {
         assert!(!is_message(b"*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"));
         assert!(!is_message(b"*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n"));
         assert!(!is_message(b"$7\r\nmessage\r\n"));
+        assert!(is_message(
+            b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n"
+        ));
+        assert!(!is_message(b">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"));
     }
 }

@@ -33,6 +33,7 @@ use std::collections::BTreeSet;
 
 use crate::route::instance_of;
 use crate::split::{push_array_header, push_bulk};
+use resp::{Proto, ReplyWriter};
 
 /// A client's subscriptions through the proxy.
 #[derive(Debug, Default)]
@@ -136,8 +137,14 @@ impl Subscriptions {
     }
 
     /// Applies `kind` with `names` (the arguments after the command name; empty for
-    /// "every channel/pattern" with the unsubscribe forms) among `n` instances.
+    /// "every channel/pattern" with the unsubscribe forms) among `n` instances; the
+    /// confirmations are RESP2.
     pub fn apply(&mut self, kind: Kind, names: &[&[u8]], n: usize) -> Change {
+        self.apply_in(kind, names, n, Proto::Resp2)
+    }
+
+    /// [`Self::apply`] with the confirmations in `proto` (RESP3: push frames, `_` for nil).
+    pub fn apply_in(&mut self, kind: Kind, names: &[&[u8]], n: usize, proto: Proto) -> Change {
         let mut reply = Vec::new();
         // Per instance: the names to send, in argument order.
         let mut per_instance: Vec<Vec<Vec<u8>>> = vec![Vec::new(); n.max(1)];
@@ -155,7 +162,7 @@ impl Subscriptions {
         };
         if names.is_empty() {
             // UNSUBSCRIBE with nothing subscribed: one confirmation with a nil name.
-            confirmation(&mut reply, kind, None, self.count());
+            confirmation(&mut reply, kind, None, self.count(), proto);
         }
         for name in names {
             let set = if kind.is_pattern() {
@@ -177,7 +184,7 @@ impl Subscriptions {
                     per_instance[instance_of(name, n)].push(name.to_vec());
                 }
             }
-            confirmation(&mut reply, kind, Some(name), self.count());
+            confirmation(&mut reply, kind, Some(name), self.count(), proto);
         }
         let sends = per_instance
             .into_iter()
@@ -200,17 +207,17 @@ impl Subscriptions {
     }
 }
 
-/// `*3\r\n$<len>\r\n<kind>\r\n$<len>\r\n<name>\r\n:<count>\r\n` (name nil when `None`).
-fn confirmation(out: &mut Vec<u8>, kind: Kind, name: Option<&[u8]>, count: usize) {
-    push_array_header(out, 3);
-    push_bulk(out, kind.word());
+/// `*3\r\n$<len>\r\n<kind>\r\n$<len>\r\n<name>\r\n:<count>\r\n` (name nil when `None`);
+/// in RESP3 a push (`>3`), as Redis sends it (`addReplyPubsubSubscribed`).
+fn confirmation(out: &mut Vec<u8>, kind: Kind, name: Option<&[u8]>, count: usize, proto: Proto) {
+    let mut w = ReplyWriter::new(out, proto);
+    w.push(3);
+    w.bulk(kind.word());
     match name {
-        Some(n) => push_bulk(out, n),
-        None => out.extend_from_slice(b"$-1\r\n"),
+        Some(n) => w.bulk(n),
+        None => w.null(),
     }
-    out.push(b':');
-    out.extend_from_slice(itoa::Buffer::new().format(count).as_bytes());
-    out.extend_from_slice(b"\r\n");
+    w.integer(count as i64);
 }
 
 /// What a subscribed client's non-subscription command gets: PING's `pong` array, or

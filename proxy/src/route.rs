@@ -59,7 +59,7 @@ use std::time::Instant;
 use engine_core::command::{self, CommandSpec, Flags};
 
 use crate::pubsub;
-use crate::split::{self, Merge, Part, push_array_header, push_bulk};
+use crate::split::{self, Merge, Part, push_bulk};
 
 /// Argument access over a parsed request (the parser's ranges into the read buffer, or a
 /// plain slice in tests): the key extractor's own trait, so routing hands requests to it as
@@ -81,6 +81,9 @@ pub struct Session {
     pub auth: engine_core::acl::ClientAuth,
     /// Peer address `ip:port` (ACL LOG, failed AUTH log lines).
     pub addr: String,
+    /// The protocol chosen with `HELLO 2|3` (RESP2 until then, and again after RESET): the
+    /// shape of every reply the proxy writes, and which instance links serve the client.
+    pub proto: resp::Proto,
 }
 
 /// What routing needs to know about the proxy as a whole.
@@ -235,6 +238,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "quit" => Plan::ReplyThenClose(Cow::Borrowed(b"+OK\r\n")),
         "reset" => {
             session.name = None;
+            session.proto = resp::Proto::Resp2;
             reply_static(b"+RESET\r\n")
         }
         "select" => match resp::parse_i64(args.arg(1)) {
@@ -267,6 +271,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
                 merge: Merge::Info {
                     header: info_header(fleet, &sections),
                     proxy_section: sections.wants("proxy"),
+                    proto: session.proto,
                 },
             }
         }
@@ -509,9 +514,12 @@ const BAD_NAME: &[u8] =
 /// `HELLO [protover [AUTH user pass] [SETNAME name]]` (Redis `helloCommand`): RESP2 only.
 fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
     let argc = args.argc();
+    let mut proto = session.proto;
     if argc >= 2 {
+        // Redis's own checks and texts (networking.c helloCommand).
         match resp::parse_i64(args.arg(1)) {
-            Some(2) => {}
+            Some(2) => proto = resp::Proto::Resp2,
+            Some(3) => proto = resp::Proto::Resp3,
             Some(_) => return reply_static(b"-NOPROTO unsupported protocol version\r\n"),
             None => {
                 return reply_static(
@@ -526,7 +534,6 @@ fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
         let opt = args.arg(i);
         let more = argc - i - 1;
         if opt.eq_ignore_ascii_case(b"AUTH") && more >= 2 {
-            // Checked before routing (`crate::auth::gate`).
             i += 3;
         } else if opt.eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
             let n = args.arg(i + 1);
@@ -546,8 +553,12 @@ fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
     if let Some(n) = name {
         session.name = Some(n);
     }
+    // The switch happens before the reply, so the reply is already in the new protocol
+    // (a map for RESP3), as Redis does it.
+    session.proto = proto;
     let mut out = Vec::new();
-    push_array_header(&mut out, 14);
+    let mut w = resp::ReplyWriter::new(&mut out, proto);
+    w.map(7);
     for (k, v) in [
         ("server", "redis"),
         ("version", "7.0.15"),
@@ -556,23 +567,18 @@ fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
         ("mode", "standalone"),
         ("role", "master"),
     ] {
-        push_bulk(&mut out, k.as_bytes());
+        w.bulk(k.as_bytes());
         match k {
-            "proto" => out.extend_from_slice(b":2\r\n"),
-            "id" => {
-                out.push(b':');
-                out.extend_from_slice(itoa::Buffer::new().format(session.id).as_bytes());
-                out.extend_from_slice(b"\r\n");
-            }
-            _ => push_bulk(&mut out, v.as_bytes()),
+            "proto" => w.integer(proto.version()),
+            "id" => w.integer(session.id as i64),
+            _ => w.bulk(v.as_bytes()),
         }
     }
-    push_bulk(&mut out, b"modules");
-    out.extend_from_slice(b"*0\r\n");
+    w.bulk(b"modules");
+    w.array(0);
     Plan::Reply(out.into())
 }
 
-/// CLIENT SETNAME / GETNAME / ID / SETINFO, answered for the client's proxy connection.
 fn client<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, session: &mut Session) -> Plan {
     let sub = args.arg(1);
     let argc = args.argc();
@@ -613,6 +619,7 @@ fn client<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, session: &mut 
         }
         "getname" => match &session.name {
             Some(n) => Plan::Reply(bulk(n).into()),
+            None if session.proto == resp::Proto::Resp3 => reply_static(b"_\r\n"),
             None => reply_static(b"$-1\r\n"),
         },
         "id" => Plan::Reply(format!(":{}\r\n", session.id).into_bytes().into()),
@@ -806,7 +813,7 @@ mod tests {
             b"-ERR DB index is out of range\r\n"
         );
         assert_eq!(
-            reply(run(&[b"HELLO", b"3"], 2)),
+            reply(run(&[b"HELLO", b"4"], 2)),
             b"-NOPROTO unsupported protocol version\r\n"
         );
         assert!(matches!(run(&[b"QUIT"], 2), Plan::ReplyThenClose(_)));

@@ -1,5 +1,7 @@
 //! One backend instance: a single persistent connection shared by every client
-//! (multiplexed), and its reconnect state.
+//! (multiplexed), and its reconnect state. Each instance has two: the RESP2 link, and the
+//! RESP3 link (`HELLO 3` first, opened when the first RESP3 client needs it) that serves
+//! the clients that said `HELLO 3`.
 //!
 //! Requests from all clients are appended to `out` and written once per loop iteration;
 //! each gets a [`Waiter`] at the back of `inflight`. Redis answers a connection's requests

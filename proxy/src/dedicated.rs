@@ -39,7 +39,9 @@
 //! it produces (1, or one per channel for (un)subscribe commands) and which reply slot they
 //! answer (`None`: swallow, for a transaction's `MULTI` the proxy sends on its own). While a
 //! connection may be subscribed, frames starting `*3 message` or `*4 pmessage` are messages
-//! ([`is_message`]) and go to the client as they come, not to `inflight`.
+//! ([`is_message`]) and go to the client as they come, not to `inflight`; on a RESP3
+//! connection (the owner said `HELLO 3`, so the connection did too) a push frame `>3 message`
+//! / `>4 pmessage` is always a message, since the client may run anything while subscribed.
 
 use std::collections::VecDeque;
 use std::io;

@@ -19,13 +19,15 @@
 //! Only channels and patterns that change state are sent to instances (`SUBSCRIBE a a` sends
 //! `a` once, `UNSUBSCRIBE x` for a channel not subscribed sends nothing).
 //!
-//! Messages are relayed unchanged (RESP2 `message` / `pmessage` arrays) as they arrive.
+//! Messages are relayed unchanged (RESP2 `message` / `pmessage` arrays, RESP3 pushes on a
+//! RESP3 client's connections, where confirmations are pushes too) as they arrive.
 //! Those of one channel keep their order; messages of channels on different instances come
 //! over different connections and may interleave differently from their PUBLISH order, as
 //! with a Redis Cluster client subscribed on several nodes.
 //!
-//! While subscribed (count > 0) the client may only send (P)SUBSCRIBE, (P)UNSUBSCRIBE,
-//! PING, QUIT and RESET; anything else gets Redis 7's RESP2 error text. PING answers
+//! While subscribed (count > 0) a RESP2 client may only send (P)SUBSCRIBE, (P)UNSUBSCRIBE,
+//! PING, QUIT and RESET; anything else gets Redis 7's RESP2 error text. A RESP3 client may
+//! send anything, as with Redis. PING answers
 //! `*2 pong <arg or "">` as Redis does in that mode. Sharded pub/sub (SSUBSCRIBE) is not
 //! supported.
 

@@ -26,10 +26,17 @@
 //! Arity is checked here with the table's arity and Redis's exact error text, so a malformed
 //! request never reaches key extraction.
 //!
-//! HELLO: only protocol 2 (RESP2) is served for now: `HELLO 3` gets `-NOPROTO unsupported
-//! protocol version`, as a server without RESP3 would answer. Backends are always spoken to
-//! in RESP2, so every reply the proxy forwards is RESP2. The HELLO map says `server: redis`,
-//! `version: 7.0.15`, `mode: standalone` (to a client the proxy is one standalone server).
+//! HELLO: `HELLO 2` and `HELLO 3` (each with `AUTH user pass` and `SETNAME name`) set the
+//! client's protocol ([`Session::proto`]); any other version gets Redis's `-NOPROTO
+//! unsupported protocol version`, HELLO without a version answers in the current protocol,
+//! and RESET returns to RESP2. The reply is the map Redis sends (`%7` in RESP3, `*14` in
+//! RESP2): `server: redis`, `version: 7.0.15`, `proto`, `id`, `mode: standalone` (to a
+//! client the proxy is one standalone server), `role: master`, `modules: []`. A RESP3
+//! client's requests go over each instance's RESP3 link and its dedicated connections are
+//! switched with `HELLO 3` (`crate::exec`), so instance replies arrive in RESP3 unchanged;
+//! what the proxy writes or merges itself (HELLO, CLIENT GETNAME's null, RANDOMKEY's null,
+//! INFO's verbatim string, subscription confirmations as pushes) follows the client's
+//! protocol.
 //!
 //! INFO [section …] (sections chosen as Redis does: none/`default`, `all`/`everything`, or
 //! names) answers the proxy's own view of the sections that describe a process, and merges

@@ -276,6 +276,25 @@ mod tests {
     }
 
     #[test]
+    fn hello_3_authenticates_like_hello_2() {
+        let mut acl = acl();
+        let mut s = Session::default();
+        assert_eq!(
+            run(
+                &[b"HELLO", b"3", b"AUTH", b"app", b"nope"],
+                &mut s,
+                &mut acl
+            ),
+            Some(b"-WRONGPASS invalid username-password pair or user is disabled.\r\n".to_vec())
+        );
+        assert_eq!(
+            run(&[b"HELLO", b"3", b"AUTH", b"app", b"pw"], &mut s, &mut acl),
+            None
+        );
+        assert!(s.auth.authenticated);
+    }
+
+    #[test]
     fn key_patterns_apply_through_the_proxy() {
         let mut acl = acl();
         let mut s = Session::default();

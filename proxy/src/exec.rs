@@ -127,6 +127,16 @@ pub(crate) fn handle<A: Args + ?Sized>(
         return subscribed(args, raw, me, ctx);
     } else if me.session.tx.active() {
         return in_transaction(args, raw, me, ctx);
+    } else if name.eq_ignore_ascii_case(b"hello") {
+        let plan = route::plan(args, me.session, ctx.fleet);
+        // Its dedicated connections follow at once, so messages on them change shape
+        // with the client's replies.
+        for &(_, id) in me.conns.iter() {
+            if let Some(d) = ctx.dedicated.get_mut(id) {
+                switch_proto(d, id, me.session.proto, ctx.dirty_dedicated);
+            }
+        }
+        return run_plan(plan, args, raw, me, ctx);
     }
     let plan = route::plan(args, me.session, ctx.fleet);
     run_plan(plan, args, raw, me, ctx)
@@ -276,18 +286,8 @@ fn subscription<A: Args + ?Sized>(
 fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize, Vec<u8>> {
     let resp3 = me.session.proto == resp::Proto::Resp3;
     if let Some(&(_, id)) = me.conns.iter().find(|(i, _)| *i == instance) {
-        if let Some(d) = ctx.dedicated.get_mut(id)
-            && d.resp3 != resp3
-        {
-            // The client changed protocol since: so does its connection (reply dropped).
-            d.resp3 = resp3;
-            let hello: &[u8] = if resp3 {
-                HELLO3
-            } else {
-                b"*2\r\n$5\r\nHELLO\r\n$1\r\n2\r\n"
-            };
-            d.send(hello, None, 1);
-            mark(&mut d.dirty, ctx.dirty_dedicated, id);
+        if let Some(d) = ctx.dedicated.get_mut(id) {
+            switch_proto(d, id, me.session.proto, ctx.dirty_dedicated);
         }
         return Ok(id);
     }
@@ -332,6 +332,23 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
             Err(backend.unavailable.clone())
         }
     }
+}
+
+/// Sends `HELLO 2|3` on dedicated connection `id` if it does not speak `proto` (the client
+/// changed protocol since it was opened); the reply is dropped.
+fn switch_proto(d: &mut Dedicated, id: usize, proto: resp::Proto, dirty: &mut Vec<usize>) {
+    let resp3 = proto == resp::Proto::Resp3;
+    if d.resp3 == resp3 {
+        return;
+    }
+    d.resp3 = resp3;
+    let hello: &[u8] = if resp3 {
+        HELLO3
+    } else {
+        b"*2\r\n$5\r\nHELLO\r\n$1\r\n2\r\n"
+    };
+    d.send(hello, None, 1);
+    mark(&mut d.dirty, dirty, id);
 }
 
 /// Carries out a routing plan for one request of client `me`.

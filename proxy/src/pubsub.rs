@@ -314,6 +314,16 @@ mod tests {
     }
 
     #[test]
+    fn resp3_confirmations_are_pushes() {
+        let mut s = Subscriptions::default();
+        let c = s.apply_in(Kind::Subscribe, &[b"a"], 1, Proto::Resp3);
+        assert_eq!(c.reply, b">3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n");
+        s.apply_in(Kind::Unsubscribe, &[], 1, Proto::Resp3);
+        let c = s.apply_in(Kind::Unsubscribe, &[], 1, Proto::Resp3);
+        assert_eq!(c.reply, b">3\r\n$11\r\nunsubscribe\r\n_\r\n:0\r\n");
+    }
+
+    #[test]
     fn unsubscribe_forms() {
         let mut s = Subscriptions::default();
         // Nothing subscribed: one confirmation with a nil channel, nothing sent.

@@ -862,6 +862,50 @@ mod tests {
     }
 
     #[test]
+    fn hello_3_switches_the_session_to_resp3_until_reset() {
+        let mut session = Session {
+            id: 9,
+            ..Session::default()
+        };
+        let mut f = fleet(2);
+        fn ask(args: &[&[u8]], s: &mut Session, f: &mut Fleet) -> Vec<u8> {
+            reply(plan(args, s, f))
+        }
+        // redis-server 7.0.15's HELLO 3 map, byte for byte (id aside).
+        assert_eq!(
+            ask(&[b"HELLO", b"3"], &mut session, &mut f),
+            &b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n\
+               $5\r\nproto\r\n:3\r\n$2\r\nid\r\n:9\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n\
+               $4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n"[..]
+        );
+        assert_eq!(session.proto, resp::Proto::Resp3);
+        assert!(ask(&[b"HELLO"], &mut session, &mut f).starts_with(b"%7\r\n"));
+        assert_eq!(
+            ask(&[b"HELLO", b"4"], &mut session, &mut f),
+            b"-NOPROTO unsupported protocol version\r\n"
+        );
+        assert_eq!(session.proto, resp::Proto::Resp3);
+        assert_eq!(
+            ask(&[b"CLIENT", b"GETNAME"], &mut session, &mut f),
+            b"_\r\n"
+        );
+        match plan(&[&b"INFO"[..]][..], &mut session, &mut f) {
+            Plan::FanOut {
+                merge: Merge::Info { proto, .. },
+                ..
+            } => assert_eq!(proto, resp::Proto::Resp3),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(ask(&[b"RESET"], &mut session, &mut f), b"+RESET\r\n");
+        assert_eq!(session.proto, resp::Proto::Resp2);
+        assert_eq!(
+            ask(&[b"CLIENT", b"GETNAME"], &mut session, &mut f),
+            b"$-1\r\n"
+        );
+        assert!(ask(&[b"HELLO"], &mut session, &mut f).starts_with(b"*14\r\n"));
+    }
+
+    #[test]
     fn keyless_commands_fan_out_or_are_refused() {
         assert!(matches!(
             run(&[b"DBSIZE"], 2),

@@ -695,6 +695,29 @@ mod tests {
     }
 
     #[test]
+    fn resp3_nulls_and_verbatim_info() {
+        let mut out = Vec::new();
+        merge(
+            &Merge::AnyNonNil { start: 0 },
+            &[b"_\r\n", b"_\r\n"],
+            &mut out,
+        );
+        assert_eq!(out, b"_\r\n");
+        out.clear();
+        let verbatim: &[u8] = b"=18\r\ntxt:# Stats\r\nx:1\r\n\r\n";
+        merge(
+            &Merge::Info {
+                header: Vec::new(),
+                proxy_section: false,
+                proto: resp::Proto::Resp3,
+            },
+            &[verbatim, verbatim],
+            &mut out,
+        );
+        assert_eq!(out, b"=18\r\ntxt:# Stats\r\nx:2\r\n\r\n");
+    }
+
+    #[test]
     fn merge_info_adds_keyspace() {
         let mut out = Vec::new();
         let (mut a, mut b) = (Vec::new(), Vec::new());

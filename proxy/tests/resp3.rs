@@ -279,3 +279,75 @@ fn blocking_and_transactions_speak_resp3() {
     p.same(&["ZSCORE", &z, "none"]);
     p.same(&["EXEC"]);
 }
+
+/// A redis-server with `requirepass`, killed by PID on drop.
+struct Locked(Redis);
+
+impl Locked {
+    fn start(pass: &str) -> Locked {
+        let port = free_port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--requirepass", pass])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed");
+        let r = Redis { port, child };
+        wait_for(Duration::from_secs(10), || {
+            let mut c = Conn::try_connect(port)?;
+            (c.cmd(&["AUTH", pass]) == b"+OK\r\n").then_some(())
+        })
+        .expect("redis-server did not start");
+        Locked(r)
+    }
+}
+
+#[test]
+fn hello_3_auth_through_a_proxy_that_logs_in_to_its_instances() {
+    let redis = [Locked::start("inner"), Locked::start("inner")];
+    let port = free_port();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opts = recached_proxy::ProxyOptions {
+        port,
+        bind: "127.0.0.1".into(),
+        backends: redis
+            .iter()
+            .map(|r| format!("127.0.0.1:{}", r.0.port))
+            .collect(),
+        tls: Default::default(),
+        limits: Default::default(),
+        auth: recached_proxy::auth::ProxyAuth {
+            acl: engine_core::acl::AclConfig {
+                requirepass: b"outer".to_vec(),
+                ..Default::default()
+            },
+            backend: Some(("default".into(), "inner".into())),
+        },
+    };
+    let flag = std::sync::Arc::clone(&stop);
+    let proxy = thread::spawn(move || recached_proxy::run_until(opts, flag));
+    let mut c = wait_for(Duration::from_secs(10), || {
+        let mut c = Conn::try_connect(port)?;
+        (c.cmd(&["PING"]).starts_with(b"-NOAUTH")).then_some(c)
+    })
+    .expect("proxy did not start");
+    assert!(
+        c.cmd(&["HELLO", "3"])
+            .starts_with(b"-NOAUTH HELLO must be called")
+    );
+    assert!(
+        c.cmd(&["HELLO", "3", "AUTH", "default", "wrong"])
+            .starts_with(b"-WRONGPASS")
+    );
+    let hello = c.cmd(&["HELLO", "3", "AUTH", "default", "outer"]);
+    assert!(hello.starts_with(b"%7\r\n"), "{}", text(&hello));
+    // The RESP3 links and the dedicated connection logged in, then said HELLO 3.
+    let (h, l) = (key_on(0, "h"), key_on(1, "l"));
+    assert_eq!(c.cmd(&["HSET", &h, "f", "v"]), int(1));
+    assert_eq!(c.cmd(&["HGETALL", &h]), b"%1\r\n$1\r\nf\r\n$1\r\nv\r\n");
+    assert_eq!(c.cmd(&["GET", &l]), b"_\r\n");
+    assert_eq!(c.cmd(&["BLPOP", &l, "0.1"]), b"_\r\n");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    proxy.join().unwrap().unwrap();
+}

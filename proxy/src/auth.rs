@@ -142,9 +142,9 @@ fn auth(argv: &[&[u8]], session: &mut Session, acl: &mut Acl, who: &Who) -> Gate
     }
 }
 
-/// HELLO [2 [AUTH user pass] [SETNAME name]]: authenticates, then lets the router answer.
+/// HELLO [2|3 [AUTH user pass] [SETNAME name]]: authenticates, then lets the router answer.
 fn hello(argv: &[&[u8]], session: &mut Session, acl: &mut Acl, who: &Who) -> Gate {
-    if argv.len() >= 2 && argv[1] != b"2" {
+    if argv.len() >= 2 && !matches!(resp::parse_i64(argv[1]), Some(2 | 3)) {
         return Gate::Pass; // NOPROTO or a bad version: the router's answer
     }
     let mut i = 2;
@@ -174,7 +174,7 @@ fn hello(argv: &[&[u8]], session: &mut Session, acl: &mut Acl, who: &Who) -> Gat
 /// ACL subcommands, answered from the proxy's own state.
 fn acl_command(spec: &CommandSpec, argv: &[&[u8]], session: &mut Session, acl: &mut Acl) -> Gate {
     let mut out = Vec::new();
-    let mut w = ReplyWriter::new(&mut out, Proto::Resp2);
+    let mut w = ReplyWriter::new(&mut out, session.proto);
     let result = match spec.name {
         "acl|whoami" => {
             w.bulk(session.auth.name().as_bytes());
@@ -273,6 +273,25 @@ mod tests {
         assert_eq!(run(&[b"RESET"], &mut s, &mut acl), None);
         assert_eq!(run(&[b"GET", b"k"], &mut s, &mut acl), noauth);
         assert_eq!(acl.stats.denied_auth, 1);
+    }
+
+    #[test]
+    fn hello_3_authenticates_like_hello_2() {
+        let mut acl = acl();
+        let mut s = Session::default();
+        assert_eq!(
+            run(
+                &[b"HELLO", b"3", b"AUTH", b"app", b"nope"],
+                &mut s,
+                &mut acl
+            ),
+            Some(b"-WRONGPASS invalid username-password pair or user is disabled.\r\n".to_vec())
+        );
+        assert_eq!(
+            run(&[b"HELLO", b"3", b"AUTH", b"app", b"pw"], &mut s, &mut acl),
+            None
+        );
+        assert!(s.auth.authenticated);
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! One backend instance: a single persistent connection shared by every client
-//! (multiplexed), and its reconnect state.
+//! (multiplexed), and its reconnect state. Each instance has two: the RESP2 link, and the
+//! RESP3 link (`HELLO 3` first, opened when the first RESP3 client needs it) that serves
+//! the clients that said `HELLO 3`.
 //!
 //! Requests from all clients are appended to `out` and written once per loop iteration;
 //! each gets a [`Waiter`] at the back of `inflight`. Redis answers a connection's requests
@@ -71,7 +73,15 @@ pub struct Backend {
     /// `AUTH` with the internal credential, sent first on every new connection
     /// (`crate::auth`); its reply goes to [`LOGIN_WAITER`] and is consumed here.
     pub login: Option<Vec<u8>>,
+    /// The RESP3 link of this instance: `HELLO 3` follows the login on every new
+    /// connection (its reply is consumed like the login's), so every reply read is RESP3.
+    pub resp3: bool,
+    /// A RESP3 link no RESP3 client has needed yet: not connected, not retried.
+    pub dormant: bool,
 }
+
+/// `HELLO 3`, the first request of a RESP3 link (after the login).
+pub const HELLO3: &[u8] = b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n";
 
 /// The waiter of the login AUTH: no client has this token.
 const LOGIN_WAITER: Waiter = Waiter {
@@ -97,6 +107,8 @@ impl Backend {
             unavailable,
             dirty: false,
             login: None,
+            resp3: false,
+            dormant: false,
         }
     }
 
@@ -122,8 +134,13 @@ impl Backend {
             Ok(stream) => {
                 self.wire.stream = Some(stream);
                 self.link = Link::Connecting { since: now, queue };
+                // First on the new connection, before anything queued meanwhile: the
+                // login, then (RESP3 link) HELLO 3.
+                if self.resp3 {
+                    self.wire.out.splice(0..0, HELLO3.iter().copied());
+                    self.inflight.push_front(LOGIN_WAITER);
+                }
                 if let Some(login) = &self.login {
-                    // First on the new connection, before anything queued meanwhile.
                     self.wire.out.splice(0..0, login.iter().copied());
                     self.inflight.push_front(LOGIN_WAITER);
                 }
@@ -191,7 +208,8 @@ impl Backend {
             if w == LOGIN_WAITER {
                 if frame.first() == Some(&b'-') {
                     log::warn!(
-                        "instance {index} ({name}): the internal credential was refused: {}",
+                        "instance {index} ({name}): the internal credential or HELLO 3 was \
+                         refused: {}",
                         String::from_utf8_lossy(frame).trim_end()
                     );
                 }

@@ -39,7 +39,9 @@
 //! it produces (1, or one per channel for (un)subscribe commands) and which reply slot they
 //! answer (`None`: swallow, for a transaction's `MULTI` the proxy sends on its own). While a
 //! connection may be subscribed, frames starting `*3 message` or `*4 pmessage` are messages
-//! ([`is_message`]) and go to the client as they come, not to `inflight`.
+//! ([`is_message`]) and go to the client as they come, not to `inflight`; on a RESP3
+//! connection (the owner said `HELLO 3`, so the connection did too) a push frame `>3 message`
+//! / `>4 pmessage` is always a message, since the client may run anything while subscribed.
 
 use std::collections::VecDeque;
 use std::io;
@@ -107,9 +109,13 @@ pub enum Incoming<'a> {
     Message(&'a [u8]),
 }
 
-/// A RESP2 pub/sub message frame (`message` or `pmessage` array).
+/// A pub/sub message frame: RESP2 `message` / `pmessage` array or RESP3 push.
 pub fn is_message(frame: &[u8]) -> bool {
-    frame.starts_with(b"*3\r\n$7\r\nmessage\r\n") || frame.starts_with(b"*4\r\n$8\r\npmessage\r\n")
+    let body = match frame.first() {
+        Some(b'*' | b'>') => &frame[1..],
+        _ => return false,
+    };
+    body.starts_with(b"3\r\n$7\r\nmessage\r\n") || body.starts_with(b"4\r\n$8\r\npmessage\r\n")
 }
 
 pub struct Dedicated {
@@ -125,6 +131,8 @@ pub struct Dedicated {
     pub pubsub: bool,
     /// Listed in the loop's to-flush list this iteration.
     pub dirty: bool,
+    /// Switched to RESP3 with `HELLO 3` (its owner is a RESP3 client).
+    pub resp3: bool,
 }
 
 impl Dedicated {
@@ -149,6 +157,7 @@ impl Dedicated {
             inflight: VecDeque::new(),
             pubsub: false,
             dirty: false,
+            resp3: false,
         })
     }
 
@@ -172,7 +181,8 @@ impl Dedicated {
             ..
         } = self;
         wire.frames(|frame| {
-            if *pubsub && is_message(frame) {
+            // A RESP3 push is never a reply, whatever ran since the last SUBSCRIBE.
+            if (*pubsub || frame.first() == Some(&b'>')) && is_message(frame) {
                 each(Incoming::Message(frame));
                 return Ok(());
             }
@@ -209,5 +219,9 @@ mod tests {
         assert!(!is_message(b"*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"));
         assert!(!is_message(b"*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n"));
         assert!(!is_message(b"$7\r\nmessage\r\n"));
+        assert!(is_message(
+            b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n"
+        ));
+        assert!(!is_message(b">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"));
     }
 }

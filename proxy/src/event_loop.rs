@@ -23,7 +23,7 @@
 //!
 //! Clients: slab index (`< DEDICATED_TOKEN_BASE`). Dedicated connections
 //! (`crate::dedicated`): `DEDICATED_TOKEN_BASE + slab index`. Backend `i`:
-//! `BACKEND_TOKEN_BASE + i`. Listener: `usize::MAX - 1`; TLS listener: `usize::MAX - 2`.
+//! `BACKEND_TOKEN_BASE + i` (i < N: instance i's RESP2 link; N + i: its RESP3 link). Listener: `usize::MAX - 1`; TLS listener: `usize::MAX - 2`.
 //!
 //! # Limits and TLS
 //!
@@ -60,6 +60,11 @@ use crate::tls::{ProxyLimits, TlsConn};
 const LISTENER: Token = Token(usize::MAX - 1);
 const TLS_LISTENER: Token = Token(usize::MAX - 2);
 const BACKEND_TOKEN_BASE: usize = usize::MAX / 2;
+
+/// The token of backend link `i` (its index in the backends vector).
+pub(crate) fn backend_token(i: usize) -> Token {
+    Token(BACKEND_TOKEN_BASE + i)
+}
 const DEDICATED_TOKEN_BASE: usize = usize::MAX / 4;
 
 /// The token of dedicated connection `id` (its slab index).
@@ -150,10 +155,19 @@ impl Proxy {
             }
         };
         let fleet = Fleet::new(backends.iter().map(|(n, _)| n.clone()).collect(), port);
+        // Instance i's RESP2 link is backends[i], its RESP3 link backends[n + i]: dormant
+        // until the first RESP3 client (`crate::exec`, "RESP3 clients").
+        let resp3 = backends.iter().enumerate().map(|(i, (name, addr))| {
+            let mut b = Backend::new(i, name.clone(), *addr);
+            b.resp3 = true;
+            b.dormant = true;
+            b
+        });
         let backends = backends
-            .into_iter()
+            .iter()
             .enumerate()
-            .map(|(i, (name, addr))| Backend::new(i, name, addr))
+            .map(|(i, (name, addr))| Backend::new(i, name.clone(), *addr))
+            .chain(resp3.collect::<Vec<_>>())
             .collect();
         let tls_scratch = if tls_listener.is_some() {
             vec![0; crate::tls::SCRATCH_LEN]
@@ -214,7 +228,7 @@ impl Proxy {
     /// Runs until the shutdown flag is set.
     pub fn run(&mut self) -> io::Result<()> {
         let now = Instant::now();
-        for i in 0..self.backends.len() {
+        for i in 0..self.fleet.instances() {
             self.backends[i].connect(
                 self.poll.registry(),
                 Token(BACKEND_TOKEN_BASE + i),
@@ -271,7 +285,7 @@ impl Proxy {
 
     fn poll_timeout(&self, now: Instant) -> Duration {
         let mut wait = MAX_POLL_WAIT;
-        for b in &self.backends {
+        for b in self.backends.iter().filter(|b| !b.dormant) {
             let due = match b.link {
                 Link::Down { retry_at } => retry_at,
                 Link::Connecting { since, .. } => since + CONNECT_TIMEOUT,
@@ -372,8 +386,12 @@ impl Proxy {
         if let Link::Connecting { .. } = self.backends[i].link {
             match self.backends[i].finish_connect() {
                 Ok(true) => {
-                    log::info!("instance {i} ({}) is up", self.backends[i].name);
-                    self.fleet.up[i] = true;
+                    let b = &self.backends[i];
+                    let link = if b.resp3 { " (RESP3 link)" } else { "" };
+                    log::info!("instance {} ({}){link} is up", b.index, b.name);
+                    if let Some(up) = self.fleet.up.get_mut(i) {
+                        *up = true; // RESP2 links only: they decide "instance up"
+                    }
                     self.mark_backend(i);
                 }
                 Ok(false) => return,
@@ -422,12 +440,15 @@ impl Proxy {
 
     fn fail_backend(&mut self, i: usize, why: &str, now: Instant) {
         let b = &mut self.backends[i];
-        if b.link == Link::Up || self.fleet.up[i] {
-            log::warn!("instance {i} ({}) is unavailable: {why}", b.name);
+        let up = self.fleet.up.get(i).copied().unwrap_or(false);
+        if b.link == Link::Up || up {
+            log::warn!("instance {} ({}) is unavailable: {why}", b.index, b.name);
         } else {
-            log::debug!("instance {i} ({}): {why}", b.name);
+            log::debug!("instance {} ({}): {why}", b.index, b.name);
         }
-        self.fleet.up[i] = false;
+        if let Some(up) = self.fleet.up.get_mut(i) {
+            *up = false;
+        }
         let waiters = b.fail(self.poll.registry(), now);
         self.fleet.backend_errors += waiters.len() as u64;
         let error = b.unavailable.clone();
@@ -482,6 +503,9 @@ impl Proxy {
     fn timers(&mut self, now: Instant) {
         self.sweep_clients(now);
         for i in 0..self.backends.len() {
+            if self.backends[i].dormant {
+                continue;
+            }
             match self.backends[i].link {
                 Link::Down { retry_at } if retry_at <= now => {
                     // Retries never queue: while an instance is down its requests fail fast.

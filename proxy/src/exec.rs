@@ -11,6 +11,16 @@
 //! through [`crate::pubsub`]. A request for another lane than the client's last one
 //! ([`Lane`]) is left unparsed ([`Flow::Wait`], the event loop pauses the client with
 //! `wait_lane`) until the client's earlier replies are in, then parsed again.
+//!
+//! # RESP3 clients
+//!
+//! A client that said `HELLO 3` has its shared-lane requests sent over each instance's
+//! RESP3 link (`ctx.backends[N + i]`, opened with `HELLO 3` by the first RESP3 request for
+//! that instance), and its dedicated connections are switched with `HELLO 3` too, so every
+//! instance reply (maps, sets, doubles, `_`, push messages) reaches it as the instance wrote
+//! it. Reply slots and lanes work as for RESP2: each link answers in its own order. While
+//! subscribed, a RESP3 client may run any command (as with Redis); messages are push frames
+//! that join its output between replies.
 
 use std::time::Instant;
 
@@ -22,7 +32,8 @@ use crate::client::{Replies, Waiter};
 use crate::dedicated::{self, Dedicated, Lane};
 use recached_net::Slab;
 
-use crate::event_loop::{dedicated_token, mark};
+use crate::backend::HELLO3;
+use crate::event_loop::{backend_token, dedicated_token, mark};
 use crate::pubsub::{self, Kind};
 use crate::route::{self, Args, Fleet, Plan, Session};
 use crate::split::Merge;
@@ -83,6 +94,15 @@ pub(crate) fn handle<A: Args + ?Sized>(
         me.replies.push_local(&reply, false);
         return Flow::Continue;
     }
+    // HELLO and RESET may change the protocol, and so the instance links that serve the
+    // client: like a lane switch, they wait until every earlier request is answered.
+    let name = args.arg(0);
+    if name.len() == 5
+        && (name.eq_ignore_ascii_case(b"hello") || name.eq_ignore_ascii_case(b"reset"))
+        && me.replies.pending_len() > 0
+    {
+        return Flow::Wait;
+    }
     // Ordinary clients: one check, then the router.
     if me.conns.is_empty() && !me.session.tx.active() {
         let plan = route::plan(args, me.session, ctx.fleet);
@@ -102,10 +122,21 @@ pub(crate) fn handle<A: Args + ?Sized>(
         me.session.tx = tx::Tx::default();
         me.session.subs.clear();
         *me.lane = Lane::Shared;
-    } else if me.session.subs.active() {
+    } else if me.session.subs.active() && me.session.proto == resp::Proto::Resp2 {
+        // RESP2 subscribed mode; a RESP3 client keeps the full command set.
         return subscribed(args, raw, me, ctx);
     } else if me.session.tx.active() {
         return in_transaction(args, raw, me, ctx);
+    } else if name.eq_ignore_ascii_case(b"hello") {
+        let plan = route::plan(args, me.session, ctx.fleet);
+        // Its dedicated connections follow at once, so messages on them change shape
+        // with the client's replies.
+        for &(_, id) in me.conns.iter() {
+            if let Some(d) = ctx.dedicated.get_mut(id) {
+                switch_proto(d, id, me.session.proto, ctx.dirty_dedicated);
+            }
+        }
+        return run_plan(plan, args, raw, me, ctx);
     }
     let plan = route::plan(args, me.session, ctx.fleet);
     run_plan(plan, args, raw, me, ctx)
@@ -221,7 +252,7 @@ fn subscription<A: Args + ?Sized>(
             return Flow::Continue;
         }
     }
-    let change = me.session.subs.apply(kind, &names, n);
+    let change = me.session.subs.apply_in(kind, &names, n, me.session.proto);
     if change.sends.is_empty() {
         me.replies.push_local(&change.reply, false);
         return Flow::Continue;
@@ -253,7 +284,11 @@ fn subscription<A: Args + ?Sized>(
 /// The client's dedicated connection to `instance`, opened if it has none: its slab id,
 /// or the error reply (limits of `crate::dedicated`, instance down).
 fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize, Vec<u8>> {
+    let resp3 = me.session.proto == resp::Proto::Resp3;
     if let Some(&(_, id)) = me.conns.iter().find(|(i, _)| *i == instance) {
+        if let Some(d) = ctx.dedicated.get_mut(id) {
+            switch_proto(d, id, me.session.proto, ctx.dirty_dedicated);
+        }
         return Ok(id);
     }
     let backend = &ctx.backends[instance];
@@ -283,6 +318,10 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
             if let Some(login) = &ctx.fleet.login {
                 d.send(login, None, 1); // the internal credential; its reply is dropped
             }
+            if resp3 {
+                d.resp3 = true;
+                d.send(HELLO3, None, 1); // the client's protocol; its reply is dropped
+            }
             let got = ctx.dedicated.insert(d);
             debug_assert_eq!(got, id);
             me.conns.push((instance, id));
@@ -293,6 +332,23 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
             Err(backend.unavailable.clone())
         }
     }
+}
+
+/// Sends `HELLO 2|3` on dedicated connection `id` if it does not speak `proto` (the client
+/// changed protocol since it was opened); the reply is dropped.
+fn switch_proto(d: &mut Dedicated, id: usize, proto: resp::Proto, dirty: &mut Vec<usize>) {
+    let resp3 = proto == resp::Proto::Resp3;
+    if d.resp3 == resp3 {
+        return;
+    }
+    d.resp3 = resp3;
+    let hello: &[u8] = if resp3 {
+        HELLO3
+    } else {
+        b"*2\r\n$5\r\nHELLO\r\n$1\r\n2\r\n"
+    };
+    d.send(hello, None, 1);
+    mark(&mut d.dirty, dirty, id);
 }
 
 /// Carries out a routing plan for one request of client `me`.
@@ -350,10 +406,23 @@ fn run_plan<A: Args + ?Sized>(
 
 /// Carries out a plan on the shared backend connections.
 fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
-    let n = ctx.backends.len();
+    let n = ctx.fleet.instances();
+    // RESP3 clients use the instances' RESP3 links (see the module docs).
+    let link_base = match me.session.proto {
+        resp::Proto::Resp2 => 0,
+        resp::Proto::Resp3 => n,
+    };
     let (token, client_id) = (me.token, me.id);
     let replies = &mut *me.replies;
+    let registry = ctx.registry;
     let mut send = |i: usize, request: &[u8], seq: u64, part: u32, replies: &mut Replies| {
+        let i = link_base + i;
+        let b = &mut ctx.backends[i];
+        if b.dormant {
+            b.dormant = false;
+            // Requests queue while this first connect is under way.
+            b.connect(registry, backend_token(i), Instant::now(), true);
+        }
         let sent = send_to(
             ctx.backends,
             ctx.dirty_backends,

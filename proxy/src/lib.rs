@@ -48,7 +48,9 @@
 //! - An instance that is down makes requests for its keys fail fast with
 //!   `-ERR instance <i> (<host:port>) is unavailable`; other instances keep serving and the
 //!   proxy reconnects by itself (100 ms backoff doubling to 1 s).
-//! - RESP2 only for now (`HELLO 3` → `-NOPROTO`); the proxy presents database 0 only.
+//! - RESP2 and RESP3 (`HELLO 3`): a RESP3 client's requests use a second, RESP3 connection
+//!   per instance (opened by the first RESP3 client), so replies keep their RESP3 types;
+//!   pub/sub messages reach it as push frames. The proxy presents database 0 only.
 //! - A protocol error from a client gets Redis's exact `-ERR Protocol error: …` text, then the
 //!   connection is closed after the replies before it are sent.
 

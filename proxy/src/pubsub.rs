@@ -19,13 +19,15 @@
 //! Only channels and patterns that change state are sent to instances (`SUBSCRIBE a a` sends
 //! `a` once, `UNSUBSCRIBE x` for a channel not subscribed sends nothing).
 //!
-//! Messages are relayed unchanged (RESP2 `message` / `pmessage` arrays) as they arrive.
+//! Messages are relayed unchanged (RESP2 `message` / `pmessage` arrays, RESP3 pushes on a
+//! RESP3 client's connections, where confirmations are pushes too) as they arrive.
 //! Those of one channel keep their order; messages of channels on different instances come
 //! over different connections and may interleave differently from their PUBLISH order, as
 //! with a Redis Cluster client subscribed on several nodes.
 //!
-//! While subscribed (count > 0) the client may only send (P)SUBSCRIBE, (P)UNSUBSCRIBE,
-//! PING, QUIT and RESET; anything else gets Redis 7's RESP2 error text. PING answers
+//! While subscribed (count > 0) a RESP2 client may only send (P)SUBSCRIBE, (P)UNSUBSCRIBE,
+//! PING, QUIT and RESET; anything else gets Redis 7's RESP2 error text. A RESP3 client may
+//! send anything, as with Redis. PING answers
 //! `*2 pong <arg or "">` as Redis does in that mode. Sharded pub/sub (SSUBSCRIBE) is not
 //! supported.
 
@@ -33,6 +35,7 @@ use std::collections::BTreeSet;
 
 use crate::route::instance_of;
 use crate::split::{push_array_header, push_bulk};
+use resp::{Proto, ReplyWriter};
 
 /// A client's subscriptions through the proxy.
 #[derive(Debug, Default)]
@@ -136,8 +139,14 @@ impl Subscriptions {
     }
 
     /// Applies `kind` with `names` (the arguments after the command name; empty for
-    /// "every channel/pattern" with the unsubscribe forms) among `n` instances.
+    /// "every channel/pattern" with the unsubscribe forms) among `n` instances; the
+    /// confirmations are RESP2.
     pub fn apply(&mut self, kind: Kind, names: &[&[u8]], n: usize) -> Change {
+        self.apply_in(kind, names, n, Proto::Resp2)
+    }
+
+    /// [`Self::apply`] with the confirmations in `proto` (RESP3: push frames, `_` for nil).
+    pub fn apply_in(&mut self, kind: Kind, names: &[&[u8]], n: usize, proto: Proto) -> Change {
         let mut reply = Vec::new();
         // Per instance: the names to send, in argument order.
         let mut per_instance: Vec<Vec<Vec<u8>>> = vec![Vec::new(); n.max(1)];
@@ -155,7 +164,7 @@ impl Subscriptions {
         };
         if names.is_empty() {
             // UNSUBSCRIBE with nothing subscribed: one confirmation with a nil name.
-            confirmation(&mut reply, kind, None, self.count());
+            confirmation(&mut reply, kind, None, self.count(), proto);
         }
         for name in names {
             let set = if kind.is_pattern() {
@@ -177,7 +186,7 @@ impl Subscriptions {
                     per_instance[instance_of(name, n)].push(name.to_vec());
                 }
             }
-            confirmation(&mut reply, kind, Some(name), self.count());
+            confirmation(&mut reply, kind, Some(name), self.count(), proto);
         }
         let sends = per_instance
             .into_iter()
@@ -200,17 +209,17 @@ impl Subscriptions {
     }
 }
 
-/// `*3\r\n$<len>\r\n<kind>\r\n$<len>\r\n<name>\r\n:<count>\r\n` (name nil when `None`).
-fn confirmation(out: &mut Vec<u8>, kind: Kind, name: Option<&[u8]>, count: usize) {
-    push_array_header(out, 3);
-    push_bulk(out, kind.word());
+/// `*3\r\n$<len>\r\n<kind>\r\n$<len>\r\n<name>\r\n:<count>\r\n` (name nil when `None`);
+/// in RESP3 a push (`>3`), as Redis sends it (`addReplyPubsubSubscribed`).
+fn confirmation(out: &mut Vec<u8>, kind: Kind, name: Option<&[u8]>, count: usize, proto: Proto) {
+    let mut w = ReplyWriter::new(out, proto);
+    w.push(3);
+    w.bulk(kind.word());
     match name {
-        Some(n) => push_bulk(out, n),
-        None => out.extend_from_slice(b"$-1\r\n"),
+        Some(n) => w.bulk(n),
+        None => w.null(),
     }
-    out.push(b':');
-    out.extend_from_slice(itoa::Buffer::new().format(count).as_bytes());
-    out.extend_from_slice(b"\r\n");
+    w.integer(count as i64);
 }
 
 /// What a subscribed client's non-subscription command gets: PING's `pong` array, or
@@ -302,6 +311,16 @@ mod tests {
         assert_eq!(c.sends.len(), 3);
         assert_eq!(c.reply, b"*3\r\n$12\r\npunsubscribe\r\n$2\r\np*\r\n:0\r\n");
         assert!(!s.active());
+    }
+
+    #[test]
+    fn resp3_confirmations_are_pushes() {
+        let mut s = Subscriptions::default();
+        let c = s.apply_in(Kind::Subscribe, &[b"a"], 1, Proto::Resp3);
+        assert_eq!(c.reply, b">3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n");
+        s.apply_in(Kind::Unsubscribe, &[], 1, Proto::Resp3);
+        let c = s.apply_in(Kind::Unsubscribe, &[], 1, Proto::Resp3);
+        assert_eq!(c.reply, b">3\r\n$11\r\nunsubscribe\r\n_\r\n:0\r\n");
     }
 
     #[test]

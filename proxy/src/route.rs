@@ -26,10 +26,17 @@
 //! Arity is checked here with the table's arity and Redis's exact error text, so a malformed
 //! request never reaches key extraction.
 //!
-//! HELLO: only protocol 2 (RESP2) is served for now: `HELLO 3` gets `-NOPROTO unsupported
-//! protocol version`, as a server without RESP3 would answer. Backends are always spoken to
-//! in RESP2, so every reply the proxy forwards is RESP2. The HELLO map says `server: redis`,
-//! `version: 7.0.15`, `mode: standalone` (to a client the proxy is one standalone server).
+//! HELLO: `HELLO 2` and `HELLO 3` (each with `AUTH user pass` and `SETNAME name`) set the
+//! client's protocol ([`Session::proto`]); any other version gets Redis's `-NOPROTO
+//! unsupported protocol version`, HELLO without a version answers in the current protocol,
+//! and RESET returns to RESP2. The reply is the map Redis sends (`%7` in RESP3, `*14` in
+//! RESP2): `server: redis`, `version: 7.0.15`, `proto`, `id`, `mode: standalone` (to a
+//! client the proxy is one standalone server), `role: master`, `modules: []`. A RESP3
+//! client's requests go over each instance's RESP3 link and its dedicated connections are
+//! switched with `HELLO 3` (`crate::exec`), so instance replies arrive in RESP3 unchanged;
+//! what the proxy writes or merges itself (HELLO, CLIENT GETNAME's null, RANDOMKEY's null,
+//! INFO's verbatim string, subscription confirmations as pushes) follows the client's
+//! protocol.
 //!
 //! INFO [section …] (sections chosen as Redis does: none/`default`, `all`/`everything`, or
 //! names) answers the proxy's own view of the sections that describe a process, and merges
@@ -59,7 +66,7 @@ use std::time::Instant;
 use engine_core::command::{self, CommandSpec, Flags};
 
 use crate::pubsub;
-use crate::split::{self, Merge, Part, push_array_header, push_bulk};
+use crate::split::{self, Merge, Part, push_bulk};
 
 /// Argument access over a parsed request (the parser's ranges into the read buffer, or a
 /// plain slice in tests): the key extractor's own trait, so routing hands requests to it as
@@ -81,6 +88,9 @@ pub struct Session {
     pub auth: engine_core::acl::ClientAuth,
     /// Peer address `ip:port` (ACL LOG, failed AUTH log lines).
     pub addr: String,
+    /// The protocol chosen with `HELLO 2|3` (RESP2 until then, and again after RESET): the
+    /// shape of every reply the proxy writes, and which instance links serve the client.
+    pub proto: resp::Proto,
 }
 
 /// What routing needs to know about the proxy as a whole.
@@ -235,6 +245,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "quit" => Plan::ReplyThenClose(Cow::Borrowed(b"+OK\r\n")),
         "reset" => {
             session.name = None;
+            session.proto = resp::Proto::Resp2;
             reply_static(b"+RESET\r\n")
         }
         "select" => match resp::parse_i64(args.arg(1)) {
@@ -267,6 +278,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
                 merge: Merge::Info {
                     header: info_header(fleet, &sections),
                     proxy_section: sections.wants("proxy"),
+                    proto: session.proto,
                 },
             }
         }
@@ -509,9 +521,12 @@ const BAD_NAME: &[u8] =
 /// `HELLO [protover [AUTH user pass] [SETNAME name]]` (Redis `helloCommand`): RESP2 only.
 fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
     let argc = args.argc();
+    let mut proto = session.proto;
     if argc >= 2 {
+        // Redis's own checks and texts (networking.c helloCommand).
         match resp::parse_i64(args.arg(1)) {
-            Some(2) => {}
+            Some(2) => proto = resp::Proto::Resp2,
+            Some(3) => proto = resp::Proto::Resp3,
             Some(_) => return reply_static(b"-NOPROTO unsupported protocol version\r\n"),
             None => {
                 return reply_static(
@@ -526,7 +541,6 @@ fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
         let opt = args.arg(i);
         let more = argc - i - 1;
         if opt.eq_ignore_ascii_case(b"AUTH") && more >= 2 {
-            // Checked before routing (`crate::auth::gate`).
             i += 3;
         } else if opt.eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
             let n = args.arg(i + 1);
@@ -546,8 +560,12 @@ fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
     if let Some(n) = name {
         session.name = Some(n);
     }
+    // The switch happens before the reply, so the reply is already in the new protocol
+    // (a map for RESP3), as Redis does it.
+    session.proto = proto;
     let mut out = Vec::new();
-    push_array_header(&mut out, 14);
+    let mut w = resp::ReplyWriter::new(&mut out, proto);
+    w.map(7);
     for (k, v) in [
         ("server", "redis"),
         ("version", "7.0.15"),
@@ -556,23 +574,18 @@ fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
         ("mode", "standalone"),
         ("role", "master"),
     ] {
-        push_bulk(&mut out, k.as_bytes());
+        w.bulk(k.as_bytes());
         match k {
-            "proto" => out.extend_from_slice(b":2\r\n"),
-            "id" => {
-                out.push(b':');
-                out.extend_from_slice(itoa::Buffer::new().format(session.id).as_bytes());
-                out.extend_from_slice(b"\r\n");
-            }
-            _ => push_bulk(&mut out, v.as_bytes()),
+            "proto" => w.integer(proto.version()),
+            "id" => w.integer(session.id as i64),
+            _ => w.bulk(v.as_bytes()),
         }
     }
-    push_bulk(&mut out, b"modules");
-    out.extend_from_slice(b"*0\r\n");
+    w.bulk(b"modules");
+    w.array(0);
     Plan::Reply(out.into())
 }
 
-/// CLIENT SETNAME / GETNAME / ID / SETINFO, answered for the client's proxy connection.
 fn client<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, session: &mut Session) -> Plan {
     let sub = args.arg(1);
     let argc = args.argc();
@@ -613,6 +626,7 @@ fn client<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, session: &mut 
         }
         "getname" => match &session.name {
             Some(n) => Plan::Reply(bulk(n).into()),
+            None if session.proto == resp::Proto::Resp3 => reply_static(b"_\r\n"),
             None => reply_static(b"$-1\r\n"),
         },
         "id" => Plan::Reply(format!(":{}\r\n", session.id).into_bytes().into()),
@@ -806,7 +820,7 @@ mod tests {
             b"-ERR DB index is out of range\r\n"
         );
         assert_eq!(
-            reply(run(&[b"HELLO", b"3"], 2)),
+            reply(run(&[b"HELLO", b"4"], 2)),
             b"-NOPROTO unsupported protocol version\r\n"
         );
         assert!(matches!(run(&[b"QUIT"], 2), Plan::ReplyThenClose(_)));
@@ -845,6 +859,50 @@ mod tests {
             )),
             BAD_NAME
         );
+    }
+
+    #[test]
+    fn hello_3_switches_the_session_to_resp3_until_reset() {
+        let mut session = Session {
+            id: 9,
+            ..Session::default()
+        };
+        let mut f = fleet(2);
+        fn ask(args: &[&[u8]], s: &mut Session, f: &mut Fleet) -> Vec<u8> {
+            reply(plan(args, s, f))
+        }
+        // redis-server 7.0.15's HELLO 3 map, byte for byte (id aside).
+        assert_eq!(
+            ask(&[b"HELLO", b"3"], &mut session, &mut f),
+            &b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n\
+               $5\r\nproto\r\n:3\r\n$2\r\nid\r\n:9\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n\
+               $4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n"[..]
+        );
+        assert_eq!(session.proto, resp::Proto::Resp3);
+        assert!(ask(&[b"HELLO"], &mut session, &mut f).starts_with(b"%7\r\n"));
+        assert_eq!(
+            ask(&[b"HELLO", b"4"], &mut session, &mut f),
+            b"-NOPROTO unsupported protocol version\r\n"
+        );
+        assert_eq!(session.proto, resp::Proto::Resp3);
+        assert_eq!(
+            ask(&[b"CLIENT", b"GETNAME"], &mut session, &mut f),
+            b"_\r\n"
+        );
+        match plan(&[&b"INFO"[..]][..], &mut session, &mut f) {
+            Plan::FanOut {
+                merge: Merge::Info { proto, .. },
+                ..
+            } => assert_eq!(proto, resp::Proto::Resp3),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(ask(&[b"RESET"], &mut session, &mut f), b"+RESET\r\n");
+        assert_eq!(session.proto, resp::Proto::Resp2);
+        assert_eq!(
+            ask(&[b"CLIENT", b"GETNAME"], &mut session, &mut f),
+            b"$-1\r\n"
+        );
+        assert!(ask(&[b"HELLO"], &mut session, &mut f).starts_with(b"*14\r\n"));
     }
 
     #[test]

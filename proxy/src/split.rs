@@ -73,6 +73,8 @@ pub enum Merge {
     Info {
         header: Vec<u8>,
         proxy_section: bool,
+        /// The client's protocol: RESP3 gets a verbatim string (`=…txt:`), as from Redis.
+        proto: resp::Proto,
     },
 }
 
@@ -171,8 +173,9 @@ pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
         Merge::Info {
             header,
             proxy_section,
+            proto,
         } => {
-            merge_info(header, *proxy_section, replies, out);
+            merge_info(header, *proxy_section, *proto, replies, out);
             true
         }
     };
@@ -251,6 +254,8 @@ fn merge_any_non_nil(start: usize, replies: &[&[u8]], out: &mut Vec<u8>) -> bool
         && let Some(err) = first_error
     {
         out.extend_from_slice(err);
+    } else if replies.iter().any(|r| r.first() == Some(&b'_')) {
+        out.extend_from_slice(b"_\r\n"); // RESP3 links answered: their null
     } else {
         out.extend_from_slice(b"$-1\r\n");
     }
@@ -296,7 +301,13 @@ enum InfoField {
     Db(String, u64, u64, u128),
 }
 
-fn merge_info(header: &[u8], proxy_section: bool, replies: &[&[u8]], out: &mut Vec<u8>) {
+fn merge_info(
+    header: &[u8],
+    proxy_section: bool,
+    proto: resp::Proto,
+    replies: &[&[u8]],
+    out: &mut Vec<u8>,
+) {
     // (section title, fields) in order of first appearance across the instances.
     let mut sections: Vec<(String, Vec<InfoField>)> = Vec::new();
     let mut answered = 0usize;
@@ -403,7 +414,8 @@ fn merge_info(header: &[u8], proxy_section: bool, replies: &[&[u8]], out: &mut V
     while text.ends_with("\r\n\r\n") {
         text.truncate(text.len() - 2);
     }
-    push_bulk(out, text.as_bytes());
+    // RESP2: a bulk string; RESP3: a verbatim string.
+    resp::ReplyWriter::new(out, proto).verbatim(text.as_bytes());
 }
 
 /// Redis's `bytesToHuman`: B, K, M, G, T with two decimals.
@@ -480,13 +492,15 @@ fn integer(frame: &[u8]) -> Option<i64> {
     }
 }
 
-/// `$len\r\nbytes\r\n` → Some(Some(bytes)); `$-1` → Some(None); anything else → None.
+/// `$len\r\nbytes\r\n` (or RESP3 verbatim, its text) → Some(Some(bytes)); `$-1` →
+/// Some(None); anything else → None.
 fn bulk(frame: &[u8]) -> Option<Option<Vec<u8>>> {
     if frame.starts_with(b"$-1\r\n") {
         return Some(None);
     }
     match resp::decode(frame) {
         Ok(Some((Value::Bulk(b), _))) => Some(Some(b)),
+        Ok(Some((Value::Verbatim { text, .. }, _))) => Some(Some(text)),
         _ => None,
     }
 }
@@ -681,6 +695,29 @@ mod tests {
     }
 
     #[test]
+    fn resp3_nulls_and_verbatim_info() {
+        let mut out = Vec::new();
+        merge(
+            &Merge::AnyNonNil { start: 0 },
+            &[b"_\r\n", b"_\r\n"],
+            &mut out,
+        );
+        assert_eq!(out, b"_\r\n");
+        out.clear();
+        let verbatim: &[u8] = b"=18\r\ntxt:# Stats\r\nx:1\r\n\r\n";
+        merge(
+            &Merge::Info {
+                header: Vec::new(),
+                proxy_section: false,
+                proto: resp::Proto::Resp3,
+            },
+            &[verbatim, verbatim],
+            &mut out,
+        );
+        assert_eq!(out, b"=18\r\ntxt:# Stats\r\nx:2\r\n\r\n");
+    }
+
+    #[test]
     fn merge_info_adds_keyspace() {
         let mut out = Vec::new();
         let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -699,6 +736,7 @@ mod tests {
             &Merge::Info {
                 header: b"# Proxy\r\n".to_vec(),
                 proxy_section: true,
+                proto: resp::Proto::Resp2,
             },
             &[&a, &b, b"-ERR instance 2 down\r\n"],
             &mut out,

@@ -266,7 +266,7 @@ fn unroutable_commands_get_an_error_and_the_connection_stays_open() {
         b"-ERR DB index is out of range\r\n"
     );
     assert_eq!(
-        c.cmd(&["HELLO", "3"]),
+        c.cmd(&["HELLO", "4"]),
         b"-NOPROTO unsupported protocol version\r\n"
     );
     assert_eq!(c.cmd(&["ECHO", "hi"]), bulk("hi"));

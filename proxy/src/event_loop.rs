@@ -138,13 +138,12 @@ impl Proxy {
         shutdown: Arc<AtomicBool>,
     ) -> io::Result<Self> {
         let poll = Poll::new()?;
-        let (reg, bind) = (poll.registry(), recached_net::listen::bind_registered);
-        let listener = listen.map(|a| bind(reg, a, LISTENER, None)).transpose()?;
-        let tls_listener = tls
-            .map(|(a, cfg)| {
-                Ok::<_, io::Error>((bind(reg, a, TLS_LISTENER, Some("TLS port"))?, cfg))
-            })
-            .transpose()?;
+        let (listener, tls_listener) = recached_net::listen::bind_role(
+            poll.registry(),
+            listen,
+            tls,
+            (LISTENER, TLS_LISTENER),
+        )?;
         let port = match (&listener, &tls_listener) {
             (Some(l), _) | (None, Some((l, _))) => l.local_addr()?.port(),
             (None, None) => {

@@ -54,29 +54,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn string2ll_rules() {
-        for (s, v) in [
-            ("0", Some(0)),
-            ("-1", Some(-1)),
-            ("9223372036854775807", Some(i64::MAX)),
-            ("-9223372036854775808", Some(i64::MIN)),
-            ("9223372036854775808", None),
-            ("-9223372036854775809", None),
-            ("-0", None),
-            ("01", None),
-            ("+1", None),
-            (" 1", None),
-            ("1 ", None),
-            ("", None),
-            ("-", None),
-            ("1a", None),
-            ("00000000000000000000001", None),
-        ] {
-            assert_eq!(parse_i64(s.as_bytes()), v, "{s}");
-        }
-    }
-
-    #[test]
     fn cursor_rules() {
         assert_eq!(parse_u64_cursor(b"0"), Ok(0));
         assert_eq!(parse_u64_cursor(b"18446744073709551615"), Ok(u64::MAX));

@@ -69,20 +69,30 @@ pub fn role_addrs(
     Ok((plain, tls))
 }
 
-/// [`bind`], then registered for reads under `token`; `what` names the port in the error
-/// ("TLS port 127.0.0.1:6443: Address already in use").
-pub fn bind_registered(
+/// The listeners of a server role from [`role_addrs`]: each bound ([`bind`]) and registered
+/// for reads under its token (`tokens.0` plain, `tokens.1` TLS), the TLS one with its value
+/// `T` (the rustls configuration). Errors name the TLS port: "TLS port 127.0.0.1:6443: Address
+/// already in use".
+#[allow(clippy::type_complexity)]
+pub fn bind_role<T>(
     registry: &mio::Registry,
-    addr: SocketAddr,
-    token: mio::Token,
-    what: Option<&str>,
-) -> io::Result<TcpListener> {
-    let mut l = bind(addr).map_err(|e| match what {
-        Some(w) => io::Error::new(e.kind(), format!("{w} {addr}: {e}")),
-        None => e,
-    })?;
-    registry.register(&mut l, token, mio::Interest::READABLE)?;
-    Ok(l)
+    plain: Option<SocketAddr>,
+    tls: Option<(SocketAddr, T)>,
+    tokens: (mio::Token, mio::Token),
+) -> io::Result<(Option<TcpListener>, Option<(TcpListener, T)>)> {
+    let bind_one = |addr: SocketAddr, token, what: &str| -> io::Result<TcpListener> {
+        let mut l = bind(addr).map_err(|e| match what {
+            "" => e,
+            w => io::Error::new(e.kind(), format!("{w} {addr}: {e}")),
+        })?;
+        registry.register(&mut l, token, mio::Interest::READABLE)?;
+        Ok(l)
+    };
+    let plain = plain.map(|a| bind_one(a, tokens.0, "")).transpose()?;
+    let tls = tls
+        .map(|(a, t)| Ok::<_, io::Error>((bind_one(a, tokens.1, "TLS port")?, t)))
+        .transpose()?;
+    Ok((plain, tls))
 }
 
 /// Resolves `bind` (an IP address or a host name, IPv6 without brackets) with `port` to the

@@ -177,13 +177,12 @@ impl Server {
         shutdown: Arc<AtomicBool>,
     ) -> io::Result<Server> {
         let poll = Poll::new()?;
-        let (reg, bind) = (poll.registry(), recached_net::listen::bind_registered);
-        let listener = listen.map(|a| bind(reg, a, LISTENER, None)).transpose()?;
-        let tls = tls
-            .map(|(a, cfg)| {
-                Ok::<_, io::Error>((bind(reg, a, TLS_LISTENER, Some("tls port"))?, cfg))
-            })
-            .transpose()?;
+        let (listener, tls) = recached_net::listen::bind_role(
+            poll.registry(),
+            listen,
+            tls,
+            (LISTENER, TLS_LISTENER),
+        )?;
         let heartbeat = Duration::from_millis(opts.heartbeat_ms.max(10));
         let ws_config = WebSocketConfig::default()
             .max_message_size(Some(opts.max_message))

@@ -8,7 +8,11 @@
 #    nutcracker (benchmarks), and the wasm32-unknown-unknown target; the smart-client test
 #    clients into tests/cluster/ (project-local, git-ignored): redis-py in tests/cluster/.venv
 #    (pip, tests/cluster/requirements.txt) and ioredis in tests/cluster/node_modules
-#    (npm ci, tests/cluster/package-lock.json). Each is skipped when already installed.
+#    (npm ci, tests/cluster/package-lock.json); the newest redis-py, node-redis and ioredis,
+#    pinned exactly, for the default-settings tests through the proxy, into tests/clients/
+#    (redis-py in tests/clients/.venv from tests/clients/requirements.txt; node-redis and
+#    ioredis in tests/clients/node_modules, npm ci from tests/clients/package-lock.json).
+#    Each is skipped when already installed.
 #    Debian's chromium and playwright-core in tests/browser/node_modules (npm ci, idempotent)
 #    for the browser-replica tests, and the replica module (scripts/build-wasm.sh).
 # 2. Builds the release binaries and exports RECACHED_BIN=<abs path> for the tests in tests/ and
@@ -75,6 +79,27 @@ if ! [ -d "$CLUSTER_DIR/node_modules/ioredis" ] \
     cp "$CLUSTER_DIR/package-lock.json" "$CLUSTER_DIR/node_modules/.package-lock.json.installed"
 fi
 node -e 'console.log("ioredis", require(process.argv[1] + "/node_modules/ioredis/package.json").version)' "$CLUSTER_DIR"
+
+step "client libraries through the proxy (tests/clients)"
+# The newest released redis-py, node-redis (npm `redis`) and ioredis, pinned exactly in
+# tests/clients/requirements.txt and package-lock.json (raise the pins when new versions
+# appear), driven with their default settings through the proxy (tests/tests/clients_proxy.rs).
+CLIENTS_DIR="$ROOT/tests/clients"
+if ! "$CLIENTS_DIR/.venv/bin/python" -c 'import redis' 2>/dev/null \
+    || ! cmp -s "$CLIENTS_DIR/requirements.txt" "$CLIENTS_DIR/.venv/requirements.txt"; then
+    echo "installing redis-py into $CLIENTS_DIR/.venv"
+    python3 -m venv "$CLIENTS_DIR/.venv"
+    "$CLIENTS_DIR/.venv/bin/python" -m pip install -q -r "$CLIENTS_DIR/requirements.txt"
+    cp "$CLIENTS_DIR/requirements.txt" "$CLIENTS_DIR/.venv/requirements.txt"
+fi
+"$CLIENTS_DIR/.venv/bin/python" -c 'import redis; print("redis-py", redis.__version__)'
+if ! [ -d "$CLIENTS_DIR/node_modules/redis" ] || ! [ -d "$CLIENTS_DIR/node_modules/ioredis" ] \
+    || ! cmp -s "$CLIENTS_DIR/package-lock.json" "$CLIENTS_DIR/node_modules/.package-lock.json.installed"; then
+    echo "installing node-redis and ioredis into $CLIENTS_DIR/node_modules"
+    (cd "$CLIENTS_DIR" && npm ci --no-audit --no-fund --silent)
+    cp "$CLIENTS_DIR/package-lock.json" "$CLIENTS_DIR/node_modules/.package-lock.json.installed"
+fi
+node -e 'for (const p of ["redis", "ioredis"]) console.log(p, require(process.argv[1] + "/node_modules/" + p + "/package.json").version)' "$CLIENTS_DIR"
 
 step "browser-replica test clients (tests/browser) and the wasm module"
 BROWSER_DIR="$ROOT/tests/browser"

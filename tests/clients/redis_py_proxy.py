@@ -38,6 +38,15 @@ def on_alarm(_sig, _frame):
     fail("timeout: the whole run took more than 60 s")
 
 
+def on_exception(kind, value, tb):
+    import traceback
+
+    traceback.print_exception(kind, value, tb)
+    print(f"FAIL: {kind.__name__}: {value}", flush=True)
+    sys.exit(1)
+
+
+sys.excepthook = on_exception
 signal.signal(signal.SIGALRM, on_alarm)
 signal.alarm(60)
 

@@ -124,6 +124,8 @@ pub struct Proxy {
     paused: Vec<usize>,
     /// Clients to close at the end of this iteration.
     to_close: Vec<usize>,
+    /// Clients with requests to send on their behalf (`Replies::followups`).
+    followups: Vec<usize>,
     shutdown: Arc<AtomicBool>,
 }
 
@@ -192,6 +194,7 @@ impl Proxy {
             dirty_dedicated: Vec::new(),
             paused: Vec::new(),
             to_close: Vec::new(),
+            followups: Vec::new(),
             shutdown,
         })
     }
@@ -274,6 +277,7 @@ impl Proxy {
                 }
             }
             self.resume_paused();
+            self.send_followups();
             self.flush_all();
             self.timers(Instant::now());
             self.close_finished();
@@ -427,10 +431,11 @@ impl Proxy {
             clients,
             backends,
             dirty_clients,
+            followups,
             ..
         } = self;
         let result = backends[i].deliver_replies(|w, reply| {
-            deliver(clients, dirty_clients, w, reply);
+            deliver(clients, dirty_clients, followups, w, reply);
         });
         if let Err(e) = result {
             self.fail_backend(i, &format!("bad reply: {e}"), now);
@@ -452,7 +457,13 @@ impl Proxy {
         self.fleet.backend_errors += waiters.len() as u64;
         let error = b.unavailable.clone();
         for w in waiters {
-            deliver(&mut self.clients, &mut self.dirty_clients, w, &error);
+            deliver(
+                &mut self.clients,
+                &mut self.dirty_clients,
+                &mut self.followups,
+                w,
+                &error,
+            );
         }
     }
 
@@ -573,6 +584,7 @@ impl Proxy {
             dedicated,
             dirty_clients,
             to_close,
+            followups,
             ..
         } = self;
         let Some(d) = dedicated.get_mut(id) else {
@@ -582,7 +594,7 @@ impl Proxy {
         let pubsub_limit = self.limits.client_output_buffer_limit.pubsub;
         let now_us = self.started.elapsed().as_micros() as u64;
         d.incoming(|incoming| match incoming {
-            Incoming::Reply(w, reply) => deliver(clients, dirty_clients, w, reply),
+            Incoming::Reply(w, reply) => deliver(clients, dirty_clients, followups, w, reply),
             Incoming::Message(frame) => {
                 let Some(c) = clients.get_mut(owner_token) else {
                     return;
@@ -631,7 +643,13 @@ impl Proxy {
         let error = self.backends[d.instance].unavailable.clone();
         for e in d.inflight.drain(..) {
             if let Some(w) = e.waiter {
-                deliver(&mut self.clients, &mut self.dirty_clients, w, &error);
+                deliver(
+                    &mut self.clients,
+                    &mut self.dirty_clients,
+                    &mut self.followups,
+                    w,
+                    &error,
+                );
             }
         }
         let Some(c) = self.clients.get_mut(d.owner_token) else {
@@ -722,6 +740,7 @@ impl Proxy {
             dirty_dedicated,
             dirty_clients,
             paused,
+            followups,
             ..
         } = self;
         let Some(c) = clients.get_mut(token) else {
@@ -824,6 +843,9 @@ impl Proxy {
             }
             *rstart += consumed;
         }
+        if !me.replies.followups.is_empty() {
+            followups.push(token);
+        }
         if me.replies.unsent() != out_before && !*dirty {
             *dirty = true;
             dirty_clients.push(token);
@@ -880,6 +902,35 @@ impl Proxy {
         }
     }
 
+    /// Sends the requests merges asked for on clients' behalf (CONFIG SET's restores) on
+    /// the instances' RESP2 links; their replies fill the clients' slots as usual.
+    fn send_followups(&mut self) {
+        for token in std::mem::take(&mut self.followups) {
+            let Some(c) = self.clients.get_mut(token) else {
+                continue;
+            };
+            for f in std::mem::take(&mut c.replies.followups) {
+                let b = &mut self.backends[f.instance];
+                if b.accepts() {
+                    let w = Waiter {
+                        token,
+                        client_id: c.id,
+                        seq: f.seq,
+                        part: f.part,
+                    };
+                    b.send(&f.request, w);
+                    if !b.dirty {
+                        b.dirty = true;
+                        self.dirty_backends.push(f.instance);
+                    }
+                } else {
+                    c.replies.fill(f.seq, f.part, &b.unavailable.clone());
+                }
+            }
+            mark(&mut c.dirty, &mut self.dirty_clients, token);
+        }
+    }
+
     fn flush_all(&mut self) {
         let now = Instant::now();
         let backends = std::mem::take(&mut self.dirty_backends);
@@ -931,7 +982,13 @@ impl Proxy {
 }
 
 /// Puts a backend reply into its client's slot (if the client is still there).
-fn deliver(clients: &mut Slab<Client>, dirty_clients: &mut Vec<usize>, w: Waiter, reply: &[u8]) {
+fn deliver(
+    clients: &mut Slab<Client>,
+    dirty_clients: &mut Vec<usize>,
+    followups: &mut Vec<usize>,
+    w: Waiter,
+    reply: &[u8],
+) {
     let Some(c) = clients.get_mut(w.token) else {
         return;
     };
@@ -939,6 +996,9 @@ fn deliver(clients: &mut Slab<Client>, dirty_clients: &mut Vec<usize>, w: Waiter
         return;
     }
     c.replies.fill(w.seq, w.part, reply);
+    if !c.replies.followups.is_empty() {
+        followups.push(w.token);
+    }
     if !c.dirty {
         c.dirty = true;
         dirty_clients.push(w.token);

@@ -463,6 +463,15 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
                 send(i, request, seq, i as u32, replies);
             }
         }
+        Plan::ConfigSet { get } => {
+            // Per instance its old values, then the change: 2 parts each, in that order
+            // on the instance's connection ([`Merge::ConfigSet`]).
+            let seq = replies.push_parts(2 * n, Merge::ConfigSet);
+            for i in 0..n {
+                send(i, &get, seq, 2 * i as u32, replies);
+                send(i, raw, seq, 2 * i as u32 + 1, replies);
+            }
+        }
         Plan::Rewrite {
             instance,
             request,

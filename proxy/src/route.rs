@@ -173,6 +173,9 @@ pub enum Plan {
     Multi,
     /// A subscription command ([`crate::pubsub`]).
     PubSub(pubsub::Kind),
+    /// CONFIG SET: `get` (`CONFIG GET` of its names) then the request, to every instance;
+    /// merged by [`Merge::ConfigSet`] (all or nothing).
+    ConfigSet { get: Vec<u8> },
 }
 
 /// `-CROSSSLOT …`, Redis Cluster's text (PROTOCOL-NOTES b3).
@@ -224,6 +227,10 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             return Plan::Forward(instance_of(args.arg(pos), n));
         }
     }
+    // HELP of any container (OBJECT HELP, MEMORY HELP, CONFIG HELP…): any instance's text.
+    if !std::ptr::eq(row, spec) && row.short_name() == "help" {
+        return Plan::ForwardAny;
+    }
     match spec.name {
         "mget" => split_keys(args, 1, Merge::Values(Vec::new()), n),
         "del" | "unlink" | "exists" | "touch" => split_keys(args, 1, Merge::Sum, n),
@@ -256,7 +263,16 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "hello" => hello(args, session),
         "client" => client(args, spec, session),
         "command" | "time" => Plan::ForwardAny,
-        "config" if args.arg(1).eq_ignore_ascii_case(b"get") => Plan::ForwardAny,
+        "config" => config(args, row),
+        "wait" => wait(args),
+        "save" => fan_out(Merge::AllOk),
+        "bgsave" => fan_out(Merge::First),
+        "lastsave" => fan_out(Merge::Min),
+        "memory" | "object" if !row.has_keys() => match row.short_name() {
+            "purge" => fan_out(Merge::AllOk),
+            // DOCTOR, STATS, MALLOC-STATS, an unknown subcommand: one instance answers.
+            _ => Plan::ForwardAny,
+        },
         "dbsize" => fan_out(Merge::Sum),
         "flushall" | "flushdb" => fan_out(Merge::AllOk),
         "keys" => fan_out(Merge::Concat),
@@ -507,6 +523,48 @@ fn scan<A: Args + ?Sized>(args: &A, n: usize) -> Plan {
             instance,
             instances: n,
         },
+    }
+}
+
+/// `CONFIG GET` from one instance; `SET` and `RESETSTAT` on every instance.
+fn config<A: Args + ?Sized>(args: &A, row: &'static CommandSpec) -> Plan {
+    let argc = args.argc();
+    match row.short_name() {
+        "set" => {
+            // Redis's checks, before anything is changed (config.c configSetCommand).
+            if !row.arity_ok(argc) {
+                return Plan::Reply(arity_error(row.name).into());
+            }
+            if !argc.is_multiple_of(2) {
+                return reply_static(b"-ERR syntax error\r\n");
+            }
+            let mut get: Vec<&[u8]> = vec![b"CONFIG", b"GET"];
+            get.extend((2..argc).step_by(2).map(|i| args.arg(i)));
+            let mut request = Vec::new();
+            resp::encode_request(&mut request, &get);
+            Plan::ConfigSet { get: request }
+        }
+        "resetstat" if !row.arity_ok(argc) => Plan::Reply(arity_error(row.name).into()),
+        "resetstat" => fan_out(Merge::AllOk),
+        "rewrite" => not_supported(
+            row,
+            "the instances share the proxy's configuration file (send it to an instance)",
+        ),
+        // GET, and an unknown subcommand (the instance answers Redis's error).
+        _ => Plan::ForwardAny,
+    }
+}
+
+/// `WAIT numreplicas timeout`: there are no replicas, so `0` at once (Redis's argument
+/// checks first, in its order: replicationWaitCommand, getTimeoutFromObjectOrReply).
+fn wait<A: Args + ?Sized>(args: &A) -> Plan {
+    if resp::parse_i64(args.arg(1)).is_none() {
+        return reply_static(b"-ERR value is not an integer or out of range\r\n");
+    }
+    match resp::parse_i64(args.arg(2)) {
+        None => reply_static(b"-ERR timeout is not an integer or out of range\r\n"),
+        Some(t) if t < 0 => reply_static(b"-ERR timeout is negative\r\n"),
+        Some(_) => reply_static(b":0\r\n"),
     }
 }
 
@@ -929,9 +987,13 @@ mod tests {
             }
         ));
         assert_eq!(run(&[b"COMMAND"], 2), Plan::ForwardAny);
-        let r = reply(run(&[b"CONFIG", b"SET", b"x", b"y"], 2));
+        assert!(matches!(
+            run(&[b"CONFIG", b"SET", b"x", b"y"], 2),
+            Plan::ConfigSet { .. }
+        ));
+        let r = reply(run(&[b"CONFIG", b"REWRITE"], 2));
         assert!(
-            r.starts_with(b"-ERR CONFIG is not supported"),
+            r.starts_with(b"-ERR CONFIG REWRITE is not supported"),
             "{}",
             String::from_utf8_lossy(&r)
         );
@@ -1112,7 +1174,7 @@ mod tests {
             }
         ));
         assert_eq!(run(&[b"PUBSUB", b"NUMSUB", &a], 2), Plan::Forward(ia));
-        // WAIT has no key and would park the shared connection.
-        assert!(reply(run(&[b"WAIT", b"0", b"0"], 2)).starts_with(b"-ERR WAIT is not supported"));
+        // WAIT: no replicas, answered at once.
+        assert_eq!(reply(run(&[b"WAIT", b"0", b"0"], 2)), b":0\r\n");
     }
 }

@@ -290,8 +290,12 @@ pub struct Client {
     pub wait_lane: bool,
     /// TLS state, for a client of the TLS port.
     pub tls: Option<Box<TlsConn>>,
-    /// When its last request was parsed (the `timeout` clock).
+    /// When its last request was parsed (the `timeout` clock, CLIENT LIST `idle`).
     pub last_request: Instant,
+    /// When it connected (CLIENT LIST `age`).
+    pub created: Instant,
+    /// Closed by CLIENT KILL: nothing more is read or written; closed this iteration.
+    pub killed: bool,
     /// Since when its unsent output has been over the soft output limit (µs on the loop's
     /// clock); `None` while under it.
     pub obuf_soft_since: Option<u64>,
@@ -356,6 +360,8 @@ impl Client {
             wait_lane: false,
             tls: None,
             last_request: Instant::now(),
+            created: Instant::now(),
+            killed: false,
             obuf_soft_since: None,
         }
     }

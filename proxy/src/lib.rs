@@ -57,6 +57,7 @@
 pub mod auth;
 mod backend;
 mod client;
+pub mod clients;
 mod dedicated;
 mod event_loop;
 mod exec;

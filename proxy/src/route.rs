@@ -91,6 +91,22 @@ pub struct Session {
     /// The protocol chosen with `HELLO 2|3` (RESP2 until then, and again after RESET): the
     /// shape of every reply the proxy writes, and which instance links serve the client.
     pub proto: resp::Proto,
+    /// CLIENT REPLY: whether replies are written ([`ReplyMode`]; `crate::exec` applies it).
+    pub reply: ReplyMode,
+    /// Local address `ip:port` of the connection (CLIENT LIST `laddr`).
+    pub laddr: String,
+    /// The last command routed, Redis's `a|b` name (CLIENT LIST `cmd`).
+    pub last_cmd: &'static str,
+}
+
+/// `CLIENT REPLY ON|OFF|SKIP`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    #[default]
+    On,
+    Off,
+    /// The next command's reply is dropped, then `On` again.
+    Skip,
 }
 
 /// What routing needs to know about the proxy as a whole.
@@ -173,6 +189,8 @@ pub enum Plan {
     Multi,
     /// A subscription command ([`crate::pubsub`]).
     PubSub(pubsub::Kind),
+    /// CLIENT LIST / INFO / KILL: the event loop answers it, as it alone sees every client.
+    Clients(crate::clients::Op),
     /// CONFIG SET: `get` (`CONFIG GET` of its names) then the request, to every instance;
     /// merged by [`Merge::ConfigSet`] (all or nothing).
     ConfigSet { get: Vec<u8> },
@@ -215,6 +233,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
     if !spec.arity_ok(argc) {
         return Plan::Reply(arity_error(spec.name).into());
     }
+    session.last_cmd = row.name;
     // Hot path: rows with exactly one key (GET, SET, INCR, …; the legacy triple says which),
     // the key found by the one extractor.
     if spec.first_key > 0 && spec.first_key == spec.last_key && !spec.has_flag(Flags::MOVABLEKEYS) {
@@ -261,7 +280,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             None => reply_static(b"-ERR value is not an integer or out of range\r\n"),
         },
         "hello" => hello(args, session),
-        "client" => client(args, spec, session),
+        "client" => client(args, spec, session, fleet),
         "command" | "time" => Plan::ForwardAny,
         "config" => config(args, row),
         "wait" => wait(args),
@@ -644,9 +663,21 @@ fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
     Plan::Reply(out.into())
 }
 
-fn client<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, session: &mut Session) -> Plan {
+fn client<A: Args + ?Sized>(
+    args: &A,
+    spec: &'static CommandSpec,
+    session: &mut Session,
+    fleet: &Fleet,
+) -> Plan {
     let sub = args.arg(1);
     let argc = args.argc();
+    // NO-TOUCH (Redis 7.2) is not in the 7.0 table either; the proxy has no LRU to spare.
+    if sub.eq_ignore_ascii_case(b"NO-TOUCH") {
+        if argc != 3 {
+            return Plan::Reply(arity_error("client|no-touch").into());
+        }
+        return on_off(args.arg(2));
+    }
     // SETINFO (Redis 7.2) is not in the 7.0 table; clients send it on connect and ignore errors.
     if sub.eq_ignore_ascii_case(b"SETINFO") {
         if argc != 4 {
@@ -688,10 +719,52 @@ fn client<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, session: &mut 
             None => reply_static(b"$-1\r\n"),
         },
         "id" => Plan::Reply(format!(":{}\r\n", session.id).into_bytes().into()),
+        // The proxy evicts nothing; the instances' own clients are the proxy's links.
+        "no-evict" => on_off(args.arg(2)),
+        "reply" => {
+            let mode = args.arg(2);
+            // OFF and SKIP answer nothing, not even to themselves (Redis clientCommand).
+            if mode.eq_ignore_ascii_case(b"on") {
+                session.reply = ReplyMode::On;
+                reply_static(b"+OK\r\n")
+            } else if mode.eq_ignore_ascii_case(b"off") {
+                session.reply = ReplyMode::Off;
+                reply_static(b"")
+            } else if mode.eq_ignore_ascii_case(b"skip") {
+                session.reply = ReplyMode::Skip;
+                reply_static(b"")
+            } else {
+                reply_static(b"-ERR syntax error\r\n")
+            }
+        }
+        "info" => Plan::Clients(crate::clients::Op::Info),
+        "list" | "kill" => {
+            let all: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
+            let op = match sub_spec.short_name() {
+                "list" => crate::clients::parse_list(&all),
+                _ => crate::clients::parse_kill(&all, |u| {
+                    fleet.acl.user_names().iter().any(|n| n.as_bytes() == u)
+                }),
+            };
+            match op {
+                Ok(op) => Plan::Clients(op),
+                Err(e) => Plan::Reply(e.into()),
+            }
+        }
         _ => not_supported(
             sub_spec,
-            "the proxy answers only SETNAME, GETNAME, ID and SETINFO",
+            "the proxy answers CLIENT SETNAME, GETNAME, ID, SETINFO, INFO, LIST, KILL, \
+             NO-EVICT, NO-TOUCH and REPLY",
         ),
+    }
+}
+
+/// `on` / `off` (any case) → `+OK`, else Redis's syntax error.
+fn on_off(arg: &[u8]) -> Plan {
+    if arg.eq_ignore_ascii_case(b"on") || arg.eq_ignore_ascii_case(b"off") {
+        reply_static(b"+OK\r\n")
+    } else {
+        reply_static(b"-ERR syntax error\r\n")
     }
 }
 

@@ -199,3 +199,139 @@ fn bulk_pair(name: &str, value: &str) -> Vec<u8> {
     out.extend(bulk(value));
     out
 }
+
+/// The `field=value` of a CLIENT LIST line.
+fn field<'a>(line: &'a str, name: &str) -> &'a str {
+    line.split(' ')
+        .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {name} in {line}"))
+}
+
+/// The text of a CLIENT LIST / INFO reply (bulk or verbatim).
+fn list_text(r: &[u8]) -> String {
+    let t = text(r);
+    let body = &t[t.find("\r\n").unwrap() + 2..t.len() - 2];
+    body.strip_prefix("txt:").unwrap_or(body).to_string()
+}
+
+#[test]
+fn client_list_info_and_kill_over_the_proxy_s_clients() {
+    let f = Fleet::start();
+    let mut a = conn(&f, false);
+    let mut b = conn(&f, true);
+    assert_eq!(a.cmd(&["CLIENT", "SETNAME", "alpha"]), b"+OK\r\n");
+    let b_id = text(&b.cmd(&["CLIENT", "ID"]))[1..].trim().to_string();
+    let list = a.cmd(&["CLIENT", "LIST"]);
+    assert!(list.starts_with(b"$"), "{}", text(&list));
+    let lines: Vec<String> = list_text(&list).lines().map(String::from).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(field(&lines[0], "name"), "alpha");
+    assert_eq!(field(&lines[0], "cmd"), "client|list");
+    assert_eq!(field(&lines[0], "flags"), "N");
+    assert_eq!(field(&lines[0], "resp"), "2");
+    assert_eq!(field(&lines[1], "id"), b_id);
+    assert_eq!(field(&lines[1], "resp"), "3");
+    assert_eq!(
+        field(&lines[1], "laddr"),
+        format!("127.0.0.1:{}", f.proxy.port)
+    );
+    // The same fields, in the same order, as a redis-server's own line.
+    let direct_line = list_text(&f.backend(0).cmd(&["CLIENT", "INFO"]));
+    let names = |l: &str| -> Vec<String> {
+        l.split(' ')
+            .map(|f| f.split('=').next().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&lines[0]), names(direct_line.trim_end()));
+    // CLIENT INFO in RESP3 is a verbatim string with the caller's line only.
+    let info = b.cmd(&["CLIENT", "INFO"]);
+    assert!(info.starts_with(b"="), "{}", text(&info));
+    assert_eq!(field(&list_text(&info), "id"), b_id);
+    // Errors as redis-server gives them.
+    let mut d = f.backend(0);
+    for args in [
+        &["CLIENT", "LIST", "x"][..],
+        &["CLIENT", "LIST", "ID", "x"],
+        &["CLIENT", "LIST", "TYPE", "x"],
+        &["CLIENT", "LIST", "TYPE", "master"],
+        &["CLIENT", "INFO", "x"],
+        &["CLIENT", "KILL", "1.2.3.4:5"],
+        &["CLIENT", "KILL", "ID", "x"],
+        &["CLIENT", "KILL", "ID", "0"],
+        &["CLIENT", "KILL", "ID", "99999"],
+        &["CLIENT", "KILL", "ID"],
+        &["CLIENT", "KILL", "foo", "bar"],
+        &["CLIENT", "KILL", "ADDR", "1.2.3.4:5"],
+        &["CLIENT", "KILL", "LADDR", "1.2.3.4:5"],
+        &["CLIENT", "KILL", "SKIPME", "x"],
+        &["CLIENT", "KILL", "USER", "nosuch"],
+        &["CLIENT", "KILL", "TYPE", "x"],
+        &["CLIENT", "KILL", "MAXAGE", "5"],
+        &["CLIENT", "KILL", "ID", "1", "SKIPME"],
+        &["CLIENT", "NO-EVICT", "x"],
+        &["CLIENT", "NO-EVICT", "on"],
+        &["CLIENT", "NO-EVICT", "OFF"],
+        &["CLIENT", "REPLY", "x"],
+    ] {
+        assert_eq!(text(&a.cmd(args)), text(&d.cmd(args)), "{args:?}");
+    }
+    assert_eq!(a.cmd(&["CLIENT", "NO-TOUCH", "on"]), b"+OK\r\n");
+    // Only `a` itself matches SKIPME no with its id; TYPE normal SKIPME yes kills `b`...
+    // but first: KILL ID of `b` closes `b`, and `a` goes on.
+    assert_eq!(a.cmd(&["CLIENT", "KILL", "ID", &b_id]), b":1\r\n");
+    assert!(b.closed());
+    let lines = list_text(&a.cmd(&["CLIENT", "LIST"]));
+    assert_eq!(lines.lines().count(), 1, "{lines}");
+    // Old form by address, then a client killing itself gets its reply, then EOF.
+    let mut c = f.conn();
+    let c_addr = field(&list_text(&c.cmd(&["CLIENT", "INFO"])), "addr").to_string();
+    assert_eq!(a.cmd(&["CLIENT", "KILL", &c_addr]), b"+OK\r\n");
+    assert!(c.closed());
+    let a_id = field(&list_text(&a.cmd(&["CLIENT", "INFO"])), "id").to_string();
+    assert_eq!(a.cmd(&["CLIENT", "KILL", "ID", &a_id]), b":0\r\n");
+    assert_eq!(
+        a.cmd(&["CLIENT", "KILL", "ID", &a_id, "SKIPME", "no"]),
+        b":1\r\n"
+    );
+    assert!(a.closed());
+}
+
+#[test]
+fn client_reply_off_on_skip() {
+    let f = Fleet::start();
+    for resp3 in [false, true] {
+        let mut p = conn(&f, resp3);
+        // OFF: nothing for OFF itself nor what follows; ON answers +OK.
+        p.send(&["CLIENT", "REPLY", "OFF"]);
+        p.send(&["SET", "k", "1"]);
+        p.send(&["PING"]);
+        p.send(&["GET", "k"]);
+        assert_eq!(p.cmd(&["CLIENT", "REPLY", "ON"]), b"+OK\r\n");
+        assert_eq!(p.cmd(&["GET", "k"]), bulk("1"));
+        // SKIP: nothing for SKIP and the next command only.
+        p.send(&["CLIENT", "REPLY", "SKIP"]);
+        p.send(&["INCR", "k"]);
+        assert_eq!(p.cmd(&["INCR", "k"]), int(3));
+        // The same transcript against a redis-server, byte for byte.
+        let transcript = |c: &mut Conn| -> Vec<u8> {
+            for args in [
+                &["CLIENT", "REPLY", "SKIP"][..],
+                &["SET", "t", "1"],
+                &["CLIENT", "REPLY", "OFF"],
+                &["INCR", "t"],
+                &["CLIENT", "REPLY", "x"],
+                &["MGET", "t", "k"],
+                &["CLIENT", "REPLY", "ON"],
+                &["GET", "t"],
+            ] {
+                c.send(args);
+            }
+            let mut out = c.reply();
+            out.extend(c.reply());
+            out
+        };
+        let mut d = direct(&f, 0, resp3);
+        assert_eq!(text(&transcript(&mut p)), text(&transcript(&mut d)));
+        assert_eq!(p.cmd(&["PING"]), b"+PONG\r\n");
+    }
+}

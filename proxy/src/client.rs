@@ -68,6 +68,18 @@ struct Slot {
     state: SlotState,
     /// QUIT or a protocol error: close the connection once this reply is out.
     close_after: bool,
+    /// Asked under CLIENT REPLY OFF or SKIP: the reply is dropped, not written.
+    silent: bool,
+}
+
+/// A request sent on a client's behalf once a merge asks for it (CONFIG SET's restores):
+/// its reply fills part `part` of slot `seq`.
+#[derive(Debug)]
+pub struct Followup {
+    pub instance: usize,
+    pub request: Vec<u8>,
+    pub seq: u64,
+    pub part: u32,
 }
 
 /// A client's pending replies and output buffer.
@@ -81,6 +93,10 @@ pub struct Replies {
     pub out_pos: usize,
     /// Set once a `close_after` reply reached `out`: no more requests are read.
     pub closing: bool,
+    /// CLIENT REPLY OFF/SKIP in force for the request being handled: its slots are silent.
+    pub silent: bool,
+    /// Requests the event loop sends for this client at the end of the iteration.
+    pub followups: Vec<Followup>,
 }
 
 impl Replies {
@@ -101,12 +117,15 @@ impl Replies {
     /// A reply known now (local answer, or an instance known to be down).
     pub fn push_local(&mut self, reply: &[u8], close_after: bool) {
         if self.pending.is_empty() {
-            self.out.extend_from_slice(reply);
+            if !self.silent {
+                self.out.extend_from_slice(reply);
+            }
             self.closing |= close_after;
         } else {
             self.pending.push_back(Slot {
                 state: SlotState::Ready(reply.to_vec()),
                 close_after,
+                silent: self.silent,
             });
         }
     }
@@ -117,6 +136,7 @@ impl Replies {
         self.pending.push_back(Slot {
             state: SlotState::Plain(None),
             close_after: false,
+            silent: self.silent,
         });
         seq
     }
@@ -131,6 +151,7 @@ impl Replies {
                 merge,
             },
             close_after: false,
+            silent: self.silent,
         });
         seq
     }
@@ -146,7 +167,9 @@ impl Replies {
         };
         match &mut slot.state {
             SlotState::Plain(None) if idx == 0 => {
-                self.out.extend_from_slice(reply);
+                if !slot.silent {
+                    self.out.extend_from_slice(reply);
+                }
                 self.pending.pop_front();
                 self.base_seq += 1;
             }
@@ -166,6 +189,28 @@ impl Replies {
                         .iter()
                         .map(|r| r.as_deref().unwrap_or(b""))
                         .collect();
+                    if *merge == Merge::ConfigSet {
+                        let (reply, restores) = split::config_set_outcome(&all);
+                        if !restores.is_empty() {
+                            // The error waits for the restores, so the client sees the
+                            // old values everywhere once it has it.
+                            for (part, (instance, request)) in restores.into_iter().enumerate() {
+                                self.followups.push(Followup {
+                                    instance,
+                                    request,
+                                    seq,
+                                    part: part as u32,
+                                });
+                            }
+                            let parts = self.followups.iter().filter(|f| f.seq == seq).count();
+                            slot.state = SlotState::Parts {
+                                replies: (0..parts).map(|_| None).collect(),
+                                remaining: parts,
+                                merge: Merge::Restored(reply),
+                            };
+                            return;
+                        }
+                    }
                     let mut merged = Vec::new();
                     split::merge(merge, &all, &mut merged);
                     slot.state = SlotState::Ready(merged);
@@ -181,7 +226,9 @@ impl Replies {
         while let Some(front) = self.pending.front_mut() {
             match &mut front.state {
                 SlotState::Ready(bytes) | SlotState::Plain(Some(bytes)) => {
-                    self.out.extend_from_slice(bytes);
+                    if !front.silent {
+                        self.out.extend_from_slice(bytes);
+                    }
                 }
                 _ => break,
             }
@@ -243,8 +290,12 @@ pub struct Client {
     pub wait_lane: bool,
     /// TLS state, for a client of the TLS port.
     pub tls: Option<Box<TlsConn>>,
-    /// When its last request was parsed (the `timeout` clock).
+    /// When its last request was parsed (the `timeout` clock, CLIENT LIST `idle`).
     pub last_request: Instant,
+    /// When it connected (CLIENT LIST `age`).
+    pub created: Instant,
+    /// Closed by CLIENT KILL: nothing more is read or written; closed this iteration.
+    pub killed: bool,
     /// Since when its unsent output has been over the soft output limit (µs on the loop's
     /// clock); `None` while under it.
     pub obuf_soft_since: Option<u64>,
@@ -309,6 +360,8 @@ impl Client {
             wait_lane: false,
             tls: None,
             last_request: Instant::now(),
+            created: Instant::now(),
+            killed: false,
             obuf_soft_since: None,
         }
     }

@@ -52,10 +52,12 @@ use resp::{Limits, RequestParser};
 use crate::backend::{Backend, CONNECT_TIMEOUT, Link};
 use crate::client::Input;
 use crate::client::{Client, Waiter};
+use crate::clients;
 use crate::dedicated::{Dedicated, Incoming, Lane};
 use crate::exec::{Ctx, Flow, Me, handle};
 use crate::route::{Args, Fleet};
 use crate::tls::{ProxyLimits, TlsConn};
+use std::os::fd::AsRawFd;
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const TLS_LISTENER: Token = Token(usize::MAX - 2);
@@ -124,6 +126,8 @@ pub struct Proxy {
     paused: Vec<usize>,
     /// Clients to close at the end of this iteration.
     to_close: Vec<usize>,
+    /// Clients with requests to send on their behalf (`Replies::followups`).
+    followups: Vec<usize>,
     shutdown: Arc<AtomicBool>,
 }
 
@@ -192,6 +196,7 @@ impl Proxy {
             dirty_dedicated: Vec::new(),
             paused: Vec::new(),
             to_close: Vec::new(),
+            followups: Vec::new(),
             shutdown,
         })
     }
@@ -274,6 +279,7 @@ impl Proxy {
                 }
             }
             self.resume_paused();
+            self.send_followups();
             self.flush_all();
             self.timers(Instant::now());
             self.close_finished();
@@ -354,6 +360,9 @@ impl Proxy {
                     let mut client = Client::new(stream, id, RequestParser::new(limits));
                     client.tls = tls_conn;
                     client.session.addr = peer.to_string();
+                    if let Ok(local) = client.stream.local_addr() {
+                        client.session.laddr = local.to_string();
+                    }
                     let token = self.clients.insert(client);
                     let c = self.clients.get_mut(token).expect("just inserted");
                     if let Err(e) = self.poll.registry().register(
@@ -427,10 +436,11 @@ impl Proxy {
             clients,
             backends,
             dirty_clients,
+            followups,
             ..
         } = self;
         let result = backends[i].deliver_replies(|w, reply| {
-            deliver(clients, dirty_clients, w, reply);
+            deliver(clients, dirty_clients, followups, w, reply);
         });
         if let Err(e) = result {
             self.fail_backend(i, &format!("bad reply: {e}"), now);
@@ -452,7 +462,13 @@ impl Proxy {
         self.fleet.backend_errors += waiters.len() as u64;
         let error = b.unavailable.clone();
         for w in waiters {
-            deliver(&mut self.clients, &mut self.dirty_clients, w, &error);
+            deliver(
+                &mut self.clients,
+                &mut self.dirty_clients,
+                &mut self.followups,
+                w,
+                &error,
+            );
         }
     }
 
@@ -573,6 +589,7 @@ impl Proxy {
             dedicated,
             dirty_clients,
             to_close,
+            followups,
             ..
         } = self;
         let Some(d) = dedicated.get_mut(id) else {
@@ -582,7 +599,7 @@ impl Proxy {
         let pubsub_limit = self.limits.client_output_buffer_limit.pubsub;
         let now_us = self.started.elapsed().as_micros() as u64;
         d.incoming(|incoming| match incoming {
-            Incoming::Reply(w, reply) => deliver(clients, dirty_clients, w, reply),
+            Incoming::Reply(w, reply) => deliver(clients, dirty_clients, followups, w, reply),
             Incoming::Message(frame) => {
                 let Some(c) = clients.get_mut(owner_token) else {
                     return;
@@ -631,7 +648,13 @@ impl Proxy {
         let error = self.backends[d.instance].unavailable.clone();
         for e in d.inflight.drain(..) {
             if let Some(w) = e.waiter {
-                deliver(&mut self.clients, &mut self.dirty_clients, w, &error);
+                deliver(
+                    &mut self.clients,
+                    &mut self.dirty_clients,
+                    &mut self.followups,
+                    w,
+                    &error,
+                );
             }
         }
         let Some(c) = self.clients.get_mut(d.owner_token) else {
@@ -669,6 +692,9 @@ impl Proxy {
 
     /// Reads and handles a client's input until the socket is drained or a bound is hit.
     fn client_readable(&mut self, token: usize) {
+        if self.clients.get(token).is_none_or(|c| c.killed) {
+            return;
+        }
         loop {
             self.process_client(token);
             let Some(c) = self.clients.get_mut(token) else {
@@ -706,8 +732,87 @@ impl Proxy {
         }
     }
 
-    /// Parses and routes every complete request in the client's read buffer, within bounds.
+    /// Parses and routes every complete request in the client's read buffer, within bounds;
+    /// CLIENT LIST/INFO/KILL are answered here, between the requests around them.
     fn process_client(&mut self, token: usize) {
+        while let Some(op) = self.process_client_once(token) {
+            self.clients_op(token, op);
+        }
+    }
+
+    /// CLIENT LIST / INFO / KILL of client `token` ([`crate::clients`]).
+    fn clients_op(&mut self, token: usize, op: clients::Op) {
+        let Some(me) = self.clients.get(token) else {
+            return;
+        };
+        let (me_id, proto) = (me.id, me.session.proto);
+        let mut text = String::new();
+        let mut victims = Vec::new();
+        // Slab order is not connection order; Redis lists clients oldest first.
+        let mut all: Vec<(usize, &Client)> = self.clients.iter().collect();
+        all.sort_by_key(|(_, c)| c.id);
+        for (t, c) in all {
+            if c.killed {
+                continue;
+            }
+            let s = &c.session;
+            let v = clients::View {
+                id: c.id,
+                addr: &s.addr,
+                laddr: &s.laddr,
+                fd: c.stream.as_raw_fd() as i64,
+                name: s.name.as_deref(),
+                age: c.created.elapsed().as_secs(),
+                idle: c.last_request.elapsed().as_secs(),
+                sub: s.subs.channels(),
+                psub: s.subs.patterns(),
+                in_multi: s.tx.multi,
+                cmd: if s.last_cmd.is_empty() {
+                    "NULL"
+                } else {
+                    s.last_cmd
+                },
+                user: s.auth.name(),
+                resp: s.proto.version(),
+            };
+            match &op {
+                clients::Op::Info if c.id == me_id => clients::line(&v, &mut text),
+                clients::Op::List { kind, ids } if clients::listed(*kind, ids, &v) => {
+                    clients::line(&v, &mut text)
+                }
+                clients::Op::Kill(k) if k.matches(&v, me_id) => victims.push(t),
+                _ => {}
+            }
+        }
+        let reply = match &op {
+            clients::Op::Kill(k) => k.reply(victims.len()),
+            _ => {
+                let mut out = Vec::new();
+                resp::ReplyWriter::new(&mut out, proto).verbatim(text.as_bytes());
+                out
+            }
+        };
+        let killed_self = victims.contains(&token);
+        if let Some(c) = self.clients.get_mut(token) {
+            // Redis answers the killer first, then closes it if it killed itself.
+            c.replies.push_local(&reply, killed_self);
+            mark(&mut c.dirty, &mut self.dirty_clients, token);
+        }
+        for t in victims {
+            if t == token {
+                let c = self.clients.get_mut(t).expect("the caller");
+                c.rstart = c.rend;
+                c.read_closed = true;
+                continue;
+            }
+            if let Some(c) = self.clients.get_mut(t) {
+                c.killed = true;
+                self.to_close.push(t);
+            }
+        }
+    }
+
+    fn process_client_once(&mut self, token: usize) -> Option<clients::Op> {
         let congested = self
             .backends
             .iter()
@@ -722,11 +827,10 @@ impl Proxy {
             dirty_dedicated,
             dirty_clients,
             paused,
+            followups,
             ..
         } = self;
-        let Some(c) = clients.get_mut(token) else {
-            return;
-        };
+        let c = clients.get_mut(token)?;
         let Client {
             id,
             parser,
@@ -762,6 +866,7 @@ impl Proxy {
         };
         let out_before = me.replies.unsent();
         let mut parsed = false;
+        let mut clients_op = None;
         loop {
             if *rstart == *rend {
                 break;
@@ -811,6 +916,11 @@ impl Proxy {
                         *read_closed = true;
                         break;
                     }
+                    Flow::Clients(op) => {
+                        *rstart += consumed;
+                        clients_op = Some(op);
+                        break;
+                    }
                     Flow::Wait => {
                         // Parsed again once the earlier replies are in (resume_paused).
                         *wait_lane = true;
@@ -824,6 +934,9 @@ impl Proxy {
             }
             *rstart += consumed;
         }
+        if !me.replies.followups.is_empty() {
+            followups.push(token);
+        }
         if me.replies.unsent() != out_before && !*dirty {
             *dirty = true;
             dirty_clients.push(token);
@@ -833,6 +946,7 @@ impl Proxy {
             // (slowloris) is not kept alive by them.
             *last_request = Instant::now();
         }
+        clients_op
     }
 
     fn resume_paused(&mut self) {
@@ -870,6 +984,9 @@ impl Proxy {
             return;
         };
         c.dirty = false;
+        if c.killed {
+            return; // CLIENT KILL: nothing more is written; closed this iteration
+        }
         if let Err(e) = c.write_output() {
             log::debug!("client {token}: write: {e}");
             self.to_close.push(token);
@@ -877,6 +994,35 @@ impl Proxy {
         }
         if c.idle() && (c.replies.closing || c.read_closed) {
             self.to_close.push(token);
+        }
+    }
+
+    /// Sends the requests merges asked for on clients' behalf (CONFIG SET's restores) on
+    /// the instances' RESP2 links; their replies fill the clients' slots as usual.
+    fn send_followups(&mut self) {
+        for token in std::mem::take(&mut self.followups) {
+            let Some(c) = self.clients.get_mut(token) else {
+                continue;
+            };
+            for f in std::mem::take(&mut c.replies.followups) {
+                let b = &mut self.backends[f.instance];
+                if b.accepts() {
+                    let w = Waiter {
+                        token,
+                        client_id: c.id,
+                        seq: f.seq,
+                        part: f.part,
+                    };
+                    b.send(&f.request, w);
+                    if !b.dirty {
+                        b.dirty = true;
+                        self.dirty_backends.push(f.instance);
+                    }
+                } else {
+                    c.replies.fill(f.seq, f.part, &b.unavailable.clone());
+                }
+            }
+            mark(&mut c.dirty, &mut self.dirty_clients, token);
         }
     }
 
@@ -931,7 +1077,13 @@ impl Proxy {
 }
 
 /// Puts a backend reply into its client's slot (if the client is still there).
-fn deliver(clients: &mut Slab<Client>, dirty_clients: &mut Vec<usize>, w: Waiter, reply: &[u8]) {
+fn deliver(
+    clients: &mut Slab<Client>,
+    dirty_clients: &mut Vec<usize>,
+    followups: &mut Vec<usize>,
+    w: Waiter,
+    reply: &[u8],
+) {
     let Some(c) = clients.get_mut(w.token) else {
         return;
     };
@@ -939,6 +1091,9 @@ fn deliver(clients: &mut Slab<Client>, dirty_clients: &mut Vec<usize>, w: Waiter
         return;
     }
     c.replies.fill(w.seq, w.part, reply);
+    if !c.replies.followups.is_empty() {
+        followups.push(w.token);
+    }
     if !c.dirty {
         c.dirty = true;
         dirty_clients.push(w.token);

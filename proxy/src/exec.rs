@@ -35,7 +35,7 @@ use recached_net::Slab;
 use crate::backend::HELLO3;
 use crate::event_loop::{backend_token, dedicated_token, mark};
 use crate::pubsub::{self, Kind};
-use crate::route::{self, Args, Fleet, Plan, Session};
+use crate::route::{self, Args, Fleet, Plan, ReplyMode, Session};
 use crate::split::Merge;
 use crate::tx::{self, Step};
 
@@ -82,8 +82,34 @@ impl Me<'_> {
     }
 }
 
-/// Decides and carries out one request of a client.
+/// Decides and carries out one request of a client, under its CLIENT REPLY mode: with
+/// OFF or SKIP its reply slots are silent (dropped when answered); SKIP lasts one command.
 pub(crate) fn handle<A: Args + ?Sized>(
+    args: &A,
+    raw: &[u8],
+    me: &mut Me<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Flow {
+    let before = me.session.reply;
+    if before == ReplyMode::On {
+        return handle_request(args, raw, me, ctx);
+    }
+    let client_reply = args.argc() == 3
+        && args.arg(0).eq_ignore_ascii_case(b"client")
+        && args.arg(1).eq_ignore_ascii_case(b"reply");
+    // `CLIENT REPLY ON` is answered (Redis clears the flag before replying).
+    me.replies.silent = !(client_reply && args.arg(2).eq_ignore_ascii_case(b"on"));
+    let flow = handle_request(args, raw, me, ctx);
+    me.replies.silent = false;
+    if flow == Flow::Wait {
+        me.session.reply = before; // parsed again later
+    } else if before == ReplyMode::Skip && !client_reply {
+        me.session.reply = ReplyMode::On;
+    }
+    flow
+}
+
+fn handle_request<A: Args + ?Sized>(
     args: &A,
     raw: &[u8],
     me: &mut Me<'_>,
@@ -374,6 +400,7 @@ fn run_plan<A: Args + ?Sized>(
             Flow::Continue
         }
         Plan::PubSub(kind) => subscription(kind, args, me, ctx),
+        Plan::Clients(op) => Flow::Clients(op),
         Plan::Blocking(i) | Plan::Watch(i) => {
             if !me.enter_lane(Lane::Dedicated(i)) {
                 return Flow::Wait;
@@ -463,6 +490,15 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
                 send(i, request, seq, i as u32, replies);
             }
         }
+        Plan::ConfigSet { get } => {
+            // Per instance its old values, then the change: 2 parts each, in that order
+            // on the instance's connection ([`Merge::ConfigSet`]).
+            let seq = replies.push_parts(2 * n, Merge::ConfigSet);
+            for i in 0..n {
+                send(i, &get, seq, 2 * i as u32, replies);
+                send(i, raw, seq, 2 * i as u32 + 1, replies);
+            }
+        }
         Plan::Rewrite {
             instance,
             request,
@@ -476,6 +512,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         | Plan::Blocking(_)
         | Plan::Watch(_)
         | Plan::Multi
+        | Plan::Clients(_)
         | Plan::PubSub(_) => unreachable!("handled by run_plan"),
     }
 }
@@ -488,6 +525,9 @@ pub(crate) enum Flow {
     StopReading,
     /// Leave the request unparsed until the client's earlier replies are in (lane switch).
     Wait,
+    /// CLIENT LIST / INFO / KILL: the request is consumed; the event loop answers it (it
+    /// sees every client), then goes on with the client's input.
+    Clients(crate::clients::Op),
 }
 
 /// Queues `request` on backend `i`, or answers the slot at once if the instance is down.

@@ -19,6 +19,8 @@
 //! - [`tx`]: WATCH / MULTI / EXEC / DISCARD / UNWATCH on one instance. Pure.
 //! - [`pubsub`]: a client's subscriptions, (un)subscribe requests per instance, the
 //!   confirmations the proxy writes. Pure.
+//! - [`clients`]: CLIENT LIST / INFO / KILL over the proxy's own clients (parsing, lines).
+//!   Pure.
 //! - [`auth`]: the clients' `requirepass`/ACL users (engine-core's rules) and the internal
 //!   credential on every instance connection.
 //! - `client`: a client connection and its queue of reply slots (ordering under pipelining).
@@ -57,6 +59,7 @@
 pub mod auth;
 mod backend;
 mod client;
+pub mod clients;
 mod dedicated;
 mod event_loop;
 mod exec;

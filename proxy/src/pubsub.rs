@@ -108,6 +108,16 @@ impl Subscriptions {
         self.channels.len() + self.patterns.len()
     }
 
+    /// Channels subscribed to (CLIENT LIST `sub`).
+    pub fn channels(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// Patterns subscribed to (CLIENT LIST `psub`).
+    pub fn patterns(&self) -> usize {
+        self.patterns.len()
+    }
+
     /// Whether the client is in subscribed mode.
     pub fn active(&self) -> bool {
         self.count() > 0

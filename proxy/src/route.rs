@@ -17,11 +17,15 @@
 //! | SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE, PUNSUBSCRIBE | [`Plan::PubSub`]: [`crate::pubsub`] |
 //! | PUBLISH | forwarded to the channel's instance (channels are routed like keys) |
 //! | PUBSUB CHANNELS / NUMPAT | every instance: channels concatenated / the largest count (each proxy pattern subscription is held by every instance) ; NUMSUB forwarded when its channels share an instance |
-//! | PING, ECHO, QUIT, SELECT, HELLO, RESET, CLIENT SETNAME/GETNAME/ID/SETINFO | answered by the proxy |
+//! | PING, ECHO, QUIT, SELECT, HELLO, RESET, CLIENT SETNAME/GETNAME/ID/SETINFO/NO-EVICT/NO-TOUCH, WAIT (`:0`, no replicas; Redis's argument errors) | answered by the proxy |
+//! | CLIENT REPLY ON/OFF/SKIP | the session's [`ReplyMode`]; `crate::exec` makes the reply slots of OFF/SKIP requests silent |
+//! | CLIENT LIST / INFO / KILL | [`Plan::Clients`]: the event loop answers over the proxy's own clients ([`crate::clients`]) |
 //! | DBSIZE, FLUSHALL, FLUSHDB, KEYS, RANDOMKEY, INFO | sent to every instance, merged |
+//! | SAVE, MEMORY PURGE, CONFIG RESETSTAT / BGSAVE / LASTSAVE | every instance: `+OK` from all / the first reply / the smallest (oldest); else the first error |
+//! | CONFIG SET | [`Plan::ConfigSet`]: `CONFIG GET` of its names then the request, on every instance; all or nothing ([`Merge::ConfigSet`]: the error of the first instance that refused, answered once the others got their old values back) |
 //! | SCAN | one instance at a time, the instance encoded in the cursor ([`crate::split::scan_cursor_decode`]) |
-//! | COMMAND, TIME, CONFIG GET | forwarded to the first instance that is up |
-//! | unknown, WAIT, SSUBSCRIBE, other keyless | `-ERR` naming the command; the connection stays open |
+//! | COMMAND, TIME, CONFIG GET, MEMORY DOCTOR / STATS / MALLOC-STATS (one instance's figures), every `… HELP`, an unknown CONFIG/MEMORY/OBJECT subcommand | forwarded to the first instance that is up |
+//! | unknown, CONFIG REWRITE, CLIENT PAUSE/TRACKING/…, SSUBSCRIBE, other keyless | `-ERR` naming the command; the connection stays open |
 //!
 //! Arity is checked here with the table's arity and Redis's exact error text, so a malformed
 //! request never reaches key extraction.
@@ -91,6 +95,22 @@ pub struct Session {
     /// The protocol chosen with `HELLO 2|3` (RESP2 until then, and again after RESET): the
     /// shape of every reply the proxy writes, and which instance links serve the client.
     pub proto: resp::Proto,
+    /// CLIENT REPLY: whether replies are written ([`ReplyMode`]; `crate::exec` applies it).
+    pub reply: ReplyMode,
+    /// Local address `ip:port` of the connection (CLIENT LIST `laddr`).
+    pub laddr: String,
+    /// The last command routed, Redis's `a|b` name (CLIENT LIST `cmd`).
+    pub last_cmd: &'static str,
+}
+
+/// `CLIENT REPLY ON|OFF|SKIP`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    #[default]
+    On,
+    Off,
+    /// The next command's reply is dropped, then `On` again.
+    Skip,
 }
 
 /// What routing needs to know about the proxy as a whole.
@@ -173,6 +193,11 @@ pub enum Plan {
     Multi,
     /// A subscription command ([`crate::pubsub`]).
     PubSub(pubsub::Kind),
+    /// CLIENT LIST / INFO / KILL: the event loop answers it, as it alone sees every client.
+    Clients(crate::clients::Op),
+    /// CONFIG SET: `get` (`CONFIG GET` of its names) then the request, to every instance;
+    /// merged by [`Merge::ConfigSet`] (all or nothing).
+    ConfigSet { get: Vec<u8> },
 }
 
 /// `-CROSSSLOT …`, Redis Cluster's text (PROTOCOL-NOTES b3).
@@ -212,6 +237,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
     if !spec.arity_ok(argc) {
         return Plan::Reply(arity_error(spec.name).into());
     }
+    session.last_cmd = row.name;
     // Hot path: rows with exactly one key (GET, SET, INCR, …; the legacy triple says which),
     // the key found by the one extractor.
     if spec.first_key > 0 && spec.first_key == spec.last_key && !spec.has_flag(Flags::MOVABLEKEYS) {
@@ -223,6 +249,10 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             let pos = keys.as_slice()[0].pos;
             return Plan::Forward(instance_of(args.arg(pos), n));
         }
+    }
+    // HELP of any container (OBJECT HELP, MEMORY HELP, CONFIG HELP…): any instance's text.
+    if !std::ptr::eq(row, spec) && row.short_name() == "help" {
+        return Plan::ForwardAny;
     }
     match spec.name {
         "mget" => split_keys(args, 1, Merge::Values(Vec::new()), n),
@@ -254,9 +284,18 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             None => reply_static(b"-ERR value is not an integer or out of range\r\n"),
         },
         "hello" => hello(args, session),
-        "client" => client(args, spec, session),
+        "client" => client(args, spec, session, fleet),
         "command" | "time" => Plan::ForwardAny,
-        "config" if args.arg(1).eq_ignore_ascii_case(b"get") => Plan::ForwardAny,
+        "config" => config(args, row),
+        "wait" => wait(args),
+        "save" => fan_out(Merge::AllOk),
+        "bgsave" => fan_out(Merge::First),
+        "lastsave" => fan_out(Merge::Min),
+        "memory" | "object" if !row.has_keys() => match row.short_name() {
+            "purge" => fan_out(Merge::AllOk),
+            // DOCTOR, STATS, MALLOC-STATS, an unknown subcommand: one instance answers.
+            _ => Plan::ForwardAny,
+        },
         "dbsize" => fan_out(Merge::Sum),
         "flushall" | "flushdb" => fan_out(Merge::AllOk),
         "keys" => fan_out(Merge::Concat),
@@ -510,6 +549,48 @@ fn scan<A: Args + ?Sized>(args: &A, n: usize) -> Plan {
     }
 }
 
+/// `CONFIG GET` from one instance; `SET` and `RESETSTAT` on every instance.
+fn config<A: Args + ?Sized>(args: &A, row: &'static CommandSpec) -> Plan {
+    let argc = args.argc();
+    match row.short_name() {
+        "set" => {
+            // Redis's checks, before anything is changed (config.c configSetCommand).
+            if !row.arity_ok(argc) {
+                return Plan::Reply(arity_error(row.name).into());
+            }
+            if !argc.is_multiple_of(2) {
+                return reply_static(b"-ERR syntax error\r\n");
+            }
+            let mut get: Vec<&[u8]> = vec![b"CONFIG", b"GET"];
+            get.extend((2..argc).step_by(2).map(|i| args.arg(i)));
+            let mut request = Vec::new();
+            resp::encode_request(&mut request, &get);
+            Plan::ConfigSet { get: request }
+        }
+        "resetstat" if !row.arity_ok(argc) => Plan::Reply(arity_error(row.name).into()),
+        "resetstat" => fan_out(Merge::AllOk),
+        "rewrite" => not_supported(
+            row,
+            "the instances share the proxy's configuration file (send it to an instance)",
+        ),
+        // GET, and an unknown subcommand (the instance answers Redis's error).
+        _ => Plan::ForwardAny,
+    }
+}
+
+/// `WAIT numreplicas timeout`: there are no replicas, so `0` at once (Redis's argument
+/// checks first, in its order: replicationWaitCommand, getTimeoutFromObjectOrReply).
+fn wait<A: Args + ?Sized>(args: &A) -> Plan {
+    if resp::parse_i64(args.arg(1)).is_none() {
+        return reply_static(b"-ERR value is not an integer or out of range\r\n");
+    }
+    match resp::parse_i64(args.arg(2)) {
+        None => reply_static(b"-ERR timeout is not an integer or out of range\r\n"),
+        Some(t) if t < 0 => reply_static(b"-ERR timeout is negative\r\n"),
+        Some(_) => reply_static(b":0\r\n"),
+    }
+}
+
 /// Redis `clientSetName`: no spaces, newlines or other characters outside `!`..`~`.
 fn valid_client_name(name: &[u8]) -> bool {
     name.iter().all(|&b| (b'!'..=b'~').contains(&b))
@@ -586,9 +667,21 @@ fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
     Plan::Reply(out.into())
 }
 
-fn client<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, session: &mut Session) -> Plan {
+fn client<A: Args + ?Sized>(
+    args: &A,
+    spec: &'static CommandSpec,
+    session: &mut Session,
+    fleet: &Fleet,
+) -> Plan {
     let sub = args.arg(1);
     let argc = args.argc();
+    // NO-TOUCH (Redis 7.2) is not in the 7.0 table either; the proxy has no LRU to spare.
+    if sub.eq_ignore_ascii_case(b"NO-TOUCH") {
+        if argc != 3 {
+            return Plan::Reply(arity_error("client|no-touch").into());
+        }
+        return on_off(args.arg(2));
+    }
     // SETINFO (Redis 7.2) is not in the 7.0 table; clients send it on connect and ignore errors.
     if sub.eq_ignore_ascii_case(b"SETINFO") {
         if argc != 4 {
@@ -630,10 +723,52 @@ fn client<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, session: &mut 
             None => reply_static(b"$-1\r\n"),
         },
         "id" => Plan::Reply(format!(":{}\r\n", session.id).into_bytes().into()),
+        // The proxy evicts nothing; the instances' own clients are the proxy's links.
+        "no-evict" => on_off(args.arg(2)),
+        "reply" => {
+            let mode = args.arg(2);
+            // OFF and SKIP answer nothing, not even to themselves (Redis clientCommand).
+            if mode.eq_ignore_ascii_case(b"on") {
+                session.reply = ReplyMode::On;
+                reply_static(b"+OK\r\n")
+            } else if mode.eq_ignore_ascii_case(b"off") {
+                session.reply = ReplyMode::Off;
+                reply_static(b"")
+            } else if mode.eq_ignore_ascii_case(b"skip") {
+                session.reply = ReplyMode::Skip;
+                reply_static(b"")
+            } else {
+                reply_static(b"-ERR syntax error\r\n")
+            }
+        }
+        "info" => Plan::Clients(crate::clients::Op::Info),
+        "list" | "kill" => {
+            let all: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
+            let op = match sub_spec.short_name() {
+                "list" => crate::clients::parse_list(&all),
+                _ => crate::clients::parse_kill(&all, |u| {
+                    fleet.acl.user_names().iter().any(|n| n.as_bytes() == u)
+                }),
+            };
+            match op {
+                Ok(op) => Plan::Clients(op),
+                Err(e) => Plan::Reply(e.into()),
+            }
+        }
         _ => not_supported(
             sub_spec,
-            "the proxy answers only SETNAME, GETNAME, ID and SETINFO",
+            "the proxy answers CLIENT SETNAME, GETNAME, ID, SETINFO, INFO, LIST, KILL, \
+             NO-EVICT, NO-TOUCH and REPLY",
         ),
+    }
+}
+
+/// `on` / `off` (any case) → `+OK`, else Redis's syntax error.
+fn on_off(arg: &[u8]) -> Plan {
+    if arg.eq_ignore_ascii_case(b"on") || arg.eq_ignore_ascii_case(b"off") {
+        reply_static(b"+OK\r\n")
+    } else {
+        reply_static(b"-ERR syntax error\r\n")
     }
 }
 
@@ -929,9 +1064,13 @@ mod tests {
             }
         ));
         assert_eq!(run(&[b"COMMAND"], 2), Plan::ForwardAny);
-        let r = reply(run(&[b"CONFIG", b"SET", b"x", b"y"], 2));
+        assert!(matches!(
+            run(&[b"CONFIG", b"SET", b"x", b"y"], 2),
+            Plan::ConfigSet { .. }
+        ));
+        let r = reply(run(&[b"CONFIG", b"REWRITE"], 2));
         assert!(
-            r.starts_with(b"-ERR CONFIG is not supported"),
+            r.starts_with(b"-ERR CONFIG REWRITE is not supported"),
             "{}",
             String::from_utf8_lossy(&r)
         );
@@ -1112,7 +1251,7 @@ mod tests {
             }
         ));
         assert_eq!(run(&[b"PUBSUB", b"NUMSUB", &a], 2), Plan::Forward(ia));
-        // WAIT has no key and would park the shared connection.
-        assert!(reply(run(&[b"WAIT", b"0", b"0"], 2)).starts_with(b"-ERR WAIT is not supported"));
+        // WAIT: no replicas, answered at once.
+        assert_eq!(reply(run(&[b"WAIT", b"0", b"0"], 2)), b":0\r\n");
     }
 }

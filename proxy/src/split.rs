@@ -61,6 +61,18 @@ pub enum Merge {
     Concat,
     /// PUBSUB NUMPAT: the largest integer reply.
     Max,
+    /// LASTSAVE: the smallest integer reply (the oldest save of the fleet).
+    Min,
+    /// BGSAVE: the first part's reply when no part answered an error.
+    First,
+    /// CONFIG SET sent to every instance as `CONFIG GET <names>` (part `2i`) then the
+    /// request (part `2i + 1`): `+OK` when every instance accepted it, else the first error,
+    /// and the instances that accepted get their old values back ([`config_set_outcome`];
+    /// `crate::client` sends those restores before the error is answered).
+    ConfigSet,
+    /// These bytes, once the restoring requests of a refused CONFIG SET were answered
+    /// (their replies are dropped).
+    Restored(Vec<u8>),
     /// The reply is these bytes once every part answered without an error (pub/sub
     /// confirmations written by the proxy, EXECABORT after the proxy's DISCARD).
     Fixed(Vec<u8>),
@@ -131,7 +143,10 @@ pub fn split(args: &[&[u8]], step: usize, instance_of: impl Fn(&[u8]) -> usize) 
 /// Writes the merged reply of `replies` (one complete RESP frame per part, in part order)
 /// into `out`.
 pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
-    let tolerant = matches!(merge, Merge::Info { .. } | Merge::AnyNonNil { .. });
+    let tolerant = matches!(
+        merge,
+        Merge::Info { .. } | Merge::AnyNonNil { .. } | Merge::ConfigSet | Merge::Restored(_)
+    );
     if !tolerant && let Some(err) = replies.iter().find(|r| r.first() == Some(&b'-')) {
         out.extend_from_slice(err);
         return;
@@ -161,7 +176,32 @@ pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
             }
             None => false,
         },
-        Merge::Fixed(bytes) => {
+        Merge::Min => match replies
+            .iter()
+            .map(|r| integer(r))
+            .collect::<Option<Vec<i64>>>()
+        {
+            Some(all) => {
+                out.push(b':');
+                let min = all.into_iter().min().unwrap_or(0);
+                out.extend_from_slice(itoa::Buffer::new().format(min).as_bytes());
+                out.extend_from_slice(b"\r\n");
+                true
+            }
+            None => false,
+        },
+        Merge::First => match replies.first() {
+            Some(r) => {
+                out.extend_from_slice(r);
+                true
+            }
+            None => false,
+        },
+        Merge::ConfigSet => {
+            out.extend_from_slice(&config_set_outcome(replies).0);
+            true
+        }
+        Merge::Fixed(bytes) | Merge::Restored(bytes) => {
             out.extend_from_slice(bytes);
             true
         }
@@ -182,6 +222,54 @@ pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
     if !ok {
         out.extend_from_slice(UNEXPECTED_REPLY);
     }
+}
+
+/// CONFIG SET's outcome from its parts ([`Merge::ConfigSet`]: per instance the `CONFIG GET`
+/// reply, then the `CONFIG SET` reply): the client's reply, and the `CONFIG SET` requests
+/// that put the old values back on the instances that accepted, when another refused.
+pub fn config_set_outcome(replies: &[&[u8]]) -> (Vec<u8>, Vec<(usize, Vec<u8>)>) {
+    let sets = replies.iter().skip(1).step_by(2);
+    let Some(refused) = sets.clone().find(|r| !r.starts_with(b"+OK")) else {
+        return (b"+OK\r\n".to_vec(), Vec::new());
+    };
+    let reply = match refused.first() {
+        Some(b'-' | b'!') => refused.to_vec(),
+        _ => UNEXPECTED_REPLY.to_vec(),
+    };
+    let mut restores = Vec::new();
+    for (i, set) in sets.enumerate() {
+        if !set.starts_with(b"+OK") {
+            continue;
+        }
+        // RESP2: a flat array name, value, …; RESP3: a map.
+        let pairs = config_pairs(replies[2 * i]).unwrap_or_default();
+        if pairs.is_empty() {
+            continue;
+        }
+        let mut argv: Vec<&[u8]> = vec![b"CONFIG", b"SET"];
+        argv.extend(pairs.iter().map(Vec::as_slice));
+        let mut request = Vec::new();
+        resp::encode_request(&mut request, &argv);
+        restores.push((i, request));
+    }
+    (reply, restores)
+}
+
+/// The name and value strings of a `CONFIG GET` reply (array or map), in order.
+fn config_pairs(frame: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let (line, mut at) = header_line(frame)?;
+    let n = match line.first() {
+        Some(b'*') => resp::parse_i64(&line[1..])?,
+        Some(b'%') => resp::parse_i64(&line[1..])?.checked_mul(2)?,
+        _ => return None,
+    };
+    let mut out = Vec::new();
+    for _ in 0..n.max(0) {
+        let len = frame_len(&frame[at..]).ok()??;
+        out.push(bulk(&frame[at..at + len])??);
+        at += len;
+    }
+    Some(out)
 }
 
 /// Sent when an instance answers with a shape the command cannot have (not a RESP server?).

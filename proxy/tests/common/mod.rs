@@ -44,8 +44,13 @@ pub struct Redis {
 
 impl Redis {
     pub fn start(port: u16) -> Redis {
+        // SAVE/BGSAVE write dump.rdb: into a directory of the test's own, not the crate's.
+        let dir = std::env::temp_dir().join(format!("recached-proxy-test-{port}"));
+        std::fs::create_dir_all(&dir).expect("test directory");
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(&dir)
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

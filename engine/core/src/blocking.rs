@@ -70,7 +70,9 @@ struct Parked {
     proto: Proto,
     /// The blocking command as sent (name first), re-run when a key is ready.
     argv: Vec<Vec<u8>>,
-    /// Distinct keys it waits on, in argument order.
+    /// The database it runs in (SELECT).
+    db: usize,
+    /// Distinct keys it waits on, in argument order, `keyspace::qualify`d by `db`.
     keys: Vec<Box<[u8]>>,
     /// Unix µs; `None` = timeout 0 (forever).
     deadline_us: Option<u64>,
@@ -94,6 +96,8 @@ pub struct Blocking {
     rerun_of: Option<u64>,
     /// [`handle_ready`] is running: nested commands only mark keys.
     serving: bool,
+    /// Buffer for qualifying a key without allocating ([`Blocking::mark_ready`]).
+    scratch: Vec<u8>,
 }
 
 impl Blocking {
@@ -146,10 +150,15 @@ impl Blocking {
     }
 
     /// Marks `key` ready if a client waits on it.
-    fn mark_ready(&mut self, key: &[u8]) {
-        if self.by_key.contains_key(key) && !self.ready_set.contains(key) {
-            self.ready_set.insert(key.into());
-            self.ready.push_back(key.into());
+    /// Keys are waited on per (database, key), as in Redis.
+    fn mark_ready(&mut self, db: usize, key: &[u8]) {
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&(db as u32).to_le_bytes());
+        self.scratch.extend_from_slice(key);
+        let q = &self.scratch[..];
+        if self.by_key.contains_key(q) && !self.ready_set.contains(q) {
+            self.ready_set.insert(q.into());
+            self.ready.push_back(q.into());
         }
     }
 }
@@ -212,10 +221,12 @@ pub fn block(e: &mut Engine, c: &mut Call, keys: &[&[u8]], deadline_us: Option<u
     }
     // A client has at most one parked command (the server runs nothing else for it).
     e.blocking.remove(id);
+    let db = e.current_db();
     let mut uniq: Vec<Box<[u8]>> = Vec::with_capacity(keys.len());
     for &k in keys {
-        if !uniq.iter().any(|u| &u[..] == k) {
-            uniq.push(k.into());
+        let q = crate::keyspace::qualify(db, k);
+        if !uniq.contains(&q) {
+            uniq.push(q);
         }
     }
     for k in &uniq {
@@ -237,6 +248,7 @@ pub fn block(e: &mut Engine, c: &mut Call, keys: &[&[u8]], deadline_us: Option<u
         id,
         Parked {
             proto: c.client.proto,
+            db,
             argv: c.argv.iter().map(|a| a.to_vec()).collect(),
             keys: uniq,
             deadline_us,
@@ -251,7 +263,28 @@ pub fn block(e: &mut Engine, c: &mut Call, keys: &[&[u8]], deadline_us: Option<u
 /// EXEC) is over. Cheap when nobody waits.
 pub fn signal_ready(e: &mut Engine, key: &[u8]) {
     if !e.blocking.is_empty() {
-        e.blocking.mark_ready(key);
+        let db = e.current_db();
+        e.blocking.mark_ready(db, key);
+    }
+}
+
+/// SWAPDB of `a` and `b`: every waited-on key of either database that now exists is ready
+/// (redis `scanDatabaseForReadyKeys`).
+pub fn db_swapped(e: &mut Engine, a: usize, b: usize) {
+    if e.blocking.is_empty() {
+        return;
+    }
+    let ready: Vec<(usize, Box<[u8]>)> = e
+        .blocking
+        .by_key
+        .keys()
+        .filter_map(|q| {
+            let (db, k) = crate::keyspace::unqualify(q);
+            ((db == a || db == b) && e.db(db).contains(k)).then(|| (db, k.into()))
+        })
+        .collect();
+    for (db, k) in ready {
+        e.blocking.mark_ready(db, &k);
     }
 }
 
@@ -260,8 +293,9 @@ pub fn signal_ready(e: &mut Engine, key: &[u8]) {
 /// unless this command runs inside EXEC or is itself a re-run, ready keys are served.
 pub fn after_command(e: &mut Engine, client: &Client, argv: &[&[u8]], changed: bool, now_us: u64) {
     if changed {
+        let db = e.current_db();
         for a in argv.iter().skip(1) {
-            e.blocking.mark_ready(a);
+            e.blocking.mark_ready(db, a);
         }
     }
     if !client.tx.in_exec && !e.blocking.serving && !e.blocking.ready.is_empty() {
@@ -275,6 +309,7 @@ pub fn handle_ready(e: &mut Engine, now_us: u64) {
         return;
     }
     e.blocking.serving = true;
+    let prev_db = e.current_db();
     let now_ms = now_us / 1000;
     let mut reruns = 0;
     'keys: while let Some(key) = e.blocking.ready.pop_front() {
@@ -283,6 +318,7 @@ pub fn handle_ready(e: &mut Engine, now_us: u64) {
             continue;
         };
         let waiters: Vec<u64> = q.iter().copied().collect();
+        let (db, k) = crate::keyspace::unqualify(&key);
         for id in waiters {
             if reruns >= MAX_RERUNS_PER_ROUND {
                 e.blocking.ready.push_front(key.clone());
@@ -292,7 +328,9 @@ pub fn handle_ready(e: &mut Engine, now_us: u64) {
             let Some(kind) = e.blocking.parked.get(&id).map(|p| p.kind) else {
                 continue; // served through another key in this round
             };
-            match e.ks.lookup_write(&key, now_ms) {
+            // A re-run swaps databases itself; look in the key's own each time.
+            e.use_db(db);
+            match e.ks.lookup_write(k, now_ms) {
                 None => break, // emptied: the rest keep waiting
                 Some(i) if e.ks.value(i).type_name() != kind => continue,
                 Some(_) => {}
@@ -301,6 +339,7 @@ pub fn handle_ready(e: &mut Engine, now_us: u64) {
             rerun(e, id, now_us);
         }
     }
+    e.use_db(prev_db);
     e.blocking.serving = false;
 }
 
@@ -314,6 +353,7 @@ fn rerun(e: &mut Engine, id: u64, now_us: u64) {
     let mut client = Client {
         id,
         proto: p.proto,
+        db: p.db,
         ..Client::default()
     };
     let mut out = Vec::new();

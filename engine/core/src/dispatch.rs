@@ -153,6 +153,11 @@ pub fn exec(
         }
     }
     e.stats.total_commands_processed += 1;
+    // Databases: the client's database is swapped into `e.ks` (O(1)); for database 0, the
+    // usual case, this is one comparison. Swapped back to 0 at the end.
+    if client.db != e.ks.data.index {
+        e.use_db(client.db);
+    }
     let dirty_before = e.ks.dirty;
     let reply_start = out.len();
     // Keychange feed: `None` (one test) unless someone subscribes (effect.rs).
@@ -182,6 +187,9 @@ pub fn exec(
     }
     if !client.tx.in_exec {
         after_command(e, client, out, reply_start);
+    }
+    if e.ks.data.index != 0 {
+        e.use_db(0);
     }
     flow
 }

@@ -65,7 +65,8 @@ pub fn propagate(e: &mut Engine, args: &[&[u8]]) {
 /// recorded as `DEL key` from here, so eviction code needs no call of its own.
 #[inline]
 pub fn note_changed(e: &mut Engine, class: u32, key: &[u8]) {
-    if !e.ks.feed_on {
+    // The feed carries database 0 only (docs/feed.md).
+    if !e.ks.feed_on || e.current_db() != 0 {
         return;
     }
     if class == crate::notify::class::EVICTED {
@@ -152,6 +153,15 @@ pub fn end(
     if own == 0 || !spec.has_flag(crate::command::Flags::WRITE) {
         return;
     }
+    if e.current_db() != 0 && !matches!(spec.name, "flushall" | "swapdb") {
+        // The feed carries database 0 only: a command run on another database reaches it only
+        // through the keys of database 0 it changed (MOVE … 0), sent as their new state.
+        if !changed.is_empty() {
+            let keys = changed_keys(spec, argv, changed);
+            e.with_db(0, |e| recreate_keys(e, &keys));
+        }
+        return;
+    }
     derive(e, spec, argv, reply, proto, changed);
 }
 
@@ -210,6 +220,15 @@ fn derive(
             }
         }
         "flushall" | "flushdb" => emit(e, &[b"FLUSHALL"]),
+        "swapdb" => {
+            // Database 0 was swapped with another (the handler ran only if one of the two is
+            // 0): the replica starts over from the new database 0's keys.
+            emit(e, &[b"FLUSHALL"]);
+            e.with_db(0, |e| {
+                let keys: Vec<Box<[u8]>> = e.ks.iter_entries().map(|(k, _)| k.into()).collect();
+                recreate_keys(e, &keys);
+            });
+        }
         "spop" => match reply_bulks(reply) {
             Some(members) if !members.is_empty() => {
                 let mut args: Vec<&[u8]> = vec![b"SREM", argv[1]];

@@ -30,6 +30,8 @@ pub struct Config {
     pub maxmemory_policy: &'static str,
     /// `maxmemory-samples`: keys sampled per eviction round (Redis default 5).
     pub maxmemory_samples: u32,
+    /// `databases`: how many databases SELECT can choose from (Redis default 16, at least 1).
+    pub databases: usize,
     /// `lfu-log-factor` (Redis default 10).
     pub lfu_log_factor: u32,
     /// `lfu-decay-time`, minutes (Redis default 1).
@@ -79,6 +81,7 @@ impl Default for Config {
             maxmemory: 0,
             maxmemory_policy: "noeviction",
             maxmemory_samples: 5,
+            databases: 16,
             lfu_log_factor: 10,
             lfu_decay_time: 1,
             cluster_nodes: Vec::new(),
@@ -122,7 +125,12 @@ pub struct Engine {
     pub host: HostInfo,
     /// Connection and byte counters, kept current by the server.
     pub net: NetStats,
+    /// The keyspace with the running command's database swapped in (database 0 between
+    /// commands); see [`Engine::use_db`].
     pub(crate) ks: Keyspace,
+    /// Every database's data, `databases` slots; the slot of the database now in `ks` holds
+    /// an empty placeholder.
+    pub(crate) dbs: Vec<crate::keyspace::Db>,
     pub(crate) stats: Stats,
     /// INFO `run_id`: 40 hex digits derived from the hash seed.
     pub(crate) run_id: String,
@@ -174,9 +182,13 @@ impl Engine {
             let _ = acl.set_user(crate::acl::DEFAULT_USER.as_bytes(), &[b"off"]);
             acl
         });
+        let dbs = (0..config.databases.max(1))
+            .map(|i| crate::keyspace::Db::new(i, config.hash_seed))
+            .collect();
         let mut e = Engine {
             acl,
             ks,
+            dbs,
             config,
             host: HostInfo::default(),
             net: NetStats::default(),
@@ -198,6 +210,80 @@ impl Engine {
         };
         crate::evict::apply_config(&mut e);
         e
+    }
+
+    /// Number of databases (`databases`).
+    pub fn databases(&self) -> usize {
+        self.dbs.len()
+    }
+
+    /// Index of the database now in `ks` (the running command's).
+    #[inline]
+    pub fn current_db(&self) -> usize {
+        self.ks.data.index
+    }
+
+    /// Swaps database `n` (< [`databases`](Self::databases)) into the keyspace: two
+    /// `mem::swap`s of a few words, so a client on another database costs O(1) per command
+    /// and database 0's hot path costs one comparison.
+    #[inline]
+    pub fn use_db(&mut self, n: usize) {
+        if self.ks.data.index != n {
+            crate::keyspace::switch(&mut self.ks, &mut self.dbs, n);
+        }
+    }
+
+    /// Database `n`'s data, wherever it is now.
+    pub fn db(&self, n: usize) -> &crate::keyspace::Db {
+        if self.ks.data.index == n {
+            &self.ks.data
+        } else {
+            &self.dbs[n]
+        }
+    }
+
+    /// Database `n`'s data, wherever it is now, to change in place (WATCH bookkeeping).
+    pub fn db_mut(&mut self, n: usize) -> &mut crate::keyspace::Db {
+        if self.ks.data.index == n {
+            &mut self.ks.data
+        } else {
+            &mut self.dbs[n]
+        }
+    }
+
+    /// SWAPDB `a` `b` (`a != b`): the two databases exchange their data; WATCHes of keys
+    /// present in either fail and blocked clients whose key now exists are served (redis
+    /// `dbSwapDatabases` → `touchAllWatchedKeysInDb`, `scanDatabaseForReadyKeys`).
+    pub fn swap_dbs(&mut self, a: usize, b: usize) {
+        for (x, y) in [(a, b), (b, a)] {
+            let (dx, dy) = (self.db(x), self.db(y));
+            let hit: Vec<Box<[u8]>> = dx
+                .watched
+                .iter()
+                .filter(|k| dx.contains(k) || dy.contains(k))
+                .map(|k| crate::keyspace::qualify(x, k))
+                .collect();
+            self.ks.touched.extend(hit);
+        }
+        let cur = self.current_db();
+        if a == cur || b == cur {
+            let other = if a == cur { b } else { a };
+            crate::keyspace::Db::swap_data(&mut self.ks.data, &mut self.dbs[other]);
+        } else {
+            let (lo, hi) = (a.min(b), a.max(b));
+            let (x, y) = self.dbs.split_at_mut(hi);
+            crate::keyspace::Db::swap_data(&mut x[lo], &mut y[0]);
+        }
+        crate::blocking::db_swapped(self, a, b);
+    }
+
+    /// Runs `f` with database `n` swapped in, then swaps the previous one back.
+    pub fn with_db<R>(&mut self, n: usize, f: impl FnOnce(&mut Engine) -> R) -> R {
+        let prev = self.current_db();
+        self.use_db(n);
+        let r = f(self);
+        self.use_db(prev);
+        r
     }
 
     /// Runs one command. `argv[0]` is the command name (any case). The reply (one RESP frame,
@@ -278,9 +364,18 @@ impl Engine {
     }
 
     pub fn cron(&mut self, now_us: u64) {
-        let removed =
-            expire::active_cycle(&mut self.ks, now_us / 1000, expire::EXPIRE_KEYS_PER_CRON);
-        self.stats.active_expired_keys += removed as u64;
+        // Active expiry in every database with volatile keys (Redis `activeExpireCycle` walks
+        // its databases the same way), each with the full budget; database 0 ends in `ks`.
+        for n in (0..self.dbs.len()).rev() {
+            if self.db(n).volatile_len() == 0 {
+                continue;
+            }
+            self.use_db(n);
+            let removed =
+                expire::active_cycle(&mut self.ks, now_us / 1000, expire::EXPIRE_KEYS_PER_CRON);
+            self.stats.active_expired_keys += removed as u64;
+        }
+        self.use_db(0);
         self.ks.lazy_free_step(expire::LAZY_FREE_PER_CRON);
         crate::evict::cron(self, now_us / 1000);
         // Keys the cycle (or eviction) removed become DEL effects; drained subscribers resume.
@@ -289,7 +384,7 @@ impl Engine {
         // Keys the cycle expired: `expired` notifications and failed WATCHes.
         crate::notify::flush_events(self);
         crate::cmd::tx::process_touched(self);
-        let used = crate::cmd::server::USED_MEMORY_STARTUP + self.ks.used_bytes() as u64;
+        let used = crate::cmd::server::USED_MEMORY_STARTUP + self.dataset_bytes();
         self.used_memory_peak = self.used_memory_peak.max(used);
         // Ops/sec over the last ≥ 100 ms (Redis averages 16 such samples).
         let (t0, n0) = self.ops_sample;
@@ -311,18 +406,23 @@ impl Engine {
     }
 
     /// Number of keys (DBSIZE), including expired keys not yet reclaimed, like Redis.
+    /// Number of keys in database 0 (DBSIZE of a fresh connection).
     pub fn dbsize(&self) -> u64 {
-        self.ks.len() as u64
+        self.db(0).len() as u64
     }
 
-    /// Keys with a TTL.
+    /// Keys with a TTL, all databases.
     pub fn expires_count(&self) -> u64 {
-        self.ks.volatile_len() as u64
+        (0..self.dbs.len())
+            .map(|n| self.db(n).volatile_len() as u64)
+            .sum()
     }
 
-    /// Logical memory estimate of the dataset, bytes (INFO `used_memory` minus the baseline).
+    /// Logical memory estimate of the dataset, bytes (INFO `used_memory` minus the baseline),
+    /// all databases.
     pub fn dataset_bytes(&self) -> u64 {
-        self.ks.used_bytes() as u64
+        // `dbs` holds a placeholder (0 bytes) for the database in `ks`.
+        self.ks.used_bytes() as u64 + self.dbs.iter().map(|d| d.used_bytes() as u64).sum::<u64>()
     }
 
     /// Changes made since start (redis `server.dirty`): snapshots and the keychange feed

@@ -220,7 +220,7 @@ struct Candidate {
 
 /// `used_memory` as INFO reports it and the limit compares.
 pub fn used_memory(e: &Engine) -> u64 {
-    USED_MEMORY_STARTUP + e.ks.used_bytes() as u64
+    USED_MEMORY_STARTUP + e.dataset_bytes()
 }
 
 /// Puts the keyspace's access tracking in line with the policy and LFU settings; called at
@@ -577,7 +577,7 @@ pub fn memory_usage(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 pub fn memory_stats(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let used = used_memory(e);
     let keys = e.ks.len() as u64;
-    let dataset = e.ks.used_bytes() as u64;
+    let dataset = e.dataset_bytes();
     let rss = e.host.rss_bytes;
     let ints: [(&str, u64); 7] = [
         ("peak.allocated", e.used_memory_peak.max(used)),

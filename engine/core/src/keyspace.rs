@@ -144,25 +144,122 @@ impl KsEvent {
 /// [`Keyspace::lazy_free_step`] (FLUSHALL ASYNC).
 pub type Graveyard = indexmap::map::IntoIter<Box<[u8]>, Entry>;
 
-pub struct Keyspace {
+/// One database's data (SELECT, MOVE, SWAPDB): the part of a [`Keyspace`] that is per
+/// database. The engine keeps every database's `Db` and swaps the running client's one into
+/// its keyspace (`Engine::use_db`, an O(1) `mem::swap`); counters, events and the feed log
+/// stay with the keyspace, shared by all databases as in Redis's `server`.
+pub struct Db {
+    /// The database number (`SELECT n`), stable while the `Db` moves between slots.
+    pub(crate) index: usize,
     map: Map,
     volatile: Vec<usize>,
+    used_bytes: usize,
+    /// Keys some client WATCHes in this database (maintained by `cmd::tx`).
+    pub watched: KeySet,
+}
+
+impl Db {
+    /// An empty database number `index`.
+    pub fn new(index: usize, seed: u64) -> Db {
+        Db {
+            index,
+            map: Map::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+            volatile: Vec::new(),
+            used_bytes: 0,
+            watched: Default::default(),
+        }
+    }
+
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn volatile_len(&self) -> usize {
+        self.volatile.len()
+    }
+
+    pub fn used_bytes(&self) -> usize {
+        self.used_bytes
+    }
+
+    /// Every stored entry (expired ones included), in position order (snapshots).
+    pub fn iter_entries(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
+        self.map.iter().map(|(k, e)| (&k[..], e))
+    }
+
+    /// Whether `key` is stored (expired or not).
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.map.contains_key(key)
+    }
+
+    /// Exchanges the data of two databases (SWAPDB); each keeps its index and WATCHed keys,
+    /// which belong to the index, as in Redis.
+    pub fn swap_data(a: &mut Db, b: &mut Db) {
+        std::mem::swap(&mut a.map, &mut b.map);
+        std::mem::swap(&mut a.volatile, &mut b.volatile);
+        std::mem::swap(&mut a.used_bytes, &mut b.used_bytes);
+    }
+
+    /// See [`Keyspace::peek_expired`].
+    pub fn peek_expired(&self, key: &[u8], now_ms: u64) -> Option<bool> {
+        self.map.get(key).map(|e| Keyspace::is_expired(e, now_ms))
+    }
+}
+
+/// A key qualified by its database (WATCH and blocking registries): the index as 4 bytes
+/// little-endian, then the key.
+pub fn qualify(db: usize, key: &[u8]) -> Box<[u8]> {
+    let mut q = Vec::with_capacity(4 + key.len());
+    q.extend_from_slice(&(db as u32).to_le_bytes());
+    q.extend_from_slice(key);
+    q.into()
+}
+
+/// The database and key of a [`qualify`]d key.
+pub fn unqualify(q: &[u8]) -> (usize, &[u8]) {
+    let (db, key) = q.split_at(4);
+    (
+        u32::from_le_bytes(db.try_into().expect("4 bytes")) as usize,
+        key,
+    )
+}
+
+/// Makes database `n` the one in `ks` (its current one goes back to its slot in `dbs`, where
+/// `n`'s slot then holds an empty placeholder). `dbs[ks.data.index]` is always the placeholder.
+pub fn switch(ks: &mut Keyspace, dbs: &mut [Db], n: usize) {
+    let cur = ks.data.index;
+    if cur == n {
+        return;
+    }
+    std::mem::swap(&mut ks.data, &mut dbs[cur]);
+    std::mem::swap(&mut ks.data, &mut dbs[n]);
+}
+
+pub struct Keyspace {
+    /// The selected database's data (see [`Db`]).
+    pub data: Db,
     seed: u64,
     rng: u64,
-    used_bytes: usize,
     /// Number of changes since start (redis `server.dirty`).
     pub dirty: u64,
     pub stats: KeyspaceStats,
     /// Flushed entries awaiting release (FLUSHALL/FLUSHDB ASYNC).
     graveyard: Vec<Graveyard>,
-    /// Keys some client WATCHes (maintained by `cmd::tx`).
-    pub watched: KeySet,
-    /// Watched keys changed since `cmd::tx` last looked (may repeat a key).
+    /// Watched keys changed since `cmd::tx` last looked, [`qualify`]d by database (may
+    /// repeat a key).
     pub touched: Vec<Box<[u8]>>,
     /// [`KsEvent::bit`]s to log into `events` (0 = none; set by `cmd::pubsub`).
     pub event_mask: u8,
-    /// Logged keyspace events, oldest first (drained by `cmd::pubsub`).
-    pub events: Vec<(KsEvent, Box<[u8]>)>,
+    /// Logged keyspace events with their database, oldest first (drained by `cmd::pubsub`).
+    pub events: Vec<(KsEvent, usize, Box<[u8]>)>,
     /// How lookups stamp `Entry::access` (set from the maxmemory policy by `crate::evict`).
     pub access_mode: crate::evict::AccessMode,
     /// Unix ms of the command running (see the module doc, *Access tracking*).
@@ -193,15 +290,12 @@ impl Keyspace {
     /// flooding cannot be planned) and the sampling RNG.
     pub fn new(seed: u64) -> Keyspace {
         Keyspace {
-            map: Map::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
-            volatile: Vec::new(),
+            data: Db::new(0, seed),
             seed,
             rng: seed ^ 0x9E37_79B9_7F4A_7C15,
-            used_bytes: 0,
             dirty: 0,
             stats: KeyspaceStats::default(),
             graveyard: Vec::new(),
-            watched: Default::default(),
             touched: Vec::new(),
             event_mask: 0,
             events: Vec::new(),
@@ -218,7 +312,8 @@ impl Keyspace {
     /// keychange feed (`crate::effect::record_deleted`). One test when the feed is off.
     #[inline]
     pub fn feed_deleted(&mut self, key: &[u8]) {
-        if self.feed_on {
+        // The feed carries database 0 only (docs/feed.md).
+        if self.feed_on && self.data.index == 0 {
             self.feed_dels.push(key.into());
             self.feed_del_count += 1;
         }
@@ -227,34 +322,39 @@ impl Keyspace {
     /// The entry of `key`, expired or not, without expiring it or touching its access word
     /// (the feed reads the state a command left).
     pub fn get_entry(&self, key: &[u8]) -> Option<&Entry> {
-        self.map.get(key)
+        self.data.map.get(key)
     }
 
     /// Every stored entry (expired ones included), in position order (feed snapshots).
     pub fn iter_entries(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
-        self.map.iter().map(|(k, e)| (&k[..], e))
+        self.data.map.iter().map(|(k, e)| (&k[..], e))
     }
 
     /// Records a change of `key` for WATCH (redis `signalModifiedKey`).
     #[inline]
-    fn touch(watched: &KeySet, touched: &mut Vec<Box<[u8]>>, key: &[u8]) {
-        if !watched.is_empty() && watched.contains(key) {
-            touched.push(key.into());
+    fn touch(db: &Db, touched: &mut Vec<Box<[u8]>>, key: &[u8]) {
+        if !db.watched.is_empty() && db.watched.contains(key) {
+            touched.push(qualify(db.index, key));
         }
     }
 
     /// Reports a change of `key` to WATCH (see the module doc, *Hooks*).
     #[inline]
     pub fn signal_modified(&mut self, key: &[u8]) {
-        Self::touch(&self.watched, &mut self.touched, key);
+        Self::touch(&self.data, &mut self.touched, key);
     }
 
     /// [`touch`](Self::touch) for the entry at position `i`.
     #[inline]
     fn touch_at(&mut self, i: usize) {
-        if !self.watched.is_empty() {
-            let k = self.map.get_index(i).expect("position from a lookup").0;
-            Self::touch(&self.watched, &mut self.touched, k);
+        if !self.data.watched.is_empty() {
+            let k = self
+                .data
+                .map
+                .get_index(i)
+                .expect("position from a lookup")
+                .0;
+            Self::touch(&self.data, &mut self.touched, k);
         }
     }
 
@@ -262,33 +362,33 @@ impl Keyspace {
     #[inline]
     fn log_event(&mut self, ev: KsEvent, key: &[u8]) {
         if self.event_mask & ev.bit() != 0 {
-            self.events.push((ev, key.into()));
+            self.events.push((ev, self.data.index, key.into()));
         }
     }
 
     /// Whether `key` is stored, without expiring it: `None` absent, `Some(true)` stored but
     /// past its TTL, `Some(false)` live (redis `keyIsExpired`, for WATCH).
     pub fn peek_expired(&self, key: &[u8], now_ms: u64) -> Option<bool> {
-        self.map.get(key).map(|e| Self::is_expired(e, now_ms))
+        self.data.map.get(key).map(|e| Self::is_expired(e, now_ms))
     }
 
     /// Number of keys, including expired keys not yet reclaimed (like redis DBSIZE).
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.data.map.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.data.map.is_empty()
     }
 
     /// Number of keys with a TTL.
     pub fn volatile_len(&self) -> usize {
-        self.volatile.len()
+        self.data.volatile.len()
     }
 
     /// Logical memory estimate of the stored data, bytes.
     pub fn used_bytes(&self) -> usize {
-        self.used_bytes
+        self.data.used_bytes
     }
 
     /// SplitMix64: deterministic per seed, good enough for sampling.
@@ -313,7 +413,7 @@ impl Keyspace {
             crate::evict::AccessMode::Lru => 0,
             crate::evict::AccessMode::Lfu { .. } => self.next_random(),
         };
-        let e = &mut self.map[i];
+        let e = &mut self.data.map[i];
         e.access = self.access_mode.touch(e.access, now_ms, rand);
         Some(i)
     }
@@ -321,7 +421,7 @@ impl Keyspace {
     /// Like a write lookup but leaves the access word alone (redis `LOOKUP_NOTOUCH`: OBJECT).
     pub fn lookup_notouch(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
         self.clock_ms = now_ms;
-        let (i, _, e) = self.map.get_full(key)?;
+        let (i, _, e) = self.data.map.get_full(key)?;
         if Self::is_expired(e, now_ms) {
             self.expire_now(i);
             return None;
@@ -354,7 +454,7 @@ impl Keyspace {
 
     /// The key and entry at a position returned by a lookup.
     pub fn get_at(&self, i: usize) -> (&[u8], &Entry) {
-        let (k, e) = self.map.get_index(i).expect("position from a lookup");
+        let (k, e) = self.data.map.get_index(i).expect("position from a lookup");
         (k, e)
     }
 
@@ -371,11 +471,15 @@ impl Keyspace {
     /// Changes the value at `i` in place (INCR, APPEND…), keeping its TTL and the memory
     /// estimate right.
     pub fn update<R>(&mut self, i: usize, f: impl FnOnce(&mut Value) -> R) -> R {
-        let (_, e) = self.map.get_index_mut(i).expect("position from a lookup");
+        let (_, e) = self
+            .data
+            .map
+            .get_index_mut(i)
+            .expect("position from a lookup");
         let before = e.value.mem_size();
         let r = f(&mut e.value);
         let after = e.value.mem_size();
-        self.used_bytes = self.used_bytes + after - before;
+        self.data.used_bytes = self.data.used_bytes + after - before;
         self.dirty += 1;
         r
     }
@@ -384,14 +488,18 @@ impl Keyspace {
     /// before (None = absent). Returns the key's position.
     pub fn set(&mut self, key: &[u8], value: Value, keep: Keep, existing: Option<usize>) -> usize {
         self.dirty += 1;
-        Self::touch(&self.watched, &mut self.touched, key);
+        Self::touch(&self.data, &mut self.touched, key);
         match existing {
             Some(i) => {
                 if keep == Keep::Nothing {
                     self.persist_quiet(i);
                 }
-                let (_, e) = self.map.get_index_mut(i).expect("position from a lookup");
-                self.used_bytes = self.used_bytes + value.mem_size() - e.value.mem_size();
+                let (_, e) = self
+                    .data
+                    .map
+                    .get_index_mut(i)
+                    .expect("position from a lookup");
+                self.data.used_bytes = self.data.used_bytes + value.mem_size() - e.value.mem_size();
                 e.value = value;
                 i
             }
@@ -402,8 +510,8 @@ impl Keyspace {
                     vpos: NO_VPOS,
                     access: self.access_mode.new_key(self.clock_ms),
                 };
-                self.used_bytes += entry_bytes(key, &e);
-                let (i, _) = self.map.insert_full(key.into(), e);
+                self.data.used_bytes += entry_bytes(key, &e);
+                let (i, _) = self.data.map.insert_full(key.into(), e);
                 self.log_event(KsEvent::New, key);
                 i
             }
@@ -418,10 +526,10 @@ impl Keyspace {
             vpos: NO_VPOS,
             access: self.access_mode.new_key(self.clock_ms),
         };
-        self.used_bytes += entry_bytes(&key, &e);
-        Self::touch(&self.watched, &mut self.touched, &key);
+        self.data.used_bytes += entry_bytes(&key, &e);
+        Self::touch(&self.data, &mut self.touched, &key);
         self.log_event(KsEvent::New, &key);
-        let (i, _) = self.map.insert_full(key, e);
+        let (i, _) = self.data.map.insert_full(key, e);
         if let Some(at) = expire_at {
             self.set_expire(i, at);
         }
@@ -432,17 +540,18 @@ impl Keyspace {
     pub fn remove_at(&mut self, i: usize) -> (Box<[u8]>, Entry) {
         self.dirty += 1;
         let (k, e) = self
+            .data
             .map
             .swap_remove_index(i)
             .expect("position from a lookup");
-        self.used_bytes -= entry_bytes(&k, &e);
-        Self::touch(&self.watched, &mut self.touched, &k);
+        self.data.used_bytes -= entry_bytes(&k, &e);
+        Self::touch(&self.data, &mut self.touched, &k);
         // The former last entry now sits at `i`: repoint its volatile slot first, so every
         // volatile slot names a valid position before `volatile` itself is compacted.
-        if i < self.map.len() {
-            let moved = &self.map[i];
+        if i < self.data.map.len() {
+            let moved = &self.data.map[i];
             if moved.has_expire() {
-                self.volatile[moved.vpos as usize] = i;
+                self.data.volatile[moved.vpos as usize] = i;
             }
         }
         if e.has_expire() {
@@ -452,10 +561,10 @@ impl Keyspace {
     }
 
     fn volatile_remove(&mut self, vpos: usize) {
-        self.volatile.swap_remove(vpos);
-        if vpos < self.volatile.len() {
-            let moved = self.volatile[vpos];
-            self.map[moved].vpos = vpos as u32;
+        self.data.volatile.swap_remove(vpos);
+        if vpos < self.data.volatile.len() {
+            let moved = self.data.volatile[vpos];
+            self.data.map[moved].vpos = vpos as u32;
         }
     }
 
@@ -474,11 +583,15 @@ impl Keyspace {
     pub fn set_expire(&mut self, i: usize, at_ms: u64) {
         self.dirty += 1;
         self.touch_at(i);
-        let (_, e) = self.map.get_index_mut(i).expect("position from a lookup");
+        let (_, e) = self
+            .data
+            .map
+            .get_index_mut(i)
+            .expect("position from a lookup");
         if !e.has_expire() {
-            e.vpos = self.volatile.len() as u32;
-            self.volatile.push(i);
-            self.used_bytes += EXPIRE_OVERHEAD;
+            e.vpos = self.data.volatile.len() as u32;
+            self.data.volatile.push(i);
+            self.data.used_bytes += EXPIRE_OVERHEAD;
         }
         // A real expiry never equals the sentinel (Redis caps expiries at i64::MAX ms).
         e.expire_at = at_ms.min(NO_EXPIRE - 1);
@@ -495,13 +608,17 @@ impl Keyspace {
     }
 
     fn persist_quiet(&mut self, i: usize) -> bool {
-        let (_, e) = self.map.get_index_mut(i).expect("position from a lookup");
+        let (_, e) = self
+            .data
+            .map
+            .get_index_mut(i)
+            .expect("position from a lookup");
         if !e.has_expire() {
             return false;
         }
         e.expire_at = NO_EXPIRE;
         let vpos = std::mem::replace(&mut e.vpos, NO_VPOS) as usize;
-        self.used_bytes -= EXPIRE_OVERHEAD;
+        self.data.used_bytes -= EXPIRE_OVERHEAD;
         self.volatile_remove(vpos);
         true
     }
@@ -519,10 +636,10 @@ impl Keyspace {
 
     /// A uniformly random position, or None when empty.
     pub fn random_position(&mut self) -> Option<usize> {
-        if self.map.is_empty() {
+        if self.data.map.is_empty() {
             return None;
         }
-        Some((self.next_random() % self.map.len() as u64) as usize)
+        Some((self.next_random() % self.data.map.len() as u64) as usize)
     }
 
     /// Whether the entry at `i` is past its expiry at `now_ms`.
@@ -543,16 +660,16 @@ impl Keyspace {
 
     /// The map position of the `v`-th key with a TTL (`v < volatile_len()`), for sampling.
     pub fn volatile_position(&self, v: usize) -> usize {
-        self.volatile[v]
+        self.data.volatile[v]
     }
 
     /// A random volatile key's map position, or None when no key has a TTL.
     pub fn random_volatile(&mut self) -> Option<usize> {
-        if self.volatile.is_empty() {
+        if self.data.volatile.is_empty() {
             return None;
         }
-        let v = (self.next_random() % self.volatile.len() as u64) as usize;
-        Some(self.volatile[v])
+        let v = (self.next_random() % self.data.volatile.len() as u64) as usize;
+        Some(self.data.volatile[v])
     }
 
     /// One SCAN step: visits up to `count` positions below `cursor` (0 = start at the top),
@@ -565,7 +682,7 @@ impl Keyspace {
         now_ms: u64,
         mut f: impl FnMut(&[u8], &Value),
     ) -> u64 {
-        let len = self.map.len() as u64;
+        let len = self.data.map.len() as u64;
         let mut pos = if cursor == 0 || cursor > len {
             len
         } else {
@@ -588,7 +705,7 @@ impl Keyspace {
 
     /// Calls `f` for every live key (KEYS). O(n).
     pub fn for_each_live<'a>(&'a self, now_ms: u64, mut f: impl FnMut(&'a [u8], &'a Value)) {
-        for (k, e) in &self.map {
+        for (k, e) in &self.data.map {
             if !Self::is_expired(e, now_ms) {
                 f(k, &e.value);
             }
@@ -598,19 +715,21 @@ impl Keyspace {
     /// Number of keys with a TTL and their average remaining TTL in ms (INFO keyspace
     /// `avg_ttl`), estimated from up to `samples` random volatile keys.
     pub fn avg_ttl_ms(&mut self, now_ms: u64, samples: usize) -> u64 {
-        if self.volatile.is_empty() {
+        if self.data.volatile.is_empty() {
             return 0;
         }
-        let n = samples.min(self.volatile.len());
+        let n = samples.min(self.data.volatile.len());
         let mut sum: u128 = 0;
         for k in 0..n {
             // Evenly spread over the volatile vector when sampling everything, random otherwise.
-            let v = if n == self.volatile.len() {
+            let v = if n == self.data.volatile.len() {
                 k
             } else {
-                (self.next_random() % self.volatile.len() as u64) as usize
+                (self.next_random() % self.data.volatile.len() as u64) as usize
             };
-            let at = self.map[self.volatile[v]].expire_at().unwrap_or(now_ms);
+            let at = self.data.map[self.data.volatile[v]]
+                .expire_at()
+                .unwrap_or(now_ms);
             sum += u128::from(at.saturating_sub(now_ms));
         }
         (sum / n as u128) as u64
@@ -621,18 +740,18 @@ impl Keyspace {
     /// stalls the loop; otherwise they are dropped now.
     pub fn flush(&mut self, lazy: bool) {
         let old = std::mem::replace(
-            &mut self.map,
+            &mut self.data.map,
             Map::with_hasher(foldhash::fast::FixedState::with_seed(self.seed)),
         );
         self.dirty += old.len() as u64;
         // redis `touchAllWatchedKeysInDb`: only watched keys that existed are touched.
-        for k in &self.watched {
+        for k in &self.data.watched {
             if old.contains_key(k) {
-                self.touched.push(k.clone());
+                self.touched.push(qualify(self.data.index, k));
             }
         }
-        self.volatile = Vec::new();
-        self.used_bytes = 0;
+        self.data.volatile = Vec::new();
+        self.data.used_bytes = 0;
         if lazy && !old.is_empty() {
             self.graveyard.push(old.into_iter());
         }
@@ -662,7 +781,7 @@ impl Keyspace {
 
     /// Makes room for `n` more keys (snapshot load).
     pub fn reserve(&mut self, n: usize) {
-        self.map.reserve(n);
+        self.data.map.reserve(n);
     }
 
     /// Inserts an entry read from a snapshot, keeping its expiry, with one hash probe (the
@@ -670,9 +789,9 @@ impl Keyspace {
     /// entry is then replaced without its accounting, so the caller must discard this
     /// keyspace (the loader does: a duplicate key fails the load).
     pub fn insert_loaded(&mut self, key: Box<[u8]>, value: Value, expire_at: Option<u64>) -> bool {
-        let n = self.map.len();
+        let n = self.data.map.len();
         self.insert_entry(key, value, expire_at);
-        self.map.len() > n
+        self.data.map.len() > n
     }
 
     /// Checks internal invariants (tests).
@@ -680,17 +799,17 @@ impl Keyspace {
     pub fn check(&self) {
         let mut n = 0;
         let mut bytes = 0;
-        for (i, (k, e)) in self.map.iter().enumerate() {
+        for (i, (k, e)) in self.data.map.iter().enumerate() {
             bytes += entry_bytes(k, e);
             if e.has_expire() {
                 n += 1;
-                assert_eq!(self.volatile[e.vpos as usize], i);
+                assert_eq!(self.data.volatile[e.vpos as usize], i);
             } else {
                 assert_eq!(e.vpos, NO_VPOS);
             }
         }
-        assert_eq!(n, self.volatile.len());
-        assert_eq!(bytes, self.used_bytes);
+        assert_eq!(n, self.data.volatile.len());
+        assert_eq!(bytes, self.data.used_bytes);
     }
 }
 

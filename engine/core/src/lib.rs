@@ -94,6 +94,8 @@ pub struct Client {
     pub last_cmd_us: u64,
     /// Name of the last command run (`get`, `client|list`), for CLIENT LIST `cmd=`.
     pub last_cmd: &'static str,
+    /// The selected database (SELECT; CLIENT LIST `db=`); HELLO and RESET set it back to 0.
+    pub db: usize,
     /// MULTI queue and WATCHed keys.
     pub tx: cmd::tx::ClientTx,
     /// Pub/sub subscriptions.

@@ -3,7 +3,7 @@
 //!
 //! A leaf for the command files: they import this module, and it reaches pub/sub only to
 //! publish (`crate::cmd::pubsub::publish`). [`notify`] publishes `<event>` on
-//! `__keyspace@0__:<key>` (flag K) and `<key>` on `__keyevent@0__:<event>` (flag E) when the
+//! `__keyspace@<db>__:<key>` (flag K) and `<key>` on `__keyevent@<db>__:<event>` (flag E) when the
 //! setting enables the event's class. Events the keyspace causes by itself (`expired`, `new`,
 //! `keymiss`) are logged there and published by [`flush_events`] in order, before the command's
 //! own events. With the setting empty, `notify` is one test and nothing is allocated.
@@ -129,7 +129,7 @@ pub fn restore_notify_flags(e: &mut Engine, flags: u32) {
 }
 
 /// Records keyspace event `event` (Redis's event name: "lpush", "hset", "del", …) of class
-/// `class` for `key`, publishing to `__keyspace@0__:<key>` / `__keyevent@0__:<event>` when
+/// `class` for `key`, publishing to `__keyspace@<db>__:<key>` / `__keyevent@<db>__:<event>` when
 /// `notify-keyspace-events` enables it (redis `notifyKeyspaceEvent`). Call it once per real
 /// modification, after the change, exactly where Redis does. It also reports the change to
 /// WATCH (redis `signalModifiedKey`), so a write that calls it may fail other transactions.
@@ -146,23 +146,24 @@ pub fn notify(e: &mut Engine, class: u32, event: &str, key: &[u8]) {
     // Events the keyspace logged during this command (a lazily expired key, a new key)
     // happened first.
     flush_events(e);
-    publish_event(e, class, event, key);
+    publish_event(e, e.current_db(), class, event, key);
 }
 
-fn publish_event(e: &mut Engine, class: u32, event: &str, key: &[u8]) {
+/// Publishes `event` of database `db` (Redis's `__keyspace@<db>__` / `__keyevent@<db>__`).
+fn publish_event(e: &mut Engine, db: usize, class: u32, event: &str, key: &[u8]) {
     let flags = e.pubsub.notify_flags;
     if flags & class == 0 || !e.pubsub.has_subscribers() {
         return;
     }
     if flags & class::KEYSPACE != 0 {
-        let mut chan = Vec::with_capacity(15 + key.len());
-        chan.extend_from_slice(b"__keyspace@0__:");
+        let mut chan = Vec::with_capacity(20 + key.len());
+        chan.extend_from_slice(format!("__keyspace@{db}__:").as_bytes());
         chan.extend_from_slice(key);
         crate::cmd::pubsub::publish(e, &chan, event.as_bytes());
     }
     if flags & class::KEYEVENT != 0 {
-        let mut chan = Vec::with_capacity(15 + event.len());
-        chan.extend_from_slice(b"__keyevent@0__:");
+        let mut chan = Vec::with_capacity(20 + event.len());
+        chan.extend_from_slice(format!("__keyevent@{db}__:").as_bytes());
         chan.extend_from_slice(event.as_bytes());
         crate::cmd::pubsub::publish(e, &chan, key);
     }
@@ -175,13 +176,13 @@ pub fn flush_events(e: &mut Engine) {
         return;
     }
     let mut events = std::mem::take(&mut e.ks.events);
-    for (ev, key) in events.drain(..) {
+    for (ev, db, key) in events.drain(..) {
         let (class, name) = match ev {
             KsEvent::Expired => (class::EXPIRED, "expired"),
             KsEvent::New => (class::NEW, "new"),
             KsEvent::Miss => (class::KEY_MISS, "keymiss"),
         };
-        publish_event(e, class, name, &key);
+        publish_event(e, db, class, name, &key);
     }
     if e.ks.events.is_empty() {
         e.ks.events = events; // keep the buffer

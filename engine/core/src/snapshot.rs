@@ -5,11 +5,13 @@
 //! from any `io::Read` the caller hands in; files, fork, fsync and rename live in the engine
 //! process (`engine/server/src/snapshot.rs`, docs/persistence.md).
 //!
-//! # Format (version 1, little-endian)
+//! # Format (version 2, little-endian)
 //!
 //! ```text
 //! header   "RECACHED" (8 bytes)  version u32  created_ms u64  key_hint u64
-//! entry*   tag u8  [expire_at_ms u64 if tag & 0x80]  key:blob  value
+//! item*    entry | select
+//! entry    tag u8  [expire_at_ms u64 if tag & 0x80]  key:blob  value
+//! select   0xFE  db:varint            (version 2: the entries after it belong to database db)
 //! end      0xFF  keys u64  crc32 u32  "RCSNAPOK" (8 bytes)
 //!
 //! blob     len:varint  bytes          varint = unsigned LEB128 (≤ 10 bytes)
@@ -22,6 +24,10 @@
 //!            6 sorted set     n:varint  (member blob, score f64 bits) × n   (score order)
 //! ```
 //!
+//! - **Databases** (version 2): entries before any `select` belong to database 0; each other
+//!   non-empty database follows its `select`, like RDB's `SELECTDB`. Version 1 files (one
+//!   database, no `select`) still load, into database 0. A database at or above `databases`
+//!   fails the load (Redis refuses such an RDB too).
 //! - **Expiry** is an absolute Unix time in ms (the keyspace's own unit), so a key expires at
 //!   the same moment after a restart. Keys already expired when written are skipped, and keys
 //!   that expired while the engine was down are skipped on load (Redis's master behaviour in
@@ -51,15 +57,17 @@ use std::io::{self, Read, Write};
 use crate::Engine;
 use crate::call::Call;
 use crate::error::CmdError;
-use crate::keyspace::Keyspace;
+use crate::keyspace::{Db, Keyspace};
 use crate::types::{HashValue, ListValue, SetValue, StrValue, Value, ZSetValue};
 
 /// First 8 bytes of every snapshot.
 pub const MAGIC: &[u8; 8] = b"RECACHED";
 /// Last 8 bytes of every complete snapshot.
 pub const TRAILER: &[u8; 8] = b"RCSNAPOK";
-/// Format version written; [`load`] refuses others.
-pub const VERSION: u32 = 1;
+/// Format version written; [`load`] reads it and version 1 (single-database) files.
+pub const VERSION: u32 = 2;
+/// The first version with `select` items.
+const VERSION_DBS: u32 = 2;
 
 const TAG_EXPIRE: u8 = 0x80;
 const TAG_STR_RAW: u8 = 1;
@@ -68,6 +76,7 @@ const TAG_LIST: u8 = 3;
 const TAG_HASH: u8 = 4;
 const TAG_SET: u8 = 5;
 const TAG_ZSET: u8 = 6;
+const TAG_SELECT: u8 = 0xFE;
 const TAG_END: u8 = 0xFF;
 
 /// Output is handed to the sink in chunks of this size (one `write` per chunk).
@@ -155,10 +164,11 @@ impl<W: Write> Sink<W> {
 /// Serializes every live key of `e` (live at `now_ms`, Unix ms) to `out`, then flushes it.
 /// Allocates one output buffer up front and nothing per key, so a forked child can run it.
 pub fn write<W: Write>(e: &Engine, now_ms: u64, out: W) -> io::Result<WriteStats> {
-    write_keyspace(&e.ks, now_ms, out)
+    let dbs: Vec<&Db> = (0..e.databases()).map(|n| e.db(n)).collect();
+    write_dbs(&dbs, now_ms, out)
 }
 
-fn write_keyspace<W: Write>(ks: &Keyspace, now_ms: u64, out: W) -> io::Result<WriteStats> {
+fn write_dbs<W: Write>(dbs: &[&Db], now_ms: u64, out: W) -> io::Result<WriteStats> {
     let mut s = Sink {
         inner: out,
         buf: Vec::with_capacity(WRITE_CHUNK),
@@ -168,10 +178,20 @@ fn write_keyspace<W: Write>(ks: &Keyspace, now_ms: u64, out: W) -> io::Result<Wr
     s.put(MAGIC)?;
     s.put(&VERSION.to_le_bytes())?;
     s.u64(now_ms)?;
-    s.u64(ks.len() as u64)?;
+    s.u64(dbs.iter().map(|d| d.len() as u64).sum())?;
     let mut keys = 0u64;
-    for i in 0..ks.len() {
-        let (key, entry) = ks.get_at(i);
+    let entries = dbs.iter().filter(|d| !d.is_empty()).flat_map(|d| {
+        let select = (d.index() != 0).then_some(d.index());
+        std::iter::once((select, None)).chain(d.iter_entries().map(|x| (None, Some(x))))
+    });
+    for (select, item) in entries {
+        if let Some(n) = select {
+            s.u8(TAG_SELECT)?;
+            s.varint(n as u64)?;
+        }
+        let Some((key, entry)) = item else {
+            continue;
+        };
         let expire = entry.expire_at();
         if expire.is_some_and(|at| now_ms > at) {
             continue;
@@ -444,25 +464,38 @@ impl<R: Read> Src<R> {
 /// Loads the snapshot from `input` into `e`, whose keyspace must be empty (start-up). Keys
 /// that expired by `now_ms` (Unix ms) are skipped. On error the keyspace stays empty.
 pub fn load<R: Read>(e: &mut Engine, now_ms: u64, input: R) -> Result<LoadStats, LoadError> {
-    if !e.ks.is_empty() {
+    if (0..e.databases()).any(|n| !e.db(n).is_empty()) {
         return Err(LoadError {
             offset: 0,
             reason: "the keyspace is not empty".into(),
             io: None,
         });
     }
+    e.use_db(0);
     let mut ks = Keyspace::new(e.config.hash_seed);
-    let stats = load_into(&mut ks, now_ms, input)?;
+    let mut dbs: Vec<Db> = (0..e.databases())
+        .map(|n| Db::new(n, e.config.hash_seed))
+        .collect();
+    let stats = load_into(&mut ks, &mut dbs, now_ms, input)?;
+    crate::keyspace::switch(&mut ks, &mut dbs, 0);
     // Loading is not a change: `rdb_changes_since_last_save` starts at 0.
     ks.dirty = e.ks.dirty;
     e.ks = ks;
+    e.dbs = dbs;
     e.persist.dirty_at_last_save = e.ks.dirty;
     e.persist.last_load_keys_loaded = stats.keys;
     e.persist.last_load_keys_expired = stats.expired;
     Ok(stats)
 }
 
-fn load_into<R: Read>(ks: &mut Keyspace, now_ms: u64, input: R) -> LResult<LoadStats> {
+/// Loads into `ks` (database 0 at first) and `dbs` (the other databases, see
+/// `keyspace::switch`); `ks` may end on any database.
+fn load_into<R: Read>(
+    ks: &mut Keyspace,
+    dbs: &mut [Db],
+    now_ms: u64,
+    input: R,
+) -> LResult<LoadStats> {
     let mut src = Src {
         inner: input,
         buf: vec![0u8; READ_CHUNK],
@@ -480,7 +513,7 @@ fn load_into<R: Read>(ks: &mut Keyspace, now_ms: u64, input: R) -> LResult<LoadS
         return src.err("not a recached snapshot (bad magic)");
     }
     let version = u32::from_le_bytes(src.take::<4>()?);
-    if version != VERSION {
+    if !(1..=VERSION).contains(&version) {
         return src.err(format!("unsupported snapshot version {version}"));
     }
     let created_ms = src.u64()?;
@@ -495,6 +528,21 @@ fn load_into<R: Read>(ks: &mut Keyspace, now_ms: u64, input: R) -> LResult<LoadS
         let tag = src.u8()?;
         if tag == TAG_END {
             break;
+        }
+        if tag == TAG_SELECT && version >= VERSION_DBS {
+            let n = src.varint()?;
+            if n >= dbs.len() as u64 {
+                return Err(LoadError {
+                    offset: tag_at,
+                    reason: format!(
+                        "the snapshot has database {n} but `databases` is {}",
+                        dbs.len()
+                    ),
+                    io: None,
+                });
+            }
+            crate::keyspace::switch(ks, dbs, n as usize);
+            continue;
         }
         let expire_at = if tag & TAG_EXPIRE != 0 {
             Some(src.u64()?)

@@ -161,7 +161,7 @@ fn dispatch_errors() {
                 "PING a b",
                 "-ERR wrong number of arguments for 'ping' command\r\n",
             ),
-            ("SELECT 1", "-ERR DB index is out of range\r\n"),
+            ("SELECT 16", "-ERR DB index is out of range\r\n"),
             ("SELECT 0", "+OK\r\n"),
             ("HELLO 4", "-NOPROTO unsupported protocol version\r\n"),
             (

@@ -1,7 +1,7 @@
 //! Connection commands: PING ECHO QUIT RESET SELECT HELLO and CLIENT
 //! (SETNAME GETNAME ID INFO LIST HELP), with redis 7.0 `networking.c` / `server.c` semantics.
 //!
-//! Only database 0 exists: SELECT answers like a redis-server started with `--databases 1`.
+//! SELECT chooses one of `databases` databases (per connection, `Client::db`).
 //! HELLO's AUTH option and RESET's return to the default user follow `crate::acl`.
 
 use std::fmt::Write as _;
@@ -58,12 +58,15 @@ pub fn reset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     e.init_client(c.client);
     c.client.proto = Proto::Resp2;
     c.client.name = None;
+    c.client.db = 0;
     c.w().simple(b"RESET");
     Ok(())
 }
 
-/// `SELECT index` → OK for 0; `ERR DB index is out of range` otherwise.
-pub fn select(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+/// `SELECT index` → OK; `ERR DB index is out of range` outside `0..databases`; in cluster
+/// mode only 0 (Redis 7.0: `ERR SELECT is not allowed in cluster mode`). The dispatcher
+/// swaps the client's database in before each of its commands.
+pub fn select(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let id = int_arg(c.argv[1])?;
     if i32::try_from(id).is_err() {
         // redis `getRangeLongFromObjectOrReply` (INT_MIN..INT_MAX), its wording included.
@@ -71,11 +74,22 @@ pub fn select(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             "ERR value is out of range, value must between -2147483648 and 2147483647",
         ));
     }
-    if id != 0 {
-        return Err(CmdError::DbIndexOutOfRange);
+    if id != 0 && crate::cmd::cluster::enabled(e) {
+        return Err(CmdError::Static(
+            "ERR SELECT is not allowed in cluster mode",
+        ));
     }
+    c.client.db = db_index(e, id)?;
     c.w().ok();
     Ok(())
+}
+
+/// A database number in `0..databases` (redis `selectDb`'s range check).
+pub(crate) fn db_index(e: &Engine, id: i64) -> Result<usize, CmdError> {
+    usize::try_from(id)
+        .ok()
+        .filter(|&n| n < e.databases())
+        .ok_or(CmdError::DbIndexOutOfRange)
 }
 
 /// redis `clientSetNameOrReply`: empty clears the name; bytes outside `!`..`~` are refused.
@@ -290,7 +304,7 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
     let mut s = String::with_capacity(256);
     let _ = write!(
         s,
-        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={flags} db=0 sub={} psub={} \
+        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={flags} db={} sub={} psub={} \
          ssub=0 multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
          tot-mem=0 events=r cmd={} user={} redir=-1 resp={}",
         client.id,
@@ -300,6 +314,7 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
         name,
         age,
         idle,
+        client.db,
         client.subs.channels(),
         client.subs.patterns(),
         cmd,

@@ -381,12 +381,106 @@ pub fn flush(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
+/// `FLUSHALL [ASYNC|SYNC]` → OK: [`flush`] of every database.
+pub fn flushall(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let lazy = match c.argv.len() {
+        1 => false,
+        2 if args::is(c.argv[1], "sync") => false,
+        2 if args::is(c.argv[1], "async") => true,
+        _ => return Err(CmdError::Syntax),
+    };
+    for n in 0..e.databases() {
+        if !e.db(n).is_empty() {
+            e.with_db(n, |e| e.ks.flush(lazy));
+        }
+    }
+    c.w().ok();
+    Ok(())
+}
+
+/// `MOVE key db` → 1 if moved, 0 if the key is missing here or exists there (redis
+/// `moveCommand`, its checks in its order). The value and TTL move as they are.
+pub fn move_(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    if crate::cmd::cluster::enabled(e) {
+        return Err(CmdError::Static("ERR MOVE is not allowed in cluster mode"));
+    }
+    let id = int_arg(c.argv[2])?;
+    if i32::try_from(id).is_err() {
+        // redis `getIntFromObjectOrReply`, its wording included.
+        return Err(CmdError::Static(
+            "ERR value is out of range, value must between -2147483648 and 2147483647",
+        ));
+    }
+    let dst = crate::cmd::connection::db_index(e, id)?;
+    let src = e.current_db();
+    if dst == src {
+        return Err(CmdError::Static(
+            "ERR source and destination objects are the same",
+        ));
+    }
+    let key = c.argv[1];
+    let now_ms = c.now_ms;
+    let Some(i) = e.ks.lookup_write(key, now_ms) else {
+        c.w().integer(0);
+        return Ok(());
+    };
+    if e.with_db(dst, |e| e.ks.lookup_write(key, now_ms).is_some()) {
+        c.w().integer(0);
+        return Ok(());
+    }
+    let (_, entry) = e.ks.remove_at(i);
+    let expire_at = entry.expire_at();
+    e.with_db(dst, |e| {
+        let d =
+            e.ks.set(key, entry.value, crate::keyspace::Keep::Nothing, None);
+        if let Some(at) = expire_at {
+            e.ks.set_expire(d, at);
+        }
+        crate::blocking::signal_ready(e, key);
+    });
+    notify(e, class::GENERIC, "move_from", key);
+    e.with_db(dst, |e| notify(e, class::GENERIC, "move_to", key));
+    c.w().integer(1);
+    Ok(())
+}
+
+/// `SWAPDB index1 index2` → OK: the two databases exchange their data (redis
+/// `dbSwapDatabases`); clients stay on their index, WATCHes of keys present in either fail,
+/// and clients blocked on a key the swap brings are served.
+pub fn swapdb(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    if crate::cmd::cluster::enabled(e) {
+        return Err(CmdError::Static(
+            "ERR SWAPDB is not allowed in cluster mode",
+        ));
+    }
+    // redis `getIntFromObjectOrReply` with its own message for either failure.
+    let parse = |a: &[u8], msg: &'static str| {
+        resp::parse_i64(a)
+            .filter(|n| i32::try_from(*n).is_ok())
+            .ok_or(CmdError::Static(msg))
+    };
+    let a = parse(c.argv[1], "ERR invalid first DB index")?;
+    let b = parse(c.argv[2], "ERR invalid second DB index")?;
+    let (a, b) = (
+        crate::cmd::connection::db_index(e, a)?,
+        crate::cmd::connection::db_index(e, b)?,
+    );
+    if a != b {
+        e.swap_dbs(a, b);
+    }
+    e.ks.dirty += 1;
+    c.w().ok();
+    Ok(())
+}
+
 /// `COPY source destination [DB 0] [REPLACE]` → 1 if copied, 0 if the source is missing or
-/// the destination exists (without REPLACE); the TTL is copied too. Only database 0 exists:
-/// any other `DB` is `ERR DB index is out of range` (redis `copyCommand` with one database).
+/// the destination exists (without REPLACE); the TTL is copied too. `DB n` writes into
+/// database `n` (redis `copyCommand`).
 pub fn copy(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let argv = c.argv;
     let mut replace = false;
+    let src_db = e.current_db();
+    let mut dst_db = src_db;
     let mut j = 3;
     while j < argv.len() {
         if args::is(argv[j], "replace") {
@@ -399,17 +493,20 @@ pub fn copy(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
                     "ERR value is out of range, value must between -2147483648 and 2147483647",
                 ));
             }
-            if db != 0 {
-                return Err(CmdError::DbIndexOutOfRange);
-            }
+            dst_db = crate::cmd::connection::db_index(e, db)?;
             j += 1;
         } else {
             return Err(CmdError::Syntax);
         }
         j += 1;
     }
+    if crate::cmd::cluster::enabled(e) && (src_db != 0 || dst_db != 0) {
+        return Err(CmdError::Static(
+            "ERR Copying to another database is not allowed in cluster mode",
+        ));
+    }
     let (src, dst) = (argv[1], argv[2]);
-    if src == dst {
+    if src_db == dst_db && src == dst {
         return Err(CmdError::Static(
             "ERR source and destination objects are the same",
         ));
@@ -420,20 +517,24 @@ pub fn copy(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     };
     let value = e.ks.value(i).clone();
     let expire_at = e.ks.expire_at(i);
-    if let Some(d) = e.ks.lookup_write(dst, c.now_ms) {
-        if !replace {
-            c.w().integer(0);
-            return Ok(());
+    let now_ms = c.now_ms;
+    // The destination may be another database: swapped in for the write, then back.
+    let copied = e.with_db(dst_db, |e| {
+        if let Some(d) = e.ks.lookup_write(dst, now_ms) {
+            if !replace {
+                return false;
+            }
+            // Redis deletes and re-adds, so the destination is a `new` key again.
+            e.ks.remove_at(d);
         }
-        // Redis deletes and re-adds, so the destination is a `new` key again.
-        e.ks.remove_at(d);
-    }
-    let d = e.ks.set(dst, value, crate::keyspace::Keep::Nothing, None);
-    if let Some(at) = expire_at {
-        e.ks.set_expire(d, at);
-    }
-    notify(e, class::GENERIC, "copy_to", dst);
-    c.w().integer(1);
+        let d = e.ks.set(dst, value, crate::keyspace::Keep::Nothing, None);
+        if let Some(at) = expire_at {
+            e.ks.set_expire(d, at);
+        }
+        notify(e, class::GENERIC, "copy_to", dst);
+        true
+    });
+    c.w().integer(i64::from(copied));
     Ok(())
 }
 

@@ -144,7 +144,7 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
     let mut s = String::with_capacity(2048);
     let mut first = true;
     let now_ms = now_us / 1000;
-    let used = USED_MEMORY_STARTUP + e.ks.used_bytes() as u64;
+    let used = USED_MEMORY_STARTUP + e.dataset_bytes();
     e.used_memory_peak = e.used_memory_peak.max(used);
     for (i, name) in SECTIONS.iter().enumerate() {
         if !want[i] {
@@ -262,15 +262,16 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                     &u8::from(crate::cmd::cluster::enabled(e)),
                 );
             }
-            "keyspace" if !e.ks.is_empty() => {
-                let avg = e.ks.avg_ttl_ms(now_ms, 100);
-                let _ = write!(
-                    s,
-                    "db0:keys={},expires={},avg_ttl={}\r\n",
-                    e.ks.len(),
-                    e.ks.volatile_len(),
-                    avg
-                );
+            "keyspace" => {
+                // Every non-empty database, in order (redis `genRedisInfoString`).
+                for n in 0..e.databases() {
+                    if e.db(n).is_empty() {
+                        continue;
+                    }
+                    let (keys, avg) = e.with_db(n, |e| (e.ks.len(), e.ks.avg_ttl_ms(now_ms, 100)));
+                    let expires = e.db(n).volatile_len();
+                    let _ = write!(s, "db{n}:keys={keys},expires={expires},avg_ttl={avg}\r\n");
+                }
             }
             "commandstats" => e.cmdstats.write(&mut s),
             _ => {}
@@ -740,7 +741,7 @@ pub fn config_resetstat(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     e.cmdstats = Default::default();
     e.acl.stats = Default::default();
     e.net = Default::default();
-    e.used_memory_peak = USED_MEMORY_STARTUP + e.ks.used_bytes() as u64;
+    e.used_memory_peak = USED_MEMORY_STARTUP + e.dataset_bytes();
     c.w().ok();
     Ok(())
 }

@@ -171,11 +171,12 @@ pub fn process_touched(e: &mut Engine) {
         return;
     }
     let touched = std::mem::take(&mut e.ks.touched);
-    for key in &touched {
-        let Some(watchers) = e.watches.by_key.get_mut(key) else {
+    for q in &touched {
+        let (db, key) = crate::keyspace::unqualify(q);
+        let stored = e.db(db).peek_expired(key, 0).is_some();
+        let Some(watchers) = e.watches.by_key.get_mut(q) else {
             continue;
         };
-        let stored = e.ks.peek_expired(key, 0).is_some();
         for w in watchers.iter_mut() {
             if w.expired && !stored {
                 // It was already expired when watched and is now gone: no logical change.
@@ -203,7 +204,8 @@ fn unwatch_all(e: &mut Engine, client_id: u64) {
             ws.retain(|w| w.client != client_id);
             if ws.is_empty() {
                 e.watches.by_key.remove(&key);
-                e.ks.watched.remove(&key);
+                let (db, k) = crate::keyspace::unqualify(&key);
+                e.db_mut(db).watched.remove(k);
             }
         }
     }
@@ -262,24 +264,27 @@ pub fn watch(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         return Err(CmdError::Static("ERR WATCH inside MULTI is not allowed"));
     }
     let id = c.client.id;
+    let db = e.current_db();
     let cw = e.watches.by_client.entry(id).or_default();
     // No point in watching more once the transaction is bound to fail.
     if !cw.dirty {
         for &key in &c.argv[1..] {
+            // Keys are watched per (database, key), as in Redis.
+            let q = crate::keyspace::qualify(db, key);
             // Already watched by this client? (Ask the key's watcher list, usually short,
             // not the client's key list, so WATCH of N keys stays O(N).)
             if e.watches
                 .by_key
-                .get(key)
+                .get(&q)
                 .is_some_and(|ws| ws.iter().any(|w| w.client == id))
             {
                 continue;
             }
             let expired = e.ks.peek_expired(key, c.now_ms) == Some(true);
-            cw.keys.push(key.into());
-            let ws = e.watches.by_key.entry(key.into()).or_default();
+            cw.keys.push(q.clone());
+            let ws = e.watches.by_key.entry(q).or_default();
             if ws.is_empty() {
-                e.ks.watched.insert(key.into());
+                e.ks.data.watched.insert(key.into());
             }
             ws.push(Watcher {
                 client: id,
@@ -315,11 +320,12 @@ fn watch_failed(e: &mut Engine, client: &Client, now_ms: u64) -> bool {
     if cw.dirty {
         return true;
     }
-    cw.keys.iter().any(|k| {
-        e.ks.peek_expired(k, now_ms) == Some(true)
+    cw.keys.iter().any(|q| {
+        let (db, k) = crate::keyspace::unqualify(q);
+        e.db(db).peek_expired(k, now_ms) == Some(true)
             && e.watches
                 .by_key
-                .get(k)
+                .get(q)
                 .is_some_and(|ws| ws.iter().any(|w| w.client == client.id && !w.expired))
     })
 }
@@ -398,7 +404,7 @@ mod tests {
         run(&mut e, &mut a, &["WATCH", "k", "k", "j"], T);
         run(&mut e, &mut b, &["WATCH", "k"], T);
         assert_eq!(e.watches.keys(), 2);
-        assert_eq!(e.ks.watched.len(), 2);
+        assert_eq!(e.ks.data.watched.len(), 2);
         // SREM of an absent member changes nothing (Redis signals nothing); SET of j does.
         run(&mut e, &mut b, &["SREM", "k", "x"], T);
         run(&mut e, &mut b, &["SET", "j", "1"], T);
@@ -411,12 +417,12 @@ mod tests {
         run(&mut e, &mut b, &["GET", "j"], T);
         assert_eq!(run(&mut e, &mut b, &["EXEC"], T), b"*1\r\n$1\r\n1\r\n");
         assert_eq!(e.watches.keys(), 0);
-        assert!(e.ks.watched.is_empty() && e.ks.touched.is_empty());
+        assert!(e.ks.data.watched.is_empty() && e.ks.touched.is_empty());
         // A closed connection leaves nothing behind.
         run(&mut e, &mut a, &["WATCH", "z"], T);
         run(&mut e, &mut a, &["MULTI"], T);
         e.client_closed(1);
         assert_eq!(e.watches.keys(), 0);
-        assert!(e.ks.watched.is_empty());
+        assert!(e.ks.data.watched.is_empty());
     }
 }

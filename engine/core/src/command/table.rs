@@ -3424,7 +3424,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::ACCESS).union(KeyFlags::UPDATE), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::move_),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Move a key to another database")), ("since", Val::Str("1.0.0")), ("group", Val::Str("generic")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("db")), ("type", Val::Str("integer"))])]))]),
@@ -5077,7 +5077,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         tips: &[],
         key_specs: &[],
         getkeys: None,
-        handler: None,
+        handler: Some(h::swapdb),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Swaps two Redis databases")), ("since", Val::Str("4.0.0")), ("group", Val::Str("server")), ("complexity", Val::Str("O(N) where N is the count of clients watching or blocking on keys from both databases.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("index1")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("index2")), ("type", Val::Str("integer"))])]))]),

@@ -92,6 +92,8 @@ pub struct EngineSection {
     pub maxmemory_policy: String,
     /// Keys sampled per eviction round (Redis `maxmemory-samples`).
     pub maxmemory_samples: u32,
+    /// Number of databases SELECT can choose from (Redis `databases`, default 16).
+    pub databases: usize,
     /// LFU counter growth (Redis `lfu-log-factor`).
     pub lfu_log_factor: u32,
     /// Minutes per LFU counter decay step (Redis `lfu-decay-time`).
@@ -162,6 +164,7 @@ impl Default for EngineSection {
             maxmemory: Size(core.maxmemory),
             maxmemory_policy: core.maxmemory_policy.to_string(),
             maxmemory_samples: core.maxmemory_samples,
+            databases: core.databases,
             lfu_log_factor: core.lfu_log_factor,
             lfu_decay_time: core.lfu_decay_time,
             save_interval: 300,
@@ -201,6 +204,7 @@ impl FileConfig {
                 .copied()
                 .unwrap_or(core.maxmemory_policy),
             maxmemory_samples: e.maxmemory_samples,
+            databases: e.databases,
             lfu_log_factor: e.lfu_log_factor,
             lfu_decay_time: e.lfu_decay_time,
             acl: crate::auth::engine_acl(self),
@@ -328,6 +332,9 @@ impl FileConfig {
                 "engine.maxmemory_policy must be one of {}",
                 engine_core::evict::MAXMEMORY_POLICIES.join(", ")
             ));
+        }
+        if self.engine.databases == 0 || self.engine.databases > i32::MAX as usize {
+            return Err("engine.databases must be at least 1".into());
         }
         if self.engine.maxmemory_samples == 0 || self.engine.maxmemory_samples > i32::MAX as u32 {
             return Err("engine.maxmemory_samples must be at least 1".into());

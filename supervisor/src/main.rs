@@ -87,6 +87,10 @@ enum Command {
         /// --config is given, else none (no snapshots). docs/persistence.md.
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Number of databases (Redis `databases`); default: the config's `[engine]
+        /// databases` (16).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
+        databases: Option<u32>,
         #[command(flatten)]
         cluster: ClusterArgs,
         #[command(flatten)]
@@ -205,10 +209,11 @@ fn main() -> ExitCode {
             bind,
             config,
             dir,
+            databases,
             cluster,
             tls,
             limits,
-        } => run_server(port, bind, config, dir, cluster, (tls, limits)),
+        } => run_server(port, bind, (config, databases), dir, cluster, (tls, limits)),
         Command::Proxy {
             port,
             bind,
@@ -237,7 +242,7 @@ pub type Result<T> = std::result::Result<T, String>;
 fn run_server(
     port: Option<u16>,
     bind: Option<String>,
-    config: Option<PathBuf>,
+    (config, databases): (Option<PathBuf>, Option<u32>),
     dir: Option<PathBuf>,
     cluster: ClusterArgs,
     (tls, limits): (tls_limits::TlsArgs, tls_limits::LimitArgs),
@@ -248,6 +253,9 @@ fn run_server(
     let port = port.unwrap_or(file.engine_port_base);
     let bind = bind.unwrap_or(file.bind.clone());
     let mut engine = file.engine_config();
+    if let Some(n) = databases {
+        engine.databases = n as usize;
+    }
     tls_limits::apply_engine_limits(&file, &limits, &mut engine)
         .map_err(|e| format!("server: {e}"))?;
     let tls = tls_limits::tls_options(&file, &tls, file.tls.engine_port_base)

@@ -3,7 +3,7 @@
 //!
 //! - Cases live in `tests/diff/*.txt`; the format is documented in `tests/diff/README.md`.
 //!   Each file starts on fresh connections with a flushed keyspace.
-//! - Both servers start on free ports; redis-server runs with `--databases 1` so SELECT behaves
+//! - Both servers start on free ports; redis-server runs with `--databases 16` (recached's default) so SELECT behaves
 //!   like recached's single keyspace.
 //! - A run collects every mismatch (file:line, command, both replies escaped) and fails at the
 //!   end with the whole list, so one run shows everything.

@@ -104,6 +104,43 @@ fn check_shapes(server: &'static str, port: u16) -> Vec<String> {
         );
     }
 
+    // Databases: INFO keyspace lists every non-empty database in order; CLIENT INFO `db=`
+    // follows SELECT (on a second connection, so this one stays on database 0).
+    let mut dbc = Resp::connect(port);
+    for (db, keys) in [("3", &["x"][..]), ("12", &["y", "z"][..])] {
+        dbc.cmd_str(&["SELECT", db]);
+        for k in keys {
+            dbc.cmd_str(&["SET", k, "1", "EX", "100"]);
+        }
+    }
+    let r = dbc.cmd_str(&["CLIENT", "INFO"]);
+    let t = parse_value(&r).str().unwrap_or_default();
+    c.check(
+        t.contains(" db=12 "),
+        "CLIENT INFO shows db=12 after SELECT 12",
+        &r,
+    );
+    let r = conn.cmd_str(&["INFO", "keyspace"]);
+    let t = parse_value(&r).str().unwrap_or_default();
+    let dbs: Vec<&str> = t
+        .lines()
+        .filter(|l| l.starts_with("db"))
+        .map(|l| l.split(",avg_ttl=").next().unwrap_or(""))
+        .collect();
+    c.check(
+        dbs == [
+            "db0:keys=2,expires=1",
+            "db3:keys=1,expires=1",
+            "db12:keys=2,expires=2",
+        ],
+        "INFO keyspace lists db0, db3, db12",
+        &r,
+    );
+    dbc.cmd_str(&["SELECT", "3"]);
+    dbc.cmd_str(&["FLUSHDB"]);
+    dbc.cmd_str(&["SELECT", "12"]);
+    dbc.cmd_str(&["FLUSHDB"]);
+
     // CLIENT ID / INFO / LIST and HELLO's id agree; ids differ between connections.
     let r = conn.cmd_str(&["CLIENT", "ID"]);
     let id = as_int(&parse_value(&r)).unwrap_or(-1);

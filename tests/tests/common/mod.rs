@@ -218,7 +218,7 @@ pub fn spawn_redis(port: u16) -> Proc {
         .args(["--bind", "127.0.0.1"])
         .args(["--save", ""])
         .args(["--appendonly", "no"])
-        .args(["--databases", "1"])
+        .args(["--databases", "16"])
         .args(["--daemonize", "no"]);
     Proc::spawn(&format!("redis-{port}"), cmd)
 }

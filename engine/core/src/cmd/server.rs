@@ -377,11 +377,6 @@ const PARAMS: &[Param] = &[
         set: None,
     },
     Param {
-        name: "databases",
-        get: |_| "1".into(),
-        set: None,
-    },
-    Param {
         name: "port",
         get: |e| e.host.tcp_port.to_string(),
         set: None,
@@ -407,6 +402,11 @@ const PARAMS: &[Param] = &[
                 )?;
             Ok(())
         }),
+    },
+    Param {
+        name: "databases",
+        get: |e| e.databases().to_string(),
+        set: None,
     },
     Param {
         name: "maxmemory-samples",

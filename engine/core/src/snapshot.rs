@@ -990,4 +990,90 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn round_trip_several_databases() {
+        let mut a = engine();
+        fill(&mut a);
+        for n in [1usize, 7, 15] {
+            a.with_db(n, |e| {
+                for i in 0..n {
+                    let k = format!("db{n}-{i}");
+                    let at = e.ks.set(
+                        k.as_bytes(),
+                        Value::Str(StrValue::Int(n as i64)),
+                        Keep::Nothing,
+                        None,
+                    );
+                    if i == 0 {
+                        e.ks.set_expire(at, 9_000);
+                    }
+                }
+            });
+        }
+        let bytes = snapshot(&a, 100);
+        let mut b = engine();
+        let st = load(&mut b, 100, &bytes[..]).unwrap();
+        assert_eq!(
+            st.keys,
+            (0..16).map(|n| a.db(n).len() as u64).sum::<u64>() - 1
+        );
+        assert_eq!(b.current_db(), 0);
+        for n in [1usize, 7, 15] {
+            assert_eq!(b.db(n).len(), n);
+            assert_eq!(b.db(n).volatile_len(), 1);
+            let k = format!("db{n}-0");
+            let got = b.with_db(n, |e| e.ks.get_entry(k.as_bytes()).map(|en| en.expire_at()));
+            assert_eq!(got, Some(Some(9_000)));
+        }
+        assert_eq!(
+            b.db(0).len(),
+            a.db(0).len() - 1,
+            "the expired key is not written"
+        );
+        assert_eq!(b.dataset_bytes(), {
+            let mut c = engine();
+            load(&mut c, 100, &bytes[..]).unwrap();
+            c.dataset_bytes()
+        });
+        // A database beyond `databases` fails the load and leaves the engine empty.
+        let mut few = Engine::new(crate::Config {
+            hash_seed: 42,
+            databases: 8,
+            ..Default::default()
+        });
+        let err = load(&mut few, 100, &bytes[..]).unwrap_err();
+        assert!(err.reason.contains("database 15"), "{err}");
+        assert_eq!(few.dataset_bytes(), 0);
+    }
+
+    /// A version 1 file: what the writer makes for database 0 alone, with version 1 and the
+    /// checksum recomputed (version 2 adds only the `select` items).
+    fn as_version_1(mut bytes: Vec<u8>) -> Vec<u8> {
+        bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let crc_at = bytes.len() - 8 - 4;
+        let crc = crc32fast::hash(&bytes[..crc_at]);
+        bytes[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn loads_version_1_snapshots_into_database_0() {
+        let mut a = engine();
+        fill(&mut a);
+        let v1 = as_version_1(snapshot(&a, 100));
+        let mut b = engine();
+        let st = load(&mut b, 100, &v1[..]).unwrap();
+        assert_eq!(st.keys, a.dbsize() - 1);
+        assert_eq!(b.db(0).len() as u64, a.dbsize() - 1);
+        assert!((1..16).all(|n| b.db(n).is_empty()));
+        // A `select` item is not part of version 1.
+        let mut c = engine();
+        c.with_db(3, |e| {
+            e.ks.set(b"x", Value::Str(StrValue::Int(1)), Keep::Nothing, None);
+        });
+        let bad = as_version_1(snapshot(&c, 100));
+        let err = load(&mut engine(), 100, &bad[..]).unwrap_err();
+        assert!(err.reason.contains("unknown entry type 0x7e"), "{err}");
+    }
 }

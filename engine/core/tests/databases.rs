@@ -1,0 +1,197 @@
+//! Databases through `Engine::exec`: SELECT, MOVE, SWAPDB, FLUSHDB/FLUSHALL, active expiry in
+//! every database, per-database WATCH, blocking pops and keyspace notifications.
+
+use engine_core::{Client, Config, Delivery, Engine, Flow};
+
+/// 2026-01-01T00:00:00Z in µs.
+const T0: u64 = 1_767_225_600_000_000;
+
+fn engine() -> Engine {
+    Engine::new(Config {
+        hash_seed: 42,
+        ..Config::default()
+    })
+}
+
+fn client(id: u64) -> Client {
+    Client {
+        id,
+        created_us: T0,
+        ..Client::default()
+    }
+}
+
+fn run(e: &mut Engine, c: &mut Client, now_us: u64, line: &str) -> (String, Flow) {
+    let argv: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+    let mut out = Vec::new();
+    let flow = e.exec(c, &argv, now_us, &mut out);
+    (String::from_utf8_lossy(&out).into_owned(), flow)
+}
+
+fn cmd(e: &mut Engine, c: &mut Client, line: &str) -> String {
+    run(e, c, T0, line).0
+}
+
+#[test]
+fn select_keeps_keys_apart_and_move_swapdb_flush() {
+    let mut e = engine();
+    let mut c = client(1);
+    assert_eq!(cmd(&mut e, &mut c, "SET k zero"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "SELECT 15"), "+OK\r\n");
+    assert_eq!(c.db, 15);
+    assert_eq!(cmd(&mut e, &mut c, "GET k"), "$-1\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "SET k fifteen"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "DBSIZE"), ":1\r\n");
+    assert_eq!(
+        cmd(&mut e, &mut c, "SELECT 16"),
+        "-ERR DB index is out of range\r\n"
+    );
+    // Between commands database 0 is the one in the keyspace.
+    assert_eq!(e.current_db(), 0);
+    assert_eq!(e.dbsize(), 1);
+    // MOVE: refused when the key exists there, then moved with its TTL.
+    assert_eq!(cmd(&mut e, &mut c, "MOVE k 0"), ":0\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "SET t v PX 5000"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "MOVE t 2"), ":1\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "EXISTS t"), ":0\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "SELECT 2"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "PTTL t"), ":5000\r\n");
+    // SWAPDB 2 0: the client on 2 now sees database 0's old data.
+    assert_eq!(cmd(&mut e, &mut c, "SWAPDB 2 0"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "GET k"), "$4\r\nzero\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "SELECT 0"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "PTTL t"), ":5000\r\n");
+    assert_eq!(e.expires_count(), 1);
+    // FLUSHDB empties the selected database only; FLUSHALL all of them.
+    assert_eq!(cmd(&mut e, &mut c, "FLUSHDB"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "DBSIZE"), ":0\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "SELECT 15"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "DBSIZE"), ":1\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "FLUSHALL"), "+OK\r\n");
+    for db in 0..16 {
+        assert_eq!(cmd(&mut e, &mut c, &format!("SELECT {db}")), "+OK\r\n");
+        assert_eq!(cmd(&mut e, &mut c, "DBSIZE"), ":0\r\n", "db {db}");
+    }
+    assert_eq!(e.dataset_bytes(), 0);
+    // RESET goes back to database 0.
+    assert_eq!(cmd(&mut e, &mut c, "RESET"), "+RESET\r\n");
+    assert_eq!(c.db, 0);
+}
+
+#[test]
+fn active_expiry_runs_in_every_database() {
+    let mut e = engine();
+    let mut c = client(1);
+    for db in [0, 3, 15] {
+        cmd(&mut e, &mut c, &format!("SELECT {db}"));
+        for i in 0..20 {
+            cmd(&mut e, &mut c, &format!("SET k{i} v PX 100"));
+        }
+    }
+    assert_eq!(e.expires_count(), 60);
+    let mut now = T0;
+    for _ in 0..50 {
+        now += 100_000;
+        e.cron(now);
+    }
+    assert_eq!(e.expires_count(), 0);
+    assert_eq!(e.dataset_bytes(), 0);
+    assert_eq!(e.current_db(), 0);
+}
+
+#[test]
+fn watch_is_per_database() {
+    let mut e = engine();
+    let (mut a, mut b) = (client(1), client(2));
+    cmd(&mut e, &mut a, "SELECT 1");
+    assert_eq!(cmd(&mut e, &mut a, "WATCH k"), "+OK\r\n");
+    // The same key in database 0 is another key.
+    cmd(&mut e, &mut b, "SET k 0");
+    cmd(&mut e, &mut a, "MULTI");
+    cmd(&mut e, &mut a, "GET k");
+    assert_eq!(cmd(&mut e, &mut a, "EXEC"), "*1\r\n$-1\r\n");
+    // In database 1 it is the watched key.
+    cmd(&mut e, &mut a, "WATCH k");
+    cmd(&mut e, &mut b, "SELECT 1");
+    cmd(&mut e, &mut b, "SET k 1");
+    cmd(&mut e, &mut a, "MULTI");
+    cmd(&mut e, &mut a, "GET k");
+    assert_eq!(cmd(&mut e, &mut a, "EXEC"), "*-1\r\n");
+    // SWAPDB touches the watched keys present in either database.
+    cmd(&mut e, &mut a, "WATCH k");
+    cmd(&mut e, &mut b, "SWAPDB 1 5");
+    cmd(&mut e, &mut a, "MULTI");
+    assert_eq!(cmd(&mut e, &mut a, "EXEC"), "*-1\r\n");
+}
+
+#[test]
+fn blocking_pops_are_per_database() {
+    let mut e = engine();
+    let (mut a, mut b) = (client(1), client(2));
+    cmd(&mut e, &mut a, "SELECT 4");
+    let (out, flow) = run(&mut e, &mut a, T0, "BLPOP q 0");
+    assert_eq!((out.as_str(), flow), ("", Flow::Block));
+    // A push into database 0 does not wake it.
+    cmd(&mut e, &mut b, "RPUSH q x");
+    let mut got: Vec<Delivery> = Vec::new();
+    e.take_deliveries(&mut got);
+    assert!(got.is_empty());
+    // MOVE into database 4 does.
+    assert_eq!(cmd(&mut e, &mut b, "MOVE q 4"), ":1\r\n");
+    e.take_deliveries(&mut got);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].client_id, 1);
+    assert_eq!(got[0].bytes, b"*2\r\n$1\r\nq\r\n$1\r\nx\r\n");
+    assert_eq!(cmd(&mut e, &mut b, "SELECT 4"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut b, "EXISTS q"), ":0\r\n");
+}
+
+#[test]
+fn keyspace_notifications_name_the_database() {
+    let mut e = engine();
+    let (mut sub, mut w) = (client(1), client(2));
+    cmd(&mut e, &mut w, "CONFIG SET notify-keyspace-events KEg$");
+    cmd(&mut e, &mut sub, "PSUBSCRIBE __key*@*__:*");
+    cmd(&mut e, &mut w, "SELECT 9");
+    cmd(&mut e, &mut w, "SET k v");
+    cmd(&mut e, &mut w, "MOVE k 2");
+    let mut got: Vec<Delivery> = Vec::new();
+    e.take_deliveries(&mut got);
+    let text: String = got
+        .iter()
+        .map(|d| String::from_utf8_lossy(&d.bytes).into_owned())
+        .collect();
+    for chan in [
+        "__keyspace@9__:k\r\n$3\r\nset",
+        "__keyevent@9__:set\r\n",
+        "__keyspace@9__:k\r\n$9\r\nmove_from",
+        "__keyspace@2__:k\r\n$7\r\nmove_to",
+        "__keyevent@2__:move_to\r\n",
+    ] {
+        assert!(text.contains(chan), "{chan:?} in {text:?}");
+    }
+}
+
+#[test]
+fn select_is_refused_in_cluster_mode() {
+    let mut e = Engine::new(Config {
+        hash_seed: 42,
+        cluster_nodes: vec!["127.0.0.1:7000".into(), "127.0.0.1:7001".into()],
+        cluster_index: 0,
+        ..Config::default()
+    });
+    let mut c = client(1);
+    assert_eq!(cmd(&mut e, &mut c, "SELECT 0"), "+OK\r\n");
+    assert_eq!(
+        cmd(&mut e, &mut c, "SELECT 1"),
+        "-ERR SELECT is not allowed in cluster mode\r\n"
+    );
+    assert_eq!(
+        cmd(&mut e, &mut c, "SWAPDB 0 1"),
+        "-ERR SWAPDB is not allowed in cluster mode\r\n"
+    );
+    assert_eq!(
+        cmd(&mut e, &mut c, "MOVE k 1"),
+        "-ERR MOVE is not allowed in cluster mode\r\n"
+    );
+}

@@ -200,8 +200,10 @@ impl AccessMode {
 pub struct Evictor {
     /// Candidates, ascending by score; the last is the best victim.
     pool: Vec<Candidate>,
-    /// The sampling order (see [`Pass`]).
-    pass: Pass,
+    /// The sampling order of each database (see [`Pass`]), grown on first use.
+    passes: Vec<Pass>,
+    /// Where the random policies look first (redis `next_db`: databases take turns).
+    next_db: usize,
     /// INFO `evicted_keys`.
     pub evicted_keys: u64,
 }
@@ -214,6 +216,8 @@ pub struct Evictor {
 #[derive(Debug, Clone, Copy)]
 struct Candidate {
     score: u64,
+    /// The database the key lives in (one pool for all of them, as in Redis).
+    db: usize,
     pos: usize,
     key_addr: usize,
 }
@@ -263,42 +267,69 @@ pub fn perform_evictions(e: &mut Engine, now_ms: u64, max_keys: usize) -> Outcom
     if policy == Policy::NoEviction {
         return Outcome::Fail;
     }
+    // Victims come from every database; each is swapped in to be sampled or evicted, and the
+    // one in use before is back at the end.
+    let start_db = e.current_db();
     let mut evicted = 0;
+    let mut outcome = Outcome::Ok;
     while used_memory(e) > limit {
         if evicted >= max_keys {
-            return Outcome::Running;
+            outcome = Outcome::Running;
+            break;
         }
         let Some(i) = pick_victim(e, policy, now_ms) else {
-            return Outcome::Fail;
+            outcome = Outcome::Fail;
+            break;
         };
         let (key, _) = e.ks.remove_at(i);
         e.evict.evicted_keys += 1;
         evicted += 1;
         evicted_key(e, &key);
     }
-    Outcome::Ok
+    e.use_db(start_db);
+    outcome
 }
 
-/// The map position of the key to evict next, or None when there is no candidate.
+/// Keys of database `n` the policy may evict.
+fn candidates(e: &Engine, n: usize, volatile: bool) -> usize {
+    let d = e.db(n);
+    if volatile { d.volatile_len() } else { d.len() }
+}
+
+/// The map position of the key to evict next, with its database swapped in, or None when
+/// there is no candidate in any database.
 fn pick_victim(e: &mut Engine, policy: Policy, now_ms: u64) -> Option<usize> {
     let volatile = policy.volatile_only();
-    let candidates = if volatile {
-        e.ks.volatile_len()
-    } else {
-        e.ks.len()
-    };
-    if candidates == 0 {
+    let ndbs = e.databases();
+    let Some(first) = (0..ndbs).find(|&n| candidates(e, n, volatile) > 0) else {
         return None;
-    }
+    };
     match policy {
-        Policy::AllkeysRandom => e.ks.random_position(),
-        Policy::VolatileRandom => e.ks.random_volatile(),
+        Policy::AllkeysRandom | Policy::VolatileRandom => {
+            let d = (0..ndbs)
+                .map(|k| (e.evict.next_db + k) % ndbs)
+                .find(|&n| candidates(e, n, volatile) > 0)
+                .unwrap_or(first);
+            e.evict.next_db = d + 1;
+            e.use_db(d);
+            if volatile {
+                e.ks.random_volatile()
+            } else {
+                e.ks.random_position()
+            }
+        }
         _ => {
             // Bounded: each round either yields a live pool candidate or refills the pool from
-            // fresh samples (a sample always enters an empty pool).
+            // fresh samples of every database (a sample always enters an empty pool).
             for _ in 0..EVPOOL_SIZE + 2 {
-                populate_pool(e, policy, volatile, now_ms);
+                for n in first..ndbs {
+                    if candidates(e, n, volatile) > 0 {
+                        e.use_db(n);
+                        populate_pool(e, policy, volatile, now_ms);
+                    }
+                }
                 while let Some(c) = e.evict.pool.pop() {
+                    e.use_db(c.db);
                     if c.pos < e.ks.len()
                         && e.ks.get_at(c.pos).0.as_ptr() as usize == c.key_addr
                         && (!volatile || e.ks.expire_at(c.pos).is_some())
@@ -308,6 +339,7 @@ fn pick_victim(e: &mut Engine, policy: Policy, now_ms: u64) -> Option<usize> {
                 }
             }
             // Unreachable with candidates > 0 (sampling always finds a live key), but never loop.
+            e.use_db(first);
             if volatile {
                 e.ks.random_volatile()
             } else {
@@ -447,8 +479,12 @@ fn populate_pool(e: &mut Engine, policy: Policy, volatile: bool, now_ms: u64) {
         let take = left.min(SAMPLE_BATCH);
         left -= take;
         let mut pos = [0usize; SAMPLE_BATCH];
+        let db = e.current_db();
+        if e.evict.passes.len() <= db {
+            e.evict.passes.resize(db + 1, Pass::default());
+        }
         for p in pos.iter_mut().take(take) {
-            let slot = e.evict.pass.next(&mut e.ks, n, volatile);
+            let slot = e.evict.passes[db].next(&mut e.ks, n, volatile);
             *p = if volatile {
                 e.ks.volatile_position(slot)
             } else {
@@ -465,15 +501,16 @@ fn populate_pool(e: &mut Engine, policy: Policy, volatile: bool, now_ms: u64) {
     }
 }
 
-/// Puts the entry at `i` with score `s` into the pool, unless a full pool holds only better
-/// candidates.
+/// Puts the entry at `i` (of the database in use) with score `s` into the pool, unless a full
+/// pool holds only better candidates.
 fn pool_insert(e: &mut Engine, i: usize, s: u64) {
+    let db = e.current_db();
     let pool = &mut e.evict.pool;
     if pool.len() == EVPOOL_SIZE && s <= pool[0].score {
         return; // worse than everything in a full pool
     }
     let key_addr = e.ks.get_at(i).0.as_ptr() as usize;
-    if let Some(j) = pool.iter().position(|c| c.pos == i) {
+    if let Some(j) = pool.iter().position(|c| c.pos == i && c.db == db) {
         // Same position sampled again: keep the fresher reading.
         pool.remove(j);
     }
@@ -482,6 +519,7 @@ fn pool_insert(e: &mut Engine, i: usize, s: u64) {
         at,
         Candidate {
             score: s,
+            db,
             pos: i,
             key_addr,
         },
@@ -576,7 +614,9 @@ pub fn memory_usage(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 /// `MEMORY STATS` → a map of Redis's main figures (those this engine knows).
 pub fn memory_stats(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let used = used_memory(e);
-    let keys = e.ks.len() as u64;
+    let keys = (0..e.databases())
+        .map(|n| e.db(n).len() as u64)
+        .sum::<u64>();
     let dataset = e.dataset_bytes();
     let rss = e.host.rss_bytes;
     let ints: [(&str, u64); 7] = [

@@ -195,3 +195,39 @@ fn select_is_refused_in_cluster_mode() {
         "-ERR MOVE is not allowed in cluster mode\r\n"
     );
 }
+
+#[test]
+fn eviction_takes_keys_from_every_database() {
+    for policy in [
+        "allkeys-lru",
+        "allkeys-random",
+        "volatile-ttl",
+        "allkeys-lfu",
+    ] {
+        // The policy from the start: keys stamped under LRU are not meant to be read as LFU.
+        let mut e = Engine::new(Config {
+            hash_seed: 42,
+            maxmemory_policy: policy,
+            ..Config::default()
+        });
+        let mut c = client(1);
+        let value = "v".repeat(100);
+        for db in [3, 9] {
+            cmd(&mut e, &mut c, &format!("SELECT {db}"));
+            for i in 0..200 {
+                cmd(&mut e, &mut c, &format!("SET k{i} {value} EX 1000"));
+            }
+        }
+        cmd(&mut e, &mut c, "SELECT 0");
+        let before = e.dataset_bytes();
+        let limit = 870_000 + before / 2;
+        cmd(&mut e, &mut c, &format!("CONFIG SET maxmemory {limit}"));
+        for i in 0..20 {
+            assert_eq!(cmd(&mut e, &mut c, &format!("SET n{i} 1")), "+OK\r\n");
+        }
+        e.cron(T0 + 100_000);
+        assert!(870_000 + e.dataset_bytes() <= limit, "{policy}");
+        assert!(e.db(3).len() < 200 && e.db(9).len() < 200, "{policy}");
+        assert_eq!(e.current_db(), 0);
+    }
+}

@@ -9,6 +9,13 @@
 //!   stores its own position in `volatile` (`vpos`), so both vectors are fixed up in O(1) on
 //!   every swap_remove.
 //!
+//! # Databases
+//! The per-database part (map, volatile index, bytes, WATCHed keys) is a [`Db`] in
+//! `Keyspace::data`; everything else (counters, events, the feed log, the RNG) is shared, like
+//! Redis's `server` fields. The engine keeps the other databases' `Db`s and swaps the running
+//! client's one in with [`switch`] (O(1)), so the hot path is the same for every database.
+//! WATCH and blocking registries name keys by [`qualify`]d (database, key).
+//!
 //! # Time
 //! Expiry times are absolute Unix milliseconds. A key is expired when `now_ms > expire_at`
 //! (redis `keyIsExpired`). Every lookup, read or write, deletes an expired key first

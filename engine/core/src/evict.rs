@@ -301,9 +301,7 @@ fn candidates(e: &Engine, n: usize, volatile: bool) -> usize {
 fn pick_victim(e: &mut Engine, policy: Policy, now_ms: u64) -> Option<usize> {
     let volatile = policy.volatile_only();
     let ndbs = e.databases();
-    let Some(first) = (0..ndbs).find(|&n| candidates(e, n, volatile) > 0) else {
-        return None;
-    };
+    let first = (0..ndbs).find(|&n| candidates(e, n, volatile) > 0)?;
     match policy {
         Policy::AllkeysRandom | Policy::VolatileRandom => {
             let d = (0..ndbs)

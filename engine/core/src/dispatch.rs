@@ -153,8 +153,8 @@ pub fn exec(
         }
     }
     e.stats.total_commands_processed += 1;
-    // Databases: the client's database is swapped into `e.ks` (O(1)); for database 0, the
-    // usual case, this is one comparison. Swapped back to 0 at the end.
+    // Databases: the client's database is swapped into `e.ks` (O(1)) when it is not the one
+    // there already, and left there: clients of one database, whichever, pay one comparison.
     if client.db != e.ks.data.index {
         e.use_db(client.db);
     }
@@ -187,9 +187,6 @@ pub fn exec(
     }
     if !client.tx.in_exec {
         after_command(e, client, out, reply_start);
-    }
-    if e.ks.data.index != 0 {
-        e.use_db(0);
     }
     flow
 }

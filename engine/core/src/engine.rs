@@ -125,8 +125,9 @@ pub struct Engine {
     pub host: HostInfo,
     /// Connection and byte counters, kept current by the server.
     pub net: NetStats,
-    /// The keyspace with the running command's database swapped in (database 0 between
-    /// commands); see [`Engine::use_db`].
+    /// The keyspace with the running command's database swapped in (between commands, the
+    /// last one used); see [`Engine::use_db`]. Code outside a command reads a given database
+    /// with [`Engine::db`] or swaps it in with [`Engine::with_db`].
     pub(crate) ks: Keyspace,
     /// Every database's data, `databases` slots; the slot of the database now in `ks` holds
     /// an empty placeholder.
@@ -224,8 +225,8 @@ impl Engine {
     }
 
     /// Swaps database `n` (< [`databases`](Self::databases)) into the keyspace: two
-    /// `mem::swap`s of a few words, so a client on another database costs O(1) per command
-    /// and database 0's hot path costs one comparison.
+    /// `mem::swap`s of a few words, done only when a command runs on another database than
+    /// the previous one, so the hot path costs one comparison.
     #[inline]
     pub fn use_db(&mut self, n: usize) {
         if self.ks.data.index != n {
@@ -365,8 +366,10 @@ impl Engine {
 
     pub fn cron(&mut self, now_us: u64) {
         // Active expiry in every database with volatile keys (Redis `activeExpireCycle` walks
-        // its databases the same way), each with the full budget; database 0 ends in `ks`.
-        for n in (0..self.dbs.len()).rev() {
+        // its databases the same way), each with the full budget; the database in use before
+        // is back in `ks` at the end.
+        let prev = self.current_db();
+        for n in 0..self.dbs.len() {
             if self.db(n).volatile_len() == 0 {
                 continue;
             }
@@ -375,7 +378,7 @@ impl Engine {
                 expire::active_cycle(&mut self.ks, now_us / 1000, expire::EXPIRE_KEYS_PER_CRON);
             self.stats.active_expired_keys += removed as u64;
         }
-        self.use_db(0);
+        self.use_db(prev);
         self.ks.lazy_free_step(expire::LAZY_FREE_PER_CRON);
         crate::evict::cron(self, now_us / 1000);
         // Keys the cycle (or eviction) removed become DEL effects; drained subscribers resume.

@@ -393,7 +393,8 @@ pub fn feed_snapshot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     // One pass: the entries first, then the header (which needs their count) is moved in
     // front of them; a memmove is far cheaper than a second walk over every key.
     let mut nkeys = 0usize;
-    for (k, en) in e.ks.iter_entries() {
+    // The feed carries database 0, whichever database this connection selected.
+    for (k, en) in e.db(0).iter_entries() {
         if !(matches(k) && live(en)) {
             continue;
         }

@@ -13,7 +13,8 @@
 //! The per-database part (map, volatile index, bytes, WATCHed keys) is a [`Db`] in
 //! `Keyspace::data`; everything else (counters, events, the feed log, the RNG) is shared, like
 //! Redis's `server` fields. The engine keeps the other databases' `Db`s and swaps the running
-//! client's one in with [`switch`] (O(1)), so the hot path is the same for every database.
+//! client's one in with [`switch`] (O(1), only when the database changes between commands),
+//! so the hot path is the same for every database.
 //! WATCH and blocking registries name keys by [`qualify`]d (database, key).
 //!
 //! # Time

@@ -26,8 +26,8 @@
 //! - [`keyspace`]: key → value + expiry (IndexMap + volatile index), lazy expiry on lookup,
 //!   O(1) sampling, a SCAN cursor with Redis's guarantee, O(1) memory accounting.
 //!   Databases (SELECT, MOVE, SWAPDB): `Engine` keeps one `keyspace::Db` per database and
-//!   swaps the running client's into its keyspace (`Engine::use_db`, O(1); database 0 is in
-//!   place between commands).
+//!   swaps the running client's into its keyspace (`Engine::use_db`, O(1), only when the
+//!   database changes between commands).
 //! - [`expire`]: the active, budgeted expiry cycle (Redis `expire.c`).
 //! - [`evict`]: `maxmemory`, the eviction policies (Redis `evict.c`), LRU/LFU access tracking,
 //!   the MEMORY command.

@@ -46,8 +46,8 @@ fn select_keeps_keys_apart_and_move_swapdb_flush() {
         cmd(&mut e, &mut c, "SELECT 16"),
         "-ERR DB index is out of range\r\n"
     );
-    // Between commands database 0 is the one in the keyspace.
-    assert_eq!(e.current_db(), 0);
+    // Between commands the last database used stays in the keyspace; views by index do not care.
+    assert_eq!(e.current_db(), 15);
     assert_eq!(e.dbsize(), 1);
     // MOVE: refused when the key exists there, then moved with its TTL.
     assert_eq!(cmd(&mut e, &mut c, "MOVE k 0"), ":0\r\n");
@@ -96,7 +96,7 @@ fn active_expiry_runs_in_every_database() {
     }
     assert_eq!(e.expires_count(), 0);
     assert_eq!(e.dataset_bytes(), 0);
-    assert_eq!(e.current_db(), 0);
+    assert_eq!(e.current_db(), 15, "cron puts back the database in use");
 }
 
 #[test]
@@ -230,4 +230,43 @@ fn eviction_takes_keys_from_every_database() {
         assert!(e.db(3).len() < 200 && e.db(9).len() < 200, "{policy}");
         assert_eq!(e.current_db(), 0);
     }
+}
+
+#[test]
+fn the_feed_carries_database_0_only() {
+    let mut e = engine();
+    let (mut f, mut w) = (client(99), client(2));
+    cmd(&mut e, &mut f, "FEED SUBSCRIBE");
+    let mut got: Vec<Delivery> = Vec::new();
+    e.take_deliveries(&mut got);
+    got.clear();
+    let effects = |e: &mut Engine| -> String {
+        let mut got: Vec<Delivery> = Vec::new();
+        e.take_deliveries(&mut got);
+        got.iter()
+            .filter(|d| d.client_id == 99)
+            .map(|d| String::from_utf8_lossy(&d.bytes).replace("\r\n", " "))
+            .collect()
+    };
+    cmd(&mut e, &mut w, "SET a 0");
+    assert!(effects(&mut e).contains("$3 SET $1 a $1 0"));
+    cmd(&mut e, &mut w, "SELECT 1");
+    cmd(&mut e, &mut w, "SET b 1");
+    cmd(&mut e, &mut w, "RPUSH l x");
+    cmd(&mut e, &mut w, "FLUSHDB");
+    assert_eq!(effects(&mut e), "", "nothing from database 1");
+    // MOVE into database 0 sends the key's new state; MOVE out of it deletes it.
+    cmd(&mut e, &mut w, "SET m 5");
+    assert_eq!(cmd(&mut e, &mut w, "MOVE m 0"), ":1\r\n");
+    let fx = effects(&mut e);
+    assert!(fx.contains("$1 m $1 5"), "{fx}");
+    cmd(&mut e, &mut w, "SELECT 0");
+    assert_eq!(cmd(&mut e, &mut w, "MOVE a 3"), ":1\r\n");
+    let fx = effects(&mut e);
+    assert!(fx.contains("DEL $1 a"), "{fx}");
+    // SWAPDB with database 0: start over from the new database 0.
+    cmd(&mut e, &mut w, "SELECT 3");
+    assert_eq!(cmd(&mut e, &mut w, "SWAPDB 3 0"), "+OK\r\n");
+    let fx = effects(&mut e);
+    assert!(fx.contains("FLUSHALL") && fx.contains("$1 a"), "{fx}");
 }

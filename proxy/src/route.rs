@@ -1,8 +1,8 @@
 //! Routing: what the proxy does with one parsed request. Pure apart from the [`Fleet`]
 //! counters it reads; no sockets.
 //!
-//! Keys are found from the shared command table (`engine_core::command`, Redis 7's own
-//! `first_key`/`last_key`/`step`), never from per-command predicates. A key goes to
+//! Keys are found by the shared command table's one key extractor (`engine_core::command::keys`,
+//! Redis 7.0's key specs and key finders), never from per-command predicates. A key goes to
 //! `instance_for_key(key, N)` (CRC16 hash slot, then jump consistent hash over slot blocks;
 //! `engine_core::slot`), instance `i` being the i-th `--backends` address.
 //!
@@ -11,7 +11,7 @@
 //! | one key (GET, SET, INCR, EXPIRE, …) | forward the original bytes to the key's instance |
 //! | MGET, DEL, UNLINK, EXISTS, TOUCH, MSET | one part per instance, merged in key order ([`crate::split`]); forwarded unsplit when every key is on one instance |
 //! | MSETNX, RENAME, RENAMENX, SINTER, SMOVE, LMOVE, other multi-key | forwarded if every key is on one instance; else MSETNX gets an `-ERR` (it cannot be atomic across instances) and the others `-CROSSSLOT` |
-//! | movable keys (ZUNIONSTORE, ZINTER, SINTERCARD, LMPOP, ZMPOP, … with `numkeys`) | keys found from the table's key specs ([`crate::keys`]), then as above; a malformed `numkeys` is forwarded to any instance, which answers the syntax error |
+//! | movable keys (ZUNIONSTORE, ZINTER, SINTERCARD, LMPOP, ZMPOP, … with `numkeys`) | keys found by the one key extractor (`engine_core::command::keys`), then as above; a malformed `numkeys` is forwarded to any instance, which answers the syntax error |
 //! | blocking (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, BRPOPLPUSH) | keys on one instance → [`Plan::Blocking`]: the client's dedicated connection to it ([`crate::dedicated`]); else `-CROSSSLOT` |
 //! | WATCH, MULTI, EXEC, DISCARD, UNWATCH | [`Plan::Watch`] / [`Plan::Multi`], then [`crate::tx`] decides while the transaction lasts; EXEC/DISCARD without MULTI get Redis's errors |
 //! | SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE, PUNSUBSCRIBE | [`Plan::PubSub`]: [`crate::pubsub`] |

@@ -341,6 +341,9 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
         Instant::now(),
     ) {
         Ok(mut d) => {
+            if ctx.fleet.cluster_publish {
+                d.instances = ctx.fleet.instances();
+            }
             if let Some(login) = &ctx.fleet.login {
                 d.send(login, None, 1); // the internal credential; its reply is dropped
             }

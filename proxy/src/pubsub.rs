@@ -6,7 +6,12 @@
 //! proxy client subscribed to `ch` is listening. Patterns may match channels of any
 //! instance, so `PSUBSCRIBE` is sent to every instance and each `PUBLISH` is delivered once
 //! (it runs on one instance only). A client that subscribes gets a dedicated connection per
-//! instance it needs (`crate::dedicated`), in subscribed mode.
+//! instance it needs (`crate::dedicated`), in subscribed mode. When the instances are
+//! cluster engines, each PUBLISH is also forwarded to every other engine (docs/cluster.md,
+//! "Pub/sub"): a channel subscriber still hears it once (only the channel's instance holds
+//! its subscription), and a pattern's `pmessage` is relayed only from the channel's instance
+//! (`dedicated::relay_pmessage`; keyspace notifications, which stay on their engine, from
+//! every instance).
 //!
 //! # Replies
 //!

@@ -118,6 +118,8 @@ pub enum ReplyMode {
 pub struct Fleet {
     /// `host:port` of each instance, in instance order.
     pub addrs: Vec<String>,
+    /// The instances forward PUBLISH to each other ([`crate::tls::ProxyLimits::cluster_publish`]).
+    pub cluster_publish: bool,
     /// Whether each instance's connection is up right now.
     pub up: Vec<bool>,
     /// Connected clients (INFO).
@@ -152,6 +154,7 @@ impl Fleet {
             backend_errors: 0,
             acl: engine_core::acl::Acl::new(),
             login: None,
+            cluster_publish: false,
         }
     }
 

@@ -11,8 +11,10 @@
 //!
 //! # Rules
 //!
-//! - **Lazy**: a peer is connected (non-blocking `connect`) on the first message for it; the
-//!   request `AUTH <requirepass>` goes first when the engine has one (fleets share a config).
+//! - **Lazy**: a peer is connected (non-blocking `connect`) on the first message for it. An
+//!   `AUTH` goes first when the fleet has authentication: as the internal user when
+//!   `recached start` passed its password (docs/security.md), else with the `requirepass`
+//!   the engine started with (the engines of a fleet share a config).
 //! - **Bounded**: at most [`QUEUE_CAP`] unsent bytes per peer; beyond that, messages to that
 //!   peer are dropped, like a Redis bus link over its limit.
 //! - **Best effort**: a failed connect, a write error or a closed link drops the peer's queue
@@ -60,11 +62,21 @@ struct Peer {
 #[derive(Default)]
 pub struct Bus {
     peers: Vec<Peer>,
+    /// The `AUTH` request sent first on every link; empty = none.
+    auth: Vec<u8>,
 }
 
 impl Bus {
-    /// One (unconnected) link per other engine of `cluster`.
-    pub fn new(cluster: &engine_core::cmd::cluster::Cluster) -> Bus {
+    /// One (unconnected) link per other engine of `cluster`; `requirepass` is the engine's.
+    pub fn new(cluster: &engine_core::cmd::cluster::Cluster, requirepass: &[u8]) -> Bus {
+        let mut auth = Vec::new();
+        let internal = std::env::var(engine_core::acl::INTERNAL_AUTH_ENV).unwrap_or_default();
+        if !internal.is_empty() {
+            let user = engine_core::acl::INTERNAL_USER.as_bytes();
+            resp::encode_request(&mut auth, &[&b"AUTH"[..], user, internal.as_bytes()]);
+        } else if !requirepass.is_empty() {
+            resp::encode_request(&mut auth, &[&b"AUTH"[..], requirepass]);
+        }
         let peers = cluster
             .peers()
             .map(|(_, host, port)| Peer {
@@ -79,7 +91,7 @@ impl Bus {
                 backoff_us: BACKOFF_MIN_US,
             })
             .collect();
-        Bus { peers }
+        Bus { peers, auth }
     }
 
     /// The peer a poll token belongs to, if any.
@@ -89,14 +101,14 @@ impl Bus {
     }
 
     /// Queues `bytes` (one request) for every peer, connecting the ones not yet connected.
-    pub fn send(&mut self, registry: &Registry, bytes: &[u8], requirepass: &[u8], now_us: u64) {
+    pub fn send(&mut self, registry: &Registry, bytes: &[u8], now_us: u64) {
         for i in 0..self.peers.len() {
             let p = &mut self.peers[i];
             if p.stream.is_none() {
                 if now_us < p.retry_at_us {
                     continue; // down: dropped
                 }
-                if let Err(e) = connect(p, registry, i, requirepass) {
+                if let Err(e) = connect(p, registry, i, &self.auth) {
                     self.fail(registry, i, now_us, &e);
                     continue;
                 }
@@ -181,7 +193,7 @@ impl Bus {
     }
 }
 
-fn connect(p: &mut Peer, registry: &Registry, i: usize, requirepass: &[u8]) -> io::Result<()> {
+fn connect(p: &mut Peer, registry: &Registry, i: usize, auth: &[u8]) -> io::Result<()> {
     let addr = match p.addr {
         Some(a) => a,
         None => {
@@ -204,9 +216,7 @@ fn connect(p: &mut Peer, registry: &Registry, i: usize, requirepass: &[u8]) -> i
     p.connected = false;
     p.out.clear();
     p.head = 0;
-    if !requirepass.is_empty() {
-        resp::encode_request(&mut p.out, &[&b"AUTH"[..], requirepass]);
-    }
+    p.out.extend_from_slice(auth);
     Ok(())
 }
 

@@ -563,9 +563,8 @@ impl EventLoop {
         for d in deliveries.drain(..) {
             if d.client_id == BUS_CLIENT_ID {
                 // A PUBLISH for the other engines (engine-core `cmd::pubsub`, "Cluster-wide").
-                let pass = &self.engine.config.acl.requirepass;
                 self.bus
-                    .send(self.poll.registry(), &d.bytes, pass, host::now_us());
+                    .send(self.poll.registry(), &d.bytes, host::now_us());
                 continue;
             }
             let Some(&key) = self.ids.get(&d.client_id) else {

@@ -149,7 +149,8 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
 
     let plain = listener.is_some();
     let mut event_loop = event_loop::EventLoop::new(listener, engine)?;
-    event_loop.set_bus(bus::Bus::new(&cluster));
+    let requirepass = event_loop.engine.config.acl.requirepass.clone();
+    event_loop.set_bus(bus::Bus::new(&cluster, &requirepass));
     if let Some((l, cfg)) = tls_listener {
         info!("TLS listening on {}", l.local_addr()?);
         event_loop.add_tls_listener(l, cfg)?;

@@ -115,7 +115,9 @@ pub fn is_message(frame: &[u8]) -> bool {
         Some(b'*' | b'>') => &frame[1..],
         _ => return false,
     };
-    body.starts_with(b"3\r\n$7\r\nmessage\r\n") || body.starts_with(b"4\r\n$8\r\npmessage\r\n")
+    body.starts_with(b"3\r\n$7\r\nmessage\r\n")
+        || body.starts_with(b"4\r\n$8\r\npmessage\r\n")
+        || body.starts_with(b"3\r\n$8\r\nsmessage\r\n")
 }
 
 pub struct Dedicated {

@@ -48,15 +48,19 @@ pub struct Subscriptions {
     // Ordered sets: `UNSUBSCRIBE` without arguments then answers in a stable order.
     channels: BTreeSet<Vec<u8>>,
     patterns: BTreeSet<Vec<u8>>,
+    /// Shard channels (SSUBSCRIBE), each on its channel's instance.
+    shard: BTreeSet<Vec<u8>>,
 }
 
-/// The four subscription commands.
+/// The six subscription commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Subscribe,
     Psubscribe,
     Unsubscribe,
     Punsubscribe,
+    Ssubscribe,
+    Sunsubscribe,
 }
 
 impl Kind {
@@ -66,6 +70,8 @@ impl Kind {
             (b"psubscribe", Kind::Psubscribe),
             (b"unsubscribe", Kind::Unsubscribe),
             (b"punsubscribe", Kind::Punsubscribe),
+            (b"ssubscribe", Kind::Ssubscribe),
+            (b"sunsubscribe", Kind::Sunsubscribe),
         ]
         .into_iter()
         .find(|(n, _)| name.eq_ignore_ascii_case(n))
@@ -78,7 +84,14 @@ impl Kind {
             Kind::Psubscribe => b"psubscribe",
             Kind::Unsubscribe => b"unsubscribe",
             Kind::Punsubscribe => b"punsubscribe",
+            Kind::Ssubscribe => b"ssubscribe",
+            Kind::Sunsubscribe => b"sunsubscribe",
         }
+    }
+
+    /// SSUBSCRIBE / SUNSUBSCRIBE: shard channels, counted apart in confirmations.
+    pub fn is_shard(self) -> bool {
+        matches!(self, Kind::Ssubscribe | Kind::Sunsubscribe)
     }
 
     fn is_pattern(self) -> bool {
@@ -86,7 +99,7 @@ impl Kind {
     }
 
     fn adds(self) -> bool {
-        matches!(self, Kind::Subscribe | Kind::Psubscribe)
+        matches!(self, Kind::Subscribe | Kind::Psubscribe | Kind::Ssubscribe)
     }
 }
 
@@ -123,15 +136,31 @@ impl Subscriptions {
         self.patterns.len()
     }
 
-    /// Whether the client is in subscribed mode.
+    /// Shard channels subscribed to (CLIENT LIST `ssub`).
+    pub fn shard_channels(&self) -> usize {
+        self.shard.len()
+    }
+
+    /// The count in a confirmation of `kind`: shard channels for SSUBSCRIBE/SUNSUBSCRIBE,
+    /// channels + patterns otherwise (Redis 7.0 counts the two apart).
+    fn count_for(&self, kind: Kind) -> usize {
+        if kind.is_shard() {
+            self.shard.len()
+        } else {
+            self.count()
+        }
+    }
+
+    /// Whether the client is in subscribed mode (any kind).
     pub fn active(&self) -> bool {
-        self.count() > 0
+        self.count() > 0 || !self.shard.is_empty()
     }
 
     /// Forgets everything (RESET; the dedicated connections are closed by the caller).
     pub fn clear(&mut self) {
         self.channels.clear();
         self.patterns.clear();
+        self.shard.clear();
     }
 
     /// Instances that need a dedicated connection before `kind` with `names` can run
@@ -141,6 +170,11 @@ impl Subscriptions {
             Kind::Subscribe => names
                 .iter()
                 .filter(|c| !self.channels.contains(**c))
+                .map(|c| instance_of(c, n))
+                .collect(),
+            Kind::Ssubscribe => names
+                .iter()
+                .filter(|c| !self.shard.contains(**c))
                 .map(|c| instance_of(c, n))
                 .collect(),
             Kind::Psubscribe if names.iter().any(|p| !self.patterns.contains(*p)) => {
@@ -169,6 +203,8 @@ impl Subscriptions {
         let names: Vec<&[u8]> = if names.is_empty() && !kind.adds() {
             let set = if kind.is_pattern() {
                 &self.patterns
+            } else if kind.is_shard() {
+                &self.shard
             } else {
                 &self.channels
             };
@@ -179,11 +215,13 @@ impl Subscriptions {
         };
         if names.is_empty() {
             // UNSUBSCRIBE with nothing subscribed: one confirmation with a nil name.
-            confirmation(&mut reply, kind, None, self.count(), proto);
+            confirmation(&mut reply, kind, None, self.count_for(kind), proto);
         }
         for name in names {
             let set = if kind.is_pattern() {
                 &mut self.patterns
+            } else if kind.is_shard() {
+                &mut self.shard
             } else {
                 &mut self.channels
             };
@@ -201,11 +239,29 @@ impl Subscriptions {
                     per_instance[instance_of(name, n)].push(name.to_vec());
                 }
             }
-            confirmation(&mut reply, kind, Some(name), self.count(), proto);
+            confirmation(&mut reply, kind, Some(name), self.count_for(kind), proto);
         }
-        let sends = per_instance
+        // An instance checks shard channels like keys: one request per slot (SUNSUBSCRIBE
+        // of every shard channel may name channels of several slots).
+        let per_instance: Vec<(usize, Vec<Vec<u8>>)> = per_instance
             .into_iter()
             .enumerate()
+            .flat_map(|(instance, list)| {
+                if !kind.is_shard() {
+                    return vec![(instance, list)];
+                }
+                let mut by_slot: std::collections::BTreeMap<u16, Vec<Vec<u8>>> = Default::default();
+                for name in list {
+                    by_slot
+                        .entry(engine_core::slot::key_slot(&name))
+                        .or_default()
+                        .push(name);
+                }
+                by_slot.into_values().map(|l| (instance, l)).collect()
+            })
+            .collect();
+        let sends = per_instance
+            .into_iter()
             .filter(|(_, list)| !list.is_empty())
             .map(|(instance, list)| {
                 let mut args: Vec<&[u8]> = Vec::with_capacity(1 + list.len());

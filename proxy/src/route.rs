@@ -333,9 +333,12 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             Ok(Some(i)) => Plan::Watch(i),
             _ => reply_static(CROSSSLOT),
         },
-        "publish" => Plan::Forward(instance_of(args.arg(1), n)),
+        "publish" | "spublish" => Plan::Forward(instance_of(args.arg(1), n)),
         "pubsub" => pubsub_introspection(args, spec, n),
         "subscribe" | "psubscribe" | "unsubscribe" | "punsubscribe" => {
+            Plan::PubSub(pubsub::Kind::from_name(spec.name.as_bytes()).expect("a subscription"))
+        }
+        "ssubscribe" | "sunsubscribe" => {
             Plan::PubSub(pubsub::Kind::from_name(spec.name.as_bytes()).expect("a subscription"))
         }
         _ if spec.has_flag(Flags::PUBSUB) => {
@@ -415,9 +418,9 @@ fn pubsub_introspection<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, 
         return Plan::Reply(arity_error(sub_spec.name).into());
     }
     match sub_spec.short_name() {
-        "channels" => fan_out(Merge::Concat),
+        "channels" | "shardchannels" => fan_out(Merge::Concat),
         "numpat" => fan_out(Merge::Max),
-        "numsub" => {
+        "numsub" | "shardnumsub" => {
             let mut owner = None;
             for i in 2..args.argc() {
                 let inst = instance_of(args.arg(i), n);

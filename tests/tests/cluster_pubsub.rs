@@ -279,3 +279,136 @@ fn publish_reaches_every_engine_once_and_survives_a_peer_restart() {
         assert!(Instant::now() < deadline, "forwarding did not resume");
     }
 }
+
+/// `recached start --engines 2` (cluster engines and their proxy) on free ports.
+struct StartedFleet {
+    sup: Proc,
+    dir: std::path::PathBuf,
+    proxy: u16,
+    engines: [u16; 2],
+}
+
+impl StartedFleet {
+    fn start() -> StartedFleet {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("cluster-pubsub-fleet-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let base = free_port_run(2);
+        let engines = [base, base + 1];
+        let proxy = free_port_except(&engines);
+        let mut cmd = Command::new(recached_bin());
+        cmd.arg("start")
+            .args(["--engines", "2", "--bind", "127.0.0.1"])
+            .args(["--proxy-port", &proxy.to_string()])
+            .args(["--engine-port-base", &base.to_string()])
+            .arg("--dir")
+            .arg(dir.join("data"));
+        let mut sup = Proc::spawn("cluster-pubsub-fleet", cmd);
+        sup.wait_port(proxy, Duration::from_secs(30));
+        for p in engines {
+            sup.wait_port(p, Duration::from_secs(30));
+        }
+        StartedFleet {
+            sup,
+            dir,
+            proxy,
+            engines,
+        }
+    }
+}
+
+impl Drop for StartedFleet {
+    fn drop(&mut self) {
+        teardown_fleet(&mut self.sup, &self.dir.join("data/state.toml"), &self.dir);
+    }
+}
+
+/// Through the proxy of a cluster fleet: SSUBSCRIBE / SPUBLISH by the channel's engine in
+/// RESP2 and RESP3, CROSSSLOT across slots, SHARDCHANNELS / SHARDNUMSUB, and channel and
+/// pattern subscribers hearing a PUBLISH sent to either engine directly exactly once.
+#[test]
+fn sharded_and_cluster_pubsub_through_the_proxy() {
+    let f = StartedFleet::start();
+    let ch = (0..)
+        .map(|i| format!("s{i}"))
+        .find(|c| instance_for_key(c.as_bytes(), 2) == 1)
+        .unwrap();
+    let other = (0..)
+        .map(|i| format!("t{i}"))
+        .find(|c| key_slot(c.as_bytes()) != key_slot(ch.as_bytes()))
+        .unwrap();
+    let mut s2 = Resp::connect(f.proxy);
+    let mut s3 = Resp::connect(f.proxy);
+    let mut publisher = Resp::connect(f.proxy);
+    assert_eq!(
+        cmd(&mut s2, &["SSUBSCRIBE", &ch, &other]),
+        "-CROSSSLOT Keys in request don't hash to the same slot\\r\\n"
+    );
+    let sframe = |head: &str, kind: &str, count: i64| {
+        format!(
+            "{head}3\\r\\n${}\\r\\n{kind}\\r\\n${}\\r\\n{ch}\\r\\n:{count}\\r\\n",
+            kind.len(),
+            ch.len()
+        )
+    };
+    assert_eq!(
+        cmd(&mut s2, &["SSUBSCRIBE", &ch]),
+        sframe("*", "ssubscribe", 1)
+    );
+    assert!(cmd(&mut s3, &["HELLO", "3"]).starts_with('%'));
+    assert_eq!(
+        cmd(&mut s3, &["SSUBSCRIBE", &ch]),
+        sframe(">", "ssubscribe", 1)
+    );
+    assert_eq!(cmd(&mut publisher, &["SPUBLISH", &ch, "m"]), ":2\\r\\n");
+    let msg = |head: &str| {
+        format!(
+            "{head}3\\r\\n$8\\r\\nsmessage\\r\\n${}\\r\\n{ch}\\r\\n$1\\r\\nm\\r\\n",
+            ch.len()
+        )
+    };
+    assert_eq!(next(&mut s2), msg("*"));
+    assert_eq!(next(&mut s3), msg(">"));
+    assert_eq!(
+        cmd(&mut publisher, &["PUBSUB", "SHARDNUMSUB", &ch]),
+        format!("*2\\r\\n${}\\r\\n{ch}\\r\\n:2\\r\\n", ch.len())
+    );
+    assert_eq!(
+        cmd(&mut publisher, &["PUBSUB", "SHARDCHANNELS"]),
+        format!("*1\\r\\n${}\\r\\n{ch}\\r\\n", ch.len())
+    );
+    assert!(cmd(&mut s2, &["GET", "k"]).starts_with("-ERR Can't execute 'get'"));
+    assert_eq!(
+        cmd(&mut s2, &["SUNSUBSCRIBE"]),
+        sframe("*", "sunsubscribe", 0)
+    );
+    assert_eq!(cmd(&mut s2, &["PING"]), "+PONG\\r\\n");
+    assert_eq!(
+        cmd(&mut s3, &["SUNSUBSCRIBE", &ch]),
+        sframe(">", "sunsubscribe", 0)
+    );
+
+    // PUBLISH straight to either engine: the proxy's channel and pattern subscribers hear it
+    // once.
+    let mut sub = Resp::connect(f.proxy);
+    let mut psub = Resp::connect(f.proxy);
+    cmd(&mut sub, &["SUBSCRIBE", "news"]);
+    cmd(&mut psub, &["PSUBSCRIBE", "ne*"]);
+    for (i, port) in f.engines.into_iter().chain([f.proxy]).enumerate() {
+        let payload = format!("via{i}");
+        cmd(&mut Resp::connect(port), &["PUBLISH", "news", &payload]);
+        assert_eq!(
+            next(&mut sub),
+            format!("*3\\r\\n$7\\r\\nmessage\\r\\n$4\\r\\nnews\\r\\n$4\\r\\n{payload}\\r\\n")
+        );
+        assert_eq!(
+            next(&mut psub),
+            format!(
+                "*4\\r\\n$8\\r\\npmessage\\r\\n$3\\r\\nne*\\r\\n$4\\r\\nnews\\r\\n$4\\r\\n{payload}\\r\\n"
+            )
+        );
+        assert_quiet(&mut sub, "channel subscriber, exactly once");
+        assert_quiet(&mut psub, "pattern subscriber, exactly once");
+    }
+}

@@ -33,8 +33,14 @@
 //! While subscribed (count > 0) a RESP2 client may only send (P)SUBSCRIBE, (P)UNSUBSCRIBE,
 //! PING, QUIT and RESET; anything else gets Redis 7's RESP2 error text. A RESP3 client may
 //! send anything, as with Redis. PING answers
-//! `*2 pong <arg or "">` as Redis does in that mode. Sharded pub/sub (SSUBSCRIBE) is not
-//! supported.
+//! `*2 pong <arg or "">` as Redis does in that mode.
+//!
+//! # Shard channels
+//! SSUBSCRIBE / SUNSUBSCRIBE go to the channel's instance, like SUBSCRIBE, one request per
+//! slot (an instance answers `-CROSSSLOT` to shard channels of several slots, and so does the
+//! proxy to a client's request naming several: `crate::exec`). Their confirmations count the
+//! client's shard channels only, as Redis 7.0 does; subscribed mode counts every kind.
+//! `smessage` frames are relayed like messages.
 
 use std::collections::BTreeSet;
 
@@ -339,6 +345,31 @@ mod tests {
             .map(|i| format!("ch{i}").into_bytes())
             .find(|c| instance_of(c, 2) == instance)
             .unwrap()
+    }
+
+    /// Shard channels: confirmations count shard channels only, one request per slot, and
+    /// they keep the client in subscribed mode.
+    #[test]
+    fn shard_channels_count_apart_and_go_one_slot_per_request() {
+        let mut s = Subscriptions::default();
+        s.apply(Kind::Subscribe, &[b"news"], 2);
+        let c = s.apply(Kind::Ssubscribe, &[b"{t}a", b"{t}b"], 2);
+        assert_eq!(
+            c.reply,
+            b"*3\r\n$10\r\nssubscribe\r\n$4\r\n{t}a\r\n:1\r\n\
+              *3\r\n$10\r\nssubscribe\r\n$4\r\n{t}b\r\n:2\r\n"
+                .to_vec()
+        );
+        assert_eq!(c.sends.len(), 1);
+        assert_eq!(c.sends[0].instance, instance_of(b"{t}a", 2));
+        s.apply(Kind::Ssubscribe, &[b"x"], 2);
+        // SUNSUBSCRIBE of everything: channels of different slots, separate requests.
+        let c = s.apply(Kind::Sunsubscribe, &[], 2);
+        assert_eq!(c.sends.len(), 2);
+        assert_eq!(c.sends.iter().map(|s| s.frames).sum::<u32>(), 3);
+        assert!(s.active());
+        s.apply(Kind::Unsubscribe, &[], 2);
+        assert!(!s.active());
     }
 
     #[test]

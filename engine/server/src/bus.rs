@@ -18,9 +18,9 @@
 //! - **Bounded**: at most [`QUEUE_CAP`] unsent bytes per peer; beyond that, messages to that
 //!   peer are dropped, like a Redis bus link over its limit.
 //! - **Best effort**: a failed connect, a write error or a closed link drops the peer's queue
-//!   and marks it down for a backoff ([`BACKOFF_MIN_US`] doubling up to [`BACKOFF_MAX_US`]);
-//!   messages for a down peer are dropped until the backoff ends, and the next message after
-//!   it reconnects. Redis's cluster bus gives no delivery guarantee either.
+//!   and marks it down: a link that was up is reconnected by the next message; a failed
+//!   connect backs off ([`BACKOFF_MIN_US`] doubling up to [`BACKOFF_MAX_US`]), messages for
+//!   the peer being dropped until the backoff ends. Redis's cluster bus gives no delivery guarantee either.
 //! - **Never blocks the loop**: sockets are non-blocking and edge-triggered; replies (`:N`) are
 //!   read and discarded. Host names are resolved once, when a peer is first connected
 //!   (topologies normally name IP addresses; a wildcard host means this machine).
@@ -185,11 +185,19 @@ impl Bus {
         } else {
             debug!("cluster bus: cannot reach {}:{}: {e}", p.host, p.port);
         }
+        // A link that was up (e.g. closed by the peer's idle `timeout`) is retried on the
+        // next message; failed connects back off.
+        p.retry_at_us = if p.connected {
+            now_us
+        } else {
+            now_us + p.backoff_us
+        };
+        if !p.connected {
+            p.backoff_us = (p.backoff_us * 2).min(BACKOFF_MAX_US);
+        }
         p.connected = false;
         p.out = Vec::new();
         p.head = 0;
-        p.retry_at_us = now_us + p.backoff_us;
-        p.backoff_us = (p.backoff_us * 2).min(BACKOFF_MAX_US);
     }
 }
 

@@ -14,9 +14,9 @@
 //! | movable keys (ZUNIONSTORE, ZINTER, SINTERCARD, LMPOP, ZMPOP, … with `numkeys`) | keys found by the one key extractor (`engine_core::command::keys`), then as above; a malformed `numkeys` is forwarded to any instance, which answers the syntax error |
 //! | blocking (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, BRPOPLPUSH) | keys on one instance → [`Plan::Blocking`]: the client's dedicated connection to it ([`crate::dedicated`]); else `-CROSSSLOT` |
 //! | WATCH, MULTI, EXEC, DISCARD, UNWATCH | [`Plan::Watch`] / [`Plan::Multi`], then [`crate::tx`] decides while the transaction lasts; EXEC/DISCARD without MULTI get Redis's errors |
-//! | SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE, PUNSUBSCRIBE | [`Plan::PubSub`]: [`crate::pubsub`] |
-//! | PUBLISH | forwarded to the channel's instance (channels are routed like keys) |
-//! | PUBSUB CHANNELS / NUMPAT | every instance: channels concatenated / the largest count (each proxy pattern subscription is held by every instance) ; NUMSUB forwarded when its channels share an instance |
+//! | SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE, PUNSUBSCRIBE, SSUBSCRIBE, SUNSUBSCRIBE | [`Plan::PubSub`]: [`crate::pubsub`] (shard channels of several slots: `-CROSSSLOT`) |
+//! | PUBLISH, SPUBLISH | forwarded to the channel's instance (channels are routed like keys) |
+//! | PUBSUB CHANNELS / SHARDCHANNELS / NUMPAT | every instance: channels concatenated / the largest count (each proxy pattern subscription is held by every instance) ; NUMSUB / SHARDNUMSUB forwarded when their channels share an instance |
 //! | PING, ECHO, QUIT, SELECT, HELLO, RESET, CLIENT SETNAME/GETNAME/ID/SETINFO/NO-EVICT/NO-TOUCH, WAIT (`:0`, no replicas; Redis's argument errors) | answered by the proxy |
 //! | CLIENT REPLY ON/OFF/SKIP | the session's [`ReplyMode`]; `crate::exec` makes the reply slots of OFF/SKIP requests silent |
 //! | CLIENT LIST / INFO / KILL | [`Plan::Clients`]: the event loop answers over the proxy's own clients ([`crate::clients`]) |
@@ -25,7 +25,7 @@
 //! | CONFIG SET | [`Plan::ConfigSet`]: `CONFIG GET` of its names then the request, on every instance; all or nothing ([`Merge::ConfigSet`]: the error of the first instance that refused, answered once the others got their old values back) |
 //! | SCAN | one instance at a time, the instance encoded in the cursor ([`crate::split::scan_cursor_decode`]) |
 //! | COMMAND, TIME, CONFIG GET, MEMORY DOCTOR / STATS / MALLOC-STATS (one instance's figures), every `… HELP`, an unknown CONFIG/MEMORY/OBJECT subcommand | forwarded to the first instance that is up |
-//! | unknown, CONFIG REWRITE, CLIENT PAUSE/TRACKING/…, SSUBSCRIBE, other keyless | `-ERR` naming the command; the connection stays open |
+//! | unknown, CONFIG REWRITE, CLIENT PAUSE/TRACKING/…, other keyless | `-ERR` naming the command; the connection stays open |
 //!
 //! Arity is checked here with the table's arity and Redis's exact error text, so a malformed
 //! request never reaches key extraction.
@@ -119,6 +119,8 @@ pub enum ReplyMode {
 pub struct Fleet {
     /// `host:port` of each instance, in instance order.
     pub addrs: Vec<String>,
+    /// The instances forward PUBLISH to each other ([`crate::tls::ProxyLimits::cluster_publish`]).
+    pub cluster_publish: bool,
     /// Whether each instance's connection is up right now.
     pub up: Vec<bool>,
     /// Connected clients (INFO).
@@ -153,6 +155,7 @@ impl Fleet {
             backend_errors: 0,
             acl: engine_core::acl::Acl::new(),
             login: None,
+            cluster_publish: false,
         }
     }
 
@@ -331,9 +334,12 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             Ok(Some(i)) => Plan::Watch(i),
             _ => reply_static(CROSSSLOT),
         },
-        "publish" => Plan::Forward(instance_of(args.arg(1), n)),
+        "publish" | "spublish" => Plan::Forward(instance_of(args.arg(1), n)),
         "pubsub" => pubsub_introspection(args, spec, n),
         "subscribe" | "psubscribe" | "unsubscribe" | "punsubscribe" => {
+            Plan::PubSub(pubsub::Kind::from_name(spec.name.as_bytes()).expect("a subscription"))
+        }
+        "ssubscribe" | "sunsubscribe" => {
             Plan::PubSub(pubsub::Kind::from_name(spec.name.as_bytes()).expect("a subscription"))
         }
         _ if spec.has_flag(Flags::PUBSUB) => {
@@ -413,9 +419,9 @@ fn pubsub_introspection<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, 
         return Plan::Reply(arity_error(sub_spec.name).into());
     }
     match sub_spec.short_name() {
-        "channels" => fan_out(Merge::Concat),
+        "channels" | "shardchannels" => fan_out(Merge::Concat),
         "numpat" => fan_out(Merge::Max),
-        "numsub" => {
+        "numsub" | "shardnumsub" => {
             let mut owner = None;
             for i in 2..args.argc() {
                 let inst = instance_of(args.arg(i), n);

@@ -291,7 +291,7 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
     let _ = write!(
         s,
         "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={flags} db=0 sub={} psub={} \
-         ssub=0 multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
+         ssub={} multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
          tot-mem=0 events=r cmd={} user={} redir=-1 resp={}",
         client.id,
         client.addr,
@@ -302,6 +302,7 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
         idle,
         client.subs.channels(),
         client.subs.patterns(),
+        client.subs.shard_channels(),
         cmd,
         client.auth.name(),
         client.proto.version()

@@ -252,7 +252,10 @@ def main():
     for i in sorted(infos, key=lambda i: i[1][0][1]):
         sys.stdout.write(spec(i, docs, impl, cflags, kflags, 4))
     print('];')
-    missing = impl - {export_name(n) for n in docs} - {'feed', 'feed_help', 'feed_snapshot', 'feed_subscribe'}
+    # Handlers of recached-only rows (extra.rs) are bound there, by hand.
+    with open(os.path.join(os.path.dirname(HANDLERS), 'extra.rs')) as f:
+        extra = set(re.findall(r'\bh::(\w+)', f.read()))
+    missing = impl - {export_name(n) for n in docs} - extra
     if missing:
         sys.exit('handlers.rs exports names that are no Redis row: %s' % sorted(missing))
 

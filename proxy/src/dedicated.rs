@@ -115,7 +115,9 @@ pub fn is_message(frame: &[u8]) -> bool {
         Some(b'*' | b'>') => &frame[1..],
         _ => return false,
     };
-    body.starts_with(b"3\r\n$7\r\nmessage\r\n") || body.starts_with(b"4\r\n$8\r\npmessage\r\n")
+    body.starts_with(b"3\r\n$7\r\nmessage\r\n")
+        || body.starts_with(b"4\r\n$8\r\npmessage\r\n")
+        || body.starts_with(b"3\r\n$8\r\nsmessage\r\n")
 }
 
 pub struct Dedicated {
@@ -133,6 +135,43 @@ pub struct Dedicated {
     pub dirty: bool,
     /// Switched to RESP3 with `HELLO 3` (its owner is a RESP3 client).
     pub resp3: bool,
+    /// Instances of a fleet whose engines forward PUBLISH to each other; 0 otherwise. Then a
+    /// `pmessage` (patterns are subscribed on every instance) is relayed only from its
+    /// channel's instance ([`relay_pmessage`]).
+    pub instances: usize,
+}
+
+/// Whether a `pmessage` frame read from `instance`'s connection is relayed, when every one of
+/// `n` instances delivers each PUBLISH (cluster engines forward it): only the channel's own
+/// instance relays it, so the client gets it once. Keyspace notifications
+/// (`__keyspace@…`/`__keyevent@…`) are not forwarded between engines, so each engine's own
+/// are relayed.
+pub fn relay_pmessage(frame: &[u8], instance: usize, n: usize) -> bool {
+    // `*4\r\n$8\r\npmessage\r\n$<len>\r\n<pattern>\r\n$<len>\r\n<channel>\r\n…`
+    let Some(rest) = frame
+        .get(1..)
+        .and_then(|b| b.strip_prefix(b"4\r\n$8\r\npmessage\r\n"))
+    else {
+        return true;
+    };
+    let Some((_pattern, rest)) = bulk(rest) else {
+        return true;
+    };
+    let Some((channel, _)) = bulk(rest) else {
+        return true;
+    };
+    channel.starts_with(b"__keyspace@")
+        || channel.starts_with(b"__keyevent@")
+        || crate::route::instance_of(channel, n) == instance
+}
+
+/// One `$<len>\r\n<bytes>\r\n` at the start of `b`: the bytes and what follows.
+fn bulk(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    let b = b.strip_prefix(b"$")?;
+    let end = b.iter().position(|&c| c == b'\r')?;
+    let len = usize::try_from(resp::parse_i64(&b[..end])?).ok()?;
+    let body = b.get(end + 2..end + 2 + len)?;
+    Some((body, b.get(end + 4 + len..)?))
 }
 
 impl Dedicated {
@@ -158,6 +197,7 @@ impl Dedicated {
             pubsub: false,
             dirty: false,
             resp3: false,
+            instances: 0,
         })
     }
 
@@ -178,12 +218,16 @@ impl Dedicated {
             wire,
             inflight,
             pubsub,
+            instance,
+            instances,
             ..
         } = self;
         wire.frames(|frame| {
             // A RESP3 push is never a reply, whatever ran since the last SUBSCRIBE.
             if (*pubsub || frame.first() == Some(&b'>')) && is_message(frame) {
-                each(Incoming::Message(frame));
+                if *instances < 2 || relay_pmessage(frame, *instance, *instances) {
+                    each(Incoming::Message(frame));
+                }
                 return Ok(());
             }
             let Some(front) = inflight.front_mut() else {
@@ -207,6 +251,28 @@ impl Dedicated {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Cluster engines deliver a PUBLISH on every instance: a pattern subscriber's copy is
+    /// relayed from the channel's instance only; keyspace events from every instance.
+    #[test]
+    fn pmessages_relayed_once_from_the_channels_instance() {
+        let frame = |ch: &str| {
+            format!(
+                "*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n${}\r\n{ch}\r\n$1\r\nx\r\n",
+                ch.len()
+            )
+            .into_bytes()
+        };
+        let ch = "news";
+        let owner = crate::route::instance_of(ch.as_bytes(), 3);
+        let relayed: Vec<usize> = (0..3)
+            .filter(|&i| relay_pmessage(&frame(ch), i, 3))
+            .collect();
+        assert_eq!(relayed, vec![owner]);
+        assert!((0..3).all(|i| relay_pmessage(&frame("__keyevent@0__:set"), i, 3)));
+        let push = b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n";
+        assert!((0..3).all(|i| relay_pmessage(push, i, 3)));
+    }
 
     #[test]
     fn messages_are_told_from_confirmations() {

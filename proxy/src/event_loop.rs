@@ -157,7 +157,8 @@ impl Proxy {
                 ));
             }
         };
-        let fleet = Fleet::new(backends.iter().map(|(n, _)| n.clone()).collect(), port);
+        let mut fleet = Fleet::new(backends.iter().map(|(n, _)| n.clone()).collect(), port);
+        fleet.cluster_publish = limits.cluster_publish;
         // Instance i's RESP2 link is backends[i], its RESP3 link backends[n + i]: dormant
         // until the first RESP3 client (`crate::exec`, "RESP3 clients").
         let resp3 = backends.iter().enumerate().map(|(i, (name, addr))| {

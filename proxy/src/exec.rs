@@ -267,8 +267,20 @@ fn subscription<A: Args + ?Sized>(
 ) -> Flow {
     let n = ctx.fleet.instances();
     let names: Vec<&[u8]> = (1..args.argc()).map(|i| args.arg(i)).collect();
-    let nothing_to_send =
-        matches!(kind, Kind::Unsubscribe | Kind::Punsubscribe) && !me.session.subs.active();
+    // Shard channels of several slots: CROSSSLOT, as a Redis Cluster node answers.
+    if kind.is_shard()
+        && let Some((first, rest)) = names.split_first()
+        && rest
+            .iter()
+            .any(|c| engine_core::slot::key_slot(c) != engine_core::slot::key_slot(first))
+    {
+        me.replies.push_local(route::CROSSSLOT, false);
+        return Flow::Continue;
+    }
+    let nothing_to_send = matches!(
+        kind,
+        Kind::Unsubscribe | Kind::Punsubscribe | Kind::Sunsubscribe
+    ) && !me.session.subs.active();
     if !nothing_to_send && !me.enter_lane(Lane::PubSub) {
         return Flow::Wait;
     }
@@ -291,7 +303,7 @@ fn subscription<A: Args + ?Sized>(
         let found = me.conns.iter().find(|(i, _)| *i == send.instance);
         match found.and_then(|&(_, id)| Some((id, ctx.dedicated.get_mut(id)?))) {
             Some((id, d)) => {
-                if matches!(kind, Kind::Subscribe | Kind::Psubscribe) {
+                if matches!(kind, Kind::Subscribe | Kind::Psubscribe | Kind::Ssubscribe) {
                     d.pubsub = true;
                 }
                 d.send(&send.request, Some(waiter), send.frames);
@@ -341,6 +353,9 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
         Instant::now(),
     ) {
         Ok(mut d) => {
+            if ctx.fleet.cluster_publish {
+                d.instances = ctx.fleet.instances();
+            }
             if let Some(login) = &ctx.fleet.login {
                 d.send(login, None, 1); // the internal credential; its reply is dropped
             }

@@ -14,6 +14,8 @@
 //!
 //! - [`route`]: what to do with one request (forward by key, split, fan out, answer locally,
 //!   use a dedicated connection, refuse with `-ERR`), from the shared command table. Pure.
+//! - [`connection`]: what the proxy answers about the connection itself (HELLO, CLIENT, its
+//!   own INFO sections), for `route`. Pure.
 //! - [`split`]: splitting MGET/MSET/DEL/UNLINK/EXISTS/TOUCH by instance and merging replies
 //!   in key order; SCAN cursor encoding. Pure.
 //! - [`tx`]: WATCH / MULTI / EXEC / DISCARD / UNWATCH on one instance. Pure.
@@ -60,6 +62,7 @@ pub mod auth;
 mod backend;
 mod client;
 pub mod clients;
+pub mod connection;
 mod dedicated;
 mod event_loop;
 mod exec;

@@ -6,7 +6,12 @@
 //! proxy client subscribed to `ch` is listening. Patterns may match channels of any
 //! instance, so `PSUBSCRIBE` is sent to every instance and each `PUBLISH` is delivered once
 //! (it runs on one instance only). A client that subscribes gets a dedicated connection per
-//! instance it needs (`crate::dedicated`), in subscribed mode.
+//! instance it needs (`crate::dedicated`), in subscribed mode. When the instances are
+//! cluster engines, each PUBLISH is also forwarded to every other engine (docs/cluster.md,
+//! "Pub/sub"): a channel subscriber still hears it once (only the channel's instance holds
+//! its subscription), and a pattern's `pmessage` is relayed only from the channel's instance
+//! (`dedicated::relay_pmessage`; keyspace notifications, which stay on their engine, from
+//! every instance).
 //!
 //! # Replies
 //!
@@ -28,8 +33,14 @@
 //! While subscribed (count > 0) a RESP2 client may only send (P)SUBSCRIBE, (P)UNSUBSCRIBE,
 //! PING, QUIT and RESET; anything else gets Redis 7's RESP2 error text. A RESP3 client may
 //! send anything, as with Redis. PING answers
-//! `*2 pong <arg or "">` as Redis does in that mode. Sharded pub/sub (SSUBSCRIBE) is not
-//! supported.
+//! `*2 pong <arg or "">` as Redis does in that mode.
+//!
+//! # Shard channels
+//! SSUBSCRIBE / SUNSUBSCRIBE go to the channel's instance, like SUBSCRIBE, one request per
+//! slot (an instance answers `-CROSSSLOT` to shard channels of several slots, and so does the
+//! proxy to a client's request naming several: `crate::exec`). Their confirmations count the
+//! client's shard channels only, as Redis 7.0 does; subscribed mode counts every kind.
+//! `smessage` frames are relayed like messages.
 
 use std::collections::BTreeSet;
 
@@ -43,15 +54,19 @@ pub struct Subscriptions {
     // Ordered sets: `UNSUBSCRIBE` without arguments then answers in a stable order.
     channels: BTreeSet<Vec<u8>>,
     patterns: BTreeSet<Vec<u8>>,
+    /// Shard channels (SSUBSCRIBE), each on its channel's instance.
+    shard: BTreeSet<Vec<u8>>,
 }
 
-/// The four subscription commands.
+/// The six subscription commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Subscribe,
     Psubscribe,
     Unsubscribe,
     Punsubscribe,
+    Ssubscribe,
+    Sunsubscribe,
 }
 
 impl Kind {
@@ -61,6 +76,8 @@ impl Kind {
             (b"psubscribe", Kind::Psubscribe),
             (b"unsubscribe", Kind::Unsubscribe),
             (b"punsubscribe", Kind::Punsubscribe),
+            (b"ssubscribe", Kind::Ssubscribe),
+            (b"sunsubscribe", Kind::Sunsubscribe),
         ]
         .into_iter()
         .find(|(n, _)| name.eq_ignore_ascii_case(n))
@@ -73,7 +90,14 @@ impl Kind {
             Kind::Psubscribe => b"psubscribe",
             Kind::Unsubscribe => b"unsubscribe",
             Kind::Punsubscribe => b"punsubscribe",
+            Kind::Ssubscribe => b"ssubscribe",
+            Kind::Sunsubscribe => b"sunsubscribe",
         }
+    }
+
+    /// SSUBSCRIBE / SUNSUBSCRIBE: shard channels, counted apart in confirmations.
+    pub fn is_shard(self) -> bool {
+        matches!(self, Kind::Ssubscribe | Kind::Sunsubscribe)
     }
 
     fn is_pattern(self) -> bool {
@@ -81,7 +105,7 @@ impl Kind {
     }
 
     fn adds(self) -> bool {
-        matches!(self, Kind::Subscribe | Kind::Psubscribe)
+        matches!(self, Kind::Subscribe | Kind::Psubscribe | Kind::Ssubscribe)
     }
 }
 
@@ -118,15 +142,31 @@ impl Subscriptions {
         self.patterns.len()
     }
 
-    /// Whether the client is in subscribed mode.
+    /// Shard channels subscribed to (CLIENT LIST `ssub`).
+    pub fn shard_channels(&self) -> usize {
+        self.shard.len()
+    }
+
+    /// The count in a confirmation of `kind`: shard channels for SSUBSCRIBE/SUNSUBSCRIBE,
+    /// channels + patterns otherwise (Redis 7.0 counts the two apart).
+    fn count_for(&self, kind: Kind) -> usize {
+        if kind.is_shard() {
+            self.shard.len()
+        } else {
+            self.count()
+        }
+    }
+
+    /// Whether the client is in subscribed mode (any kind).
     pub fn active(&self) -> bool {
-        self.count() > 0
+        self.count() > 0 || !self.shard.is_empty()
     }
 
     /// Forgets everything (RESET; the dedicated connections are closed by the caller).
     pub fn clear(&mut self) {
         self.channels.clear();
         self.patterns.clear();
+        self.shard.clear();
     }
 
     /// Instances that need a dedicated connection before `kind` with `names` can run
@@ -136,6 +176,11 @@ impl Subscriptions {
             Kind::Subscribe => names
                 .iter()
                 .filter(|c| !self.channels.contains(**c))
+                .map(|c| instance_of(c, n))
+                .collect(),
+            Kind::Ssubscribe => names
+                .iter()
+                .filter(|c| !self.shard.contains(**c))
                 .map(|c| instance_of(c, n))
                 .collect(),
             Kind::Psubscribe if names.iter().any(|p| !self.patterns.contains(*p)) => {
@@ -164,6 +209,8 @@ impl Subscriptions {
         let names: Vec<&[u8]> = if names.is_empty() && !kind.adds() {
             let set = if kind.is_pattern() {
                 &self.patterns
+            } else if kind.is_shard() {
+                &self.shard
             } else {
                 &self.channels
             };
@@ -174,11 +221,13 @@ impl Subscriptions {
         };
         if names.is_empty() {
             // UNSUBSCRIBE with nothing subscribed: one confirmation with a nil name.
-            confirmation(&mut reply, kind, None, self.count(), proto);
+            confirmation(&mut reply, kind, None, self.count_for(kind), proto);
         }
         for name in names {
             let set = if kind.is_pattern() {
                 &mut self.patterns
+            } else if kind.is_shard() {
+                &mut self.shard
             } else {
                 &mut self.channels
             };
@@ -196,11 +245,29 @@ impl Subscriptions {
                     per_instance[instance_of(name, n)].push(name.to_vec());
                 }
             }
-            confirmation(&mut reply, kind, Some(name), self.count(), proto);
+            confirmation(&mut reply, kind, Some(name), self.count_for(kind), proto);
         }
-        let sends = per_instance
+        // An instance checks shard channels like keys: one request per slot (SUNSUBSCRIBE
+        // of every shard channel may name channels of several slots).
+        let per_instance: Vec<(usize, Vec<Vec<u8>>)> = per_instance
             .into_iter()
             .enumerate()
+            .flat_map(|(instance, list)| {
+                if !kind.is_shard() {
+                    return vec![(instance, list)];
+                }
+                let mut by_slot: std::collections::BTreeMap<u16, Vec<Vec<u8>>> = Default::default();
+                for name in list {
+                    by_slot
+                        .entry(engine_core::slot::key_slot(&name))
+                        .or_default()
+                        .push(name);
+                }
+                by_slot.into_values().map(|l| (instance, l)).collect()
+            })
+            .collect();
+        let sends = per_instance
+            .into_iter()
             .filter(|(_, list)| !list.is_empty())
             .map(|(instance, list)| {
                 let mut args: Vec<&[u8]> = Vec::with_capacity(1 + list.len());
@@ -278,6 +345,31 @@ mod tests {
             .map(|i| format!("ch{i}").into_bytes())
             .find(|c| instance_of(c, 2) == instance)
             .unwrap()
+    }
+
+    /// Shard channels: confirmations count shard channels only, one request per slot, and
+    /// they keep the client in subscribed mode.
+    #[test]
+    fn shard_channels_count_apart_and_go_one_slot_per_request() {
+        let mut s = Subscriptions::default();
+        s.apply(Kind::Subscribe, &[b"news"], 2);
+        let c = s.apply(Kind::Ssubscribe, &[b"{t}a", b"{t}b"], 2);
+        assert_eq!(
+            c.reply,
+            b"*3\r\n$10\r\nssubscribe\r\n$4\r\n{t}a\r\n:1\r\n\
+              *3\r\n$10\r\nssubscribe\r\n$4\r\n{t}b\r\n:2\r\n"
+                .to_vec()
+        );
+        assert_eq!(c.sends.len(), 1);
+        assert_eq!(c.sends[0].instance, instance_of(b"{t}a", 2));
+        s.apply(Kind::Ssubscribe, &[b"x"], 2);
+        // SUNSUBSCRIBE of everything: channels of different slots, separate requests.
+        let c = s.apply(Kind::Sunsubscribe, &[], 2);
+        assert_eq!(c.sends.len(), 2);
+        assert_eq!(c.sends.iter().map(|s| s.frames).sum::<u32>(), 3);
+        assert!(s.active());
+        s.apply(Kind::Unsubscribe, &[], 2);
+        assert!(!s.active());
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Routing: what the proxy does with one parsed request. Pure apart from the [`Fleet`]
 //! counters it reads; no sockets.
 //!
-//! Keys are found from the shared command table (`engine_core::command`, Redis 7's own
-//! `first_key`/`last_key`/`step`), never from per-command predicates. A key goes to
+//! Keys are found by the shared command table's one key extractor (`engine_core::command::keys`,
+//! Redis 7.0's key specs and key finders), never from per-command predicates. A key goes to
 //! `instance_for_key(key, N)` (CRC16 hash slot, then jump consistent hash over slot blocks;
 //! `engine_core::slot`), instance `i` being the i-th `--backends` address.
 //!
@@ -11,12 +11,12 @@
 //! | one key (GET, SET, INCR, EXPIRE, …) | forward the original bytes to the key's instance |
 //! | MGET, DEL, UNLINK, EXISTS, TOUCH, MSET | one part per instance, merged in key order ([`crate::split`]); forwarded unsplit when every key is on one instance |
 //! | MSETNX, RENAME, RENAMENX, SINTER, SMOVE, LMOVE, other multi-key | forwarded if every key is on one instance; else MSETNX gets an `-ERR` (it cannot be atomic across instances) and the others `-CROSSSLOT` |
-//! | movable keys (ZUNIONSTORE, ZINTER, SINTERCARD, LMPOP, ZMPOP, … with `numkeys`) | keys found from the table's key specs ([`crate::keys`]), then as above; a malformed `numkeys` is forwarded to any instance, which answers the syntax error |
+//! | movable keys (ZUNIONSTORE, ZINTER, SINTERCARD, LMPOP, ZMPOP, … with `numkeys`) | keys found by the one key extractor (`engine_core::command::keys`), then as above; a malformed `numkeys` is forwarded to any instance, which answers the syntax error |
 //! | blocking (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, BRPOPLPUSH) | keys on one instance → [`Plan::Blocking`]: the client's dedicated connection to it ([`crate::dedicated`]); else `-CROSSSLOT` |
 //! | WATCH, MULTI, EXEC, DISCARD, UNWATCH | [`Plan::Watch`] / [`Plan::Multi`], then [`crate::tx`] decides while the transaction lasts; EXEC/DISCARD without MULTI get Redis's errors |
-//! | SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE, PUNSUBSCRIBE | [`Plan::PubSub`]: [`crate::pubsub`] |
-//! | PUBLISH | forwarded to the channel's instance (channels are routed like keys) |
-//! | PUBSUB CHANNELS / NUMPAT | every instance: channels concatenated / the largest count (each proxy pattern subscription is held by every instance) ; NUMSUB forwarded when its channels share an instance |
+//! | SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE, PUNSUBSCRIBE, SSUBSCRIBE, SUNSUBSCRIBE | [`Plan::PubSub`]: [`crate::pubsub`] (shard channels of several slots: `-CROSSSLOT`) |
+//! | PUBLISH, SPUBLISH | forwarded to the channel's instance (channels are routed like keys) |
+//! | PUBSUB CHANNELS / SHARDCHANNELS / NUMPAT | every instance: channels concatenated / the largest count (each proxy pattern subscription is held by every instance) ; NUMSUB / SHARDNUMSUB forwarded when their channels share an instance |
 //! | PING, ECHO, QUIT, SELECT, HELLO, RESET, CLIENT SETNAME/GETNAME/ID/SETINFO/NO-EVICT/NO-TOUCH, WAIT (`:0`, no replicas; Redis's argument errors) | answered by the proxy |
 //! | CLIENT REPLY ON/OFF/SKIP | the session's [`ReplyMode`]; `crate::exec` makes the reply slots of OFF/SKIP requests silent |
 //! | CLIENT LIST / INFO / KILL | [`Plan::Clients`]: the event loop answers over the proxy's own clients ([`crate::clients`]) |
@@ -25,7 +25,7 @@
 //! | CONFIG SET | [`Plan::ConfigSet`]: `CONFIG GET` of its names then the request, on every instance; all or nothing ([`Merge::ConfigSet`]: the error of the first instance that refused, answered once the others got their old values back) |
 //! | SCAN | one instance at a time, the instance encoded in the cursor ([`crate::split::scan_cursor_decode`]) |
 //! | COMMAND, TIME, CONFIG GET, MEMORY DOCTOR / STATS / MALLOC-STATS (one instance's figures), every `… HELP`, an unknown CONFIG/MEMORY/OBJECT subcommand | forwarded to the first instance that is up |
-//! | unknown, CONFIG REWRITE, CLIENT PAUSE/TRACKING/…, SSUBSCRIBE, other keyless | `-ERR` naming the command; the connection stays open |
+//! | unknown, CONFIG REWRITE, CLIENT PAUSE/TRACKING/…, other keyless | `-ERR` naming the command; the connection stays open |
 //!
 //! Arity is checked here with the table's arity and Redis's exact error text, so a malformed
 //! request never reaches key extraction.
@@ -69,6 +69,7 @@ use std::time::Instant;
 
 use engine_core::command::{self, CommandSpec, Flags};
 
+use crate::connection::{InfoSections, client, hello, info_header};
 use crate::pubsub;
 use crate::split::{self, Merge, Part, push_bulk};
 
@@ -118,6 +119,8 @@ pub enum ReplyMode {
 pub struct Fleet {
     /// `host:port` of each instance, in instance order.
     pub addrs: Vec<String>,
+    /// The instances forward PUBLISH to each other ([`crate::tls::ProxyLimits::cluster_publish`]).
+    pub cluster_publish: bool,
     /// Whether each instance's connection is up right now.
     pub up: Vec<bool>,
     /// Connected clients (INFO).
@@ -152,6 +155,7 @@ impl Fleet {
             backend_errors: 0,
             acl: engine_core::acl::Acl::new(),
             login: None,
+            cluster_publish: false,
         }
     }
 
@@ -330,9 +334,12 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             Ok(Some(i)) => Plan::Watch(i),
             _ => reply_static(CROSSSLOT),
         },
-        "publish" => Plan::Forward(instance_of(args.arg(1), n)),
+        "publish" | "spublish" => Plan::Forward(instance_of(args.arg(1), n)),
         "pubsub" => pubsub_introspection(args, spec, n),
         "subscribe" | "psubscribe" | "unsubscribe" | "punsubscribe" => {
+            Plan::PubSub(pubsub::Kind::from_name(spec.name.as_bytes()).expect("a subscription"))
+        }
+        "ssubscribe" | "sunsubscribe" => {
             Plan::PubSub(pubsub::Kind::from_name(spec.name.as_bytes()).expect("a subscription"))
         }
         _ if spec.has_flag(Flags::PUBSUB) => {
@@ -412,9 +419,9 @@ fn pubsub_introspection<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, 
         return Plan::Reply(arity_error(sub_spec.name).into());
     }
     match sub_spec.short_name() {
-        "channels" => fan_out(Merge::Concat),
+        "channels" | "shardchannels" => fan_out(Merge::Concat),
         "numpat" => fan_out(Merge::Max),
-        "numsub" => {
+        "numsub" | "shardnumsub" => {
             let mut owner = None;
             for i in 2..args.argc() {
                 let inst = instance_of(args.arg(i), n);
@@ -435,11 +442,11 @@ fn pubsub_introspection<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, 
     }
 }
 
-fn reply_static(bytes: &'static [u8]) -> Plan {
+pub(crate) fn reply_static(bytes: &'static [u8]) -> Plan {
     Plan::Reply(Cow::Borrowed(bytes))
 }
 
-fn fan_out(merge: Merge) -> Plan {
+pub(crate) fn fan_out(merge: Merge) -> Plan {
     Plan::FanOut {
         request: None,
         merge,
@@ -447,7 +454,7 @@ fn fan_out(merge: Merge) -> Plan {
 }
 
 /// The engine's arity error text (`engine_core::error::arity_message`).
-fn arity_error(name: &str) -> Vec<u8> {
+pub(crate) fn arity_error(name: &str) -> Vec<u8> {
     let mut out = Vec::new();
     resp::ReplyWriter::new(&mut out, resp::Proto::Resp2)
         .error(&engine_core::error::arity_message(name));
@@ -464,7 +471,7 @@ fn unknown_command<A: Args + ?Sized>(args: &A) -> Vec<u8> {
 }
 
 /// An error line may echo user input: CR and LF become spaces (Redis does the same).
-fn sanitize_error(text: &mut [u8]) {
+pub(crate) fn sanitize_error(text: &mut [u8]) {
     for b in text {
         if *b == b'\r' || *b == b'\n' {
             *b = b' ';
@@ -472,7 +479,7 @@ fn sanitize_error(text: &mut [u8]) {
     }
 }
 
-fn not_supported(spec: &CommandSpec, why: &str) -> Plan {
+pub(crate) fn not_supported(spec: &CommandSpec, why: &str) -> Plan {
     let name = spec.name.replace('|', " ").to_uppercase();
     Plan::Reply(
         format!("-ERR {name} is not supported by the recached proxy: {why}\r\n")
@@ -481,7 +488,7 @@ fn not_supported(spec: &CommandSpec, why: &str) -> Plan {
     )
 }
 
-fn bulk(b: &[u8]) -> Vec<u8> {
+pub(crate) fn bulk(b: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len() + 16);
     push_bulk(&mut out, b);
     out
@@ -591,257 +598,10 @@ fn wait<A: Args + ?Sized>(args: &A) -> Plan {
     }
 }
 
-/// Redis `clientSetName`: no spaces, newlines or other characters outside `!`..`~`.
-fn valid_client_name(name: &[u8]) -> bool {
-    name.iter().all(|&b| (b'!'..=b'~').contains(&b))
-}
-
-const BAD_NAME: &[u8] =
-    b"-ERR Client names cannot contain spaces, newlines or special characters.\r\n";
-
-/// `HELLO [protover [AUTH user pass] [SETNAME name]]` (Redis `helloCommand`): RESP2 only.
-fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
-    let argc = args.argc();
-    let mut proto = session.proto;
-    if argc >= 2 {
-        // Redis's own checks and texts (networking.c helloCommand).
-        match resp::parse_i64(args.arg(1)) {
-            Some(2) => proto = resp::Proto::Resp2,
-            Some(3) => proto = resp::Proto::Resp3,
-            Some(_) => return reply_static(b"-NOPROTO unsupported protocol version\r\n"),
-            None => {
-                return reply_static(
-                    b"-ERR Protocol version is not an integer or out of range\r\n",
-                );
-            }
-        }
-    }
-    let mut name = None;
-    let mut i = 2;
-    while i < argc {
-        let opt = args.arg(i);
-        let more = argc - i - 1;
-        if opt.eq_ignore_ascii_case(b"AUTH") && more >= 2 {
-            i += 3;
-        } else if opt.eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
-            let n = args.arg(i + 1);
-            if !valid_client_name(n) {
-                return reply_static(BAD_NAME);
-            }
-            name = Some(n.to_vec());
-            i += 2;
-        } else {
-            let mut out = b"-ERR Syntax error in HELLO option '".to_vec();
-            out.extend_from_slice(opt);
-            sanitize_error(&mut out[1..]);
-            out.extend_from_slice(b"'\r\n");
-            return Plan::Reply(out.into());
-        }
-    }
-    if let Some(n) = name {
-        session.name = Some(n);
-    }
-    // The switch happens before the reply, so the reply is already in the new protocol
-    // (a map for RESP3), as Redis does it.
-    session.proto = proto;
-    let mut out = Vec::new();
-    let mut w = resp::ReplyWriter::new(&mut out, proto);
-    w.map(7);
-    for (k, v) in [
-        ("server", "redis"),
-        ("version", "7.0.15"),
-        ("proto", ""),
-        ("id", ""),
-        ("mode", "standalone"),
-        ("role", "master"),
-    ] {
-        w.bulk(k.as_bytes());
-        match k {
-            "proto" => w.integer(proto.version()),
-            "id" => w.integer(session.id as i64),
-            _ => w.bulk(v.as_bytes()),
-        }
-    }
-    w.bulk(b"modules");
-    w.array(0);
-    Plan::Reply(out.into())
-}
-
-fn client<A: Args + ?Sized>(
-    args: &A,
-    spec: &'static CommandSpec,
-    session: &mut Session,
-    fleet: &Fleet,
-) -> Plan {
-    let sub = args.arg(1);
-    let argc = args.argc();
-    // NO-TOUCH (Redis 7.2) is not in the 7.0 table either; the proxy has no LRU to spare.
-    if sub.eq_ignore_ascii_case(b"NO-TOUCH") {
-        if argc != 3 {
-            return Plan::Reply(arity_error("client|no-touch").into());
-        }
-        return on_off(args.arg(2));
-    }
-    // SETINFO (Redis 7.2) is not in the 7.0 table; clients send it on connect and ignore errors.
-    if sub.eq_ignore_ascii_case(b"SETINFO") {
-        if argc != 4 {
-            return Plan::Reply(arity_error("client|setinfo").into());
-        }
-        let attr = args.arg(2);
-        if attr.eq_ignore_ascii_case(b"LIB-NAME") || attr.eq_ignore_ascii_case(b"LIB-VER") {
-            return reply_static(b"+OK\r\n");
-        }
-        let mut out = b"-ERR Unrecognized option '".to_vec();
-        out.extend_from_slice(attr);
-        sanitize_error(&mut out[1..]);
-        out.extend_from_slice(b"'\r\n");
-        return Plan::Reply(out.into());
-    }
-    let Some(sub_spec) = spec.subcommand(sub) else {
-        let mut out = b"-ERR unknown subcommand '".to_vec();
-        out.extend_from_slice(&sub[..sub.len().min(128)]);
-        out.extend_from_slice(b"'. Try CLIENT HELP.");
-        sanitize_error(&mut out[1..]);
-        out.extend_from_slice(b"\r\n");
-        return Plan::Reply(out.into());
-    };
-    if !sub_spec.arity_ok(argc) {
-        return Plan::Reply(arity_error(sub_spec.name).into());
-    }
-    match sub_spec.short_name() {
-        "setname" => {
-            let name = args.arg(2);
-            if !valid_client_name(name) {
-                return reply_static(BAD_NAME);
-            }
-            session.name = (!name.is_empty()).then(|| name.to_vec());
-            reply_static(b"+OK\r\n")
-        }
-        "getname" => match &session.name {
-            Some(n) => Plan::Reply(bulk(n).into()),
-            None if session.proto == resp::Proto::Resp3 => reply_static(b"_\r\n"),
-            None => reply_static(b"$-1\r\n"),
-        },
-        "id" => Plan::Reply(format!(":{}\r\n", session.id).into_bytes().into()),
-        // The proxy evicts nothing; the instances' own clients are the proxy's links.
-        "no-evict" => on_off(args.arg(2)),
-        "reply" => {
-            let mode = args.arg(2);
-            // OFF and SKIP answer nothing, not even to themselves (Redis clientCommand).
-            if mode.eq_ignore_ascii_case(b"on") {
-                session.reply = ReplyMode::On;
-                reply_static(b"+OK\r\n")
-            } else if mode.eq_ignore_ascii_case(b"off") {
-                session.reply = ReplyMode::Off;
-                reply_static(b"")
-            } else if mode.eq_ignore_ascii_case(b"skip") {
-                session.reply = ReplyMode::Skip;
-                reply_static(b"")
-            } else {
-                reply_static(b"-ERR syntax error\r\n")
-            }
-        }
-        "info" => Plan::Clients(crate::clients::Op::Info),
-        "list" | "kill" => {
-            let all: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
-            let op = match sub_spec.short_name() {
-                "list" => crate::clients::parse_list(&all),
-                _ => crate::clients::parse_kill(&all, |u| {
-                    fleet.acl.user_names().iter().any(|n| n.as_bytes() == u)
-                }),
-            };
-            match op {
-                Ok(op) => Plan::Clients(op),
-                Err(e) => Plan::Reply(e.into()),
-            }
-        }
-        _ => not_supported(
-            sub_spec,
-            "the proxy answers CLIENT SETNAME, GETNAME, ID, SETINFO, INFO, LIST, KILL, \
-             NO-EVICT, NO-TOUCH and REPLY",
-        ),
-    }
-}
-
-/// `on` / `off` (any case) → `+OK`, else Redis's syntax error.
-fn on_off(arg: &[u8]) -> Plan {
-    if arg.eq_ignore_ascii_case(b"on") || arg.eq_ignore_ascii_case(b"off") {
-        reply_static(b"+OK\r\n")
-    } else {
-        reply_static(b"-ERR syntax error\r\n")
-    }
-}
-
-/// Which INFO sections a client asked for, by Redis's rules (`genRedisInfoString`): none or
-/// `default` = the default sections, `all`/`everything` = every section, else the named ones
-/// (any case).
-pub struct InfoSections {
-    all: bool,
-    default: bool,
-    named: Vec<String>,
-}
-
-impl InfoSections {
-    pub fn new(args: &[&[u8]]) -> InfoSections {
-        let named: Vec<String> = args
-            .iter()
-            .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
-            .collect();
-        InfoSections {
-            all: named.iter().any(|s| s == "all" || s == "everything"),
-            default: named.is_empty() || named.iter().any(|s| s == "default"),
-            named,
-        }
-    }
-
-    /// Whether the proxy's own section `name` (server, clients, persistence, proxy) is
-    /// included; all of them are default sections.
-    pub fn wants(&self, name: &str) -> bool {
-        self.all || self.default || self.named.iter().any(|s| s == name)
-    }
-}
-
-/// The proxy's own INFO sections (those requested); [`Merge::Info`] appends
-/// `instances_answering` to `# Proxy` and the instances' merged sections.
-fn info_header(fleet: &Fleet, sections: &InfoSections) -> Vec<u8> {
-    let mut s = String::new();
-    if sections.wants("server") {
-        s.push_str(&format!(
-            "# Server\r\nredis_version:7.0.15\r\nrecached_version:{}\r\nrecached_role:proxy\r\n\
-             process_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\r\n",
-            env!("CARGO_PKG_VERSION"),
-            std::process::id(),
-            fleet.port,
-            fleet.started.elapsed().as_secs(),
-        ));
-    }
-    if sections.wants("clients") {
-        s.push_str(&format!(
-            "# Clients\r\nconnected_clients:{}\r\n\r\n",
-            fleet.clients
-        ));
-    }
-    if sections.wants("persistence") {
-        s.push_str("# Persistence\r\nloading:0\r\n\r\n");
-    }
-    if sections.wants("proxy") {
-        s.push_str(&format!(
-            "# Proxy\r\ntotal_requests:{}\r\nbackend_errors:{}\r\ninstances:{}\r\n",
-            fleet.requests,
-            fleet.backend_errors,
-            fleet.instances()
-        ));
-        for (i, addr) in fleet.addrs.iter().enumerate() {
-            let status = if fleet.up[i] { "up" } else { "down" };
-            s.push_str(&format!("instance{i}:addr={addr},status={status}\r\n"));
-        }
-    }
-    s.into_bytes()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connection::BAD_NAME;
 
     fn fleet(n: usize) -> Fleet {
         Fleet::new(

@@ -33,6 +33,11 @@ pub struct ProxyLimits {
     /// `timeout`, seconds without a request after which an idle client is closed; 0 = never.
     /// Subscribed clients and clients waiting on a blocking command are exempt.
     pub timeout: u64,
+    /// The instances are cluster engines that forward every PUBLISH to each other (the
+    /// config's `cluster`, docs/cluster.md "Pub/sub"): a pattern subscribed on every
+    /// instance then gets each message from every instance, and the proxy relays it only
+    /// from the channel's instance ([`crate::dedicated`]).
+    pub cluster_publish: bool,
 }
 
 impl Default for ProxyLimits {
@@ -50,6 +55,7 @@ impl Default for ProxyLimits {
                 ..OutputLimits::default()
             },
             timeout: 0,
+            cluster_publish: false,
         }
     }
 }

@@ -254,6 +254,7 @@ pub fn proxy_limits(
         proto_max_bulk_len: usize::try_from(file.engine.proto_max_bulk_len.0).unwrap_or(usize::MAX),
         client_output_buffer_limit: l.output_limits()?,
         timeout: l.timeout,
+        cluster_publish: file.cluster,
     })
 }
 

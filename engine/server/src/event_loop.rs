@@ -42,6 +42,7 @@ use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+use engine_core::cmd::pubsub::BUS_CLIENT_ID;
 use engine_core::{Client, Delivery, Engine};
 use log::{debug, info, warn};
 use mio::event::Event;
@@ -52,6 +53,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook_mio::v1_0::Signals;
 
 use crate::budget::{ACCEPT_BATCH, EVENTS_CAPACITY, READ_BUDGET_PER_TURN};
+use crate::bus::Bus;
 use crate::conn::{Batch, CloseReason, Conn, ReadOutcome};
 use crate::host::{self, RssReader};
 use crate::tls::{self, TlsConn};
@@ -114,6 +116,8 @@ pub struct EventLoop {
     ids: HashMap<u64, usize>,
     /// Scratch vector for draining the engine's deliveries.
     deliveries: Vec<Delivery>,
+    /// Links to the other engines of the cluster, for PUBLISH (`crate::bus`).
+    bus: Bus,
 }
 
 impl EventLoop {
@@ -144,6 +148,7 @@ impl EventLoop {
             next_cron_us: 0,
             ids: HashMap::new(),
             deliveries: Vec::new(),
+            bus: Bus::default(),
         })
     }
 
@@ -159,6 +164,11 @@ impl EventLoop {
         self.tls_listener = Some((listener, cfg));
         self.tls_scratch = vec![0; tls::SCRATCH_LEN];
         Ok(())
+    }
+
+    /// Forwards clients' PUBLISH to the other engines through `bus` (cluster mode).
+    pub fn set_bus(&mut self, bus: Bus) {
+        self.bus = bus;
     }
 
     fn cron_period_us(&self) -> u64 {
@@ -200,7 +210,10 @@ impl EventLoop {
                             return Ok(());
                         }
                     }
-                    Token(key) => self.on_conn_event(key, event, now),
+                    Token(key) => match self.bus.peer_of(Token(key)) {
+                        Some(i) => self.bus.on_event(self.poll.registry(), i, event, now),
+                        None => self.on_conn_event(key, event, now),
+                    },
                 }
             }
 
@@ -548,6 +561,12 @@ impl EventLoop {
         let mut deliveries = std::mem::take(&mut self.deliveries);
         self.engine.take_deliveries(&mut deliveries);
         for d in deliveries.drain(..) {
+            if d.client_id == BUS_CLIENT_ID {
+                // A PUBLISH for the other engines (engine-core `cmd::pubsub`, "Cluster-wide").
+                self.bus
+                    .send(self.poll.registry(), &d.bytes, host::now_us());
+                continue;
+            }
             let Some(&key) = self.ids.get(&d.client_id) else {
                 continue;
             };

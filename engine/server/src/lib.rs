@@ -10,6 +10,8 @@
 //! - [`conn`]: one connection: read buffer, parser, engine `Client`, output buffer, and the
 //!   read / execute / flush steps with their edge-triggered rules.
 //! - [`alloc`]: the global allocator (mimalloc) and its settings (docs/memory.md).
+//! - [`bus`]: the links to the other engines of a cluster that carry PUBLISH to their
+//!   subscribers (docs/cluster.md, "Pub/sub").
 //! - [`budget`]: every named bound of the loop (accept batch, read budget, query buffer limit,
 //!   output high-water mark) with its reason.
 //! - [`host`]: the clock (Unix µs, read once per iteration) and RSS.
@@ -23,6 +25,7 @@
 
 pub mod alloc;
 pub mod budget;
+pub mod bus;
 pub mod conn;
 pub mod event_loop;
 pub mod host;
@@ -146,6 +149,8 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
 
     let plain = listener.is_some();
     let mut event_loop = event_loop::EventLoop::new(listener, engine)?;
+    let requirepass = event_loop.engine.config.acl.requirepass.clone();
+    event_loop.set_bus(bus::Bus::new(&cluster, &requirepass));
     if let Some((l, cfg)) = tls_listener {
         info!("TLS listening on {}", l.local_addr()?);
         event_loop.add_tls_listener(l, cfg)?;

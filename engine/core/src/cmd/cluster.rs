@@ -197,6 +197,21 @@ impl Cluster {
     }
 
     /// Whether the engine runs in cluster mode (a topology was given).
+    /// Cluster mode with other engines to reach (PUBLISH is forwarded to them).
+    pub fn has_peers(&self) -> bool {
+        self.nodes.len() > 1
+    }
+
+    /// The other engines' index, host (`None` for a wildcard: this machine) and port.
+    pub fn peers(&self) -> impl Iterator<Item = (usize, Option<&str>, u16)> {
+        let me = self.me as usize;
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| *i != me)
+            .map(|(i, n)| (i, n.host.as_deref(), n.port))
+    }
+
     pub fn enabled(&self) -> bool {
         !self.nodes.is_empty()
     }
@@ -308,9 +323,28 @@ pub fn redirect(
     };
     // The one key extractor (redis `getNodeByQuery` → `getKeysFromCommandWithSpecs`): a
     // request whose keys cannot be found is keyless here, so its handler answers the error.
-    for pos in crate::command::keys(spec, argv).positions() {
+    let keys = crate::command::keys(spec, argv);
+    for pos in keys.positions() {
         if !check.add(argv[pos]) {
             break;
+        }
+    }
+    // Shard channels (SSUBSCRIBE, SUNSUBSCRIBE, SPUBLISH) are `not_key` in the key specs but
+    // hash like keys (redis `getNodeByQuery`, `pubsubshard_included`); and unlike keys, any
+    // two slots are CROSSSLOT even when both are local, as redis-server 7.0.15 answers. Only
+    // keyless PUBSUB rows reach this test, so keyed commands pay nothing.
+    if keys.is_empty() && spec.flags.contains(crate::command::Flags::PUBSUB) {
+        let channels = match spec.name {
+            "ssubscribe" | "sunsubscribe" => &argv[1..],
+            "spublish" => &argv[1..2],
+            _ => &[][..],
+        };
+        for ch in channels {
+            check.add(ch);
+        }
+        if check.cross {
+            out.extend_from_slice(CROSSSLOT);
+            return false;
         }
     }
     match check.verdict() {
@@ -693,6 +727,47 @@ mod tests {
             .filter(|k| slot::instance_for_key(k.as_bytes(), n) == i)
             .nth(skip)
             .unwrap()
+    }
+
+    /// Shard channels hash like keys: MOVED to the owner, CROSSSLOT across slots even when
+    /// every slot is local (redis-server 7.0.15 in a cluster), local ones run; SUNSUBSCRIBE
+    /// alone and PUBLISH stay keyless.
+    #[test]
+    fn shard_channels_are_routed_by_slot() {
+        let nodes = ["127.0.0.1:7000", "127.0.0.1:7001"];
+        let mut e = engine(&nodes, 0);
+        let mut c = client();
+        let (l1, l2, r) = (key_on(0, 2, 0), key_on(0, 2, 1), key_on(1, 2, 0));
+        let rs = slot::key_slot(r.as_bytes());
+        let moved = format!("-MOVED {rs} 127.0.0.1:7001\r\n");
+        let cross = "-CROSSSLOT Keys in request don't hash to the same slot\r\n";
+        assert_eq!(run(&mut e, &mut c, &["SSUBSCRIBE", &r]), moved);
+        assert_eq!(run(&mut e, &mut c, &["SPUBLISH", &r, "m"]), moved);
+        assert_eq!(run(&mut e, &mut c, &["SUNSUBSCRIBE", &r]), moved);
+        assert_eq!(run(&mut e, &mut c, &["SSUBSCRIBE", &l1, &l2]), cross);
+        assert_eq!(run(&mut e, &mut c, &["SSUBSCRIBE", &l1, &r]), cross);
+        assert_eq!(run(&mut e, &mut c, &["PUBLISH", &r, "m"]), ":0\r\n");
+        let tagged = format!("{l1}x");
+        assert_eq!(
+            run(&mut e, &mut c, &["SSUBSCRIBE", &l1, &tagged]),
+            format!(
+                "*3\r\n$10\r\nssubscribe\r\n${}\r\n{l1}\r\n:1\r\n\
+                 *3\r\n$10\r\nssubscribe\r\n${}\r\n{tagged}\r\n:2\r\n",
+                l1.len(),
+                tagged.len()
+            )
+        );
+        assert_eq!(
+            run(&mut e, &mut c, &["SUNSUBSCRIBE", &l1]),
+            format!(
+                "*3\r\n$12\r\nsunsubscribe\r\n${}\r\n{l1}\r\n:1\r\n",
+                l1.len()
+            )
+        );
+        assert!(run(&mut e, &mut c, &["SUNSUBSCRIBE"]).starts_with("*3\r\n$12\r\nsunsubscribe"));
+        // Standalone: every channel is local, nothing is checked.
+        let mut st = Engine::new(Config::default());
+        assert_eq!(run(&mut st, &mut c, &["SPUBLISH", &l1, "m"]), ":0\r\n");
     }
 
     #[test]

@@ -305,7 +305,7 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
     let _ = write!(
         s,
         "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={flags} db={} sub={} psub={} \
-         ssub=0 multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
+         ssub={} multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
          tot-mem=0 events=r cmd={} user={} redir=-1 resp={}",
         client.id,
         client.addr,
@@ -317,6 +317,7 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
         client.db,
         client.subs.channels(),
         client.subs.patterns(),
+        client.subs.shard_channels(),
         cmd,
         client.auth.name(),
         client.proto.version()

@@ -1,9 +1,26 @@
 //! Pub/sub and keyspace notifications, with redis 7.0 `pubsub.c` / `notify.c` semantics.
 //!
 //! # Commands
-//! SUBSCRIBE PSUBSCRIBE UNSUBSCRIBE PUNSUBSCRIBE PUBLISH, PUBSUB CHANNELS / NUMSUB / NUMPAT /
-//! SHARDCHANNELS / SHARDNUMSUB / HELP. Shard channels (SSUBSCRIBE, SPUBLISH) are not offered,
-//! so the SHARD* subcommands always report none.
+//! SUBSCRIBE PSUBSCRIBE UNSUBSCRIBE PUNSUBSCRIBE PUBLISH, the sharded SSUBSCRIBE SUNSUBSCRIBE
+//! SPUBLISH (Redis 7.0), PUBSUB CHANNELS / NUMSUB / NUMPAT / SHARDCHANNELS / SHARDNUMSUB /
+//! HELP, and recached's internal PUBLISHLOCAL (below).
+//!
+//! # Shard channels
+//! A separate registry, as in Redis 7.0 (`pubSubShardType`): shard channels match no pattern,
+//! a message is `[smessage, channel, payload]`, and the count in an `ssubscribe` /
+//! `sunsubscribe` frame is the client's shard channels only (a `subscribe` frame's count
+//! leaves them out). Subscribed mode counts all three kinds. In cluster mode the channel is
+//! the key for slot purposes (`cluster::redirect`: `-MOVED` to the owner, `-CROSSSLOT` for
+//! channels of several slots, even local ones, as redis-server 7.0.15 answers).
+//!
+//! # Cluster-wide PUBLISH
+//! Redis Cluster broadcasts PUBLISH over its bus, so a subscriber on any node receives it;
+//! the reply counts only this node's receivers. Here a PUBLISH from a client in a cluster of
+//! several engines also queues, per call, one [`Delivery`] for [`BUS_CLIENT_ID`] carrying
+//! `PUBLISHLOCAL channel message` as a RESP request; the server (engine/server `bus.rs`)
+//! sends it to every other engine, where PUBLISHLOCAL delivers locally and is never
+//! forwarded again. Riding the delivery queue costs the hot path nothing: the server already
+//! checks that queue after each command.
 //!
 //! # Frames
 //! Each (un)subscription is answered with one frame `[kind, channel, count]` where `count` is
@@ -45,14 +62,22 @@ use crate::{Client, Delivery, Engine, glob};
 pub struct ClientSubs {
     channels: usize,
     patterns: usize,
+    /// Shard channels (SSUBSCRIBE).
+    shard: usize,
     /// The protocol the registry has for this client.
     proto: Proto,
 }
 
 impl ClientSubs {
-    /// Channels plus patterns (redis `clientSubscriptionsCount`).
+    /// Channels, patterns and shard channels (redis `clientTotalPubSubSubscriptionCount`):
+    /// non-zero means subscribed (flag `P`, subscribed mode, the pub/sub output class).
     pub fn count(&self) -> usize {
-        self.channels + self.patterns
+        self.channels + self.patterns + self.shard
+    }
+
+    /// Shard channels subscribed (CLIENT LIST `ssub=`).
+    pub fn shard_channels(&self) -> usize {
+        self.shard
     }
 
     /// Channels subscribed (CLIENT LIST `sub=`).
@@ -72,6 +97,13 @@ struct Subscriber {
     proto: Proto,
     channels: IndexSet<Box<[u8]>>,
     patterns: IndexSet<Box<[u8]>>,
+    shard: IndexSet<Box<[u8]>>,
+}
+
+impl Subscriber {
+    fn is_empty(&self) -> bool {
+        self.channels.is_empty() && self.patterns.is_empty() && self.shard.is_empty()
+    }
 }
 
 /// The engine's channel and pattern registry, and the notification setting.
@@ -81,6 +113,8 @@ pub struct PubSub {
     channels: HashMap<Box<[u8]>, IndexSet<u64>>,
     /// Pattern → subscribed client ids.
     patterns: IndexMap<Box<[u8]>, IndexSet<u64>>,
+    /// Shard channel → subscribed client ids.
+    shard: HashMap<Box<[u8]>, IndexSet<u64>>,
     clients: HashMap<u64, Subscriber>,
     /// `notify-keyspace-events` as [`class`] bits.
     pub(crate) notify_flags: u32,
@@ -95,6 +129,11 @@ impl PubSub {
     /// Distinct patterns subscribed (INFO `pubsub_patterns`, PUBSUB NUMPAT).
     pub fn pattern_count(&self) -> usize {
         self.patterns.len()
+    }
+
+    /// Shard channels with at least one subscriber (INFO `pubsubshard_channels`).
+    pub fn shard_channel_count(&self) -> usize {
+        self.shard.len()
     }
 
     /// The `notify-keyspace-events` flags ([`class`] bits).
@@ -130,6 +169,42 @@ fn message_frame(proto: Proto, pattern: Option<&[u8]>, channel: &[u8], payload: 
     w.bulk(channel);
     w.bulk(payload);
     out
+}
+
+/// The delivery id of the cluster bus: deliveries for it are requests for the other engines
+/// (module docs). CLIENT IDs count up from 1 and never reach it.
+pub const BUS_CLIENT_ID: u64 = u64::MAX;
+
+/// Encodes `[smessage, channel, payload]` in `proto`.
+fn smessage_frame(proto: Proto, channel: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(40 + channel.len() + payload.len());
+    let mut w = ReplyWriter::new(&mut out, proto);
+    w.push(3);
+    w.bulk(b"smessage");
+    w.bulk(channel);
+    w.bulk(payload);
+    out
+}
+
+/// Sends `payload` to every subscriber of shard channel `channel` (redis
+/// `pubsubPublishMessage` with `pubSubShardType`); returns the number of deliveries.
+pub fn spublish(e: &mut Engine, channel: &[u8], payload: &[u8]) -> i64 {
+    let ps = &e.pubsub;
+    let Some(ids) = ps.shard.get(channel) else {
+        return 0;
+    };
+    let mut frames: [Option<Vec<u8>>; 2] = [None, None];
+    for id in ids {
+        let proto = ps.clients.get(id).map(|s| s.proto).unwrap_or_default();
+        let f = frames[(proto == Proto::Resp3) as usize]
+            .get_or_insert_with(|| smessage_frame(proto, channel, payload));
+        e.deliveries.push(Delivery {
+            client_id: *id,
+            bytes: f.clone(),
+            unblock: false,
+        });
+    }
+    ids.len() as i64
 }
 
 /// Sends `payload` to every subscriber of `channel` and of every matching pattern (redis
@@ -178,6 +253,7 @@ pub fn publish(e: &mut Engine, channel: &[u8], payload: &[u8]) -> i64 {
 enum Kind {
     Channel,
     Pattern,
+    Shard,
 }
 
 impl Kind {
@@ -185,6 +261,7 @@ impl Kind {
         match self {
             Kind::Channel => b"subscribe",
             Kind::Pattern => b"psubscribe",
+            Kind::Shard => b"ssubscribe",
         }
     }
 
@@ -192,7 +269,17 @@ impl Kind {
         match self {
             Kind::Channel => b"unsubscribe",
             Kind::Pattern => b"punsubscribe",
+            Kind::Shard => b"sunsubscribe",
         }
+    }
+}
+
+/// The set of `kind` in a client's registry entry.
+fn set_of(sub: &mut Subscriber, kind: Kind) -> &mut IndexSet<Box<[u8]>> {
+    match kind {
+        Kind::Channel => &mut sub.channels,
+        Kind::Pattern => &mut sub.patterns,
+        Kind::Shard => &mut sub.shard,
     }
 }
 
@@ -203,11 +290,7 @@ fn add(e: &mut Engine, client: &mut Client, kind: Kind, name: &[u8]) -> bool {
         proto: client.proto,
         ..Default::default()
     });
-    let set = match kind {
-        Kind::Channel => &mut sub.channels,
-        Kind::Pattern => &mut sub.patterns,
-    };
-    if !set.insert(name.into()) {
+    if !set_of(sub, kind).insert(name.into()) {
         return false;
     }
     match kind {
@@ -224,6 +307,10 @@ fn add(e: &mut Engine, client: &mut Client, kind: Kind, name: &[u8]) -> bool {
                 .or_default()
                 .insert(client.id);
             client.subs.patterns += 1;
+        }
+        Kind::Shard => {
+            ps.shard.entry(name.into()).or_default().insert(client.id);
+            client.subs.shard += 1;
         }
     }
     client.subs.proto = sub.proto;
@@ -249,6 +336,14 @@ fn remove_from_registry(ps: &mut PubSub, kind: Kind, name: &[u8], id: u64) {
                 }
             }
         }
+        Kind::Shard => {
+            if let Some(ids) = ps.shard.get_mut(name) {
+                ids.swap_remove(&id);
+                if ids.is_empty() {
+                    ps.shard.remove(name);
+                }
+            }
+        }
     }
 }
 
@@ -258,20 +353,17 @@ fn remove(e: &mut Engine, client: &mut Client, kind: Kind, name: &[u8]) -> bool 
     let Some(sub) = ps.clients.get_mut(&client.id) else {
         return false;
     };
-    let set = match kind {
-        Kind::Channel => &mut sub.channels,
-        Kind::Pattern => &mut sub.patterns,
-    };
-    if !set.swap_remove(name) {
+    if !set_of(sub, kind).swap_remove(name) {
         return false;
     }
-    if sub.channels.is_empty() && sub.patterns.is_empty() {
+    if sub.is_empty() {
         ps.clients.remove(&client.id);
     }
     remove_from_registry(ps, kind, name, client.id);
     match kind {
         Kind::Channel => client.subs.channels -= 1,
         Kind::Pattern => client.subs.patterns -= 1,
+        Kind::Shard => client.subs.shard -= 1,
     }
     true
 }
@@ -284,16 +376,26 @@ fn names_of(e: &Engine, id: u64, kind: Kind) -> Vec<Box<[u8]>> {
         .map(|s| match kind {
             Kind::Channel => s.channels.iter().cloned().collect(),
             Kind::Pattern => s.patterns.iter().cloned().collect(),
+            Kind::Shard => s.shard.iter().cloned().collect(),
         })
         .unwrap_or_default()
 }
 
-/// Writes one `[kind, name|null, count]` frame.
-fn write_sub_frame(c: &mut Call, kind: &[u8], name: Option<&[u8]>) {
-    let count = c.client.subs.count() as i64;
+/// Writes one `[kind, name|null, count]` frame. The count is the client's shard channels for
+/// the shard kind, its channels + patterns otherwise (redis `subscriptionCount` per type).
+fn write_sub_frame(c: &mut Call, kind: Kind, sub: bool, name: Option<&[u8]>) {
+    let s = &c.client.subs;
+    let count = match kind {
+        Kind::Shard => s.shard,
+        _ => s.channels + s.patterns,
+    } as i64;
     let mut w = c.w();
     w.push(3);
-    w.bulk(kind);
+    w.bulk(if sub {
+        kind.sub_name()
+    } else {
+        kind.unsub_name()
+    });
     match name {
         Some(n) => w.bulk(n),
         None => w.null(),
@@ -311,6 +413,9 @@ pub fn client_closed(e: &mut Engine, client_id: u64) {
     }
     for p in &sub.patterns {
         remove_from_registry(&mut e.pubsub, Kind::Pattern, p, client_id);
+    }
+    for ch in &sub.shard {
+        remove_from_registry(&mut e.pubsub, Kind::Shard, ch, client_id);
     }
 }
 
@@ -369,7 +474,7 @@ fn subscribe_generic(e: &mut Engine, c: &mut Call, kind: Kind) -> Result<(), Cmd
     let argv = c.argv;
     for name in &argv[1..] {
         add(e, c.client, kind, name);
-        write_sub_frame(c, kind.sub_name(), Some(name));
+        write_sub_frame(c, kind, true, Some(name));
     }
     Ok(())
 }
@@ -379,16 +484,16 @@ fn unsubscribe_generic(e: &mut Engine, c: &mut Call, kind: Kind) -> Result<(), C
     if argv.len() == 1 {
         let names = names_of(e, c.client.id, kind);
         if names.is_empty() {
-            write_sub_frame(c, kind.unsub_name(), None);
+            write_sub_frame(c, kind, false, None);
         }
         for name in &names {
             remove(e, c.client, kind, name);
-            write_sub_frame(c, kind.unsub_name(), Some(name));
+            write_sub_frame(c, kind, false, Some(name));
         }
     } else {
         for name in &argv[1..] {
             remove(e, c.client, kind, name);
-            write_sub_frame(c, kind.unsub_name(), Some(name));
+            write_sub_frame(c, kind, false, Some(name));
         }
     }
     Ok(())
@@ -415,8 +520,52 @@ pub fn punsubscribe(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     unsubscribe_generic(e, c, Kind::Pattern)
 }
 
-/// `PUBLISH channel message` → number of clients that received it.
+/// `SSUBSCRIBE shardchannel [shardchannel …]` → one `[ssubscribe, channel, count]` frame per
+/// channel, `count` being the client's shard channels.
+pub fn ssubscribe(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    // redis `ssubscribeCommand`: refused for a client that expects one reply per command (a
+    // transaction's EXEC).
+    if c.client.tx.in_exec {
+        return Err(CmdError::Other(
+            "ERR SSUBSCRIBE isn't allowed for a DENY BLOCKING client".into(),
+        ));
+    }
+    subscribe_generic(e, c, Kind::Shard)
+}
+
+/// `SUNSUBSCRIBE [shardchannel …]`, like UNSUBSCRIBE for shard channels.
+pub fn sunsubscribe(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    unsubscribe_generic(e, c, Kind::Shard)
+}
+
+/// `SPUBLISH shardchannel message` → number of this engine's clients that received it (the
+/// owner's: cluster::redirect sent the request there).
+pub fn spublish_cmd(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let n = spublish(e, c.argv[1], c.argv[2]);
+    c.w().integer(n);
+    Ok(())
+}
+
+/// `PUBLISH channel message` → number of this engine's clients that received it; in a
+/// cluster of several engines the message also goes to every other engine (module docs).
 pub fn publish_cmd(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let n = publish(e, c.argv[1], c.argv[2]);
+    if e.cluster.has_peers() {
+        let mut bytes = Vec::with_capacity(48 + c.argv[1].len() + c.argv[2].len());
+        resp::encode_request(&mut bytes, &[b"PUBLISHLOCAL", c.argv[1], c.argv[2]]);
+        e.deliveries.push(Delivery {
+            client_id: BUS_CLIENT_ID,
+            bytes,
+            unblock: false,
+        });
+    }
+    c.w().integer(n);
+    Ok(())
+}
+
+/// `PUBLISHLOCAL channel message` (recached-only, sent by the cluster bus): PUBLISH to this
+/// engine's subscribers only, never forwarded; answers the local count like PUBLISH.
+pub fn publishlocal(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let n = publish(e, c.argv[1], c.argv[2]);
     c.w().integer(n);
     Ok(())
@@ -451,16 +600,28 @@ pub fn pubsub_channels(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// `PUBSUB SHARDCHANNELS [pattern]` → empty (no shard channels here).
-pub fn pubsub_shardchannels(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+/// `PUBSUB SHARDCHANNELS [pattern]` → active shard channels (matching the pattern).
+pub fn pubsub_shardchannels(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     if c.argv.len() > 3 {
         return Err(subcommand_syntax_error(c));
     }
-    c.w().array(0);
+    let pat = c.argv.get(2).copied();
+    let names: Vec<&[u8]> = e
+        .pubsub
+        .shard
+        .keys()
+        .map(|k| &**k)
+        .filter(|k| pat.is_none_or(|p| glob::matches(p, k, false)))
+        .collect();
+    let mut w = c.w();
+    w.array(names.len());
+    for n in names {
+        w.bulk(n);
+    }
     Ok(())
 }
 
-/// `PUBSUB NUMSUB [channel …]` → flat array `channel, count, …` (SHARDNUMSUB: counts are 0).
+/// `PUBSUB NUMSUB [channel …]` → flat array `channel, count, …` (SHARDNUMSUB: shard channels).
 pub fn pubsub_numsub(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let shard = c.spec.name == "pubsub|shardnumsub";
     let argv = c.argv;
@@ -468,11 +629,12 @@ pub fn pubsub_numsub(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     w.array((argv.len() - 2) * 2);
     for ch in &argv[2..] {
         w.bulk(ch);
-        let n = if shard {
-            0
+        let map = if shard {
+            &e.pubsub.shard
         } else {
-            e.pubsub.channels.get(*ch).map_or(0, |ids| ids.len())
+            &e.pubsub.channels
         };
+        let n = map.get(*ch).map_or(0, |ids| ids.len());
         w.integer(n as i64);
     }
     Ok(())
@@ -540,6 +702,164 @@ mod tests {
     fn run(e: &mut Engine, c: &mut crate::Client, args: &[&str], out: &mut Vec<u8>) {
         let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
         e.exec(c, &argv, 1_000_000, out);
+    }
+
+    fn reply(e: &mut Engine, c: &mut crate::Client, args: &[&str]) -> String {
+        let mut out = Vec::new();
+        run(e, c, args, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    fn client(id: u64, proto: Proto) -> crate::Client {
+        crate::Client {
+            id,
+            proto,
+            ..Default::default()
+        }
+    }
+
+    /// Redis 7.0.15's shapes: `ssubscribe`/`sunsubscribe` frames count shard channels only,
+    /// `subscribe` frames leave them out, subscribed mode counts all; messages are
+    /// `smessage` arrays (RESP2) or pushes (RESP3); patterns never match shard channels.
+    #[test]
+    fn sharded_subscribe_and_publish_shapes() {
+        let mut e = Engine::new(Config::default());
+        let mut s2 = client(1, Proto::Resp2);
+        let mut s3 = client(2, Proto::Resp3);
+        let mut p = client(3, Proto::Resp2);
+        assert_eq!(
+            reply(&mut e, &mut s2, &["SSUBSCRIBE", "b", "{b}y"]),
+            "*3\r\n$10\r\nssubscribe\r\n$1\r\nb\r\n:1\r\n\
+             *3\r\n$10\r\nssubscribe\r\n$4\r\n{b}y\r\n:2\r\n"
+        );
+        assert_eq!(
+            reply(&mut e, &mut s2, &["SUBSCRIBE", "x"]),
+            "*3\r\n$9\r\nsubscribe\r\n$1\r\nx\r\n:1\r\n"
+        );
+        assert_eq!(
+            reply(&mut e, &mut s2, &["PING"]),
+            "*2\r\n$4\r\npong\r\n$0\r\n\r\n"
+        );
+        assert!(reply(&mut e, &mut s2, &["GET", "b"]).starts_with("-ERR Can't execute 'get'"));
+        assert_eq!(
+            reply(&mut e, &mut s3, &["SSUBSCRIBE", "b"]),
+            ">3\r\n$10\r\nssubscribe\r\n$1\r\nb\r\n:1\r\n"
+        );
+        run(&mut e, &mut p, &["PSUBSCRIBE", "*"], &mut Vec::new());
+        let mut p2 = client(4, Proto::Resp2);
+        e.deliveries.clear();
+        assert_eq!(reply(&mut e, &mut p2, &["SPUBLISH", "b", "hi"]), ":2\r\n");
+        let got: Vec<(u64, String)> = e
+            .deliveries
+            .drain(..)
+            .map(|d| (d.client_id, String::from_utf8(d.bytes).unwrap()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, "*3\r\n$8\r\nsmessage\r\n$1\r\nb\r\n$2\r\nhi\r\n".into()),
+                (2, ">3\r\n$8\r\nsmessage\r\n$1\r\nb\r\n$2\r\nhi\r\n".into()),
+            ]
+        );
+        // PUBLISH does not reach shard subscribers (only the pattern one here).
+        assert_eq!(reply(&mut e, &mut p2, &["PUBLISH", "b", "hi"]), ":1\r\n");
+        e.deliveries.clear();
+        // Hash order, as in Redis.
+        let all = reply(&mut e, &mut p2, &["PUBSUB", "SHARDCHANNELS"]);
+        assert!(
+            all == "*2\r\n$1\r\nb\r\n$4\r\n{b}y\r\n" || all == "*2\r\n$4\r\n{b}y\r\n$1\r\nb\r\n",
+            "{all}"
+        );
+        assert_eq!(
+            reply(&mut e, &mut p2, &["PUBSUB", "SHARDCHANNELS", "{b*"]),
+            "*1\r\n$4\r\n{b}y\r\n"
+        );
+        assert_eq!(
+            reply(
+                &mut e,
+                &mut p2,
+                &["PUBSUB", "SHARDNUMSUB", "b", "{b}y", "zz"]
+            ),
+            "*6\r\n$1\r\nb\r\n:2\r\n$4\r\n{b}y\r\n:1\r\n$2\r\nzz\r\n:0\r\n"
+        );
+        assert_eq!(
+            reply(&mut e, &mut p2, &["PUBSUB", "NUMSUB", "b"]),
+            "*2\r\n$1\r\nb\r\n:0\r\n"
+        );
+        assert_eq!(
+            reply(&mut e, &mut s2, &["SUNSUBSCRIBE"]),
+            "*3\r\n$12\r\nsunsubscribe\r\n$1\r\nb\r\n:1\r\n\
+             *3\r\n$12\r\nsunsubscribe\r\n$4\r\n{b}y\r\n:0\r\n"
+        );
+        assert_eq!(
+            reply(&mut e, &mut s2, &["SUNSUBSCRIBE"]),
+            "*3\r\n$12\r\nsunsubscribe\r\n$-1\r\n:0\r\n"
+        );
+        // Still subscribed to `x`: subscribed mode holds until every kind is gone.
+        assert!(reply(&mut e, &mut s2, &["GET", "b"]).starts_with("-ERR"));
+        reply(&mut e, &mut s2, &["UNSUBSCRIBE"]);
+        assert_eq!(reply(&mut e, &mut s2, &["PING"]), "+PONG\r\n");
+        assert_eq!(
+            reply(&mut e, &mut s3, &["SUNSUBSCRIBE", "b"]),
+            ">3\r\n$12\r\nsunsubscribe\r\n$1\r\nb\r\n:0\r\n"
+        );
+        assert_eq!(
+            reply(&mut e, &mut s3, &["SUNSUBSCRIBE"]),
+            ">3\r\n$12\r\nsunsubscribe\r\n_\r\n:0\r\n"
+        );
+        assert_eq!(e.pubsub.shard_channel_count(), 0);
+        // SSUBSCRIBE in a transaction is refused at EXEC, like redis 7.0.
+        reply(&mut e, &mut p2, &["MULTI"]);
+        reply(&mut e, &mut p2, &["SSUBSCRIBE", "b"]);
+        assert_eq!(
+            reply(&mut e, &mut p2, &["EXEC"]),
+            "*1\r\n-ERR SSUBSCRIBE isn't allowed for a DENY BLOCKING client\r\n"
+        );
+        // A closed connection leaves nothing behind.
+        reply(&mut e, &mut s3, &["SSUBSCRIBE", "c"]);
+        client_closed(&mut e, 2);
+        assert_eq!(reply(&mut e, &mut p2, &["SPUBLISH", "c", "m"]), ":0\r\n");
+    }
+
+    /// In a cluster of several engines, a client's PUBLISH also queues one PUBLISHLOCAL for
+    /// the bus; PUBLISHLOCAL and standalone PUBLISH queue none (no loops, no cost).
+    #[test]
+    fn cluster_publish_is_forwarded_once() {
+        let mut e = Engine::new(Config {
+            cluster_nodes: vec!["127.0.0.1:7000".into(), "127.0.0.1:7001".into()],
+            cluster_index: 0,
+            ..Config::default()
+        });
+        let mut s = client(1, Proto::Resp2);
+        let mut p = client(2, Proto::Resp2);
+        reply(&mut e, &mut s, &["SUBSCRIBE", "ch"]);
+        assert_eq!(reply(&mut e, &mut p, &["PUBLISH", "ch", "m"]), ":1\r\n");
+        let got: Vec<(u64, Vec<u8>)> = e
+            .deliveries
+            .drain(..)
+            .map(|d| (d.client_id, d.bytes))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    1,
+                    b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nm\r\n".to_vec()
+                ),
+                (
+                    BUS_CLIENT_ID,
+                    b"*3\r\n$12\r\nPUBLISHLOCAL\r\n$2\r\nch\r\n$1\r\nm\r\n".to_vec()
+                ),
+            ]
+        );
+        assert_eq!(
+            reply(&mut e, &mut p, &["PUBLISHLOCAL", "ch", "m"]),
+            ":1\r\n"
+        );
+        assert!(e.deliveries.drain(..).all(|d| d.client_id == 1));
+        let mut st = Engine::new(Config::default());
+        assert_eq!(reply(&mut st, &mut p, &["PUBLISH", "ch", "m"]), ":0\r\n");
+        assert!(!st.has_deliveries());
     }
 
     /// Disabled notifications log nothing; enabled ones reach a pattern subscriber in its

@@ -236,6 +236,7 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("keyspace_misses", &e.ks.stats.keyspace_misses);
                 line("pubsub_channels", &e.pubsub.channel_count());
                 line("pubsub_patterns", &e.pubsub.pattern_count());
+                line("pubsubshard_channels", &e.pubsub.shard_channel_count());
                 line(
                     "total_error_replies",
                     &(st.rejected_calls + st.failed_calls),

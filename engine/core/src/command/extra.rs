@@ -7,128 +7,167 @@
 //! sorted by name and no name may also appear in `COMMANDS` (checked by a test).
 //!
 //! - `FEED`: the keychange feed (docs/feed.md, `crate::feed`).
+//! - `PUBLISHLOCAL`: a PUBLISH another engine of the cluster forwards (docs/cluster.md,
+//!   `crate::cmd::pubsub`): delivered to this engine's subscribers only, never forwarded.
 
 use super::handlers as h;
 use super::{CommandSpec, Flags, Val};
 
-pub static EXTRA: &[CommandSpec] = &[CommandSpec {
-    name: "feed",
-    arity: -2,
-    flags: Flags::empty(),
-    first_key: 0,
-    last_key: 0,
-    step: 0,
-    acl_categories: &["@slow"],
-    tips: &[],
-    key_specs: &[],
-    getkeys: None,
-    handler: None,
-    subcommands: &[
-        CommandSpec {
-            name: "feed|help",
-            arity: 2,
-            flags: Flags::LOADING.union(Flags::STALE),
-            first_key: 0,
-            last_key: 0,
-            step: 0,
-            acl_categories: &["@slow"],
-            tips: &[],
-            key_specs: &[],
-            getkeys: None,
-            handler: Some(h::feed_help),
-            subcommands: &[],
-            docs: Val::Map(&[
-                (
-                    "summary",
-                    Val::Str("Show helpful text about the different subcommands"),
-                ),
-                ("since", Val::Str("1.0.0")),
-                ("group", Val::Str("server")),
-                ("complexity", Val::Str("O(1)")),
-            ]),
-        },
-        CommandSpec {
-            name: "feed|snapshot",
-            arity: -4,
-            flags: Flags::ADMIN
-                .union(Flags::NOSCRIPT)
-                .union(Flags::LOADING)
-                .union(Flags::STALE),
-            first_key: 0,
-            last_key: 0,
-            step: 0,
-            acl_categories: &["@admin", "@slow", "@dangerous"],
-            tips: &["nondeterministic_output"],
-            key_specs: &[],
-            getkeys: None,
-            handler: Some(h::feed_snapshot),
-            subcommands: &[],
-            docs: Val::Map(&[
-                (
-                    "summary",
-                    Val::Str(
-                        "Stream the commands that recreate every key under the given prefixes, \
+pub static EXTRA: &[CommandSpec] = &[
+    CommandSpec {
+        name: "feed",
+        arity: -2,
+        flags: Flags::empty(),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@slow"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: None,
+        subcommands: &[
+            CommandSpec {
+                name: "feed|help",
+                arity: 2,
+                flags: Flags::LOADING.union(Flags::STALE),
+                first_key: 0,
+                last_key: 0,
+                step: 0,
+                acl_categories: &["@slow"],
+                tips: &[],
+                key_specs: &[],
+                getkeys: None,
+                handler: Some(h::feed_help),
+                subcommands: &[],
+                docs: Val::Map(&[
+                    (
+                        "summary",
+                        Val::Str("Show helpful text about the different subcommands"),
+                    ),
+                    ("since", Val::Str("1.0.0")),
+                    ("group", Val::Str("server")),
+                    ("complexity", Val::Str("O(1)")),
+                ]),
+            },
+            CommandSpec {
+                name: "feed|snapshot",
+                arity: -4,
+                flags: Flags::ADMIN
+                    .union(Flags::NOSCRIPT)
+                    .union(Flags::LOADING)
+                    .union(Flags::STALE),
+                first_key: 0,
+                last_key: 0,
+                step: 0,
+                acl_categories: &["@admin", "@slow", "@dangerous"],
+                tips: &["nondeterministic_output"],
+                key_specs: &[],
+                getkeys: None,
+                handler: Some(h::feed_snapshot),
+                subcommands: &[],
+                docs: Val::Map(&[
+                    (
+                        "summary",
+                        Val::Str(
+                            "Stream the commands that recreate every key under the given prefixes, \
                          tagged with the feed sequence number they are valid at",
+                        ),
                     ),
-                ),
-                ("since", Val::Str("1.0.0")),
-                ("group", Val::Str("server")),
-                (
-                    "complexity",
-                    Val::Str(
-                        "O(N+M) where N is the number of keys and M the size of the matching values",
+                    ("since", Val::Str("1.0.0")),
+                    ("group", Val::Str("server")),
+                    (
+                        "complexity",
+                        Val::Str(
+                            "O(N+M) where N is the number of keys and M the size of the matching values",
+                        ),
                     ),
-                ),
-                (
-                    "arguments",
-                    Val::Arr(&[
-                        Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("string"))]),
-                        Val::Map(&[
-                            ("name", Val::Str("prefix")),
-                            ("type", Val::Str("string")),
-                            ("flags", Val::Arr(&[Val::Str("multiple")])),
+                    (
+                        "arguments",
+                        Val::Arr(&[
+                            Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("string"))]),
+                            Val::Map(&[
+                                ("name", Val::Str("prefix")),
+                                ("type", Val::Str("string")),
+                                ("flags", Val::Arr(&[Val::Str("multiple")])),
+                            ]),
                         ]),
-                    ]),
-                ),
-            ]),
-        },
-        CommandSpec {
-            name: "feed|subscribe",
-            arity: 2,
-            flags: Flags::ADMIN
-                .union(Flags::NOSCRIPT)
-                .union(Flags::LOADING)
-                .union(Flags::STALE),
-            first_key: 0,
-            last_key: 0,
-            step: 0,
-            acl_categories: &["@admin", "@slow", "@dangerous"],
-            tips: &[],
-            key_specs: &[],
-            getkeys: None,
-            handler: Some(h::feed_subscribe),
-            subcommands: &[],
-            docs: Val::Map(&[
-                (
-                    "summary",
-                    Val::Str(
-                        "Turn the connection into a keychange feed: every change of the keyspace \
-                         is streamed as a numbered effect",
                     ),
+                ]),
+            },
+            CommandSpec {
+                name: "feed|subscribe",
+                arity: 2,
+                flags: Flags::ADMIN
+                    .union(Flags::NOSCRIPT)
+                    .union(Flags::LOADING)
+                    .union(Flags::STALE),
+                first_key: 0,
+                last_key: 0,
+                step: 0,
+                acl_categories: &["@admin", "@slow", "@dangerous"],
+                tips: &[],
+                key_specs: &[],
+                getkeys: None,
+                handler: Some(h::feed_subscribe),
+                subcommands: &[],
+                docs: Val::Map(&[
+                    (
+                        "summary",
+                        Val::Str(
+                            "Turn the connection into a keychange feed: every change of the keyspace \
+                         is streamed as a numbered effect",
+                        ),
+                    ),
+                    ("since", Val::Str("1.0.0")),
+                    ("group", Val::Str("server")),
+                    ("complexity", Val::Str("O(1)")),
+                ]),
+            },
+        ],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str("A container for keychange feed commands"),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("server")),
+            ("complexity", Val::Str("Depends on subcommand.")),
+        ]),
+    },
+    CommandSpec {
+        name: "publishlocal",
+        arity: 3,
+        // PUBLISH's flags: allowed while loading and stale, like the PUBLISH it stands for.
+        flags: Flags::PUBSUB
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::FAST),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@pubsub", "@fast"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::publishlocal),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Post a message forwarded by another engine of the cluster to this \
+                     engine's subscribers only (internal: sent by the engines' cluster bus)",
                 ),
-                ("since", Val::Str("1.0.0")),
-                ("group", Val::Str("server")),
-                ("complexity", Val::Str("O(1)")),
-            ]),
-        },
-    ],
-    docs: Val::Map(&[
-        (
-            "summary",
-            Val::Str("A container for keychange feed commands"),
-        ),
-        ("since", Val::Str("1.0.0")),
-        ("group", Val::Str("server")),
-        ("complexity", Val::Str("Depends on subcommand.")),
-    ]),
-}];
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("pubsub")),
+            (
+                "complexity",
+                Val::Str(
+                    "O(N+M) where N is the number of clients subscribed to the receiving channel and M is the total amount of subscribed patterns (by any client).",
+                ),
+            ),
+        ]),
+    },
+];

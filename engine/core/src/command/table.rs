@@ -4882,7 +4882,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::NOT_KEY, begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::spublish),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Post a message to a shard channel")), ("since", Val::Str("7.0.0")), ("group", Val::Str("pubsub")), ("complexity", Val::Str("O(N) where N is the number of clients subscribed to the receiving shard channel.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("shardchannel")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("message")), ("type", Val::Str("string"))])]))]),
@@ -4954,7 +4954,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::NOT_KEY, begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: -1, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::ssubscribe),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Listen for messages published to the given shard channels")), ("since", Val::Str("7.0.0")), ("group", Val::Str("pubsub")), ("complexity", Val::Str("O(N) where N is the number of shard channels to subscribe to.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("shardchannel")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("multiple")]))])]))]),
@@ -5061,7 +5061,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::NOT_KEY, begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: -1, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::sunsubscribe),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Stop listening for messages posted to the given shard channels")), ("since", Val::Str("7.0.0")), ("group", Val::Str("pubsub")), ("complexity", Val::Str("O(N) where N is the number of clients already subscribed to a shard channel.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("shardchannel")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))])]))]),

@@ -1,0 +1,256 @@
+//! What the proxy answers about the connection itself, for [`crate::route::plan`]: `HELLO`
+//! (RESP2/RESP3 switch, AUTH, SETNAME), `CLIENT` (the proxy's own clients), and the proxy's own
+//! INFO sections. Pure: the session and fleet state in, a [`Plan`] out.
+
+use engine_core::command::CommandSpec;
+
+use crate::route::{Args, Fleet, Plan, ReplyMode, Session};
+use crate::route::{arity_error, bulk, not_supported, reply_static, sanitize_error};
+
+/// Redis `clientSetName`: no spaces, newlines or other characters outside `!`..`~`.
+fn valid_client_name(name: &[u8]) -> bool {
+    name.iter().all(|&b| (b'!'..=b'~').contains(&b))
+}
+
+pub(crate) const BAD_NAME: &[u8] =
+    b"-ERR Client names cannot contain spaces, newlines or special characters.\r\n";
+
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]` (Redis `helloCommand`): RESP2 or RESP3.
+pub(crate) fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
+    let argc = args.argc();
+    let mut proto = session.proto;
+    if argc >= 2 {
+        // Redis's own checks and texts (networking.c helloCommand).
+        match resp::parse_i64(args.arg(1)) {
+            Some(2) => proto = resp::Proto::Resp2,
+            Some(3) => proto = resp::Proto::Resp3,
+            Some(_) => return reply_static(b"-NOPROTO unsupported protocol version\r\n"),
+            None => {
+                return reply_static(
+                    b"-ERR Protocol version is not an integer or out of range\r\n",
+                );
+            }
+        }
+    }
+    let mut name = None;
+    let mut i = 2;
+    while i < argc {
+        let opt = args.arg(i);
+        let more = argc - i - 1;
+        if opt.eq_ignore_ascii_case(b"AUTH") && more >= 2 {
+            i += 3;
+        } else if opt.eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
+            let n = args.arg(i + 1);
+            if !valid_client_name(n) {
+                return reply_static(BAD_NAME);
+            }
+            name = Some(n.to_vec());
+            i += 2;
+        } else {
+            let mut out = b"-ERR Syntax error in HELLO option '".to_vec();
+            out.extend_from_slice(opt);
+            sanitize_error(&mut out[1..]);
+            out.extend_from_slice(b"'\r\n");
+            return Plan::Reply(out.into());
+        }
+    }
+    if let Some(n) = name {
+        session.name = Some(n);
+    }
+    // The switch happens before the reply, so the reply is already in the new protocol
+    // (a map for RESP3), as Redis does it.
+    session.proto = proto;
+    let mut out = Vec::new();
+    let mut w = resp::ReplyWriter::new(&mut out, proto);
+    w.map(7);
+    for (k, v) in [
+        ("server", "redis"),
+        ("version", "7.0.15"),
+        ("proto", ""),
+        ("id", ""),
+        ("mode", "standalone"),
+        ("role", "master"),
+    ] {
+        w.bulk(k.as_bytes());
+        match k {
+            "proto" => w.integer(proto.version()),
+            "id" => w.integer(session.id as i64),
+            _ => w.bulk(v.as_bytes()),
+        }
+    }
+    w.bulk(b"modules");
+    w.array(0);
+    Plan::Reply(out.into())
+}
+
+pub(crate) fn client<A: Args + ?Sized>(
+    args: &A,
+    spec: &'static CommandSpec,
+    session: &mut Session,
+    fleet: &Fleet,
+) -> Plan {
+    let sub = args.arg(1);
+    let argc = args.argc();
+    // NO-TOUCH (Redis 7.2) is not in the 7.0 table either; the proxy has no LRU to spare.
+    if sub.eq_ignore_ascii_case(b"NO-TOUCH") {
+        if argc != 3 {
+            return Plan::Reply(arity_error("client|no-touch").into());
+        }
+        return on_off(args.arg(2));
+    }
+    // SETINFO (Redis 7.2) is not in the 7.0 table; clients send it on connect and ignore errors.
+    if sub.eq_ignore_ascii_case(b"SETINFO") {
+        if argc != 4 {
+            return Plan::Reply(arity_error("client|setinfo").into());
+        }
+        let attr = args.arg(2);
+        if attr.eq_ignore_ascii_case(b"LIB-NAME") || attr.eq_ignore_ascii_case(b"LIB-VER") {
+            return reply_static(b"+OK\r\n");
+        }
+        let mut out = b"-ERR Unrecognized option '".to_vec();
+        out.extend_from_slice(attr);
+        sanitize_error(&mut out[1..]);
+        out.extend_from_slice(b"'\r\n");
+        return Plan::Reply(out.into());
+    }
+    let Some(sub_spec) = spec.subcommand(sub) else {
+        let mut out = b"-ERR unknown subcommand '".to_vec();
+        out.extend_from_slice(&sub[..sub.len().min(128)]);
+        out.extend_from_slice(b"'. Try CLIENT HELP.");
+        sanitize_error(&mut out[1..]);
+        out.extend_from_slice(b"\r\n");
+        return Plan::Reply(out.into());
+    };
+    if !sub_spec.arity_ok(argc) {
+        return Plan::Reply(arity_error(sub_spec.name).into());
+    }
+    match sub_spec.short_name() {
+        "setname" => {
+            let name = args.arg(2);
+            if !valid_client_name(name) {
+                return reply_static(BAD_NAME);
+            }
+            session.name = (!name.is_empty()).then(|| name.to_vec());
+            reply_static(b"+OK\r\n")
+        }
+        "getname" => match &session.name {
+            Some(n) => Plan::Reply(bulk(n).into()),
+            None if session.proto == resp::Proto::Resp3 => reply_static(b"_\r\n"),
+            None => reply_static(b"$-1\r\n"),
+        },
+        "id" => Plan::Reply(format!(":{}\r\n", session.id).into_bytes().into()),
+        // The proxy evicts nothing; the instances' own clients are the proxy's links.
+        "no-evict" => on_off(args.arg(2)),
+        "reply" => {
+            let mode = args.arg(2);
+            // OFF and SKIP answer nothing, not even to themselves (Redis clientCommand).
+            if mode.eq_ignore_ascii_case(b"on") {
+                session.reply = ReplyMode::On;
+                reply_static(b"+OK\r\n")
+            } else if mode.eq_ignore_ascii_case(b"off") {
+                session.reply = ReplyMode::Off;
+                reply_static(b"")
+            } else if mode.eq_ignore_ascii_case(b"skip") {
+                session.reply = ReplyMode::Skip;
+                reply_static(b"")
+            } else {
+                reply_static(b"-ERR syntax error\r\n")
+            }
+        }
+        "info" => Plan::Clients(crate::clients::Op::Info),
+        "list" | "kill" => {
+            let all: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
+            let op = match sub_spec.short_name() {
+                "list" => crate::clients::parse_list(&all),
+                _ => crate::clients::parse_kill(&all, |u| {
+                    fleet.acl.user_names().iter().any(|n| n.as_bytes() == u)
+                }),
+            };
+            match op {
+                Ok(op) => Plan::Clients(op),
+                Err(e) => Plan::Reply(e.into()),
+            }
+        }
+        _ => not_supported(
+            sub_spec,
+            "the proxy answers CLIENT SETNAME, GETNAME, ID, SETINFO, INFO, LIST, KILL, \
+             NO-EVICT, NO-TOUCH and REPLY",
+        ),
+    }
+}
+
+/// `on` / `off` (any case) → `+OK`, else Redis's syntax error.
+fn on_off(arg: &[u8]) -> Plan {
+    if arg.eq_ignore_ascii_case(b"on") || arg.eq_ignore_ascii_case(b"off") {
+        reply_static(b"+OK\r\n")
+    } else {
+        reply_static(b"-ERR syntax error\r\n")
+    }
+}
+
+/// Which INFO sections a client asked for, by Redis's rules (`genRedisInfoString`): none or
+/// `default` = the default sections, `all`/`everything` = every section, else the named ones
+/// (any case).
+pub struct InfoSections {
+    all: bool,
+    default: bool,
+    named: Vec<String>,
+}
+
+impl InfoSections {
+    pub fn new(args: &[&[u8]]) -> InfoSections {
+        let named: Vec<String> = args
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+            .collect();
+        InfoSections {
+            all: named.iter().any(|s| s == "all" || s == "everything"),
+            default: named.is_empty() || named.iter().any(|s| s == "default"),
+            named,
+        }
+    }
+
+    /// Whether the proxy's own section `name` (server, clients, persistence, proxy) is
+    /// included; all of them are default sections.
+    pub fn wants(&self, name: &str) -> bool {
+        self.all || self.default || self.named.iter().any(|s| s == name)
+    }
+}
+
+/// The proxy's own INFO sections (those requested); [`Merge::Info`] appends
+/// `instances_answering` to `# Proxy` and the instances' merged sections.
+pub(crate) fn info_header(fleet: &Fleet, sections: &InfoSections) -> Vec<u8> {
+    let mut s = String::new();
+    if sections.wants("server") {
+        s.push_str(&format!(
+            "# Server\r\nredis_version:7.0.15\r\nrecached_version:{}\r\nrecached_role:proxy\r\n\
+             process_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\r\n",
+            env!("CARGO_PKG_VERSION"),
+            std::process::id(),
+            fleet.port,
+            fleet.started.elapsed().as_secs(),
+        ));
+    }
+    if sections.wants("clients") {
+        s.push_str(&format!(
+            "# Clients\r\nconnected_clients:{}\r\n\r\n",
+            fleet.clients
+        ));
+    }
+    if sections.wants("persistence") {
+        s.push_str("# Persistence\r\nloading:0\r\n\r\n");
+    }
+    if sections.wants("proxy") {
+        s.push_str(&format!(
+            "# Proxy\r\ntotal_requests:{}\r\nbackend_errors:{}\r\ninstances:{}\r\n",
+            fleet.requests,
+            fleet.backend_errors,
+            fleet.instances()
+        ));
+        for (i, addr) in fleet.addrs.iter().enumerate() {
+            let status = if fleet.up[i] { "up" } else { "down" };
+            s.push_str(&format!("instance{i}:addr={addr},status={status}\r\n"));
+        }
+    }
+    s.into_bytes()
+}

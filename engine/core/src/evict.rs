@@ -147,7 +147,9 @@ fn lfu_minutes(now_ms: u64) -> u32 {
 
 /// The LFU counter of `word` after decay (redis `LFUDecrAndReturn`).
 pub fn lfu_decayed(word: u32, now_ms: u64, decay_time: u32) -> u32 {
-    let ldt = word >> 8;
+    // Redis keeps the access word in 24 bits, so the minute stamp is 16 bits; a word stamped
+    // under an LRU policy (a wider clock) must not read as a later minute than the clock has.
+    let ldt = (word >> 8) & 0xFFFF;
     let counter = word & 0xFF;
     let now = lfu_minutes(now_ms);
     // redis `LFUTimeElapsed`: the minute clock wraps at 65536.
@@ -690,6 +692,16 @@ pub fn memory_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lfu_decay_of_a_word_stamped_under_lru_never_overflows() {
+        // Found when switching a running engine from allkeys-lru to allkeys-lfu.
+        for word in [u32::MAX, 0xFFFF_FF00, 1 << 31] {
+            for now_ms in [0, 60_000, u64::MAX / 2] {
+                assert!(lfu_decayed(word, now_ms, 1) <= 255);
+            }
+        }
+    }
     use crate::Config;
 
     /// 2026-01-01T00:00:00Z in µs.

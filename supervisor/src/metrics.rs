@@ -22,7 +22,7 @@
 //! | `recached_memory_bytes` | gauge | INFO `used_memory` (the logical estimate) |
 //! | `recached_rss_bytes` | gauge | INFO `used_memory_rss` |
 //! | `recached_maxmemory_bytes` | gauge | INFO `maxmemory` |
-//! | `recached_keys` | gauge | INFO keyspace `db0:keys` |
+//! | `recached_keys` | gauge | INFO keyspace `dbN:keys`, summed over the databases |
 //! | `recached_expired_keys_total` | counter | INFO `expired_keys` |
 //! | `recached_evicted_keys_total` | counter | INFO `evicted_keys` |
 //! | `recached_keyspace_hits_total` / `_misses_total` | counter | INFO stats |
@@ -225,7 +225,7 @@ fn fetch_info(host: &str, port: u16, login: Option<Vec<u8>>, request: &[&str]) -
     }
 }
 
-/// `field:value` lines; `cmdstat_<name>:calls=N,…`; `db0:keys=N,…`.
+/// `field:value` lines; `cmdstat_<name>:calls=N,…`; `dbN:keys=N,…` (summed).
 pub fn parse_info(text: &str) -> Info {
     let mut info = Info::default();
     for line in text.lines() {

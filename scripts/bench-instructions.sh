@@ -8,7 +8,9 @@
 #   N=20000 scripts/bench-instructions.sh /path/to/old/recached target/release/recached
 #
 # A BIN whose name ends in redis-server is run as redis-server; anything else as
-# `BIN server`. Prints one line per server and command: `<label> <cmd> <instructions/request>`.
+# `BIN server`, or with ROLE=proxy as `BIN proxy` in front of one `BIN server` (not counted), to
+# count the proxy's instructions. Prints one line per server and command:
+# `<label> <cmd> <instructions/request>`.
 # Loopback only; each server is stopped by PID.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -20,7 +22,13 @@ for tool in valgrind callgrind_control redis-benchmark redis-cli; do
 done
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/recached-instr.XXXXXX")
 PID=
-cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
+BACKEND=
+cleanup() {
+    [ -n "$PID" ] && kill "$PID" 2>/dev/null
+    [ -n "$BACKEND" ] && kill "$BACKEND" 2>/dev/null
+    wait 2>/dev/null
+    rm -rf "$TMP"
+}
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -31,7 +39,14 @@ for bin in "$@"; do
         out="$TMP/cg.out"
         case "$bin" in
             *redis-server) args=("$bin" --port "$port" --bind 127.0.0.1 --save "" --appendonly no) ;;
-            *) args=("$bin" server --port "$port" --bind 127.0.0.1) ;;
+            *) if [ "${ROLE:-server}" = proxy ]; then
+                   eport=$(free_port)
+                   "$bin" server --port "$eport" --bind 127.0.0.1 >"$TMP/engine.log" 2>&1 &
+                   BACKEND=$!
+                   args=("$bin" proxy --port "$port" --bind 127.0.0.1 --backends "127.0.0.1:$eport")
+               else
+                   args=("$bin" server --port "$port" --bind 127.0.0.1)
+               fi ;;
         esac
         valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
             "${args[@]}" >"$TMP/server.log" 2>&1 &
@@ -44,8 +59,9 @@ for bin in "$@"; do
         # drop the counts); what runs after it (shutdown) goes to the final file, not read.
         callgrind_control -d "$PID" >/dev/null
         kill "$PID"; wait "$PID" 2>/dev/null || true; PID=
+        if [ -n "$BACKEND" ]; then kill "$BACKEND"; wait "$BACKEND" 2>/dev/null || true; BACKEND=; fi
         total=$(awk '/^summary:/ {print $2}' "$out.1")
         rm -f "$out"*
-        echo "$bin $cmd $(( total / N ))"
+        echo "$bin ${ROLE:-server} $cmd $(( total / N ))"
     done
 done

@@ -94,7 +94,14 @@ pub fn write(path: &Path, doc: &Value) -> Result<(), String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     let text = serde_json::to_string_pretty(doc).map_err(|e| e.to_string())?;
-    std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))
+    // A temporary file renamed over the result: a writer killed mid-write (the RSS sampler
+    // rewrites its file every sample until the soak's SIGTERM) leaves the previous complete
+    // document, never an empty or cut one.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, text + "\n").map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Checks that `v` is a result document; returns its total error count (`results.errors`,
@@ -113,4 +120,23 @@ pub fn validate(v: &Value) -> Result<u64, String> {
         Some(Value::Number(n)) => n.as_u64().unwrap_or(0),
         _ => 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_replaces_the_file_whole_and_leaves_no_temporary() {
+        let dir = std::env::temp_dir().join(format!("recached-doc-{}", std::process::id()));
+        let path = dir.join("r.json");
+        for n in 0..3 {
+            write(&path, &serde_json::json!({ "n": n })).unwrap();
+            let back: Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            assert_eq!(back["n"], n);
+        }
+        assert!(!dir.join("r.json.tmp").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -43,11 +43,6 @@ pub fn resolve(argv: &[&[u8]]) -> Result<(&'static CommandSpec, Option<Handler>)
     Ok((top, top.handler))
 }
 
-/// redis `commandCheckArity`.
-pub fn arity_ok(spec: &CommandSpec, argc: usize) -> bool {
-    spec.arity_ok(argc)
-}
-
 /// Runs one command (see [`Engine::exec`]).
 pub fn exec(
     e: &mut Engine,

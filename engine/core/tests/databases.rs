@@ -270,3 +270,33 @@ fn the_feed_carries_database_0_only() {
     let fx = effects(&mut e);
     assert!(fx.contains("FLUSHALL") && fx.contains("$1 a"), "{fx}");
 }
+
+/// Regression (a CI fuzz run of `fuzz/fuzz_targets/snapshot.rs`): the load statistics count
+/// the keys of every database, not only the selected one, and a snapshot written from a
+/// loaded file loads again with the same keys in the same databases.
+#[test]
+fn snapshot_load_counts_keys_of_every_database() {
+    use engine_core::snapshot;
+    let mut e = engine();
+    let mut c = client(1);
+    assert_eq!(cmd(&mut e, &mut c, "SET a 0"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "SELECT 3"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "SET b 3"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "SELECT 15"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "SADD s x y"), ":2\r\n");
+    let now_ms = T0 / 1000;
+    let mut file = Vec::new();
+    assert_eq!(snapshot::write(&e, now_ms, &mut file).unwrap().keys, 3);
+    let mut loaded = engine();
+    let stats = snapshot::load(&mut loaded, now_ms, file.as_slice()).unwrap();
+    assert_eq!(stats.keys, 3);
+    assert_eq!(loaded.dbsize(), 1, "database 0 is selected after a load");
+    let per_db: Vec<usize> = (0..loaded.databases()).map(|n| loaded.db(n).len()).collect();
+    assert_eq!(&per_db[..4], &[1, 0, 0, 1]);
+    assert_eq!(per_db[15], 1);
+    let mut again = Vec::new();
+    assert_eq!(snapshot::write(&loaded, now_ms, &mut again).unwrap().keys, 3);
+    let mut c2 = client(2);
+    assert_eq!(cmd(&mut loaded, &mut c2, "SELECT 3"), "+OK\r\n");
+    assert_eq!(cmd(&mut loaded, &mut c2, "GET b"), "$1\r\n3\r\n");
+}

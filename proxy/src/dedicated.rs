@@ -135,6 +135,9 @@ pub struct Dedicated {
     pub dirty: bool,
     /// Switched to RESP3 with `HELLO 3` (its owner is a RESP3 client).
     pub resp3: bool,
+    /// The database selected on it (`SELECT`, sent before a request when its owner's
+    /// database differs, `crate::exec::sync_db`).
+    pub db: usize,
     /// Instances of a fleet whose engines forward PUBLISH to each other; 0 otherwise. Then a
     /// `pmessage` (patterns are subscribed on every instance) is relayed only from its
     /// channel's instance ([`relay_pmessage`]).
@@ -197,6 +200,7 @@ impl Dedicated {
             pubsub: false,
             dirty: false,
             resp3: false,
+            db: 0,
             instances: 0,
         })
     }

@@ -21,6 +21,16 @@
 //! it. Reply slots and lanes work as for RESP2: each link answers in its own order. While
 //! subscribed, a RESP3 client may run any command (as with Redis); messages are push frames
 //! that join its output between replies.
+//!
+//! # Databases
+//!
+//! A client's SELECTed database ([`Session::db`]) chooses the links its shared-lane requests
+//! take the same way: each (protocol, database) pair has its own link per instance, opened
+//! by the first request that needs it with `SELECT db` as its first request
+//! ([`crate::backend::link_index`]), so requests are forwarded byte for byte and a database
+//! costs nothing per request. A dedicated connection gets `SELECT db` (reply dropped) before
+//! a request whenever its owner's database changed since the last one ([`sync_db`]); a
+//! subscription does not depend on the database and sends none.
 
 use std::time::Instant;
 
@@ -120,12 +130,16 @@ fn handle_request<A: Args + ?Sized>(
         me.replies.push_local(&reply, false);
         return Flow::Continue;
     }
-    // HELLO and RESET may change the protocol, and so the instance links that serve the
-    // client: like a lane switch, they wait until every earlier request is answered.
+    // HELLO, RESET and SELECT may change the protocol or the database, and so the instance
+    // links that serve the client: like a lane switch, they wait until every earlier request
+    // is answered (a `MOVE k 0` on database 1's link must run before a `GET k` that follows
+    // on database 0's).
     let name = args.arg(0);
-    if name.len() == 5
-        && (name.eq_ignore_ascii_case(b"hello") || name.eq_ignore_ascii_case(b"reset"))
+    if (name.len() == 5 || name.len() == 6)
         && me.replies.pending_len() > 0
+        && (name.eq_ignore_ascii_case(b"hello")
+            || name.eq_ignore_ascii_case(b"reset")
+            || name.eq_ignore_ascii_case(b"select"))
     {
         return Flow::Wait;
     }
@@ -211,6 +225,7 @@ fn in_transaction<A: Args + ?Sized>(
             Ok(id) => {
                 let d = ctx.dedicated.get_mut(id).expect("just looked up");
                 d.pubsub = false;
+                sync_db(d, id, me.session.db, ctx.dirty_dedicated);
                 for request in &prelude {
                     d.send(request, None, 1);
                 }
@@ -392,6 +407,18 @@ fn switch_proto(d: &mut Dedicated, id: usize, proto: resp::Proto, dirty: &mut Ve
     mark(&mut d.dirty, dirty, id);
 }
 
+/// Sends `SELECT db` on dedicated connection `id` if another database is selected there (the
+/// client SELECTed since its last request on it); the reply is dropped. Called before a
+/// request whose meaning depends on the database (blocking commands, WATCH, transactions).
+fn sync_db(d: &mut Dedicated, id: usize, db: usize, dirty: &mut Vec<usize>) {
+    if d.db == db {
+        return;
+    }
+    d.db = db;
+    d.send(&crate::backend::select_request(db), None, 1);
+    mark(&mut d.dirty, dirty, id);
+}
+
 /// Carries out a routing plan for one request of client `me`.
 fn run_plan<A: Args + ?Sized>(
     plan: Plan,
@@ -428,6 +455,7 @@ fn run_plan<A: Args + ?Sized>(
                     }
                     let d = ctx.dedicated.get_mut(id).expect("just looked up");
                     d.pubsub = false;
+                    sync_db(d, id, me.session.db, ctx.dirty_dedicated);
                     let seq = me.replies.push_plain();
                     d.send(raw, Some(me.waiter(seq, 0)), 1);
                     mark(&mut d.dirty, ctx.dirty_dedicated, id);
@@ -449,11 +477,9 @@ fn run_plan<A: Args + ?Sized>(
 /// Carries out a plan on the shared backend connections.
 fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
     let n = ctx.fleet.instances();
-    // RESP3 clients use the instances' RESP3 links (see the module docs).
-    let link_base = match me.session.proto {
-        resp::Proto::Resp2 => 0,
-        resp::Proto::Resp3 => n,
-    };
+    // The links of the client's protocol and database (see the module docs).
+    let resp3 = me.session.proto == resp::Proto::Resp3;
+    let link_base = crate::backend::link_index(n, me.session.db, resp3, 0);
     let (token, client_id) = (me.token, me.id);
     let replies = &mut *me.replies;
     let registry = ctx.registry;

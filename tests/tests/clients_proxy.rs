@@ -165,6 +165,7 @@ fn redis_py_default_settings_through_the_proxy() {
             .arg(fleet.proxy_port.to_string()),
     );
     assert!(out.starts_with("redis-py 8."), "{out}");
+    assert!(out.contains("\ndatabase by url: ok\n"), "{out}");
     fleet.check_mget_keys_on_both_engines("py:");
 }
 
@@ -172,7 +173,7 @@ fn redis_py_default_settings_through_the_proxy() {
 fn node_redis_default_settings_through_the_proxy() {
     node_modules("redis");
     let fleet = Fleet::start("node-redis");
-    run_client(
+    let out = run_client(
         &fleet,
         "node-redis",
         Command::new("node")
@@ -180,6 +181,7 @@ fn node_redis_default_settings_through_the_proxy() {
             .arg("node_redis_proxy.js")
             .arg(fleet.proxy_port.to_string()),
     );
+    assert!(out.contains("\ndatabase by url: ok\n"), "{out}");
     fleet.check_mget_keys_on_both_engines("node:");
 }
 
@@ -187,7 +189,7 @@ fn node_redis_default_settings_through_the_proxy() {
 fn ioredis_default_settings_through_the_proxy() {
     node_modules("ioredis");
     let fleet = Fleet::start("ioredis");
-    run_client(
+    let out = run_client(
         &fleet,
         "ioredis",
         Command::new("node")
@@ -195,6 +197,7 @@ fn ioredis_default_settings_through_the_proxy() {
             .arg("ioredis_proxy.js")
             .arg(fleet.proxy_port.to_string()),
     );
+    assert!(out.contains("\ndatabase by url: ok\n"), "{out}");
     fleet.check_mget_keys_on_both_engines("io:");
 }
 

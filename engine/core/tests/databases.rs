@@ -172,8 +172,12 @@ fn keyspace_notifications_name_the_database() {
     }
 }
 
+/// Redis 7.0 refuses SELECT ≠ 0, MOVE, SWAPDB and COPY … DB in cluster mode; recached's
+/// engines serve every database there, as Valkey 9 does (docs/cluster.md "Databases"): the
+/// proxy reaches databases 1.. over cluster engines, and smart clients may SELECT too. Slot
+/// ownership is the same in every database.
 #[test]
-fn select_is_refused_in_cluster_mode() {
+fn databases_work_in_cluster_mode() {
     let mut e = Engine::new(Config {
         hash_seed: 42,
         cluster_nodes: vec!["127.0.0.1:7000".into(), "127.0.0.1:7001".into()],
@@ -181,19 +185,32 @@ fn select_is_refused_in_cluster_mode() {
         ..Config::default()
     });
     let mut c = client(1);
+    // A key this engine owns.
+    let key = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| cmd(&mut e, &mut c, &format!("GET {k}")) == "$-1\r\n")
+        .expect("some key is owned here");
+    assert_eq!(cmd(&mut e, &mut c, "SELECT 1"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, &format!("SET {key} one")), "+OK\r\n");
+    assert_eq!(
+        cmd(&mut e, &mut c, &format!("COPY {key} {key} DB 2")),
+        ":1\r\n"
+    );
+    assert_eq!(cmd(&mut e, &mut c, &format!("MOVE {key} 3")), ":1\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "SWAPDB 3 0"), "+OK\r\n");
     assert_eq!(cmd(&mut e, &mut c, "SELECT 0"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, &format!("GET {key}")), "$3\r\none\r\n");
     assert_eq!(
-        cmd(&mut e, &mut c, "SELECT 1"),
-        "-ERR SELECT is not allowed in cluster mode\r\n"
+        cmd(&mut e, &mut c, "SELECT 16"),
+        "-ERR DB index is out of range\r\n"
     );
-    assert_eq!(
-        cmd(&mut e, &mut c, "SWAPDB 0 1"),
-        "-ERR SWAPDB is not allowed in cluster mode\r\n"
-    );
-    assert_eq!(
-        cmd(&mut e, &mut c, "MOVE k 1"),
-        "-ERR MOVE is not allowed in cluster mode\r\n"
-    );
+    // Keys of another engine's slots are redirected in every database.
+    let theirs = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| cmd(&mut e, &mut c, &format!("GET {k}")).starts_with("-MOVED"))
+        .expect("some key is owned elsewhere");
+    assert_eq!(cmd(&mut e, &mut c, "SELECT 2"), "+OK\r\n");
+    assert!(cmd(&mut e, &mut c, &format!("SET {theirs} x")).starts_with("-MOVED "));
 }
 
 #[test]
@@ -291,11 +308,16 @@ fn snapshot_load_counts_keys_of_every_database() {
     let stats = snapshot::load(&mut loaded, now_ms, file.as_slice()).unwrap();
     assert_eq!(stats.keys, 3);
     assert_eq!(loaded.dbsize(), 1, "database 0 is selected after a load");
-    let per_db: Vec<usize> = (0..loaded.databases()).map(|n| loaded.db(n).len()).collect();
+    let per_db: Vec<usize> = (0..loaded.databases())
+        .map(|n| loaded.db(n).len())
+        .collect();
     assert_eq!(&per_db[..4], &[1, 0, 0, 1]);
     assert_eq!(per_db[15], 1);
     let mut again = Vec::new();
-    assert_eq!(snapshot::write(&loaded, now_ms, &mut again).unwrap().keys, 3);
+    assert_eq!(
+        snapshot::write(&loaded, now_ms, &mut again).unwrap().keys,
+        3
+    );
     let mut c2 = client(2);
     assert_eq!(cmd(&mut loaded, &mut c2, "SELECT 3"), "+OK\r\n");
     assert_eq!(cmd(&mut loaded, &mut c2, "GET b"), "$1\r\n3\r\n");

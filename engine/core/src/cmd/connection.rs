@@ -63,20 +63,17 @@ pub fn reset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// `SELECT index` → OK; `ERR DB index is out of range` outside `0..databases`; in cluster
-/// mode only 0 (Redis 7.0: `ERR SELECT is not allowed in cluster mode`). The dispatcher
-/// swaps the client's database in before each of its commands.
+/// `SELECT index` → OK; `ERR DB index is out of range` outside `0..databases`. Also in
+/// cluster mode, where Redis 7.0 answers `ERR SELECT is not allowed in cluster mode` and
+/// Valkey 9 allows every database (docs/cluster.md "Databases": the proxy's database links
+/// and smart clients rely on it). The dispatcher swaps the client's database in before
+/// each of its commands.
 pub fn select(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let id = int_arg(c.argv[1])?;
     if i32::try_from(id).is_err() {
         // redis `getRangeLongFromObjectOrReply` (INT_MIN..INT_MAX), its wording included.
         return Err(CmdError::Static(
             "ERR value is out of range, value must between -2147483648 and 2147483647",
-        ));
-    }
-    if id != 0 && crate::cmd::cluster::enabled(e) {
-        return Err(CmdError::Static(
-            "ERR SELECT is not allowed in cluster mode",
         ));
     }
     c.client.db = db_index(e, id)?;

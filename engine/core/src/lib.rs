@@ -68,6 +68,7 @@ pub mod expire;
 pub mod feed;
 pub mod glob;
 pub mod keyspace;
+pub mod monitor;
 pub mod notify;
 pub mod slot;
 pub mod snapshot;
@@ -108,6 +109,8 @@ pub struct Client {
     /// The connection's user and whether it authenticated ([`acl`]; set by
     /// [`Engine::init_client`]).
     pub auth: acl::ClientAuth,
+    /// In MONITOR mode ([`monitor`]; CLIENT LIST flag `O`).
+    pub monitor: bool,
 }
 
 /// What the server must do after `exec`, beyond sending the bytes written to `out`.

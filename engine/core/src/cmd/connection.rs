@@ -53,6 +53,10 @@ pub fn quit(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 /// `RESET` → RESET: back to RESP2, no name, database 0, the default user (authenticated only
 /// if it needs no password), like redis `clearClientConnectionState`.
 pub fn reset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    if c.client.monitor {
+        c.client.monitor = false;
+        crate::monitor::stop(e, c.client.id);
+    }
     crate::cmd::tx::reset_client(e, c.client);
     crate::cmd::pubsub::reset_client(e, c.client);
     e.init_client(c.client);
@@ -288,6 +292,9 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
     };
     // Flag letters in redis `catClientInfoString` order; `N` when none.
     let mut flags = String::new();
+    if client.monitor {
+        flags.push('O');
+    }
     if client.subs.count() > 0 {
         flags.push('P');
     }

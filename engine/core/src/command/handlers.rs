@@ -138,6 +138,7 @@ pub use crate::evict::memory_malloc_stats;
 pub use crate::evict::memory_purge;
 pub use crate::evict::memory_stats;
 pub use crate::evict::memory_usage;
+pub use crate::monitor::monitor;
 pub use crate::cmd::keys::move_;
 pub use crate::types::string::mget;
 pub use crate::types::string::mset;

@@ -3406,7 +3406,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         tips: &[],
         key_specs: &[],
         getkeys: None,
-        handler: None,
+        handler: Some(h::monitor),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Listen for all requests received by the server in real time")), ("since", Val::Str("1.0.0")), ("group", Val::Str("server"))]),

@@ -59,6 +59,7 @@ pub struct View<'a> {
     pub sub: usize,
     pub psub: usize,
     pub in_multi: bool,
+    pub monitor: bool,
     pub cmd: &'a str,
     pub user: &'a str,
     pub resp: i64,
@@ -212,6 +213,9 @@ pub fn listed(kind: Option<Type>, ids: &[u64], v: &View<'_>) -> bool {
 pub fn line(v: &View<'_>, out: &mut String) {
     let name = v.name.map(String::from_utf8_lossy).unwrap_or_default();
     let mut flags = String::new();
+    if v.monitor {
+        flags.push('O');
+    }
     if v.sub + v.psub > 0 {
         flags.push('P');
     }

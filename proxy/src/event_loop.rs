@@ -500,8 +500,9 @@ impl Proxy {
             let idle = !timeout.is_zero()
                 && now.duration_since(c.last_request) > timeout
                 && c.replies.pending_len() == 0
-                && !c.session.subs.active();
-            let class = if c.session.subs.active() {
+                && !c.session.subs.active()
+                && !c.session.monitor;
+            let class = if c.session.subs.active() || c.session.monitor {
                 limits.pubsub
             } else {
                 limits.normal
@@ -671,7 +672,7 @@ impl Proxy {
             return;
         }
         c.conns.retain(|&(_, cid)| cid != id);
-        if c.session.subs.active() || c.session.tx.pinned == Some(d.instance) {
+        if c.session.subs.active() || c.session.monitor || c.session.tx.pinned == Some(d.instance) {
             log::warn!(
                 "client {}: lost its dedicated connection to instance {} ({why}); \
                  closing it (its transaction or subscriptions are gone)",
@@ -775,6 +776,7 @@ impl Proxy {
                 sub: s.subs.channels(),
                 psub: s.subs.patterns(),
                 in_multi: s.tx.multi,
+                monitor: s.monitor,
                 cmd: if s.last_cmd.is_empty() {
                     "NULL"
                 } else {

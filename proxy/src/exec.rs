@@ -22,6 +22,15 @@
 //! subscribed, a RESP3 client may run any command (as with Redis); messages are push frames
 //! that join its output between replies.
 //!
+//! # MONITOR
+//!
+//! MONITOR turns the client's dedicated connection to every instance into a monitor and
+//! relays their lines as they come (each instance's in its order; lines of different
+//! instances interleave as they arrive). A line shows the instance's view: the database and
+//! the address of the proxy's connection that ran the command, not the application client's.
+//! While monitoring, the client is refused keyspace commands as by Redis (`-ERR Replica can't
+//! interact with the keyspace`); RESET (or closing) ends it.
+//!
 //! # Databases
 //!
 //! A client's SELECTed database ([`Session::db`]) chooses the links its shared-lane requests
@@ -143,6 +152,17 @@ fn handle_request<A: Args + ?Sized>(
     {
         return Flow::Wait;
     }
+    // A monitor may not touch the keyspace (a replica, to Redis: `crate::exec`, "MONITOR").
+    if me.session.monitor
+        && let Some(spec) = engine_core::command::lookup(name)
+        && spec.is_implemented()
+        && spec.arity_ok(args.argc())
+        && engine_core::monitor::touches_keyspace(spec)
+    {
+        me.replies
+            .push_local(b"-ERR Replica can't interact with the keyspace\r\n", false);
+        return Flow::Continue;
+    }
     // Ordinary clients: one check, then the router.
     if me.conns.is_empty() && !me.session.tx.active() {
         let plan = route::plan(args, me.session, ctx.fleet);
@@ -161,6 +181,7 @@ fn handle_request<A: Args + ?Sized>(
         }
         me.session.tx = tx::Tx::default();
         me.session.subs.clear();
+        me.session.monitor = false;
         *me.lane = Lane::Shared;
     } else if me.session.subs.active() && me.session.proto == resp::Proto::Resp2 {
         // RESP2 subscribed mode; a RESP3 client keeps the full command set.
@@ -334,6 +355,39 @@ fn subscription<A: Args + ?Sized>(
     Flow::Continue
 }
 
+/// MONITOR: `MONITOR` on the client's dedicated connection to every instance (its lane is
+/// the pub/sub one: what comes back is relayed unasked), `+OK` once all said `+OK`. A second
+/// MONITOR gets no reply, as from Redis.
+fn monitor(me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Flow {
+    if me.session.monitor {
+        return Flow::Continue;
+    }
+    if !me.enter_lane(Lane::PubSub) {
+        return Flow::Wait;
+    }
+    let n = ctx.fleet.instances();
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        match conn_for(i, me, ctx) {
+            Ok(id) => ids.push(id),
+            Err(error) => {
+                me.replies.push_local(&error, false);
+                return Flow::Continue;
+            }
+        }
+    }
+    me.session.monitor = true;
+    let seq = me.replies.push_parts(n, Merge::AllOk);
+    for (part, id) in ids.into_iter().enumerate() {
+        let waiter = me.waiter(seq, part as u32);
+        let d = ctx.dedicated.get_mut(id).expect("just looked up");
+        d.monitor = true;
+        d.send(b"*1\r\n$7\r\nMONITOR\r\n", Some(waiter), 1);
+        mark(&mut d.dirty, ctx.dirty_dedicated, id);
+    }
+    Flow::Continue
+}
+
 /// The client's dedicated connection to `instance`, opened if it has none: its slab id,
 /// or the error reply (limits of `crate::dedicated`, instance down).
 fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize, Vec<u8>> {
@@ -442,6 +496,7 @@ fn run_plan<A: Args + ?Sized>(
             Flow::Continue
         }
         Plan::PubSub(kind) => subscription(kind, args, me, ctx),
+        Plan::Monitor => monitor(me, ctx),
         Plan::Clients(op) => Flow::Clients(op),
         Plan::Blocking(i) | Plan::Watch(i) => {
             if !me.enter_lane(Lane::Dedicated(i)) {
@@ -554,6 +609,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         | Plan::Watch(_)
         | Plan::Multi
         | Plan::Clients(_)
+        | Plan::Monitor
         | Plan::PubSub(_) => unreachable!("handled by run_plan"),
     }
 }

@@ -19,6 +19,7 @@
 //! | PUBSUB CHANNELS / SHARDCHANNELS / NUMPAT | every instance: channels concatenated / the largest count (each proxy pattern subscription is held by every instance) ; NUMSUB / SHARDNUMSUB forwarded when their channels share an instance |
 //! | PING, ECHO, QUIT, SELECT, HELLO, RESET, CLIENT SETNAME/GETNAME/ID/SETINFO/NO-EVICT/NO-TOUCH, WAIT (`:0`, no replicas; Redis's argument errors) | answered by the proxy |
 //! | SELECT n | the session's database ([`Session::db`], `0..databases`, Redis's errors): its requests then take the instances' links of that database (`crate::exec`, "Databases"); SWAPDB is sent to every instance (not atomic across them) |
+//! | MONITOR | [`Plan::Monitor`]: `MONITOR` on the client's dedicated connection to every instance, `+OK` once all answered, then every instance's lines relayed as they come (`crate::exec`) |
 //! | CLIENT REPLY ON/OFF/SKIP | the session's [`ReplyMode`]; `crate::exec` makes the reply slots of OFF/SKIP requests silent |
 //! | CLIENT LIST / INFO / KILL | [`Plan::Clients`]: the event loop answers over the proxy's own clients ([`crate::clients`]) |
 //! | DBSIZE, FLUSHALL, FLUSHDB, KEYS, RANDOMKEY, INFO | sent to every instance (on the links of the client's database), merged |
@@ -106,6 +107,8 @@ pub struct Session {
     /// The SELECTed database (0 until SELECT, and again after RESET): which instance links
     /// serve the client (`crate::exec`, "Databases").
     pub db: usize,
+    /// In MONITOR mode (until RESET or the end of the connection).
+    pub monitor: bool,
 }
 
 /// `CLIENT REPLY ON|OFF|SKIP`.
@@ -209,6 +212,9 @@ pub enum Plan {
     /// CONFIG SET: `get` (`CONFIG GET` of its names) then the request, to every instance;
     /// merged by [`Merge::ConfigSet`] (all or nothing).
     ConfigSet { get: Vec<u8> },
+    /// MONITOR: the client's dedicated connection to every instance turns into a monitor;
+    /// their lines are relayed to it as they come (`crate::exec`, "MONITOR").
+    Monitor,
 }
 
 /// `-CROSSSLOT …`, Redis Cluster's text (PROTOCOL-NOTES b3).
@@ -345,6 +351,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         }
         "scan" => scan(args, n),
         "multi" => Plan::Multi,
+        "monitor" => Plan::Monitor,
         "exec" => reply_static(b"-ERR EXEC without MULTI\r\n"),
         "discard" => reply_static(b"-ERR DISCARD without MULTI\r\n"),
         "unwatch" => reply_static(b"+OK\r\n"),

@@ -46,13 +46,18 @@ pub fn monitor(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 /// read, write or may-replicate commands; Redis 7.0's may-replicate rows are listed by name,
 /// since COMMAND INFO does not show that flag).
 pub fn refused(client: &Client, spec: &CommandSpec) -> bool {
-    client.monitor
-        && (spec.has_flag(Flags::WRITE)
-            || spec.has_flag(Flags::READONLY)
-            || matches!(
-                spec.name,
-                "publish" | "spublish" | "eval" | "evalsha" | "fcall" | "pfcount"
-            ))
+    client.monitor && touches_keyspace(spec)
+}
+
+/// Read, write and may-replicate rows: what a monitor (a replica, to Redis) may not run. The
+/// proxy applies the same rule to its monitor clients.
+pub fn touches_keyspace(spec: &CommandSpec) -> bool {
+    spec.has_flag(Flags::WRITE)
+        || spec.has_flag(Flags::READONLY)
+        || matches!(
+            spec.name,
+            "publish" | "spublish" | "eval" | "evalsha" | "fcall" | "pfcount"
+        )
 }
 
 /// The error for [`refused`].

@@ -275,11 +275,15 @@ impl KillFilter {
     /// Whether `target` is to be killed by the connection `me` (a client id).
     pub fn matches(&self, target: &Client, me: u64) -> bool {
         !self.none
-            && self.addr.as_deref().is_none_or(|a| a == target.addr.as_bytes())
-            && self.laddr.as_deref().is_none_or(|a| a == target.laddr.as_bytes())
             && self
-                .pubsub
-                .is_none_or(|p| p == (target.subs.count() > 0))
+                .addr
+                .as_deref()
+                .is_none_or(|a| a == target.addr.as_bytes())
+            && self
+                .laddr
+                .as_deref()
+                .is_none_or(|a| a == target.laddr.as_bytes())
+            && self.pubsub.is_none_or(|p| p == (target.subs.count() > 0))
             && self.id.is_none_or(|id| id == target.id)
             && self
                 .user
@@ -327,7 +331,10 @@ pub fn client_kill(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
                     f.pubsub = Some(false);
                 } else if args::is(v, "pubsub") {
                     f.pubsub = Some(true);
-                } else if ["master", "replica", "slave"].iter().any(|t| args::is(v, t)) {
+                } else if ["master", "replica", "slave"]
+                    .iter()
+                    .any(|t| args::is(v, t))
+                {
                     f.none = true;
                 } else {
                     return Err(CmdError::Other(format!(

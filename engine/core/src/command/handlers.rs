@@ -33,6 +33,7 @@ pub use crate::cmd::connection::client_getname;
 pub use crate::cmd::connection::client_help;
 pub use crate::cmd::connection::client_id;
 pub use crate::cmd::connection::client_info;
+pub use crate::cmd::connection::client_kill;
 pub use crate::cmd::connection::client_list;
 pub use crate::cmd::connection::client_setname;
 pub use crate::cmd::cluster::not_supported as cluster_addslots;

@@ -3,10 +3,8 @@
 //! changed. The same steps go to a standalone redis-server 7.0 (the reference, not one of the
 //! proxy's backends) and through the proxy (in front of two redis-servers); every reply must be
 //! byte-identical, and the connection must still answer afterwards. The steps are those of
-//! `tests/diff/bad_input.txt` that hold for a fleet: no valid SELECT of another database (the
-//! proxy's database support is changing elsewhere), no SWAPDB (the proxy refuses it whatever
-//! the arguments: `-ERR SWAPDB is not supported by the recached proxy`), no `requirepass` (the
-//! proxy has its own users).
+//! `tests/diff/bad_input.txt` that hold for a fleet (SWAPDB is sent to every instance, so its
+//! errors are the instances'), without `requirepass` (the proxy has its own users).
 
 mod common;
 
@@ -59,6 +57,30 @@ const STEPS: &[&[&str]] = &[
     &["GET", "k"],
     &["DBSIZE"],
     &["DBSIZE"],
+    // A valid SELECT, then SWAPDB (sent to every instance): equal indexes succeed and change
+    // nothing; the first bad index is reported, Redis's texts.
+    &["SELECT", "2"],
+    &["SET", "k2", "two"],
+    &["SWAPDB", "0", "0"],
+    &["SWAPDB", "2", "2"],
+    &["GET", "k2"],
+    &["SWAPDB", "0", "16"],
+    &["SWAPDB", "16", "0"],
+    &["SWAPDB", "-1", "0"],
+    &["SWAPDB", "0", "-1"],
+    &["SWAPDB", "abc", "0"],
+    &["SWAPDB", "0", "abc"],
+    &["SWAPDB", "abc", "16"],
+    &["SWAPDB", "1.5", "0"],
+    &["SWAPDB", "0", "2147483648"],
+    &["SWAPDB", "", "0"],
+    &["SWAPDB", "0"],
+    &["SWAPDB", "0", "1", "2"],
+    &["GET", "k2"],
+    &["DBSIZE"],
+    &["SELECT", "0"],
+    &["GET", "k"],
+    &["GET", "k2"],
     &["CLIENT", "KILL", "1.2.3.4:5"],
     &["CLIENT", "KILL", "127.0.0.1:1"],
     &["CLIENT", "KILL", "nonsense"],

@@ -184,7 +184,7 @@ pub fn end(
 type DbKey = (usize, Box<[u8]>);
 
 /// `changed` sorted and deduplicated (order between different keys does not matter: each
-/// key's effects are independent); when no key was reported, the command's key arguments
+/// key's effects are independent), databases in the order they were changed; when no key was reported, the command's key arguments
 /// that it may write (the one extractor's keys, less those its key specs mark read-only) in
 /// the running command's database.
 fn changed_keys(
@@ -202,8 +202,19 @@ fn changed_keys(
             .map(|k| (db, argv[k.pos].into()))
             .collect();
     }
+    // Databases in the order the command changed them (MOVE: the source, then the
+    // destination); keys sorted within each.
+    let mut dbs: Vec<usize> = Vec::new();
+    for (db, _) in &changed {
+        if !dbs.contains(db) {
+            dbs.push(*db);
+        }
+    }
     changed.sort_unstable();
     changed.dedup();
+    if dbs.len() > 1 {
+        changed.sort_by_key(|(db, _)| dbs.iter().position(|d| d == db));
+    }
     changed
 }
 

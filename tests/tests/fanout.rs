@@ -411,6 +411,18 @@ fn cli_db(f: &Fleet, db: u64, args: &[&str]) -> String {
     f.cli(&a)
 }
 
+/// Both browsers converged: `c1` to database 1, `c0` to database 0. Each is pinged first: a
+/// browser not read while the other is checked (hundreds of redis-cli runs) must not look
+/// silent to the fan-out.
+fn assert_both_converged(f: &Fleet, c1: &mut Client, c0: &mut Client, prefix: &str) {
+    for c in [&mut *c1, &mut *c0] {
+        c.ws.send(&json!({"type": "ping"}));
+    }
+    assert_converged_db(f, c1, prefix, 1);
+    c0.ws.send(&json!({"type": "ping"}));
+    assert_converged_db(f, c0, prefix, 0);
+}
+
 /// [`assert_converged`] against database `db` of the server.
 fn assert_converged_db(f: &Fleet, c: &mut Client, prefix: &str, db: u64) {
     let mut keys: Vec<String> = cli_db(f, db, &["--scan", "--pattern", &format!("{prefix}*")])
@@ -460,8 +472,7 @@ fn a_browser_follows_the_database_it_names() {
     assert_eq!(resp_lines(&c1.read(&["EXISTS", "d:counter"])), "0");
     assert_eq!(resp_lines(&c0.read(&["EXISTS", "d:only1"])), "0");
     assert_eq!(resp_lines(&c0.read(&["GET", "d:counter"])), "3");
-    assert_converged_db(&f, &mut c1, "d:", 1);
-    assert_converged_db(&f, &mut c0, "d:", 0);
+    assert_both_converged(&f, &mut c1, &mut c0, "d:");
     // Keychanges: each browser gets its own database's only.
     let (seen1, seen0) = (c1.delivered.len(), c0.delivered.len());
     for r in 0..4 {
@@ -489,8 +500,7 @@ fn a_browser_follows_the_database_it_names() {
             .iter()
             .all(|k| k.starts_with(b"d:one") || k == b"d:z1")
     );
-    assert_converged_db(&f, &mut c1, "d:", 1);
-    assert_converged_db(&f, &mut c0, "d:", 0);
+    assert_both_converged(&f, &mut c1, &mut c0, "d:");
     // Crossing databases: MOVE out of 1 into 0, COPY … DB 1 (same name: one slot), then
     // SWAPDB 0 1 and FLUSHDB.
     assert_eq!(cli_db(&f, 1, &["MOVE", "d:only1", "0"]).trim(), "1");
@@ -503,15 +513,13 @@ fn a_browser_follows_the_database_it_names() {
     assert_eq!(resp_lines(&c1.read(&["EXISTS", "d:only1"])), "0");
     assert_eq!(resp_lines(&c0.read(&["GET", "d:only1"])), "one");
     assert_eq!(resp_lines(&c1.read(&["GET", "d:counter"])), "6");
-    assert_converged_db(&f, &mut c1, "d:", 1);
-    assert_converged_db(&f, &mut c0, "d:", 0);
+    assert_both_converged(&f, &mut c1, &mut c0, "d:");
     assert_eq!(f.cli(&["SWAPDB", "0", "1"]).trim(), "OK");
     c1.drain(Duration::from_millis(300));
     c0.drain(Duration::from_millis(300));
     assert_eq!(resp_lines(&c1.read(&["GET", "d:only1"])), "one");
     assert_eq!(resp_lines(&c0.read(&["GET", "d:counter"])), "6");
-    assert_converged_db(&f, &mut c1, "d:", 1);
-    assert_converged_db(&f, &mut c0, "d:", 0);
+    assert_both_converged(&f, &mut c1, &mut c0, "d:");
     // A reconnect of the database-1 browser resumes from the ring (positions are per engine).
     let pos = c1.pos.clone();
     drop(std::mem::replace(&mut c1.ws, Ws::connect(f.fanout_port)));
@@ -533,12 +541,17 @@ fn a_browser_follows_the_database_it_names() {
     c1.sync(T);
     c1.drain(Duration::from_millis(300));
     assert!(c1.refetches.is_empty(), "{:?}", c1.refetches);
-    assert_converged_db(&f, &mut c1, "d:", 1);
+    c0.drain(Duration::from_millis(300));
+    assert_eq!(resp_lines(&c0.read(&["GET", "d:zero-while-away"])), "x");
+    assert_eq!(resp_lines(&c1.read(&["GET", "d:while-away"])), "x");
+    assert_eq!(resp_lines(&c1.read(&["EXISTS", "d:zero-while-away"])), "0");
+    assert_both_converged(&f, &mut c1, &mut c0, "d:");
     // FLUSHDB on database 1 empties the database-1 browser only.
     cli_db(&f, 1, &["FLUSHDB"]);
     c1.drain(Duration::from_millis(300));
     c0.drain(Duration::from_millis(300));
     assert_eq!(resp_lines(&c1.read(&["DBSIZE"])), "0");
+    c0.ws.send(&json!({"type": "ping"}));
     assert_converged_db(&f, &mut c0, "d:", 0);
     assert!(resp_lines(&c0.read(&["DBSIZE"])).parse::<u64>().unwrap() > 5);
     assert!(

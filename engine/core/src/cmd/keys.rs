@@ -392,6 +392,8 @@ pub fn flushall(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     for n in 0..e.databases() {
         if !e.db(n).is_empty() {
             e.with_db(n, |e| e.ks.flush(lazy));
+            // Keychange feed: each database emptied is flushed on its own (docs/feed.md).
+            crate::effect::propagate_db(e, n, &[b"FLUSHALL"]);
         }
     }
     c.w().ok();

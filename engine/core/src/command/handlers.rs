@@ -89,6 +89,7 @@ pub use crate::cmd::keys::expireat;
 pub use crate::cmd::keys::expiretime;
 pub use crate::feed::feed_help;
 pub use crate::feed::feed_snapshot;
+pub use crate::feed::feed_snapshotdb;
 pub use crate::feed::feed_subscribe;
 pub use crate::cmd::keys::flushall;
 pub use crate::cmd::keys::flush as flushdb;

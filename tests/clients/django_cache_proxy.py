@@ -24,12 +24,13 @@ Prints `django <version>`, `redis-py <version>`, `protocol: N`, one line per che
 last; any failure prints `FAIL: …` and exits 1. SIGALRM ends the run after 60 s.
 """
 
-import signal
 import sys
 
 import django
 import redis
 from django.conf import settings
+
+from common import check, fail, watchdog
 
 PORT = int(sys.argv[1])
 ALL = "--all" in sys.argv[2:]
@@ -37,31 +38,7 @@ ALL = "--all" in sys.argv[2:]
 CROSSSLOT = ("ClusterCrossSlotError", "Keys in request don't hash to the same slot")
 
 
-def fail(msg):
-    print(f"FAIL: {msg}", flush=True)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-
-
-def on_alarm(_sig, _frame):
-    fail("timeout: the whole run took more than 60 s")
-
-
-def on_exception(kind, value, tb):
-    import traceback
-
-    traceback.print_exception(kind, value, tb)
-    print(f"FAIL: {kind.__name__}: {value}", flush=True)
-    sys.exit(1)
-
-
-sys.excepthook = on_exception
-signal.signal(signal.SIGALRM, on_alarm)
-signal.alarm(60)
+watchdog(60)
 
 
 def deferred(name, issue, expected_error, part):

@@ -14,42 +14,19 @@ check, and `ok` last. Every wait is bounded: each blocking call has its own time
 SIGALRM ends the whole run after 60 s.
 """
 
-import signal
 import sys
 import threading
 import time
 
 import redis
 
+from common import check, fail, watchdog
+
 PORT = int(sys.argv[1])
 PREFIX = "py:"
 
 
-def fail(msg):
-    print(f"FAIL: {msg}", flush=True)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-
-
-def on_alarm(_sig, _frame):
-    fail("timeout: the whole run took more than 60 s")
-
-
-def on_exception(kind, value, tb):
-    import traceback
-
-    traceback.print_exception(kind, value, tb)
-    print(f"FAIL: {kind.__name__}: {value}", flush=True)
-    sys.exit(1)
-
-
-sys.excepthook = on_exception
-signal.signal(signal.SIGALRM, on_alarm)
-signal.alarm(60)
+watchdog(60)
 
 print("redis-py", redis.__version__, flush=True)
 # Default settings: no protocol, no decode_responses, no timeouts given.

@@ -31,7 +31,6 @@ the day an issue lands the part is moved out of DEFERRED. Prints `rq <version>`,
 """
 
 import os
-import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -44,6 +43,7 @@ from rq.job import JobStatus  # noqa: E402
 from rq.utils import get_version  # noqa: E402
 
 import rq_jobs  # noqa: E402
+from common import check, fail, watchdog  # noqa: E402
 
 PORT = int(sys.argv[1])
 MODE = sys.argv[2] if len(sys.argv) > 2 else "--several-engines"
@@ -54,31 +54,7 @@ CROSSSLOT = ("ClusterCrossSlotError", "Keys in request don't hash to the same sl
 NO_XREVRANGE = ("ResponseError: unknown command 'XREVRANGE'",)
 
 
-def fail(msg):
-    print(f"FAIL: {msg}", flush=True)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-
-
-def on_alarm(_sig, _frame):
-    fail("timeout: the whole run took more than 60 s")
-
-
-def on_exception(kind, value, tb):
-    import traceback
-
-    traceback.print_exception(kind, value, tb)
-    print(f"FAIL: {kind.__name__}: {value}", flush=True)
-    sys.exit(1)
-
-
-sys.excepthook = on_exception
-signal.signal(signal.SIGALRM, on_alarm)
-signal.alarm(60)
+watchdog(60)
 
 
 def deferred(name, issue, expected_error, part):

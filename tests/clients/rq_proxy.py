@@ -103,9 +103,15 @@ print(f"server version {version}, empty queue, no workers: ok", flush=True)
 jobs = {}
 
 
+# RQ_JOB_IDS="a,b": the two jobs' ids (the Rust test picks ids whose `rq:job:<id>` key lives
+# on another engine than the queue's, so enqueue's MULTI spans engines whatever rq's random
+# ids would have been); unset: rq's own.
+JOB_IDS = (os.environ.get("RQ_JOB_IDS") or ",").split(",")
+
+
 def enqueue():
-    ok = q.enqueue(rq_jobs.add, 2, 3)
-    bad = q.enqueue(rq_jobs.fail_on_purpose, "on purpose")
+    ok = q.enqueue(rq_jobs.add, 2, 3, job_id=JOB_IDS[0] or None)
+    bad = q.enqueue(rq_jobs.fail_on_purpose, "on purpose", job_id=JOB_IDS[1] or None)
     jobs["ok"], jobs["bad"] = ok, bad
     check(ok.get_status(refresh=True) == JobStatus.QUEUED, f"status after enqueue: {ok.get_status()}")
     check(q.count == 2, f"queue length {q.count} after 2 enqueues")

@@ -18,8 +18,6 @@ use std::time::{Duration, Instant};
 
 use engine_core::slot::instance_for_key;
 
-const FLEET_START: Duration = Duration::from_secs(30);
-
 const CONFIG: &str = r#"
 requirepass = "sec-pass"
 
@@ -32,13 +30,6 @@ name = "reader"
 rules = "on >read-pass ~* +@read"
 "#;
 
-struct Fleet {
-    sup: Proc,
-    dir: PathBuf,
-    proxy_port: u16,
-    engine_ports: Vec<u16>,
-}
-
 fn temp_dir(name: &str) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
@@ -47,50 +38,6 @@ fn temp_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-impl Fleet {
-    fn start(config: &str) -> Fleet {
-        let dir = temp_dir("fleet");
-        let base = free_port_run(3);
-        let engine_ports = vec![base, base + 1];
-        let proxy_port = base + 2;
-        let path = dir.join("recached.toml");
-        std::fs::write(&path, config).unwrap();
-        let mut cmd = Command::new(recached_bin());
-        cmd.arg("start")
-            .args(["--engines", "2", "--bind", "127.0.0.1"])
-            .args(["--proxy-port", &proxy_port.to_string()])
-            .args(["--engine-port-base", &base.to_string()])
-            .args(["--fanout-port", "0", "--metrics-port", "0"])
-            .arg("--dir")
-            .arg(dir.join("data"))
-            .arg("--config")
-            .arg(&path)
-            .env("RUST_LOG", "info");
-        let mut sup = Proc::spawn("auth-fleet", cmd);
-        sup.wait_port(proxy_port, FLEET_START);
-        for &p in &engine_ports {
-            sup.wait_port(p, FLEET_START);
-        }
-        Fleet {
-            sup,
-            dir,
-            proxy_port,
-            engine_ports,
-        }
-    }
-
-    fn engine_log(&self, i: usize) -> String {
-        std::fs::read_to_string(self.dir.join(format!("data/logs/engine-{i}.log")))
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        teardown_fleet(&mut self.sup, &self.dir.join("data/state.toml"), &self.dir);
-    }
 }
 
 /// A key starting with `prefix` that engine `owner` (of 2) owns.
@@ -112,7 +59,7 @@ const NOPERM_KEY: &str =
 
 #[test]
 fn every_port_requires_auth_and_key_patterns_hold_through_proxy_and_engines() {
-    let fleet = Fleet::start(CONFIG);
+    let fleet = Fleet::start_with("auth", 2, Some(CONFIG), &[]);
     let ports: Vec<u16> = std::iter::once(fleet.proxy_port)
         .chain(fleet.engine_ports.iter().copied())
         .collect();

@@ -39,67 +39,17 @@
 mod common;
 
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use engine_core::slot::instance_for_key;
 
-const FLEET_START: Duration = Duration::from_secs(30);
 /// A client script's bound (each also bounds itself at 60 s).
 const CLIENT_LIMIT: Duration = Duration::from_secs(90);
 const ENGINES: usize = 2;
 
-struct Fleet {
-    sup: Proc,
-    dir: PathBuf,
-    proxy_port: u16,
-    engine_ports: Vec<u16>,
-}
-
 impl Fleet {
-    /// `recached start --engines 2` on free ports, no fan-out and no metrics listener; waits
-    /// until the proxy and every engine accept connections.
-    fn start(name: &str) -> Fleet {
-        Fleet::start_n(name, ENGINES)
-    }
-
-    /// [`Fleet::start`] with `engines` engines behind the proxy.
-    fn start_n(name: &str, engines: usize) -> Fleet {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("clients-{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let base = free_port_run(engines);
-        let engine_ports: Vec<u16> = (0..engines).map(|i| base + i as u16).collect();
-        let proxy_port = free_port_except(&engine_ports);
-        let mut cmd = Command::new(recached_bin());
-        cmd.arg("start")
-            .args(["--engines", &engines.to_string()])
-            .args(["--bind", "127.0.0.1"])
-            .args(["--proxy-port", &proxy_port.to_string()])
-            .args(["--engine-port-base", &base.to_string()])
-            .args(["--fanout-port", "0"])
-            .args(["--metrics-port", "0"])
-            .arg("--dir")
-            .arg(dir.join("data"))
-            .env("RUST_LOG", "info");
-        let mut sup = Proc::spawn(&format!("clients-{name}"), cmd);
-        sup.wait_port(proxy_port, FLEET_START);
-        for &p in &engine_ports {
-            sup.wait_port(p, FLEET_START);
-        }
-        Fleet {
-            sup,
-            dir,
-            proxy_port,
-            engine_ports,
-        }
-    }
-
     /// The script's 100 MGET keys `<prefix>mget:<i>` (value `v<i>`) are spread over both
     /// engines, each read back directly from the engine the slot map gives it.
     fn check_mget_keys_on_both_engines(&self, prefix: &str) {
@@ -133,12 +83,6 @@ impl Fleet {
             per_engine.iter().all(|&n| n > 0),
             "{what} keys not spread over every engine: {per_engine:?}"
         );
-    }
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        teardown_fleet(&mut self.sup, &self.dir.join("data/state.toml"), &self.dir);
     }
 }
 
@@ -196,7 +140,7 @@ fn redis_py_default_settings_through_the_proxy() {
         "{} missing: run scripts/test.sh (it installs redis-py into tests/clients/.venv)",
         python.display()
     );
-    let fleet = Fleet::start("redis-py");
+    let fleet = Fleet::start("redis-py", ENGINES);
     let out = run_client(
         &fleet,
         "redis-py",
@@ -212,7 +156,7 @@ fn redis_py_default_settings_through_the_proxy() {
 #[test]
 fn node_redis_default_settings_through_the_proxy() {
     node_modules("redis");
-    let fleet = Fleet::start("node-redis");
+    let fleet = Fleet::start("node-redis", ENGINES);
     let out = run_client(
         &fleet,
         "node-redis",
@@ -228,7 +172,7 @@ fn node_redis_default_settings_through_the_proxy() {
 #[test]
 fn ioredis_default_settings_through_the_proxy() {
     node_modules("ioredis");
-    let fleet = Fleet::start("ioredis");
+    let fleet = Fleet::start("ioredis", ENGINES);
     let out = run_client(
         &fleet,
         "ioredis",
@@ -243,7 +187,7 @@ fn ioredis_default_settings_through_the_proxy() {
 
 #[test]
 fn redis_cli_resp3_hgetall_through_the_proxy() {
-    let fleet = Fleet::start("redis-cli");
+    let fleet = Fleet::start("redis-cli", ENGINES);
     let p = fleet.proxy_port;
     assert_eq!(
         redis_cli(p, &["-3", "HSET", "cli:h", "f1", "a", "f2", "b"]).trim(),
@@ -343,7 +287,7 @@ fn django_spread_keys() -> impl Iterator<Item = (String, String)> {
 /// must fail with today's -CROSSSLOT (issue 20), so the day it passes this test says so.
 #[test]
 fn django_cache_default_settings_through_the_proxy() {
-    let fleet = Fleet::start("django");
+    let fleet = Fleet::start("django", ENGINES);
     let out = run_client(
         &fleet,
         "django",
@@ -367,7 +311,7 @@ fn django_cache_default_settings_through_the_proxy() {
 #[test]
 #[ignore = "needs issue 20: MULTI/EXEC over keys on several engines (Django's set_many is redis-py's default pipeline(), a MULTI/EXEC transaction)"]
 fn django_cache_every_part_through_the_proxy() {
-    let fleet = Fleet::start("django-all");
+    let fleet = Fleet::start("django-all", ENGINES);
     let out = run_client(
         &fleet,
         "django --all",
@@ -387,7 +331,7 @@ fn django_cache_every_part_through_the_proxy() {
 /// Django script passes today, so cross-engine MULTI/EXEC (issue 20) is all Django lacks.
 #[test]
 fn django_cache_every_part_through_a_one_engine_proxy() {
-    let fleet = Fleet::start_n("django-1", 1);
+    let fleet = Fleet::start("django-1", 1);
     let out = run_client(
         &fleet,
         "django --all (1 engine)",
@@ -407,11 +351,19 @@ fn django_cache_every_part_through_a_one_engine_proxy() {
 /// and must fail with today's -CROSSSLOT (issue 20); the burst worker has no job to run then.
 #[test]
 fn rq_default_settings_through_the_proxy() {
-    let fleet = Fleet::start("rq");
+    let fleet = Fleet::start("rq", ENGINES);
+    // Job ids whose `rq:job:<id>` key is on another engine than the queue list, so that
+    // enqueue's MULTI spans engines every run (rq's random ids would share it half the time).
+    let queue = instance_for_key(b"rq:queue:default", ENGINES as u32);
+    let ids: Vec<String> = (0..)
+        .map(|i| format!("job-{i}"))
+        .filter(|id| instance_for_key(format!("rq:job:{id}").as_bytes(), ENGINES as u32) != queue)
+        .take(2)
+        .collect();
     let out = run_client(
         &fleet,
         "rq",
-        &mut py_script("rq_proxy.py", fleet.proxy_port, None),
+        py_script("rq_proxy.py", fleet.proxy_port, None).env("RQ_JOB_IDS", ids.join(",")),
     );
     assert!(out.starts_with("rq 3."), "{out}");
     assert!(
@@ -437,7 +389,7 @@ fn rq_default_settings_through_the_proxy() {
 /// (XADD rq:results:<id>, read with XREVRANGE): issue 17.
 #[test]
 fn rq_through_a_one_engine_proxy() {
-    let fleet = Fleet::start_n("rq-1", 1);
+    let fleet = Fleet::start("rq-1", 1);
     let all = run_script(
         "rq --one-engine",
         &mut py_script("rq_proxy.py", fleet.proxy_port, Some("--one-engine")),
@@ -466,7 +418,7 @@ fn rq_through_a_one_engine_proxy() {
 #[test]
 #[ignore = "needs issues 20 (MULTI/EXEC over keys on several engines: rq's enqueue and worker use redis-py's default transactional pipeline()) and 17 (streams: rq stores each job result with XADD and reads it with XREVRANGE)"]
 fn rq_burst_worker_through_the_proxy() {
-    let fleet = Fleet::start("rq-all");
+    let fleet = Fleet::start("rq-all", ENGINES);
     let out = run_client(
         &fleet,
         "rq --all",

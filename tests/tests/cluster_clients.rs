@@ -18,81 +18,11 @@
 mod common;
 
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use engine_core::slot::{instance_for_key, key_slot, slot_ranges};
-
-const FLEET_START: Duration = Duration::from_secs(30);
-
-struct Fleet {
-    sup: Proc,
-    dir: PathBuf,
-    proxy_port: u16,
-    engine_ports: Vec<u16>,
-}
-
-impl Fleet {
-    /// `recached start --engines N` on free ports (optionally `--config` with `config_text`);
-    /// waits until the proxy and every engine accept connections.
-    fn start(engines: usize, config_text: Option<&str>) -> Fleet {
-        let dir = temp_dir("cluster");
-        std::fs::create_dir_all(&dir).unwrap();
-        let base = free_port_run(engines);
-        let engine_ports: Vec<u16> = (0..engines).map(|i| base + i as u16).collect();
-        let proxy_port = free_port_except(&engine_ports);
-        let mut cmd = Command::new(recached_bin());
-        cmd.arg("start")
-            .args(["--engines", &engines.to_string()])
-            .args(["--bind", "127.0.0.1"])
-            .args(["--proxy-port", &proxy_port.to_string()])
-            .args(["--engine-port-base", &base.to_string()])
-            .arg("--dir")
-            .arg(dir.join("data"))
-            .env("RUST_LOG", "info");
-        if let Some(text) = config_text {
-            let path = dir.join("recached.toml");
-            std::fs::write(&path, text).unwrap();
-            cmd.arg("--config").arg(path);
-        }
-        let mut sup = Proc::spawn("cluster-fleet", cmd);
-        sup.wait_port(proxy_port, FLEET_START);
-        for &p in &engine_ports {
-            sup.wait_port(p, FLEET_START);
-        }
-        Fleet {
-            sup,
-            dir,
-            proxy_port,
-            engine_ports,
-        }
-    }
-
-    fn nodes(&self) -> String {
-        self.engine_ports
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        teardown_fleet(&mut self.sup, &self.dir.join("data/state.toml"), &self.dir);
-    }
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("cl-{name}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
 
 fn cluster_dir() -> PathBuf {
     workspace_root().join("tests/cluster")
@@ -116,7 +46,7 @@ fn keys_on(owner: u32, of: u32, prefix: &str, n: usize) -> Vec<String> {
 
 #[test]
 fn redis_cli_follows_moved_and_engines_answer_cluster_commands() {
-    let fleet = Fleet::start(2, None);
+    let fleet = Fleet::start("cluster", 2);
     let (e0, e1) = (fleet.engine_ports[0], fleet.engine_ports[1]);
     let remote = keys_on(1, 2, "user:", 1).remove(0);
     let slot = key_slot(remote.as_bytes());
@@ -222,7 +152,7 @@ fn redis_py_cluster_client_from_one_engine() {
         "{} missing: run scripts/test.sh (it installs redis-py into tests/cluster/.venv)",
         python.display()
     );
-    let fleet = Fleet::start(2, None);
+    let fleet = Fleet::start("cluster", 2);
     let out = run_cmd(
         Command::new(&python)
             .arg(cluster_dir().join("redis_py_cluster.py"))
@@ -260,7 +190,7 @@ fn ioredis_cluster_client_from_one_engine() {
         "{} missing: run scripts/test.sh (npm ci in tests/cluster)",
         modules.display()
     );
-    let fleet = Fleet::start(2, None);
+    let fleet = Fleet::start("cluster", 2);
     let out = run_cmd(
         Command::new("node")
             .current_dir(cluster_dir())
@@ -285,7 +215,7 @@ fn ioredis_cluster_client_from_one_engine() {
 
 #[test]
 fn redis_benchmark_cluster_mode_completes_without_errors() {
-    let fleet = Fleet::start(2, None);
+    let fleet = Fleet::start("cluster", 2);
     let out = run_cmd(
         Command::new("redis-benchmark")
             .args(["-h", "127.0.0.1", "-p", &fleet.engine_ports[0].to_string()])
@@ -310,7 +240,7 @@ fn redis_benchmark_cluster_mode_completes_without_errors() {
 
 #[test]
 fn cluster_false_and_a_lone_server_are_standalone() {
-    let fleet = Fleet::start(2, Some("cluster = false\n"));
+    let fleet = Fleet::start_with("cluster-off", 2, Some("cluster = false\n"), &[]);
     let e0 = fleet.engine_ports[0];
     assert_eq!(
         Resp::connect(e0).cmd_str(&["CLUSTER", "INFO"]),

@@ -280,56 +280,12 @@ fn publish_reaches_every_engine_once_and_survives_a_peer_restart() {
     }
 }
 
-/// `recached start --engines 2` (cluster engines and their proxy) on free ports.
-struct StartedFleet {
-    sup: Proc,
-    dir: std::path::PathBuf,
-    proxy: u16,
-    engines: [u16; 2],
-}
-
-impl StartedFleet {
-    fn start() -> StartedFleet {
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("cluster-pubsub-fleet-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let base = free_port_run(2);
-        let engines = [base, base + 1];
-        let proxy = free_port_except(&engines);
-        let mut cmd = Command::new(recached_bin());
-        cmd.arg("start")
-            .args(["--engines", "2", "--bind", "127.0.0.1"])
-            .args(["--proxy-port", &proxy.to_string()])
-            .args(["--engine-port-base", &base.to_string()])
-            .arg("--dir")
-            .arg(dir.join("data"));
-        let mut sup = Proc::spawn("cluster-pubsub-fleet", cmd);
-        sup.wait_port(proxy, Duration::from_secs(30));
-        for p in engines {
-            sup.wait_port(p, Duration::from_secs(30));
-        }
-        StartedFleet {
-            sup,
-            dir,
-            proxy,
-            engines,
-        }
-    }
-}
-
-impl Drop for StartedFleet {
-    fn drop(&mut self) {
-        teardown_fleet(&mut self.sup, &self.dir.join("data/state.toml"), &self.dir);
-    }
-}
-
 /// Through the proxy of a cluster fleet: SSUBSCRIBE / SPUBLISH by the channel's engine in
 /// RESP2 and RESP3, CROSSSLOT across slots, SHARDCHANNELS / SHARDNUMSUB, and channel and
 /// pattern subscribers hearing a PUBLISH sent to either engine directly exactly once.
 #[test]
 fn sharded_and_cluster_pubsub_through_the_proxy() {
-    let f = StartedFleet::start();
+    let f = Fleet::start("cluster-pubsub", 2);
     let ch = (0..)
         .map(|i| format!("s{i}"))
         .find(|c| instance_for_key(c.as_bytes(), 2) == 1)
@@ -338,9 +294,9 @@ fn sharded_and_cluster_pubsub_through_the_proxy() {
         .map(|i| format!("t{i}"))
         .find(|c| key_slot(c.as_bytes()) != key_slot(ch.as_bytes()))
         .unwrap();
-    let mut s2 = Resp::connect(f.proxy);
-    let mut s3 = Resp::connect(f.proxy);
-    let mut publisher = Resp::connect(f.proxy);
+    let mut s2 = Resp::connect(f.proxy_port);
+    let mut s3 = Resp::connect(f.proxy_port);
+    let mut publisher = Resp::connect(f.proxy_port);
     assert_eq!(
         cmd(&mut s2, &["SSUBSCRIBE", &ch, &other]),
         "-CROSSSLOT Keys in request don't hash to the same slot\\r\\n"
@@ -391,11 +347,17 @@ fn sharded_and_cluster_pubsub_through_the_proxy() {
 
     // PUBLISH straight to either engine: the proxy's channel and pattern subscribers hear it
     // once.
-    let mut sub = Resp::connect(f.proxy);
-    let mut psub = Resp::connect(f.proxy);
+    let mut sub = Resp::connect(f.proxy_port);
+    let mut psub = Resp::connect(f.proxy_port);
     cmd(&mut sub, &["SUBSCRIBE", "news"]);
     cmd(&mut psub, &["PSUBSCRIBE", "ne*"]);
-    for (i, port) in f.engines.into_iter().chain([f.proxy]).enumerate() {
+    for (i, port) in f
+        .engine_ports
+        .iter()
+        .copied()
+        .chain([f.proxy_port])
+        .enumerate()
+    {
         let payload = format!("via{i}");
         cmd(&mut Resp::connect(port), &["PUBLISH", "news", &payload]);
         assert_eq!(

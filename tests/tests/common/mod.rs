@@ -843,6 +843,94 @@ pub fn teardown_fleet(sup: &mut Proc, state_file: &Path, dir: &Path) {
     }
 }
 
+/// How long a fleet's processes get to start listening.
+pub const FLEET_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A `recached start` fleet on free ports of 127.0.0.1 in its own temp dir (`dir/data`):
+/// `engines` engines and the proxy, no fan-out and no metrics listener unless the extra
+/// arguments give them ports. Waits until the proxy and every engine accept connections.
+/// Drop kills the supervisor by PID, then every child PID recorded in `dir/data/state.toml`.
+pub struct Fleet {
+    pub sup: Proc,
+    pub dir: PathBuf,
+    pub proxy_port: u16,
+    pub engine_ports: Vec<u16>,
+}
+
+impl Fleet {
+    /// `name` names the temp dir and the process log; `config` is written to
+    /// `dir/recached.toml` and passed with `--config`; `extra` are more `start` arguments.
+    pub fn start_with(name: &str, engines: usize, config: Option<&str>, extra: &[&str]) -> Fleet {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("fleetdir-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let base = free_port_run(engines);
+        let engine_ports: Vec<u16> = (0..engines).map(|i| base + i as u16).collect();
+        let proxy_port = free_port_except(&engine_ports);
+        let mut cmd = Command::new(recached_bin());
+        cmd.arg("start")
+            .args(["--engines", &engines.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--proxy-port", &proxy_port.to_string()])
+            .args(["--engine-port-base", &base.to_string()]);
+        if !extra.contains(&"--fanout-port") {
+            cmd.args(["--fanout-port", "0"]);
+        }
+        if !extra.contains(&"--metrics-port") {
+            cmd.args(["--metrics-port", "0"]);
+        }
+        cmd.args(extra)
+            .arg("--dir")
+            .arg(dir.join("data"))
+            .env("RUST_LOG", "info");
+        if let Some(text) = config {
+            let path = dir.join("recached.toml");
+            std::fs::write(&path, text).unwrap();
+            cmd.arg("--config").arg(path);
+        }
+        let mut sup = Proc::spawn(&format!("fleet-{name}"), cmd);
+        sup.wait_port(proxy_port, FLEET_START_TIMEOUT);
+        for &p in &engine_ports {
+            sup.wait_port(p, FLEET_START_TIMEOUT);
+        }
+        Fleet {
+            sup,
+            dir,
+            proxy_port,
+            engine_ports,
+        }
+    }
+
+    /// `engines` engines and the proxy, nothing else.
+    pub fn start(name: &str, engines: usize) -> Fleet {
+        Fleet::start_with(name, engines, None, &[])
+    }
+
+    /// `127.0.0.1:<engine 0>,…` (the `--cluster-nodes` form).
+    pub fn nodes(&self) -> String {
+        self.engine_ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Engine `i`'s log file.
+    pub fn engine_log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir.join(format!("data/logs/engine-{i}.log")))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        teardown_fleet(&mut self.sup, &self.dir.join("data/state.toml"), &self.dir);
+    }
+}
+
 /// Two `recached server` engines in cluster mode (`--cluster-nodes`, index 0 and 1) and a
 /// `recached proxy` in front of them, on free ports, all accepting connections; killed by PID
 /// on drop.

@@ -579,36 +579,19 @@ fn subcommand_syntax_error(c: &Call) -> CmdError {
     ))
 }
 
-/// `PUBSUB CHANNELS [pattern]` → active channels (matching the pattern).
+/// `PUBSUB CHANNELS [pattern]` → active channels (matching the pattern); SHARDCHANNELS: shard
+/// channels.
 pub fn pubsub_channels(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     if c.argv.len() > 3 {
         return Err(subcommand_syntax_error(c));
     }
+    let map = if c.spec.name == "pubsub|shardchannels" {
+        &e.pubsub.shard
+    } else {
+        &e.pubsub.channels
+    };
     let pat = c.argv.get(2).copied();
-    let names: Vec<&[u8]> = e
-        .pubsub
-        .channels
-        .keys()
-        .map(|k| &**k)
-        .filter(|k| pat.is_none_or(|p| glob::matches(p, k, false)))
-        .collect();
-    let mut w = c.w();
-    w.array(names.len());
-    for n in names {
-        w.bulk(n);
-    }
-    Ok(())
-}
-
-/// `PUBSUB SHARDCHANNELS [pattern]` → active shard channels (matching the pattern).
-pub fn pubsub_shardchannels(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    if c.argv.len() > 3 {
-        return Err(subcommand_syntax_error(c));
-    }
-    let pat = c.argv.get(2).copied();
-    let names: Vec<&[u8]> = e
-        .pubsub
-        .shard
+    let names: Vec<&[u8]> = map
         .keys()
         .map(|k| &**k)
         .filter(|k| pat.is_none_or(|p| glob::matches(p, k, false)))

@@ -165,7 +165,7 @@ pub use crate::cmd::pubsub::pubsub_channels;
 pub use crate::cmd::pubsub::pubsub_help;
 pub use crate::cmd::pubsub::pubsub_numpat;
 pub use crate::cmd::pubsub::pubsub_numsub;
-pub use crate::cmd::pubsub::pubsub_shardchannels;
+pub use crate::cmd::pubsub::pubsub_channels as pubsub_shardchannels;
 pub use crate::cmd::pubsub::pubsub_numsub as pubsub_shardnumsub;
 pub use crate::cmd::pubsub::punsubscribe;
 pub use crate::cmd::connection::quit;

@@ -66,7 +66,7 @@ mod tests {
         assert!(parse(b"return 1").unwrap().0.compat);
         let (f, n) = parse(b"#!lua flags=no-writes,allow-oom\nreturn 1").unwrap();
         assert!(f.no_writes && f.allow_oom && !f.compat);
-        assert_eq!(n, 32);
+        assert_eq!(n, 31);
         assert_eq!(parse(b"#!lua").unwrap_err(), "Invalid script shebang");
         assert_eq!(
             parse(b"#!lux\n").unwrap_err(),

@@ -300,7 +300,7 @@ impl LuaHost {
         let _ = st.globals.raw_set("KEYS", Value::Nil);
         let _ = st.globals.raw_set("ARGV", Value::Nil);
         self.runs += 1;
-        if self.runs % GC_PERIOD == 0 {
+        if self.runs.is_multiple_of(GC_PERIOD) {
             let _ = self.state.lua.gc_step();
         }
     }

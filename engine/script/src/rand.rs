@@ -27,7 +27,7 @@ impl Default for Rand48 {
 
 impl Rand48 {
     /// redis `redisLrand48`: the next 31-bit value.
-    pub fn next(&mut self) -> i32 {
+    pub fn next_value(&mut self) -> i32 {
         self.x = (A.wrapping_mul(self.x).wrapping_add(C)) & MASK48;
         (self.x >> 17) as i32
     }
@@ -39,7 +39,7 @@ impl Rand48 {
 
     /// `math.random()`'s number in `[0, 1)`.
     pub fn unit(&mut self) -> f64 {
-        f64::from(self.next() % LRAND48_MAX) / f64::from(LRAND48_MAX)
+        f64::from(self.next_value() % LRAND48_MAX) / f64::from(LRAND48_MAX)
     }
 }
 
@@ -52,10 +52,10 @@ mod tests {
         // Values printed by Redis 7.0.15's own rand.c: the first value from the default
         // state, then three after redisSrand48(0).
         let mut r = Rand48::default();
-        assert_eq!(r.next(), 851_401_618);
+        assert_eq!(r.next_value(), 851_401_618);
         r.seed(0);
         assert_eq!(
-            [r.next(), r.next(), r.next()],
+            [r.next_value(), r.next_value(), r.next_value()],
             [366_850_414, 1_610_402_240, 206_956_554]
         );
     }

@@ -324,6 +324,15 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             // DOCTOR, STATS, MALLOC-STATS, an unknown subcommand: one instance answers.
             _ => Plan::ForwardAny,
         },
+        // Scripts: EVAL* are routed by their declared keys (the `has_keys` arm below); the
+        // script cache is kept the same on every instance, so EVALSHA works wherever the
+        // keys land.
+        "script" => match row.short_name() {
+            "load" => fan_out(Merge::First),
+            "flush" => fan_out(Merge::AllOk),
+            "exists" => fan_out(Merge::AllOf),
+            _ => Plan::ForwardAny,
+        },
         "dbsize" => fan_out(Merge::Sum),
         "flushall" | "flushdb" => fan_out(Merge::AllOk),
         "keys" => fan_out(Merge::Concat),
@@ -646,6 +655,53 @@ mod tests {
         }
     }
 
+    #[test]
+    fn scripts_route_by_declared_keys() {
+        let (a, b) = keys_on_both();
+        let s = b"return 1".as_slice();
+        assert_eq!(
+            run(&[b"EVAL", s, b"1", &a, b"x"], 2),
+            Plan::Forward(instance_of(&a, 2))
+        );
+        assert_eq!(run(&[b"EVALSHA_RO", s, b"0", b"x"], 2), Plan::ForwardAny);
+        assert_eq!(
+            reply(run(&[b"EVAL", s, b"2", &a, &b], 2)),
+            CROSSSLOT.to_vec()
+        );
+        assert_eq!(
+            reply(run(&[b"EVAL"], 2)),
+            b"-ERR wrong number of arguments for 'eval' command\r\n".to_vec()
+        );
+        assert!(matches!(
+            run(&[b"SCRIPT", b"LOAD", s], 2),
+            Plan::FanOut {
+                merge: Merge::First,
+                ..
+            }
+        ));
+        assert!(matches!(
+            run(&[b"SCRIPT", b"EXISTS", b"x"], 2),
+            Plan::FanOut {
+                merge: Merge::AllOf,
+                ..
+            }
+        ));
+        assert!(matches!(
+            run(&[b"SCRIPT", b"FLUSH"], 2),
+            Plan::FanOut {
+                merge: Merge::AllOk,
+                ..
+            }
+        ));
+        let mut out = Vec::new();
+        crate::split::merge(
+            &Merge::AllOf,
+            &[b"*2\r\n:1\r\n:1\r\n", b"*2\r\n:0\r\n:1\r\n"],
+            &mut out,
+        );
+        assert_eq!(out, b"*2\r\n:0\r\n:1\r\n");
+    }
+
     /// Two keys that land on different instances out of 2.
     fn keys_on_both() -> (Vec<u8>, Vec<u8>) {
         let a = b"k0".to_vec();
@@ -956,7 +1012,6 @@ mod tests {
             "BITFIELD",
             "XREAD",
             "MIGRATE",
-            "EVAL",
         ] {
             assert_eq!(
                 reply(run(&[name.as_bytes()], 2)),

@@ -63,8 +63,11 @@ pub enum Merge {
     Max,
     /// LASTSAVE: the smallest integer reply (the oldest save of the fleet).
     Min,
-    /// BGSAVE: the first part's reply when no part answered an error.
+    /// BGSAVE, SCRIPT LOAD: the first part's reply when no part answered an error.
     First,
+    /// SCRIPT EXISTS: arrays of `:0`/`:1`, merged element by element: `:1` where every part
+    /// answered `:1` (the script is usable whatever instance the keys land on).
+    AllOf,
     /// CONFIG SET sent to every instance as `CONFIG GET <names>` (part `2i`) then the
     /// request (part `2i + 1`): `+OK` when every instance accepted it, else the first error,
     /// and the instances that accepted get their old values back ([`config_set_outcome`];
@@ -162,6 +165,7 @@ pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
             all_ok
         }
         Merge::Concat => merge_concat(replies, out),
+        Merge::AllOf => merge_all_of(replies, out),
         Merge::Max => match replies
             .iter()
             .map(|r| integer(r))
@@ -306,6 +310,26 @@ fn merge_sum(replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
     out.push(b':');
     out.extend_from_slice(itoa::Buffer::new().format(sum).as_bytes());
     out.extend_from_slice(b"\r\n");
+    true
+}
+
+fn merge_all_of(replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
+    let Some(parts) = replies
+        .iter()
+        .map(|r| array_elems(r))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return false;
+    };
+    let n = parts.first().map_or(0, Vec::len);
+    if parts.iter().any(|p| p.len() != n) {
+        return false;
+    }
+    push_array_header(out, n);
+    for i in 0..n {
+        let all = parts.iter().all(|p| p[i] == b":1\r\n");
+        out.extend_from_slice(if all { b":1\r\n" } else { b":0\r\n" });
+    }
     true
 }
 

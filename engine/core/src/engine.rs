@@ -166,6 +166,13 @@ pub struct Engine {
     pub(crate) feed: crate::feed::Feed,
     /// Users, permissions, ACL LOG (`crate::acl`).
     pub(crate) acl: crate::acl::Acl,
+    /// The Lua host (EVAL, SCRIPT) the server installs; `None` = no scripting (wasm, tests).
+    /// Taken out while a script runs, so the script can call back into the engine
+    /// (`crate::script`).
+    pub scripting: Option<Box<dyn crate::script::Scripting>>,
+    /// redis `server.pre_command_oom_state`: the last command found memory above `maxmemory`
+    /// that eviction could not free (set by dispatch's maxmemory check; scripts read it).
+    pub(crate) pre_command_oom: bool,
 }
 
 impl Engine {
@@ -210,6 +217,8 @@ impl Engine {
             ops_sample: (0, 0),
             evict: Default::default(),
             monitors: Vec::new(),
+            scripting: None,
+            pre_command_oom: false,
             cmdstats: Default::default(),
         };
         crate::evict::apply_config(&mut e);

@@ -551,6 +551,7 @@ pub fn before_command(
         return false;
     }
     let out_of_memory = perform_evictions(e, now_ms, EVICT_KEYS_PER_COMMAND) == Outcome::Fail;
+    e.pre_command_oom = out_of_memory;
     if !out_of_memory {
         return false;
     }

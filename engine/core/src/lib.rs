@@ -42,6 +42,9 @@
 //! - [`acl`]: `requirepass`, ACL users, AUTH, the permission check dispatch runs before every
 //!   command (one branch when no password or user is set), protected mode; its rooms are
 //!   `rules`, `check`, `commands` and `log`.
+//! - [`script`]: the seam a script host (the server's Lua, `engine/script`) plugs into:
+//!   [`script::Scripting`], installed in [`Engine::scripting`], and [`script::call`], which runs
+//!   one command on a script's behalf with Redis's script rules.
 //! - [`snapshot`]: the snapshot format (write/load over caller-given streams) and SAVE, BGSAVE,
 //!   LASTSAVE through the server's [`snapshot::Persistence`] hook.
 //!
@@ -70,6 +73,7 @@ pub mod glob;
 pub mod keyspace;
 pub mod monitor;
 pub mod notify;
+pub mod script;
 pub mod slot;
 pub mod snapshot;
 pub mod types;

@@ -81,6 +81,19 @@ pub fn feed(
     if spec.has_flag(Flags::ADMIN) || spec.has_flag(Flags::SKIP_MONITOR) {
         return;
     }
+    feed_always(e, client, spec, argv, now_us, out);
+}
+
+/// [`feed`] without the flag test: EVAL (`skip_monitor`) feeds its own line before the
+/// commands its script runs, as redis `evalCommand` does.
+pub fn feed_always(
+    e: &mut Engine,
+    client: &Client,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    now_us: u64,
+    out: &mut Vec<u8>,
+) {
     let line = line(client, spec, argv, now_us);
     for i in 0..e.monitors.len() {
         let id = e.monitors[i];

@@ -118,6 +118,10 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
     // all collide (the reason Redis seeds siphash at start, `dictSetHashFunctionSeed`).
     engine_config.hash_seed = host::random_seed();
     let mut engine = Engine::new(engine_config);
+    // Lua scripting (EVAL, SCRIPT): the host lives outside engine-core (engine/script).
+    if let Err(err) = recached_script::install(&mut engine) {
+        log::error!("Lua scripting unavailable: {err}");
+    }
     let started_us = host::now_us();
     engine.host = HostInfo {
         pid: std::process::id(),

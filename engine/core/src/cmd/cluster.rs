@@ -216,6 +216,11 @@ impl Cluster {
         !self.nodes.is_empty()
     }
 
+    /// Whether this instance owns `slot` (standalone: every slot).
+    pub fn owns(&self, slot: u16) -> bool {
+        !self.enabled() || self.owner_of(slot) == self.me
+    }
+
     /// The instance that owns `slot`.
     fn owner_of(&self, slot: u16) -> u32 {
         self.owner[usize::from(slot / slot::BLOCK_SLOTS)]

@@ -1661,7 +1661,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: Some("We cannot tell how the keys will be used so we assume the worst, RW and UPDATE"), flags: KeyFlags::RW.union(KeyFlags::ACCESS).union(KeyFlags::UPDATE), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Keynum { keynumidx: 0, firstkey: 1, keystep: 1 } },
         ],
         getkeys: Some(GetKeys::Generic { store: 0, numkeys: 2, first: 3, step: 1 }),
-        handler: None,
+        handler: Some(h::eval),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Execute a Lua script server side")), ("since", Val::Str("2.6.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("Depends on the script that is executed.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("script")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("numkeys")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0)), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))]), Val::Map(&[("name", Val::Str("arg")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))])]))]),
@@ -1679,7 +1679,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: Some("We cannot tell how the keys will be used so we assume the worst, RO and ACCESS"), flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Keynum { keynumidx: 0, firstkey: 1, keystep: 1 } },
         ],
         getkeys: Some(GetKeys::Generic { store: 0, numkeys: 2, first: 3, step: 1 }),
-        handler: None,
+        handler: Some(h::eval_ro),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Execute a read-only Lua script server side")), ("since", Val::Str("7.0.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("Depends on the script that is executed.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("script")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("numkeys")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0)), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))]), Val::Map(&[("name", Val::Str("arg")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))])]))]),
@@ -1697,7 +1697,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::ACCESS).union(KeyFlags::UPDATE), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Keynum { keynumidx: 0, firstkey: 1, keystep: 1 } },
         ],
         getkeys: Some(GetKeys::Generic { store: 0, numkeys: 2, first: 3, step: 1 }),
-        handler: None,
+        handler: Some(h::evalsha),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Execute a Lua script server side")), ("since", Val::Str("2.6.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("Depends on the script that is executed.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("sha1")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("numkeys")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0)), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))]), Val::Map(&[("name", Val::Str("arg")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))])]))]),
@@ -1715,7 +1715,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Keynum { keynumidx: 0, firstkey: 1, keystep: 1 } },
         ],
         getkeys: Some(GetKeys::Generic { store: 0, numkeys: 2, first: 3, step: 1 }),
-        handler: None,
+        handler: Some(h::evalsha_ro),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Execute a read-only Lua script server side")), ("since", Val::Str("7.0.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("Depends on the script that is executed.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("sha1")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("numkeys")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0)), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))]), Val::Map(&[("name", Val::Str("arg")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))])]))]),
@@ -4357,7 +4357,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["request_policy:all_shards", "response_policy:agg_logical_and"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::script_exists),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Check existence of scripts in the script cache.")), ("since", Val::Str("2.6.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("O(N) with N being the number of scripts to check (so checking a single script is an O(1) operation).")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("sha1")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("multiple")]))])]))]),
@@ -4373,7 +4373,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["request_policy:all_nodes", "response_policy:all_succeeded"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::script_flush),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Remove all the scripts from the script cache.")), ("since", Val::Str("2.6.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("O(N) with N being the number of scripts in cache")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("6.2.0"), Val::Str("Added the `ASYNC` and `SYNC` flushing mode modifiers.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("async")), ("type", Val::Str("oneof")), ("since", Val::Str("6.2.0")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("async")), ("type", Val::Str("pure-token")), ("token", Val::Str("ASYNC"))]), Val::Map(&[("name", Val::Str("sync")), ("type", Val::Str("pure-token")), ("token", Val::Str("SYNC"))])]))])]))]),
@@ -4389,7 +4389,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::script_help),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Show helpful text about the different subcommands")), ("since", Val::Str("5.0.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("O(1)"))]),
@@ -4405,7 +4405,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["request_policy:all_shards", "response_policy:one_succeeded"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::script_kill),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Kill the script currently in execution.")), ("since", Val::Str("2.6.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("O(1)"))]),
@@ -4421,7 +4421,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["request_policy:all_nodes", "response_policy:all_succeeded"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::script_load),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Load the specified Lua script into the script cache.")), ("since", Val::Str("2.6.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("O(N) with N being the length in bytes of the script body.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("script")), ("type", Val::Str("string"))])]))]),

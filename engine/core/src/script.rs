@@ -1,0 +1,301 @@
+//! The seam between the engine and a script host (redis `script.c`, Redis 7.0).
+//!
+//! engine-core runs no Lua: it stays pure and builds for `wasm32-unknown-unknown`. The engine
+//! server installs a host ([`Scripting`], implemented by `engine/script` over mlua) in
+//! [`Engine::scripting`]. EVAL/EVALSHA/EVAL_RO/EVALSHA_RO and the SCRIPT subcommands are rows
+//! of the command table like any other; their handlers here take the host out of the engine,
+//! hand it `&mut Engine` and the call, and put it back. Without a host (the browser replica,
+//! unit tests) they answer Redis's unknown-command error, as before scripting existed.
+//!
+//! A script reaches the keyspace only through [`call`], once per `redis.call`/`redis.pcall`:
+//!
+//! ```text
+//!  EVAL ─► dispatch ─► script::eval ─► host.eval(e, c) ─► Lua ─► redis.call(...)
+//!                                                                   │
+//!            dispatch::exec(e, run.client, argv) ◄── script::call ◄─┘  (checks first)
+//! ```
+//!
+//! [`call`] applies `scriptCall`'s checks in Redis's order (lookup and arity, `noscript`, ACL
+//! of the caller's user, writes from read-only scripts, OOM, cluster ownership), then runs the
+//! command through the normal dispatcher with the script's own client ([`ScriptRun::client`]:
+//! the caller's database, user and cluster flags, the protocol chosen by `redis.setresp`,
+//! address `lua`, and [`ClientTx::in_exec`](crate::cmd::tx::ClientTx::in_exec) set). So every
+//! command a script runs is bookkept as if a client had sent it: its writes become keychange
+//! feed effects (effect replication, as Redis 7: the feed never sees EVAL itself), keyspace
+//! notifications and WATCH invalidations are flushed after the EVAL as after EXEC, blocked
+//! clients are served after it, MONITOR shows it as `[db lua]`, and blocking commands answer
+//! at once as if their timeout had passed (redis `CLIENT_DENY_BLOCKING`).
+
+use resp::{Proto, ReplyWriter};
+
+use crate::call::Call;
+use crate::command::{CommandSpec, Flags};
+use crate::error::{CmdError, unknown_command_message};
+use crate::{Client, Engine, Flow, slot};
+
+/// A script host: the engine server installs one in [`Engine::scripting`].
+pub trait Scripting {
+    /// EVAL, EVALSHA, EVAL_RO or EVALSHA_RO (`c.spec.name` says which): runs the script and
+    /// writes its reply (an error reply is written as `Ok`, like any handler's own reply).
+    fn eval(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError>;
+    /// A SCRIPT subcommand (`c.spec.name` is `script|load`, `script|exists`, …).
+    fn script(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError>;
+}
+
+/// The rules a script run is under (redis `scriptRunCtx.flags`, from the shebang flags and
+/// the command used).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunFlags {
+    /// EVAL_RO/EVALSHA_RO or `flags=no-writes`: write commands are refused.
+    pub read_only: bool,
+    /// `flags=allow-oom`: deny-oom commands run even above `maxmemory`.
+    pub allow_oom: bool,
+    /// No shebang (compatibility mode) or `flags=allow-cross-slot-keys`.
+    pub allow_cross_slot: bool,
+}
+
+/// One script invocation's state between its commands (redis `scriptRunCtx`).
+pub struct ScriptRun {
+    /// The client the script's commands run as.
+    pub client: Client,
+    flags: RunFlags,
+    /// A write command ran (redis `SCRIPT_WRITE_DIRTY`): later OOM checks pass, and the
+    /// script can no longer be killed.
+    write_dirty: bool,
+    /// Memory was above `maxmemory` when the script started (redis `pre_command_oom_state`).
+    oom_at_start: bool,
+    /// Cluster mode: the slot of the declared keys, then of the first key accessed (redis
+    /// `original_client->slot`).
+    slot: Option<u16>,
+}
+
+impl ScriptRun {
+    /// A run for `caller` with `flags`; `declared` are the keys the script declared (EVAL's
+    /// KEYS), whose slot later undeclared accesses must share.
+    pub fn new(e: &Engine, caller: &Client, flags: RunFlags, declared: &[&[u8]]) -> ScriptRun {
+        let mut client = Client {
+            id: caller.id,
+            db: caller.db,
+            proto: Proto::Resp2,
+            addr: "lua".to_string(),
+            laddr: String::new(),
+            auth: caller.auth.clone(),
+            created_us: caller.created_us,
+            ..Client::default()
+        };
+        client.cluster = caller.cluster.clone();
+        client.tx.in_exec = true;
+        let slot = if e.cluster.enabled() {
+            declared.first().map(|k| slot::key_slot(k))
+        } else {
+            None
+        };
+        ScriptRun {
+            client,
+            flags,
+            write_dirty: false,
+            oom_at_start: e.config.maxmemory != 0 && e.pre_command_oom,
+            slot,
+        }
+    }
+
+    /// The protocol replies to the script are written in (`redis.setresp`).
+    pub fn proto(&self) -> Proto {
+        self.client.proto
+    }
+
+    /// `redis.setresp(2|3)`.
+    pub fn set_proto(&mut self, proto: Proto) {
+        self.client.proto = proto;
+    }
+
+    /// Whether a write command has run (SCRIPT KILL refuses such a script).
+    pub fn wrote(&self) -> bool {
+        self.write_dirty
+    }
+}
+
+/// Runs one command for a script (redis `scriptCall`). On success the command's reply, in
+/// [`ScriptRun::proto`], is appended to `out` (an error reply of the command itself is a
+/// success here: the script converts it). `Err` is a refusal before the command ran, with
+/// Redis's text: either `msg` (the script prefixes `ERR`) or `-CODE msg`.
+pub fn call(
+    e: &mut Engine,
+    run: &mut ScriptRun,
+    argv: &[&[u8]],
+    now_us: u64,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    let spec = match crate::dispatch::resolve(argv) {
+        Ok((spec, Some(_))) if spec.arity_ok(argv.len()) => spec,
+        Ok((spec, _)) if !spec.arity_ok(argv.len()) => {
+            return Err(refused(
+                e,
+                spec,
+                "Wrong number of args calling Redis command from script",
+            ));
+        }
+        _ => {
+            e.stats.rejected_calls += 1;
+            return Err("Unknown Redis command called from script".into());
+        }
+    };
+    if spec.has_flag(Flags::NOSCRIPT) {
+        return Err(refused(
+            e,
+            spec,
+            "This Redis command is not allowed from script",
+        ));
+    }
+    if e.acl.restricted()
+        && let Err(denied) = e.acl.check(&run.client.auth, spec, argv)
+    {
+        let who = crate::acl::Who::of(&run.client, now_us);
+        let _ = e.acl.refuse(denied, &run.client.auth, spec, argv, &who);
+        let why = match denied {
+            crate::acl::Denied::Key(_) => {
+                "no permissions to access one of the keys used as arguments"
+            }
+            crate::acl::Denied::Channel(_) => {
+                "no permissions to access one of the channels used as arguments"
+            }
+            _ => "can't run this command or subcommand",
+        };
+        return Err(refused(
+            e,
+            spec,
+            &format!("The user executing the script {why}"),
+        ));
+    }
+    let write = spec.has_flag(Flags::WRITE);
+    if run.flags.read_only && (write || may_replicate(spec)) {
+        return Err(refused(
+            e,
+            spec,
+            "Write commands are not allowed from read-only scripts.",
+        ));
+    }
+    if !run.flags.allow_oom
+        && !run.write_dirty
+        && run.oom_at_start
+        && e.config.maxmemory != 0
+        && spec.has_flag(Flags::DENYOOM)
+    {
+        return Err(refused(e, spec, crate::evict::OOM_ERROR));
+    }
+    if write {
+        run.write_dirty = true;
+    }
+    if e.cluster.enabled() {
+        cluster_check(e, run, spec, argv).map_err(|msg| refused(e, spec, msg))?;
+    }
+    let before = out.len();
+    match crate::dispatch::exec(e, &mut run.client, argv, now_us, out) {
+        Flow::Continue | Flow::Close => {}
+        Flow::ClientList => {
+            let line = e.client_info_line(&run.client, now_us) + "\n";
+            ReplyWriter::new(out, run.client.proto).verbatim(line.as_bytes());
+        }
+        Flow::ClientKill(f) => f.reply(0, run.client.proto, out),
+        // Blocking commands do not park for a script; one that wrote nothing timed out.
+        Flow::Block => {
+            if out.len() == before {
+                ReplyWriter::new(out, run.client.proto).null_array();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A refusal counted as Redis counts it (`rejected_calls`, the command's `rejected_calls`).
+fn refused(e: &mut Engine, spec: &'static CommandSpec, msg: &str) -> String {
+    e.stats.rejected_calls += 1;
+    e.cmdstats.rejected(spec);
+    msg.to_string()
+}
+
+/// Rows Redis 7.0 flags `may-replicate` (COMMAND INFO does not show it; same list as
+/// `monitor::touches_keyspace`): a read-only script may not run them either.
+fn may_replicate(spec: &CommandSpec) -> bool {
+    matches!(spec.name, "publish" | "spublish" | "pfcount")
+}
+
+/// redis `scriptVerifyClusterState`: every key of the command owned here, and (unless the
+/// script allows cross-slot keys) in the slot of the keys used before.
+fn cluster_check(
+    e: &Engine,
+    run: &mut ScriptRun,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+) -> Result<(), &'static str> {
+    let keys = crate::command::keys(spec, argv);
+    let mut first = None;
+    for pos in keys.positions() {
+        let s = slot::key_slot(argv[pos]);
+        if !e.cluster.owns(s) {
+            return Err("Script attempted to access a non local key in a cluster node");
+        }
+        first.get_or_insert(s);
+    }
+    if let Some(s) = first
+        && !run.flags.allow_cross_slot
+    {
+        match run.slot {
+            None => run.slot = Some(s),
+            Some(have) if have != s => {
+                return Err("Script attempted to access keys that do not hash to the same slot");
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Runs `f` with the host taken out of the engine (so it can use `&mut Engine`), or answers
+/// the unknown-command error when none is installed.
+fn with_host(
+    e: &mut Engine,
+    c: &mut Call,
+    f: impl FnOnce(&mut dyn Scripting, &mut Engine, &mut Call) -> Result<(), CmdError>,
+) -> Result<(), CmdError> {
+    let Some(mut host) = e.scripting.take() else {
+        return Err(CmdError::Other(unknown_command_message(c.argv)));
+    };
+    let r = f(host.as_mut(), e, c);
+    // A script cannot install a host (SCRIPT is `noscript`): the slot is still empty.
+    e.scripting = Some(host);
+    r
+}
+
+/// `EVAL script numkeys [key …] [arg …]` (and EVALSHA, EVAL_RO, EVALSHA_RO): MONITOR sees the
+/// EVAL line before the lines of the commands it runs (redis `evalCommand`), then the host
+/// runs it.
+pub fn eval(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    if e.scripting.is_none() {
+        return Err(CmdError::Other(unknown_command_message(c.argv)));
+    }
+    if !e.monitors.is_empty() {
+        let (now_us, argv, spec) = (c.now_us, c.argv, c.spec);
+        let (client, out) = c.parts();
+        crate::monitor::feed_always(e, client, spec, argv, now_us, out);
+    }
+    with_host(e, c, |h, e, c| h.eval(e, c))
+}
+
+/// `SCRIPT LOAD|EXISTS|FLUSH|KILL|HELP …`: the host's.
+pub fn script(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    with_host(e, c, |h, e, c| h.script(e, c))
+}
+
+impl Engine {
+    /// Cluster mode (a topology was configured): the host refuses `no-cluster` scripts.
+    pub fn cluster_enabled(&self) -> bool {
+        self.cluster.enabled()
+    }
+
+    /// The last command found memory above `maxmemory` that eviction could not free (redis
+    /// `pre_command_oom_state`): scripts without `allow-oom` may not start.
+    pub fn memory_over_limit(&self) -> bool {
+        self.config.maxmemory != 0 && self.pre_command_oom
+    }
+}

@@ -1,0 +1,379 @@
+//! Conversions between RESP replies and Lua values, as Redis 7.0 does them
+//! (`redisProtocolToLuaType_*` and `luaReplyToRedisReply` in `script_lua.c`).
+//!
+//! RESP → Lua (a command's reply, in the script's protocol, `redis.setresp`):
+//!
+//! | reply | Lua |
+//! |---|---|
+//! | integer | number |
+//! | bulk string | string |
+//! | RESP2 null bulk / null array | `false` |
+//! | RESP3 null | `nil` |
+//! | simple string | `{ok = s}` |
+//! | error | `{err = "CODE msg"}` (and `ignore_error_stats_update = true`) |
+//! | array / push | table `{1 = …, 2 = …}` |
+//! | map | `{map = {k = v}}` |
+//! | set | `{set = {m = true}}` |
+//! | boolean | boolean |
+//! | double | `{double = n}` |
+//! | big number | `{big_number = "digits"}` |
+//! | verbatim | `{verbatim_string = {format = "txt", string = s}}` |
+//! | attribute | the value it annotates |
+//!
+//! Lua → RESP (the script's return value, in the caller's protocol): string → bulk; number →
+//! integer (truncated); boolean → RESP2 script: `:1` / null, RESP3 script: boolean; a table
+//! with a string `err` → error, `ok` → status, number `double` → double, string `big_number`,
+//! `verbatim_string`, table `map` / `set` → those shapes; any other table → array of its
+//! elements `1, 2, …` up to the first `nil`; anything else → null. Nesting deeper than
+//! [`MAX_DEPTH`] (a table that contains itself) gives `-ERR reached lua stack limit` in place.
+
+use mlua::{Lua, Table, Value};
+use resp::{Proto, ReplyWriter};
+
+/// Deepest table nesting converted into a reply.
+pub const MAX_DEPTH: usize = 1000;
+
+/// redis `luaPushErrorBuff`'s text: `-CODE msg` keeps its code, a message without `-` gets
+/// `ERR`; a trailing CR/LF is trimmed.
+pub fn error_text(buf: &[u8]) -> Vec<u8> {
+    let (code, msg): (&[u8], &[u8]) = match buf.strip_prefix(b"-") {
+        Some(rest) => match rest.iter().position(|&b| b == b' ') {
+            Some(sp) => (&rest[..sp], &rest[sp + 1..]),
+            None => (b"ERR", rest),
+        },
+        None => (b"ERR", buf),
+    };
+    let trim = |s: &[u8]| -> usize {
+        s.iter()
+            .rposition(|&b| b != b'\r' && b != b'\n')
+            .map_or(0, |p| p + 1)
+    };
+    let start = msg
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(msg.len());
+    let msg = &msg[start..];
+    let msg = &msg[..trim(msg)];
+    let mut out = Vec::with_capacity(code.len() + 1 + msg.len());
+    out.extend_from_slice(code);
+    out.push(b' ');
+    out.extend_from_slice(msg);
+    out
+}
+
+/// An error table `{err = text}` (plus `ignore_error_stats_update`, as Redis marks errors a
+/// command already counted).
+pub fn error_table(lua: &Lua, text: &[u8], counted: bool) -> mlua::Result<Table> {
+    let t = lua.create_table()?;
+    t.raw_set("err", lua.create_string(text)?)?;
+    if counted {
+        t.raw_set("ignore_error_stats_update", true)?;
+    }
+    Ok(t)
+}
+
+/// A command's reply → Lua. `proto` is the protocol it was written in.
+pub fn reply_to_lua(lua: &Lua, v: resp::Value, proto: Proto) -> mlua::Result<Value> {
+    use resp::Value as R;
+    let single = |k: &str, v: Value| -> mlua::Result<Value> {
+        let t = lua.create_table()?;
+        t.raw_set(k, v)?;
+        Ok(Value::Table(t))
+    };
+    Ok(match v {
+        R::Integer(n) => Value::Number(n as f64),
+        R::Bulk(b) => Value::String(lua.create_string(&b)?),
+        R::Null if proto == Proto::Resp2 => Value::Boolean(false),
+        R::Null => Value::Nil,
+        R::Simple(s) => single("ok", Value::String(lua.create_string(&s)?))?,
+        R::Error(e) => {
+            let mut buf = Vec::with_capacity(e.len() + 1);
+            buf.push(b'-');
+            buf.extend_from_slice(&e);
+            Value::Table(error_table(lua, &error_text(&buf), true)?)
+        }
+        R::Array(items) | R::Push(items) => {
+            let t = lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.into_iter().enumerate() {
+                t.raw_set(i + 1, reply_to_lua(lua, item, proto)?)?;
+            }
+            Value::Table(t)
+        }
+        R::Map(pairs) => {
+            let m = lua.create_table()?;
+            for (k, v) in pairs {
+                let k = reply_to_lua(lua, k, proto)?;
+                let v = reply_to_lua(lua, v, proto)?;
+                if !k.is_nil() {
+                    m.raw_set(k, v)?;
+                }
+            }
+            single("map", Value::Table(m))?
+        }
+        R::Set(items) => {
+            let s = lua.create_table()?;
+            for item in items {
+                let k = reply_to_lua(lua, item, proto)?;
+                if !k.is_nil() {
+                    s.raw_set(k, true)?;
+                }
+            }
+            single("set", Value::Table(s))?
+        }
+        R::Boolean(b) => Value::Boolean(b),
+        R::Double(d) => single("double", Value::Number(d))?,
+        R::BigNumber(s) => single("big_number", Value::String(lua.create_string(&s)?))?,
+        R::Verbatim { format, text } => {
+            let inner = lua.create_table()?;
+            inner.raw_set("string", lua.create_string(&text)?)?;
+            inner.raw_set("format", lua.create_string(format)?)?;
+            single("verbatim_string", Value::Table(inner))?
+        }
+        R::Attribute { value, .. } => reply_to_lua(lua, *value, proto)?,
+    })
+}
+
+/// The script's return value → a reply in `caller` protocol; `script` is the protocol the
+/// script chose (it decides how booleans are sent).
+pub fn lua_to_reply(v: &Value, caller: Proto, script: Proto, out: &mut Vec<u8>) {
+    write_value(v, caller, script, out, 0);
+}
+
+/// An error reply `-text` with CR/LF made spaces (redis `addReplyErrorFormat`).
+pub fn write_error(out: &mut Vec<u8>, text: &[u8]) {
+    out.push(b'-');
+    out.extend(
+        text.iter()
+            .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+    );
+    out.extend_from_slice(b"\r\n");
+}
+
+fn bytes_of(v: &Value) -> Option<Vec<u8>> {
+    match v {
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        Value::Integer(n) => Some(n.to_string().into_bytes()),
+        Value::Number(n) => Some(lua_number_text(*n).into_bytes()),
+        _ => None,
+    }
+}
+
+/// Lua 5.1's `%.14g` text of a number (what `lua_tostring` gives).
+pub fn lua_number_text(n: f64) -> String {
+    if n.is_nan() {
+        return if n.is_sign_negative() { "-nan" } else { "nan" }.into();
+    }
+    if n.is_infinite() {
+        return if n > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    if n == n.trunc() && n.abs() < 1e15 {
+        return format!("{}", n as i64);
+    }
+    // %.14g: 14 significant digits, trailing zeros trimmed.
+    let s = format!("{:.13e}", n);
+    let (mant, exp) = s.split_once('e').unwrap_or((&s, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if (-4..14).contains(&exp) {
+        let decimals = (13 - exp).max(0) as usize;
+        let t = format!("{:.*}", decimals, n);
+        if t.contains('.') {
+            t.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            t
+        }
+    } else {
+        let m = if mant.contains('.') {
+            mant.trim_end_matches('0').trim_end_matches('.')
+        } else {
+            mant
+        };
+        format!("{}e{}{:02}", m, if exp < 0 { '-' } else { '+' }, exp.abs())
+    }
+}
+
+fn write_value(v: &Value, caller: Proto, script: Proto, out: &mut Vec<u8>, depth: usize) {
+    let mut w = ReplyWriter::new(out, caller);
+    match v {
+        Value::String(s) => w.bulk(&s.as_bytes()),
+        Value::Boolean(b) => {
+            if script == Proto::Resp2 {
+                if *b {
+                    w.integer(1);
+                } else {
+                    w.null();
+                }
+            } else {
+                w.boolean(*b);
+            }
+        }
+        Value::Integer(n) => w.integer(*n),
+        Value::Number(n) => w.integer(c_cast(*n)),
+        Value::Table(t) => {
+            if depth >= MAX_DEPTH {
+                write_error(out, b"ERR reached lua stack limit");
+                return;
+            }
+            write_table(t, caller, script, out, depth);
+        }
+        _ => w.null(),
+    }
+}
+
+/// C's `(long long)` of a double, saturating where C is undefined.
+fn c_cast(n: f64) -> i64 {
+    if n.is_nan() { i64::MIN } else { n as i64 }
+}
+
+fn write_table(t: &Table, caller: Proto, script: Proto, out: &mut Vec<u8>, depth: usize) {
+    let get = |k: &str| t.raw_get::<Value>(k).unwrap_or(Value::Nil);
+    if let Value::String(e) = get("err") {
+        write_error(out, &e.as_bytes());
+        return;
+    }
+    if let Value::String(s) = get("ok") {
+        let s: Vec<u8> = s
+            .as_bytes()
+            .iter()
+            .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b })
+            .collect();
+        ReplyWriter::new(out, caller).simple(&s);
+        return;
+    }
+    match get("double") {
+        Value::Number(d) => {
+            let mut text = Vec::new();
+            engine_core::types::zset::score::fmt_reply(d, &mut text);
+            ReplyWriter::new(out, caller).double_text(&text);
+            return;
+        }
+        Value::Integer(n) => {
+            ReplyWriter::new(out, caller).double_text(n.to_string().as_bytes());
+            return;
+        }
+        _ => {}
+    }
+    if let Value::String(s) = get("big_number") {
+        let s: Vec<u8> = s
+            .as_bytes()
+            .iter()
+            .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b })
+            .collect();
+        match caller {
+            Proto::Resp2 => ReplyWriter::new(out, caller).bulk(&s),
+            Proto::Resp3 => {
+                out.push(b'(');
+                out.extend_from_slice(&s);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        return;
+    }
+    if let Value::Table(vt) = get("verbatim_string")
+        && let (Ok(Value::String(f)), Ok(Value::String(s))) =
+            (vt.raw_get::<Value>("format"), vt.raw_get::<Value>("string"))
+    {
+        let s = s.as_bytes();
+        match caller {
+            Proto::Resp2 => ReplyWriter::new(out, caller).bulk(&s),
+            Proto::Resp3 => {
+                let f = f.as_bytes();
+                let mut fmt = [b' '; 3];
+                for (d, b) in fmt.iter_mut().zip(f.iter()) {
+                    *d = *b;
+                }
+                out.push(b'=');
+                out.extend_from_slice((s.len() + 4).to_string().as_bytes());
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(&fmt);
+                out.push(b':');
+                out.extend_from_slice(&s);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        return;
+    }
+    if let Value::Table(m) = get("map") {
+        let pairs: Vec<(Value, Value)> = m.pairs::<Value, Value>().filter_map(Result::ok).collect();
+        ReplyWriter::new(out, caller).map(pairs.len());
+        for (k, v) in &pairs {
+            write_value(k, caller, script, out, depth + 1);
+            write_value(v, caller, script, out, depth + 1);
+        }
+        return;
+    }
+    if let Value::Table(s) = get("set") {
+        let keys: Vec<Value> = s
+            .pairs::<Value, Value>()
+            .filter_map(Result::ok)
+            .map(|(k, _)| k)
+            .collect();
+        ReplyWriter::new(out, caller).set(keys.len());
+        for k in &keys {
+            write_value(k, caller, script, out, depth + 1);
+        }
+        return;
+    }
+    let mut items = Vec::new();
+    for i in 1.. {
+        match t.raw_get::<Value>(i) {
+            Ok(Value::Nil) | Err(_) => break,
+            Ok(v) => items.push(v),
+        }
+    }
+    ReplyWriter::new(out, caller).array(items.len());
+    for v in &items {
+        write_value(v, caller, script, out, depth + 1);
+    }
+}
+
+/// A `redis.call` argument: strings as they are, numbers as `%.17g` (redis
+/// `luaArgsToRedisArgv`); anything else is refused.
+pub fn arg_bytes(v: &Value) -> Option<Vec<u8>> {
+    match v {
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        Value::Integer(n) => Some(n.to_string().into_bytes()),
+        Value::Number(n) => {
+            let mut out = Vec::new();
+            if n.is_nan() {
+                out.extend_from_slice(if n.is_sign_negative() {
+                    b"-nan"
+                } else {
+                    b"nan"
+                });
+            } else {
+                engine_core::types::zset::score::fmt_reply(*n, &mut out);
+            }
+            Some(out)
+        }
+        _ => None,
+    }
+}
+
+/// `lua_tolstring` of a value for `redis.sha1hex`: strings and numbers, else nothing.
+pub fn tolstring(v: &Value) -> Vec<u8> {
+    bytes_of(v).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_texts() {
+        assert_eq!(error_text(b"-My Error"), b"My Error");
+        assert_eq!(error_text(b"-FOO"), b"ERR FOO");
+        assert_eq!(error_text(b"plain words"), b"ERR plain words");
+        assert_eq!(
+            error_text(b"-OOM command not allowed\r\n"),
+            b"OOM command not allowed"
+        );
+    }
+
+    #[test]
+    fn number_texts() {
+        assert_eq!(lua_number_text(3.0), "3");
+        assert_eq!(lua_number_text(0.1), "0.1");
+        assert_eq!(lua_number_text(1e20), "1e+20");
+        assert_eq!(lua_number_text(1.0 / 3.0), "0.33333333333333");
+    }
+}

@@ -1,0 +1,696 @@
+//! recached-script: Lua scripting for the engine server — EVAL, EVALSHA, EVAL_RO, EVALSHA_RO
+//! and SCRIPT, with Redis 7.0's API, conversions, sandbox and error texts (docs/scripting.md).
+//!
+//! Lua 5.1 comes from `mlua` (vendored, compiled from source); it lives in this crate so
+//! engine-core stays pure and builds for wasm. [`LuaHost`] implements engine-core's
+//! [`Scripting`] seam; the server installs it with [`install`]. A script reaches the keyspace
+//! only through [`engine_core::script::call`], once per `redis.call`, so its writes are
+//! recorded as the commands it ran (effect replication).
+//!
+//! # Layout
+//! - this file: the host (script cache by SHA-1, EVAL*, SCRIPT *), running a script, and the
+//!   error handler that gives errors their `script: <sha>, on @user_script:<line>.` suffix;
+//! - [`convert`]: RESP ⇄ Lua conversions;
+//! - `prelude.lua`: the `redis` table, Redis's `pcall`, `math.random` and the sandbox
+//!   (protected globals), run once per Lua state;
+//! - [`shebang`]: `#!lua flags=…`; [`rand`]: Redis's `lrand48`.
+//!
+//! # Bounds
+//! The Lua heap is capped ([`DEFAULT_MEMORY_LIMIT`]): a script that allocates past it gets an
+//! error reply and the state stays usable. Lua's own limits turn deep recursion into a
+//! `stack overflow` error; reply conversion stops at [`convert::MAX_DEPTH`]. Not yet here (next
+//! stage): the busy-script threshold and SCRIPT KILL of a running script, FUNCTION/FCALL, the
+//! cjson/cmsgpack/bit/struct libraries, SCRIPT DEBUG and `redis.acl_check_cmd`.
+
+pub mod convert;
+pub mod rand;
+pub mod shebang;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use engine_core::call::Call;
+use engine_core::error::CmdError;
+use engine_core::script::{RunFlags, ScriptRun, Scripting};
+use engine_core::{Engine, Proto};
+use mlua::chunk::ChunkMode;
+use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
+
+use crate::convert::{error_table, write_error};
+use crate::shebang::ScriptFlags;
+
+/// Cap on the Lua heap of one engine process.
+pub const DEFAULT_MEMORY_LIMIT: usize = 256 << 20;
+/// `redis.REDIS_VERSION` and `REDIS_VERSION_NUM` (the version INFO reports).
+const VERSION: &str = "7.0.15";
+const VERSION_NUM: f64 = 0x07_00_0f as f64;
+/// The chunk name of our own Lua code; the error handler skips its frames.
+const INTERNAL: &str = "=recached";
+/// Run a GC step every this many scripts (redis `LUA_GC_CYCLE_PERIOD`).
+const GC_PERIOD: u32 = 50;
+
+/// A cached script.
+struct Script {
+    func: Function,
+    flags: ScriptFlags,
+}
+
+/// The Lua state and what hangs off it; rebuilt by SCRIPT FLUSH.
+struct State {
+    lua: Lua,
+    /// The table of Rust hooks the prelude reads (`I.rcall`, `I.setresp`).
+    hooks: Table,
+    /// The hidden table behind the protected globals (KEYS and ARGV are set there).
+    globals: Table,
+    xpcall: Function,
+    handler: Function,
+    /// The `rcall`/`setresp` outside a script run.
+    idle_rcall: Function,
+    /// The error table a Rust function of the `redis` table raised (see [`raise`]).
+    pending: Pending,
+    scripts: HashMap<String, Script>,
+}
+
+/// The script host the engine server installs (see the crate docs).
+pub struct LuaHost {
+    state: State,
+    memory_limit: usize,
+    rand: Rc<Cell<rand::Rand48>>,
+    runs: u32,
+}
+
+/// Installs a Lua host in `e` (the engine server calls this once at start).
+pub fn install(e: &mut Engine) -> mlua::Result<()> {
+    e.scripting = Some(Box::new(LuaHost::new(DEFAULT_MEMORY_LIMIT)?));
+    Ok(())
+}
+
+impl LuaHost {
+    /// A host whose Lua heap may grow to `memory_limit` bytes.
+    pub fn new(memory_limit: usize) -> mlua::Result<LuaHost> {
+        let rand = Rc::new(Cell::new(rand::Rand48::default()));
+        Ok(LuaHost {
+            state: State::new(memory_limit, rand.clone())?,
+            memory_limit,
+            rand,
+            runs: 0,
+        })
+    }
+
+    /// Number of scripts in the cache.
+    pub fn cached(&self) -> usize {
+        self.state.scripts.len()
+    }
+
+    /// Bytes the Lua heap uses.
+    pub fn used_memory(&self) -> usize {
+        self.state.lua.used_memory()
+    }
+
+    /// SCRIPT LOAD / EVAL's compile step: the script's SHA (lowercase hex), or the error
+    /// reply text (with its code).
+    fn load(&mut self, body: &[u8]) -> Result<String, String> {
+        let sha = sha1_smol::Sha1::from(body).digest().to_string();
+        if self.state.scripts.contains_key(&sha) {
+            return Ok(sha);
+        }
+        let (flags, skip) = shebang::parse(body).map_err(|m| format!("ERR {m}"))?;
+        let func = self
+            .state
+            .lua
+            .load(&body[skip..])
+            .set_name("@user_script")
+            .set_mode(ChunkMode::Text)
+            .into_function()
+            .map_err(|err| {
+                let msg = match err {
+                    mlua::Error::SyntaxError { message, .. } => message,
+                    other => other.to_string(),
+                };
+                format!("ERR Error compiling script (new function): {msg}")
+            })?;
+        self.state
+            .scripts
+            .insert(sha.clone(), Script { func, flags });
+        Ok(sha)
+    }
+
+    fn eval_generic(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+        let name = c.spec.name;
+        let evalsha = name.starts_with("evalsha");
+        let ro = name.ends_with("_ro");
+        const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+        if evalsha && c.argv[1].len() != 40 {
+            return Err(CmdError::Static(NOSCRIPT));
+        }
+        let numkeys = resp::parse_i64(c.argv[2]).ok_or(CmdError::Static(
+            "ERR value is not an integer or out of range",
+        ))?;
+        let nargs = (c.argv.len() - 3) as i64;
+        if numkeys > nargs {
+            return Err(CmdError::Static(
+                "ERR Number of keys can't be greater than number of args",
+            ));
+        }
+        if numkeys < 0 {
+            return Err(CmdError::Static("ERR Number of keys can't be negative"));
+        }
+        let sha = if evalsha {
+            let sha = String::from_utf8_lossy(c.argv[1]).to_ascii_lowercase();
+            if !self.state.scripts.contains_key(&sha) {
+                return Err(CmdError::Static(NOSCRIPT));
+            }
+            sha
+        } else {
+            self.load(c.argv[1]).map_err(CmdError::Other)?
+        };
+        let script = &self.state.scripts[&sha];
+        let flags = script.flags;
+        let func = script.func.clone();
+        if !flags.compat {
+            if flags.no_cluster && e.cluster_enabled() {
+                return Err(CmdError::Static(
+                    "ERR Can not run script on cluster, 'no-cluster' flag is set.",
+                ));
+            }
+            if !flags.no_writes && ro {
+                return Err(CmdError::Static(
+                    "ERR Can not execute a script with write flag using *_ro command.",
+                ));
+            }
+            if e.memory_over_limit() && !flags.allow_oom && !flags.no_writes {
+                return Err(CmdError::Static(
+                    "OOM allow-oom flag is not set on the script, can not run it when used \
+                     memory > 'maxmemory'",
+                ));
+            }
+        }
+        let run_flags = RunFlags {
+            read_only: ro || (!flags.compat && flags.no_writes),
+            allow_oom: !flags.compat && flags.allow_oom,
+            allow_cross_slot: flags.compat || flags.allow_cross_slot_keys,
+        };
+        let split = 3 + numkeys as usize;
+        let keys = &c.argv[3..split];
+        let args = &c.argv[split..];
+        let mut run = ScriptRun::new(e, c.client, run_flags, keys);
+        let mut reply = Vec::new();
+        let caller_proto = c.client.proto;
+        self.run(
+            e,
+            &mut run,
+            &func,
+            &sha,
+            keys,
+            args,
+            c.now_us,
+            caller_proto,
+            &mut reply,
+        );
+        c.w().raw(&reply);
+        Ok(())
+    }
+
+    /// Runs a compiled script with KEYS and ARGV set; its reply (or error) goes to `out` in
+    /// the caller's protocol.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &mut self,
+        e: &mut Engine,
+        run: &mut ScriptRun,
+        func: &Function,
+        sha: &str,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+        now_us: u64,
+        caller: Proto,
+        out: &mut Vec<u8>,
+    ) {
+        let st = &self.state;
+        let result = (|| -> mlua::Result<(bool, Value)> {
+            st.globals.raw_set("KEYS", array(&st.lua, keys)?)?;
+            st.globals.raw_set("ARGV", array(&st.lua, args)?)?;
+            let ctx = RefCell::new((&mut *e, &mut *run));
+            st.lua.scope(|scope| {
+                let rcall = scope.create_function(|lua, argv: MultiValue| {
+                    let mut guard = ctx.borrow_mut();
+                    let (e, run) = &mut *guard;
+                    rcall(lua, e, run, argv, now_us)
+                })?;
+                let setresp = scope.create_function(|_, v: f64| {
+                    let mut guard = ctx.borrow_mut();
+                    guard
+                        .1
+                        .set_proto(if v == 3.0 { Proto::Resp3 } else { Proto::Resp2 });
+                    Ok(())
+                })?;
+                st.hooks.raw_set("rcall", rcall)?;
+                st.hooks.raw_set("setresp_run", setresp)?;
+                st.pending.borrow_mut().take();
+                let r = st
+                    .xpcall
+                    .call::<MultiValue>((func.clone(), st.handler.clone()));
+                st.hooks.raw_set("rcall", st.idle_rcall.clone())?;
+                st.hooks.raw_set("setresp_run", st.idle_rcall.clone())?;
+                let mut r = r?.into_iter();
+                let ok = matches!(r.next(), Some(Value::Boolean(true)));
+                Ok((ok, r.next().unwrap_or(Value::Nil)))
+            })
+        })();
+        let script_proto = run.proto();
+        match result {
+            Ok((true, v)) => convert::lua_to_reply(&v, caller, script_proto, out),
+            Ok((false, Value::Table(t))) => {
+                let msg = match t.raw_get::<Value>("err") {
+                    Ok(Value::String(s)) => s.as_bytes().to_vec(),
+                    _ => b"ERR unknown error".to_vec(),
+                };
+                let mut text = msg;
+                if let (Ok(Value::String(src)), Ok(line)) =
+                    (t.raw_get::<Value>("source"), t.raw_get::<Value>("line"))
+                    && let Some(line) = number(&line)
+                {
+                    text.extend_from_slice(format!(" script: {sha}, on ").as_bytes());
+                    text.extend_from_slice(&src.as_bytes());
+                    text.extend_from_slice(format!(":{line}.").as_bytes());
+                }
+                write_error(out, &text);
+            }
+            Ok((false, other)) => {
+                let msg = match &other {
+                    Value::String(s) => String::from_utf8_lossy(&s.as_bytes()).into_owned(),
+                    Value::Error(err) => err.to_string(),
+                    _ => "execution failure".to_string(),
+                };
+                let msg: String = msg.chars().take(100).collect();
+                write_error(
+                    out,
+                    format!("ERR Error running script {sha}, {msg}").as_bytes(),
+                );
+            }
+            Err(err) => {
+                let msg: String = err.to_string().chars().take(100).collect();
+                write_error(
+                    out,
+                    format!("ERR Error running script {sha}, {msg}").as_bytes(),
+                );
+            }
+        }
+        let _ = st.globals.raw_set("KEYS", Value::Nil);
+        let _ = st.globals.raw_set("ARGV", Value::Nil);
+        self.runs += 1;
+        if self.runs.is_multiple_of(GC_PERIOD) {
+            let _ = self.state.lua.gc_step();
+        }
+    }
+
+    fn script_cmd(&mut self, c: &mut Call) -> Result<(), CmdError> {
+        match c.spec.name {
+            "script|help" => {
+                engine_core::call::help(
+                    c,
+                    "SCRIPT",
+                    &[
+                        "DEBUG (YES|SYNC|NO)",
+                        "    Set the debug mode for subsequent scripts executed.",
+                        "EXISTS <sha1> [<sha1> ...]",
+                        "    Return information about the existence of the scripts in the script cache.",
+                        "FLUSH [ASYNC|SYNC]",
+                        "    Flush the Lua scripts cache. Very dangerous on replicas.",
+                        "    When called without the optional mode argument, the behavior is determined by the",
+                        "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+                        "    * ASYNC: Asynchronously flush the scripts cache.",
+                        "    * SYNC: Synchronously flush the scripts cache.",
+                        "KILL",
+                        "    Kill the currently executing Lua script.",
+                        "LOAD <script>",
+                        "    Load a script into the scripts cache without executing it.",
+                        "HELP",
+                        "    Prints this help.",
+                    ],
+                );
+                Ok(())
+            }
+            "script|flush" => {
+                let ok = match c.argv.len() {
+                    2 => true,
+                    3 => {
+                        c.argv[2].eq_ignore_ascii_case(b"sync")
+                            || c.argv[2].eq_ignore_ascii_case(b"async")
+                    }
+                    _ => false,
+                };
+                if !ok {
+                    return Err(CmdError::Static(
+                        "ERR SCRIPT FLUSH only support SYNC|ASYNC option",
+                    ));
+                }
+                // Redis resets the whole Lua state (`scriptingReset`), not only the cache.
+                self.state = State::new(self.memory_limit, self.rand.clone())
+                    .map_err(|err| CmdError::Other(format!("ERR {err}")))?;
+                c.w().ok();
+                Ok(())
+            }
+            "script|exists" => {
+                let found: Vec<bool> = c.argv[2..]
+                    .iter()
+                    .map(|s| {
+                        let sha = String::from_utf8_lossy(s).to_ascii_lowercase();
+                        self.state.scripts.contains_key(&sha)
+                    })
+                    .collect();
+                let mut w = c.w();
+                w.array(found.len());
+                for f in found {
+                    w.integer(i64::from(f));
+                }
+                Ok(())
+            }
+            "script|load" => {
+                let sha = self.load(c.argv[2]).map_err(CmdError::Other)?;
+                c.w().bulk(sha.as_bytes());
+                Ok(())
+            }
+            "script|kill" => Err(CmdError::Static(
+                "NOTBUSY No scripts in execution right now.",
+            )),
+            _ => Err(CmdError::Other(
+                engine_core::error::unknown_command_message(c.argv),
+            )),
+        }
+    }
+}
+
+impl Scripting for LuaHost {
+    fn eval(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+        self.eval_generic(e, c)
+    }
+
+    fn script(&mut self, _e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+        self.script_cmd(c)
+    }
+}
+
+impl State {
+    fn new(memory_limit: usize, rand: Rc<Cell<rand::Rand48>>) -> mlua::Result<State> {
+        let lua = Lua::new_with(
+            StdLib::TABLE | StdLib::STRING | StdLib::MATH,
+            LuaOptions::new(),
+        )?;
+        let hooks = lua.create_table()?;
+        let idle_rcall = lua.create_function(|lua, _: MultiValue| {
+            Ok((
+                false,
+                error_table(
+                    lua,
+                    b"ERR redis.call/pcall can only be called inside a script invocation",
+                    false,
+                )?,
+            ))
+        })?;
+        hooks.raw_set("rcall", idle_rcall.clone())?;
+        hooks.raw_set("setresp_run", idle_rcall.clone())?;
+        let pending: Pending = Rc::new(RefCell::new(None));
+        let (h, p) = (hooks.clone(), pending.clone());
+        hooks.raw_set(
+            "call",
+            lua.create_function(move |_, args: MultiValue| {
+                let f: Function = h.raw_get("rcall")?;
+                let (ok, v): (bool, Value) = f.call(args)?;
+                match v {
+                    Value::Table(t) if !ok => {
+                        *p.borrow_mut() = Some(t);
+                        Err(mlua::Error::runtime("redis.call failed"))
+                    }
+                    v => Ok(v),
+                }
+            })?,
+        )?;
+        let h = hooks.clone();
+        hooks.raw_set(
+            "pcall",
+            lua.create_function(move |_, args: MultiValue| {
+                let f: Function = h.raw_get("rcall")?;
+                let (_, v): (bool, Value) = f.call(args)?;
+                Ok(v)
+            })?,
+        )?;
+        let p = pending.clone();
+        hooks.raw_set(
+            "take_pending",
+            lua.create_function(move |_, ()| Ok(p.borrow_mut().take()))?,
+        )?;
+        hooks.raw_set(
+            "errtext",
+            lua.create_function(|lua, s: mlua::LuaString| {
+                lua.create_string(convert::error_text(&s.as_bytes()))
+            })?,
+        )?;
+        let p = pending.clone();
+        hooks.raw_set(
+            "sha1hex",
+            lua.create_function(move |lua, args: MultiValue| {
+                if args.len() != 1 {
+                    return raise(lua, &p, "wrong number of arguments");
+                }
+                Ok(sha1_smol::Sha1::from(convert::tolstring(&args[0]))
+                    .digest()
+                    .to_string())
+            })?,
+        )?;
+        let p = pending.clone();
+        hooks.raw_set(
+            "log",
+            lua.create_function(move |lua, args: MultiValue| {
+                if args.len() < 2 {
+                    return raise(lua, &p, "redis.log() requires two arguments or more.");
+                }
+                let Some(level) = lua_number(&args[0]) else {
+                    return raise(lua, &p, "First argument must be a number (log level).");
+                };
+                let level = level as i64;
+                if !(0..=3).contains(&level) {
+                    return raise(lua, &p, "Invalid debug level.");
+                }
+                let parts: Vec<String> = args
+                    .iter()
+                    .skip(1)
+                    .filter(|v| {
+                        matches!(v, Value::String(_) | Value::Integer(_) | Value::Number(_))
+                    })
+                    .map(|v| String::from_utf8_lossy(&convert::tolstring(v)).into_owned())
+                    .collect();
+                let msg = parts.join(" ");
+                match level {
+                    0 | 1 => log::debug!("{msg}"),
+                    2 => log::info!("{msg}"),
+                    _ => log::warn!("{msg}"),
+                }
+                Ok(())
+            })?,
+        )?;
+        let (h, p) = (hooks.clone(), pending.clone());
+        hooks.raw_set(
+            "setresp",
+            lua.create_function(move |lua, args: MultiValue| {
+                if args.len() != 1 {
+                    return raise(lua, &p, "redis.setresp() requires one argument.");
+                }
+                let v = lua_number(&args[0]).unwrap_or(0.0);
+                if v != 2.0 && v != 3.0 {
+                    return raise(lua, &p, "RESP version must be 2 or 3.");
+                }
+                let f: Function = h.raw_get("setresp_run")?;
+                f.call::<()>(v)
+            })?,
+        )?;
+        let p = pending.clone();
+        hooks.raw_set(
+            "set_repl",
+            lua.create_function(move |lua, args: MultiValue| {
+                if args.len() != 1 {
+                    return raise(lua, &p, "redis.set_repl() requires two arguments.");
+                }
+                let v = lua_number(&args[0]).unwrap_or(0.0) as i64;
+                if v & !3 != 0 {
+                    return raise(
+                        lua,
+                        &p,
+                        "Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.",
+                    );
+                }
+                Ok(())
+            })?,
+        )?;
+        let r = rand.clone();
+        hooks.raw_set(
+            "rand",
+            lua.create_function(move |_, ()| {
+                let mut g = r.get();
+                let v = g.unit();
+                r.set(g);
+                Ok(v)
+            })?,
+        )?;
+        let r = rand;
+        hooks.raw_set(
+            "seed",
+            lua.create_function(move |_, v: f64| {
+                let mut g = r.get();
+                g.seed(v as i64 as i32);
+                r.set(g);
+                Ok(())
+            })?,
+        )?;
+        hooks.raw_set("version", VERSION)?;
+        hooks.raw_set("version_num", VERSION_NUM)?;
+        let xpcall: Function = lua.globals().raw_get("xpcall")?;
+        let tostring: Function = lua.globals().raw_get("tostring")?;
+        let globals: Table = lua
+            .load(include_str!("prelude.lua"))
+            .set_name(INTERNAL)
+            .set_mode(ChunkMode::Text)
+            .call(hooks.clone())?;
+        let p = pending.clone();
+        let handler = lua.create_function(move |lua, err: Value| {
+            let err = match err {
+                Value::Table(t) => Value::Table(t),
+                other => p.borrow_mut().take().map_or(other, Value::Table),
+            };
+            error_handler(lua, &tostring, err)
+        })?;
+        lua.set_memory_limit(memory_limit)?;
+        Ok(State {
+            lua,
+            hooks,
+            globals,
+            xpcall,
+            handler,
+            idle_rcall,
+            pending,
+            scripts: HashMap::new(),
+        })
+    }
+}
+
+/// The xpcall handler (redis `__redis__err__handler`): a non-table error becomes
+/// `{err = "ERR " .. tostring(err)}`; the table gets `source` and `line` of the innermost
+/// frame of script code (our own frames and C functions are skipped, as Redis skips the C
+/// function that raised).
+fn error_handler(lua: &Lua, tostring: &Function, err: Value) -> mlua::Result<Value> {
+    let t = match err {
+        Value::Table(t) => t,
+        other => {
+            let s: mlua::LuaString = match &other {
+                Value::Error(e) => lua.create_string(e.to_string())?,
+                _ => tostring.call(other)?,
+            };
+            let mut text = b"ERR ".to_vec();
+            text.extend_from_slice(&s.as_bytes());
+            error_table(lua, &text, false)?
+        }
+    };
+    for level in 1..32 {
+        let frame = lua.inspect_stack(level, |d| {
+            let src = d.source();
+            let source = src.source.as_deref().unwrap_or("").to_string();
+            (src.what, source, d.current_line())
+        });
+        let Some((what, source, line)) = frame else {
+            break;
+        };
+        if what == "C" || source == INTERNAL {
+            continue;
+        }
+        t.raw_set("source", source)?;
+        if let Some(line) = line {
+            t.raw_set("line", line as f64)?;
+        }
+        break;
+    }
+    Ok(Value::Table(t))
+}
+
+/// `redis.call`'s work: arguments → argv, [`engine_core::script::call`], reply → Lua.
+/// Returns `(ok, value)`: `ok` false with an error table for refusals and error replies.
+fn rcall(
+    lua: &Lua,
+    e: &mut Engine,
+    run: &mut ScriptRun,
+    argv: MultiValue,
+    now_us: u64,
+) -> mlua::Result<(bool, Value)> {
+    if argv.is_empty() {
+        let t = error_table(
+            lua,
+            b"ERR Please specify at least one argument for this redis lib call",
+            false,
+        )?;
+        return Ok((false, Value::Table(t)));
+    }
+    let mut args: Vec<Vec<u8>> = Vec::with_capacity(argv.len());
+    for v in argv.iter() {
+        match convert::arg_bytes(v) {
+            Some(b) => args.push(b),
+            None => {
+                let t = error_table(
+                    lua,
+                    b"ERR Lua redis lib command arguments must be strings or integers",
+                    false,
+                )?;
+                return Ok((false, Value::Table(t)));
+            }
+        }
+    }
+    let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+    let mut out = Vec::new();
+    if let Err(msg) = engine_core::script::call(e, run, &refs, now_us, &mut out) {
+        let t = error_table(lua, &convert::error_text(msg.as_bytes()), true)?;
+        return Ok((false, Value::Table(t)));
+    }
+    let is_error = out.first() == Some(&b'-');
+    let value = match resp::decode(&out) {
+        Ok(Some((v, _))) => convert::reply_to_lua(lua, v, run.proto())?,
+        _ => Value::Table(error_table(lua, b"ERR unreadable reply", false)?),
+    };
+    Ok((!is_error, value))
+}
+
+/// Where a Rust function of the `redis` table leaves the error table it raises: mlua raises a
+/// Rust error as an opaque value, so the error handler and `pcall` pick the table up here.
+type Pending = Rc<RefCell<Option<Table>>>;
+
+/// Raises `ERR <msg>` from a Rust function as Redis raises its error tables.
+fn raise<T>(lua: &Lua, pending: &Pending, msg: &str) -> mlua::Result<T> {
+    let t = error_table(lua, format!("ERR {msg}").as_bytes(), false)?;
+    *pending.borrow_mut() = Some(t);
+    Err(mlua::Error::runtime(msg.to_string()))
+}
+
+/// `lua_tonumber`: numbers, and strings that read as numbers.
+fn lua_number(v: &Value) -> Option<f64> {
+    match v {
+        Value::Integer(n) => Some(*n as f64),
+        Value::Number(n) => Some(*n),
+        Value::String(s) => std::str::from_utf8(&s.as_bytes()).ok()?.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// A Lua array of byte strings (KEYS, ARGV).
+fn array(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
+    let t = lua.create_table_with_capacity(items.len(), 0)?;
+    for (i, item) in items.iter().enumerate() {
+        t.raw_set(i + 1, lua.create_string(item)?)?;
+    }
+    Ok(t)
+}
+
+fn number(v: &Value) -> Option<i64> {
+    match v {
+        Value::Integer(n) => Some(*n),
+        Value::Number(n) => Some(*n as i64),
+        _ => None,
+    }
+}

@@ -1,0 +1,90 @@
+//! A script's writes reach the keychange feed as the commands it ran (effect replication),
+//! never as EVAL; MONITOR shows them as `[db lua]`.
+
+use engine_core::{Client, Config, Engine};
+
+const T0: u64 = 1_767_225_600_000_000;
+
+fn client(id: u64) -> Client {
+    Client {
+        id,
+        addr: format!("127.0.0.1:{id}"),
+        ..Client::default()
+    }
+}
+
+fn run(e: &mut Engine, c: &mut Client, args: &[&str]) -> Vec<u8> {
+    let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    let mut out = Vec::new();
+    e.exec(c, &argv, T0, &mut out);
+    out
+}
+
+fn delivered(e: &mut Engine, id: u64) -> String {
+    let mut s = Vec::new();
+    let mut all = Vec::new();
+    e.take_deliveries(&mut all);
+    for d in all {
+        if d.client_id == id {
+            s.extend_from_slice(&d.bytes);
+        }
+    }
+    String::from_utf8_lossy(&s).into_owned()
+}
+
+#[test]
+fn script_writes_reach_the_feed_as_commands() {
+    let mut e = Engine::new(Config::default());
+    recached_script::install(&mut e).unwrap();
+    let (mut feed, mut w) = (client(1), client(2));
+    run(&mut e, &mut feed, &["FEED", "SUBSCRIBE"]);
+    delivered(&mut e, 1);
+    let out = run(
+        &mut e,
+        &mut w,
+        &[
+            "EVAL",
+            "redis.call('set', KEYS[1], ARGV[1]); redis.call('incr', KEYS[2]); return redis.call('get', KEYS[1])",
+            "2",
+            "a",
+            "n",
+            "v",
+        ],
+    );
+    assert_eq!(out, b"$1\r\nv\r\n");
+    let fed = delivered(&mut e, 1);
+    assert!(
+        fed.contains("$3\r\nset\r\n$1\r\na\r\n$1\r\nv\r\n"),
+        "{fed:?}"
+    );
+    assert!(
+        fed.contains("incr\r\n$1\r\nn") || fed.contains("INCR\r\n$1\r\nn"),
+        "{fed:?}"
+    );
+    assert!(!fed.to_ascii_lowercase().contains("eval"), "{fed:?}");
+}
+
+#[test]
+fn monitor_shows_eval_then_lua_lines() {
+    let mut e = Engine::new(Config::default());
+    recached_script::install(&mut e).unwrap();
+    let (mut m, mut w) = (client(1), client(2));
+    run(&mut e, &mut m, &["MONITOR"]);
+    run(
+        &mut e,
+        &mut w,
+        &["EVAL", "return redis.call('set','k','1')", "0"],
+    );
+    let lines = delivered(&mut e, 1);
+    let eval = lines.find("\"EVAL\"").expect("EVAL line");
+    let lua = lines.find("[0 lua] \"set\" \"k\" \"1\"").expect("lua line");
+    assert!(eval < lua, "{lines}");
+}
+
+#[test]
+fn without_a_host_eval_is_unknown() {
+    let mut e = Engine::new(Config::default());
+    let mut c = client(1);
+    let out = run(&mut e, &mut c, &["EVAL", "return 1", "0"]);
+    assert!(out.starts_with(b"-ERR unknown command 'EVAL'"), "{out:?}");
+}

@@ -29,6 +29,7 @@ pub mod shebang;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::time::Instant;
 
 use engine_core::call::Call;
 use engine_core::error::CmdError;
@@ -47,6 +48,16 @@ const VERSION: &str = "7.0.15";
 const VERSION_NUM: f64 = 0x07_00_0f as f64;
 /// The chunk name of our own Lua code; the error handler skips its frames.
 const INTERNAL: &str = "=recached";
+/// How long a script may run before it is stopped with an error: Redis's
+/// `busy-reply-threshold` default. Redis instead lets it run on, answers other clients
+/// `-BUSY` and lets SCRIPT KILL stop it; until the engine can serve others during a script
+/// (next stage of issue 15), stopping it is what keeps a runaway script from hanging the
+/// engine for good. Checked every [`DEADLINE_CHECK_INSTRUCTIONS`] Lua instructions.
+pub const BUSY_LIMIT: std::time::Duration = std::time::Duration::from_millis(5000);
+const DEADLINE_CHECK_INSTRUCTIONS: u32 = 100_000;
+/// The error a script past [`BUSY_LIMIT`] gets (the usual `script: <sha>, on …` suffix
+/// follows).
+const STOPPED: &str = "Script ran longer than busy-reply-threshold (5000 ms) and was stopped";
 /// Run a GC step every this many scripts (redis `LUA_GC_CYCLE_PERIOD`).
 const GC_PERIOD: u32 = 50;
 
@@ -77,6 +88,8 @@ pub struct LuaHost {
     state: State,
     memory_limit: usize,
     rand: Rc<Cell<rand::Rand48>>,
+    /// When the running script is stopped ([`BUSY_LIMIT`]); `None` between scripts.
+    deadline: Rc<Cell<Option<Instant>>>,
     runs: u32,
 }
 
@@ -90,10 +103,12 @@ impl LuaHost {
     /// A host whose Lua heap may grow to `memory_limit` bytes.
     pub fn new(memory_limit: usize) -> mlua::Result<LuaHost> {
         let rand = Rc::new(Cell::new(rand::Rand48::default()));
+        let deadline = Rc::new(Cell::new(None));
         Ok(LuaHost {
-            state: State::new(memory_limit, rand.clone())?,
+            state: State::new(memory_limit, rand.clone(), deadline.clone())?,
             memory_limit,
             rand,
+            deadline,
             runs: 0,
         })
     }
@@ -228,6 +243,7 @@ impl LuaHost {
         out: &mut Vec<u8>,
     ) {
         let st = &self.state;
+        self.deadline.set(Some(Instant::now() + BUSY_LIMIT));
         let result = (|| -> mlua::Result<(bool, Value)> {
             st.globals.raw_set("KEYS", array(&st.lua, keys)?)?;
             st.globals.raw_set("ARGV", array(&st.lua, args)?)?;
@@ -258,6 +274,7 @@ impl LuaHost {
                 Ok((ok, r.next().unwrap_or(Value::Nil)))
             })
         })();
+        self.deadline.set(None);
         let script_proto = run.proto();
         match result {
             Ok((true, v)) => convert::lua_to_reply(&v, caller, script_proto, out),
@@ -347,8 +364,9 @@ impl LuaHost {
                     ));
                 }
                 // Redis resets the whole Lua state (`scriptingReset`), not only the cache.
-                self.state = State::new(self.memory_limit, self.rand.clone())
-                    .map_err(|err| CmdError::Other(format!("ERR {err}")))?;
+                self.state =
+                    State::new(self.memory_limit, self.rand.clone(), self.deadline.clone())
+                        .map_err(|err| CmdError::Other(format!("ERR {err}")))?;
                 c.w().ok();
                 Ok(())
             }
@@ -393,10 +411,23 @@ impl Scripting for LuaHost {
 }
 
 impl State {
-    fn new(memory_limit: usize, rand: Rc<Cell<rand::Rand48>>) -> mlua::Result<State> {
+    fn new(
+        memory_limit: usize,
+        rand: Rc<Cell<rand::Rand48>>,
+        deadline: Rc<Cell<Option<Instant>>>,
+    ) -> mlua::Result<State> {
         let lua = Lua::new_with(
             StdLib::TABLE | StdLib::STRING | StdLib::MATH,
             LuaOptions::new(),
+        )?;
+        // Every coroutine too (a global hook): past the deadline, each check raises again, so
+        // a script that catches the error with pcall is stopped at the next check outside it.
+        lua.set_global_hook(
+            mlua::HookTriggers::new().every_nth_instruction(DEADLINE_CHECK_INSTRUCTIONS),
+            move |_, _| match deadline.get() {
+                Some(at) if Instant::now() >= at => Err(mlua::Error::external(STOPPED)),
+                _ => Ok(mlua::VmState::Continue),
+            },
         )?;
         let hooks = lua.create_table()?;
         let idle_rcall = lua.create_function(|lua, _: MultiValue| {

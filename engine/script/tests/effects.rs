@@ -88,3 +88,29 @@ fn without_a_host_eval_is_unknown() {
     let out = run(&mut e, &mut c, &["EVAL", "return 1", "0"]);
     assert!(out.starts_with(b"-ERR unknown command 'EVAL'"), "{out:?}");
 }
+
+/// A runaway script is stopped once it has run `BUSY_LIMIT`, even when it catches the error
+/// with pcall, and the engine then serves the next command (a hang would fail the test run).
+#[test]
+fn a_runaway_script_is_stopped_and_the_engine_serves_on() {
+    let mut e = Engine::new(Config::default());
+    recached_script::install(&mut e).unwrap();
+    let mut c = client(1);
+    for body in [
+        "while true do end",
+        "while true do pcall(function() while true do end end) end",
+        "local co = coroutine.wrap(function() while true do end end) co()",
+    ] {
+        let started = std::time::Instant::now();
+        let out = String::from_utf8_lossy(&run(&mut e, &mut c, &["EVAL", body, "0"])).into_owned();
+        assert!(
+            out.starts_with(
+                "-ERR Script ran longer than busy-reply-threshold (5000 ms) and was stopped"
+            ),
+            "{body}: {out}"
+        );
+        assert!(started.elapsed() >= recached_script::BUSY_LIMIT, "{body}");
+        assert_eq!(run(&mut e, &mut c, &["PING"]), b"+PONG\r\n");
+        assert_eq!(run(&mut e, &mut c, &["EVAL", "return 1", "0"]), b":1\r\n");
+    }
+}

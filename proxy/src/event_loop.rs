@@ -930,7 +930,7 @@ impl Proxy {
                     }
                     Flow::Clients(op) => {
                         *rstart += consumed;
-                        clients_op = Some(op);
+                        clients_op = Some(*op);
                         break;
                     }
                     Flow::Wait => {

@@ -81,18 +81,20 @@ fi
 node -e 'console.log("ioredis", require(process.argv[1] + "/node_modules/ioredis/package.json").version)' "$CLUSTER_DIR"
 
 step "client libraries through the proxy (tests/clients)"
-# The newest released redis-py, node-redis (npm `redis`) and ioredis, pinned exactly in
+# The newest released redis-py, rq, Django, node-redis (npm `redis`) and ioredis, pinned exactly in
 # tests/clients/requirements.txt and package-lock.json (raise the pins when new versions
 # appear), driven with their default settings through the proxy (tests/tests/clients_proxy.rs).
 CLIENTS_DIR="$ROOT/tests/clients"
-if ! "$CLIENTS_DIR/.venv/bin/python" -c 'import redis' 2>/dev/null \
+# rq and Django (its RedisCache backend) live in the same venv (tests/clients/rq_proxy.py,
+# django_cache_proxy.py); any change to requirements.txt reinstalls.
+if ! "$CLIENTS_DIR/.venv/bin/python" -c 'import redis, rq, django' 2>/dev/null \
     || ! cmp -s "$CLIENTS_DIR/requirements.txt" "$CLIENTS_DIR/.venv/requirements.txt"; then
-    echo "installing redis-py into $CLIENTS_DIR/.venv"
+    echo "installing redis-py, rq and Django into $CLIENTS_DIR/.venv"
     python3 -m venv "$CLIENTS_DIR/.venv"
     "$CLIENTS_DIR/.venv/bin/python" -m pip install -q -r "$CLIENTS_DIR/requirements.txt"
     cp "$CLIENTS_DIR/requirements.txt" "$CLIENTS_DIR/.venv/requirements.txt"
 fi
-"$CLIENTS_DIR/.venv/bin/python" -c 'import redis; print("redis-py", redis.__version__)'
+"$CLIENTS_DIR/.venv/bin/python" -c 'import redis, rq, django; print("redis-py", redis.__version__, "rq", rq.VERSION, "django", django.__version__)'
 if ! [ -d "$CLIENTS_DIR/node_modules/redis" ] || ! [ -d "$CLIENTS_DIR/node_modules/ioredis" ] \
     || ! cmp -s "$CLIENTS_DIR/package-lock.json" "$CLIENTS_DIR/node_modules/.package-lock.json.installed"; then
     echo "installing node-redis and ioredis into $CLIENTS_DIR/node_modules"

@@ -143,27 +143,29 @@ fn auth(argv: &[&[u8]], session: &mut Session, acl: &mut Acl, who: &Who) -> Gate
 }
 
 /// HELLO [2|3 [AUTH user pass] [SETNAME name]]: authenticates, then lets the router answer.
+/// Options take effect left to right, as in Redis `helloCommand`: a name set before a failed
+/// AUTH stays, and an AUTH that succeeded before a bad option stays.
 fn hello(argv: &[&[u8]], session: &mut Session, acl: &mut Acl, who: &Who) -> Gate {
     if argv.len() >= 2 && !matches!(resp::parse_i64(argv[1]), Some(2 | 3)) {
         return Gate::Pass; // NOPROTO or a bad version: the router's answer
     }
     let mut i = 2;
-    let mut creds = None;
     while i < argv.len() {
         let more = argv.len() - i - 1;
         if argv[i].eq_ignore_ascii_case(b"auth") && more >= 2 {
-            creds = Some((argv[i + 1], argv[i + 2]));
+            if !acl.authenticate(&mut session.auth, argv[i + 1], argv[i + 2], who) {
+                return error(acl::WRONGPASS);
+            }
             i += 3;
         } else if argv[i].eq_ignore_ascii_case(b"setname") && more >= 1 {
+            if !crate::connection::valid_client_name(argv[i + 1]) {
+                return Gate::Pass; // the router's answer
+            }
+            session.name = Some(argv[i + 1].to_vec());
             i += 2;
         } else {
             return Gate::Pass; // syntax error: the router's answer
         }
-    }
-    if let Some((user, pass)) = creds
-        && !acl.authenticate(&mut session.auth, user, pass, who)
-    {
-        return error(acl::WRONGPASS);
     }
     if !session.auth.authenticated && acl.default_needs_auth() {
         return error(acl::HELLO_NOAUTH);

@@ -1,7 +1,9 @@
-//! One backend instance: a single persistent connection shared by every client
-//! (multiplexed), and its reconnect state. Each instance has two: the RESP2 link, and the
-//! RESP3 link (`HELLO 3` first, opened when the first RESP3 client needs it) that serves
-//! the clients that said `HELLO 3`.
+//! One link to a backend instance: a single persistent connection shared by every client
+//! (multiplexed), and its reconnect state. Each instance has one link per protocol and
+//! database: the RESP2 link of database 0, connected at start, and for each other (protocol,
+//! database) pair a link opened when the first client on it needs it, which sends `HELLO 3`
+//! (RESP3 links) and `SELECT db` (databases other than 0) first, so that every request
+//! written on it runs in that protocol and database as written ([`link_index`]).
 //!
 //! Requests from all clients are appended to `out` and written once per loop iteration;
 //! each gets a [`Waiter`] at the back of `inflight`. Redis answers a connection's requests
@@ -76,12 +78,39 @@ pub struct Backend {
     /// The RESP3 link of this instance: `HELLO 3` follows the login on every new
     /// connection (its reply is consumed like the login's), so every reply read is RESP3.
     pub resp3: bool,
-    /// A RESP3 link no RESP3 client has needed yet: not connected, not retried.
+    /// The database every request on this link runs in (`SELECT db` follows the login and
+    /// `HELLO 3` on every new connection when not 0; its reply is consumed likewise).
+    pub db: usize,
+    /// A link no client has needed yet: not connected, not retried.
     pub dormant: bool,
+}
+
+/// Index in the proxy's link table of instance `instance`'s link for `db` and `resp3`,
+/// with `n` instances: links of one (database, protocol) pair are contiguous, RESP2 then
+/// RESP3 for each database, so database 0's RESP2 links (the ones that decide whether an
+/// instance is up) are `0..n`.
+#[inline]
+pub fn link_index(n: usize, db: usize, resp3: bool, instance: usize) -> usize {
+    (db * 2 + usize::from(resp3)) * n + instance
+}
+
+/// `SELECT db` as a request.
+pub fn select_request(db: usize) -> Vec<u8> {
+    let db = itoa::Buffer::new().format(db).to_owned();
+    format!("*2\r\n$6\r\nSELECT\r\n${}\r\n{db}\r\n", db.len()).into_bytes()
 }
 
 /// `HELLO 3`, the first request of a RESP3 link (after the login).
 pub const HELLO3: &[u8] = b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n";
+
+/// The waiter of a database link's `SELECT`: refused, the link must not serve requests
+/// (they would run in another database), so it is dropped like a link with a bad reply.
+const SELECT_WAITER: Waiter = Waiter {
+    token: usize::MAX,
+    client_id: u64::MAX,
+    seq: 1,
+    part: 0,
+};
 
 /// The waiter of the login AUTH: no client has this token.
 const LOGIN_WAITER: Waiter = Waiter {
@@ -108,6 +137,7 @@ impl Backend {
             dirty: false,
             login: None,
             resp3: false,
+            db: 0,
             dormant: false,
         }
     }
@@ -135,7 +165,14 @@ impl Backend {
                 self.wire.stream = Some(stream);
                 self.link = Link::Connecting { since: now, queue };
                 // First on the new connection, before anything queued meanwhile: the
-                // login, then (RESP3 link) HELLO 3.
+                // login, then (RESP3 link) HELLO 3, then (other databases) SELECT.
+                if self.wire.rbuf.is_empty() {
+                    self.wire.rbuf = vec![0; READ_CHUNK];
+                }
+                if self.db != 0 {
+                    self.wire.out.splice(0..0, select_request(self.db));
+                    self.inflight.push_front(SELECT_WAITER);
+                }
                 if self.resp3 {
                     self.wire.out.splice(0..0, HELLO3.iter().copied());
                     self.inflight.push_front(LOGIN_WAITER);
@@ -205,7 +242,13 @@ impl Backend {
             let Some(w) = inflight.pop_front() else {
                 return Err("reply without a request".into());
             };
-            if w == LOGIN_WAITER {
+            if w == SELECT_WAITER && frame.first() == Some(&b'-') {
+                return Err(format!(
+                    "SELECT refused: {}",
+                    String::from_utf8_lossy(frame).trim_end()
+                ));
+            }
+            if w == LOGIN_WAITER || w == SELECT_WAITER {
                 if frame.first() == Some(&b'-') {
                     log::warn!(
                         "instance {index} ({name}): the internal credential or HELLO 3 was \
@@ -241,7 +284,8 @@ impl Wire {
             stream: None,
             out: Vec::new(),
             out_pos: 0,
-            rbuf: vec![0; READ_CHUNK],
+            // Allocated by the first connect: most links of the table never connect.
+            rbuf: Vec::new(),
             rstart: 0,
             rend: 0,
             scanner: FrameScanner::new(),
@@ -330,7 +374,8 @@ impl Wire {
                     self.rend -= self.rstart;
                     self.rstart = 0;
                 } else {
-                    let grown = self.rbuf.len() * 2;
+                    // (An unused link's buffer is empty until its first read.)
+                    let grown = (self.rbuf.len() * 2).max(READ_CHUNK);
                     self.rbuf.resize(grown, 0);
                 }
                 continue;

@@ -55,9 +55,11 @@ pub struct View<'a> {
     pub name: Option<&'a [u8]>,
     pub age: u64,
     pub idle: u64,
+    pub db: usize,
     pub sub: usize,
     pub psub: usize,
     pub in_multi: bool,
+    pub monitor: bool,
     pub cmd: &'a str,
     pub user: &'a str,
     pub resp: i64,
@@ -211,6 +213,9 @@ pub fn listed(kind: Option<Type>, ids: &[u64], v: &View<'_>) -> bool {
 pub fn line(v: &View<'_>, out: &mut String) {
     let name = v.name.map(String::from_utf8_lossy).unwrap_or_default();
     let mut flags = String::new();
+    if v.monitor {
+        flags.push('O');
+    }
     if v.sub + v.psub > 0 {
         flags.push('P');
     }
@@ -223,10 +228,10 @@ pub fn line(v: &View<'_>, out: &mut String) {
     let multi = if v.in_multi { 0 } else { -1 };
     let _ = writeln!(
         out,
-        "id={} addr={} laddr={} fd={} name={name} age={} idle={} flags={flags} db=0 sub={} \
+        "id={} addr={} laddr={} fd={} name={name} age={} idle={} flags={flags} db={} sub={} \
          psub={} ssub=0 multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 \
          obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user={} redir=-1 resp={}",
-        v.id, v.addr, v.laddr, v.fd, v.age, v.idle, v.sub, v.psub, v.cmd, v.user, v.resp
+        v.id, v.addr, v.laddr, v.fd, v.age, v.idle, v.db, v.sub, v.psub, v.cmd, v.user, v.resp
     );
 }
 

@@ -8,7 +8,7 @@ use crate::route::{Args, Fleet, Plan, ReplyMode, Session};
 use crate::route::{arity_error, bulk, not_supported, reply_static, sanitize_error};
 
 /// Redis `clientSetName`: no spaces, newlines or other characters outside `!`..`~`.
-fn valid_client_name(name: &[u8]) -> bool {
+pub(crate) fn valid_client_name(name: &[u8]) -> bool {
     name.iter().all(|&b| (b'!'..=b'~').contains(&b))
 }
 
@@ -32,7 +32,8 @@ pub(crate) fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
             }
         }
     }
-    let mut name = None;
+    // Options take effect left to right (Redis `helloCommand`): a name set before a bad
+    // option stays; only the protocol switch waits for the whole request.
     let mut i = 2;
     while i < argc {
         let opt = args.arg(i);
@@ -44,7 +45,7 @@ pub(crate) fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
             if !valid_client_name(n) {
                 return reply_static(BAD_NAME);
             }
-            name = Some(n.to_vec());
+            session.name = Some(n.to_vec());
             i += 2;
         } else {
             let mut out = b"-ERR Syntax error in HELLO option '".to_vec();
@@ -53,9 +54,6 @@ pub(crate) fn hello<A: Args + ?Sized>(args: &A, session: &mut Session) -> Plan {
             out.extend_from_slice(b"'\r\n");
             return Plan::Reply(out.into());
         }
-    }
-    if let Some(n) = name {
-        session.name = Some(n);
     }
     // The switch happens before the reply, so the reply is already in the new protocol
     // (a map for RESP3), as Redis does it.

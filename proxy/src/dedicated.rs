@@ -135,6 +135,12 @@ pub struct Dedicated {
     pub dirty: bool,
     /// Switched to RESP3 with `HELLO 3` (its owner is a RESP3 client).
     pub resp3: bool,
+    /// Turned into a monitor (MONITOR sent): once its `+OK` is in, every frame is a line for
+    /// the owner.
+    pub monitor: bool,
+    /// The database selected on it (`SELECT`, sent before a request when its owner's
+    /// database differs, `crate::exec::sync_db`).
+    pub db: usize,
     /// Instances of a fleet whose engines forward PUBLISH to each other; 0 otherwise. Then a
     /// `pmessage` (patterns are subscribed on every instance) is relayed only from its
     /// channel's instance ([`relay_pmessage`]).
@@ -197,6 +203,8 @@ impl Dedicated {
             pubsub: false,
             dirty: false,
             resp3: false,
+            db: 0,
+            monitor: false,
             instances: 0,
         })
     }
@@ -220,9 +228,15 @@ impl Dedicated {
             pubsub,
             instance,
             instances,
+            monitor,
             ..
         } = self;
         wire.frames(|frame| {
+            // A monitor's lines: whatever arrives once nothing is awaited.
+            if *monitor && inflight.is_empty() {
+                each(Incoming::Message(frame));
+                return Ok(());
+            }
             // A RESP3 push is never a reply, whatever ran since the last SUBSCRIBE.
             if (*pubsub || frame.first() == Some(&b'>')) && is_message(frame) {
                 if *instances < 2 || relay_pmessage(frame, *instance, *instances) {

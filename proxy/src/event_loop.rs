@@ -164,19 +164,25 @@ impl Proxy {
         };
         let mut fleet = Fleet::new(backends.iter().map(|(n, _)| n.clone()).collect(), port);
         fleet.cluster_publish = limits.cluster_publish;
-        // Instance i's RESP2 link is backends[i], its RESP3 link backends[n + i]: dormant
-        // until the first RESP3 client (`crate::exec`, "RESP3 clients").
-        let resp3 = backends.iter().enumerate().map(|(i, (name, addr))| {
-            let mut b = Backend::new(i, name.clone(), *addr);
-            b.resp3 = true;
-            b.dormant = true;
-            b
-        });
-        let backends = backends
-            .iter()
-            .enumerate()
-            .map(|(i, (name, addr))| Backend::new(i, name.clone(), *addr))
-            .chain(resp3.collect::<Vec<_>>())
+        fleet.databases = limits.databases.max(1);
+        // The link table (`crate::backend::link_index`): per database and protocol, one link
+        // per instance; database 0's RESP2 links connect at start, the others are dormant
+        // until the first client on them (`crate::exec`, "RESP3 clients", "Databases").
+        let n = backends.len();
+        let backends = (0..fleet.databases * 2)
+            .flat_map(|link| {
+                backends.iter().enumerate().map(move |(i, (name, addr))| {
+                    let mut b = Backend::new(i, name.clone(), *addr);
+                    b.db = link / 2;
+                    b.resp3 = link % 2 == 1;
+                    b.dormant = link != 0;
+                    debug_assert_eq!(
+                        crate::backend::link_index(n, b.db, b.resp3, i),
+                        link * n + i
+                    );
+                    b
+                })
+            })
             .collect();
         let tls_scratch = if tls_listener.is_some() {
             vec![0; crate::tls::SCRATCH_LEN]
@@ -504,8 +510,9 @@ impl Proxy {
             let idle = !timeout.is_zero()
                 && now.duration_since(c.last_request) > timeout
                 && c.replies.pending_len() == 0
-                && !c.session.subs.active();
-            let class = if c.session.subs.active() {
+                && !c.session.subs.active()
+                && !c.session.monitor;
+            let class = if c.session.subs.active() || c.session.monitor {
                 limits.pubsub
             } else {
                 limits.normal
@@ -675,7 +682,7 @@ impl Proxy {
             return;
         }
         c.conns.retain(|&(_, cid)| cid != id);
-        if c.session.subs.active() || c.session.tx.pinned == Some(d.instance) {
+        if c.session.subs.active() || c.session.monitor || c.session.tx.pinned == Some(d.instance) {
             log::warn!(
                 "client {}: lost its dedicated connection to instance {} ({why}); \
                  closing it (its transaction or subscriptions are gone)",
@@ -775,9 +782,11 @@ impl Proxy {
                 name: s.name.as_deref(),
                 age: c.created.elapsed().as_secs(),
                 idle: c.last_request.elapsed().as_secs(),
+                db: s.db,
                 sub: s.subs.channels(),
                 psub: s.subs.patterns(),
                 in_multi: s.tx.multi,
+                monitor: s.monitor,
                 cmd: if s.last_cmd.is_empty() {
                     "NULL"
                 } else {

@@ -21,6 +21,25 @@
 //! it. Reply slots and lanes work as for RESP2: each link answers in its own order. While
 //! subscribed, a RESP3 client may run any command (as with Redis); messages are push frames
 //! that join its output between replies.
+//!
+//! # MONITOR
+//!
+//! MONITOR turns the client's dedicated connection to every instance into a monitor and
+//! relays their lines as they come (each instance's in its order; lines of different
+//! instances interleave as they arrive). A line shows the instance's view: the database and
+//! the address of the proxy's connection that ran the command, not the application client's.
+//! While monitoring, the client is refused keyspace commands as by Redis (`-ERR Replica can't
+//! interact with the keyspace`); RESET (or closing) ends it.
+//!
+//! # Databases
+//!
+//! A client's SELECTed database ([`Session::db`]) chooses the links its shared-lane requests
+//! take the same way: each (protocol, database) pair has its own link per instance, opened
+//! by the first request that needs it with `SELECT db` as its first request
+//! ([`crate::backend::link_index`]), so requests are forwarded byte for byte and a database
+//! costs nothing per request. A dedicated connection gets `SELECT db` (reply dropped) before
+//! a request whenever its owner's database changed since the last one ([`sync_db`]); a
+//! subscription does not depend on the database and sends none.
 
 use std::time::Instant;
 
@@ -120,14 +139,29 @@ fn handle_request<A: Args + ?Sized>(
         me.replies.push_local(&reply, false);
         return Flow::Continue;
     }
-    // HELLO and RESET may change the protocol, and so the instance links that serve the
-    // client: like a lane switch, they wait until every earlier request is answered.
+    // HELLO, RESET and SELECT may change the protocol or the database, and so the instance
+    // links that serve the client: like a lane switch, they wait until every earlier request
+    // is answered (a `MOVE k 0` on database 1's link must run before a `GET k` that follows
+    // on database 0's).
     let name = args.arg(0);
-    if name.len() == 5
-        && (name.eq_ignore_ascii_case(b"hello") || name.eq_ignore_ascii_case(b"reset"))
+    if (name.len() == 5 || name.len() == 6)
         && me.replies.pending_len() > 0
+        && (name.eq_ignore_ascii_case(b"hello")
+            || name.eq_ignore_ascii_case(b"reset")
+            || name.eq_ignore_ascii_case(b"select"))
     {
         return Flow::Wait;
+    }
+    // A monitor may not touch the keyspace (a replica, to Redis: `crate::exec`, "MONITOR").
+    if me.session.monitor
+        && let Some(spec) = engine_core::command::lookup(name)
+        && spec.is_implemented()
+        && spec.arity_ok(args.argc())
+        && engine_core::monitor::touches_keyspace(spec)
+    {
+        me.replies
+            .push_local(b"-ERR Replica can't interact with the keyspace\r\n", false);
+        return Flow::Continue;
     }
     // Ordinary clients: one check, then the router.
     if me.conns.is_empty() && !me.session.tx.active() {
@@ -147,6 +181,7 @@ fn handle_request<A: Args + ?Sized>(
         }
         me.session.tx = tx::Tx::default();
         me.session.subs.clear();
+        me.session.monitor = false;
         *me.lane = Lane::Shared;
     } else if me.session.subs.active() && me.session.proto == resp::Proto::Resp2 {
         // RESP2 subscribed mode; a RESP3 client keeps the full command set.
@@ -211,6 +246,7 @@ fn in_transaction<A: Args + ?Sized>(
             Ok(id) => {
                 let d = ctx.dedicated.get_mut(id).expect("just looked up");
                 d.pubsub = false;
+                sync_db(d, id, me.session.db, ctx.dirty_dedicated);
                 for request in &prelude {
                     d.send(request, None, 1);
                 }
@@ -319,6 +355,39 @@ fn subscription<A: Args + ?Sized>(
     Flow::Continue
 }
 
+/// MONITOR: `MONITOR` on the client's dedicated connection to every instance (its lane is
+/// the pub/sub one: what comes back is relayed unasked), `+OK` once all said `+OK`. A second
+/// MONITOR gets no reply, as from Redis.
+fn monitor(me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Flow {
+    if me.session.monitor {
+        return Flow::Continue;
+    }
+    if !me.enter_lane(Lane::PubSub) {
+        return Flow::Wait;
+    }
+    let n = ctx.fleet.instances();
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        match conn_for(i, me, ctx) {
+            Ok(id) => ids.push(id),
+            Err(error) => {
+                me.replies.push_local(&error, false);
+                return Flow::Continue;
+            }
+        }
+    }
+    me.session.monitor = true;
+    let seq = me.replies.push_parts(n, Merge::AllOk);
+    for (part, id) in ids.into_iter().enumerate() {
+        let waiter = me.waiter(seq, part as u32);
+        let d = ctx.dedicated.get_mut(id).expect("just looked up");
+        d.monitor = true;
+        d.send(b"*1\r\n$7\r\nMONITOR\r\n", Some(waiter), 1);
+        mark(&mut d.dirty, ctx.dirty_dedicated, id);
+    }
+    Flow::Continue
+}
+
 /// The client's dedicated connection to `instance`, opened if it has none: its slab id,
 /// or the error reply (limits of `crate::dedicated`, instance down).
 fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize, Vec<u8>> {
@@ -392,6 +461,18 @@ fn switch_proto(d: &mut Dedicated, id: usize, proto: resp::Proto, dirty: &mut Ve
     mark(&mut d.dirty, dirty, id);
 }
 
+/// Sends `SELECT db` on dedicated connection `id` if another database is selected there (the
+/// client SELECTed since its last request on it); the reply is dropped. Called before a
+/// request whose meaning depends on the database (blocking commands, WATCH, transactions).
+fn sync_db(d: &mut Dedicated, id: usize, db: usize, dirty: &mut Vec<usize>) {
+    if d.db == db {
+        return;
+    }
+    d.db = db;
+    d.send(&crate::backend::select_request(db), None, 1);
+    mark(&mut d.dirty, dirty, id);
+}
+
 /// Carries out a routing plan for one request of client `me`.
 fn run_plan<A: Args + ?Sized>(
     plan: Plan,
@@ -415,6 +496,7 @@ fn run_plan<A: Args + ?Sized>(
             Flow::Continue
         }
         Plan::PubSub(kind) => subscription(kind, args, me, ctx),
+        Plan::Monitor => monitor(me, ctx),
         Plan::Clients(op) => Flow::Clients(Box::new(op)),
         Plan::Blocking(i) | Plan::Watch(i) => {
             if !me.enter_lane(Lane::Dedicated(i)) {
@@ -428,6 +510,7 @@ fn run_plan<A: Args + ?Sized>(
                     }
                     let d = ctx.dedicated.get_mut(id).expect("just looked up");
                     d.pubsub = false;
+                    sync_db(d, id, me.session.db, ctx.dirty_dedicated);
                     let seq = me.replies.push_plain();
                     d.send(raw, Some(me.waiter(seq, 0)), 1);
                     mark(&mut d.dirty, ctx.dirty_dedicated, id);
@@ -449,11 +532,9 @@ fn run_plan<A: Args + ?Sized>(
 /// Carries out a plan on the shared backend connections.
 fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
     let n = ctx.fleet.instances();
-    // RESP3 clients use the instances' RESP3 links (see the module docs).
-    let link_base = match me.session.proto {
-        resp::Proto::Resp2 => 0,
-        resp::Proto::Resp3 => n,
-    };
+    // The links of the client's protocol and database (see the module docs).
+    let resp3 = me.session.proto == resp::Proto::Resp3;
+    let link_base = crate::backend::link_index(n, me.session.db, resp3, 0);
     let (token, client_id) = (me.token, me.id);
     let replies = &mut *me.replies;
     let registry = ctx.registry;
@@ -528,6 +609,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         | Plan::Watch(_)
         | Plan::Multi
         | Plan::Clients(_)
+        | Plan::Monitor
         | Plan::PubSub(_) => unreachable!("handled by run_plan"),
     }
 }

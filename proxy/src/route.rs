@@ -18,9 +18,11 @@
 //! | PUBLISH, SPUBLISH | forwarded to the channel's instance (channels are routed like keys) |
 //! | PUBSUB CHANNELS / SHARDCHANNELS / NUMPAT | every instance: channels concatenated / the largest count (each proxy pattern subscription is held by every instance) ; NUMSUB / SHARDNUMSUB forwarded when their channels share an instance |
 //! | PING, ECHO, QUIT, SELECT, HELLO, RESET, CLIENT SETNAME/GETNAME/ID/SETINFO/NO-EVICT/NO-TOUCH, WAIT (`:0`, no replicas; Redis's argument errors) | answered by the proxy |
+//! | SELECT n | the session's database ([`Session::db`], `0..databases`, Redis's errors): its requests then take the instances' links of that database (`crate::exec`, "Databases"); SWAPDB is sent to every instance (not atomic across them) |
+//! | MONITOR | [`Plan::Monitor`]: `MONITOR` on the client's dedicated connection to every instance, `+OK` once all answered, then every instance's lines relayed as they come (`crate::exec`) |
 //! | CLIENT REPLY ON/OFF/SKIP | the session's [`ReplyMode`]; `crate::exec` makes the reply slots of OFF/SKIP requests silent |
 //! | CLIENT LIST / INFO / KILL | [`Plan::Clients`]: the event loop answers over the proxy's own clients ([`crate::clients`]) |
-//! | DBSIZE, FLUSHALL, FLUSHDB, KEYS, RANDOMKEY, INFO | sent to every instance, merged |
+//! | DBSIZE, FLUSHALL, FLUSHDB, KEYS, RANDOMKEY, INFO | sent to every instance (on the links of the client's database), merged |
 //! | SAVE, MEMORY PURGE, CONFIG RESETSTAT / BGSAVE / LASTSAVE | every instance: `+OK` from all / the first reply / the smallest (oldest); else the first error |
 //! | CONFIG SET | [`Plan::ConfigSet`]: `CONFIG GET` of its names then the request, on every instance; all or nothing ([`Merge::ConfigSet`]: the error of the first instance that refused, answered once the others got their old values back) |
 //! | SCAN | one instance at a time, the instance encoded in the cursor ([`crate::split::scan_cursor_decode`]) |
@@ -102,6 +104,11 @@ pub struct Session {
     pub laddr: String,
     /// The last command routed, Redis's `a|b` name (CLIENT LIST `cmd`).
     pub last_cmd: &'static str,
+    /// The SELECTed database (0 until SELECT, and again after RESET): which instance links
+    /// serve the client (`crate::exec`, "Databases").
+    pub db: usize,
+    /// In MONITOR mode (until RESET or the end of the connection).
+    pub monitor: bool,
 }
 
 /// `CLIENT REPLY ON|OFF|SKIP`.
@@ -140,6 +147,8 @@ pub struct Fleet {
     pub acl: engine_core::acl::Acl,
     /// `AUTH` sent first on every instance connection (internal credential), if any.
     pub login: Option<Vec<u8>>,
+    /// Databases SELECT may choose (Redis `databases`; the engines' setting).
+    pub databases: usize,
 }
 
 impl Fleet {
@@ -156,6 +165,7 @@ impl Fleet {
             acl: engine_core::acl::Acl::new(),
             login: None,
             cluster_publish: false,
+            databases: 16,
         }
     }
 
@@ -202,6 +212,9 @@ pub enum Plan {
     /// CONFIG SET: `get` (`CONFIG GET` of its names) then the request, to every instance;
     /// merged by [`Merge::ConfigSet`] (all or nothing).
     ConfigSet { get: Vec<u8> },
+    /// MONITOR: the client's dedicated connection to every instance turns into a monitor;
+    /// their lines are relayed to it as they come (`crate::exec`, "MONITOR").
+    Monitor,
 }
 
 /// `-CROSSSLOT …`, Redis Cluster's text (PROTOCOL-NOTES b3).
@@ -280,13 +293,24 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "reset" => {
             session.name = None;
             session.proto = resp::Proto::Resp2;
+            session.db = 0;
             reply_static(b"+RESET\r\n")
         }
-        "select" => match resp::parse_i64(args.arg(1)) {
-            Some(0) => reply_static(b"+OK\r\n"),
-            Some(_) => reply_static(b"-ERR DB index is out of range\r\n"),
+        // Redis's selectCommand: an `int` (getIntFromObjectOrReply), then the range.
+        "select" => match resp::parse_i64(args.arg(1)).map(i32::try_from) {
+            Some(Ok(n)) if n >= 0 && (n as usize) < fleet.databases => {
+                session.db = n as usize;
+                reply_static(b"+OK\r\n")
+            }
+            Some(Ok(_)) => reply_static(b"-ERR DB index is out of range\r\n"),
+            Some(Err(_)) => reply_static(
+                b"-ERR value is out of range, value must between -2147483648 and 2147483647\r\n",
+            ),
             None => reply_static(b"-ERR value is not an integer or out of range\r\n"),
         },
+        // Every instance swaps its two databases (not atomically across instances: a
+        // client reading both databases meanwhile may see some instances swapped).
+        "swapdb" => fan_out(Merge::AllOk),
         "hello" => hello(args, session),
         "client" => client(args, spec, session, fleet),
         "command" | "time" => Plan::ForwardAny,
@@ -327,6 +351,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         }
         "scan" => scan(args, n),
         "multi" => Plan::Multi,
+        "monitor" => Plan::Monitor,
         "exec" => reply_static(b"-ERR EXEC without MULTI\r\n"),
         "discard" => reply_static(b"-ERR DISCARD without MULTI\r\n"),
         "unwatch" => reply_static(b"+OK\r\n"),
@@ -710,10 +735,40 @@ mod tests {
         assert_eq!(reply(run(&[b"ping", b"hi"], 2)), b"$2\r\nhi\r\n");
         assert_eq!(reply(run(&[b"ECHO", b"x y"], 2)), b"$3\r\nx y\r\n");
         assert_eq!(reply(run(&[b"SELECT", b"0"], 2)), b"+OK\r\n");
+        assert_eq!(reply(run(&[b"SELECT", b"15"], 2)), b"+OK\r\n");
+        for bad in [&b"16"[..], b"-1", b"2147483647"] {
+            assert_eq!(
+                reply(run(&[b"SELECT", bad], 2)),
+                b"-ERR DB index is out of range\r\n"
+            );
+        }
         assert_eq!(
-            reply(run(&[b"SELECT", b"1"], 2)),
+            reply(run(&[b"SELECT", b"2147483648"], 2)),
+            &b"-ERR value is out of range, value must between -2147483648 and 2147483647\r\n"[..]
+        );
+        for bad in [&b"x"[..], b"99999999999999999999", b"1.0", b""] {
+            assert_eq!(
+                reply(run(&[b"SELECT", bad], 2)),
+                b"-ERR value is not an integer or out of range\r\n"
+            );
+        }
+        let mut session = Session::default();
+        let mut f = fleet(2);
+        assert_eq!(
+            reply(plan(&[&b"SELECT"[..], b"3"][..], &mut session, &mut f)),
+            b"+OK\r\n"
+        );
+        assert_eq!(session.db, 3);
+        assert_eq!(
+            reply(plan(&[&b"SELECT"[..], b"16"][..], &mut session, &mut f)),
             b"-ERR DB index is out of range\r\n"
         );
+        assert_eq!(session.db, 3, "a refused SELECT changes nothing");
+        assert_eq!(
+            reply(plan(&[&b"RESET"[..]][..], &mut session, &mut f)),
+            b"+RESET\r\n"
+        );
+        assert_eq!(session.db, 0);
         assert_eq!(
             reply(run(&[b"HELLO", b"4"], 2)),
             b"-NOPROTO unsupported protocol version\r\n"

@@ -457,6 +457,13 @@ fn merge_info(
             }
         }
     }
+    // Databases in index order, as Redis lists them, whichever instance named one first.
+    for (_, fields) in &mut sections {
+        fields.sort_by_key(|f| match f {
+            InfoField::Db(name, ..) => name[2..].parse::<usize>().unwrap_or(usize::MAX),
+            InfoField::Sum(..) => 0,
+        });
+    }
     let mut text = String::from_utf8_lossy(header).into_owned();
     if proxy_section {
         text.push_str(&format!("instances_answering:{answered}\r\n\r\n"));
@@ -803,6 +810,21 @@ mod tests {
             &mut out,
         );
         assert_eq!(out, b"=18\r\ntxt:# Stats\r\nx:2\r\n\r\n");
+    }
+
+    #[test]
+    fn merge_info_lists_databases_in_index_order() {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        push_bulk(&mut a, b"# Keyspace\r\ndb10:keys=1,expires=0,avg_ttl=0\r\n");
+        push_bulk(&mut b, b"# Keyspace\r\ndb2:keys=2,expires=0,avg_ttl=0\r\n");
+        let mut out = Vec::new();
+        merge_info(b"", false, resp::Proto::Resp2, &[&a, &b], &mut out);
+        let text = String::from_utf8_lossy(&out);
+        let (d2, d10) = (
+            text.find("db2:keys=2").unwrap(),
+            text.find("db10:keys=1").unwrap(),
+        );
+        assert!(d2 < d10, "{text}");
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub struct ProxyLimits {
     /// instance then gets each message from every instance, and the proxy relays it only
     /// from the channel's instance ([`crate::dedicated`]).
     pub cluster_publish: bool,
+    /// `databases`: how many databases SELECT may choose (the engines' setting, Redis's
+    /// default 16).
+    pub databases: usize,
 }
 
 impl Default for ProxyLimits {
@@ -47,6 +50,7 @@ impl Default for ProxyLimits {
             client_query_buffer_limit: 1 << 30,
             proto_max_bulk_len: 512 << 20,
             // Redis's defaults; the pub/sub hard limit is the one `crate::dedicated` names.
+            databases: 16,
             client_output_buffer_limit: OutputLimits {
                 pubsub: engine_core::cmd::server::OutputLimit {
                     hard: crate::dedicated::PUBSUB_OUTPUT_LIMIT as u64,

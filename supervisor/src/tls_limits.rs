@@ -255,6 +255,7 @@ pub fn proxy_limits(
         client_output_buffer_limit: l.output_limits()?,
         timeout: l.timeout,
         cluster_publish: file.cluster,
+        databases: file.engine.databases,
     })
 }
 

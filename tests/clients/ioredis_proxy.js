@@ -137,5 +137,22 @@ run(async () => {
     `SCAN missed ${missing.length} keys, saw ${uniq.size} for ${scanKeys.length}`);
   console.log(`scan: ok (${seen.length} keys)`);
 
+  // --- a database chosen by URL, kept apart from 0; FLUSHDB there touches only it ---------
+  const db1 = new Redis(`redis://127.0.0.1:${port}/1`);
+  await ready(db1, 'db1');
+  const dbKeys = Array.from({ length: 20 }, (_, i) => `${P}db:${i}`);
+  check((await db1.mset(dbKeys.flatMap((k) => [k, 'one']))) === 'OK', 'MSET in database 1');
+  check((await redis.get(dbKeys[0])) === null, 'a key set in database 1 is visible in database 0');
+  check((await redis.set(dbKeys[0], 'zero')) === 'OK', 'SET in database 0');
+  check(eq(await db1.mget(dbKeys), dbKeys.map(() => 'one')), 'MGET in database 1');
+  check((await db1.dbsize()) === 20, 'DBSIZE of database 1');
+  const before0 = await redis.dbsize();
+  check((await db1.flushdb()) === 'OK', 'FLUSHDB in database 1');
+  check((await db1.dbsize()) === 0, 'database 1 not empty after its FLUSHDB');
+  check((await redis.dbsize()) === before0 && (await redis.get(dbKeys[0])) === 'zero',
+    'FLUSHDB of database 1 touched database 0');
+  db1.disconnect();
+  console.log('database by url: ok');
+
   redis.disconnect();
 });

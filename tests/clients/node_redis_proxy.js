@@ -129,5 +129,23 @@ run(async () => {
     `SCAN missed ${missing.length} keys, saw ${uniq.size} for ${scanKeys.length}`);
   console.log(`scan: ok (${seen.length} keys)`);
 
+  // --- a database chosen by URL, kept apart from 0; FLUSHDB there touches only it ---------
+  const db1 = createClient({ url: `redis://127.0.0.1:${port}/1` });
+  db1.on('error', (e) => console.log(`db1 error event: ${e}`));
+  await within(5000, 'db1 connect', db1.connect());
+  const dbKeys = Array.from({ length: 20 }, (_, i) => `${P}db:${i}`);
+  check((await db1.mSet(dbKeys.map((k) => [k, 'one']))) === 'OK', 'MSET in database 1');
+  check((await client.get(dbKeys[0])) === null, 'a key set in database 1 is visible in database 0');
+  check((await client.set(dbKeys[0], 'zero')) === 'OK', 'SET in database 0');
+  check(eq(await db1.mGet(dbKeys), dbKeys.map(() => 'one')), 'MGET in database 1');
+  check((await db1.dbSize()) === 20, 'DBSIZE of database 1');
+  const before0 = await client.dbSize();
+  check((await db1.flushDb()) === 'OK', 'FLUSHDB in database 1');
+  check((await db1.dbSize()) === 0, 'database 1 not empty after its FLUSHDB');
+  check((await client.dbSize()) === before0 && (await client.get(dbKeys[0])) === 'zero',
+    'FLUSHDB of database 1 touched database 0');
+  db1.destroy();
+  console.log('database by url: ok');
+
   client.destroy();
 });

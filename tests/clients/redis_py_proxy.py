@@ -8,7 +8,8 @@ Checks, each with a clear message on failure (exit status 1): the protocol negot
 8 defaults to RESP3: HELLO 3 on every connection), SET/GET, MGET of 100 keys, a
 non-transactional pipeline, HGETALL (a dict; a RESP3 map on the wire), ZSCORE (a float),
 pub/sub (subscribe, publish from another connection, receive), BLPOP woken by another client's
-RPUSH, SCAN iteration collecting every key exactly once. Prints `protocol: N`, one line per
+RPUSH, SCAN iteration collecting every key exactly once, a database chosen by URL
+(`redis://…/1`) kept apart from database 0 with FLUSHDB there touching only it. Prints `protocol: N`, one line per
 check, and `ok` last. Every wait is bounded: each blocking call has its own timeout, and
 SIGALRM ends the whole run after 60 s.
 """
@@ -172,6 +173,21 @@ dups = len(seen) - len(set(seen))
 check(dups == 0, f"SCAN returned {dups} keys more than once")
 check(set(seen) == scan_keys, f"SCAN missed {len(scan_keys - set(seen))} keys, extra {set(seen) - scan_keys!r}")
 print(f"scan: ok ({len(seen)} keys)", flush=True)
+
+# --- a database chosen by URL, kept apart from database 0; FLUSHDB there touches only it ----
+db1 = redis.Redis.from_url(f"redis://127.0.0.1:{PORT}/1")
+dbkeys = [f"{PREFIX}db:{i}" for i in range(20)]
+check(db1.mset({k: "one" for k in dbkeys}) is True, "MSET in database 1")
+check(r.get(dbkeys[0]) is None, "a key set in database 1 is visible in database 0")
+check(r.set(dbkeys[0], "zero") is True, "SET in database 0")
+check(db1.mget(dbkeys) == [b"one"] * 20, "MGET in database 1")
+check(db1.dbsize() == 20, f"DBSIZE of database 1 -> {db1.dbsize()}, expected 20")
+before0 = r.dbsize()
+check(db1.flushdb() is True, "FLUSHDB in database 1")
+check(db1.dbsize() == 0, "database 1 not empty after its FLUSHDB")
+check(r.dbsize() == before0 and r.get(dbkeys[0]) == b"zero", "FLUSHDB of database 1 touched database 0")
+db1.close()
+print("database by url: ok", flush=True)
 
 r.close()
 print("ok", flush=True)

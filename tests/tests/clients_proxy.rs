@@ -14,6 +14,24 @@
 //! script's 100 MGET keys really live on both engines (read back from each owning engine
 //! directly). And `redis-cli -3 -p PROXY HGETALL`, with the RESP3 map checked on the wire.
 //!
+//! Then rq and Django's own cache backend (the rest of issue 14), in the same venv as redis-py:
+//!
+//! - Django's `RedisCache` (tests/clients/django_cache_proxy.py): set/get/add/has_key/delete,
+//!   incr/decr, touch, get_or_set, get_many/delete_many over 64 keys on both engines, set_many of
+//!   one engine's keys, clear; the `dj:spread:*` keys it leaves are read back from their engines.
+//!   set_many over keys on several engines is a MULTI/EXEC (redis-py's default pipeline()) and
+//!   waits for issue 20;
+//! - rq (tests/clients/rq_proxy.py, jobs in rq_jobs.py): a job enqueued and run by a burst
+//!   worker, which needs issue 20 (enqueue is a MULTI/EXEC over keys on both engines) and
+//!   issue 17 (each job result is a stream: XADD, XREVRANGE).
+//!
+//! A part that waits for an issue is run anyway, and must fail with exactly today's error (the
+//! script prints `DEFERRED (issue N): …`; a pass fails the script, so the part is moved out of
+//! DEFERRED when the issue lands). The same scripts with `--all` (every part must pass) run
+//! against a real redis-server 7.0 (the control: the scripts are right), behind a proxy in front
+//! of ONE engine (Django passes whole; rq gets as far as XADD), and in two `#[ignore]`d tests
+//! naming the issues they wait for, to un-ignore when those land.
+//!
 //! The exact versions are pinned in tests/clients/requirements.txt and package-lock.json;
 //! scripts/test.sh installs them. Cleanup: [`Fleet`]'s Drop SIGKILLs the supervisor by PID,
 //! then every child PID in `dir/state.toml`. Every wait and every client run is bounded.
@@ -44,18 +62,23 @@ impl Fleet {
     /// `recached start --engines 2` on free ports, no fan-out and no metrics listener; waits
     /// until the proxy and every engine accept connections.
     fn start(name: &str) -> Fleet {
+        Fleet::start_n(name, ENGINES)
+    }
+
+    /// [`Fleet::start`] with `engines` engines behind the proxy.
+    fn start_n(name: &str, engines: usize) -> Fleet {
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("clients-{name}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let base = free_port_run(ENGINES);
-        let engine_ports: Vec<u16> = (0..ENGINES).map(|i| base + i as u16).collect();
+        let base = free_port_run(engines);
+        let engine_ports: Vec<u16> = (0..engines).map(|i| base + i as u16).collect();
         let proxy_port = free_port_except(&engine_ports);
         let mut cmd = Command::new(recached_bin());
         cmd.arg("start")
-            .args(["--engines", &ENGINES.to_string()])
+            .args(["--engines", &engines.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--proxy-port", &proxy_port.to_string()])
             .args(["--engine-port-base", &base.to_string()])
@@ -80,18 +103,26 @@ impl Fleet {
     /// The script's 100 MGET keys `<prefix>mget:<i>` (value `v<i>`) are spread over both
     /// engines, each read back directly from the engine the slot map gives it.
     fn check_mget_keys_on_both_engines(&self, prefix: &str) {
-        let mut per_engine = [0usize; ENGINES];
+        self.check_keys_on_every_engine(
+            (0..100).map(|i| (format!("{prefix}mget:{i}"), format!("v{i}"))),
+            "MGET",
+        );
+    }
+
+    /// Each `(key, value)` is read back directly from the engine the slot map gives it, and
+    /// the keys are spread over every engine.
+    fn check_keys_on_every_engine(&self, keys: impl Iterator<Item = (String, String)>, what: &str) {
+        let engines = self.engine_ports.len();
+        let mut per_engine = vec![0usize; engines];
         let mut conns: Vec<Resp> = self
             .engine_ports
             .iter()
             .map(|&p| Resp::connect(p))
             .collect();
-        for i in 0..100 {
-            let key = format!("{prefix}mget:{i}");
-            let owner = instance_for_key(key.as_bytes(), ENGINES as u32) as usize;
+        for (key, want) in keys {
+            let owner = instance_for_key(key.as_bytes(), engines as u32) as usize;
             per_engine[owner] += 1;
             let got = conns[owner].cmd_str(&["GET", &key]);
-            let want = format!("v{i}");
             assert_eq!(
                 got,
                 format!("${}\r\n{want}\r\n", want.len()).into_bytes(),
@@ -100,7 +131,7 @@ impl Fleet {
         }
         assert!(
             per_engine.iter().all(|&n| n > 0),
-            "MGET keys not spread over both engines: {per_engine:?}"
+            "{what} keys not spread over every engine: {per_engine:?}"
         );
     }
 }
@@ -117,13 +148,22 @@ fn clients_dir() -> PathBuf {
 
 /// Runs one client script, then checks its exit status, `protocol: 3` and the final `ok`.
 fn run_client(fleet: &Fleet, what: &str, cmd: &mut Command) -> String {
+    run_script(what, cmd, &|| {
+        format!("supervisor log:\n{}", fleet.sup.log())
+    })
+    .stdout
+}
+
+/// [`run_client`] for any server (`context` adds its log to a failure message); returns the
+/// whole output, stderr too.
+fn run_script(what: &str, cmd: &mut Command, context: &dyn Fn() -> String) -> CmdOut {
     let out = run_cmd(cmd, CLIENT_LIMIT);
     let text = out.text();
     assert!(
         out.ok,
-        "{what} failed (exit {:?}):\n{text}\nsupervisor log:\n{}",
+        "{what} failed (exit {:?}):\n{text}\n{}",
         out.code,
-        fleet.sup.log()
+        context()
     );
     assert_eq!(
         out.stdout.lines().last(),
@@ -135,7 +175,7 @@ fn run_client(fleet: &Fleet, what: &str, cmd: &mut Command) -> String {
         "{what} did not negotiate RESP3:\n{text}"
     );
     eprintln!("{what}:\n{}", out.stdout);
-    out.stdout
+    out
 }
 
 fn node_modules(package: &str) -> PathBuf {
@@ -165,6 +205,7 @@ fn redis_py_default_settings_through_the_proxy() {
             .arg(fleet.proxy_port.to_string()),
     );
     assert!(out.starts_with("redis-py 8."), "{out}");
+    assert!(out.contains("\ndatabase by url: ok\n"), "{out}");
     fleet.check_mget_keys_on_both_engines("py:");
 }
 
@@ -172,7 +213,7 @@ fn redis_py_default_settings_through_the_proxy() {
 fn node_redis_default_settings_through_the_proxy() {
     node_modules("redis");
     let fleet = Fleet::start("node-redis");
-    run_client(
+    let out = run_client(
         &fleet,
         "node-redis",
         Command::new("node")
@@ -180,6 +221,7 @@ fn node_redis_default_settings_through_the_proxy() {
             .arg("node_redis_proxy.js")
             .arg(fleet.proxy_port.to_string()),
     );
+    assert!(out.contains("\ndatabase by url: ok\n"), "{out}");
     fleet.check_mget_keys_on_both_engines("node:");
 }
 
@@ -187,7 +229,7 @@ fn node_redis_default_settings_through_the_proxy() {
 fn ioredis_default_settings_through_the_proxy() {
     node_modules("ioredis");
     let fleet = Fleet::start("ioredis");
-    run_client(
+    let out = run_client(
         &fleet,
         "ioredis",
         Command::new("node")
@@ -195,6 +237,7 @@ fn ioredis_default_settings_through_the_proxy() {
             .arg("ioredis_proxy.js")
             .arg(fleet.proxy_port.to_string()),
     );
+    assert!(out.contains("\ndatabase by url: ok\n"), "{out}");
     fleet.check_mget_keys_on_both_engines("io:");
 }
 
@@ -240,4 +283,239 @@ fn redis_cli_resp3_hgetall_through_the_proxy() {
         ]
     );
     assert_eq!(c.cmd_str(&["ZSCORE", "cli:z", "m"]), b",1.5\r\n".to_vec());
+}
+
+/// The venv's python, with redis-py, rq and Django (tests/clients/requirements.txt).
+fn clients_python() -> PathBuf {
+    let python = clients_dir().join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} missing: run scripts/test.sh (it installs redis-py, rq and Django into tests/clients/.venv)",
+        python.display()
+    );
+    python
+}
+
+/// `python tests/clients/<script> <port> [mode]`.
+fn py_script(script: &str, port: u16, mode: Option<&str>) -> Command {
+    let mut cmd = Command::new(clients_python());
+    cmd.arg(clients_dir().join(script))
+        .arg(port.to_string())
+        .args(mode);
+    cmd
+}
+
+/// The script's `DEFERRED (issue N): …` lines: the parts it reports as waiting for an issue.
+fn deferred_lines(out: &str) -> Vec<&str> {
+    out.lines().filter(|l| l.starts_with("DEFERRED")).collect()
+}
+
+/// Asserts that `out` has each of `lines` as a whole line.
+fn assert_lines(out: &str, what: &str, lines: &[&str]) {
+    for want in lines {
+        assert!(
+            out.lines().any(|l| l == *want),
+            "{what}: no line {want:?} in:\n{out}"
+        );
+    }
+}
+
+/// The checks every mode of django_cache_proxy.py prints when they pass.
+const DJANGO_PASSING: &[&str] = &[
+    "set/get: ok",
+    "add/has_key/delete: ok",
+    "incr/decr: ok",
+    "touch: ok",
+    "get_or_set: ok",
+    "get_many/delete_many (64 keys): ok",
+    "set_many (one engine, hash tag): ok",
+    "clear: ok",
+    "spread keys: ok",
+];
+
+/// The script's `dj:spread:<i>` = i (Django's key `:1:dj:spread:<i>`, an int stored as text).
+fn django_spread_keys() -> impl Iterator<Item = (String, String)> {
+    (0..64).map(|i| (format!(":1:dj:spread:{i}"), i.to_string()))
+}
+
+/// Django's RedisCache (issue 14), settings as Django's docs give them, over keys on both
+/// engines: everything but set_many over several engines passes today; that part is run too and
+/// must fail with today's -CROSSSLOT (issue 20), so the day it passes this test says so.
+#[test]
+fn django_cache_default_settings_through_the_proxy() {
+    let fleet = Fleet::start("django");
+    let out = run_client(
+        &fleet,
+        "django",
+        &mut py_script("django_cache_proxy.py", fleet.proxy_port, None),
+    );
+    assert!(out.starts_with("django "), "{out}");
+    assert_lines(&out, "django", DJANGO_PASSING);
+    let deferred = deferred_lines(&out);
+    assert_eq!(deferred.len(), 1, "{out}");
+    assert!(
+        deferred[0].starts_with(
+            "DEFERRED (issue 20): set_many over keys on several engines (64 keys): fails today with \
+             ClusterCrossSlotError: "
+        ),
+        "{out}"
+    );
+    fleet.check_keys_on_every_engine(django_spread_keys(), "Django");
+}
+
+/// Every part of the Django script, set_many over keys on both engines included.
+#[test]
+#[ignore = "needs issue 20: MULTI/EXEC over keys on several engines (Django's set_many is redis-py's default pipeline(), a MULTI/EXEC transaction)"]
+fn django_cache_every_part_through_the_proxy() {
+    let fleet = Fleet::start("django-all");
+    let out = run_client(
+        &fleet,
+        "django --all",
+        &mut py_script("django_cache_proxy.py", fleet.proxy_port, Some("--all")),
+    );
+    assert_lines(&out, "django --all", DJANGO_PASSING);
+    assert_lines(
+        &out,
+        "django --all",
+        &["set_many over keys on several engines (64 keys): ok"],
+    );
+    assert_eq!(deferred_lines(&out), Vec::<&str>::new(), "{out}");
+    fleet.check_keys_on_every_engine(django_spread_keys(), "Django");
+}
+
+/// The proxy in front of ONE engine, where no transaction spans engines: every part of the
+/// Django script passes today, so cross-engine MULTI/EXEC (issue 20) is all Django lacks.
+#[test]
+fn django_cache_every_part_through_a_one_engine_proxy() {
+    let fleet = Fleet::start_n("django-1", 1);
+    let out = run_client(
+        &fleet,
+        "django --all (1 engine)",
+        &mut py_script("django_cache_proxy.py", fleet.proxy_port, Some("--all")),
+    );
+    assert_lines(&out, "django --all (1 engine)", DJANGO_PASSING);
+    assert_lines(
+        &out,
+        "django --all (1 engine)",
+        &["set_many over keys on several engines (64 keys): ok"],
+    );
+    assert_eq!(deferred_lines(&out), Vec::<&str>::new(), "{out}");
+}
+
+/// rq at default settings (issue 14): what rq reads before any job passes today; enqueue is
+/// one MULTI/EXEC over the job hash, the queue list and the queue set, keys on both engines,
+/// and must fail with today's -CROSSSLOT (issue 20); the burst worker has no job to run then.
+#[test]
+fn rq_default_settings_through_the_proxy() {
+    let fleet = Fleet::start("rq");
+    let out = run_client(
+        &fleet,
+        "rq",
+        &mut py_script("rq_proxy.py", fleet.proxy_port, None),
+    );
+    assert!(out.starts_with("rq 3."), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("server version (7, ")
+            && l.ends_with("), empty queue, no workers: ok")),
+        "{out}"
+    );
+    let deferred = deferred_lines(&out);
+    assert_eq!(deferred.len(), 2, "{out}");
+    assert!(
+        deferred[0]
+            .starts_with("DEFERRED (issue 20): enqueue: fails today with ClusterCrossSlotError: "),
+        "{out}"
+    );
+    assert!(
+        deferred[1].starts_with("DEFERRED (issues 20, 17): burst worker ran add(2, 3) = 5"),
+        "{out}"
+    );
+}
+
+/// rq through the proxy in front of ONE engine (no transaction spans engines): enqueue passes
+/// today; the burst worker runs the jobs but cannot store their results, a stream per job
+/// (XADD rq:results:<id>, read with XREVRANGE): issue 17.
+#[test]
+fn rq_through_a_one_engine_proxy() {
+    let fleet = Fleet::start_n("rq-1", 1);
+    let all = run_script(
+        "rq --one-engine",
+        &mut py_script("rq_proxy.py", fleet.proxy_port, Some("--one-engine")),
+        &|| format!("supervisor log:\n{}", fleet.sup.log()),
+    );
+    let out = &all.stdout;
+    assert_lines(out, "rq --one-engine", &["enqueue: ok"]);
+    let deferred = deferred_lines(out);
+    assert_eq!(deferred.len(), 1, "{out}");
+    assert!(
+        deferred[0].starts_with(
+            "DEFERRED (issue 17): burst worker ran add(2, 3) = 5 and a failing job: fails today \
+             with ResponseError: unknown command 'XREVRANGE'"
+        ),
+        "{out}"
+    );
+    // The work horse's own failure, logged by rq: XADD inside the MULTI that stores the result.
+    assert!(
+        all.text().contains("unknown command 'XADD'"),
+        "{}",
+        all.text()
+    );
+}
+
+/// An rq job enqueued and run by a burst worker through the proxy, keys on both engines.
+#[test]
+#[ignore = "needs issues 20 (MULTI/EXEC over keys on several engines: rq's enqueue and worker use redis-py's default transactional pipeline()) and 17 (streams: rq stores each job result with XADD and reads it with XREVRANGE)"]
+fn rq_burst_worker_through_the_proxy() {
+    let fleet = Fleet::start("rq-all");
+    let out = run_client(
+        &fleet,
+        "rq --all",
+        &mut py_script("rq_proxy.py", fleet.proxy_port, Some("--all")),
+    );
+    assert_lines(
+        &out,
+        "rq --all",
+        &[
+            "enqueue: ok",
+            "burst worker ran add(2, 3) = 5 and a failing job: ok",
+        ],
+    );
+    assert_eq!(deferred_lines(&out), Vec::<&str>::new(), "{out}");
+}
+
+/// The control: against a real redis-server 7.0 every part of both scripts passes, so a part
+/// deferred above fails because of recached, not because of the script.
+#[test]
+fn django_and_rq_scripts_pass_every_part_against_redis_server() {
+    let port = free_port();
+    let redis = start_redis(port);
+    let log = || format!("redis-server log:\n{}", redis.log());
+    let django = run_script(
+        "django --all (redis-server)",
+        &mut py_script("django_cache_proxy.py", port, Some("--all")),
+        &log,
+    )
+    .stdout;
+    assert_lines(&django, "django --all (redis-server)", DJANGO_PASSING);
+    assert_lines(
+        &django,
+        "django --all (redis-server)",
+        &["set_many over keys on several engines (64 keys): ok"],
+    );
+    let rq = run_script(
+        "rq --all (redis-server)",
+        &mut py_script("rq_proxy.py", port, Some("--all")),
+        &log,
+    )
+    .stdout;
+    assert_lines(
+        &rq,
+        "rq --all (redis-server)",
+        &[
+            "enqueue: ok",
+            "burst worker ran add(2, 3) = 5 and a failing job: ok",
+        ],
+    );
+    assert_eq!(deferred_lines(&django), Vec::<&str>::new(), "{django}");
+    assert_eq!(deferred_lines(&rq), Vec::<&str>::new(), "{rq}");
 }

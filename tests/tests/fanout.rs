@@ -11,7 +11,9 @@
 //!   unknown/missing tokens are refused; without tokens a foreign Origin gets 403;
 //! - bad input (malformed JSON, binary, oversized, invalid UTF-8 frames, unknown types, HTTP
 //!   garbage) gets an error or a close and the fan-out keeps serving;
-//! - 1,000 browsers connecting and dropping (some mid-handshake, some mid-snapshot).
+//! - 1,000 browsers connecting and dropping (some mid-handshake, some mid-snapshot);
+//! - databases: a browser subscribed with `db: 1` replicates database 1 only (snapshot,
+//!   keychanges, MOVE, SWAPDB, FLUSHDB, a resume), one without `db` database 0 only.
 //!
 //! Every wait is bounded; processes are killed by PID on drop ([`Proc`]).
 
@@ -176,6 +178,20 @@ impl Client {
             refetches: Vec::new(),
         };
         c.send_subscribe(prefixes, token, &[]);
+        c
+    }
+
+    /// [`Client::subscribe`] following database `db`.
+    fn subscribe_db(port: u16, prefixes: &[&str], db: u64) -> Client {
+        let mut c = Client {
+            ws: Ws::connect(port),
+            replica: Replica::new(),
+            instances: 0,
+            pos: Vec::new(),
+            delivered: Vec::new(),
+            refetches: Vec::new(),
+        };
+        c.ws.send(&json!({"type": "subscribe", "prefixes": prefixes, "db": db}));
         c
     }
 
@@ -385,6 +401,164 @@ fn snapshot_then_keychanges_converge() {
     );
     // GET answered by the replica equals the proxy's.
     assert_eq!(resp_lines(&c.read(&["GET", "t:counter"])), "20");
+}
+
+/// `redis-cli -n db …` through the proxy.
+fn cli_db(f: &Fleet, db: u64, args: &[&str]) -> String {
+    let n = db.to_string();
+    let mut a = vec!["-n", n.as_str()];
+    a.extend_from_slice(args);
+    f.cli(&a)
+}
+
+/// Both browsers converged: `c1` to database 1, `c0` to database 0. Each is pinged first: a
+/// browser not read while the other is checked (hundreds of redis-cli runs) must not look
+/// silent to the fan-out.
+fn assert_both_converged(f: &Fleet, c1: &mut Client, c0: &mut Client, prefix: &str) {
+    for c in [&mut *c1, &mut *c0] {
+        c.ws.send(&json!({"type": "ping"}));
+    }
+    assert_converged_db(f, c1, prefix, 1);
+    c0.ws.send(&json!({"type": "ping"}));
+    assert_converged_db(f, c0, prefix, 0);
+}
+
+/// [`assert_converged`] against database `db` of the server.
+fn assert_converged_db(f: &Fleet, c: &mut Client, prefix: &str, db: u64) {
+    let mut keys: Vec<String> = cli_db(f, db, &["--scan", "--pattern", &format!("{prefix}*")])
+        .lines()
+        .map(str::to_string)
+        .filter(|k| !k.is_empty())
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let local = resp_lines(&c.read(&["KEYS", &format!("{prefix}*")]));
+    let mut local: Vec<String> = local
+        .lines()
+        .map(str::to_string)
+        .filter(|k| !k.is_empty())
+        .collect();
+    local.sort();
+    assert_eq!(local, keys, "keys under {prefix:?} in database {db}");
+    for k in &keys {
+        let server = dump(&mut |a: &[&str]| cli_db(f, db, a).trim_end().to_string(), k);
+        let replica = dump(&mut |a: &[&str]| resp_lines(&c.read(a)), k);
+        assert_eq!(replica, server, "value of {k} in database {db}");
+    }
+}
+
+#[test]
+fn a_browser_follows_the_database_it_names() {
+    let f = Fleet::start(&[]);
+    for r in 0..3 {
+        write_mix(&f, "d:", r);
+    }
+    cli_db(&f, 1, &["SET", "d:only1", "one"]);
+    cli_db(&f, 1, &["HSET", "d:h", "db", "1"]);
+    let mut c1 = Client::subscribe_db(f.fanout_port, &["d:"], 1);
+    let mut c0 = Client::subscribe(f.fanout_port, &["d:"], None);
+    // `subscribed` names the database.
+    let m = loop {
+        let m = c1.step(T).unwrap();
+        if m["type"] == "subscribed" {
+            break m;
+        }
+    };
+    assert_eq!(m["db"], 1, "{m}");
+    c1.sync(T);
+    c0.sync(T);
+    assert_eq!(resp_lines(&c1.read(&["GET", "d:only1"])), "one");
+    assert_eq!(resp_lines(&c1.read(&["HGET", "d:h", "db"])), "1");
+    assert_eq!(resp_lines(&c1.read(&["EXISTS", "d:counter"])), "0");
+    assert_eq!(resp_lines(&c0.read(&["EXISTS", "d:only1"])), "0");
+    assert_eq!(resp_lines(&c0.read(&["GET", "d:counter"])), "3");
+    assert_both_converged(&f, &mut c1, &mut c0, "d:");
+    // Keychanges: each browser gets its own database's only.
+    let (seen1, seen0) = (c1.delivered.len(), c0.delivered.len());
+    for r in 0..4 {
+        cli_db(&f, 1, &["SET", &format!("d:one{r}"), "1"]);
+        cli_db(&f, 1, &["ZADD", "d:z1", &r.to_string(), &format!("m{r}")]);
+    }
+    c0.drain(Duration::from_millis(300));
+    assert_eq!(
+        c0.delivered.len(),
+        seen0,
+        "nothing of database 1 reaches the default browser"
+    );
+    for r in 3..6 {
+        write_mix(&f, "d:", r);
+    }
+    c1.drain(Duration::from_millis(300));
+    c0.drain(Duration::from_millis(300));
+    assert_eq!(
+        c1.delivered.len(),
+        seen1 + 8,
+        "database 1's 8 keychanges, none of database 0's"
+    );
+    assert!(
+        c1.delivered[seen1..]
+            .iter()
+            .all(|k| k.starts_with(b"d:one") || k == b"d:z1")
+    );
+    assert_both_converged(&f, &mut c1, &mut c0, "d:");
+    // Crossing databases: MOVE out of 1 into 0, COPY … DB 1 (same name: one slot), then
+    // SWAPDB 0 1 and FLUSHDB.
+    assert_eq!(cli_db(&f, 1, &["MOVE", "d:only1", "0"]).trim(), "1");
+    assert_eq!(
+        cli_db(&f, 0, &["COPY", "d:counter", "d:counter", "DB", "1"]).trim(),
+        "1"
+    );
+    c1.drain(Duration::from_millis(300));
+    c0.drain(Duration::from_millis(300));
+    assert_eq!(resp_lines(&c1.read(&["EXISTS", "d:only1"])), "0");
+    assert_eq!(resp_lines(&c0.read(&["GET", "d:only1"])), "one");
+    assert_eq!(resp_lines(&c1.read(&["GET", "d:counter"])), "6");
+    assert_both_converged(&f, &mut c1, &mut c0, "d:");
+    assert_eq!(f.cli(&["SWAPDB", "0", "1"]).trim(), "OK");
+    c1.drain(Duration::from_millis(300));
+    c0.drain(Duration::from_millis(300));
+    assert_eq!(resp_lines(&c1.read(&["GET", "d:only1"])), "one");
+    assert_eq!(resp_lines(&c0.read(&["GET", "d:counter"])), "6");
+    assert_both_converged(&f, &mut c1, &mut c0, "d:");
+    // A reconnect of the database-1 browser resumes from the ring (positions are per engine).
+    let pos = c1.pos.clone();
+    drop(std::mem::replace(&mut c1.ws, Ws::connect(f.fanout_port)));
+    cli_db(&f, 1, &["SET", "d:while-away", "x"]);
+    f.cli(&["SET", "d:zero-while-away", "x"]);
+    std::thread::sleep(Duration::from_millis(100));
+    let resume: Vec<Value> = pos
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let (run, seq) = p.clone().unwrap();
+            json!({"instance": i, "run": run, "seq": seq})
+        })
+        .collect();
+    c1.refetches.clear();
+    c1.pos = vec![None; 2];
+    c1.ws
+        .send(&json!({"type": "subscribe", "prefixes": ["d:"], "db": 1, "resume": resume}));
+    c1.sync(T);
+    c1.drain(Duration::from_millis(300));
+    assert!(c1.refetches.is_empty(), "{:?}", c1.refetches);
+    c0.drain(Duration::from_millis(300));
+    assert_eq!(resp_lines(&c0.read(&["GET", "d:zero-while-away"])), "x");
+    assert_eq!(resp_lines(&c1.read(&["GET", "d:while-away"])), "x");
+    assert_eq!(resp_lines(&c1.read(&["EXISTS", "d:zero-while-away"])), "0");
+    assert_both_converged(&f, &mut c1, &mut c0, "d:");
+    // FLUSHDB on database 1 empties the database-1 browser only.
+    cli_db(&f, 1, &["FLUSHDB"]);
+    c1.drain(Duration::from_millis(300));
+    c0.drain(Duration::from_millis(300));
+    assert_eq!(resp_lines(&c1.read(&["DBSIZE"])), "0");
+    c0.ws.send(&json!({"type": "ping"}));
+    assert_converged_db(&f, &mut c0, "d:", 0);
+    assert!(resp_lines(&c0.read(&["DBSIZE"])).parse::<u64>().unwrap() > 5);
+    assert!(
+        c0.refetches.iter().all(|r| r == "initial"),
+        "{:?}",
+        c0.refetches
+    );
 }
 
 #[test]

@@ -9,6 +9,9 @@
 //!   in-process `engine_core::Engine` (filtered by prefix, as the fan-out does), equal the
 //!   primary's keys under the prefix once the writer stops.
 //! - `expiry_is_recorded_as_del`: lazy and active expiry become `DEL` effects.
+//! - `other_databases_arrive_tagged`: effects of database 3 arrive as
+//!   `["effect-db", seq, "3", …]`, database 0's as plain `effect` frames in the same contiguous
+//!   sequence; MOVE and SWAPDB split per database; `FEED SNAPSHOTDB 3` snapshots database 3.
 //! - `slow_subscriber_overflows_and_writes_do_not_wait`: with a small `feed-buffer-limit`, a
 //!   subscriber that stops reading does not slow a large write burst; when it reads again it
 //!   finds `["overflow", seq]` and then effects from `seq + 1`.
@@ -500,6 +503,162 @@ fn expiry_is_recorded_as_del() {
             .position(|a| a.len() > 1 && a[1] == k.as_bytes())
     };
     assert!(pos("lazy") < pos("mark"));
+}
+
+/// Reads `n` frames: `(db, argv)` for each effect, checking contiguity from `seq`.
+fn read_db_effects(c: &mut Resp, seq: &mut u64, n: usize) -> Vec<(u64, Vec<String>)> {
+    (0..n)
+        .map(|_| {
+            let f = frame_parts(&c.read_frame());
+            let s = num(&f[1]);
+            assert_eq!(s, *seq + 1, "contiguous sequence numbers: {f:?}");
+            *seq = s;
+            let (db, args) = match &f[0][..] {
+                b"effect" => (0, &f[2..]),
+                b"effect-db" => (num(&f[2]), &f[3..]),
+                _ => panic!("{f:?}"),
+            };
+            (db, args.iter().map(|a| text(a)).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn other_databases_arrive_tagged() {
+    let port = free_port();
+    let _primary = start_engine(port);
+    let mut w = Resp::connect(port);
+    let (mut sub, _, mut seq) = subscribe(port);
+    // Database 0: the frame it always had, byte for byte.
+    w.cmd_str(&["SET", "zero", "0"]);
+    let raw = sub.read_frame();
+    let want = format!(
+        "*5\r\n$6\r\neffect\r\n${}\r\n{}\r\n$3\r\nSET\r\n$4\r\nzero\r\n$1\r\n0\r\n",
+        (seq + 1).to_string().len(),
+        seq + 1
+    );
+    assert_eq!(escape(&raw), escape(want.as_bytes()));
+    seq += 1;
+    // Database 3: tagged.
+    assert_eq!(
+        parse_value(&w.cmd_str(&["SELECT", "3"])),
+        Value::Simple("OK".into())
+    );
+    w.cmd_str(&["SET", "three", "3"]);
+    w.cmd_str(&["HSET", "h", "f", "v"]);
+    let raw = sub.read_frame();
+    let f = frame_parts(&raw);
+    assert_eq!(
+        f.iter().map(|x| text(x)).collect::<Vec<_>>(),
+        [
+            "effect-db",
+            &(seq + 1).to_string(),
+            "3",
+            "SET",
+            "three",
+            "3"
+        ]
+    );
+    seq += 1;
+    let v = |db: u64, a: &[&str]| (db, a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    assert_eq!(
+        read_db_effects(&mut sub, &mut seq, 1),
+        [v(3, &["HSET", "h", "f", "v"])]
+    );
+    // MOVE from 3 to 0: DEL in 3, the new state in 0.
+    assert_eq!(
+        parse_value(&w.cmd_str(&["MOVE", "three", "0"])),
+        Value::Int(1)
+    );
+    assert_eq!(
+        read_db_effects(&mut sub, &mut seq, 3),
+        [
+            v(3, &["DEL", "three"]),
+            v(0, &["DEL", "three"]),
+            v(0, &["SET", "three", "3"])
+        ]
+    );
+    // COPY into database 5.
+    assert_eq!(
+        parse_value(&w.cmd_str(&["COPY", "h", "h2", "DB", "5"])),
+        Value::Int(1)
+    );
+    assert_eq!(
+        read_db_effects(&mut sub, &mut seq, 2),
+        [v(5, &["DEL", "h2"]), v(5, &["HSET", "h2", "f", "v"])]
+    );
+    // SWAPDB 3 5: each starts over from its new content.
+    w.cmd_str(&["SWAPDB", "3", "5"]);
+    assert_eq!(
+        read_db_effects(&mut sub, &mut seq, 6),
+        [
+            v(3, &["FLUSHALL"]),
+            v(3, &["DEL", "h2"]),
+            v(3, &["HSET", "h2", "f", "v"]),
+            v(5, &["FLUSHALL"]),
+            v(5, &["DEL", "h"]),
+            v(5, &["HSET", "h", "f", "v"])
+        ]
+    );
+    // Expiry in database 3 is database 3's DEL.
+    w.cmd_str(&["SET", "gone", "x", "PX", "20"]);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(parse_value(&w.cmd_str(&["GET", "gone"])), Value::Null);
+    let fx = read_db_effects(&mut sub, &mut seq, 2);
+    assert_eq!(
+        (fx[0].0, &fx[0].1[..4]),
+        (3, &["SET", "gone", "x", "PXAT"].map(String::from)[..])
+    );
+    assert_eq!(fx[1], v(3, &["DEL", "gone"]));
+    // FLUSHALL: one per database that held keys (0, 3, 5).
+    w.cmd_str(&["SELECT", "0"]);
+    w.cmd_str(&["SET", "a", "1"]);
+    read_db_effects(&mut sub, &mut seq, 1);
+    w.cmd_str(&["SELECT", "5"]);
+    w.cmd_str(&["SET", "b", "2"]);
+    read_db_effects(&mut sub, &mut seq, 1);
+    // A snapshot of database 5 on the feed connection, and database 0's stays database 0's.
+    let mut snap = |argv: &[&str]| -> Vec<Vec<String>> {
+        let first = frame_parts(&sub.cmd_str(argv));
+        let mut frames = vec![first.iter().map(|x| text(x)).collect::<Vec<_>>()];
+        while frames.last().unwrap()[0] != "snapshot-end" {
+            frames.push(
+                frame_parts(&sub.read_frame())
+                    .iter()
+                    .map(|x| text(x))
+                    .collect(),
+            );
+        }
+        frames
+    };
+    let s5 = snap(&["FEED", "SNAPSHOTDB", "5", "s5", ""]);
+    let at = seq.to_string();
+    assert_eq!(s5[0], ["snapshot", "s5", &at, "2"]);
+    let mut entries: Vec<String> = s5[1..s5.len() - 1]
+        .iter()
+        .map(|f| f[2..].join(" "))
+        .collect();
+    entries.sort();
+    assert_eq!(entries, ["HSET h f v", "SET b 2"]);
+    assert_eq!(s5.last().unwrap(), &["snapshot-end", "s5", &at]);
+    let s0 = snap(&["FEED", "SNAPSHOT", "s0", ""]);
+    let entries: Vec<String> = s0[1..s0.len() - 1]
+        .iter()
+        .map(|f| f[2..].join(" "))
+        .collect();
+    assert_eq!(s0[0][3], "3", "zero three a");
+    assert!(
+        entries.contains(&"SET three 3".to_string()) && entries.contains(&"SET a 1".to_string())
+    );
+    w.cmd_str(&["FLUSHALL"]);
+    assert_eq!(
+        read_db_effects(&mut sub, &mut seq, 3),
+        [
+            v(0, &["FLUSHALL"]),
+            v(3, &["FLUSHALL"]),
+            v(5, &["FLUSHALL"])
+        ]
+    );
 }
 
 #[test]

@@ -14,6 +14,8 @@
 // Options of connect(url, opts):
 //   prefixes   key prefixes to replicate (default ['']: everything the token allows)
 //   token      access token (when the fan-out has tokens configured)
+//   db         the server database to follow (SELECT index, default 0); the replica holds
+//              that one database, so reads here (dbsize, keys, …) see its keys
 //   wasm       WebAssembly.Module, bytes (ArrayBuffer / typed array) or URL of recached.wasm
 //              (default: recached.wasm next to this module)
 //   WebSocket  WebSocket constructor (default globalThis.WebSocket)
@@ -175,6 +177,10 @@ export class RecachedClient {
     this.opts = opts;
     this.prefixes = opts.prefixes ?? [''];
     this.token = opts.token;
+    // The engine database to follow (SELECT index on the server; 0 when not given). The
+    // replica holds that one database: reads here see its keys.
+    this.db = opts.db ?? 0;
+    if (!Number.isInteger(this.db) || this.db < 0) throw new Error('recached: db is a non-negative integer');
     this.now = opts.now ?? (() => Date.now());
     this.WS = opts.WebSocket ?? globalThis.WebSocket;
     this.minDelay = opts.minDelay ?? 100;
@@ -241,7 +247,9 @@ export class RecachedClient {
       this.positions.forEach((p, instance) => {
         if (p) resume.push({ instance, run: p.run, seq: p.seq });
       });
-      ws.send(JSON.stringify({ type: 'subscribe', prefixes: this.prefixes, token: this.token, resume }));
+      const sub = { type: 'subscribe', prefixes: this.prefixes, token: this.token, resume };
+      if (this.db !== 0) sub.db = this.db;
+      ws.send(JSON.stringify(sub));
       this._setState('syncing');
     };
     ws.onmessage = (ev) => {

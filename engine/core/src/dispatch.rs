@@ -101,6 +101,12 @@ pub fn exec(
         crate::cmd::tx::flag_error(client);
         return Flow::Continue;
     }
+    // A client in MONITOR mode is treated as a replica: no keyspace access (monitor.rs).
+    if crate::monitor::refused(client, spec) {
+        e.stats.rejected_calls += 1;
+        reject(e, client, spec, crate::monitor::REFUSED, out);
+        return Flow::Continue;
+    }
     // maxmemory: evict first; a denyoom command (or anything queued in MULTI) is refused when
     // nothing can be evicted (redis `processCommand` → `performEvictions`; see evict.rs).
     if !client.tx.in_exec
@@ -172,6 +178,9 @@ pub fn exec(
         e.stats.dirty_commands += 1;
     }
     let flow = call.flow;
+    if !e.monitors.is_empty() {
+        crate::monitor::feed(e, client, spec, argv, now_us, out);
+    }
     if let Some(mark) = feed_mark {
         // Before blocked clients are served: their pops come after this command's change.
         crate::effect::end(e, mark, spec, argv, &out[reply_start..], client.proto);

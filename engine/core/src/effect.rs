@@ -21,6 +21,15 @@
 //! Every effect names at most one key, at `arg1` (FLUSHALL names none), so a subscriber can
 //! filter by prefix with one comparison.
 //!
+//! # Databases
+//! Every effect belongs to one database: the one its key lives in (`Feed::changed` and
+//! `Keyspace::feed_dels` hold `(database, key)`; a plain [`emit`] is the running command's
+//! database). Commands that reach into another database (MOVE, COPY … DB, SWAPDB, FLUSHALL)
+//! thus become effects on each database they changed, each applicable to a replica holding
+//! that one database: MOVE = `DEL k` in the source, `k`'s new state in the destination;
+//! SWAPDB = for each of the two, `FLUSHALL` then every key of its new content; FLUSHALL =
+//! `FLUSHALL` in each database that was not empty (chosen by its handler, [`propagate_db`]).
+//!
 //! # Reading the reply
 //! Only SPOP needs it (which members were popped): the reply bytes the handler wrote are
 //! parsed ([`reply_bulks`]); anything unexpected falls back to the recreate rule.
@@ -52,11 +61,18 @@ pub fn record_deleted(e: &mut Engine, key: &[u8]) {
 /// command's effects, replacing the default rule (call once per effect, in order). `args`
 /// must name at most one key, at `args[1]`.
 pub fn propagate(e: &mut Engine, args: &[&[u8]]) {
+    let db = e.current_db();
+    propagate_db(e, db, args);
+}
+
+/// [`propagate`] for an effect on database `db` (a handler that changes another database
+/// than the one it runs on).
+pub fn propagate_db(e: &mut Engine, db: usize, args: &[&[u8]]) {
     if e.feed.capturing {
         e.feed
             .chosen
             .get_or_insert_with(Vec::new)
-            .push(args.iter().map(|a| a.to_vec()).collect());
+            .push((db, args.iter().map(|a| a.to_vec()).collect()));
     }
 }
 
@@ -65,14 +81,16 @@ pub fn propagate(e: &mut Engine, args: &[&[u8]]) {
 /// recorded as `DEL key` from here, so eviction code needs no call of its own.
 #[inline]
 pub fn note_changed(e: &mut Engine, class: u32, key: &[u8]) {
-    // The feed carries database 0 only (docs/feed.md).
-    if !e.ks.feed_on || e.current_db() != 0 {
+    if !e.ks.feed_on {
         return;
     }
     if class == crate::notify::class::EVICTED {
         e.ks.feed_deleted(key);
     } else if e.feed.capturing {
-        e.feed.changed.push(key.into());
+        // The database the key is in: a command reaching into another one (MOVE, COPY … DB)
+        // notifies with that database swapped in.
+        let db = e.current_db();
+        e.feed.changed.push((db, key.into()));
     }
 }
 
@@ -82,8 +100,8 @@ pub fn flush_deleted(e: &mut Engine) {
         return;
     }
     let dels = std::mem::take(&mut e.ks.feed_dels);
-    for k in &dels {
-        emit(e, &[b"DEL", k]);
+    for (db, k) in &dels {
+        emit_db(e, *db, &[b"DEL", k]);
     }
     // Give the allocation back.
     let mut dels = dels;
@@ -93,10 +111,16 @@ pub fn flush_deleted(e: &mut Engine) {
     }
 }
 
-/// One effect, to every subscriber.
+/// One effect on the running command's database, to every subscriber.
 fn emit(e: &mut Engine, args: &[&[u8]]) {
+    let db = e.current_db();
+    emit_db(e, db, args);
+}
+
+/// One effect on database `db`, to every subscriber.
+fn emit_db(e: &mut Engine, db: usize, args: &[&[u8]]) {
     e.feed
-        .emit(&mut e.deliveries, e.config.feed_buffer_limit, args);
+        .emit(&mut e.deliveries, e.config.feed_buffer_limit, db, args);
 }
 
 /// Before a handler runs. `None` (and nothing else) when nobody subscribes.
@@ -143,9 +167,9 @@ pub fn end(
         return;
     }
     if let Some(list) = chosen {
-        for args in &list {
+        for (db, args) in &list {
             let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-            emit(e, &refs);
+            emit_db(e, *db, &refs);
         }
         return;
     }
@@ -153,33 +177,50 @@ pub fn end(
     if own == 0 || !spec.has_flag(crate::command::Flags::WRITE) {
         return;
     }
-    if e.current_db() != 0 && !matches!(spec.name, "flushall" | "swapdb") {
-        // The feed carries database 0 only: a command run on another database reaches it only
-        // through the keys of database 0 it changed (MOVE … 0), sent as their new state.
-        if !changed.is_empty() {
-            let keys = changed_keys(spec, argv, changed);
-            e.with_db(0, |e| recreate_keys(e, &keys));
-        }
-        return;
-    }
     derive(e, spec, argv, reply, proto, changed);
 }
 
+/// A key and the database it is in.
+type DbKey = (usize, Box<[u8]>);
+
 /// `changed` sorted and deduplicated (order between different keys does not matter: each
-/// key's effects are independent); when no key was reported, the command's key arguments
-/// that it may write (the one extractor's keys, less those its key specs mark read-only).
-fn changed_keys(spec: &CommandSpec, argv: &[&[u8]], mut changed: Vec<Box<[u8]>>) -> Vec<Box<[u8]>> {
+/// key's effects are independent), databases in the order they were changed; when no key was reported, the command's key arguments
+/// that it may write (the one extractor's keys, less those its key specs mark read-only) in
+/// the running command's database.
+fn changed_keys(
+    e: &Engine,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    mut changed: Vec<DbKey>,
+) -> Vec<DbKey> {
     if changed.is_empty() {
+        let db = e.current_db();
         return crate::command::keys(spec, argv)
             .as_slice()
             .iter()
             .filter(|k| !k.flags.contains(crate::command::KeyFlags::RO))
-            .map(|k| argv[k.pos].into())
+            .map(|k| (db, argv[k.pos].into()))
             .collect();
+    }
+    // Databases in the order the command changed them (MOVE: the source, then the
+    // destination); keys sorted within each.
+    let mut dbs: Vec<usize> = Vec::new();
+    for (db, _) in &changed {
+        if !dbs.contains(db) {
+            dbs.push(*db);
+        }
     }
     changed.sort_unstable();
     changed.dedup();
+    if dbs.len() > 1 {
+        changed.sort_by_key(|(db, _)| dbs.iter().position(|d| d == db));
+    }
     changed
+}
+
+/// `key` in the running command's database.
+fn here(e: &Engine, key: &[u8]) -> DbKey {
+    (e.current_db(), key.into())
 }
 
 fn is(a: &[u8], word: &str) -> bool {
@@ -193,7 +234,7 @@ fn derive(
     argv: &[&[u8]],
     reply: &[u8],
     proto: Proto,
-    changed: Vec<Box<[u8]>>,
+    changed: Vec<DbKey>,
 ) {
     let _ = proto;
     match spec.name {
@@ -207,7 +248,7 @@ fn derive(
         "expire" | "pexpire" | "expireat" | "pexpireat" | "getex" => ttl_state(e, argv[1]),
         "hincrbyfloat" => match field_value(e, argv[1], argv[2]) {
             Some(v) => emit(e, &[b"HSET", argv[1], argv[2], &v]),
-            None => recreate_keys(e, &[argv[1].into()]),
+            None => recreate_keys(e, &[here(e, argv[1])]),
         },
         "mset" | "msetnx" => {
             for pair in argv[1..].chunks_exact(2) {
@@ -215,19 +256,39 @@ fn derive(
             }
         }
         "del" | "unlink" => {
-            for k in changed_keys(spec, argv, changed) {
-                emit(e, &[b"DEL", &k]);
+            for (db, k) in changed_keys(e, spec, argv, changed) {
+                emit_db(e, db, &[b"DEL", &k]);
             }
         }
-        "flushall" | "flushdb" => emit(e, &[b"FLUSHALL"]),
+        // FLUSHALL's handler chooses its effects (one per database it emptied); this is
+        // FLUSHDB, or FLUSHALL run by a caller that did not capture.
+        "flushdb" => emit(e, &[b"FLUSHALL"]),
+        "flushall" => {
+            for db in 0..e.databases() {
+                emit_db(e, db, &[b"FLUSHALL"]);
+            }
+        }
         "swapdb" => {
-            // Database 0 was swapped with another (the handler ran only if one of the two is
-            // 0): the replica starts over from the new database 0's keys.
-            emit(e, &[b"FLUSHALL"]);
-            e.with_db(0, |e| {
-                let keys: Vec<Box<[u8]>> = e.ks.iter_entries().map(|(k, _)| k.into()).collect();
-                recreate_keys(e, &keys);
-            });
+            // Each of the two databases starts over from its new content.
+            let index = |a: &[u8]| {
+                resp::parse_i64(a)
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|&n| n < e.databases())
+            };
+            let (Some(a), Some(b)) = (index(argv[1]), index(argv[2])) else {
+                return;
+            };
+            if a == b {
+                return;
+            }
+            for db in [a, b] {
+                emit_db(e, db, &[b"FLUSHALL"]);
+                e.with_db(db, |e| {
+                    let keys: Vec<DbKey> =
+                        e.ks.iter_entries().map(|(k, _)| (db, k.into())).collect();
+                    recreate_keys(e, &keys);
+                });
+            }
         }
         "spop" => match reply_bulks(reply) {
             Some(members) if !members.is_empty() => {
@@ -235,7 +296,7 @@ fn derive(
                 args.extend(members);
                 emit(e, &args);
             }
-            _ => recreate_keys(e, &changed_keys(spec, argv, changed)),
+            _ => recreate_keys(e, &changed_keys(e, spec, argv, changed)),
         },
         "smove" => {
             if argv[1] != argv[2] {
@@ -250,18 +311,18 @@ fn derive(
                 "bzpopmin" => b"ZPOPMIN",
                 _ => b"ZPOPMAX",
             };
-            let keys = changed_keys(spec, argv, changed);
+            let keys = changed_keys(e, spec, argv, changed);
             match &keys[..] {
-                [k] => emit(e, &[pop, k]),
+                [(db, k)] => emit_db(e, *db, &[pop, k]),
                 _ => recreate_keys(e, &keys),
             }
         }
         "lmpop" | "blmpop" | "zmpop" | "bzmpop" => {
-            let keys = changed_keys(spec, argv, changed);
+            let keys = changed_keys(e, spec, argv, changed);
             match (&keys[..], mpop_effect(spec.name, argv)) {
-                ([k], Some((pop, count))) => match count {
-                    Some(n) => emit(e, &[pop, k, n]),
-                    None => emit(e, &[pop, k]),
+                ([(db, k)], Some((pop, count))) => match count {
+                    Some(n) => emit_db(e, *db, &[pop, k, n]),
+                    None => emit_db(e, *db, &[pop, k]),
                 },
                 _ => recreate_keys(e, &keys),
             }
@@ -293,10 +354,10 @@ fn derive(
                     emit(e, &[pop, src]);
                     emit(e, &[push, dst, &elem]);
                 }
-                None => recreate_keys(e, &[src.into(), dst.into()]),
+                None => recreate_keys(e, &[here(e, src), here(e, dst)]),
             }
         }
-        _ => recreate_keys(e, &changed_keys(spec, argv, changed)),
+        _ => recreate_keys(e, &changed_keys(e, spec, argv, changed)),
     }
 }
 
@@ -335,7 +396,7 @@ fn string_state(e: &mut Engine, key: &[u8]) {
                 let mut buf = itoa::Buffer::new();
                 Some((s.bytes(&mut buf).to_vec(), en.expire_at()))
             }
-            _ => return recreate_keys(e, &[key.into()]),
+            _ => return recreate_keys(e, &[here(e, key)]),
         },
     };
     match state {
@@ -368,17 +429,21 @@ fn field_value(e: &Engine, key: &[u8], field: &[u8]) -> Option<Vec<u8>> {
     }
 }
 
-/// The recreate rule: for each key, `DEL k`, then its current value and TTL (if it exists).
-fn recreate_keys(e: &mut Engine, keys: &[Box<[u8]>]) {
-    for k in keys {
-        emit(e, &[b"DEL", k]);
-        let Some(entry) = e.ks.get_entry(k) else {
-            continue;
-        };
-        let feed = &mut e.feed;
-        let deliveries = &mut e.deliveries;
-        let limit = e.config.feed_buffer_limit;
-        feed::recreate(k, entry, &mut |args| feed.emit(deliveries, limit, args));
+/// The recreate rule: for each key, `DEL k`, then its current value and TTL (if it exists),
+/// in the key's database.
+fn recreate_keys(e: &mut Engine, keys: &[DbKey]) {
+    for (db, k) in keys {
+        let db = *db;
+        emit_db(e, db, &[b"DEL", k]);
+        e.with_db(db, |e| {
+            let Some(entry) = e.ks.get_entry(k) else {
+                return;
+            };
+            let feed = &mut e.feed;
+            let deliveries = &mut e.deliveries;
+            let limit = e.config.feed_buffer_limit;
+            feed::recreate(k, entry, &mut |args| feed.emit(deliveries, limit, db, args));
+        });
     }
 }
 

@@ -144,6 +144,8 @@ pub struct Engine {
     /// Output for other connections (pub/sub messages, woken blocked clients); see
     /// [`crate::Delivery`].
     pub(crate) deliveries: Vec<crate::Delivery>,
+    /// Clients in MONITOR mode, in the order they asked (`crate::monitor`).
+    pub(crate) monitors: Vec<u64>,
     /// Parked clients of blocking commands.
     pub(crate) blocking: crate::blocking::Blocking,
     /// Channels and patterns with their subscribers.
@@ -207,6 +209,7 @@ impl Engine {
             ops_per_sec: 0,
             ops_sample: (0, 0),
             evict: Default::default(),
+            monitors: Vec::new(),
             cmdstats: Default::default(),
         };
         crate::evict::apply_config(&mut e);
@@ -326,6 +329,7 @@ impl Engine {
         crate::cmd::tx::client_closed(self, client_id);
         crate::cmd::pubsub::client_closed(self, client_id);
         crate::feed::client_closed(self, client_id);
+        crate::monitor::stop(self, client_id);
     }
 
     /// The server reports the unsent output of connection `client_id` after a write attempt

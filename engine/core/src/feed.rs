@@ -6,13 +6,15 @@
 //! - [`Feed`] lives in the engine: the subscribed connections (client ids, a handful at most:
 //!   the fan-out and perhaps a tool), the last sequence number, and the capture state of the
 //!   command running (keys it changed, effects a handler chose itself).
-//! - An effect is one frame `["effect", seq, arg0, …]`, encoded once and appended to a
+//! - An effect is one frame `["effect", seq, arg0, …]` (database 0) or
+//!   `["effect-db", seq, db, arg0, …]` (any other database), encoded once and appended to a
 //!   [`Delivery`] for each subscriber (coalesced with the previous delivery to the same
 //!   subscriber when that is the last one queued, so one command's effects cost one buffer).
 //!   RESP2 connections get arrays (`*`), RESP3 connections pushes (`>`); the two encodings
 //!   differ only in the first byte.
-//! - `FEED SNAPSHOT` writes its frames straight into the command's reply: the command runs
-//!   between two effects, so the snapshot is exactly the state after effect `seq`.
+//! - `FEED SNAPSHOT` (database 0) and `FEED SNAPSHOTDB db` write their frames straight into
+//!   the command's reply: the command runs between two effects, so the snapshot is exactly
+//!   the state after effect `seq`.
 //!
 //! # Buffer bound (`feed-buffer-limit`, bytes, 0 = none)
 //! Each subscriber's unsent output is known approximately: the server reports the real figure
@@ -70,10 +72,11 @@ pub struct Feed {
     /// True between `effect::begin` and `effect::end` of a command: keyspace notifications
     /// add their key to `changed`.
     pub(crate) capturing: bool,
-    /// Keys the running command reported as changed (`notify::notify`).
-    pub(crate) changed: Vec<Box<[u8]>>,
-    /// Effects a handler chose itself (`effect::propagate`), replacing the default rule.
-    pub(crate) chosen: Option<Vec<Vec<Vec<u8>>>>,
+    /// Keys the running command reported as changed (`notify::notify`), with their database.
+    pub(crate) changed: Vec<(usize, Box<[u8]>)>,
+    /// Effects a handler chose itself (`effect::propagate`), replacing the default rule, with
+    /// their database.
+    pub(crate) chosen: Option<Vec<(usize, Vec<Vec<u8>>)>>,
 }
 
 impl Feed {
@@ -98,17 +101,32 @@ impl Feed {
         self.subs.iter().any(|s| s.client_id == client_id)
     }
 
-    /// Records one effect: assigns the next sequence number and queues its frame for every
-    /// subscriber that is not over its limit. `limit` is `feed-buffer-limit`.
-    pub(crate) fn emit(&mut self, deliveries: &mut Vec<Delivery>, limit: u64, args: &[&[u8]]) {
+    /// Records one effect on database `db`: assigns the next sequence number and queues its
+    /// frame for every subscriber that is not over its limit. `limit` is `feed-buffer-limit`.
+    /// Database 0's frame is `["effect", seq, arg…]`, any other's
+    /// `["effect-db", seq, db, arg…]`.
+    pub(crate) fn emit(
+        &mut self,
+        deliveries: &mut Vec<Delivery>,
+        limit: u64,
+        db: usize,
+        args: &[&[u8]],
+    ) {
         self.seq += 1;
         let mut seq_buf = itoa::Buffer::new();
         let seq = seq_buf.format(self.seq).as_bytes();
         let frame = &mut self.scratch;
         frame.clear();
-        write_header(frame, Proto::Resp2, args.len() + 2);
-        write_bulk(frame, b"effect");
-        write_bulk(frame, seq);
+        if db == 0 {
+            write_header(frame, Proto::Resp2, args.len() + 2);
+            write_bulk(frame, b"effect");
+            write_bulk(frame, seq);
+        } else {
+            write_header(frame, Proto::Resp2, args.len() + 3);
+            write_bulk(frame, b"effect-db");
+            write_bulk(frame, seq);
+            write_bulk(frame, itoa::Buffer::new().format(db).as_bytes());
+        }
         for a in args {
             write_bulk(frame, a);
         }
@@ -367,8 +385,22 @@ pub fn feed_subscribe(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// `FEED SNAPSHOT id prefix [prefix …]` → `snapshot`, `entry`…, `snapshot-end` frames.
+/// `FEED SNAPSHOT id prefix [prefix …]` → `snapshot`, `entry`…, `snapshot-end` frames of
+/// database 0.
 pub fn feed_snapshot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    snapshot(e, c, 0, 2)
+}
+
+/// `FEED SNAPSHOTDB db id prefix [prefix …]`: [`feed_snapshot`] of database `db`. (A separate
+/// subcommand, not an option of SNAPSHOT: any word after the id is a prefix.)
+pub fn feed_snapshotdb(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let db = resp::parse_i64(c.argv[2]).ok_or(CmdError::NotInteger)?;
+    let db = crate::cmd::connection::db_index(e, db)?;
+    snapshot(e, c, db, 3)
+}
+
+/// The snapshot of database `db`; `c.argv[at]` is the id, the prefixes follow.
+fn snapshot(e: &mut Engine, c: &mut Call, db: usize, at: usize) -> Result<(), CmdError> {
     if c.client.tx.in_exec {
         return Err(IN_MULTI);
     }
@@ -379,8 +411,8 @@ pub fn feed_snapshot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             "ERR FEED SNAPSHOT needs FEED SUBSCRIBE first on this connection",
         ));
     }
-    let id = c.argv[2];
-    let prefixes = &c.argv[3..];
+    let id = c.argv[at];
+    let prefixes = &c.argv[at + 1..];
     let now_ms = c.now_ms;
     let proto = c.client.proto;
     let client_id = c.client.id;
@@ -393,8 +425,8 @@ pub fn feed_snapshot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     // One pass: the entries first, then the header (which needs their count) is moved in
     // front of them; a memmove is far cheaper than a second walk over every key.
     let mut nkeys = 0usize;
-    // The feed carries database 0, whichever database this connection selected.
-    for (k, en) in e.db(0).iter_entries() {
+    // The database asked for, whichever one this connection selected.
+    for (k, en) in e.db(db).iter_entries() {
         if !(matches(k) && live(en)) {
             continue;
         }
@@ -432,10 +464,14 @@ pub fn feed_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         &[
             "SUBSCRIBE",
             "    Turn this connection into the keychange feed: [\"subscribed\", run_id, seq],",
-            "    then [\"effect\", seq, arg…] for every change of the keyspace.",
+            "    then [\"effect\", seq, arg…] for every change of database 0 and",
+            "    [\"effect-db\", seq, db, arg…] for every change of database db > 0.",
             "SNAPSHOT <id> <prefix> [<prefix> ...]",
-            "    Stream the commands recreating every key under the prefixes (\"\" = all):",
-            "    [\"snapshot\", id, seq, nkeys], [\"entry\", id, arg…]…, [\"snapshot-end\", id, seq].",
+            "    Stream the commands recreating every key of database 0 under the prefixes",
+            "    (\"\" = all): [\"snapshot\", id, seq, nkeys], [\"entry\", id, arg…]…,",
+            "    [\"snapshot-end\", id, seq].",
+            "SNAPSHOTDB <db> <id> <prefix> [<prefix> ...]",
+            "    The same for database <db>.",
             "HELP",
             "    Print this help.",
         ],

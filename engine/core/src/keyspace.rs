@@ -278,8 +278,9 @@ pub struct Keyspace {
     /// The keychange feed has subscribers: keys deleted by expiry or eviction are logged in
     /// `feed_dels` (see `crate::effect`). Off = one test per deletion, nothing allocated.
     pub feed_on: bool,
-    /// Keys deleted by expiry/eviction not yet recorded as `DEL` effects, oldest first.
-    pub feed_dels: Vec<Box<[u8]>>,
+    /// Keys deleted by expiry/eviction not yet recorded as `DEL` effects, with their
+    /// database, oldest first.
+    pub feed_dels: Vec<(usize, Box<[u8]>)>,
     /// Number of keys ever logged into `feed_dels` (lets `effect::end` tell a command's own
     /// changes from the deletions that happened during it).
     pub feed_del_count: u64,
@@ -320,9 +321,8 @@ impl Keyspace {
     /// keychange feed (`crate::effect::record_deleted`). One test when the feed is off.
     #[inline]
     pub fn feed_deleted(&mut self, key: &[u8]) {
-        // The feed carries database 0 only (docs/feed.md).
-        if self.feed_on && self.data.index == 0 {
-            self.feed_dels.push(key.into());
+        if self.feed_on {
+            self.feed_dels.push((self.data.index, key.into()));
             self.feed_del_count += 1;
         }
     }

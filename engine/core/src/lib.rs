@@ -68,6 +68,7 @@ pub mod expire;
 pub mod feed;
 pub mod glob;
 pub mod keyspace;
+pub mod monitor;
 pub mod notify;
 pub mod slot;
 pub mod snapshot;
@@ -108,6 +109,8 @@ pub struct Client {
     /// The connection's user and whether it authenticated ([`acl`]; set by
     /// [`Engine::init_client`]).
     pub auth: acl::ClientAuth,
+    /// In MONITOR mode ([`monitor`]; CLIENT LIST flag `O`).
+    pub monitor: bool,
 }
 
 /// What the server must do after `exec`, beyond sending the bytes written to `out`.
@@ -120,6 +123,10 @@ pub enum Flow {
     /// CLIENT LIST: the core has no view of other connections; the server writes the reply
     /// (a verbatim string of [`Engine::client_info_line`] for each client).
     ClientList,
+    /// CLIENT KILL: the filters are valid and no reply is written; the server kills every
+    /// connection they match (this one after its reply), then writes
+    /// [`cmd::connection::KillFilter::reply`].
+    ClientKill(Box<cmd::connection::KillFilter>),
     /// A blocking command (BLPOP, BZPOPMIN, …) found nothing and wrote no reply: the client is
     /// parked. The server runs none of its further requests until a [`Delivery`] with
     /// `unblock: true` arrives for it (the reply, or the timeout's null).

@@ -733,6 +733,18 @@ pub fn set_save_param(e: &mut Engine, v: &[u8]) -> Result<(), &'static str> {
             e.persist.save_interval = 0;
             Ok(())
         }
+        // Redis (`setConfigSaveOption`): an even count of numbers, seconds ≥ 1, changes ≥ 0;
+        // anything else is its plain error. Only a valid list of several save points, which
+        // Redis would take, gets the longer text saying recached keeps one.
+        parts
+            if parts.len() % 2 == 1
+                || parts
+                    .iter()
+                    .enumerate()
+                    .any(|(i, p)| p.parse::<i64>().map_or(true, |n| n < i64::from(i % 2 == 0))) =>
+        {
+            Err("Invalid save parameters")
+        }
         [secs, changes] => {
             let (Ok(s), Ok(c)) = (secs.parse::<u64>(), changes.parse::<u64>()) else {
                 return Err("Invalid save parameters");

@@ -172,8 +172,12 @@ fn keyspace_notifications_name_the_database() {
     }
 }
 
+/// Redis 7.0 refuses SELECT ≠ 0, MOVE, SWAPDB and COPY … DB in cluster mode; recached's
+/// engines serve every database there, as Valkey 9 does (docs/cluster.md "Databases"): the
+/// proxy reaches databases 1.. over cluster engines, and smart clients may SELECT too. Slot
+/// ownership is the same in every database.
 #[test]
-fn select_is_refused_in_cluster_mode() {
+fn databases_work_in_cluster_mode() {
     let mut e = Engine::new(Config {
         hash_seed: 42,
         cluster_nodes: vec!["127.0.0.1:7000".into(), "127.0.0.1:7001".into()],
@@ -181,19 +185,32 @@ fn select_is_refused_in_cluster_mode() {
         ..Config::default()
     });
     let mut c = client(1);
+    // A key this engine owns.
+    let key = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| cmd(&mut e, &mut c, &format!("GET {k}")) == "$-1\r\n")
+        .expect("some key is owned here");
+    assert_eq!(cmd(&mut e, &mut c, "SELECT 1"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, &format!("SET {key} one")), "+OK\r\n");
+    assert_eq!(
+        cmd(&mut e, &mut c, &format!("COPY {key} {key} DB 2")),
+        ":1\r\n"
+    );
+    assert_eq!(cmd(&mut e, &mut c, &format!("MOVE {key} 3")), ":1\r\n");
+    assert_eq!(cmd(&mut e, &mut c, "SWAPDB 3 0"), "+OK\r\n");
     assert_eq!(cmd(&mut e, &mut c, "SELECT 0"), "+OK\r\n");
+    assert_eq!(cmd(&mut e, &mut c, &format!("GET {key}")), "$3\r\none\r\n");
     assert_eq!(
-        cmd(&mut e, &mut c, "SELECT 1"),
-        "-ERR SELECT is not allowed in cluster mode\r\n"
+        cmd(&mut e, &mut c, "SELECT 16"),
+        "-ERR DB index is out of range\r\n"
     );
-    assert_eq!(
-        cmd(&mut e, &mut c, "SWAPDB 0 1"),
-        "-ERR SWAPDB is not allowed in cluster mode\r\n"
-    );
-    assert_eq!(
-        cmd(&mut e, &mut c, "MOVE k 1"),
-        "-ERR MOVE is not allowed in cluster mode\r\n"
-    );
+    // Keys of another engine's slots are redirected in every database.
+    let theirs = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| cmd(&mut e, &mut c, &format!("GET {k}")).starts_with("-MOVED"))
+        .expect("some key is owned elsewhere");
+    assert_eq!(cmd(&mut e, &mut c, "SELECT 2"), "+OK\r\n");
+    assert!(cmd(&mut e, &mut c, &format!("SET {theirs} x")).starts_with("-MOVED "));
 }
 
 #[test]
@@ -232,8 +249,10 @@ fn eviction_takes_keys_from_every_database() {
     }
 }
 
+/// The feed carries every database (docs/feed.md, *Databases*): database 0's effects in the
+/// frames they always had, the others' as `["effect-db", seq, db, …]`.
 #[test]
-fn the_feed_carries_database_0_only() {
+fn the_feed_tags_every_database() {
     let mut e = engine();
     let (mut f, mut w) = (client(99), client(2));
     cmd(&mut e, &mut f, "FEED SUBSCRIBE");
@@ -249,26 +268,48 @@ fn the_feed_carries_database_0_only() {
             .collect()
     };
     cmd(&mut e, &mut w, "SET a 0");
-    assert!(effects(&mut e).contains("$3 SET $1 a $1 0"));
+    assert_eq!(effects(&mut e), "*5 $6 effect $1 1 $3 SET $1 a $1 0 ");
     cmd(&mut e, &mut w, "SELECT 1");
     cmd(&mut e, &mut w, "SET b 1");
     cmd(&mut e, &mut w, "RPUSH l x");
     cmd(&mut e, &mut w, "FLUSHDB");
-    assert_eq!(effects(&mut e), "", "nothing from database 1");
-    // MOVE into database 0 sends the key's new state; MOVE out of it deletes it.
+    assert_eq!(
+        effects(&mut e),
+        "*6 $9 effect-db $1 2 $1 1 $3 SET $1 b $1 1 \
+         *6 $9 effect-db $1 3 $1 1 $5 RPUSH $1 l $1 x \
+         *4 $9 effect-db $1 4 $1 1 $8 FLUSHALL ",
+        "database 1's effects, tagged"
+    );
+    // MOVE into database 0: DEL in database 1, the key's new state in database 0.
     cmd(&mut e, &mut w, "SET m 5");
+    effects(&mut e);
     assert_eq!(cmd(&mut e, &mut w, "MOVE m 0"), ":1\r\n");
     let fx = effects(&mut e);
-    assert!(fx.contains("$1 m $1 5"), "{fx}");
+    assert_eq!(
+        fx,
+        "*5 $9 effect-db $1 6 $1 1 $3 DEL $1 m \
+         *4 $6 effect $1 7 $3 DEL $1 m \
+         *5 $6 effect $1 8 $3 SET $1 m $1 5 "
+    );
+    // MOVE out of database 0 deletes it there.
     cmd(&mut e, &mut w, "SELECT 0");
     assert_eq!(cmd(&mut e, &mut w, "MOVE a 3"), ":1\r\n");
     let fx = effects(&mut e);
-    assert!(fx.contains("DEL $1 a"), "{fx}");
-    // SWAPDB with database 0: start over from the new database 0.
+    assert!(fx.starts_with("*4 $6 effect $1 9 $3 DEL $1 a "), "{fx}");
+    assert!(fx.contains("effect-db $2 11 $1 3 $3 SET $1 a $1 0"), "{fx}");
+    // SWAPDB with database 0: both start over from their new content.
     cmd(&mut e, &mut w, "SELECT 3");
     assert_eq!(cmd(&mut e, &mut w, "SWAPDB 3 0"), "+OK\r\n");
     let fx = effects(&mut e);
-    assert!(fx.contains("FLUSHALL") && fx.contains("$1 a"), "{fx}");
+    assert_eq!(
+        fx,
+        "*4 $9 effect-db $2 12 $1 3 $8 FLUSHALL \
+         *5 $9 effect-db $2 13 $1 3 $3 DEL $1 m \
+         *6 $9 effect-db $2 14 $1 3 $3 SET $1 m $1 5 \
+         *3 $6 effect $2 15 $8 FLUSHALL \
+         *4 $6 effect $2 16 $3 DEL $1 a \
+         *5 $6 effect $2 17 $3 SET $1 a $1 0 "
+    );
 }
 
 /// Regression (a CI fuzz run of `fuzz/fuzz_targets/snapshot.rs`): the load statistics count
@@ -291,11 +332,16 @@ fn snapshot_load_counts_keys_of_every_database() {
     let stats = snapshot::load(&mut loaded, now_ms, file.as_slice()).unwrap();
     assert_eq!(stats.keys, 3);
     assert_eq!(loaded.dbsize(), 1, "database 0 is selected after a load");
-    let per_db: Vec<usize> = (0..loaded.databases()).map(|n| loaded.db(n).len()).collect();
+    let per_db: Vec<usize> = (0..loaded.databases())
+        .map(|n| loaded.db(n).len())
+        .collect();
     assert_eq!(&per_db[..4], &[1, 0, 0, 1]);
     assert_eq!(per_db[15], 1);
     let mut again = Vec::new();
-    assert_eq!(snapshot::write(&loaded, now_ms, &mut again).unwrap().keys, 3);
+    assert_eq!(
+        snapshot::write(&loaded, now_ms, &mut again).unwrap().keys,
+        3
+    );
     let mut c2 = client(2);
     assert_eq!(cmd(&mut loaded, &mut c2, "SELECT 3"), "+OK\r\n");
     assert_eq!(cmd(&mut loaded, &mut c2, "GET b"), "$1\r\n3\r\n");

@@ -7,6 +7,10 @@
 //!   same keys, values and TTLs (canonical dumps through ordinary reads), every effect must
 //!   apply without an error, name at most one key (at arg1) and carry contiguous sequence
 //!   numbers.
+//! - `model_databases_*`: the same with SELECT, MOVE, SWAPDB, COPY … DB, FLUSHDB and FLUSHALL
+//!   over several databases in the stream; one replica per database applies the effects
+//!   tagged with its database (`effect` = database 0, `effect-db` = the others) and must end
+//!   equal to that database of the primary.
 //! - The rewrite rules one by one (relative TTL → absolute, SPOP → SREM, INCRBYFLOAT → SET,
 //!   woken BLPOP → LPOP, expiry → DEL, no-ops record nothing), snapshots and the buffer bound.
 
@@ -100,7 +104,9 @@ fn s(b: &[u8]) -> String {
 
 struct Pair {
     primary: Engine,
-    replica: Engine,
+    /// One replica per database of the primary: `replicas[d]` holds database `d` (in its own
+    /// database 0) and applies the effects tagged with `d`.
+    replicas: Vec<Engine>,
     clients: Vec<Client>,
     replica_client: Client,
     now_us: u64,
@@ -108,6 +114,8 @@ struct Pair {
     seq: u64,
     /// Every effect applied, `(seq, argv)`.
     log: Vec<(u64, Vec<Vec<u8>>)>,
+    /// The database of each effect in `log`.
+    log_db: Vec<usize>,
     blocked: bool,
 }
 
@@ -122,7 +130,7 @@ impl Pair {
     fn new(seed: u64) -> Pair {
         let mut p = Pair {
             primary: engine(seed),
-            replica: engine(seed ^ 0xdead_beef),
+            replicas: (0..16).map(|d| engine(seed ^ 0xdead_beef ^ d)).collect(),
             clients: (1..=4)
                 .map(|id| Client {
                     id,
@@ -137,6 +145,7 @@ impl Pair {
             now_us: T0,
             seq: 0,
             log: Vec::new(),
+            log_db: Vec::new(),
             blocked: false,
         };
         let out = p.exec(FEED, &[b"FEED", b"SUBSCRIBE"]);
@@ -181,32 +190,40 @@ impl Pair {
             }
             for frame in parse_all(&d.bytes) {
                 let f = parts(&frame);
-                assert_eq!(f[0], b"effect", "{f:?}");
+                // Database 0: ["effect", seq, arg…] as ever; others ["effect-db", seq, db, arg…].
+                let (db, args) = match &f[0][..] {
+                    b"effect" => (0, f[2..].to_vec()),
+                    b"effect-db" => {
+                        let db: usize = s(&f[2]).parse().unwrap();
+                        assert_ne!(db, 0, "database 0 has plain effect frames: {f:?}");
+                        (db, f[3..].to_vec())
+                    }
+                    _ => panic!("{f:?}"),
+                };
                 let seq: u64 = s(&f[1]).parse().unwrap();
                 assert_eq!(seq, self.seq + 1, "contiguous seqs");
                 self.seq = seq;
-                self.apply(seq, f[2..].to_vec());
+                self.apply(seq, db, args);
             }
         }
     }
 
-    fn apply(&mut self, seq: u64, argv: Vec<Vec<u8>>) {
+    fn apply(&mut self, seq: u64, db: usize, argv: Vec<Vec<u8>>) {
         let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         let mut out = Vec::new();
         // Applied with the clock at 0, as docs/feed.md advises replicas: the replica never
         // expires a key by itself (only the primary's DEL removes one), and an effect that
         // still depended on the primary's clock would land elsewhere in time and show.
-        let flow = self
-            .replica
-            .exec(&mut self.replica_client, &refs, 0, &mut out);
+        let flow = self.replicas[db].exec(&mut self.replica_client, &refs, 0, &mut out);
         assert_eq!(flow, Flow::Continue);
         let reply = parse_all(&out);
         assert!(
             !matches!(reply[0], R::Err(_)),
-            "effect {seq} {:?} failed on the replica: {reply:?}",
+            "effect {seq} {:?} failed on the replica of database {db}: {reply:?}",
             refs.iter().map(|a| s(a)).collect::<Vec<_>>()
         );
         self.log.push((seq, argv));
+        self.log_db.push(db);
     }
 
     fn cron(&mut self) {
@@ -215,10 +232,25 @@ impl Pair {
     }
 
     fn assert_equal(&mut self, ctx: &str) {
-        let a = dump(&mut self.primary, self.now_us);
-        // Reading can only expire keys, whose DELs the replica gets here.
+        let dbs = self.replicas.len();
+        let a: Vec<_> = (0..dbs)
+            .map(|d| dump_db(&mut self.primary, d, self.now_us))
+            .collect();
+        // Reading can only expire keys, whose DELs the replicas get here.
         self.drain();
-        let b = dump(&mut self.replica, self.now_us);
+        for (d, a) in a.into_iter().enumerate() {
+            let b = dump(&mut self.replicas[d], self.now_us);
+            compare(&format!("{ctx} (database {d})"), a, b);
+        }
+    }
+}
+
+fn compare(
+    ctx: &str,
+    a: Vec<(String, String, i64, Vec<String>)>,
+    b: Vec<(String, String, i64, Vec<String>)>,
+) {
+    {
         if a != b {
             let ka: Vec<_> = a.iter().map(|x| &x.0).collect();
             let kb: Vec<_> = b.iter().map(|x| &x.0).collect();
@@ -234,10 +266,23 @@ impl Pair {
 
 /// `(key, type, pexpiretime, canonical content)` for every live key, sorted by key.
 fn dump(e: &mut Engine, now_us: u64) -> Vec<(String, String, i64, Vec<String>)> {
+    dump_db(e, 0, now_us)
+}
+
+/// [`dump`] of database `db`.
+fn dump_db(e: &mut Engine, db: usize, now_us: u64) -> Vec<(String, String, i64, Vec<String>)> {
     let mut c = Client {
         id: 99,
         ..Client::default()
     };
+    let mut out = Vec::new();
+    e.exec(
+        &mut c,
+        &[b"SELECT", db.to_string().as_bytes()],
+        now_us,
+        &mut out,
+    );
+    assert_eq!(out, b"+OK\r\n");
     let mut run = |argv: &[&[u8]]| -> R {
         let mut out = Vec::new();
         e.exec(&mut c, argv, now_us, &mut out);
@@ -623,7 +668,43 @@ fn command(r: &mut Rng, now_ms: u64) -> String {
     }
 }
 
+/// A command that reaches across databases `0..dbs` (or selects one), and the client to run
+/// it.
+fn db_command(r: &mut Rng, dbs: u64) -> (u64, String) {
+    let f = r.pick(&["s", "l", "h", "t", "z"]);
+    let line = match r.below(14) {
+        0..=3 => {
+            // Everyone moves around; the blocker only while it is not blocked (see run_model).
+            let who = [WRITER, READER, BLOCKER][r.below(3) as usize];
+            return (who, format!("SELECT {}", r.below(dbs)));
+        }
+        4..=6 => format!("MOVE {} {}", key(r, f), r.below(dbs)),
+        7 | 8 => format!("SWAPDB {} {}", r.below(dbs), r.below(dbs)),
+        9..=11 => format!(
+            "COPY {} {} DB {}{}",
+            key(r, f),
+            key(r, f),
+            r.below(dbs),
+            if r.below(2) == 0 { " REPLACE" } else { "" }
+        ),
+        12 => "FLUSHDB".to_string(),
+        _ => {
+            if r.below(4) == 0 {
+                "FLUSHALL".to_string()
+            } else {
+                "DBSIZE".to_string()
+            }
+        }
+    };
+    (WRITER, line)
+}
+
 fn run_model(seed: u64, steps: usize) {
+    run_model_dbs(seed, steps, 1);
+}
+
+/// The model test over databases `0..dbs` (1: database 0 only, the original stream).
+fn run_model_dbs(seed: u64, steps: usize, dbs: u64) {
     let mut p = Pair::new(seed);
     let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     for step in 0..steps {
@@ -637,6 +718,17 @@ fn run_model(seed: u64, steps: usize) {
             p.run(WRITER, "MULTI");
         }
         for _ in 0..if tx { 1 + r.below(4) } else { 1 } {
+            if dbs > 1 && r.below(8) == 0 {
+                let (who, line) = db_command(&mut r, dbs);
+                if tx || (who == BLOCKER && p.blocked) {
+                    // Inside MULTI everything goes through the writer (SELECT too: EXEC then
+                    // runs the rest of the transaction on the other database).
+                    p.run(WRITER, &line);
+                } else {
+                    p.run(who, &line);
+                }
+                continue;
+            }
             let line = command(&mut r, now_ms);
             let blocking = line.starts_with('B');
             if blocking && !tx {
@@ -692,6 +784,14 @@ fn run_model(seed: u64, steps: usize) {
     assert!(dels > 0, "expiry and DEL produce DEL effects");
     assert!(p.log.len() > steps / 3, "{} effects", p.log.len());
     assert_eq!(p.primary.feed_seq(), p.seq);
+    if dbs > 1 {
+        for d in 0..dbs as usize {
+            let n = p.log_db.iter().filter(|&&x| x == d).count();
+            assert!(n > 0, "no effect on database {d}");
+        }
+    } else {
+        assert!(p.log_db.iter().all(|&d| d == 0));
+    }
 }
 
 #[test]
@@ -703,6 +803,18 @@ fn model_replica_converges_seed_1() {
 fn model_replica_converges_many_seeds() {
     for seed in 2..8 {
         run_model(seed, 1500);
+    }
+}
+
+#[test]
+fn model_databases_replicas_converge_seed_1() {
+    run_model_dbs(1, 4000, 4);
+}
+
+#[test]
+fn model_databases_replicas_converge_many_seeds() {
+    for seed in 2..8 {
+        run_model_dbs(seed, 1500, 3 + seed % 3);
     }
 }
 
@@ -817,6 +929,121 @@ fn rewrites() {
     p.run(WRITER, "INCRBY n 5");
     assert_eq!(effects_of(&mut p, WRITER, "EXEC"), ["INCR n", "INCRBY n 5"]);
     p.assert_equal("rewrites");
+}
+
+/// The effects a command line produced, as `"<db>: <args>"`.
+fn db_effects_of(p: &mut Pair, id: u64, line: &str) -> Vec<String> {
+    let before = p.log.len();
+    p.run(id, line);
+    p.log[before..]
+        .iter()
+        .zip(&p.log_db[before..])
+        .map(|((_, a), db)| {
+            let args: Vec<String> = a.iter().map(|x| s(x)).collect();
+            format!("{db}: {}", args.join(" "))
+        })
+        .collect()
+}
+
+#[test]
+fn databases_are_tagged_and_crossings_split() {
+    let mut p = Pair::new(21);
+    let none = Vec::<String>::new();
+    p.run(WRITER, "SELECT 3");
+    // The frame itself: ["effect-db", seq, db, arg…].
+    let mut out = Vec::new();
+    let c = &mut p.clients[WRITER as usize - 1];
+    p.primary.exec(c, &[b"SET", b"k", b"v"], p.now_us, &mut out);
+    let mut ds = Vec::new();
+    p.primary.take_deliveries(&mut ds);
+    let f = parts(&parse_all(&ds[0].bytes)[0]);
+    let seq = (p.seq + 1).to_string();
+    let want: Vec<&[u8]> = vec![b"effect-db", seq.as_bytes(), b"3", b"SET", b"k", b"v"];
+    assert_eq!(f, want);
+    p.seq += 1;
+    p.apply(
+        p.seq,
+        3,
+        vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()],
+    );
+    assert_eq!(
+        db_effects_of(&mut p, WRITER, "MOVE k 0"),
+        ["3: DEL k", "0: DEL k", "0: SET k v"]
+    );
+    assert_eq!(db_effects_of(&mut p, WRITER, "MOVE k 0"), none);
+    p.run(WRITER, "SELECT 0");
+    assert_eq!(
+        db_effects_of(&mut p, WRITER, "COPY k k2 DB 5"),
+        ["5: DEL k2", "5: SET k2 v"]
+    );
+    assert_eq!(db_effects_of(&mut p, WRITER, "COPY k k2 DB 5"), none);
+    assert_eq!(
+        db_effects_of(&mut p, WRITER, "SWAPDB 0 5"),
+        [
+            "0: FLUSHALL",
+            "0: DEL k2",
+            "0: SET k2 v",
+            "5: FLUSHALL",
+            "5: DEL k",
+            "5: SET k v"
+        ]
+    );
+    assert_eq!(db_effects_of(&mut p, WRITER, "SWAPDB 1 1"), none);
+    assert_eq!(db_effects_of(&mut p, WRITER, "FLUSHDB"), ["0: FLUSHALL"]);
+    p.run(WRITER, "SET a 1");
+    assert_eq!(
+        db_effects_of(&mut p, READER, "FLUSHALL"),
+        ["0: FLUSHALL", "5: FLUSHALL"],
+        "one per database that was not empty"
+    );
+    assert_eq!(db_effects_of(&mut p, READER, "FLUSHALL"), none);
+    // Expiry in database 2: the DEL is database 2's.
+    p.run(WRITER, "SELECT 2");
+    p.run(WRITER, "SET t v PX 10");
+    p.run(WRITER, "HSET h f v");
+    p.now_us += 20_000;
+    p.run(READER, "SELECT 2");
+    assert_eq!(db_effects_of(&mut p, READER, "GET t"), ["2: DEL t"]);
+    // Inside MULTI, SELECT moves the rest of the transaction.
+    p.run(WRITER, "MULTI");
+    p.run(WRITER, "INCR n");
+    p.run(WRITER, "SELECT 0");
+    p.run(WRITER, "INCR n");
+    assert_eq!(
+        db_effects_of(&mut p, WRITER, "EXEC"),
+        ["2: INCR n", "0: INCR n"]
+    );
+    p.assert_equal("databases");
+    // FEED SNAPSHOTDB: another database's keys, in the same frames as FEED SNAPSHOT.
+    let out = p.run(FEED, "FEED SNAPSHOTDB 2 s2 h n");
+    let frames: Vec<Vec<Vec<u8>>> = parse_all(&out).iter().map(parts).collect();
+    let text: Vec<String> = frames
+        .iter()
+        .map(|f| f.iter().map(|x| s(x)).collect::<Vec<_>>().join(" "))
+        .collect();
+    let seq = p.seq;
+    assert_eq!(
+        text,
+        [
+            format!("snapshot s2 {seq} 2"),
+            "entry s2 HSET h f v".to_string(),
+            "entry s2 SET n 1".to_string(),
+            format!("snapshot-end s2 {seq}"),
+        ]
+    );
+    // A prefix "DB" stays a prefix of FEED SNAPSHOT (database 0).
+    let out = p.run(FEED, "FEED SNAPSHOT s3 DB 2");
+    let frames: Vec<Vec<Vec<u8>>> = parse_all(&out).iter().map(parts).collect();
+    assert_eq!(s(&frames[0][3]), "0");
+    let r = parse_all(&p.run(FEED, "FEED SNAPSHOTDB 16 s4 a"));
+    assert_eq!(r[0], R::Err("ERR DB index is out of range".into()));
+    let r = parse_all(&p.run(FEED, "FEED SNAPSHOTDB x s4 a"));
+    assert_eq!(
+        r[0],
+        R::Err("ERR value is not an integer or out of range".into())
+    );
+    let r = parse_all(&p.run(FEED, "FEED SNAPSHOTDB 1 s4"));
+    assert!(matches!(&r[0], R::Err(e) if e.contains("wrong number of arguments")));
 }
 
 #[test]

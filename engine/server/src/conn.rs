@@ -56,6 +56,8 @@ pub enum CloseReason {
     /// Over its hard `client-output-buffer-limit` while output was routed to it; the
     /// output was dropped.
     OutputLimit,
+    /// CLIENT KILL matched this connection (closed after the reply when it killed itself).
+    Killed,
 }
 
 /// Result of one `read` system call.
@@ -86,6 +88,9 @@ pub enum Batch {
     /// CLIENT LIST ran: the loop appends its reply (it alone sees every connection), then
     /// calls `execute` again for the requests after it.
     ClientList,
+    /// CLIENT KILL ran with valid filters: the loop kills the connections they match and
+    /// appends the reply, then calls `execute` again.
+    ClientKill(Box<engine_core::cmd::connection::KillFilter>),
     /// The connection is closing; nothing more is executed.
     Closing,
     /// A command queued output for other connections (or this one, after its reply): the
@@ -296,6 +301,7 @@ impl Conn {
                         Flow::Continue => {}
                         Flow::Close => self.closing = Some(CloseReason::Quit),
                         Flow::ClientList => return Batch::ClientList,
+                        Flow::ClientKill(f) => return Batch::ClientKill(f),
                         Flow::Block => {
                             self.blocked = true;
                             return Batch::Blocked;
@@ -324,6 +330,15 @@ impl Conn {
     /// Appends the CLIENT LIST reply `text` in this client's protocol.
     pub fn reply_verbatim(&mut self, text: &[u8]) {
         ReplyWriter::new(&mut self.out, self.client.proto).verbatim(text);
+    }
+
+    /// Appends the CLIENT KILL reply once `killed` connections were killed.
+    pub fn reply_client_kill(
+        &mut self,
+        filter: &engine_core::cmd::connection::KillFilter,
+        killed: usize,
+    ) {
+        filter.reply(killed, self.client.proto, &mut self.out);
     }
 
     /// Writes pending output until it is all written or the socket is full. An error means

@@ -42,6 +42,7 @@ use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+use engine_core::cmd::connection::KillFilter;
 use engine_core::cmd::pubsub::BUS_CLIENT_ID;
 use engine_core::{Client, Delivery, Engine};
 use log::{debug, info, warn};
@@ -453,6 +454,10 @@ impl EventLoop {
                     self.reply_client_list(key, now);
                     continue;
                 }
+                Batch::ClientKill(filter) => {
+                    self.client_kill(key, &filter);
+                    continue;
+                }
                 Batch::Throttled => {
                     conn.flush().map_err(Disconnect::Io)?;
                     if conn.throttled() {
@@ -548,6 +553,37 @@ impl EventLoop {
             text.push('\n');
         }
         self.conns[key].reply_verbatim(text.as_bytes());
+    }
+
+    /// CLIENT KILL: closes every other connection the filter matches at once (their unsent
+    /// output is dropped, as Redis `freeClient` does) and this one after its reply, then
+    /// appends the reply (redis `clientCommand` "kill").
+    fn client_kill(&mut self, key: usize, filter: &KillFilter) {
+        let me = self.conns[key].client.id;
+        let victims: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| filter.matches(&c.client, me))
+            // The fan-out's keychange feed links play the part of Redis's replica links:
+            // `TYPE normal` spares them.
+            .filter(|(_, c)| {
+                filter.pubsub != Some(false) || !self.engine.is_feed_subscriber(c.client.id)
+            })
+            .map(|(k, _)| k)
+            .collect();
+        let mut close_me = false;
+        for &k in &victims {
+            if k == key {
+                close_me = true;
+            } else {
+                self.close(k, Disconnect::Done(CloseReason::Killed));
+            }
+        }
+        let conn = &mut self.conns[key];
+        conn.reply_client_kill(filter, victims.len());
+        if close_me {
+            conn.closing = Some(CloseReason::Killed);
+        }
     }
 
     /// Appends the engine's queued deliveries to their connections' output, in order, and

@@ -180,6 +180,74 @@ fn client_list_shows_both_connections_in_id_order() {
     assert_eq!(n, 1);
 }
 
+/// The `id=` of the connection `s` (CLIENT ID).
+fn client_id(s: &mut std::net::TcpStream) -> u64 {
+    s.write_all(b"CLIENT ID\r\n").unwrap();
+    let line = read_line(s);
+    std::str::from_utf8(&line[1..]).unwrap().parse().unwrap()
+}
+
+#[test]
+fn client_kill_closes_the_matching_connections_and_spares_the_caller() {
+    let port = start_server();
+    let mut a = connect(port);
+    let mut b = connect(port);
+    let mut c = connect(port);
+    let b_id = client_id(&mut b);
+    let a_id = client_id(&mut a);
+    roundtrip(&mut c, b"PING\r\n", b"+PONG\r\n");
+    // By id: b is closed, a goes on.
+    a.write_all(&cmd(&[
+        b"CLIENT",
+        b"KILL",
+        b"ID",
+        b_id.to_string().as_bytes(),
+    ]))
+    .unwrap();
+    expect_reply(&mut a, b":1\r\n");
+    expect_closed(&mut b);
+    // Gone now: the filter form counts 0, the old form says no such client.
+    a.write_all(&cmd(&[
+        b"CLIENT",
+        b"KILL",
+        b"ID",
+        b_id.to_string().as_bytes(),
+    ]))
+    .unwrap();
+    expect_reply(&mut a, b":0\r\n");
+    let c_addr = c.local_addr().unwrap().to_string();
+    a.write_all(&cmd(&[b"CLIENT", b"KILL", b"127.0.0.1:1"]))
+        .unwrap();
+    expect_reply(&mut a, b"-ERR No such client\r\n");
+    // The old form by address.
+    a.write_all(&cmd(&[b"CLIENT", b"KILL", c_addr.as_bytes()]))
+        .unwrap();
+    expect_reply(&mut a, b"+OK\r\n");
+    expect_closed(&mut c);
+    // SKIPME (default yes) spares the caller; SKIPME no kills it after its reply.
+    let me = a_id.to_string();
+    a.write_all(&cmd(&[b"CLIENT", b"KILL", b"ID", me.as_bytes()]))
+        .unwrap();
+    expect_reply(&mut a, b":0\r\n");
+    a.write_all(&cmd(&[b"CLIENT", b"KILL", b"TYPE", b"normal"]))
+        .unwrap();
+    expect_reply(&mut a, b":0\r\n");
+    a.write_all(&cmd(&[
+        b"CLIENT",
+        b"KILL",
+        b"ID",
+        me.as_bytes(),
+        b"SKIPME",
+        b"no",
+    ]))
+    .unwrap();
+    expect_reply(&mut a, b":1\r\n");
+    expect_closed(&mut a);
+    // The server goes on.
+    let mut d = connect(port);
+    roundtrip(&mut d, b"PING\r\n", b"+PONG\r\n");
+}
+
 #[test]
 fn config_set_proto_max_bulk_len_applies_to_the_next_request() {
     let port = start_server();

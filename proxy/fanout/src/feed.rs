@@ -5,8 +5,10 @@
 //!
 //! The fan-out sends `FEED SUBSCRIBE` once per connection; the engine answers
 //! `["subscribed", <run_id>, <seq>]` and then streams every effect as
-//! `["effect", <seq>, <arg0>, …]` (RESP2 arrays of bulk strings, `seq` decimal, contiguous).
-//! `FEED SNAPSHOT <id> <prefix>…` makes the engine emit, in the same stream,
+//! `["effect", <seq>, <arg0>, …]` (database 0) or `["effect-db", <seq>, <db>, <arg0>, …]`
+//! (any other database), RESP2 arrays of bulk strings, `seq` decimal, contiguous across all
+//! databases. `FEED SNAPSHOT <id> <prefix>…` (database 0) and
+//! `FEED SNAPSHOTDB <db> <id> <prefix>…` make the engine emit, in the same stream,
 //! `["snapshot", <id>, <seq>, <nkeys>]`, `["entry", <id>, <arg0>, …]`…, `["snapshot-end",
 //! <id>, <seq>]`. `["overflow", <seq>]` says the engine dropped effects for this subscriber.
 //! Simple-string and integer replies are ignored; an error reply is logged (and during the
@@ -74,6 +76,8 @@ pub enum FeedMsg {
     },
     Effect {
         seq: u64,
+        /// The database the effect is on.
+        db: usize,
         args: Vec<Vec<u8>>,
     },
     Snapshot {
@@ -111,6 +115,8 @@ pub enum Scope {
 #[derive(Debug)]
 pub struct Effect {
     pub seq: u64,
+    /// The engine database it changes: only browsers following that database see it.
+    pub db: usize,
     pub args: Vec<Vec<u8>>,
     pub scope: Scope,
     /// The `keychange` (or `flush`) frame for browsers that see every key of it, built on
@@ -122,10 +128,11 @@ pub struct Effect {
 }
 
 impl Effect {
-    pub fn new(seq: u64, args: Vec<Vec<u8>>) -> Effect {
+    pub fn new(seq: u64, db: usize, args: Vec<Vec<u8>>) -> Effect {
         let scope = scope_of(&args);
         Effect {
             seq,
+            db,
             args,
             scope,
             frame: OnceCell::new(),
@@ -534,7 +541,13 @@ fn message(a: &[&[u8]]) -> Option<FeedMsg> {
         },
         (b"effect", n) if n >= 3 => FeedMsg::Effect {
             seq: num(a[1])?,
+            db: 0,
             args: owned(&a[2..]),
+        },
+        (b"effect-db", n) if n >= 4 => FeedMsg::Effect {
+            seq: num(a[1])?,
+            db: usize::try_from(num(a[2])?).ok()?,
+            args: owned(&a[3..]),
         },
         (b"snapshot", 4) => FeedMsg::Snapshot {
             id: num(a[1])?,
@@ -568,6 +581,7 @@ mod tests {
     fn parses_feed_messages_across_splits() {
         let mut wire = resp(&["subscribed", "abc", "5"]);
         wire.extend(resp(&["effect", "6", "SET", "k", "v"]));
+        wire.extend(resp(&["effect-db", "7", "3", "DEL", "k"]));
         wire.extend(b"+OK\r\n-ERR nope\r\n");
         wire.extend(resp(&["snapshot", "1", "6", "2"]));
         wire.extend(resp(&["entry", "1", "HSET", "h", "f", "v"]));
@@ -591,7 +605,13 @@ mod tests {
                 },
                 FeedMsg::Effect {
                     seq: 6,
+                    db: 0,
                     args: vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()]
+                },
+                FeedMsg::Effect {
+                    seq: 7,
+                    db: 3,
+                    args: vec![b"DEL".to_vec(), b"k".to_vec()]
                 },
                 FeedMsg::Error("ERR nope".into()),
                 FeedMsg::Snapshot {
@@ -617,6 +637,14 @@ mod tests {
             parse_messages(&mut parser, &resp(&["effect", "x", "DEL", "k"]), &mut out).is_err()
         );
         assert!(parse_messages(&mut parser, b"?", &mut out).is_err());
+        assert!(
+            parse_messages(
+                &mut parser,
+                &resp(&["effect-db", "8", "x", "DEL", "k"]),
+                &mut out
+            )
+            .is_err()
+        );
     }
 
     /// A burst larger than the budget is taken in steps of at most [`READ_BUDGET`] bytes, the
@@ -715,6 +743,7 @@ mod tests {
         for s in 10..20 {
             r.push(Rc::new(Effect::new(
                 s,
+                0,
                 vec![b"DEL".to_vec(), b"k".to_vec()],
             )));
         }
@@ -730,6 +759,7 @@ mod tests {
         // A gap clears it.
         r.push(Rc::new(Effect::new(
             30,
+            0,
             vec![b"DEL".to_vec(), b"k".to_vec()],
         )));
         assert_eq!(r.len(), 1);

@@ -10,7 +10,7 @@
 //!
 //! | `type` | fields | reply |
 //! |---|---|---|
-//! | `subscribe` | `prefixes` (array, ≤ [`MAX_PREFIXES`], each ≤ [`MAX_PREFIX_LEN`] bytes), `token` (string, optional), `resume` (optional array of `{instance, run, seq}`) | `subscribed`, then per instance a snapshot or a resume |
+//! | `subscribe` | `prefixes` (array, ≤ [`MAX_PREFIXES`], each ≤ [`MAX_PREFIX_LEN`] bytes), `token` (string, optional), `db` (integer 0 ≤ db ≤ [`MAX_DB`], optional, default 0: the engine database to follow), `resume` (optional array of `{instance, run, seq}`) | `subscribed`, then per instance a snapshot or a resume |
 //! | `ping` | — | `pong` |
 //!
 //! Anything else — not JSON, not an object, an unknown `type`, a second `subscribe`, a
@@ -37,6 +37,9 @@ pub const MAX_PREFIXES: usize = 64;
 pub const MAX_PREFIX_LEN: usize = 1024;
 /// Most `resume` positions in one `subscribe`.
 const MAX_RESUME: usize = 1024;
+/// Largest database index a `subscribe` may name (Redis's own bound, `INT_MAX`); an index
+/// the engines do not have is refused by them (`snapshot-failed`).
+pub const MAX_DB: u64 = i32::MAX as u64;
 
 /// A message from a browser.
 #[derive(Debug, PartialEq, Eq)]
@@ -44,6 +47,8 @@ pub enum ClientMsg {
     Subscribe {
         prefixes: Vec<Vec<u8>>,
         token: Option<String>,
+        /// The engine database to follow (default 0).
+        db: usize,
         resume: Vec<Resume>,
     },
     Ping,
@@ -112,6 +117,18 @@ pub fn parse_client(text: &str) -> Result<ClientMsg, ProtoError> {
                 Some(Value::String(s)) => Some(s.clone()),
                 Some(_) => return Err(err("bad-message", "token is a string")),
             };
+            let db = match obj.get("db") {
+                None | Some(Value::Null) => 0,
+                Some(v) => match v.as_u64().filter(|&n| n <= MAX_DB) {
+                    Some(n) => n as usize,
+                    None => {
+                        return Err(err(
+                            "bad-message",
+                            format!("db is an integer from 0 to {MAX_DB}"),
+                        ));
+                    }
+                },
+            };
             let resume = match obj.get("resume") {
                 None | Some(Value::Null) => Vec::new(),
                 Some(Value::Array(items)) if items.len() <= MAX_RESUME => items
@@ -134,6 +151,7 @@ pub fn parse_client(text: &str) -> Result<ClientMsg, ProtoError> {
             Ok(ClientMsg::Subscribe {
                 prefixes,
                 token,
+                db,
                 resume,
             })
         }
@@ -283,8 +301,8 @@ pub fn hello(instances: usize, heartbeat_ms: u64, max_message: usize, auth: bool
     )
 }
 
-/// `subscribed`: the prefixes in effect (requested ∩ allowed).
-pub fn subscribed(prefixes: &[Vec<u8>]) -> String {
+/// `subscribed`: the prefixes in effect (requested ∩ allowed) and the database followed.
+pub fn subscribed(prefixes: &[Vec<u8>], db: usize) -> String {
     let mut s = String::from("{\"type\":\"subscribed\",\"prefixes\":[");
     for (i, p) in prefixes.iter().enumerate() {
         if i > 0 {
@@ -292,7 +310,9 @@ pub fn subscribed(prefixes: &[Vec<u8>]) -> String {
         }
         push_bytes(&mut s, p);
     }
-    s.push_str("]}");
+    s.push_str("],\"db\":");
+    s.push_str(&db.to_string());
+    s.push('}');
     s
 }
 
@@ -488,6 +508,7 @@ mod tests {
             ClientMsg::Subscribe {
                 prefixes: vec![b"a:".to_vec(), vec![0xff]],
                 token: Some("t".into()),
+                db: 0,
                 resume: vec![Resume {
                     instance: 1,
                     run: "r".into(),
@@ -504,6 +525,10 @@ mod tests {
             (r#"{"type":"subscribe","prefixes":"a"}"#, "bad-message"),
             (r#"{"type":"subscribe","prefixes":[1]}"#, "bad-message"),
             (r#"{"type":"subscribe","token":5}"#, "bad-message"),
+            (r#"{"type":"subscribe","db":-1}"#, "bad-message"),
+            (r#"{"type":"subscribe","db":1.5}"#, "bad-message"),
+            (r#"{"type":"subscribe","db":"1"}"#, "bad-message"),
+            (r#"{"type":"subscribe","db":2147483648}"#, "bad-message"),
             (
                 r#"{"type":"subscribe","resume":[{"instance":-1}]}"#,
                 "bad-message",
@@ -516,6 +541,12 @@ mod tests {
             vec!["\"a\""; MAX_PREFIXES + 1].join(",")
         );
         assert_eq!(parse_client(&many).unwrap_err().code, "bad-message");
+        let m = parse_client(r#"{"type":"subscribe","db":3}"#).unwrap();
+        assert!(matches!(m, ClientMsg::Subscribe { db: 3, .. }), "{m:?}");
+        let s = subscribed(&[b"a:".to_vec()], 3);
+        let v: Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v["db"], 3);
+        assert_eq!(v["prefixes"][0], "a:");
     }
 
     #[test]

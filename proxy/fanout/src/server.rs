@@ -137,7 +137,8 @@ pub struct Server {
     dirty_again: usize,
     /// Browsers to relay an effect to (reused buffer).
     candidates: Vec<usize>,
-    index: PrefixIndex,
+    /// Per database, the browsers following it by prefix.
+    index: HashMap<usize, PrefixIndex>,
     /// Σ queued bytes of all browsers ([`Browser::total`]) and its cap.
     queued: Rc<Cell<usize>>,
     total_queue_bytes: usize,
@@ -211,7 +212,7 @@ impl Server {
             dirty: Vec::new(),
             dirty_again: 0,
             candidates: Vec::new(),
-            index: PrefixIndex::default(),
+            index: HashMap::new(),
             queued: Rc::new(Cell::new(0)),
             total_queue_bytes: opts.total_queue_bytes,
             shedding: false,
@@ -366,8 +367,13 @@ impl Server {
             }
             Conn::Ws(mut b) => {
                 let _ = self.poll.registry().deregister(&mut b.ws.get_mut().inner);
-                if let Some(p) = &b.prefixes {
-                    self.index.remove(p, idx);
+                if let Some(p) = &b.prefixes
+                    && let Some(index) = self.index.get_mut(&b.db)
+                {
+                    index.remove(p, idx);
+                    if index.is_empty() {
+                        self.index.remove(&b.db);
+                    }
                 }
                 for inst in &b.inst {
                     if let Inst::Snapshot { id, .. } = inst {
@@ -535,6 +541,7 @@ impl Server {
                     ws,
                     serial,
                     prefixes: None,
+                    db: 0,
                     inst: (0..self.links.len()).map(|_| Inst::Idle).collect(),
                     queue: VecDeque::new(),
                     live_bytes: 0,
@@ -671,6 +678,7 @@ impl Server {
             ClientMsg::Subscribe {
                 prefixes,
                 token,
+                db,
                 resume,
             } => {
                 let allowed = match (&self.tokens, token) {
@@ -696,8 +704,13 @@ impl Server {
                     );
                 }
                 b.prefixes = Some(effective.clone());
-                self.index.insert(&effective, idx);
-                self.push(idx, protocol::subscribed(&effective).into(), Kind::Control);
+                b.db = db;
+                self.index.entry(db).or_default().insert(&effective, idx);
+                self.push(
+                    idx,
+                    protocol::subscribed(&effective, db).into(),
+                    Kind::Control,
+                );
                 for i in 0..self.links.len() {
                     match resume.iter().find(|r| r.instance == i) {
                         Some(r) => self.try_resume(idx, i, r.clone()),
@@ -773,7 +786,7 @@ impl Server {
                     }
                 }
             }
-            FeedMsg::Effect { seq, args } => self.relay_effect(i, seq, args),
+            FeedMsg::Effect { seq, db, args } => self.relay_effect(i, seq, db, args),
             FeedMsg::Overflow { seq } => {
                 log::warn!(
                     "fanout: instance {i}: the engine dropped effects for us (overflow at {seq}): browsers refetch"

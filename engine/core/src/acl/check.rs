@@ -92,6 +92,11 @@ impl User {
 }
 
 impl Acl {
+    /// Whether a user of that name exists (CLIENT KILL USER).
+    pub fn has_user(&self, name: &[u8]) -> bool {
+        self.user(name).is_some()
+    }
+
     /// Whether a connection that has not authenticated must do so (redis `authRequired`).
     pub fn default_needs_auth(&self) -> bool {
         let d = self.default_user();

@@ -1,5 +1,5 @@
 //! Connection commands: PING ECHO QUIT RESET SELECT HELLO and CLIENT
-//! (SETNAME GETNAME ID INFO LIST HELP), with redis 7.0 `networking.c` / `server.c` semantics.
+//! (SETNAME GETNAME ID INFO LIST KILL HELP), with redis 7.0 `networking.c` / `server.c` semantics.
 //!
 //! SELECT chooses one of `databases` databases (per connection, `Client::db`).
 //! HELLO's AUTH option and RESET's return to the default user follow `crate::acl`.
@@ -53,6 +53,10 @@ pub fn quit(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 /// `RESET` → RESET: back to RESP2, no name, database 0, the default user (authenticated only
 /// if it needs no password), like redis `clearClientConnectionState`.
 pub fn reset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    if c.client.monitor {
+        c.client.monitor = false;
+        crate::monitor::stop(e, c.client.id);
+    }
     crate::cmd::tx::reset_client(e, c.client);
     crate::cmd::pubsub::reset_client(e, c.client);
     e.init_client(c.client);
@@ -63,20 +67,17 @@ pub fn reset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// `SELECT index` → OK; `ERR DB index is out of range` outside `0..databases`; in cluster
-/// mode only 0 (Redis 7.0: `ERR SELECT is not allowed in cluster mode`). The dispatcher
-/// swaps the client's database in before each of its commands.
+/// `SELECT index` → OK; `ERR DB index is out of range` outside `0..databases`. Also in
+/// cluster mode, where Redis 7.0 answers `ERR SELECT is not allowed in cluster mode` and
+/// Valkey 9 allows every database (docs/cluster.md "Databases": the proxy's database links
+/// and smart clients rely on it). The dispatcher swaps the client's database in before
+/// each of its commands.
 pub fn select(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let id = int_arg(c.argv[1])?;
     if i32::try_from(id).is_err() {
         // redis `getRangeLongFromObjectOrReply` (INT_MIN..INT_MAX), its wording included.
         return Err(CmdError::Static(
             "ERR value is out of range, value must between -2147483648 and 2147483647",
-        ));
-    }
-    if id != 0 && crate::cmd::cluster::enabled(e) {
-        return Err(CmdError::Static(
-            "ERR SELECT is not allowed in cluster mode",
         ));
     }
     c.client.db = db_index(e, id)?;
@@ -122,15 +123,22 @@ pub fn hello(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         ver = Some(v);
         j = 2;
     }
-    let mut auth: Option<(&[u8], &[u8])> = None;
-    let mut setname: Option<&[u8]> = None;
+    // redis `helloCommand`: options take effect left to right, so an error stops there and
+    // keeps what came before it (a name set, a user authenticated); only the protocol switch
+    // waits for the whole request to succeed.
     while j < argv.len() {
         let more = argv.len() - 1 - j;
         if args::is(argv[j], "auth") && more >= 2 {
-            auth = Some((argv[j + 1], argv[j + 2]));
+            let who = crate::acl::Who::of(c.client, c.now_us);
+            if !e
+                .acl
+                .authenticate(&mut c.client.auth, argv[j + 1], argv[j + 2], &who)
+            {
+                return Err(CmdError::Static(crate::acl::WRONGPASS));
+            }
             j += 3;
         } else if args::is(argv[j], "setname") && more >= 1 {
-            setname = Some(argv[j + 1]);
+            set_name(c.client, argv[j + 1])?;
             j += 2;
         } else {
             return Err(CmdError::Other(format!(
@@ -139,18 +147,8 @@ pub fn hello(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             )));
         }
     }
-    // redis `helloCommand`: authenticate first, then refuse an unauthenticated client.
-    if let Some((user, password)) = auth {
-        let who = crate::acl::Who::of(c.client, c.now_us);
-        if !e.acl.authenticate(&mut c.client.auth, user, password, &who) {
-            return Err(CmdError::Static(crate::acl::WRONGPASS));
-        }
-    }
     if !c.client.auth.authenticated && e.acl.default_needs_auth() {
         return Err(CmdError::Static(crate::acl::HELLO_NOAUTH));
-    }
-    if let Some(n) = setname {
-        set_name(c.client, n)?;
     }
     if let Some(v) = ver {
         c.client.proto = if v == 3 { Proto::Resp3 } else { Proto::Resp2 };
@@ -249,6 +247,132 @@ pub fn client_list(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
+/// CLIENT KILL's filters (redis 7.0 `clientCommand` "kill"): a client is killed when every
+/// filter given matches it. The core sees one connection only, so [`client_kill`] parses and
+/// validates the filters and the server applies them to every connection
+/// ([`Flow::ClientKill`]), then writes [`KillFilter::reply`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KillFilter {
+    /// `ADDR ip:port` (the peer address, as CLIENT LIST `addr=`).
+    pub addr: Option<Vec<u8>>,
+    /// `LADDR ip:port` (the local address, as CLIENT LIST `laddr=`).
+    pub laddr: Option<Vec<u8>>,
+    /// `TYPE`: `Some(true)` = pubsub, `Some(false)` = normal; master and replica match no
+    /// connection recached has, so they set [`KillFilter::none`].
+    pub pubsub: Option<bool>,
+    /// `ID n` (≥ 1).
+    pub id: Option<u64>,
+    /// `USER name` (an existing user).
+    pub user: Option<Vec<u8>>,
+    /// `SKIPME yes|no`: spare the calling connection (default yes; the old form kills it too).
+    pub skipme: bool,
+    /// The old form `CLIENT KILL ip:port`: `+OK` / `-ERR No such client` instead of a count.
+    pub old_form: bool,
+    /// A filter no connection can match (`TYPE master|replica|slave`).
+    pub none: bool,
+}
+
+impl KillFilter {
+    /// Whether `target` is to be killed by the connection `me` (a client id).
+    pub fn matches(&self, target: &Client, me: u64) -> bool {
+        !self.none
+            && self
+                .addr
+                .as_deref()
+                .is_none_or(|a| a == target.addr.as_bytes())
+            && self
+                .laddr
+                .as_deref()
+                .is_none_or(|a| a == target.laddr.as_bytes())
+            && self.pubsub.is_none_or(|p| p == (target.subs.count() > 0))
+            && self.id.is_none_or(|id| id == target.id)
+            && self
+                .user
+                .as_deref()
+                .is_none_or(|u| u == target.auth.name().as_bytes())
+            && !(self.skipme && target.id == me)
+    }
+
+    /// The reply once `killed` connections were killed.
+    pub fn reply(&self, killed: usize, proto: Proto, out: &mut Vec<u8>) {
+        let mut w = resp::ReplyWriter::new(out, proto);
+        match (self.old_form, killed) {
+            (true, 0) => w.error("ERR No such client"),
+            (true, _) => w.ok(),
+            (false, n) => w.integer(n as i64),
+        }
+    }
+}
+
+/// `CLIENT KILL ip:port` | `CLIENT KILL <filter> <value> …` → validates the filters, in
+/// Redis's order and with its texts, and hands them to the server ([`Flow::ClientKill`]).
+pub fn client_kill(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let argv = c.argv;
+    let mut f = KillFilter {
+        skipme: true,
+        ..KillFilter::default()
+    };
+    if argv.len() == 3 {
+        f.addr = Some(argv[2].to_vec());
+        f.old_form = true;
+        f.skipme = false; // with the old form a client may kill itself
+    } else {
+        let mut i = 2;
+        while i < argv.len() {
+            let (opt, Some(v)) = (argv[i], argv.get(i + 1).copied()) else {
+                return Err(CmdError::Syntax);
+            };
+            if args::is(opt, "id") {
+                let id = args::parse_i64(v)
+                    .filter(|n| *n >= 1)
+                    .ok_or(CmdError::Static("ERR client-id should be greater than 0"))?;
+                f.id = Some(id as u64);
+            } else if args::is(opt, "type") {
+                if args::is(v, "normal") {
+                    f.pubsub = Some(false);
+                } else if args::is(v, "pubsub") {
+                    f.pubsub = Some(true);
+                } else if ["master", "replica", "slave"]
+                    .iter()
+                    .any(|t| args::is(v, t))
+                {
+                    f.none = true;
+                } else {
+                    return Err(CmdError::Other(format!(
+                        "ERR Unknown client type '{}'",
+                        c_str_lossy(v, usize::MAX)
+                    )));
+                }
+            } else if args::is(opt, "addr") {
+                f.addr = Some(v.to_vec());
+            } else if args::is(opt, "laddr") {
+                f.laddr = Some(v.to_vec());
+            } else if args::is(opt, "user") {
+                if !e.acl.has_user(v) {
+                    return Err(CmdError::Other(format!(
+                        "ERR No such user '{}'",
+                        c_str_lossy(v, usize::MAX)
+                    )));
+                }
+                f.user = Some(v.to_vec());
+            } else if args::is(opt, "skipme") {
+                f.skipme = if args::is(v, "yes") {
+                    true
+                } else if args::is(v, "no") {
+                    false
+                } else {
+                    return Err(CmdError::Syntax);
+                };
+            } else {
+                return Err(CmdError::Syntax);
+            }
+            i += 2;
+        }
+    }
+    c.flow = Flow::ClientKill(Box::new(f));
+    Ok(())
+}
+
 /// `CLIENT HELP` → the subcommands recached implements.
 pub fn client_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     help(
@@ -291,6 +415,9 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
     };
     // Flag letters in redis `catClientInfoString` order; `N` when none.
     let mut flags = String::new();
+    if client.monitor {
+        flags.push('O');
+    }
     if client.subs.count() > 0 {
         flags.push('P');
     }

@@ -392,6 +392,8 @@ pub fn flushall(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     for n in 0..e.databases() {
         if !e.db(n).is_empty() {
             e.with_db(n, |e| e.ks.flush(lazy));
+            // Keychange feed: each database emptied is flushed on its own (docs/feed.md).
+            crate::effect::propagate_db(e, n, &[b"FLUSHALL"]);
         }
     }
     c.w().ok();
@@ -401,9 +403,6 @@ pub fn flushall(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 /// `MOVE key db` → 1 if moved, 0 if the key is missing here or exists there (redis
 /// `moveCommand`, its checks in its order). The value and TTL move as they are.
 pub fn move_(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    if crate::cmd::cluster::enabled(e) {
-        return Err(CmdError::Static("ERR MOVE is not allowed in cluster mode"));
-    }
     let id = int_arg(c.argv[2])?;
     if i32::try_from(id).is_err() {
         // redis `getIntFromObjectOrReply`, its wording included.
@@ -448,11 +447,6 @@ pub fn move_(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 /// `dbSwapDatabases`); clients stay on their index, WATCHes of keys present in either fail,
 /// and clients blocked on a key the swap brings are served.
 pub fn swapdb(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    if crate::cmd::cluster::enabled(e) {
-        return Err(CmdError::Static(
-            "ERR SWAPDB is not allowed in cluster mode",
-        ));
-    }
     // redis `getIntFromObjectOrReply` with its own message for either failure.
     let parse = |a: &[u8], msg: &'static str| {
         resp::parse_i64(a)
@@ -499,11 +493,6 @@ pub fn copy(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             return Err(CmdError::Syntax);
         }
         j += 1;
-    }
-    if crate::cmd::cluster::enabled(e) && (src_db != 0 || dst_db != 0) {
-        return Err(CmdError::Static(
-            "ERR Copying to another database is not allowed in cluster mode",
-        ));
     }
     let (src, dst) = (argv[1], argv[2]);
     if src_db == dst_db && src == dst {

@@ -448,6 +448,11 @@ const PARAMS: &[Param] = &[
         set: Some(crate::notify::set_notify_flags),
     },
     Param {
+        name: "daemonize",
+        get: |_| "no".into(),
+        set: None,
+    },
+    Param {
         name: "cluster-enabled",
         get: |e| {
             if crate::cmd::cluster::enabled(e) {
@@ -679,11 +684,20 @@ pub fn config_get(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// `CONFIG SET parameter value [parameter value …]` → OK; all or nothing, Redis's error texts.
+/// Parameters Redis 7.0 marks `IMMUTABLE_CONFIG` (config.c): CONFIG SET refuses them even
+/// with the current value. Other rows without a setter are settings Redis can change and
+/// recached cannot; those accept their current value only.
+const IMMUTABLE: &[&str] = &["databases", "cluster-enabled", "daemonize"];
+
+/// `CONFIG SET parameter value [parameter value …]` → OK; all or nothing, Redis's error texts
+/// and order (redis `configSetCommand`): an odd count is a syntax error; every name is checked
+/// before any value, and the first bad name wins (an unknown one, an immutable one, a
+/// duplicate); a bad value restores what was set before it and names the parameter by its
+/// canonical (lowercase) name.
 pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let argv = c.argv;
     if argv.len() % 2 == 1 {
-        return Err(CmdError::Arity("config|set"));
+        return Err(CmdError::Syntax);
     }
     let pairs: Vec<(&[u8], &[u8])> = argv[2..].chunks_exact(2).map(|p| (p[0], p[1])).collect();
     let fail = |name: &[u8], why: &str| {
@@ -692,9 +706,7 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             c_str_lossy(name, usize::MAX)
         ))
     };
-    // Validate every name first, as Redis does, so nothing is applied on error.
     let mut params: Vec<&'static Param> = Vec::new();
-    let mut pending_err: Option<CmdError> = None;
     for (name, value) in &pairs {
         let Some(p) = find_param(name) else {
             return Err(CmdError::Other(format!(
@@ -702,28 +714,24 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
                 c_str_lossy(name, usize::MAX)
             )));
         };
-        if pending_err.is_none() {
-            if p.set.is_none() && (p.get)(e).as_bytes() != *value {
-                pending_err = Some(fail(name, "can't set immutable config"));
-            } else if params.iter().any(|q| std::ptr::eq(*q, p)) {
-                pending_err = Some(fail(name, "duplicate parameter"));
-            }
+        if IMMUTABLE.contains(&p.name) || (p.set.is_none() && (p.get)(e).as_bytes() != *value) {
+            return Err(fail(name, "can't set immutable config"));
+        }
+        if params.iter().any(|q| std::ptr::eq(*q, p)) {
+            return Err(fail(name, "duplicate parameter"));
         }
         params.push(p);
     }
-    if let Some(err) = pending_err {
-        return Err(err);
-    }
     let saved = e.config.clone();
     let saved_notify = e.pubsub.notify_flags();
-    for (p, (name, value)) in params.iter().zip(&pairs) {
+    for (p, (_, value)) in params.iter().zip(&pairs) {
         if let Some(set) = p.set
             && let Err(why) = set(e, value)
         {
             e.config = saved;
             crate::notify::restore_notify_flags(e, saved_notify);
             crate::evict::apply_config(e);
-            return Err(fail(name, why));
+            return Err(fail(p.name.as_bytes(), why));
         }
     }
     // The policy and LFU settings decide how lookups stamp keys.

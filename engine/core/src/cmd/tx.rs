@@ -364,6 +364,8 @@ pub fn exec(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
                 let line = e.client_info_line(client, now_us) + "\n";
                 resp::ReplyWriter::new(out, client.proto).verbatim(line.as_bytes());
             }
+            // Nor can it kill other connections: CLIENT KILL inside EXEC kills nothing.
+            Flow::ClientKill(f) => f.reply(0, client.proto, out),
             // A blocking command must not park inside EXEC (see `denies_blocking`); if one
             // did not write its reply, answer for it as a timeout so the array stays whole.
             Flow::Block => {

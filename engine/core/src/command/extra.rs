@@ -70,8 +70,8 @@ pub static EXTRA: &[CommandSpec] = &[
                     (
                         "summary",
                         Val::Str(
-                            "Stream the commands that recreate every key under the given prefixes, \
-                         tagged with the feed sequence number they are valid at",
+                            "Stream the commands that recreate every key of database 0 under the given \
+                         prefixes, tagged with the feed sequence number they are valid at",
                         ),
                     ),
                     ("since", Val::Str("1.0.0")),
@@ -85,6 +85,52 @@ pub static EXTRA: &[CommandSpec] = &[
                     (
                         "arguments",
                         Val::Arr(&[
+                            Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("string"))]),
+                            Val::Map(&[
+                                ("name", Val::Str("prefix")),
+                                ("type", Val::Str("string")),
+                                ("flags", Val::Arr(&[Val::Str("multiple")])),
+                            ]),
+                        ]),
+                    ),
+                ]),
+            },
+            CommandSpec {
+                name: "feed|snapshotdb",
+                arity: -5,
+                flags: Flags::ADMIN
+                    .union(Flags::NOSCRIPT)
+                    .union(Flags::LOADING)
+                    .union(Flags::STALE),
+                first_key: 0,
+                last_key: 0,
+                step: 0,
+                acl_categories: &["@admin", "@slow", "@dangerous"],
+                tips: &["nondeterministic_output"],
+                key_specs: &[],
+                getkeys: None,
+                handler: Some(h::feed_snapshotdb),
+                subcommands: &[],
+                docs: Val::Map(&[
+                    (
+                        "summary",
+                        Val::Str(
+                            "Stream the commands that recreate every key of the given database under the \
+                         given prefixes, tagged with the feed sequence number they are valid at",
+                        ),
+                    ),
+                    ("since", Val::Str("1.0.0")),
+                    ("group", Val::Str("server")),
+                    (
+                        "complexity",
+                        Val::Str(
+                            "O(N+M) where N is the number of keys and M the size of the matching values",
+                        ),
+                    ),
+                    (
+                        "arguments",
+                        Val::Arr(&[
+                            Val::Map(&[("name", Val::Str("db")), ("type", Val::Str("integer"))]),
                             Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("string"))]),
                             Val::Map(&[
                                 ("name", Val::Str("prefix")),

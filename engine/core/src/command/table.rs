@@ -669,7 +669,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::client_kill),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Kill the connection of a client")), ("since", Val::Str("2.4.0")), ("group", Val::Str("connection")), ("complexity", Val::Str("O(N) where N is the number of client connections")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("2.8.12"), Val::Str("Added new filter format.")]), Val::Arr(&[Val::Str("2.8.12"), Val::Str("`ID` option.")]), Val::Arr(&[Val::Str("3.2.0"), Val::Str("Added `master` type in for `TYPE` option.")]), Val::Arr(&[Val::Str("5.0.0"), Val::Str("Replaced `slave` `TYPE` with `replica`. `slave` still supported for backward compatibility.")]), Val::Arr(&[Val::Str("6.2.0"), Val::Str("`LADDR` option.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("filter")), ("type", Val::Str("oneof")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("ip:port")), ("type", Val::Str("string")), ("deprecated_since", Val::Str("2.8.12"))]), Val::Map(&[("name", Val::Str("new-format")), ("type", Val::Str("oneof")), ("flags", Val::Arr(&[Val::Str("multiple")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("client-id")), ("type", Val::Str("integer")), ("token", Val::Str("ID")), ("since", Val::Str("2.8.12")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("normal_master_slave_pubsub")), ("type", Val::Str("oneof")), ("token", Val::Str("TYPE")), ("since", Val::Str("2.8.12")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("normal")), ("type", Val::Str("pure-token")), ("token", Val::Str("NORMAL"))]), Val::Map(&[("name", Val::Str("master")), ("type", Val::Str("pure-token")), ("token", Val::Str("MASTER")), ("since", Val::Str("3.2.0"))]), Val::Map(&[("name", Val::Str("slave")), ("type", Val::Str("pure-token")), ("token", Val::Str("SLAVE"))]), Val::Map(&[("name", Val::Str("replica")), ("type", Val::Str("pure-token")), ("token", Val::Str("REPLICA")), ("since", Val::Str("5.0.0"))]), Val::Map(&[("name", Val::Str("pubsub")), ("type", Val::Str("pure-token")), ("token", Val::Str("PUBSUB"))])]))]), Val::Map(&[("name", Val::Str("username")), ("type", Val::Str("string")), ("token", Val::Str("USER")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("ip:port")), ("type", Val::Str("string")), ("token", Val::Str("ADDR")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("ip:port")), ("type", Val::Str("string")), ("token", Val::Str("LADDR")), ("since", Val::Str("6.2.0")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("yes/no")), ("type", Val::Str("string")), ("token", Val::Str("SKIPME")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))])]))])]))]),
@@ -3406,7 +3406,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         tips: &[],
         key_specs: &[],
         getkeys: None,
-        handler: None,
+        handler: Some(h::monitor),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Listen for all requests received by the server in real time")), ("since", Val::Str("1.0.0")), ("group", Val::Str("server"))]),

@@ -87,6 +87,8 @@ pub(super) struct Browser {
     pub(super) serial: u64,
     /// Prefixes in effect (requested ∩ allowed); `None` until `subscribe`.
     pub(super) prefixes: Option<Vec<Vec<u8>>>,
+    /// The engine database it follows (`subscribe`'s `db`, default 0).
+    pub(super) db: usize,
     pub(super) inst: Vec<Inst>,
     pub(super) queue: VecDeque<Out>,
     pub(super) live_bytes: usize,

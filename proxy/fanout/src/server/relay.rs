@@ -14,6 +14,15 @@
 //! state for the instance and [`visible`] from its prefixes; `Server::relay` carries it out.
 //! A replay (resume from the ring, or the effects deferred during a snapshot) goes through
 //! [`visible`] alone (`Server::deliver`): the browser is live by then.
+//!
+//! # Databases
+//!
+//! A browser follows one database of every engine (`subscribe`'s `db`, default 0). The
+//! prefix index is kept per database, so an effect only meets browsers of its own database;
+//! [`visible`] and [`action`] skip an effect of another database for the paths that visit
+//! every browser (flush, unknown effect, replay). Sequence numbers stay per engine: a gap
+//! resyncs the browsers of every database, and the effects of other databases count as
+//! covered, like keys outside a browser's prefixes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -42,8 +51,12 @@ pub(super) enum Relay {
     Resync(&'static str),
 }
 
-/// What a browser live on the instance, with `prefixes`, gets for `e`.
-pub(super) fn visible(prefixes: &[Vec<u8>], e: &Effect) -> Relay {
+/// What a browser live on the instance, following database `db` with `prefixes`, gets for
+/// `e`.
+pub(super) fn visible(prefixes: &[Vec<u8>], db: usize, e: &Effect) -> Relay {
+    if e.db != db {
+        return Relay::Skip;
+    }
     match &e.scope {
         Scope::Flush => Relay::Whole,
         Scope::Unknown => Relay::Resync("unknown-effect"),
@@ -69,15 +82,17 @@ pub(super) fn visible(prefixes: &[Vec<u8>], e: &Effect) -> Relay {
     }
 }
 
-/// What a browser in state `inst` for the instance, with `prefixes`, gets for `e`; `gap`:
-/// the feed skipped sequence numbers just before `e`.
-pub(super) fn action(inst: &Inst, prefixes: &[Vec<u8>], e: &Effect, gap: bool) -> Relay {
+/// What a browser in state `inst` for the instance, following database `db` with
+/// `prefixes`, gets for `e`; `gap`: the feed skipped sequence numbers just before `e`.
+pub(super) fn action(inst: &Inst, prefixes: &[Vec<u8>], db: usize, e: &Effect, gap: bool) -> Relay {
     match inst {
         Inst::Live if gap => Relay::Resync("feed-gap"),
-        Inst::Live => visible(prefixes, e),
+        Inst::Live => visible(prefixes, db, e),
         Inst::Snapshot { seq: Some(s), .. } if e.seq > *s => {
             if gap {
                 Relay::Resync("feed-gap")
+            } else if e.db != db {
+                Relay::Skip
             } else {
                 Relay::Defer
             }
@@ -97,6 +112,10 @@ pub(super) struct PrefixIndex {
 }
 
 impl PrefixIndex {
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_prefix.is_empty()
+    }
+
     pub(super) fn insert(&mut self, prefixes: &[Vec<u8>], idx: usize) {
         for p in prefixes {
             self.by_prefix.entry(p.clone()).or_default().push(idx);
@@ -155,7 +174,7 @@ impl PrefixIndex {
 impl Server {
     /// Effect `seq` of instance `i` arrived: it joins the ring, then goes to the browsers it
     /// concerns.
-    pub(super) fn relay_effect(&mut self, i: usize, seq: u64, args: Vec<Vec<u8>>) {
+    pub(super) fn relay_effect(&mut self, i: usize, seq: u64, db: usize, args: Vec<Vec<u8>>) {
         let link = &mut self.links[i];
         let gap = link.seq.is_some_and(|s| s + 1 != seq);
         if gap {
@@ -165,15 +184,16 @@ impl Server {
             );
         }
         link.seq = Some(seq);
-        let e = Rc::new(Effect::new(seq, args));
+        let e = Rc::new(Effect::new(seq, db, args));
         link.ring.push(Rc::clone(&e));
         if !gap && let Scope::Keys(pos) = &e.scope {
             // Only browsers with a prefix of one of its keys can be concerned: a
             // Live one relays it, one in a snapshot defers it (for any other the
             // relay would find no visible key and skip it).
             let mut cand = std::mem::take(&mut self.candidates);
-            self.index
-                .candidates(pos.iter().map(|&p| e.args[p].as_slice()), &mut cand);
+            if let Some(index) = self.index.get(&e.db) {
+                index.candidates(pos.iter().map(|&p| e.args[p].as_slice()), &mut cand);
+            }
             for &idx in &cand {
                 self.relay_to(idx, i, &e, false);
             }
@@ -190,14 +210,20 @@ impl Server {
     /// Relays `e` of instance `i` to browser `idx` according to its state ([`action`]).
     fn relay_to(&mut self, idx: usize, i: usize, e: &Rc<Effect>, gap: bool) {
         let Some(b) = self.browser(idx) else { return };
-        let act = action(&b.inst[i], b.prefixes.as_deref().unwrap_or(&[]), e, gap);
+        let act = action(
+            &b.inst[i],
+            b.prefixes.as_deref().unwrap_or(&[]),
+            b.db,
+            e,
+            gap,
+        );
         self.relay(idx, i, e, act);
     }
 
     /// Relays effect `e` of instance `i` to a live browser, filtered by its prefixes.
     pub(super) fn deliver(&mut self, idx: usize, i: usize, e: &Rc<Effect>) {
         let Some(b) = self.browser(idx) else { return };
-        let act = visible(b.prefixes.as_deref().unwrap_or(&[]), e);
+        let act = visible(b.prefixes.as_deref().unwrap_or(&[]), b.db, e);
         self.relay(idx, i, e, act);
     }
 
@@ -236,8 +262,17 @@ impl Server {
 #[cfg(test)]
 mod tests {
     use super::super::resync::Inst;
-    use super::{PrefixIndex, Relay, action};
+    use super::{PrefixIndex, Relay};
     use crate::feed::Effect;
+
+    /// [`super::action`] for a browser of database 0.
+    fn action(inst: &Inst, p: &[Vec<u8>], e: &Effect, gap: bool) -> Relay {
+        super::action(inst, p, 0, e, gap)
+    }
+
+    fn action2(inst: &Inst, p: &[Vec<u8>], db: usize, e: &Effect, gap: bool) -> Relay {
+        super::action(inst, p, db, e, gap)
+    }
 
     fn found(ix: &PrefixIndex, keys: &[&str]) -> Vec<usize> {
         let mut out = Vec::new();
@@ -275,9 +310,11 @@ mod tests {
     fn one_action_per_browser_and_effect() {
         let args = |v: &[&str]| v.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
         let p = args(&["a:"]);
-        let set = Effect::new(5, args(&["SET", "a:1", "x"]));
-        let del = Effect::new(5, args(&["DEL", "a:1", "b:1"]));
-        let rename = Effect::new(5, args(&["RENAME", "a:1", "b:1"]));
+        let set = Effect::new(5, 0, args(&["SET", "a:1", "x"]));
+        let del = Effect::new(5, 0, args(&["DEL", "a:1", "b:1"]));
+        let rename = Effect::new(5, 0, args(&["RENAME", "a:1", "b:1"]));
+        let other_db = Effect::new(5, 2, args(&["SET", "a:1", "x"]));
+        let flush_other = Effect::new(5, 2, args(&["FLUSHALL"]));
         let snap = |seq| Inst::Snapshot {
             id: 1,
             seq,
@@ -306,5 +343,24 @@ mod tests {
         assert_eq!(action(&snap(None), &p, &set, false), Relay::Skip);
         assert_eq!(action(&Inst::Waiting, &p, &set, true), Relay::Skip);
         assert_eq!(action(&Inst::Idle, &p, &set, false), Relay::Skip);
+        // Databases: only the browser's own.
+        assert_eq!(action(&Inst::Live, &p, &other_db, false), Relay::Skip);
+        assert_eq!(action(&Inst::Live, &p, &flush_other, false), Relay::Skip);
+        assert_eq!(action2(&Inst::Live, &p, 2, &other_db, false), Relay::Whole);
+        assert_eq!(
+            action2(&Inst::Live, &p, 2, &flush_other, false),
+            Relay::Whole
+        );
+        assert_eq!(action2(&Inst::Live, &p, 2, &set, false), Relay::Skip);
+        assert_eq!(action(&snap(Some(4)), &p, &other_db, false), Relay::Skip);
+        assert_eq!(
+            action2(&snap(Some(4)), &p, 2, &other_db, false),
+            Relay::Defer
+        );
+        assert_eq!(
+            action(&Inst::Live, &p, &other_db, true),
+            Relay::Resync("feed-gap"),
+            "a gap concerns every database"
+        );
     }
 }

@@ -70,7 +70,8 @@ impl Server {
         self.request_snapshot(idx, i);
     }
 
-    /// Asks instance `i` for a snapshot of the browser's prefixes (when its link is live).
+    /// Asks instance `i` for a snapshot of the browser's prefixes in its database (when its
+    /// link is live).
     pub(super) fn request_snapshot(&mut self, idx: usize, i: usize) {
         let live = self.links[i].state == LinkState::Live;
         let (run, seq) = (
@@ -97,7 +98,7 @@ impl Server {
             seq: None,
             deferred: Vec::new(),
         };
-        let serial = b.serial;
+        let (serial, db) = (b.serial, b.db);
         self.next_snap += 1;
         self.snaps.insert(
             id,
@@ -109,7 +110,18 @@ impl Server {
         );
         self.pending_snaps[i].push_back(id);
         let id_text = id.to_string();
-        let mut argv: Vec<&[u8]> = vec![b"FEED", b"SNAPSHOT", id_text.as_bytes()];
+        let db_text = db.to_string();
+        // Database 0 keeps the original request (an engine without SNAPSHOTDB serves it).
+        let mut argv: Vec<&[u8]> = if db == 0 {
+            vec![b"FEED", b"SNAPSHOT", id_text.as_bytes()]
+        } else {
+            vec![
+                b"FEED",
+                b"SNAPSHOTDB",
+                db_text.as_bytes(),
+                id_text.as_bytes(),
+            ]
+        };
         argv.extend(prefixes.iter().map(Vec::as_slice));
         self.links[i].send(&argv);
     }

@@ -1,0 +1,127 @@
+//! MONITOR against redis-server and an engine (the same expectations run on both, so they are
+//! checked against Redis too): which commands produce a line, the line's format with the
+//! clock and the client address normalized, quoting, redaction, the database shown, the
+//! monitor connection's own restrictions, and RESET ending monitor mode.
+
+mod common;
+
+use common::*;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// `+<secs>.<usecs> [<db> 127.0.0.1:<port>] …` → `+T [<db> ADDR] …`, checking the clock
+/// is within 60 s of ours and the address is the worker's.
+fn normalize(line: &str, worker_addr: &str, server: &str) -> String {
+    let body = line
+        .strip_prefix('+')
+        .unwrap_or_else(|| panic!("[{server}] not a simple string: {line}"));
+    let (stamp, rest) = body.split_once(' ').unwrap();
+    let (secs, usecs) = stamp.split_once('.').unwrap();
+    assert_eq!(usecs.len(), 6, "[{server}] microseconds in {line}");
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!(
+        (secs.parse::<i64>().unwrap() - now).abs() < 60,
+        "[{server}] clock in {line}"
+    );
+    let rest = rest.strip_prefix('[').unwrap();
+    let (db, rest) = rest.split_once(' ').unwrap();
+    let (addr, rest) = rest.split_once(']').unwrap();
+    let who = if addr == worker_addr {
+        "WORKER"
+    } else {
+        "OTHER"
+    };
+    format!("+T [{db} {who}]{rest}")
+}
+
+/// The worker connection's `ip:port`, from its CLIENT INFO.
+fn addr_of(c: &mut Resp) -> String {
+    let info = String::from_utf8_lossy(&c.cmd_str(&["CLIENT", "INFO"])).into_owned();
+    info.split(' ')
+        .find_map(|f| f.strip_prefix("addr="))
+        .unwrap()
+        .to_string()
+}
+
+/// Reads `n` monitor lines (simple strings), normalized.
+fn lines(m: &mut Resp, n: usize, worker: &str, server: &str) -> Vec<String> {
+    (0..n)
+        .map(|_| {
+            let f = String::from_utf8_lossy(&m.read_frame()).into_owned();
+            normalize(f.trim_end_matches("\r\n"), worker, server)
+        })
+        .collect()
+}
+
+#[test]
+fn monitor_lines_match_redis() {
+    on_both(|port, server| {
+        let mut m = Resp::connect(port);
+        let mut w = Resp::connect(port);
+        let worker = addr_of(&mut w);
+        assert_eq!(cmd(&mut m, &["MONITOR"]), "+OK\\r\\n", "[{server}]");
+        // Not shown: refused before running (unknown, arity), admin rows (CONFIG, CLIENT
+        // LIST), commands queued in MULTI (shown when EXEC runs them, before EXEC).
+        for args in [
+            &["SET", "k", "a \"b\"\n\\\t\u{1}"][..],
+            &["NOSUCHCOMMAND", "x"],
+            &["GET"],
+            &["CONFIG", "GET", "maxmemory"],
+            &["CLIENT", "LIST"],
+            &["GET", "k"],
+            &["SELECT", "2"],
+            &["MULTI"],
+            &["INCR", "n"],
+            &["EXEC"],
+            &["AUTH", "someone", "secret"],
+            &["HELLO", "2", "AUTH", "default", "pw", "SETNAME", "w"],
+            &["ECHO", "bytes\u{7f}"],
+        ] {
+            w.cmd_str(args);
+        }
+        let expected = [
+            "+T [0 WORKER] \"SET\" \"k\" \"a \\\"b\\\"\\n\\\\\\t\\x01\"",
+            "+T [0 WORKER] \"GET\" \"k\"",
+            "+T [2 WORKER] \"SELECT\" \"2\"",
+            "+T [2 WORKER] \"MULTI\"",
+            "+T [2 WORKER] \"INCR\" \"n\"",
+            "+T [2 WORKER] \"EXEC\"",
+            "+T [2 WORKER] \"AUTH\" \"(redacted)\" \"(redacted)\"",
+            "+T [2 WORKER] \"HELLO\" \"2\" \"AUTH\" \"(redacted)\" \"(redacted)\" \"SETNAME\" \"w\"",
+            "+T [2 WORKER] \"ECHO\" \"bytes\\x7f\"",
+        ];
+        assert_eq!(
+            lines(&mut m, expected.len(), &worker, server),
+            expected,
+            "[{server}]"
+        );
+        assert_quiet(&mut m, server);
+        // The monitor itself: no keyspace access; other commands are answered, then shown.
+        assert_eq!(
+            cmd(&mut m, &["GET", "k"]),
+            "-ERR Replica can't interact with the keyspace\\r\\n",
+            "[{server}]"
+        );
+        assert_eq!(
+            cmd(&mut m, &["PUBLISH", "c", "x"]),
+            "-ERR Replica can't interact with the keyspace\\r\\n",
+            "[{server}]"
+        );
+        assert_eq!(cmd(&mut m, &["PING"]), "+PONG\\r\\n", "[{server}]");
+        let own = lines(&mut m, 1, &worker, server);
+        assert_eq!(own, ["+T [0 OTHER] \"PING\""], "[{server}]");
+        // A second MONITOR gets no reply at all (redis `monitorCommand`).
+        send(&mut m, &["MONITOR"]);
+        assert_quiet(&mut m, server);
+        // CLIENT LIST shows the monitor with flag O.
+        let list = String::from_utf8_lossy(&w.cmd_str(&["CLIENT", "LIST"])).into_owned();
+        assert!(list.contains(" flags=O "), "[{server}] {list}");
+        // RESET ends monitor mode.
+        assert_eq!(cmd(&mut m, &["RESET"]), "+RESET\\r\\n", "[{server}]");
+        assert!(cmd(&mut m, &["GET", "k"]).starts_with('$'), "[{server}]");
+        w.cmd_str(&["PING"]);
+        assert_quiet(&mut m, server);
+    });
+}

@@ -119,6 +119,14 @@ pub struct Proxy {
     now: Instant,
     clients: Slab<Client>,
     backends: Vec<Backend>,
+    /// Indices of the links that are not dormant, the only ones the loop's per-iteration
+    /// checks (congestion, poll timeout, retries) visit: the link table has a link per
+    /// (database, protocol, instance), 32 per instance with 16 databases, and walking all
+    /// of them several times an iteration cost more than proxying the request. A link
+    /// leaves dormancy only in `crate::exec` (its first request), which marks it dirty, so
+    /// `flush_all` lists it in the iteration it woke; `listed[i]`: link i is in `live`.
+    live: Vec<usize>,
+    listed: Vec<bool>,
     /// Clients' dedicated instance connections (`crate::dedicated`).
     dedicated: Slab<Dedicated>,
     fleet: Fleet,
@@ -169,7 +177,7 @@ impl Proxy {
         // per instance; database 0's RESP2 links connect at start, the others are dormant
         // until the first client on them (`crate::exec`, "RESP3 clients", "Databases").
         let n = backends.len();
-        let backends = (0..fleet.databases * 2)
+        let backends: Vec<Backend> = (0..fleet.databases * 2)
             .flat_map(|link| {
                 backends.iter().enumerate().map(move |(i, (name, addr))| {
                     let mut b = Backend::new(i, name.clone(), *addr);
@@ -189,6 +197,8 @@ impl Proxy {
         } else {
             Vec::new()
         };
+        let listed: Vec<bool> = backends.iter().map(|b| !b.dormant).collect();
+        let live = (0..listed.len()).filter(|&i| listed[i]).collect();
         let now = Instant::now();
         Ok(Proxy {
             poll,
@@ -201,6 +211,8 @@ impl Proxy {
             now,
             clients: Slab::new(),
             backends,
+            live,
+            listed,
             dedicated: Slab::new(),
             fleet,
             next_client_id: 1,
@@ -307,7 +319,7 @@ impl Proxy {
 
     fn poll_timeout(&self, now: Instant) -> Duration {
         let mut wait = MAX_POLL_WAIT;
-        for b in self.backends.iter().filter(|b| !b.dormant) {
+        for b in self.live.iter().map(|&i| &self.backends[i]) {
             let due = match b.link {
                 Link::Down { retry_at } => retry_at,
                 Link::Connecting { since, .. } => since + CONNECT_TIMEOUT,
@@ -535,10 +547,8 @@ impl Proxy {
 
     fn timers(&mut self, now: Instant) {
         self.sweep_clients(now);
-        for i in 0..self.backends.len() {
-            if self.backends[i].dormant {
-                continue;
-            }
+        for k in 0..self.live.len() {
+            let i = self.live[k];
             match self.backends[i].link {
                 Link::Down { retry_at } if retry_at <= now => {
                     // Retries never queue: while an instance is down its requests fail fast.
@@ -833,10 +843,7 @@ impl Proxy {
     }
 
     fn process_client_once(&mut self, token: usize) -> Option<clients::Op> {
-        let congested = self
-            .backends
-            .iter()
-            .any(|b| b.unsent() > BACKEND_HIGH_WATER);
+        let congested = self.congested();
         let Proxy {
             poll,
             clients,
@@ -970,15 +977,18 @@ impl Proxy {
         clients_op
     }
 
+    /// Whether a link holds more than `BACKEND_HIGH_WATER` unsent bytes: a live one, or one
+    /// woken this iteration (dirty, listed at `flush_all`). Dormant links hold nothing.
+    fn congested(&self) -> bool {
+        let over = |&i: &usize| self.backends[i].unsent() > BACKEND_HIGH_WATER;
+        self.live.iter().any(over) || self.dirty_backends.iter().any(over)
+    }
+
     fn resume_paused(&mut self) {
         if self.paused.is_empty() {
             return;
         }
-        let congested = self
-            .backends
-            .iter()
-            .any(|b| b.unsent() > BACKEND_HIGH_WATER);
-        if congested {
+        if self.congested() {
             return;
         }
         let list = std::mem::take(&mut self.paused);
@@ -1053,6 +1063,10 @@ impl Proxy {
         // freed them, and every iteration with a request allocated them again.
         let mut backends = std::mem::take(&mut self.dirty_backends);
         for &i in &backends {
+            if !self.listed[i] {
+                self.listed[i] = true; // woken this iteration (`crate::exec`)
+                self.live.push(i);
+            }
             self.backends[i].dirty = false;
             if self.backends[i].link != Link::Up {
                 continue; // written once the connect completes

@@ -545,6 +545,8 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
             b.dormant = false;
             // Requests queue while this first connect is under way.
             b.connect(registry, backend_token(i), Instant::now(), true);
+            // Dirty even if the connect failed at once: the loop learns of woken links so.
+            mark(&mut b.dirty, ctx.dirty_backends, i);
         }
         let sent = send_to(
             ctx.backends,

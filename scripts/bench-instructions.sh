@@ -14,7 +14,9 @@
 # `<label> <cmd> <instructions/request>`.
 #
 # CMDS (default "get set incr"; also mget10: MGET of 10 random keys) and P (pipeline depth,
-# default 1) choose the load; with P > 1 the figure is still per request. STRACE=1 counts
+# default 1) choose the load; with P > 1 the figure is still per request. BACKENDS (default 1)
+# puts that many engines (redis-servers for nutcracker) behind the proxy, so that MGET is
+# split; RB_ARGS adds redis-benchmark flags to every run (e.g. "-3", "--dbnum 1"). STRACE=1 counts
 # system calls instead (`strace -c -f`, no valgrind): `<label> <cmd> <syscalls/request>` and
 # the top calls.
 # Loopback only; each server is stopped by PID.
@@ -25,16 +27,18 @@ WARM=${WARM:-2000}
 CMDS=${CMDS:-get set incr}
 P=${P:-1}
 STRACE=${STRACE:-0}
+BACKENDS=${BACKENDS:-1}
+read -r -a RB_ARGS <<<"${RB_ARGS:-}"
 [ $# -gt 0 ] || set -- "${CARGO_TARGET_DIR:-target}/release/recached" "$(command -v redis-server)"
 for tool in valgrind callgrind_control redis-benchmark redis-cli; do
     command -v "$tool" >/dev/null || { echo "$0: $tool not found (apt-get install valgrind redis-tools)" >&2; exit 1; }
 done
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/recached-instr.XXXXXX")
 PID=
-BACKEND=
+BACKEND=()
 cleanup() {
     [ -n "$PID" ] && kill "$PID" 2>/dev/null
-    [ -n "$BACKEND" ] && kill "$BACKEND" 2>/dev/null
+    [ "${#BACKEND[@]}" = 0 ] || kill "${BACKEND[@]}" 2>/dev/null
     wait 2>/dev/null
     rm -rf "$TMP"
 }
@@ -46,10 +50,34 @@ MGET=(mget)
 for _ in 1 2 3 4 5 6 7 8 9 10; do MGET+=("key:__rand_int__"); done
 load() { # load CMD PORT N
     if [ "$1" = mget10 ]; then
-        redis-benchmark -p "$2" -c 1 -P "$P" -n "$3" -r 100000 -q "${MGET[@]}" >/dev/null
+        redis-benchmark -p "$2" "${RB_ARGS[@]}" -c 1 -P "$P" -n "$3" -r 100000 -q "${MGET[@]}" >/dev/null
     else
-        redis-benchmark -p "$2" -c 1 -P "$P" -n "$3" -r 100000 -t "$1" -q >/dev/null
+        redis-benchmark -p "$2" "${RB_ARGS[@]}" -c 1 -P "$P" -n "$3" -r 100000 -t "$1" -q >/dev/null
     fi
+}
+
+# start_backends KIND: BACKENDS servers (KIND redis or the recached BIN) on free ports; sets
+# BACKEND (pids) and EPORTS (ports).
+start_backends() {
+    local kind=$1 p
+    EPORTS=()
+    for ((b = 0; b < BACKENDS; b++)); do
+        p=$(free_port)
+        if [ "$kind" = redis ]; then
+            redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no >"$TMP/engine-$b.log" 2>&1 &
+        else
+            "$kind" server --port "$p" --bind 127.0.0.1 >"$TMP/engine-$b.log" 2>&1 &
+        fi
+        BACKEND+=($!)
+        EPORTS+=("$p")
+    done
+    for p in "${EPORTS[@]}"; do
+        for _ in $(seq 1 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    done
+}
+stop_backends() {
+    [ "${#BACKEND[@]}" = 0 ] || { kill "${BACKEND[@]}"; wait "${BACKEND[@]}" 2>/dev/null || true; }
+    BACKEND=()
 }
 
 for bin in "$@"; do
@@ -59,19 +87,17 @@ for bin in "$@"; do
         case "$bin" in
             *redis-server) args=("$bin" --port "$port" --bind 127.0.0.1 --save "" --appendonly no) ;;
             *nutcracker)
-                eport=$(free_port)
-                redis-server --port "$eport" --bind 127.0.0.1 --save "" --appendonly no >"$TMP/engine.log" 2>&1 &
-                BACKEND=$!
-                printf 'bench:\n  listen: 127.0.0.1:%s\n  hash: fnv1a_64\n  distribution: ketama\n  redis: true\n  auto_eject_hosts: false\n  timeout: 5000\n  servers:\n   - 127.0.0.1:%s:1\n' \
-                    "$port" "$eport" >"$TMP/nutcracker.yml"
-                args=("$bin" -c "$TMP/nutcracker.yml" -s "$(free_port)" -a 127.0.0.1 -o "$TMP/nutcracker.log")
-                for _ in $(seq 1 100); do redis-cli -p "$eport" ping >/dev/null 2>&1 && break; sleep 0.1; done ;;
+                start_backends redis
+                {
+                    printf 'bench:\n  listen: 127.0.0.1:%s\n  hash: fnv1a_64\n  distribution: ketama\n' "$port"
+                    printf '  redis: true\n  auto_eject_hosts: false\n  timeout: 5000\n  servers:\n'
+                    for p in "${EPORTS[@]}"; do printf '   - 127.0.0.1:%s:1\n' "$p"; done
+                } >"$TMP/nutcracker.yml"
+                args=("$bin" -c "$TMP/nutcracker.yml" -s "$(free_port)" -a 127.0.0.1 -o "$TMP/nutcracker.log") ;;
             *) if [ "${ROLE:-server}" = proxy ]; then
-                   eport=$(free_port)
-                   "$bin" server --port "$eport" --bind 127.0.0.1 >"$TMP/engine.log" 2>&1 &
-                   BACKEND=$!
-                   for _ in $(seq 1 100); do redis-cli -p "$eport" ping >/dev/null 2>&1 && break; sleep 0.1; done
-                   args=("$bin" proxy --port "$port" --bind 127.0.0.1 --backends "127.0.0.1:$eport")
+                   start_backends "$bin"
+                   list=$(printf '127.0.0.1:%s,' "${EPORTS[@]}")
+                   args=("$bin" proxy --port "$port" --bind 127.0.0.1 --backends "${list%,}")
                else
                    args=("$bin" server --port "$port" --bind 127.0.0.1)
                fi ;;
@@ -87,7 +113,7 @@ for bin in "$@"; do
             load "$cmd" "$port" "$N"
             kill -INT "$spid"; wait "$spid" 2>/dev/null || true
             kill "$PID"; wait "$PID" 2>/dev/null || true; PID=
-            if [ -n "$BACKEND" ]; then kill "$BACKEND"; wait "$BACKEND" 2>/dev/null || true; BACKEND=; fi
+            stop_backends
             calls=$(awk '$NF == "total" {print $4}' "$TMP/strace.out")
             echo "$bin ${ROLE:-server} $cmd P=$P $(awk -v c="$calls" -v n="$N" 'BEGIN { printf "%.3f", c / n }') syscalls/request"
             awk -v n="$N" '$1 ~ /^[0-9.]+$/ && $NF != "total" { printf "    %-14s %.3f/request\n", $NF, $4 / n }' "$TMP/strace.out" | sort -k2 -rn | head -6
@@ -104,7 +130,7 @@ for bin in "$@"; do
         # drop the counts); what runs after it (shutdown) goes to the final file, not read.
         callgrind_control -d "$PID" >/dev/null
         kill "$PID"; wait "$PID" 2>/dev/null || true; PID=
-        if [ -n "$BACKEND" ]; then kill "$BACKEND"; wait "$BACKEND" 2>/dev/null || true; BACKEND=; fi
+        stop_backends
         total=$(awk '/^summary:/ {print $2}' "$out.1")
         [ -z "${KEEP_CALLGRIND:-}" ] || cp "$out.1" "$KEEP_CALLGRIND.$(basename "$bin").$cmd"
         rm -f "$out"*

@@ -62,7 +62,7 @@ pub enum BenchCommand {
         #[command(flatten)]
         params: origin::OriginParams,
     },
-    /// Run redis-benchmark (args after `--`, `--csv` is added) and record its rows as JSON.
+    /// Run redis-benchmark (args after `--`, `--csv` is put first) and record its rows as JSON.
     RedisBenchmark {
         #[command(flatten)]
         out: OutArgs,
@@ -388,9 +388,11 @@ fn redis_benchmark(
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
+    // `--csv` first: after a custom command (`mget key:__rand_int__ …`) it would be read as
+    // one more argument of that command.
     let output = std::process::Command::new("redis-benchmark")
-        .args(args)
         .arg("--csv")
+        .args(args)
         .output()
         .map_err(|e| format!("redis-benchmark: {e}"))?;
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -371,6 +371,33 @@ fn a_dead_instance_fails_fast_and_is_reconnected() {
     );
 }
 
+/// A link woken by its first request while its instance is down (database 1's link here)
+/// is retried like any other: the event loop's per-iteration checks visit only the links
+/// that are not dormant, and learn of a woken one even when its first connect failed.
+#[test]
+fn a_link_woken_while_its_instance_is_down_is_retried() {
+    let mut f = Fleet::start();
+    let mut c = f.conn();
+    let k1 = key_on(1, "w");
+    let port1 = f.redis[1].port;
+    f.redis[1].kill();
+    assert_eq!(c.cmd(&["SELECT", "1"]), b"+OK\r\n");
+    let want = format!("-ERR instance 1 (127.0.0.1:{port1}) is unavailable\r\n");
+    let down = wait_for(Duration::from_secs(5), || {
+        (text(&c.cmd(&["GET", &k1])) == want).then_some(())
+    });
+    assert!(down.is_some(), "no unavailable error on database 1");
+    f.redis[1] = Redis::start(port1);
+    let back = wait_for(Duration::from_secs(5), || {
+        (c.cmd(&["SET", &k1, "one"]) == b"+OK\r\n").then_some(())
+    });
+    assert!(back.is_some(), "database 1's link was not retried");
+    assert_eq!(c.cmd(&["GET", &k1]), bulk("one"));
+    let mut d = f.backend(1);
+    assert_eq!(d.cmd(&["SELECT", "1"]), b"+OK\r\n");
+    assert_eq!(d.cmd(&["GET", &k1]), bulk("one"), "written in database 1");
+}
+
 #[test]
 fn concurrent_pipelining_clients_each_get_their_own_replies() {
     let f = Fleet::start();

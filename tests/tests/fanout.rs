@@ -621,57 +621,66 @@ fn slow_browser_is_resynced_alone() {
     slow.ws = ws;
     slow.send_subscribe(&["q:"], None, &[]);
     slow.sync(T);
-    // The fast one reads all along, in its own thread.
+    // The fast one reads all along, in its own (scoped) thread, and checks itself there once
+    // the writes are done: a replica `Client` holds an engine, which is not `Send` (the script
+    // host it may carry is single-threaded).
     let port = f.fanout_port;
-    let fast = std::thread::spawn(move || {
-        let mut fast = Client::subscribe(port, &["q:"], None);
-        fast.sync(T);
-        fast.drain(Duration::from_millis(2000));
-        fast
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let f = &f;
+        let fast = scope.spawn(move || {
+            let mut fast = Client::subscribe(port, &["q:"], None);
+            fast.sync(T);
+            fast.drain(Duration::from_millis(2000));
+            done_rx
+                .recv_timeout(Duration::from_secs(120))
+                .expect("the writes finish");
+            assert!(
+                fast.refetches.iter().all(|r| r == "initial"),
+                "fast: {:?}",
+                fast.refetches
+            );
+            assert_converged(f, &mut fast, "q:");
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        // ~6 MB of keychanges while the slow one does not read.
+        let big = "x".repeat(2000);
+        let mut pipe = Vec::new();
+        let n = 3000;
+        for i in 0..n {
+            let key = format!("q:{}", i % 50);
+            pipe.extend(
+                format!(
+                    "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{big}\r\n",
+                    key.len(),
+                    big.len()
+                )
+                .bytes(),
+            );
+        }
+        let mut s = TcpStream::connect(("127.0.0.1", f.proxy_port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let writer = {
+            let mut s = s.try_clone().unwrap();
+            // In batches, so a reader that keeps up stays well inside its 1 MB budget.
+            std::thread::spawn(move || {
+                for chunk in pipe.chunks(pipe.len() / 15 + 1) {
+                    s.write_all(chunk).unwrap();
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+        };
+        let mut got = 0;
+        let mut buf = [0u8; 8192];
+        while got < n * 5 {
+            let r = s.read(&mut buf).unwrap();
+            assert!(r > 0);
+            got += r;
+        }
+        writer.join().unwrap();
+        done_tx.send(()).unwrap();
+        fast.join().unwrap();
     });
-    std::thread::sleep(Duration::from_millis(300));
-    // ~6 MB of keychanges while the slow one does not read.
-    let big = "x".repeat(2000);
-    let mut pipe = Vec::new();
-    let n = 3000;
-    for i in 0..n {
-        let key = format!("q:{}", i % 50);
-        pipe.extend(
-            format!(
-                "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{big}\r\n",
-                key.len(),
-                big.len()
-            )
-            .bytes(),
-        );
-    }
-    let mut s = TcpStream::connect(("127.0.0.1", f.proxy_port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let writer = {
-        let mut s = s.try_clone().unwrap();
-        // In batches, so a reader that keeps up stays well inside its 1 MB budget.
-        std::thread::spawn(move || {
-            for chunk in pipe.chunks(pipe.len() / 15 + 1) {
-                s.write_all(chunk).unwrap();
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        })
-    };
-    let mut got = 0;
-    let mut buf = [0u8; 8192];
-    while got < n * 5 {
-        let r = s.read(&mut buf).unwrap();
-        assert!(r > 0);
-        got += r;
-    }
-    writer.join().unwrap();
-    let mut fast = fast.join().unwrap();
-    assert!(
-        fast.refetches.iter().all(|r| r == "initial"),
-        "fast: {:?}",
-        fast.refetches
-    );
-    assert_converged(&f, &mut fast, "q:");
     slow.drain(Duration::from_millis(1500));
     assert!(
         slow.refetches.iter().any(|r| r == "slow-consumer"),

@@ -58,6 +58,9 @@ const DEADLINE_CHECK_INSTRUCTIONS: u32 = 100_000;
 /// The error a script past [`BUSY_LIMIT`] gets (the usual `script: <sha>, on …` suffix
 /// follows).
 const STOPPED: &str = "Script ran longer than busy-reply-threshold (5000 ms) and was stopped";
+/// The running script's deadline and whether it passed (shared with the Lua hook and the
+/// prelude's `I.stopping`).
+type Deadline = Rc<(Cell<Option<Instant>>, Cell<bool>)>;
 /// Run a GC step every this many scripts (redis `LUA_GC_CYCLE_PERIOD`).
 const GC_PERIOD: u32 = 50;
 
@@ -88,8 +91,9 @@ pub struct LuaHost {
     state: State,
     memory_limit: usize,
     rand: Rc<Cell<rand::Rand48>>,
-    /// When the running script is stopped ([`BUSY_LIMIT`]); `None` between scripts.
-    deadline: Rc<Cell<Option<Instant>>>,
+    /// When the running script is stopped ([`BUSY_LIMIT`]) and whether it is being stopped;
+    /// `(None, false)` between scripts.
+    deadline: Deadline,
     runs: u32,
 }
 
@@ -103,7 +107,7 @@ impl LuaHost {
     /// A host whose Lua heap may grow to `memory_limit` bytes.
     pub fn new(memory_limit: usize) -> mlua::Result<LuaHost> {
         let rand = Rc::new(Cell::new(rand::Rand48::default()));
-        let deadline = Rc::new(Cell::new(None));
+        let deadline: Deadline = Rc::new((Cell::new(None), Cell::new(false)));
         Ok(LuaHost {
             state: State::new(memory_limit, rand.clone(), deadline.clone())?,
             memory_limit,
@@ -243,7 +247,7 @@ impl LuaHost {
         out: &mut Vec<u8>,
     ) {
         let st = &self.state;
-        self.deadline.set(Some(Instant::now() + BUSY_LIMIT));
+        self.deadline.0.set(Some(Instant::now() + BUSY_LIMIT));
         let result = (|| -> mlua::Result<(bool, Value)> {
             st.globals.raw_set("KEYS", array(&st.lua, keys)?)?;
             st.globals.raw_set("ARGV", array(&st.lua, args)?)?;
@@ -274,7 +278,8 @@ impl LuaHost {
                 Ok((ok, r.next().unwrap_or(Value::Nil)))
             })
         })();
-        self.deadline.set(None);
+        self.deadline.0.set(None);
+        self.deadline.1.set(false);
         let script_proto = run.proto();
         match result {
             Ok((true, v)) => convert::lua_to_reply(&v, caller, script_proto, out),
@@ -414,18 +419,22 @@ impl State {
     fn new(
         memory_limit: usize,
         rand: Rc<Cell<rand::Rand48>>,
-        deadline: Rc<Cell<Option<Instant>>>,
+        deadline: Deadline,
     ) -> mlua::Result<State> {
         let lua = Lua::new_with(
             StdLib::TABLE | StdLib::STRING | StdLib::MATH,
             LuaOptions::new(),
         )?;
-        // Every coroutine too (a global hook): past the deadline, each check raises again, so
-        // a script that catches the error with pcall is stopped at the next check outside it.
+        // Every coroutine too (a global hook). Past the deadline every check raises, and the
+        // prelude's pcall/xpcall/coroutine.resume raise again what they catch (`I.stopping`).
+        let hook_deadline = deadline.clone();
         lua.set_global_hook(
             mlua::HookTriggers::new().every_nth_instruction(DEADLINE_CHECK_INSTRUCTIONS),
-            move |_, _| match deadline.get() {
-                Some(at) if Instant::now() >= at => Err(mlua::Error::external(STOPPED)),
+            move |_, _| match hook_deadline.0.get() {
+                Some(at) if Instant::now() >= at => {
+                    hook_deadline.1.set(true);
+                    Err(mlua::Error::external(STOPPED))
+                }
                 _ => Ok(mlua::VmState::Continue),
             },
         )?;
@@ -573,6 +582,10 @@ impl State {
                 r.set(g);
                 Ok(())
             })?,
+        )?;
+        hooks.raw_set(
+            "stopping",
+            lua.create_function(move |_, ()| Ok(deadline.1.get()))?,
         )?;
         hooks.raw_set("version", VERSION)?;
         hooks.raw_set("version_num", VERSION_NUM)?;

@@ -5,6 +5,7 @@ local G = _G
 local error, type, select, tostring, tonumber, floor = error, type, select, tostring, tonumber, math.floor
 local math = math
 local rawset0, setmetatable0, getmetatable0, pcall0 = rawset, setmetatable, getmetatable, pcall
+local xpcall0, resume0 = xpcall, coroutine.resume
 
 -- Vanilla Lua 5.1 has no read-only tables (Redis patches its Lua for them): protected tables
 -- here are empty proxies whose reads go to the real table and whose writes fail.
@@ -83,9 +84,19 @@ math.randomseed = function(v)
   I.seed(x >= 0 and floor(x) or -floor(-x))
 end
 
+-- A script past the busy limit is being stopped (lib.rs, BUSY_LIMIT): whatever catches an
+-- error (pcall, xpcall, coroutine.resume) raises it again, so the stop reaches the top.
+local function caught(ok, ...)
+  if not ok and I.stopping() then error((...), 0) end
+  return ok, ...
+end
+xpcall = function(...) return caught(xpcall0(...)) end
+coroutine.resume = function(...) return caught(resume0(...)) end
+
 -- Redis 7's pcall: an error table raised by redis.call is returned as its message.
 local function pcall_result(ok, ...)
   if ok then return ok, ... end
+  if I.stopping() then error((...), 0) end
   local e = ...
   if type(e) ~= 'table' then e = I.take_pending() or e end
   if type(e) == 'table' and type(e.err) == 'string' then return false, e.err end

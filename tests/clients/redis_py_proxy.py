@@ -9,7 +9,8 @@ Checks, each with a clear message on failure (exit status 1): the protocol negot
 non-transactional pipeline, HGETALL (a dict; a RESP3 map on the wire), ZSCORE (a float),
 pub/sub (subscribe, publish from another connection, receive), BLPOP woken by another client's
 RPUSH, SCAN iteration collecting every key exactly once, a database chosen by URL
-(`redis://…/1`) kept apart from database 0 with FLUSHDB there touching only it. Prints `protocol: N`, one line per
+(`redis://…/1`) kept apart from database 0 with FLUSHDB there touching only it, and redis-py's
+Lock (acquire, extend, release; a non-owner's release raising LockNotOwnedError). Prints `protocol: N`, one line per
 check, and `ok` last. Every wait is bounded: each blocking call has its own timeout, and
 SIGALRM ends the whole run after 60 s.
 """
@@ -150,6 +151,27 @@ dups = len(seen) - len(set(seen))
 check(dups == 0, f"SCAN returned {dups} keys more than once")
 check(set(seen) == scan_keys, f"SCAN missed {len(scan_keys - set(seen))} keys, extra {set(seen) - scan_keys!r}")
 print(f"scan: ok ({len(seen)} keys)", flush=True)
+
+# --- redis-py's Lock (EVALSHA of its Lua scripts, routed by the lock's key) -------------------
+lock = r.lock(PREFIX + "lock", timeout=5)
+check(lock.acquire(blocking=False) is True, "Lock.acquire")
+check(lock.extend(10) is True, "Lock.extend")
+check(5 < r.pttl(PREFIX + "lock") / 1000 <= 15, f"lock TTL after extend: {r.pttl(PREFIX + 'lock')} ms")
+other = r.lock(PREFIX + "lock", timeout=5)
+check(other.acquire(blocking=False) is False, "a second Lock acquired a held lock")
+other.local.token = b"not-the-owner"
+try:
+    other.release()
+    fail("a non-owner's release did not raise")
+except redis.exceptions.LockNotOwnedError:
+    pass
+check(lock.owned() is True, "the owner lost its lock")
+lock.release()
+check(lock.locked() is False, "the lock is still held after release")
+with r.lock(PREFIX + "lock2", timeout=2):
+    check(r.exists(PREFIX + "lock2") == 1, "Lock as a context manager")
+check(r.exists(PREFIX + "lock2") == 0, "the context manager's lock was not released")
+print("lock: ok", flush=True)
 
 # --- a database chosen by URL, kept apart from database 0; FLUSHDB there touches only it ----
 db1 = redis.Redis.from_url(f"redis://127.0.0.1:{PORT}/1")

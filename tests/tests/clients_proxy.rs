@@ -150,6 +150,7 @@ fn redis_py_default_settings_through_the_proxy() {
     );
     assert!(out.starts_with("redis-py 8."), "{out}");
     assert!(out.contains("\ndatabase by url: ok\n"), "{out}");
+    assert!(out.contains("\nlock: ok\n"), "{out}");
     fleet.check_mget_keys_on_both_engines("py:");
 }
 

@@ -193,7 +193,7 @@ pub fn undump(data: &[u8]) -> Result<Vec<Vec<u8>>, String> {
             return Err("given type is not a function".into());
         }
         let code = read_string(body, &mut pos)
-            .ok_or_else(|| "failed loading the given functions payload".to_string())?;
+            .ok_or_else(|| "Failed loading library payload".to_string())?;
         libs.push(code);
     }
     Ok(libs)

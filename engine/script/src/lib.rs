@@ -1,5 +1,5 @@
-//! recached-script: Lua scripting for the engine server — EVAL, EVALSHA, EVAL_RO, EVALSHA_RO
-//! and SCRIPT, with Redis 7.0's API, conversions, sandbox and error texts (docs/scripting.md).
+//! recached-script: Lua scripting for the engine server — EVAL, EVALSHA, EVAL_RO, EVALSHA_RO,
+//! SCRIPT, FUNCTION, FCALL and FCALL_RO, with Redis 7.0's API, conversions, sandbox and error texts (docs/scripting.md).
 //!
 //! Lua 5.1 comes from `mlua` (vendored, compiled from source); it lives in this crate so
 //! engine-core stays pure and builds for wasm. [`LuaHost`] implements engine-core's
@@ -13,15 +13,19 @@
 //! - [`convert`]: RESP ⇄ Lua conversions;
 //! - `prelude.lua`: the `redis` table, Redis's `pcall`, `math.random` and the sandbox
 //!   (protected globals), run once per Lua state;
-//! - [`shebang`]: `#!lua flags=…`; [`rand`]: Redis's `lrand48`.
+//! - [`shebang`]: `#!lua flags=…`; [`rand`]: Redis's `lrand48`;
+//! - [`functions`]: libraries, library metadata, FUNCTION DUMP/RESTORE payloads; the Lua side
+//!   of functions (their own Lua state, FUNCTION LOAD's environment, `register_function`,
+//!   FCALL) is in this file.
 //!
 //! # Bounds
 //! The Lua heap is capped ([`DEFAULT_MEMORY_LIMIT`]): a script that allocates past it gets an
 //! error reply and the state stays usable. Lua's own limits turn deep recursion into a
 //! `stack overflow` error; reply conversion stops at [`convert::MAX_DEPTH`]. Not yet here (next
-//! stage): the busy-script threshold and SCRIPT KILL of a running script, FUNCTION/FCALL, the
-//! cjson/cmsgpack/bit/struct libraries, SCRIPT DEBUG and `redis.acl_check_cmd`.
+//! stage): the busy-script threshold and SCRIPT KILL of a running script, libraries in
+//! snapshots, the cjson/cmsgpack/bit/struct libraries, SCRIPT DEBUG and `redis.acl_check_cmd`.
 
+pub mod bit;
 pub mod convert;
 pub mod functions;
 pub mod rand;
@@ -59,9 +63,12 @@ const DEADLINE_CHECK_INSTRUCTIONS: u32 = 100_000;
 /// The error a script past [`BUSY_LIMIT`] gets (the usual `script: <sha>, on …` suffix
 /// follows).
 const STOPPED: &str = "Script ran longer than busy-reply-threshold (5000 ms) and was stopped";
-/// The running script's deadline and whether it passed (shared with the Lua hook and the
+/// The running script's deadline, whether it passed, and whether the code running is a
+/// library's FUNCTION LOAD (then the limit is [`LOAD_LIMIT`]) (shared with the Lua hook and the
 /// prelude's `I.stopping`).
-type Deadline = Rc<(Cell<Option<Instant>>, Cell<bool>)>;
+type Deadline = Rc<(Cell<Option<Instant>>, Cell<bool>, Cell<bool>)>;
+/// How long a library's code may run in FUNCTION LOAD (redis `LOAD_TIMEOUT_MS`).
+const LOAD_LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
 /// Run a GC step every this many scripts (redis `LUA_GC_CYCLE_PERIOD`).
 const GC_PERIOD: u32 = 50;
 
@@ -121,7 +128,7 @@ impl LuaHost {
     /// A host whose Lua heap may grow to `memory_limit` bytes.
     pub fn new(memory_limit: usize) -> mlua::Result<LuaHost> {
         let rand = Rc::new(Cell::new(rand::Rand48::default()));
-        let deadline: Deadline = Rc::new((Cell::new(None), Cell::new(false)));
+        let deadline: Deadline = Rc::new((Cell::new(None), Cell::new(false), Cell::new(false)));
         let loading: Loading = Rc::new(RefCell::new(None));
         Ok(LuaHost {
             state: State::new(memory_limit, rand.clone(), deadline.clone(), None)?,
@@ -459,7 +466,11 @@ impl State {
             move |_, _| match hook_deadline.0.get() {
                 Some(at) if Instant::now() >= at => {
                     hook_deadline.1.set(true);
-                    Err(mlua::Error::external(STOPPED))
+                    Err(mlua::Error::external(if hook_deadline.2.get() {
+                        "FUNCTION LOAD timeout"
+                    } else {
+                        STOPPED
+                    }))
                 }
                 _ => Ok(mlua::VmState::Continue),
             },
@@ -622,6 +633,12 @@ impl State {
                 })?,
             )?;
         }
+        let p = pending.clone();
+        let raise_bit: bit::Raise = Rc::new(move |lua, text| match raise::<()>(lua, &p, &text) {
+            Err(e) => e,
+            Ok(()) => mlua::Error::runtime(text),
+        });
+        hooks.raw_set("bit", bit::table(&lua, &raise_bit)?)?;
         hooks.raw_set("version", VERSION)?;
         hooks.raw_set("version_num", VERSION_NUM)?;
         let xpcall: Function = lua.globals().raw_get("xpcall")?;
@@ -894,17 +911,19 @@ fn register_function(
                             if f.is_nil() {
                                 break;
                             }
-                            let known = lua_str(&f).and_then(|f| {
-                                let f = String::from_utf8_lossy(&f).to_ascii_lowercase();
-                                Some(match f.as_str() {
-                                    "no-writes" => flags.no_writes = true,
-                                    "allow-oom" => flags.allow_oom = true,
-                                    "allow-stale" => flags.allow_stale = true,
-                                    "no-cluster" => flags.no_cluster = true,
-                                    "allow-cross-slot-keys" => flags.allow_cross_slot_keys = true,
-                                    _ => return None,
-                                })
-                            });
+                            let flag = lua_str(&f)
+                                .map(|f| String::from_utf8_lossy(&f).to_ascii_lowercase());
+                            let slot = match flag.as_deref() {
+                                Some("no-writes") => Some(&mut flags.no_writes),
+                                Some("allow-oom") => Some(&mut flags.allow_oom),
+                                Some("allow-stale") => Some(&mut flags.allow_stale),
+                                Some("no-cluster") => Some(&mut flags.no_cluster),
+                                Some("allow-cross-slot-keys") => {
+                                    Some(&mut flags.allow_cross_slot_keys)
+                                }
+                                _ => None,
+                            };
+                            let known = slot.map(|s| *s = true);
                             if known.is_none() {
                                 return raise(lua, p, "unknown flag given");
                             }
@@ -1050,7 +1069,8 @@ impl LuaHost {
             })?;
         let load_mode = st.load_mode.as_ref().expect("the functions' state");
         *self.loading.borrow_mut() = Some(Vec::new());
-        self.deadline.0.set(Some(Instant::now() + BUSY_LIMIT));
+        self.deadline.0.set(Some(Instant::now() + LOAD_LIMIT));
+        self.deadline.2.set(true);
         st.pending.borrow_mut().take();
         let r = load_mode
             .call::<()>(true)
@@ -1058,6 +1078,7 @@ impl LuaHost {
         let _ = load_mode.call::<()>(false);
         self.deadline.0.set(None);
         self.deadline.1.set(false);
+        self.deadline.2.set(false);
         let registered = self.loading.borrow_mut().take().unwrap_or_default();
         let mut r = r
             .map_err(|e| format!("Error registering functions: {e}"))?

@@ -117,6 +117,9 @@ end
 -- Redis 7.0's globals: no io, os, package, debug, dofile, loadfile, print.
 dofile, loadfile, print = nil, nil, nil
 
+-- Redis's embedded `bit` library (bit.rs).
+bit = I.bit
+
 -- Every global moves to the hidden table `real`; the global table itself becomes an empty,
 -- protected proxy of it, so every function (loadstring's too) sees the same sandbox.
 local real = {}
@@ -127,6 +130,7 @@ real.string = protect(real.string)
 real.math = protect(real.math)
 real.table = protect(real.table)
 real.coroutine = protect(real.coroutine)
+real.bit = protect(real.bit)
 real._G = G
 setmetatable0(real, {__index = function(_, k)
   error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)

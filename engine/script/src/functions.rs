@@ -121,14 +121,10 @@ pub fn metadata(payload: &[u8]) -> Result<(String, Vec<u8>, usize), String> {
         return Err("Invalid library metadata".into());
     };
     let line = &payload[..end];
-    let parts: Vec<&[u8]> = line
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|p| !p.is_empty())
-        .collect();
-    let Some(first) = parts.first() else {
+    let Some(parts) = resp::parse::split_line(line).filter(|p| !p.is_empty()) else {
         return Err("Invalid library metadata".into());
     };
-    let engine = String::from_utf8_lossy(&first[2..]).into_owned();
+    let engine = String::from_utf8_lossy(parts[0].get(2..).unwrap_or_default()).into_owned();
     let mut name = None;
     for part in &parts[1..] {
         if part.len() >= 5 && part[..5].eq_ignore_ascii_case(b"name=") {
@@ -347,6 +343,14 @@ mod tests {
         assert_eq!(
             metadata(b"#!lua name=a x=y\n").unwrap_err(),
             "Invalid metadata value given: x=y"
+        );
+        assert_eq!(
+            metadata(b"#!lua name=\"foo\"\n").unwrap().1,
+            b"foo".to_vec()
+        );
+        assert_eq!(
+            metadata(b"#!lua name=\"foo\n").unwrap_err(),
+            "Invalid library metadata"
         );
         assert!(valid_name(b"a_B9") && !valid_name(b"a-b") && !valid_name(b""));
     }

@@ -23,7 +23,7 @@
 //! error reply and the state stays usable. Lua's own limits turn deep recursion into a
 //! `stack overflow` error; reply conversion stops at [`convert::MAX_DEPTH`]. Not yet here (next
 //! stage): the busy-script threshold and SCRIPT KILL of a running script, libraries in
-//! snapshots, the cjson/cmsgpack/bit/struct libraries, SCRIPT DEBUG and `redis.acl_check_cmd`.
+//! snapshots, the cjson/cmsgpack/struct libraries, SCRIPT DEBUG and `redis.acl_check_cmd`.
 
 pub mod bit;
 pub mod convert;

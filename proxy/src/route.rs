@@ -15,6 +15,8 @@
 //! | blocking (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, BRPOPLPUSH) | keys on one instance → [`Plan::Blocking`]: the client's dedicated connection to it ([`crate::dedicated`]); else `-CROSSSLOT` |
 //! | WATCH, MULTI, EXEC, DISCARD, UNWATCH | [`Plan::Watch`] / [`Plan::Multi`], then [`crate::tx`] decides while the transaction lasts; EXEC/DISCARD without MULTI get Redis's errors |
 //! | SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE, PUNSUBSCRIBE, SSUBSCRIBE, SUNSUBSCRIBE | [`Plan::PubSub`]: [`crate::pubsub`] (shard channels of several slots: `-CROSSSLOT`) |
+//! | EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL, FCALL_RO | forwarded to the instance of their declared keys (none: any instance; several instances: `-CROSSSLOT`) |
+//! | SCRIPT LOAD / FLUSH / EXISTS; FUNCTION LOAD / DELETE / RESTORE / FLUSH | every instance: the first reply if none failed (else the first error) / `+OK` from all / the AND; the other SCRIPT and FUNCTION subcommands (LIST, DUMP, STATS, KILL, HELP) go to one instance |
 //! | PUBLISH, SPUBLISH | forwarded to the channel's instance (channels are routed like keys) |
 //! | PUBSUB CHANNELS / SHARDCHANNELS / NUMPAT | every instance: channels concatenated / the largest count (each proxy pattern subscription is held by every instance) ; NUMSUB / SHARDNUMSUB forwarded when their channels share an instance |
 //! | PING, ECHO, QUIT, SELECT, HELLO, RESET, CLIENT SETNAME/GETNAME/ID/SETINFO/NO-EVICT/NO-TOUCH, WAIT (`:0`, no replicas; Redis's argument errors) | answered by the proxy |
@@ -331,6 +333,14 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             "load" => fan_out(Merge::First),
             "flush" => fan_out(Merge::AllOk),
             "exists" => fan_out(Merge::AllOf),
+            _ => Plan::ForwardAny,
+        },
+        // Functions: FCALL/FCALL_RO go by their declared keys like EVAL; the libraries are kept
+        // the same on every instance (changes go to all, and must succeed on all), so any
+        // instance answers LIST, DUMP and STATS.
+        "function" => match row.short_name() {
+            "load" | "delete" | "restore" => fan_out(Merge::First),
+            "flush" => fan_out(Merge::AllOk),
             _ => Plan::ForwardAny,
         },
         "dbsize" => fan_out(Merge::Sum),
@@ -693,6 +703,34 @@ mod tests {
                 ..
             }
         ));
+        assert_eq!(
+            run(&[b"FCALL", b"f", b"1", &a, b"x"], 2),
+            Plan::Forward(instance_of(&a, 2))
+        );
+        assert_eq!(run(&[b"FCALL_RO", b"f", b"0", b"x"], 2), Plan::ForwardAny);
+        assert_eq!(
+            reply(run(&[b"FCALL", b"f", b"2", &a, &b], 2)),
+            CROSSSLOT.to_vec()
+        );
+        for sub in [&b"LOAD"[..], b"DELETE", b"RESTORE"] {
+            assert!(matches!(
+                run(&[b"FUNCTION", sub, b"x"], 2),
+                Plan::FanOut {
+                    merge: Merge::First,
+                    ..
+                }
+            ));
+        }
+        assert!(matches!(
+            run(&[b"FUNCTION", b"FLUSH"], 2),
+            Plan::FanOut {
+                merge: Merge::AllOk,
+                ..
+            }
+        ));
+        for sub in [&b"LIST"[..], b"DUMP", b"STATS", b"KILL"] {
+            assert_eq!(run(&[b"FUNCTION", sub], 2), Plan::ForwardAny);
+        }
         let mut out = Vec::new();
         crate::split::merge(
             &Merge::AllOf,

@@ -30,6 +30,9 @@ pub struct Config {
     pub maxmemory_policy: &'static str,
     /// `maxmemory-samples`: keys sampled per eviction round (Redis default 5).
     pub maxmemory_samples: u32,
+    /// `busy-reply-threshold` (alias `lua-time-limit`), ms: accepted and reported; the script
+    /// host still stops a script at its fixed limit (docs/scripting.md).
+    pub busy_reply_threshold: u64,
     /// `databases`: how many databases SELECT can choose from (Redis default 16, at least 1).
     pub databases: usize,
     /// `lfu-log-factor` (Redis default 10).
@@ -81,6 +84,7 @@ impl Default for Config {
             maxmemory: 0,
             maxmemory_policy: "noeviction",
             maxmemory_samples: 5,
+            busy_reply_threshold: 5000,
             databases: 16,
             lfu_log_factor: 10,
             lfu_decay_time: 1,

@@ -40,6 +40,10 @@ pub trait Scripting {
     fn eval(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError>;
     /// A SCRIPT subcommand (`c.spec.name` is `script|load`, `script|exists`, …).
     fn script(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError>;
+    /// FCALL or FCALL_RO (`c.spec.name` says which): runs a function of a loaded library.
+    fn fcall(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError>;
+    /// A FUNCTION subcommand (`c.spec.name` is `function|load`, `function|list`, …).
+    fn function(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError>;
 }
 
 /// The rules a script run is under (redis `scriptRunCtx.flags`, from the shebang flags and
@@ -271,6 +275,14 @@ fn with_host(
 /// EVAL line before the lines of the commands it runs (redis `evalCommand`), then the host
 /// runs it.
 pub fn eval(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    eval_like(e, c, |h, e, c| h.eval(e, c))
+}
+
+fn eval_like(
+    e: &mut Engine,
+    c: &mut Call,
+    f: impl FnOnce(&mut dyn Scripting, &mut Engine, &mut Call) -> Result<(), CmdError>,
+) -> Result<(), CmdError> {
     if e.scripting.is_none() {
         return Err(CmdError::Other(unknown_command_message(c.argv)));
     }
@@ -279,7 +291,18 @@ pub fn eval(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         let (client, out) = c.parts();
         crate::monitor::feed_always(e, client, spec, argv, now_us, out);
     }
-    with_host(e, c, |h, e, c| h.eval(e, c))
+    with_host(e, c, f)
+}
+
+/// `FCALL function numkeys [key …] [arg …]` (and FCALL_RO): MONITOR sees the FCALL line
+/// before the commands the function runs (redis `fcallCommandGeneric`), then the host runs it.
+pub fn fcall(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    eval_like(e, c, |h, e, c| h.fcall(e, c))
+}
+
+/// `FUNCTION LOAD|DELETE|FLUSH|LIST|DUMP|RESTORE|STATS|KILL|HELP …`: the host's.
+pub fn function(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    with_host(e, c, |h, e, c| h.function(e, c))
 }
 
 /// `SCRIPT LOAD|EXISTS|FLUSH|KILL|HELP …`: the host's.

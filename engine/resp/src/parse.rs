@@ -561,3 +561,20 @@ fn split_args(
         });
     }
 }
+
+/// Splits `line` into owned arguments like Redis's `sdssplitargs`; `None` on unbalanced
+/// quotes (a NUL byte ends the line, as in C).
+pub fn split_line(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let line = &line[..line.iter().position(|&b| b == 0).unwrap_or(line.len())];
+    let (mut spans, mut scratch) = (Vec::new(), Vec::new());
+    split_args(line, &mut spans, &mut scratch).ok()?;
+    Some(
+        spans
+            .iter()
+            .map(|s| match *s {
+                Span::Buf { start, end } => line[start..end].to_vec(),
+                Span::Scratch { start, end } => scratch[start..end].to_vec(),
+            })
+            .collect(),
+    )
+}

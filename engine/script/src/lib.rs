@@ -1,5 +1,5 @@
-//! recached-script: Lua scripting for the engine server — EVAL, EVALSHA, EVAL_RO, EVALSHA_RO
-//! and SCRIPT, with Redis 7.0's API, conversions, sandbox and error texts (docs/scripting.md).
+//! recached-script: Lua scripting for the engine server — EVAL, EVALSHA, EVAL_RO, EVALSHA_RO,
+//! SCRIPT, FUNCTION, FCALL and FCALL_RO, with Redis 7.0's API, conversions, sandbox and error texts (docs/scripting.md).
 //!
 //! Lua 5.1 comes from `mlua` (vendored, compiled from source); it lives in this crate so
 //! engine-core stays pure and builds for wasm. [`LuaHost`] implements engine-core's
@@ -13,16 +13,21 @@
 //! - [`convert`]: RESP ⇄ Lua conversions;
 //! - `prelude.lua`: the `redis` table, Redis's `pcall`, `math.random` and the sandbox
 //!   (protected globals), run once per Lua state;
-//! - [`shebang`]: `#!lua flags=…`; [`rand`]: Redis's `lrand48`.
+//! - [`shebang`]: `#!lua flags=…`; [`rand`]: Redis's `lrand48`;
+//! - [`functions`]: libraries, library metadata, FUNCTION DUMP/RESTORE payloads; the Lua side
+//!   of functions (their own Lua state, FUNCTION LOAD's environment, `register_function`,
+//!   FCALL) is in this file.
 //!
 //! # Bounds
 //! The Lua heap is capped ([`DEFAULT_MEMORY_LIMIT`]): a script that allocates past it gets an
 //! error reply and the state stays usable. Lua's own limits turn deep recursion into a
 //! `stack overflow` error; reply conversion stops at [`convert::MAX_DEPTH`]. Not yet here (next
-//! stage): the busy-script threshold and SCRIPT KILL of a running script, FUNCTION/FCALL, the
-//! cjson/cmsgpack/bit/struct libraries, SCRIPT DEBUG and `redis.acl_check_cmd`.
+//! stage): the busy-script threshold and SCRIPT KILL of a running script, libraries in
+//! snapshots, the cjson/cmsgpack/struct libraries, SCRIPT DEBUG and `redis.acl_check_cmd`.
 
+pub mod bit;
 pub mod convert;
+pub mod functions;
 pub mod rand;
 pub mod shebang;
 
@@ -58,9 +63,12 @@ const DEADLINE_CHECK_INSTRUCTIONS: u32 = 100_000;
 /// The error a script past [`BUSY_LIMIT`] gets (the usual `script: <sha>, on …` suffix
 /// follows).
 const STOPPED: &str = "Script ran longer than busy-reply-threshold (5000 ms) and was stopped";
-/// The running script's deadline and whether it passed (shared with the Lua hook and the
+/// The running script's deadline, whether it passed, and whether the code running is a
+/// library's FUNCTION LOAD (then the limit is [`LOAD_LIMIT`]) (shared with the Lua hook and the
 /// prelude's `I.stopping`).
-type Deadline = Rc<(Cell<Option<Instant>>, Cell<bool>)>;
+type Deadline = Rc<(Cell<Option<Instant>>, Cell<bool>, Cell<bool>)>;
+/// How long a library's code may run in FUNCTION LOAD (redis `LOAD_TIMEOUT_MS`).
+const LOAD_LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
 /// Run a GC step every this many scripts (redis `LUA_GC_CYCLE_PERIOD`).
 const GC_PERIOD: u32 = 50;
 
@@ -84,11 +92,24 @@ struct State {
     /// The error table a Rust function of the `redis` table raised (see [`raise`]).
     pending: Pending,
     scripts: HashMap<String, Script>,
+    /// The functions' state only: switches the globals to FUNCTION LOAD's environment.
+    load_mode: Option<Function>,
+    /// The functions' state only: `(f, handler, keys, args)` → xpcall of `f(keys, args)`.
+    fcall: Option<Function>,
 }
+
+/// A function `redis.register_function` registered during a FUNCTION LOAD.
+type Loading = Rc<RefCell<Option<Vec<functions::Func>>>>;
 
 /// The script host the engine server installs (see the crate docs).
 pub struct LuaHost {
     state: State,
+    /// The functions' own Lua state (Redis keeps one for the LUA engine, apart from EVAL's:
+    /// SCRIPT FLUSH does not touch it).
+    fstate: State,
+    libraries: functions::Libraries,
+    /// Set while a library's code runs (FUNCTION LOAD/RESTORE).
+    loading: Loading,
     memory_limit: usize,
     rand: Rc<Cell<rand::Rand48>>,
     /// When the running script is stopped ([`BUSY_LIMIT`]) and whether it is being stopped;
@@ -107,9 +128,18 @@ impl LuaHost {
     /// A host whose Lua heap may grow to `memory_limit` bytes.
     pub fn new(memory_limit: usize) -> mlua::Result<LuaHost> {
         let rand = Rc::new(Cell::new(rand::Rand48::default()));
-        let deadline: Deadline = Rc::new((Cell::new(None), Cell::new(false)));
+        let deadline: Deadline = Rc::new((Cell::new(None), Cell::new(false), Cell::new(false)));
+        let loading: Loading = Rc::new(RefCell::new(None));
         Ok(LuaHost {
-            state: State::new(memory_limit, rand.clone(), deadline.clone())?,
+            state: State::new(memory_limit, rand.clone(), deadline.clone(), None)?,
+            fstate: State::new(
+                memory_limit,
+                rand.clone(),
+                deadline.clone(),
+                Some(loading.clone()),
+            )?,
+            libraries: functions::Libraries::default(),
+            loading,
             memory_limit,
             rand,
             deadline,
@@ -187,29 +217,7 @@ impl LuaHost {
         let script = &self.state.scripts[&sha];
         let flags = script.flags;
         let func = script.func.clone();
-        if !flags.compat {
-            if flags.no_cluster && e.cluster_enabled() {
-                return Err(CmdError::Static(
-                    "ERR Can not run script on cluster, 'no-cluster' flag is set.",
-                ));
-            }
-            if !flags.no_writes && ro {
-                return Err(CmdError::Static(
-                    "ERR Can not execute a script with write flag using *_ro command.",
-                ));
-            }
-            if e.memory_over_limit() && !flags.allow_oom && !flags.no_writes {
-                return Err(CmdError::Static(
-                    "OOM allow-oom flag is not set on the script, can not run it when used \
-                     memory > 'maxmemory'",
-                ));
-            }
-        }
-        let run_flags = RunFlags {
-            read_only: ro || (!flags.compat && flags.no_writes),
-            allow_oom: !flags.compat && flags.allow_oom,
-            allow_cross_slot: flags.compat || flags.allow_cross_slot_keys,
-        };
+        let run_flags = prepare(e, flags, ro)?;
         let split = 3 + numkeys as usize;
         let keys = &c.argv[3..split];
         let args = &c.argv[split..];
@@ -217,6 +225,7 @@ impl LuaHost {
         let mut reply = Vec::new();
         let caller_proto = c.client.proto;
         self.run(
+            false,
             e,
             &mut run,
             &func,
@@ -236,6 +245,7 @@ impl LuaHost {
     #[allow(clippy::too_many_arguments)]
     fn run(
         &mut self,
+        fstate: bool,
         e: &mut Engine,
         run: &mut ScriptRun,
         func: &Function,
@@ -246,11 +256,14 @@ impl LuaHost {
         caller: Proto,
         out: &mut Vec<u8>,
     ) {
-        let st = &self.state;
+        let st = if fstate { &self.fstate } else { &self.state };
         self.deadline.0.set(Some(Instant::now() + BUSY_LIMIT));
         let result = (|| -> mlua::Result<(bool, Value)> {
-            st.globals.raw_set("KEYS", array(&st.lua, keys)?)?;
-            st.globals.raw_set("ARGV", array(&st.lua, args)?)?;
+            let (keys, args) = (array(&st.lua, keys)?, array(&st.lua, args)?);
+            if !fstate {
+                st.globals.raw_set("KEYS", keys.clone())?;
+                st.globals.raw_set("ARGV", args.clone())?;
+            }
             let ctx = RefCell::new((&mut *e, &mut *run));
             st.lua.scope(|scope| {
                 let rcall = scope.create_function(|lua, argv: MultiValue| {
@@ -268,9 +281,14 @@ impl LuaHost {
                 st.hooks.raw_set("rcall", rcall)?;
                 st.hooks.raw_set("setresp_run", setresp)?;
                 st.pending.borrow_mut().take();
-                let r = st
-                    .xpcall
-                    .call::<MultiValue>((func.clone(), st.handler.clone()));
+                let r = match (&st.fcall, fstate) {
+                    (Some(fcall), true) => {
+                        fcall.call::<MultiValue>((func.clone(), st.handler.clone(), keys, args))
+                    }
+                    _ => st
+                        .xpcall
+                        .call::<MultiValue>((func.clone(), st.handler.clone())),
+                };
                 st.hooks.raw_set("rcall", st.idle_rcall.clone())?;
                 st.hooks.raw_set("setresp_run", st.idle_rcall.clone())?;
                 let mut r = r?.into_iter();
@@ -319,11 +337,13 @@ impl LuaHost {
                 );
             }
         }
-        let _ = st.globals.raw_set("KEYS", Value::Nil);
-        let _ = st.globals.raw_set("ARGV", Value::Nil);
+        if !fstate {
+            let _ = st.globals.raw_set("KEYS", Value::Nil);
+            let _ = st.globals.raw_set("ARGV", Value::Nil);
+        }
         self.runs += 1;
         if self.runs.is_multiple_of(GC_PERIOD) {
-            let _ = self.state.lua.gc_step();
+            let _ = st.lua.gc_step();
         }
     }
 
@@ -369,9 +389,13 @@ impl LuaHost {
                     ));
                 }
                 // Redis resets the whole Lua state (`scriptingReset`), not only the cache.
-                self.state =
-                    State::new(self.memory_limit, self.rand.clone(), self.deadline.clone())
-                        .map_err(|err| CmdError::Other(format!("ERR {err}")))?;
+                self.state = State::new(
+                    self.memory_limit,
+                    self.rand.clone(),
+                    self.deadline.clone(),
+                    None,
+                )
+                .map_err(|err| CmdError::Other(format!("ERR {err}")))?;
                 c.w().ok();
                 Ok(())
             }
@@ -413,6 +437,14 @@ impl Scripting for LuaHost {
     fn script(&mut self, _e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         self.script_cmd(c)
     }
+
+    fn fcall(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+        self.fcall_generic(e, c)
+    }
+
+    fn function(&mut self, _e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+        self.function_cmd(c)
+    }
 }
 
 impl State {
@@ -420,6 +452,7 @@ impl State {
         memory_limit: usize,
         rand: Rc<Cell<rand::Rand48>>,
         deadline: Deadline,
+        loading: Option<Loading>,
     ) -> mlua::Result<State> {
         let lua = Lua::new_with(
             StdLib::TABLE | StdLib::STRING | StdLib::MATH,
@@ -433,7 +466,11 @@ impl State {
             move |_, _| match hook_deadline.0.get() {
                 Some(at) if Instant::now() >= at => {
                     hook_deadline.1.set(true);
-                    Err(mlua::Error::external(STOPPED))
+                    Err(mlua::Error::external(if hook_deadline.2.get() {
+                        "FUNCTION LOAD timeout"
+                    } else {
+                        STOPPED
+                    }))
                 }
                 _ => Ok(mlua::VmState::Continue),
             },
@@ -587,6 +624,21 @@ impl State {
             "stopping",
             lua.create_function(move |_, ()| Ok(deadline.1.get()))?,
         )?;
+        if let Some(loading) = loading {
+            let p = pending.clone();
+            hooks.raw_set(
+                "register_function",
+                lua.create_function(move |lua, args: MultiValue| {
+                    register_function(lua, &p, &loading, args)
+                })?,
+            )?;
+        }
+        let p = pending.clone();
+        let raise_bit: bit::Raise = Rc::new(move |lua, text| match raise::<()>(lua, &p, &text) {
+            Err(e) => e,
+            Ok(()) => mlua::Error::runtime(text),
+        });
+        hooks.raw_set("bit", bit::table(&lua, &raise_bit)?)?;
         hooks.raw_set("version", VERSION)?;
         hooks.raw_set("version_num", VERSION_NUM)?;
         let xpcall: Function = lua.globals().raw_get("xpcall")?;
@@ -605,7 +657,11 @@ impl State {
             error_handler(lua, &tostring, err)
         })?;
         lua.set_memory_limit(memory_limit)?;
+        let load_mode: Option<Function> = hooks.raw_get("load_mode")?;
+        let fcall: Option<Function> = hooks.raw_get("fcall")?;
         Ok(State {
+            load_mode,
+            fcall,
             lua,
             hooks,
             globals,
@@ -738,3 +794,599 @@ fn number(v: &Value) -> Option<i64> {
         _ => None,
     }
 }
+
+/// redis `scriptPrepareForRun`: the refusals of a script's flags, then its run flags.
+fn prepare(e: &Engine, flags: ScriptFlags, ro: bool) -> Result<RunFlags, CmdError> {
+    if !flags.compat {
+        if flags.no_cluster && e.cluster_enabled() {
+            return Err(CmdError::Static(
+                "ERR Can not run script on cluster, 'no-cluster' flag is set.",
+            ));
+        }
+        if !flags.no_writes && ro {
+            return Err(CmdError::Static(
+                "ERR Can not execute a script with write flag using *_ro command.",
+            ));
+        }
+        if e.memory_over_limit() && !flags.allow_oom && !flags.no_writes {
+            return Err(CmdError::Static(
+                "OOM allow-oom flag is not set on the script, can not run it when used \
+                 memory > 'maxmemory'",
+            ));
+        }
+    }
+    Ok(RunFlags {
+        read_only: ro || (!flags.compat && flags.no_writes),
+        allow_oom: !flags.compat && flags.allow_oom,
+        allow_cross_slot: flags.compat || flags.allow_cross_slot_keys,
+    })
+}
+
+/// A Lua string (or number, as `lua_isstring` accepts) as bytes.
+fn lua_str(v: &Value) -> Option<Vec<u8>> {
+    match v {
+        Value::String(_) | Value::Integer(_) | Value::Number(_) => convert::arg_bytes(v),
+        _ => None,
+    }
+}
+
+/// `redis.register_function(name, fn)` or `redis.register_function{function_name=…,
+/// callback=…, flags={…}, description=…}` (redis `luaRegisterFunction`), during FUNCTION LOAD.
+fn register_function(
+    lua: &Lua,
+    p: &Pending,
+    loading: &Loading,
+    args: MultiValue,
+) -> mlua::Result<()> {
+    if loading.borrow().is_none() {
+        return raise(
+            lua,
+            p,
+            "redis.register_function can only be called on FUNCTION LOAD command",
+        );
+    }
+    let mut flags = ScriptFlags::default();
+    let (mut name, mut callback, mut desc) = (None, None, None);
+    match args.len() {
+        1 => {
+            let Value::Table(t) = &args[0] else {
+                return raise(
+                    lua,
+                    p,
+                    "calling redis.register_function with a single argument is only applicable to Lua table (representing named arguments).",
+                );
+            };
+            for pair in t.pairs::<Value, Value>() {
+                let (k, v) = pair?;
+                let Some(key) = lua_str(&k) else {
+                    return raise(
+                        lua,
+                        p,
+                        "named argument key given to redis.register_function is not a string",
+                    );
+                };
+                let key = String::from_utf8_lossy(&key).to_ascii_lowercase();
+                match key.as_str() {
+                    "function_name" => match lua_str(&v) {
+                        Some(n) => name = Some(n),
+                        None => {
+                            return raise(
+                                lua,
+                                p,
+                                "function_name argument given to redis.register_function must be a string",
+                            );
+                        }
+                    },
+                    "description" => match lua_str(&v) {
+                        Some(d) => desc = Some(d),
+                        None => {
+                            return raise(
+                                lua,
+                                p,
+                                "description argument given to redis.register_function must be a string",
+                            );
+                        }
+                    },
+                    "callback" => match v {
+                        Value::Function(f) => callback = Some(f),
+                        _ => {
+                            return raise(
+                                lua,
+                                p,
+                                "callback argument given to redis.register_function must be a function",
+                            );
+                        }
+                    },
+                    "flags" => {
+                        let Value::Table(ft) = v else {
+                            return raise(
+                                lua,
+                                p,
+                                "flags argument to redis.register_function must be a table representing function flags",
+                            );
+                        };
+                        let mut i = 1;
+                        loop {
+                            let f: Value = ft.get(i)?;
+                            if f.is_nil() {
+                                break;
+                            }
+                            let flag = lua_str(&f)
+                                .map(|f| String::from_utf8_lossy(&f).to_ascii_lowercase());
+                            let slot = match flag.as_deref() {
+                                Some("no-writes") => Some(&mut flags.no_writes),
+                                Some("allow-oom") => Some(&mut flags.allow_oom),
+                                Some("allow-stale") => Some(&mut flags.allow_stale),
+                                Some("no-cluster") => Some(&mut flags.no_cluster),
+                                Some("allow-cross-slot-keys") => {
+                                    Some(&mut flags.allow_cross_slot_keys)
+                                }
+                                _ => None,
+                            };
+                            let known = slot.map(|s| *s = true);
+                            if known.is_none() {
+                                return raise(lua, p, "unknown flag given");
+                            }
+                            i += 1;
+                        }
+                    }
+                    _ => {
+                        return raise(lua, p, "unknown argument given to redis.register_function");
+                    }
+                }
+            }
+            if name.is_none() {
+                return raise(
+                    lua,
+                    p,
+                    "redis.register_function must get a function name argument",
+                );
+            }
+            if callback.is_none() {
+                return raise(
+                    lua,
+                    p,
+                    "redis.register_function must get a callback argument",
+                );
+            }
+        }
+        2 => {
+            let Some(n) = lua_str(&args[0]) else {
+                return raise(
+                    lua,
+                    p,
+                    "first argument to redis.register_function must be a string",
+                );
+            };
+            let Value::Function(f) = &args[1] else {
+                return raise(
+                    lua,
+                    p,
+                    "second argument to redis.register_function must be a function",
+                );
+            };
+            name = Some(n);
+            callback = Some(f.clone());
+        }
+        _ => {
+            return raise(
+                lua,
+                p,
+                "wrong number of arguments to redis.register_function",
+            );
+        }
+    }
+    let (name, callback) = (name.expect("checked"), callback.expect("checked"));
+    if !functions::valid_name(&name) {
+        // Redis 7.0's text, "Library" included.
+        return raise(
+            lua,
+            p,
+            "Library names can only contain letters, numbers, or underscores(_) and must be at least one character long",
+        );
+    }
+    let name = String::from_utf8_lossy(&name).into_owned();
+    let mut guard = loading.borrow_mut();
+    let list = guard.as_mut().expect("checked");
+    if list.iter().any(|f| f.name == name) {
+        drop(guard);
+        return raise(lua, p, "Function already exists in the library");
+    }
+    list.push(functions::Func {
+        name,
+        callback,
+        flags,
+        desc,
+    });
+    Ok(())
+}
+
+impl LuaHost {
+    /// Number of loaded libraries.
+    pub fn libraries(&self) -> usize {
+        self.libraries.libs.len()
+    }
+
+    /// redis `functionsCreateWithLibraryCtx`: compiles and runs a library's code in the
+    /// functions' state and links it into `libs`; the library name, or the error text
+    /// (without `ERR `).
+    fn create_library(
+        &self,
+        libs: &mut functions::Libraries,
+        payload: &[u8],
+        replace: bool,
+    ) -> Result<String, String> {
+        let (engine, name, end) = functions::metadata(payload)?;
+        if !functions::valid_name(&name) {
+            return Err("Library names can only contain letters, numbers, or underscores(_) and must be at least one character long".into());
+        }
+        if !engine.eq_ignore_ascii_case("lua") {
+            return Err(format!("Engine '{engine}' not found"));
+        }
+        let name = String::from_utf8_lossy(&name).into_owned();
+        if libs.libs.contains_key(&name) && !replace {
+            return Err(format!("Library '{name}' already exists"));
+        }
+        let registered = self.run_library(&payload[end..])?;
+        if registered.is_empty() {
+            return Err("No functions registered".into());
+        }
+        let lib = functions::Library {
+            code: payload.to_vec(),
+            functions: registered
+                .into_iter()
+                .map(|f| (f.name.clone(), f))
+                .collect(),
+        };
+        let old = libs.unlink(&name);
+        if let Some(f) = libs.collision(&lib) {
+            let err = format!("Function {f} already exists");
+            if let Some(old) = old {
+                libs.link(name, old);
+            }
+            return Err(err);
+        }
+        libs.link(name.clone(), lib);
+        Ok(name)
+    }
+
+    /// Compiles `code` (chunk `@user_function`) and runs it in FUNCTION LOAD's environment;
+    /// the functions it registered.
+    fn run_library(&self, code: &[u8]) -> Result<Vec<functions::Func>, String> {
+        let st = &self.fstate;
+        let func = st
+            .lua
+            .load(code)
+            .set_name("@user_function")
+            .set_mode(ChunkMode::Text)
+            .into_function()
+            .map_err(|err| {
+                let msg = match err {
+                    mlua::Error::SyntaxError { message, .. } => message,
+                    other => other.to_string(),
+                };
+                format!("Error compiling function: {msg}")
+            })?;
+        let load_mode = st.load_mode.as_ref().expect("the functions' state");
+        *self.loading.borrow_mut() = Some(Vec::new());
+        self.deadline.0.set(Some(Instant::now() + LOAD_LIMIT));
+        self.deadline.2.set(true);
+        st.pending.borrow_mut().take();
+        let r = load_mode
+            .call::<()>(true)
+            .and_then(|()| st.xpcall.call::<MultiValue>((func, st.handler.clone())));
+        let _ = load_mode.call::<()>(false);
+        self.deadline.0.set(None);
+        self.deadline.1.set(false);
+        self.deadline.2.set(false);
+        let registered = self.loading.borrow_mut().take().unwrap_or_default();
+        let mut r = r
+            .map_err(|e| format!("Error registering functions: {e}"))?
+            .into_iter();
+        if matches!(r.next(), Some(Value::Boolean(true))) {
+            return Ok(registered);
+        }
+        let msg = match r.next() {
+            Some(Value::Table(t)) => match t.raw_get::<Value>("err") {
+                Ok(Value::String(s)) => String::from_utf8_lossy(&s.as_bytes()).into_owned(),
+                _ => "ERR unknown error".into(),
+            },
+            Some(other) => format!("{other:?}"),
+            None => "ERR unknown error".into(),
+        };
+        Err(format!("Error registering functions: {msg}"))
+    }
+
+    fn fcall_generic(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+        let ro = c.spec.name == "fcall_ro";
+        let Some(f) = self.libraries.find(c.argv[1]) else {
+            return Err(CmdError::Static("ERR Function not found"));
+        };
+        let (name, func, flags) = (f.name.clone(), f.callback.clone(), f.flags);
+        let numkeys = resp::parse_i64(c.argv[2])
+            .ok_or(CmdError::Static("ERR Bad number of keys provided"))?;
+        if numkeys > (c.argv.len() - 3) as i64 {
+            return Err(CmdError::Static(
+                "ERR Number of keys can't be greater than number of args",
+            ));
+        }
+        if numkeys < 0 {
+            return Err(CmdError::Static("ERR Number of keys can't be negative"));
+        }
+        let run_flags = prepare(e, flags, ro)?;
+        let split = 3 + numkeys as usize;
+        let keys = &c.argv[3..split];
+        let args = &c.argv[split..];
+        let mut run = ScriptRun::new(e, c.client, run_flags, keys);
+        let mut reply = Vec::new();
+        let caller_proto = c.client.proto;
+        self.run(
+            true,
+            e,
+            &mut run,
+            &func,
+            &name,
+            keys,
+            args,
+            c.now_us,
+            caller_proto,
+            &mut reply,
+        );
+        c.w().raw(&reply);
+        Ok(())
+    }
+
+    fn function_cmd(&mut self, c: &mut Call) -> Result<(), CmdError> {
+        let argc = c.argv.len();
+        match c.spec.name {
+            "function|load" => {
+                let mut replace = false;
+                let mut pos = 2;
+                while pos < argc - 1 {
+                    let arg = c.argv[pos];
+                    pos += 1;
+                    if arg.eq_ignore_ascii_case(b"replace") {
+                        replace = true;
+                        continue;
+                    }
+                    return Err(CmdError::Other(format!(
+                        "ERR Unknown option given: {}",
+                        String::from_utf8_lossy(arg)
+                    )));
+                }
+                if pos >= argc {
+                    return Err(CmdError::Static("ERR Function code is missing"));
+                }
+                let mut libs = std::mem::take(&mut self.libraries);
+                let r = self.create_library(&mut libs, c.argv[pos], replace);
+                self.libraries = libs;
+                let name = r.map_err(|m| CmdError::Other(format!("ERR {m}")))?;
+                c.w().bulk(name.as_bytes());
+                Ok(())
+            }
+            "function|delete" => {
+                let name = String::from_utf8_lossy(c.argv[2]).into_owned();
+                if self.libraries.unlink(&name).is_none() {
+                    return Err(CmdError::Static("ERR Library not found"));
+                }
+                c.w().ok();
+                Ok(())
+            }
+            "function|flush" => {
+                let ok = match argc {
+                    2 => true,
+                    3 => {
+                        c.argv[2].eq_ignore_ascii_case(b"sync")
+                            || c.argv[2].eq_ignore_ascii_case(b"async")
+                    }
+                    _ => return Err(subcommand_syntax(c)),
+                };
+                if !ok {
+                    return Err(CmdError::Static(
+                        "ERR FUNCTION FLUSH only supports SYNC|ASYNC option",
+                    ));
+                }
+                self.libraries = functions::Libraries::default();
+                let _ = self.fstate.lua.gc_collect();
+                c.w().ok();
+                Ok(())
+            }
+            "function|list" => self.function_list(c),
+            "function|dump" => {
+                let payload = functions::dump(&self.libraries);
+                c.w().bulk(&payload);
+                Ok(())
+            }
+            "function|restore" => {
+                if argc > 4 {
+                    return Err(subcommand_syntax(c));
+                }
+                #[derive(PartialEq)]
+                enum Policy {
+                    Append,
+                    Replace,
+                    Flush,
+                }
+                let policy = match c.argv.get(3) {
+                    None => Policy::Append,
+                    Some(p) if p.eq_ignore_ascii_case(b"append") => Policy::Append,
+                    Some(p) if p.eq_ignore_ascii_case(b"replace") => Policy::Replace,
+                    Some(p) if p.eq_ignore_ascii_case(b"flush") => Policy::Flush,
+                    Some(_) => {
+                        return Err(CmdError::Static(
+                            "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
+                        ));
+                    }
+                };
+                let payloads = functions::undump(c.argv[2])
+                    .map_err(|m| CmdError::Other(format!("ERR {m}")))?;
+                let mut fresh = functions::Libraries::default();
+                for code in payloads {
+                    self.create_library(&mut fresh, &code, false)
+                        .map_err(|m| CmdError::Other(format!("ERR {m}")))?;
+                }
+                if policy == Policy::Flush {
+                    self.libraries = fresh;
+                } else {
+                    self.libraries
+                        .join(fresh, policy == Policy::Replace)
+                        .map_err(|m| CmdError::Other(format!("ERR {m}")))?;
+                }
+                c.w().ok();
+                Ok(())
+            }
+            "function|stats" => {
+                let (nlib, nfunc) = (
+                    self.libraries.libs.len() as i64,
+                    self.libraries.function_count() as i64,
+                );
+                let mut w = c.w();
+                w.map(2);
+                w.bulk(b"running_script");
+                w.null();
+                w.bulk(b"engines");
+                w.map(1);
+                w.bulk(b"LUA");
+                w.map(2);
+                w.bulk(b"libraries_count");
+                w.integer(nlib);
+                w.bulk(b"functions_count");
+                w.integer(nfunc);
+                Ok(())
+            }
+            "function|kill" => Err(CmdError::Static(
+                "NOTBUSY No scripts in execution right now.",
+            )),
+            "function|help" => {
+                engine_core::call::help(c, "FUNCTION", FUNCTION_HELP);
+                Ok(())
+            }
+            _ => Err(CmdError::Other(
+                engine_core::error::unknown_command_message(c.argv),
+            )),
+        }
+    }
+
+    /// FUNCTION LIST [LIBRARYNAME pattern] [WITHCODE] (redis `functionListCommand`).
+    fn function_list(&mut self, c: &mut Call) -> Result<(), CmdError> {
+        let (mut with_code, mut pattern): (bool, Option<&[u8]>) = (false, None);
+        let mut i = 2;
+        while i < c.argv.len() {
+            let arg = c.argv[i];
+            if !with_code && arg.eq_ignore_ascii_case(b"withcode") {
+                with_code = true;
+            } else if pattern.is_none() && arg.eq_ignore_ascii_case(b"libraryname") {
+                if i >= c.argv.len() - 1 {
+                    return Err(CmdError::Static("ERR library name argument was not given"));
+                }
+                i += 1;
+                pattern = Some(c.argv[i]);
+            } else {
+                return Err(CmdError::Other(format!(
+                    "ERR Unknown argument {}",
+                    String::from_utf8_lossy(arg)
+                )));
+            }
+            i += 1;
+        }
+        let libs: Vec<(&String, &functions::Library)> = self
+            .libraries
+            .libs
+            .iter()
+            .filter(|(name, _)| {
+                pattern.is_none_or(|p| engine_core::glob::matches(p, name.as_bytes(), true))
+            })
+            .collect();
+        let mut w = c.w();
+        w.array(libs.len());
+        for (name, lib) in libs {
+            w.map(if with_code { 4 } else { 3 });
+            w.bulk(b"library_name");
+            w.bulk(name.as_bytes());
+            w.bulk(b"engine");
+            w.bulk(b"LUA");
+            w.bulk(b"functions");
+            w.array(lib.functions.len());
+            for f in lib.functions.values() {
+                w.map(3);
+                w.bulk(b"name");
+                w.bulk(f.name.as_bytes());
+                w.bulk(b"description");
+                match &f.desc {
+                    Some(d) => w.bulk(d),
+                    None => w.null(),
+                }
+                w.bulk(b"flags");
+                let names: Vec<&str> = [
+                    (f.flags.no_writes, "no-writes"),
+                    (f.flags.allow_oom, "allow-oom"),
+                    (f.flags.allow_stale, "allow-stale"),
+                    (f.flags.no_cluster, "no-cluster"),
+                    (f.flags.allow_cross_slot_keys, "allow-cross-slot-keys"),
+                ]
+                .into_iter()
+                .filter_map(|(on, n)| on.then_some(n))
+                .collect();
+                w.set(names.len());
+                for n in names {
+                    w.simple(n.as_bytes());
+                }
+            }
+            if with_code {
+                w.bulk(b"library_code");
+                w.bulk(&lib.code);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Redis's `addReplySubcommandSyntaxError`.
+fn subcommand_syntax(c: &Call) -> CmdError {
+    CmdError::Other(format!(
+        "ERR unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION HELP.",
+        String::from_utf8_lossy(c.argv[1])
+    ))
+}
+
+const FUNCTION_HELP: &[&str] = &[
+    "LOAD [REPLACE] <FUNCTION CODE>",
+    "    Create a new library with the given library name and code.",
+    "DELETE <LIBRARY NAME>",
+    "    Delete the given library.",
+    "LIST [LIBRARYNAME PATTERN] [WITHCODE]",
+    "    Return general information on all the libraries:",
+    "    * Library name",
+    "    * The engine used to run the Library",
+    "    * Library description",
+    "    * Functions list",
+    "    * Library code (if WITHCODE is given)",
+    "    It also possible to get only function that matches a pattern using LIBRARYNAME argument.",
+    "STATS",
+    "    Return information about the current function running:",
+    "    * Function name",
+    "    * Command used to run the function",
+    "    * Duration in MS that the function is running",
+    "    If no function is running, return nil",
+    "    In addition, returns a list of available engines.",
+    "KILL",
+    "    Kill the current running function.",
+    "FLUSH [ASYNC|SYNC]",
+    "    Delete all the libraries.",
+    "    When called without the optional mode argument, the behavior is determined by the",
+    "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+    "    * ASYNC: Asynchronously flush the libraries.",
+    "    * SYNC: Synchronously flush the libraries.",
+    "DUMP",
+    "    Return a serialized payload representing the current libraries, can be restored using FUNCTION RESTORE command",
+    "RESTORE <PAYLOAD> [FLUSH|APPEND|REPLACE]",
+    "    Restore the libraries represented by the given payload, it is possible to give a restore policy to",
+    "    control how to handle existing libraries (default APPEND):",
+    "    * FLUSH: delete all existing libraries.",
+    "    * APPEND: appends the restored libraries to the existing libraries. On collision, abort.",
+    "    * REPLACE: appends the restored libraries to the existing libraries, On collision, replace the old",
+    "      libraries with the new libraries (notice that even on this option there is a chance of failure",
+    "      in case of functions name collision with another library).",
+    "HELP",
+    "    Prints this help.",
+];

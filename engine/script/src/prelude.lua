@@ -117,6 +117,9 @@ end
 -- Redis 7.0's globals: no io, os, package, debug, dofile, loadfile, print.
 dofile, loadfile, print = nil, nil, nil
 
+-- Redis's embedded `bit` library (bit.rs).
+bit = I.bit
+
 -- Every global moves to the hidden table `real`; the global table itself becomes an empty,
 -- protected proxy of it, so every function (loadstring's too) sees the same sandbox.
 local real = {}
@@ -127,6 +130,7 @@ real.string = protect(real.string)
 real.math = protect(real.math)
 real.table = protect(real.table)
 real.coroutine = protect(real.coroutine)
+real.bit = protect(real.bit)
 real._G = G
 setmetatable0(real, {__index = function(_, k)
   error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
@@ -135,4 +139,29 @@ local gmt = {__index = real, __newindex = ro_error}
 gmt.__metatable = setmetatable0({}, {__index = gmt, __newindex = ro_error})
 readonly[gmt.__metatable] = true
 setmetatable0(G, gmt)
+
+-- The functions' Lua state (lib.rs, FUNCTION LOAD): while a library's code runs, the globals
+-- are Redis's LIBRARY_API instead: only `redis` with register_function, log, the log levels
+-- and the version; anything else is a nonexistent global. A function runs with the usual
+-- globals and gets KEYS and ARGV as its two arguments (I.fcall).
+if I.register_function then
+  local lredis = {register_function = I.register_function, log = I.log,
+    LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
+    REDIS_VERSION = I.version, REDIS_VERSION_NUM = I.version_num}
+  local lp = protect(lredis, function(_, k)
+    local v = lredis[k]
+    if v == nil then
+      error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+    end
+    return v
+  end)
+  local load_env = setmetatable0({}, {__index = function(_, k)
+    if k == 'redis' then return lp end
+    error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+  end})
+  I.load_mode = function(on) gmt.__index = on and load_env or real end
+  I.fcall = function(f, h, keys, args)
+    return xpcall0(function() return f(keys, args) end, h)
+  end
+end
 return real

@@ -114,3 +114,74 @@ fn a_runaway_script_is_stopped_and_the_engine_serves_on() {
         assert_eq!(run(&mut e, &mut c, &["EVAL", "return 1", "0"]), b":1\r\n");
     }
 }
+
+#[test]
+fn function_writes_reach_the_feed_and_monitor_as_commands() {
+    let mut e = Engine::new(Config::default());
+    recached_script::install(&mut e).unwrap();
+    let (mut feed, mut m, mut w) = (client(1), client(2), client(3));
+    run(&mut e, &mut feed, &["FEED", "SUBSCRIBE"]);
+    run(&mut e, &mut m, &["MONITOR"]);
+    delivered(&mut e, 1);
+    let lib = "#!lua name=lib\nredis.register_function('setget', function(keys, args) \
+               redis.call('set', keys[1], args[1]) return redis.call('get', keys[1]) end)";
+    assert_eq!(
+        run(&mut e, &mut w, &["FUNCTION", "LOAD", lib]),
+        b"$3\r\nlib\r\n"
+    );
+    // Loading a library is not an effect.
+    assert!(!delivered(&mut e, 1).contains("lib"));
+    let out = run(&mut e, &mut w, &["FCALL", "setget", "1", "a", "v"]);
+    assert_eq!(out, b"$1\r\nv\r\n");
+    let mut all = Vec::new();
+    e.take_deliveries(&mut all);
+    let (mut fed, mut mon) = (String::new(), String::new());
+    for d in all {
+        let text = String::from_utf8_lossy(&d.bytes).into_owned();
+        match d.client_id {
+            1 => fed.push_str(&text),
+            2 => mon.push_str(&text),
+            _ => {}
+        }
+    }
+    assert!(
+        fed.contains("$3\r\nset\r\n$1\r\na\r\n$1\r\nv\r\n"),
+        "{fed:?}"
+    );
+    assert!(!fed.to_ascii_lowercase().contains("fcall"), "{fed:?}");
+    let fcall = mon.find("\"FCALL\"").expect("FCALL line");
+    let lua = mon.find("[0 lua] \"set\" \"a\" \"v\"").expect("lua line");
+    assert!(fcall < lua, "{mon:?}");
+    // FCALL_RO of a writing function, and a read-only function that writes.
+    assert_eq!(
+        run(&mut e, &mut w, &["FCALL_RO", "setget", "1", "a", "v"]),
+        b"-ERR Can not execute a script with write flag using *_ro command.\r\n"
+    );
+    let ro = "#!lua name=ro\nredis.register_function{function_name='w', callback=function(keys) \
+              return redis.call('set', keys[1], 'x') end, flags={'no-writes'}}";
+    run(&mut e, &mut w, &["FUNCTION", "LOAD", ro]);
+    let out = String::from_utf8(run(&mut e, &mut w, &["FCALL_RO", "w", "1", "a"])).unwrap();
+    assert!(
+        out.starts_with("-ERR Write commands are not allowed from read-only scripts."),
+        "{out}"
+    );
+    // SCRIPT FLUSH leaves the libraries alone; FUNCTION FLUSH drops them.
+    run(&mut e, &mut w, &["SCRIPT", "FLUSH"]);
+    assert_eq!(
+        run(&mut e, &mut w, &["FCALL", "setget", "1", "a", "z"]),
+        b"$1\r\nz\r\n"
+    );
+    run(&mut e, &mut w, &["FUNCTION", "FLUSH"]);
+    assert_eq!(
+        run(&mut e, &mut w, &["FCALL", "setget", "1", "a", "z"]),
+        b"-ERR Function not found\r\n"
+    );
+}
+
+#[test]
+fn without_a_host_function_is_unknown() {
+    let mut e = Engine::new(Config::default());
+    let mut c = client(1);
+    let out = String::from_utf8(run(&mut e, &mut c, &["FCALL", "f", "0"])).unwrap();
+    assert!(out.starts_with("-ERR unknown command 'FCALL'"), "{out}");
+}

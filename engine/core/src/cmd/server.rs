@@ -418,6 +418,22 @@ const PARAMS: &[Param] = &[
         }),
     },
     Param {
+        name: "busy-reply-threshold",
+        get: |e| e.config.busy_reply_threshold.to_string(),
+        set: Some(|e, v| {
+            e.config.busy_reply_threshold = int_in(v, 0, i64::MAX)? as u64;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "lua-time-limit",
+        get: |e| e.config.busy_reply_threshold.to_string(),
+        set: Some(|e, v| {
+            e.config.busy_reply_threshold = int_in(v, 0, i64::MAX)? as u64;
+            Ok(())
+        }),
+    },
+    Param {
         name: "lfu-log-factor",
         get: |e| e.config.lfu_log_factor.to_string(),
         set: Some(|e, v| {

@@ -1837,7 +1837,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: Some("We cannot tell how the keys will be used so we assume the worst, RW and UPDATE"), flags: KeyFlags::RW.union(KeyFlags::ACCESS).union(KeyFlags::UPDATE), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Keynum { keynumidx: 0, firstkey: 1, keystep: 1 } },
         ],
         getkeys: Some(GetKeys::Generic { store: 0, numkeys: 2, first: 3, step: 1 }),
-        handler: None,
+        handler: Some(h::fcall),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Invoke a function")), ("since", Val::Str("7.0.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("Depends on the function that is executed.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("function")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("numkeys")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0)), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))]), Val::Map(&[("name", Val::Str("arg")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))])]))]),
@@ -1855,7 +1855,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: Some("We cannot tell how the keys will be used so we assume the worst, RO and ACCESS"), flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Keynum { keynumidx: 0, firstkey: 1, keystep: 1 } },
         ],
         getkeys: Some(GetKeys::Generic { store: 0, numkeys: 2, first: 3, step: 1 }),
-        handler: None,
+        handler: Some(h::fcall_ro),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Invoke a read-only function")), ("since", Val::Str("7.0.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("Depends on the function that is executed.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("function")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("numkeys")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0)), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))]), Val::Map(&[("name", Val::Str("arg")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))])]))]),
@@ -1916,7 +1916,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["request_policy:all_shards", "response_policy:all_succeeded"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::function_delete),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Delete a function by name")), ("since", Val::Str("7.0.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("library-name")), ("type", Val::Str("string"))])]))]),
@@ -1932,7 +1932,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::function_dump),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Dump all functions into a serialized binary payload")), ("since", Val::Str("7.0.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("O(N) where N is the number of functions"))]),
@@ -1948,7 +1948,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["request_policy:all_shards", "response_policy:all_succeeded"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::function_flush),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Deleting all functions")), ("since", Val::Str("7.0.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("O(N) where N is the number of functions deleted")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("async")), ("type", Val::Str("oneof")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("async")), ("type", Val::Str("pure-token")), ("token", Val::Str("ASYNC"))]), Val::Map(&[("name", Val::Str("sync")), ("type", Val::Str("pure-token")), ("token", Val::Str("SYNC"))])]))])]))]),
@@ -1964,7 +1964,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::function_help),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Show helpful text about the different subcommands")), ("since", Val::Str("7.0.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("O(1)"))]),
@@ -1980,7 +1980,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["request_policy:all_shards", "response_policy:one_succeeded"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::function_kill),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Kill the function currently in execution.")), ("since", Val::Str("7.0.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("O(1)"))]),
@@ -1996,7 +1996,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["nondeterministic_output_order"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::function_list),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("List information about all the functions")), ("since", Val::Str("7.0.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("O(N) where N is the number of functions")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("library-name-pattern")), ("type", Val::Str("string")), ("token", Val::Str("LIBRARYNAME")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("withcode")), ("type", Val::Str("pure-token")), ("token", Val::Str("WITHCODE")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
@@ -2012,7 +2012,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["request_policy:all_shards", "response_policy:all_succeeded"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::function_load),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Create a function with the given arguments (name, code, description)")), ("since", Val::Str("7.0.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("O(1) (considering compilation time is redundant)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("replace")), ("type", Val::Str("pure-token")), ("token", Val::Str("REPLACE")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("function-code")), ("type", Val::Str("string"))])]))]),
@@ -2028,7 +2028,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["request_policy:all_shards", "response_policy:all_succeeded"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::function_restore),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Restore all the functions on the given payload")), ("since", Val::Str("7.0.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("O(N) where N is the number of functions on the payload")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("serialized-value")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("policy")), ("type", Val::Str("oneof")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("flush")), ("type", Val::Str("pure-token")), ("token", Val::Str("FLUSH"))]), Val::Map(&[("name", Val::Str("append")), ("type", Val::Str("pure-token")), ("token", Val::Str("APPEND"))]), Val::Map(&[("name", Val::Str("replace")), ("type", Val::Str("pure-token")), ("token", Val::Str("REPLACE"))])]))])]))]),
@@ -2044,7 +2044,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["nondeterministic_output", "request_policy:all_shards", "response_policy:special"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::function_stats),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Return information about the function currently running (name, description, duration)")), ("since", Val::Str("7.0.0")), ("group", Val::Str("scripting")), ("complexity", Val::Str("O(1)"))]),

@@ -71,6 +71,50 @@ const STOPPED: &str = "Script ran longer than busy-reply-threshold (5000 ms) and
 type Deadline = Rc<(Cell<Option<Instant>>, Cell<bool>, Cell<bool>)>;
 /// How long a library's code may run in FUNCTION LOAD (redis `LOAD_TIMEOUT_MS`).
 const LOAD_LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
+/// The engine and the run of the script now executing, for `redis.call`, `redis.pcall` and
+/// `redis.setresp`, which are created once per Lua state (a closure created per run, as
+/// `Lua::scope` does, and the protected table writes to install it cost more than the
+/// commands a typical script runs). Null outside a run.
+struct RunCtx {
+    engine: Cell<*mut Engine>,
+    run: Cell<*mut ScriptRun>,
+    now_us: Cell<u64>,
+}
+
+impl RunCtx {
+    fn new() -> RunCtx {
+        RunCtx {
+            engine: Cell::new(std::ptr::null_mut()),
+            run: Cell::new(std::ptr::null_mut()),
+            now_us: Cell::new(0),
+        }
+    }
+
+    /// Runs `f` with the running script's engine and run; `None` outside a run (or while they
+    /// are already lent out).
+    fn with<R>(&self, f: impl FnOnce(&mut Engine, &mut ScriptRun, u64) -> R) -> Option<R> {
+        let (e, run) = (self.engine.get(), self.run.get());
+        if e.is_null() || run.is_null() {
+            return None;
+        }
+        // Lent out: a nested use (there is none: see below) would find null, never alias.
+        self.engine.set(std::ptr::null_mut());
+        self.run.set(std::ptr::null_mut());
+        // SAFETY: `LuaHost::run` stores these pointers from its `&mut Engine` and
+        // `&mut ScriptRun` right before it calls into Lua and nulls them right after, and it
+        // does not touch either reference while Lua runs (the call is synchronous, one
+        // thread: `Lua` and this `Rc` are not `Send`). So while non-null they point to live,
+        // exclusively borrowed objects that nothing else uses. Taking them out above makes
+        // this the only `&mut` made from them at any time: `script::call` cannot re-enter Lua
+        // (EVAL/FCALL are `noscript` and the engine's script host is taken out while a script
+        // runs), and even if it did, the nested use would get `None`.
+        let out = unsafe { f(&mut *e, &mut *run, self.now_us.get()) };
+        self.engine.set(e);
+        self.run.set(run);
+        Some(out)
+    }
+}
+
 /// Run a GC step every this many scripts (redis `LUA_GC_CYCLE_PERIOD`).
 const GC_PERIOD: u32 = 50;
 
@@ -83,14 +127,12 @@ struct Script {
 /// The Lua state and what hangs off it; rebuilt by SCRIPT FLUSH.
 struct State {
     lua: Lua,
-    /// The table of Rust hooks the prelude reads (`I.rcall`, `I.setresp`).
-    hooks: Table,
     /// The hidden table behind the protected globals (KEYS and ARGV are set there).
     globals: Table,
     xpcall: Function,
     handler: Function,
-    /// The `rcall`/`setresp` outside a script run.
-    idle_rcall: Function,
+    /// The running script's engine and run ([`RunCtx`]).
+    ctx: Rc<RunCtx>,
     /// The error table a Rust function of the `redis` table raised (see [`raise`]).
     pending: Pending,
     scripts: HashMap<String, Script>,
@@ -266,37 +308,25 @@ impl LuaHost {
                 st.globals.raw_set("KEYS", keys.clone())?;
                 st.globals.raw_set("ARGV", args.clone())?;
             }
-            let ctx = RefCell::new((&mut *e, &mut *run));
-            st.lua.scope(|scope| {
-                let rcall = scope.create_function(|lua, argv: MultiValue| {
-                    let mut guard = ctx.borrow_mut();
-                    let (e, run) = &mut *guard;
-                    rcall(lua, e, run, argv, now_us)
-                })?;
-                let setresp = scope.create_function(|_, v: f64| {
-                    let mut guard = ctx.borrow_mut();
-                    guard
-                        .1
-                        .set_proto(if v == 3.0 { Proto::Resp3 } else { Proto::Resp2 });
-                    Ok(())
-                })?;
-                st.hooks.raw_set("rcall", rcall)?;
-                st.hooks.raw_set("setresp_run", setresp)?;
-                st.pending.borrow_mut().take();
-                let r = match (&st.fcall, fstate) {
-                    (Some(fcall), true) => {
-                        fcall.call::<MultiValue>((func.clone(), st.handler.clone(), keys, args))
-                    }
-                    _ => st
-                        .xpcall
-                        .call::<MultiValue>((func.clone(), st.handler.clone())),
-                };
-                st.hooks.raw_set("rcall", st.idle_rcall.clone())?;
-                st.hooks.raw_set("setresp_run", st.idle_rcall.clone())?;
-                let mut r = r?.into_iter();
-                let ok = matches!(r.next(), Some(Value::Boolean(true)));
-                Ok((ok, r.next().unwrap_or(Value::Nil)))
-            })
+            st.pending.borrow_mut().take();
+            // Lent to redis.call/pcall/setresp for the call ([`RunCtx::with`]); `e` and `run`
+            // are not used until they are taken back.
+            st.ctx.engine.set(&mut *e);
+            st.ctx.run.set(&mut *run);
+            st.ctx.now_us.set(now_us);
+            let r = match (&st.fcall, fstate) {
+                (Some(fcall), true) => {
+                    fcall.call::<MultiValue>((func.clone(), st.handler.clone(), keys, args))
+                }
+                _ => st
+                    .xpcall
+                    .call::<MultiValue>((func.clone(), st.handler.clone())),
+            };
+            st.ctx.engine.set(std::ptr::null_mut());
+            st.ctx.run.set(std::ptr::null_mut());
+            let mut r = r?.into_iter();
+            let ok = matches!(r.next(), Some(Value::Boolean(true)));
+            Ok((ok, r.next().unwrap_or(Value::Nil)))
         })();
         self.deadline.0.set(None);
         self.deadline.1.set(false);
@@ -478,25 +508,13 @@ impl State {
             },
         )?;
         let hooks = lua.create_table()?;
-        let idle_rcall = lua.create_function(|lua, _: MultiValue| {
-            Ok((
-                false,
-                error_table(
-                    lua,
-                    b"ERR redis.call/pcall can only be called inside a script invocation",
-                    false,
-                )?,
-            ))
-        })?;
-        hooks.raw_set("rcall", idle_rcall.clone())?;
-        hooks.raw_set("setresp_run", idle_rcall.clone())?;
+        let ctx = Rc::new(RunCtx::new());
         let pending: Pending = Rc::new(RefCell::new(None));
-        let (h, p) = (hooks.clone(), pending.clone());
+        let (c, p) = (ctx.clone(), pending.clone());
         hooks.raw_set(
             "call",
-            lua.create_function(move |_, args: MultiValue| {
-                let f: Function = h.raw_get("rcall")?;
-                let (ok, v): (bool, Value) = f.call(args)?;
+            lua.create_function(move |lua, args: MultiValue| {
+                let (ok, v) = redis_call(lua, &c, args)?;
                 match v {
                     Value::Table(t) if !ok => {
                         *p.borrow_mut() = Some(t);
@@ -506,14 +524,10 @@ impl State {
                 }
             })?,
         )?;
-        let h = hooks.clone();
+        let c = ctx.clone();
         hooks.raw_set(
             "pcall",
-            lua.create_function(move |_, args: MultiValue| {
-                let f: Function = h.raw_get("rcall")?;
-                let (_, v): (bool, Value) = f.call(args)?;
-                Ok(v)
-            })?,
+            lua.create_function(move |lua, args: MultiValue| Ok(redis_call(lua, &c, args)?.1))?,
         )?;
         let p = pending.clone();
         hooks.raw_set(
@@ -569,7 +583,7 @@ impl State {
                 Ok(())
             })?,
         )?;
-        let (h, p) = (hooks.clone(), pending.clone());
+        let (c, p) = (ctx.clone(), pending.clone());
         hooks.raw_set(
             "setresp",
             lua.create_function(move |lua, args: MultiValue| {
@@ -580,8 +594,15 @@ impl State {
                 if v != 2.0 && v != 3.0 {
                     return raise(lua, &p, "RESP version must be 2 or 3.");
                 }
-                let f: Function = h.raw_get("setresp_run")?;
-                f.call::<()>(v)
+                let proto = if v == 3.0 { Proto::Resp3 } else { Proto::Resp2 };
+                match c.with(|_, run, _| run.set_proto(proto)) {
+                    Some(()) => Ok(()),
+                    None => raise(
+                        lua,
+                        &p,
+                        "redis.call/pcall can only be called inside a script invocation",
+                    ),
+                }
             })?,
         )?;
         let p = pending.clone();
@@ -665,11 +686,10 @@ impl State {
             load_mode,
             fcall,
             lua,
-            hooks,
             globals,
             xpcall,
             handler,
-            idle_rcall,
+            ctx,
             pending,
             scripts: HashMap::new(),
         })
@@ -712,6 +732,22 @@ fn error_handler(lua: &Lua, tostring: &Function, err: Value) -> mlua::Result<Val
         break;
     }
     Ok(Value::Table(t))
+}
+
+/// `redis.call`/`redis.pcall` with the running script's context: [`rcall`], or Redis's error
+/// outside a script run.
+fn redis_call(lua: &Lua, ctx: &RunCtx, args: MultiValue) -> mlua::Result<(bool, Value)> {
+    match ctx.with(|e, run, now_us| rcall(lua, e, run, args, now_us)) {
+        Some(r) => r,
+        None => Ok((
+            false,
+            Value::Table(error_table(
+                lua,
+                b"ERR redis.call/pcall can only be called inside a script invocation",
+                false,
+            )?),
+        )),
+    }
 }
 
 /// `redis.call`'s work: arguments → argv, [`engine_core::script::call`], reply → Lua.

@@ -1,5 +1,5 @@
 -- recached's Lua sandbox, run once per Lua state (chunk name "=recached"; see sandbox in
--- lib.rs). `I` holds the Rust functions: rcall, errtext, sha1hex, log, setresp, rand, seed.
+-- lib.rs). `I` holds the Rust functions: call, pcall, errtext, sha1hex, log, setresp, rand, seed.
 local I = ...
 local G = _G
 local error, type, select, tostring, tonumber, floor = error, type, select, tostring, tonumber, math.floor

@@ -10,7 +10,8 @@
 # BENCH_CPUS, e.g. "0" and "1": servers and generators are started under `taskset -c`), and
 # functions: free_ports N, wait_port P, start_redis P [args…], start_fleet N DIR PROXY BASE,
 # stop_fleet DIR, fleet_engines DIR, fleet_affinity DIR, flush P…, srv CMD… (server placement), gen CMD… (generator
-# placement), common_labels (prints --label args shared by every result of the run).
+# placement), median_rows FILE (per-test medians of per-round rows), common_labels (prints
+# --label args shared by every result of the run).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -148,6 +149,14 @@ stop_fleet() {
 flush() {
     local p
     for p in "$@"; do redis-cli -p "$p" FLUSHALL >/dev/null; done
+}
+# median_rows FILE: FILE has rows "a,b,c,value" (one per round); prints "a,b,c,median,count"
+# for each (a,b,c), sorted (the median of an even count is the mean of the middle two).
+median_rows() {
+    sort -t, -k1,1 -k2,2 -k3,3 -k4,4g "$1" | awk -F, '
+        function emit() { m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2; printf "%s,%.0f,%d\n", prev, m, n; n = 0 }
+        { key = $1 "," $2 "," $3; if (key != prev && prev != "") emit(); v[++n] = $4; prev = key }
+        END { if (prev != "") emit() }'
 }
 common_labels() {
     printf '%s\n' --label "run_id=$RUN_ID" --label "recached_version=$RECACHED_VERSION" \

@@ -147,10 +147,7 @@ MEDIANS="$RESULTS/proxy-$RUN_ID-medians.csv"
 RATIOS="$RESULTS/proxy-$RUN_ID-ratios.csv"
 {
     echo "target,workload,test,median_rps,rounds"
-    sort -t, -k1,1 -k2,2 -k3,3 -k4,4g "$TMP/rows.csv" | awk -F, '
-        function emit() { m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2; printf "%s,%.0f,%d\n", prev, m, n; n = 0 }
-        { key = $1 "," $2 "," $3; if (key != prev && prev != "") emit(); v[++n] = $4; prev = key }
-        END { if (prev != "") emit() }'
+    median_rows "$TMP/rows.csv"
 } >"$MEDIANS"
 
 echo

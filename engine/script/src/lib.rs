@@ -261,19 +261,35 @@ impl LuaHost {
         let script = &self.state.scripts[&sha];
         let flags = script.flags;
         let func = script.func.clone();
+        self.invoke(e, c, false, (&func, &sha), flags, ro, numkeys as usize)
+    }
+
+    /// EVAL*/FCALL*'s common part once the callee is known: the flags' refusals, KEYS (the
+    /// `numkeys` arguments after argv[2]) and ARGV, the run, and its reply written to `c`.
+    #[allow(clippy::too_many_arguments)]
+    fn invoke(
+        &mut self,
+        e: &mut Engine,
+        c: &mut Call,
+        fstate: bool,
+        (func, name): (&Function, &str),
+        flags: ScriptFlags,
+        ro: bool,
+        numkeys: usize,
+    ) -> Result<(), CmdError> {
         let run_flags = prepare(e, flags, ro)?;
-        let split = 3 + numkeys as usize;
+        let split = 3 + numkeys;
         let keys = &c.argv[3..split];
         let args = &c.argv[split..];
         let mut run = ScriptRun::new(e, c.client, run_flags, keys);
         let mut reply = Vec::new();
         let caller_proto = c.client.proto;
         self.run(
-            false,
+            fstate,
             e,
             &mut run,
-            &func,
-            &sha,
+            func,
+            name,
             keys,
             args,
             c.now_us,

@@ -288,27 +288,7 @@ impl LuaHost {
         if numkeys < 0 {
             return Err(CmdError::Static("ERR Number of keys can't be negative"));
         }
-        let run_flags = prepare(e, flags, ro)?;
-        let split = 3 + numkeys as usize;
-        let keys = &c.argv[3..split];
-        let args = &c.argv[split..];
-        let mut run = ScriptRun::new(e, c.client, run_flags, keys);
-        let mut reply = Vec::new();
-        let caller_proto = c.client.proto;
-        self.run(
-            true,
-            e,
-            &mut run,
-            &func,
-            &name,
-            keys,
-            args,
-            c.now_us,
-            caller_proto,
-            &mut reply,
-        );
-        c.w().raw(&reply);
-        Ok(())
+        self.invoke(e, c, true, (&func, &name), flags, ro, numkeys as usize)
     }
 
     pub(crate) fn function_cmd(&mut self, c: &mut Call) -> Result<(), CmdError> {

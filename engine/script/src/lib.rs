@@ -209,20 +209,8 @@ impl LuaHost {
             return Ok(sha);
         }
         let (flags, skip) = shebang::parse(body).map_err(|m| format!("ERR {m}"))?;
-        let func = self
-            .state
-            .lua
-            .load(&body[skip..])
-            .set_name("@user_script")
-            .set_mode(ChunkMode::Text)
-            .into_function()
-            .map_err(|err| {
-                let msg = match err {
-                    mlua::Error::SyntaxError { message, .. } => message,
-                    other => other.to_string(),
-                };
-                format!("ERR Error compiling script (new function): {msg}")
-            })?;
+        let func = compile(&self.state.lua, &body[skip..], "@user_script")
+            .map_err(|msg| format!("ERR Error compiling script (new function): {msg}"))?;
         self.state
             .scripts
             .insert(sha.clone(), Script { func, flags });
@@ -820,6 +808,19 @@ fn raise<T>(lua: &Lua, pending: &Pending, msg: &str) -> mlua::Result<T> {
     let t = error_table(lua, format!("ERR {msg}").as_bytes(), false)?;
     *pending.borrow_mut() = Some(t);
     Err(mlua::Error::runtime(msg.to_string()))
+}
+
+/// Compiles `code` as text (binary chunks are refused) under `chunk_name`; the compiler's
+/// message on failure (Lua's own text for a syntax error).
+fn compile(lua: &Lua, code: &[u8], chunk_name: &str) -> Result<Function, String> {
+    lua.load(code)
+        .set_name(chunk_name)
+        .set_mode(ChunkMode::Text)
+        .into_function()
+        .map_err(|err| match err {
+            mlua::Error::SyntaxError { message, .. } => message,
+            other => other.to_string(),
+        })
 }
 
 /// `lua_tonumber`: numbers, and strings that read as numbers.

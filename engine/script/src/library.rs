@@ -229,19 +229,8 @@ impl LuaHost {
     /// the functions it registered.
     fn run_library(&self, code: &[u8]) -> Result<Vec<functions::Func>, String> {
         let st = &self.fstate;
-        let func = st
-            .lua
-            .load(code)
-            .set_name("@user_function")
-            .set_mode(ChunkMode::Text)
-            .into_function()
-            .map_err(|err| {
-                let msg = match err {
-                    mlua::Error::SyntaxError { message, .. } => message,
-                    other => other.to_string(),
-                };
-                format!("Error compiling function: {msg}")
-            })?;
+        let func = compile(&st.lua, code, "@user_function")
+            .map_err(|msg| format!("Error compiling function: {msg}"))?;
         let load_mode = st.load_mode.as_ref().expect("the functions' state");
         *self.loading.borrow_mut() = Some(Vec::new());
         self.deadline.0.set(Some(Instant::now() + LOAD_LIMIT));

@@ -64,6 +64,7 @@ impl Fleet {
         for &p in &engine_ports {
             sup.wait_port(p, FLEET_START);
         }
+        sup.wait_proxy_reaches_engines(proxy_port, FLEET_START);
         Fleet {
             sup,
             dir: dir.to_path_buf(),

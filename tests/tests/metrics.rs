@@ -168,6 +168,7 @@ fn metrics_endpoint_serves_prometheus_text_per_instance() {
     for p in [proxy_port, base, base + 1, metrics_port] {
         sup.wait_port(p, FLEET_START);
     }
+    sup.wait_proxy_reaches_engines(proxy_port, FLEET_START);
     let fleet = Fleet { sup, dir };
 
     // Traffic: 100 SETs and 150 GETs (50 misses) through the proxy, one engine with a limit.

@@ -113,6 +113,7 @@ impl Fleet {
         for &p in self.engine_ports.iter().chain([&self.proxy_port]) {
             sup.wait_port(p, FLEET_START);
         }
+        sup.wait_proxy_reaches_engines(self.proxy_port, FLEET_START);
         self.sup = Some(sup);
     }
 

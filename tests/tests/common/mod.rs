@@ -159,6 +159,34 @@ impl Proc {
         }
     }
 
+    /// Waits until the proxy on `port` reaches every engine: `DBSIZE` (fanned out to all of
+    /// them) answers an integer (or `-NOAUTH`) rather than `-ERR instance … is unavailable`. An engine that
+    /// listens late (a slow start on a loaded host, or a restart after its port was briefly
+    /// taken) leaves the proxy's link in its reconnect backoff (up to 1 s) after the port
+    /// already accepts; a test must not send its first request into that window.
+    pub fn wait_proxy_reaches_engines(&mut self, port: u16, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            if let Ok(mut c) = Resp::try_connect(port) {
+                let r = c.cmd_str(&["DBSIZE"]);
+                // A fleet with a password answers NOAUTH before routing: nothing to wait for.
+                if r.first() == Some(&b':') || r.starts_with(b"-NOAUTH") {
+                    return;
+                }
+                last = String::from_utf8_lossy(&r).into_owned();
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("{} exited ({status}); log:\n{}", self.name, self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "the proxy on {port} did not reach every engine within {timeout:?} (last: {last:?}); log:\n{}",
+            self.log()
+        );
+    }
+
     /// [`Proc::wait_port`] returning the failure (with the child's log) instead of panicking.
     pub fn try_wait_port(&mut self, port: u16, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
@@ -896,6 +924,7 @@ impl Fleet {
         for &p in &engine_ports {
             sup.wait_port(p, FLEET_START_TIMEOUT);
         }
+        sup.wait_proxy_reaches_engines(proxy_port, FLEET_START_TIMEOUT);
         Fleet {
             sup,
             dir,

@@ -290,7 +290,9 @@ pub fn db_swapped(e: &mut Engine, a: usize, b: usize) {
 
 /// The dispatcher's hook, after every handler while someone is parked: when the command
 /// changed the keyspace (`changed`), every argument with a waiter is marked ready; then,
-/// unless this command runs inside EXEC or is itself a re-run, ready keys are served.
+/// unless this command runs inside EXEC or is itself a re-run, ready keys are served — but not
+/// by a command another client sends while a script is busy: the script has not finished, and
+/// its writes are served after it (redis `call`, `!isInsideYieldingLongCommand()`).
 pub fn after_command(e: &mut Engine, client: &Client, argv: &[&[u8]], changed: bool, now_us: u64) {
     if changed {
         let db = e.current_db();
@@ -298,7 +300,8 @@ pub fn after_command(e: &mut Engine, client: &Client, argv: &[&[u8]], changed: b
             e.blocking.mark_ready(db, a);
         }
     }
-    if !client.tx.in_exec && !e.blocking.serving && !e.blocking.ready.is_empty() {
+    if !client.tx.in_exec && !e.blocking.serving && e.busy.is_none() && !e.blocking.ready.is_empty()
+    {
         handle_ready(e, now_us);
     }
 }

@@ -23,6 +23,9 @@ pub struct Call<'a> {
     /// What the server must do after the reply (QUIT, CLIENT LIST).
     pub flow: Flow,
     out: &'a mut Vec<u8>,
+    /// The server's poller for a script that runs past `busy-reply-threshold`
+    /// ([`crate::script::BusyPoll`]); `None` where nobody else can be served (tests, wasm).
+    pub poller: Option<&'a mut dyn crate::script::BusyPoll>,
 }
 
 impl<'a> Call<'a> {
@@ -33,6 +36,7 @@ impl<'a> Call<'a> {
         now_us: u64,
         spec: &'static CommandSpec,
         out: &'a mut Vec<u8>,
+        poller: Option<&'a mut dyn crate::script::BusyPoll>,
     ) -> Self {
         Call {
             client,
@@ -42,6 +46,7 @@ impl<'a> Call<'a> {
             spec,
             flow: Flow::Continue,
             out,
+            poller,
         }
     }
 }

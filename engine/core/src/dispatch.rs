@@ -51,6 +51,18 @@ pub fn exec(
     now_us: u64,
     out: &mut Vec<u8>,
 ) -> Flow {
+    exec_polling(e, client, argv, now_us, out, None)
+}
+
+/// [`exec`] with the server's poller for busy scripts (see [`Engine::exec_with_poller`]).
+pub fn exec_polling(
+    e: &mut Engine,
+    client: &mut Client,
+    argv: &[&[u8]],
+    now_us: u64,
+    out: &mut Vec<u8>,
+    poller: Option<&mut dyn crate::script::BusyPoll>,
+) -> Flow {
     if argv.is_empty() {
         return Flow::Continue;
     }
@@ -81,6 +93,20 @@ pub fn exec(
         ReplyWriter::new(out, client.proto).error(&err.message());
         return Flow::Continue;
     };
+    // `no-multi` rows (SAVE, SHUTDOWN, SYNC, PSYNC) inside MULTI (redis `processCommand`, after
+    // authentication, which a client in MULTI has passed).
+    if client.tx.in_multi() && !client.tx.in_exec && spec.has_flag(crate::command::Flags::NO_MULTI)
+    {
+        e.stats.rejected_calls += 1;
+        reject(
+            e,
+            client,
+            spec,
+            "ERR Command not allowed inside a transaction",
+            out,
+        );
+        return Flow::Continue;
+    }
     // Authentication and ACL permissions (acl.rs): one branch while the only user is the open
     // default one. Before cluster redirection and MULTI queueing, as in redis `processCommand`.
     if e.acl.restricted()
@@ -116,6 +142,17 @@ pub fn exec(
         e.stats.rejected_calls += 1;
         e.cmdstats.rejected(spec);
         reject(e, client, spec, crate::evict::OOM_ERROR, out);
+        return Flow::Continue;
+    }
+    // A script past busy-reply-threshold: only ALLOW_BUSY commands run (redis
+    // `processCommand`; the script's own commands and EXEC's run inside `in_exec`).
+    if let Some(busy) = &e.busy
+        && !client.tx.in_exec
+        && !spec.has_flag(crate::command::Flags::ALLOW_BUSY)
+    {
+        let msg = busy.error();
+        e.stats.rejected_calls += 1;
+        reject(e, client, spec, msg, out);
         return Flow::Continue;
     }
     client.last_cmd = spec.name;
@@ -163,7 +200,13 @@ pub fn exec(
     let reply_start = out.len();
     // Keychange feed: `None` (one test) unless someone subscribes (effect.rs).
     let feed_mark = crate::effect::begin(e);
-    let mut call = Call::new(&mut *client, argv, now_us, spec, &mut *out);
+    // Shortens the poller's object lifetime to the call's (the match arm is a coercion site).
+    #[allow(clippy::needless_match)]
+    let poller: Option<&mut dyn crate::script::BusyPoll> = match poller {
+        Some(p) => Some(p),
+        None => None,
+    };
+    let mut call = Call::new(&mut *client, argv, now_us, spec, &mut *out, poller);
     let failed = if let Err(err) = handler(e, &mut call) {
         e.stats.failed_calls += 1;
         call.w().error(&err.message());

@@ -30,8 +30,8 @@ pub struct Config {
     pub maxmemory_policy: &'static str,
     /// `maxmemory-samples`: keys sampled per eviction round (Redis default 5).
     pub maxmemory_samples: u32,
-    /// `busy-reply-threshold` (alias `lua-time-limit`), ms: accepted and reported; the script
-    /// host still stops a script at its fixed limit (docs/scripting.md).
+    /// `busy-reply-threshold` (alias `lua-time-limit`), ms: a script running longer lets the
+    /// server answer other clients `-BUSY` and accept SCRIPT/FUNCTION KILL (docs/scripting.md).
     pub busy_reply_threshold: u64,
     /// `databases`: how many databases SELECT can choose from (Redis default 16, at least 1).
     pub databases: usize,
@@ -174,6 +174,9 @@ pub struct Engine {
     /// Taken out while a script runs, so the script can call back into the engine
     /// (`crate::script`).
     pub scripting: Option<Box<dyn crate::script::Scripting>>,
+    /// Set while a script runs past `busy-reply-threshold` and the server serves other
+    /// clients from inside it (redis `SCRIPT_TIMEDOUT`; `crate::script::Busy`).
+    pub busy: Option<crate::script::Busy>,
     /// redis `server.pre_command_oom_state`: the last command found memory above `maxmemory`
     /// that eviction could not free (set by dispatch's maxmemory check; scripts read it).
     pub(crate) pre_command_oom: bool,
@@ -222,6 +225,7 @@ impl Engine {
             evict: Default::default(),
             monitors: Vec::new(),
             scripting: None,
+            busy: None,
             pre_command_oom: false,
             cmdstats: Default::default(),
         };
@@ -313,6 +317,19 @@ impl Engine {
         out: &mut Vec<u8>,
     ) -> Flow {
         dispatch::exec(self, client, argv, now_us, out)
+    }
+
+    /// [`Engine::exec`] for a server that can serve its other clients while a script runs
+    /// past `busy-reply-threshold` (`poller`, see [`crate::script::BusyPoll`]).
+    pub fn exec_with_poller(
+        &mut self,
+        client: &mut Client,
+        argv: &[&[u8]],
+        now_us: u64,
+        out: &mut Vec<u8>,
+        poller: &mut dyn crate::script::BusyPoll,
+    ) -> Flow {
+        dispatch::exec_polling(self, client, argv, now_us, out, Some(poller))
     }
 
     /// Background work for one tick of the server's timer: the active expiry cycle (Redis

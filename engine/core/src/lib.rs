@@ -135,6 +135,9 @@ pub enum Flow {
     /// parked. The server runs none of its further requests until a [`Delivery`] with
     /// `unblock: true` arrives for it (the reply, or the timeout's null).
     Block,
+    /// SHUTDOWN: the server saves as asked (or fails and writes
+    /// [`cmd::server::SHUTDOWN_FAILED`]) and exits; no reply is written on success.
+    Shutdown(cmd::server::Shutdown),
 }
 
 /// Bytes for a connection other than (or after) the one whose command just ran: pub/sub
@@ -160,6 +163,10 @@ pub struct HostInfo {
     pub config_file: String,
     pub connected_clients: u64,
     pub rss_bytes: u64,
+    /// The wall clock, Unix µs, for TIME: a script sees one frozen time for key expiry
+    /// (redis `scriptTimeSnapshot`) but TIME reads the clock. `None` (wasm, tests): the
+    /// call's time.
+    pub clock: Option<fn() -> u64>,
 }
 
 /// Settings that `CONFIG GET`/`CONFIG SET` expose and the engine reads.

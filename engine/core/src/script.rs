@@ -46,6 +46,120 @@ pub trait Scripting {
     fn function(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError>;
 }
 
+/// The error other clients get while an EVAL script is busy (redis `shared.slowevalerr`).
+pub const BUSY_EVAL: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+/// The same for a function (redis `shared.slowscripterr`).
+pub const BUSY_FUNCTION: &str =
+    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
+
+/// A script that ran past `busy-reply-threshold` (redis `SCRIPT_TIMEDOUT`), in
+/// [`Engine::busy`] while the host lets the server serve other clients from inside it:
+///
+/// ```text
+///  Lua hook, every N instructions: past the threshold?
+///    └─► e.busy = Some(Busy) ─► poller.serve(e) ─► other clients' commands ─► dispatch
+///          (first time: logged)      (server)        ALLOW_BUSY only, else -BUSY …
+///    ◄── killed / shutdown set by SCRIPT KILL, FUNCTION KILL or SHUTDOWN NOSAVE: the
+///        script is stopped with an error it cannot catch
+/// ```
+///
+/// The client running the script is not served meanwhile (redis `protectClient`), and keys
+/// the script made ready for blocked clients are served only after it ends.
+#[derive(Debug, Default, Clone)]
+pub struct Busy {
+    /// EVAL* (SCRIPT KILL stops it) rather than FCALL* (FUNCTION KILL).
+    pub eval: bool,
+    /// A write command ran (redis `SCRIPT_WRITE_DIRTY`): only SHUTDOWN NOSAVE stops it.
+    pub wrote: bool,
+    /// SCRIPT KILL or FUNCTION KILL was accepted (redis `SCRIPT_KILLED`).
+    pub killed: bool,
+    /// SHUTDOWN NOSAVE arrived: the script stops and the server exits after it.
+    pub shutdown: bool,
+    /// The function's name (FUNCTION STATS `running_script`), and the FCALL's arguments.
+    pub name: String,
+    pub argv: Vec<Vec<u8>>,
+    /// When the script started, Unix ms.
+    pub started_ms: u64,
+    /// Loaded libraries and functions (FUNCTION STATS answers from here while busy).
+    pub libraries: usize,
+    pub functions: usize,
+}
+
+impl Busy {
+    /// The `-BUSY …` text for other clients' commands.
+    pub fn error(&self) -> &'static str {
+        if self.eval { BUSY_EVAL } else { BUSY_FUNCTION }
+    }
+}
+
+/// The server's side of a busy script (redis `processEventsWhileBlocked`): accept, read and
+/// run other clients' requests once, without waiting, and write their replies. The host
+/// calls it from the script's instruction hook while [`Engine::busy`] is set.
+pub trait BusyPoll {
+    fn serve(&mut self, e: &mut Engine);
+}
+
+/// SCRIPT KILL (`eval`) or FUNCTION KILL while a script is busy (redis `scriptKill`).
+fn kill(e: &mut Engine, c: &mut Call, eval: bool) -> Result<(), CmdError> {
+    let Some(busy) = &mut e.busy else {
+        return Err(CmdError::Static(
+            "NOTBUSY No scripts in execution right now.",
+        ));
+    };
+    if busy.wrote {
+        return Err(CmdError::Static(
+            "UNKILLABLE Sorry the script already executed write commands against the dataset. \
+             You can either wait the script termination or kill the server in a hard way using \
+             the SHUTDOWN NOSAVE command.",
+        ));
+    }
+    if eval != busy.eval {
+        return Err(CmdError::Static(busy.error()));
+    }
+    busy.killed = true;
+    c.w().ok();
+    Ok(())
+}
+
+/// FUNCTION STATS while a script is busy (the host is taken out; redis
+/// `functionStatsCommand`): the running function, then the engine's counts.
+fn function_stats_busy(busy: &Busy, c: &mut Call) {
+    let running = (!busy.eval).then(|| {
+        (
+            busy.name.clone(),
+            busy.argv.clone(),
+            (c.now_ms.saturating_sub(busy.started_ms)) as i64,
+        )
+    });
+    let mut w = c.w();
+    w.map(2);
+    w.bulk(b"running_script");
+    match running {
+        None => w.null(),
+        Some((name, argv, ms)) => {
+            w.map(3);
+            w.bulk(b"name");
+            w.bulk(name.as_bytes());
+            w.bulk(b"command");
+            w.array(argv.len());
+            for a in &argv {
+                w.bulk(a);
+            }
+            w.bulk(b"duration_ms");
+            w.integer(ms);
+        }
+    }
+    w.bulk(b"engines");
+    w.map(1);
+    w.bulk(b"LUA");
+    w.map(2);
+    w.bulk(b"libraries_count");
+    w.integer(busy.libraries as i64);
+    w.bulk(b"functions_count");
+    w.integer(busy.functions as i64);
+}
+
 /// The rules a script run is under (redis `scriptRunCtx.flags`, from the shebang flags and
 /// the command used).
 #[derive(Clone, Copy, Debug, Default)]
@@ -195,7 +309,8 @@ pub fn call(
     }
     let before = out.len();
     match crate::dispatch::exec(e, &mut run.client, argv, now_us, out) {
-        Flow::Continue | Flow::Close => {}
+        // SHUTDOWN is refused to scripts (`noscript`).
+        Flow::Continue | Flow::Close | Flow::Shutdown(_) => {}
         Flow::ClientList => {
             let line = e.client_info_line(&run.client, now_us) + "\n";
             ReplyWriter::new(out, run.client.proto).verbatim(line.as_bytes());
@@ -302,11 +417,23 @@ pub fn fcall(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 /// `FUNCTION LOAD|DELETE|FLUSH|LIST|DUMP|RESTORE|STATS|KILL|HELP …`: the host's.
 pub fn function(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    match (c.spec.name, &e.busy) {
+        ("function|kill", Some(_)) => return kill(e, c, false),
+        ("function|stats", Some(busy)) => {
+            let busy = busy.clone();
+            function_stats_busy(&busy, c);
+            return Ok(());
+        }
+        _ => {}
+    }
     with_host(e, c, |h, e, c| h.function(e, c))
 }
 
 /// `SCRIPT LOAD|EXISTS|FLUSH|KILL|HELP …`: the host's.
 pub fn script(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    if c.spec.name == "script|kill" && e.busy.is_some() {
+        return kill(e, c, true);
+    }
     with_host(e, c, |h, e, c| h.script(e, c))
 }
 

@@ -40,20 +40,23 @@ where
     let raise = raise.clone();
     lua.create_function(move |lua, args: MultiValue| match f(&args) {
         Ok(v) => Ok(v),
-        Err(msg) => {
-            let at = lua
-                .inspect_stack(1, |d| {
-                    let src = d.source().short_src.map(|s| s.into_owned());
-                    src.zip(d.current_line())
-                })
-                .flatten();
-            let text = match at {
-                Some((src, line)) => format!("{src}:{line}: {msg}"),
-                None => msg,
-            };
-            Err(raise(lua, text))
-        }
+        Err(msg) => Err(raise_at(lua, &raise, msg)),
     })
+}
+
+/// `luaL_error` from a library function: `msg` after the caller's `source:line: `.
+pub fn raise_at(lua: &Lua, raise: &Raise, msg: String) -> mlua::Error {
+    let at = lua
+        .inspect_stack(1, |d| {
+            let src = d.source().short_src.map(|s| s.into_owned());
+            src.zip(d.current_line())
+        })
+        .flatten();
+    let text = match at {
+        Some((src, line)) => format!("{src}:{line}: {msg}"),
+        None => msg,
+    };
+    raise(lua, text)
 }
 
 /// Raises an error whose text is given (the host's pending-error mechanism).

@@ -22,10 +22,14 @@
 //! # Bounds
 //! The Lua heap is capped ([`DEFAULT_MEMORY_LIMIT`]): a script that allocates past it gets an
 //! error reply and the state stays usable. Lua's own limits turn deep recursion into a
-//! `stack overflow` error; reply conversion stops at [`convert::MAX_DEPTH`]. Not yet here (next
-//! stage): the busy-script threshold and SCRIPT KILL of a running script, libraries in
-//! snapshots, the cjson/cmsgpack/struct libraries, SCRIPT DEBUG and `redis.acl_check_cmd`.
+//! `stack overflow` error; reply conversion stops at [`convert::MAX_DEPTH`]. A script past
+//! `busy-reply-threshold` lends the instruction hook to the server's poller
+//! ([`engine_core::script::BusyPoll`]): other clients get `-BUSY`, SCRIPT/FUNCTION KILL stop it
+//! (`RunCtx::serve_while_busy`); without a poller it is stopped after [`BUSY_LIMIT`]. Not yet
+//! here: libraries in snapshots, the cjson/cmsgpack/struct libraries, SCRIPT DEBUG and
+//! `redis.acl_check_cmd`.
 
+mod baselib;
 pub mod bit;
 pub mod convert;
 pub mod functions;
@@ -40,7 +44,7 @@ use std::time::Instant;
 
 use engine_core::call::Call;
 use engine_core::error::CmdError;
-use engine_core::script::{RunFlags, ScriptRun, Scripting};
+use engine_core::script::{Busy, BusyPoll, RunFlags, ScriptRun, Scripting};
 use engine_core::{Engine, Proto};
 use mlua::chunk::ChunkMode;
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
@@ -55,16 +59,19 @@ const VERSION: &str = "7.0.15";
 const VERSION_NUM: f64 = 0x07_00_0f as f64;
 /// The chunk name of our own Lua code; the error handler skips its frames.
 const INTERNAL: &str = "=recached";
-/// How long a script may run before it is stopped with an error: Redis's
-/// `busy-reply-threshold` default. Redis instead lets it run on, answers other clients
-/// `-BUSY` and lets SCRIPT KILL stop it; until the engine can serve others during a script
-/// (next stage of issue 15), stopping it is what keeps a runaway script from hanging the
-/// engine for good. Checked every [`DEADLINE_CHECK_INSTRUCTIONS`] Lua instructions.
+/// How long a script run without the server's poller (an embedded engine: tests, fuzzing)
+/// may take before it is stopped with an error (Redis's default `busy-reply-threshold`):
+/// nobody could send SCRIPT KILL there. With a poller, a script past `busy-reply-threshold`
+/// runs on and the server answers others `-BUSY` (docs/scripting.md, "Busy scripts").
+/// Checked every [`DEADLINE_CHECK_INSTRUCTIONS`] Lua instructions.
 pub const BUSY_LIMIT: std::time::Duration = std::time::Duration::from_millis(5000);
 const DEADLINE_CHECK_INSTRUCTIONS: u32 = 100_000;
 /// The error a script past [`BUSY_LIMIT`] gets (the usual `script: <sha>, on …` suffix
 /// follows).
 const STOPPED: &str = "Script ran longer than busy-reply-threshold (5000 ms) and was stopped";
+/// The error a script stopped by SCRIPT KILL, FUNCTION KILL or SHUTDOWN NOSAVE gets (redis
+/// `luaMaskCountHook`; the usual suffix follows).
+const KILLED: &str = "Script killed by user with SCRIPT KILL...";
 /// The running script's deadline, whether it passed, and whether the code running is a
 /// library's FUNCTION LOAD (then the limit is [`LOAD_LIMIT`]) (shared with the Lua hook and the
 /// prelude's `I.stopping`).
@@ -79,6 +86,15 @@ struct RunCtx {
     engine: Cell<*mut Engine>,
     run: Cell<*mut ScriptRun>,
     now_us: Cell<u64>,
+    /// The server's poller for this run ([`BusyPoll`]), lent like `engine`; null when the
+    /// caller has none (then a runaway script is stopped at [`BUSY_LIMIT`] instead).
+    poller: Cell<Option<*mut (dyn BusyPoll + 'static)>>,
+    /// When this run passes `busy-reply-threshold` (set only with a poller).
+    busy_at: Cell<Option<Instant>>,
+    /// What [`Engine::busy`] says of this run once it is busy: EVAL or function, name and
+    /// (functions) the FCALL's arguments, kept here so a run that never gets busy costs no copy
+    /// beyond the FCALL's arguments.
+    busy: RefCell<Busy>,
 }
 
 impl RunCtx {
@@ -87,7 +103,48 @@ impl RunCtx {
             engine: Cell::new(std::ptr::null_mut()),
             run: Cell::new(std::ptr::null_mut()),
             now_us: Cell::new(0),
+            poller: Cell::new(None),
+            busy_at: Cell::new(None),
+            busy: RefCell::new(Busy::default()),
         }
+    }
+
+    /// Called by the instruction hook of a run past `busy-reply-threshold`: marks the engine
+    /// busy (logging it the first time), lets the server serve other clients once, and says
+    /// whether SCRIPT KILL, FUNCTION KILL or SHUTDOWN NOSAVE asked the script to stop.
+    fn serve_while_busy(&self) -> bool {
+        let Some(poller) = self.poller.get() else {
+            return false;
+        };
+        self.poller.set(None);
+        let stop = self.with(|e, run, _| {
+            let busy = e.busy.get_or_insert_with(|| {
+                let b = self.busy.borrow().clone();
+                log::warn!(
+                    "Slow script detected: still in execution after {} milliseconds. You can \
+                     try killing the script using the {} command. Script name is: {}.",
+                    e.config.busy_reply_threshold,
+                    if b.eval {
+                        "SCRIPT KILL"
+                    } else {
+                        "FUNCTION KILL"
+                    },
+                    b.name
+                );
+                b
+            });
+            busy.wrote = run.wrote();
+            // SAFETY: as for `engine` and `run` in `with` below: `LuaHost::run` stores this
+            // pointer from a `&mut dyn BusyPoll` it holds for the whole run and does not use
+            // while Lua runs, and nulls it right after; it is taken out above, so this is the
+            // only reference made from it, and the poller cannot re-enter Lua (other clients'
+            // EVAL/FCALL are refused while `e.busy` is set, and the host is taken out of the
+            // engine anyway).
+            unsafe { (*poller).serve(e) };
+            e.busy.as_ref().is_some_and(|b| b.killed || b.shutdown)
+        });
+        self.poller.set(Some(poller));
+        stop == Some(true)
     }
 
     /// Runs `f` with the running script's engine and run; `None` outside a run (or while they
@@ -272,6 +329,26 @@ impl LuaHost {
         let mut run = ScriptRun::new(e, c.client, run_flags, keys);
         let mut reply = Vec::new();
         let caller_proto = c.client.proto;
+        let st = if fstate { &self.fstate } else { &self.state };
+        if let Some(poller) = c.poller.take() {
+            let p: *mut (dyn BusyPoll + '_) = poller;
+            // SAFETY: only the lifetime bound of the trait object changes (same layout); the
+            // pointer is used only during this run and cleared at its end (`RunCtx`).
+            let p: *mut (dyn BusyPoll + 'static) = unsafe { std::mem::transmute(p) };
+            st.ctx.poller.set(Some(p));
+            let mut b = st.ctx.busy.borrow_mut();
+            b.eval = !fstate;
+            b.name.clear();
+            b.name.push_str(name);
+            b.started_ms = c.now_ms;
+            b.argv.clear();
+            if fstate {
+                // FUNCTION STATS shows the FCALL while it is busy.
+                b.argv.extend(c.argv.iter().map(|a| a.to_vec()));
+                (b.libraries, b.functions) =
+                    (self.libraries.libs.len(), self.libraries.function_count());
+            }
+        }
         self.run(
             fstate,
             e,
@@ -305,7 +382,14 @@ impl LuaHost {
         out: &mut Vec<u8>,
     ) {
         let st = if fstate { &self.fstate } else { &self.state };
-        self.deadline.0.set(Some(Instant::now() + BUSY_LIMIT));
+        let started = Instant::now();
+        if st.ctx.poller.get().is_some() {
+            // The server serves others past the threshold; SCRIPT KILL stops the script.
+            let threshold = std::time::Duration::from_millis(e.config.busy_reply_threshold);
+            st.ctx.busy_at.set(Some(started + threshold));
+        } else {
+            self.deadline.0.set(Some(started + BUSY_LIMIT));
+        }
         let result = (|| -> mlua::Result<(bool, Value)> {
             let (keys, args) = (array(&st.lua, keys)?, array(&st.lua, args)?);
             if !fstate {
@@ -334,6 +418,9 @@ impl LuaHost {
         })();
         self.deadline.0.set(None);
         self.deadline.1.set(false);
+        st.ctx.poller.set(None);
+        st.ctx.busy_at.set(None);
+        e.busy = None;
         let script_proto = run.proto();
         match result {
             Ok((true, v)) => convert::lua_to_reply(&v, caller, script_proto, out),
@@ -496,11 +583,22 @@ impl State {
         )?;
         // Every coroutine too (a global hook). Past the deadline every check raises, and the
         // prelude's pcall/xpcall/coroutine.resume raise again what they catch (`I.stopping`).
+        // With the server's poller, a run past busy-reply-threshold instead serves other
+        // clients at each check until it ends or is killed (`RunCtx::serve_while_busy`).
         let hook_deadline = deadline.clone();
+        let ctx = Rc::new(RunCtx::new());
+        let hook_ctx = ctx.clone();
         lua.set_global_hook(
             mlua::HookTriggers::new().every_nth_instruction(DEADLINE_CHECK_INSTRUCTIONS),
-            move |_, _| match hook_deadline.0.get() {
-                Some(at) if Instant::now() >= at => {
+            move |_, _| match (hook_ctx.busy_at.get(), hook_deadline.0.get()) {
+                (Some(at), _) if Instant::now() >= at => {
+                    if hook_deadline.1.get() || hook_ctx.serve_while_busy() {
+                        hook_deadline.1.set(true);
+                        return Err(mlua::Error::external(KILLED));
+                    }
+                    Ok(mlua::VmState::Continue)
+                }
+                (_, Some(at)) if Instant::now() >= at => {
                     hook_deadline.1.set(true);
                     Err(mlua::Error::external(if hook_deadline.2.get() {
                         "FUNCTION LOAD timeout"
@@ -512,7 +610,6 @@ impl State {
             },
         )?;
         let hooks = lua.create_table()?;
-        let ctx = Rc::new(RunCtx::new());
         let pending: Pending = Rc::new(RefCell::new(None));
         let (c, p) = (ctx.clone(), pending.clone());
         hooks.raw_set(
@@ -668,6 +765,7 @@ impl State {
         hooks.raw_set("bit", bit::table(&lua, &raise_bit)?)?;
         hooks.raw_set("version", VERSION)?;
         hooks.raw_set("version_num", VERSION_NUM)?;
+        baselib::install(&lua, &raise_bit)?;
         let xpcall: Function = lua.globals().raw_get("xpcall")?;
         let tostring: Function = lua.globals().raw_get("tostring")?;
         let globals: Table = lua

@@ -35,6 +35,7 @@
 
 use std::io::{self, Read, Write};
 
+use engine_core::script::BusyPoll;
 use engine_core::{Client, Engine, Flow};
 use mio::net::TcpStream;
 use resp::{Limits, ReplyWriter, RequestParser};
@@ -99,6 +100,8 @@ pub enum Batch {
     /// The client is parked in a blocking command: nothing more runs until the engine
     /// delivers its reply.
     Blocked,
+    /// SHUTDOWN ran: the loop saves as asked and exits (or replies the failure and goes on).
+    Shutdown(engine_core::cmd::server::Shutdown),
 }
 
 pub struct Conn {
@@ -258,6 +261,7 @@ impl Conn {
         engine: &mut Engine,
         now_us: u64,
         argv_store: &mut Vec<&'static [u8]>,
+        poller: &mut dyn BusyPoll,
     ) -> Batch {
         loop {
             if self.closing.is_some() {
@@ -294,7 +298,13 @@ impl Conn {
                         argv.push(self.parser.arg(buf, i));
                     }
                     self.client.last_cmd_us = now_us;
-                    let flow = engine.exec(&mut self.client, &argv, now_us, &mut self.out);
+                    let flow = engine.exec_with_poller(
+                        &mut self.client,
+                        &argv,
+                        now_us,
+                        &mut self.out,
+                        &mut *poller,
+                    );
                     *argv_store = recycle(argv);
                     self.rstart += n;
                     match flow {
@@ -306,6 +316,7 @@ impl Conn {
                             self.blocked = true;
                             return Batch::Blocked;
                         }
+                        Flow::Shutdown(s) => return Batch::Shutdown(s),
                     }
                     if engine.has_deliveries() {
                         return Batch::Deliveries;
@@ -325,6 +336,11 @@ impl Conn {
     /// message, the reply of a blocking command that was woken or timed out).
     pub fn push_output(&mut self, bytes: &[u8]) {
         self.out.extend_from_slice(bytes);
+    }
+
+    /// Appends an error reply (`msg` without the leading `-`) in this client's protocol.
+    pub fn reply_error(&mut self, msg: &str) {
+        ReplyWriter::new(&mut self.out, self.client.proto).error(msg);
     }
 
     /// Appends the CLIENT LIST reply `text` in this client's protocol.

@@ -49,13 +49,13 @@ use log::{debug, info, warn};
 use mio::event::Event;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
-use recached_net::Slab;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook_mio::v1_0::Signals;
 
 use crate::budget::{ACCEPT_BATCH, EVENTS_CAPACITY, READ_BUDGET_PER_TURN};
 use crate::bus::Bus;
 use crate::conn::{Batch, CloseReason, Conn, ReadOutcome};
+use crate::conns::Conns;
 use crate::host::{self, RssReader};
 use crate::tls::{self, TlsConn};
 
@@ -88,7 +88,16 @@ enum Disconnect {
     Timeout,
 }
 
+/// The loop: the engine, and everything else (`Net`), kept apart so that a script running past
+/// `busy-reply-threshold` can lend `Net` to the engine as its [`BusyPoll`] and have other
+/// connections served from inside the script (see [`Net::serve`] in `BusyPoll`).
 pub struct EventLoop {
+    pub engine: Engine,
+    net: Net,
+}
+
+/// The loop's sockets, connections and scratch state (all but the engine).
+struct Net {
     poll: Poll,
     /// The plain listener; `None` when only TLS is served (`port 0` with a `tls_port`).
     listener: Option<TcpListener>,
@@ -97,8 +106,9 @@ pub struct EventLoop {
     /// Ciphertext of one TLS socket read (`tls::SCRATCH_LEN`), shared by all connections.
     tls_scratch: Vec<u8>,
     signals: Signals,
-    conns: Slab<Conn>,
-    pub engine: Engine,
+    /// The connections; a connection whose requests are executing is taken out (`None`) so
+    /// that a busy script's poller can serve the others.
+    conns: Conns,
     /// CLIENT ID of the next connection.
     next_client_id: u64,
     /// The argv vector reused by every command (see `conn::recycle`).
@@ -119,6 +129,16 @@ pub struct EventLoop {
     deliveries: Vec<Delivery>,
     /// Links to the other engines of the cluster, for PUBLISH (`crate::bus`).
     bus: Bus,
+    /// Set when the loop must return: a SHUTDOWN ran (its save made), or a signal arrived
+    /// while a script was busy.
+    stop: Option<Stop>,
+    /// The events buffer of [`BusyPoll::serve`] (allocated on a first busy script).
+    busy_events: Option<Events>,
+    /// Events for the connection whose script is busy (taken out of `conns`), applied when it
+    /// is back: `(key, readable, hangup)`.
+    busy_missed: Vec<(usize, bool, bool)>,
+    /// The first [`BusyPoll::serve`] of a busy script has visited every connection.
+    busy_swept: bool,
 }
 
 impl EventLoop {
@@ -132,14 +152,13 @@ impl EventLoop {
         let mut signals = Signals::new([SIGTERM, SIGINT])?;
         poll.registry()
             .register(&mut signals, SIGNALS, Interest::READABLE)?;
-        Ok(EventLoop {
+        let net = Net {
             poll,
             listener,
             tls_listener: None,
             tls_scratch: Vec::new(),
             signals,
-            conns: Slab::new(),
-            engine,
+            conns: Conns::new(),
             next_client_id: 1,
             argv: Vec::new(),
             queued: Vec::new(),
@@ -150,7 +169,12 @@ impl EventLoop {
             ids: HashMap::new(),
             deliveries: Vec::new(),
             bus: Bus::default(),
-        })
+            stop: None,
+            busy_events: None,
+            busy_missed: Vec::new(),
+            busy_swept: false,
+        };
+        Ok(EventLoop { engine, net })
     }
 
     /// Also serves RESP over TLS on `listener`, with `cfg` (see [`crate::tls`]).
@@ -159,34 +183,63 @@ impl EventLoop {
         mut listener: TcpListener,
         cfg: std::sync::Arc<rustls::ServerConfig>,
     ) -> io::Result<()> {
-        self.poll
+        let net = &mut self.net;
+        net.poll
             .registry()
             .register(&mut listener, TLS_LISTENER, Interest::READABLE)?;
-        self.tls_listener = Some((listener, cfg));
-        self.tls_scratch = vec![0; tls::SCRATCH_LEN];
+        net.tls_listener = Some((listener, cfg));
+        net.tls_scratch = vec![0; tls::SCRATCH_LEN];
         Ok(())
     }
 
     /// Forwards clients' PUBLISH to the other engines through `bus` (cluster mode).
     pub fn set_bus(&mut self, bus: Bus) {
-        self.bus = bus;
+        self.net.bus = bus;
     }
 
-    fn cron_period_us(&self) -> u64 {
-        1_000_000 / u64::from(self.engine.config.hz.clamp(1, MAX_HZ))
+    /// Runs until SIGTERM or SIGINT, or a SHUTDOWN command; says which.
+    pub fn run(&mut self) -> io::Result<Stop> {
+        self.net.run(&mut self.engine)
+    }
+}
+
+/// Why [`EventLoop::run`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM or SIGINT: the caller makes the final save.
+    Signal,
+    /// SHUTDOWN: its save (if any) is made; exit now.
+    Command,
+}
+
+impl Net {
+    /// A pending SIGTERM or SIGINT, logged (Redis's words).
+    fn take_signal(&mut self) -> bool {
+        match self.signals.pending().next() {
+            Some(sig) => {
+                let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                info!("Received {name} scheduling shutdown...");
+                true
+            }
+            None => false,
+        }
     }
 
-    /// Runs until SIGTERM or SIGINT.
-    pub fn run(&mut self) -> io::Result<()> {
+    fn cron_period_us(&self, engine: &Engine) -> u64 {
+        1_000_000 / u64::from(engine.config.hz.clamp(1, MAX_HZ))
+    }
+
+    /// Runs until SIGTERM or SIGINT, or a SHUTDOWN.
+    fn run(&mut self, engine: &mut Engine) -> io::Result<Stop> {
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
         let mut now = host::now_us();
-        self.next_cron_us = now + self.cron_period_us();
+        self.next_cron_us = now + self.cron_period_us(engine);
         loop {
             let timeout = if !self.queued.is_empty() || self.accept_backlog.contains(&true) {
                 Duration::ZERO
             } else {
                 // Wake for the next tick, or earlier for a blocked client's timeout.
-                let due = match self.engine.next_deadline_us() {
+                let due = match engine.next_deadline_us() {
                     Some(d) => d.min(self.next_cron_us),
                     None => self.next_cron_us,
                 };
@@ -202,25 +255,26 @@ impl EventLoop {
 
             for event in events.iter() {
                 match event.token() {
-                    LISTENER => self.accept(now, false),
-                    TLS_LISTENER => self.accept(now, true),
+                    LISTENER => self.accept(engine, now, false),
+                    TLS_LISTENER => self.accept(engine, now, true),
                     SIGNALS => {
-                        if let Some(sig) = self.signals.pending().next() {
-                            let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
-                            info!("Received {name} scheduling shutdown...");
-                            return Ok(());
+                        if self.take_signal() {
+                            return Ok(Stop::Signal);
                         }
                     }
                     Token(key) => match self.bus.peer_of(Token(key)) {
                         Some(i) => self.bus.on_event(self.poll.registry(), i, event, now),
-                        None => self.on_conn_event(key, event, now),
+                        None => self.on_conn_event(engine, key, event, now),
                     },
                 }
+            }
+            if let Some(stop) = self.stop.take() {
+                return Ok(stop);
             }
 
             for tls in [false, true] {
                 if self.accept_backlog[usize::from(tls)] {
-                    self.accept(now, tls);
+                    self.accept(engine, now, tls);
                 }
             }
             let queued = std::mem::take(&mut self.queued);
@@ -229,7 +283,7 @@ impl EventLoop {
                     && conn.queued
                 {
                     conn.queued = false;
-                    self.serve(key, now);
+                    self.serve(engine, key, now);
                 }
             }
             // Give the allocation back for the next iteration.
@@ -237,48 +291,51 @@ impl EventLoop {
                 self.queued = queued;
                 self.queued.clear();
             }
+            if let Some(stop) = self.stop.take() {
+                return Ok(stop);
+            }
 
-            if self.engine.next_deadline_us().is_some_and(|d| now >= d) {
-                self.engine.timeouts(now);
-                self.route_deliveries();
+            if engine.next_deadline_us().is_some_and(|d| now >= d) {
+                engine.timeouts(now);
+                self.route_deliveries(engine);
             }
             if now >= self.next_cron_us {
-                self.cron(now);
+                self.cron(engine, now);
                 // Skip missed ticks after a stall instead of running them back to back.
-                self.next_cron_us = (self.next_cron_us + self.cron_period_us()).max(now);
+                self.next_cron_us = (self.next_cron_us + self.cron_period_us(engine)).max(now);
             }
         }
     }
 
     /// One timer tick: engine background work, host figures, buffer housekeeping.
-    fn cron(&mut self, now: u64) {
-        self.engine.cron(now);
-        if self.engine.has_security_events() {
+    fn cron(&mut self, engine: &mut Engine, now: u64) {
+        engine.cron(now);
+        if engine.has_security_events() {
             // Failed AUTH attempts (user and address; never the password).
             let mut lines = Vec::new();
-            self.engine.take_security_events(&mut lines);
+            engine.take_security_events(&mut lines);
             lines.iter().for_each(|l| warn!("{l}"));
         }
-        crate::snapshot::cron(&mut self.engine, now);
-        self.route_deliveries();
+        crate::snapshot::cron(engine, now);
+        self.route_deliveries(engine);
         if let Some(rss) = self.rss.rss_bytes() {
-            self.engine.host.rss_bytes = rss;
+            engine.host.rss_bytes = rss;
         }
         for (_, conn) in self.conns.iter_mut() {
             conn.shrink_idle_buffers(now);
         }
-        self.enforce_limits(now);
+        self.enforce_limits(engine, now);
         if self.accept_retry {
             self.accept_retry = false;
-            self.accept(now, false);
-            self.accept(now, true);
+            self.accept(engine, now, false);
+            self.accept(engine, now, true);
         }
     }
 
     /// Each tick: idle clients over `timeout`, and clients over a soft output limit for its
     /// seconds (a client that stopped reading gets no new output to trigger the check).
-    fn enforce_limits(&mut self, now: u64) {
-        let timeout_us = self.engine.config.timeout.saturating_mul(1_000_000);
+    fn enforce_limits(&mut self, engine: &mut Engine, now: u64) {
+        let timeout_us = engine.config.timeout.saturating_mul(1_000_000);
         let mut doomed = Vec::new();
         for (key, conn) in self.conns.iter_mut() {
             let c = &conn.client;
@@ -286,15 +343,15 @@ impl EventLoop {
                 && now.saturating_sub(c.last_cmd_us) > timeout_us
                 && !conn.blocked
                 && c.subs.count() == 0
-                && !self.engine.is_feed_subscriber(c.id)
+                && !engine.is_feed_subscriber(c.id)
             {
                 doomed.push((key, Disconnect::Timeout));
-            } else if output_limit_exceeded(&self.engine, conn, now) {
+            } else if output_limit_exceeded(engine, conn, now) {
                 doomed.push((key, Disconnect::OutputLimit));
             }
         }
         for (key, why) in doomed {
-            self.close(key, why);
+            self.close(engine, key, why);
         }
     }
 
@@ -308,13 +365,13 @@ impl EventLoop {
         Some(listener.accept())
     }
 
-    fn accept(&mut self, now: u64, tls: bool) {
+    fn accept(&mut self, engine: &mut Engine, now: u64, tls: bool) {
         for _ in 0..ACCEPT_BATCH {
             let Some(result) = self.accept_one(tls) else {
                 return;
             };
             match result {
-                Ok((stream, _peer)) => self.add_conn(stream, now, tls),
+                Ok((stream, _peer)) => self.add_conn(engine, stream, now, tls),
                 Err(e) if would_block(&e) => {
                     self.accept_backlog[usize::from(tls)] = false;
                     return;
@@ -338,10 +395,10 @@ impl EventLoop {
         self.accept_backlog[usize::from(tls)] = true;
     }
 
-    fn add_conn(&mut self, mut stream: TcpStream, now: u64, tls: bool) {
-        self.engine.net.total_connections_received += 1;
-        if self.conns.len() as u64 >= self.engine.config.maxclients {
-            self.engine.net.rejected_connections += 1;
+    fn add_conn(&mut self, engine: &mut Engine, mut stream: TcpStream, now: u64, tls: bool) {
+        engine.net.total_connections_received += 1;
+        if self.conns.len() as u64 >= engine.config.maxclients {
+            engine.net.rejected_connections += 1;
             // Best effort, as Redis does (`acceptCommonHandler`); the socket is new and empty.
             // A TLS client is closed without it: plaintext cannot be sent before a handshake
             // (Redis's write fails the same way there).
@@ -355,8 +412,8 @@ impl EventLoop {
         let loopback = stream
             .peer_addr()
             .is_ok_and(|a| a.ip().to_canonical().is_loopback());
-        if self.engine.protected_mode_refuses(loopback) {
-            self.engine.net.rejected_connections += 1;
+        if engine.protected_mode_refuses(loopback) {
+            engine.net.rejected_connections += 1;
             if !tls {
                 let _ = stream.write(engine_core::acl::PROTECTED_MODE_DENIED);
             }
@@ -384,8 +441,7 @@ impl EventLoop {
             .local_addr()
             .map(|a| a.to_string())
             .unwrap_or_default();
-        let entry = self.conns.vacant_entry();
-        let key = entry.key();
+        let key = self.conns.vacant_key();
         if let Err(e) = self
             .poll
             .registry()
@@ -403,17 +459,18 @@ impl EventLoop {
             last_cmd_us: now,
             ..Client::default()
         };
-        self.engine.init_client(&mut client);
+        engine.init_client(&mut client);
         self.next_client_id += 1;
         self.ids.insert(client.id, key);
         debug!("Accepted {} (id={})", client.addr, client.id);
-        let mut conn = Conn::new(stream, client, &self.engine);
+        let mut conn = Conn::new(stream, client, engine);
         conn.tls = tls_conn;
-        entry.insert(conn);
-        self.engine.host.connected_clients = self.conns.len() as u64;
+        let inserted = self.conns.insert(conn);
+        debug_assert_eq!(inserted, key);
+        engine.host.connected_clients = self.conns.len() as u64;
     }
 
-    fn on_conn_event(&mut self, key: usize, event: &Event, now: u64) {
+    fn on_conn_event(&mut self, engine: &mut Engine, key: usize, event: &Event, now: u64) {
         // Unknown tokens (a connection closed earlier in this batch) are ignored.
         let Some(conn) = self.conns.get_mut(key) else {
             return;
@@ -426,36 +483,98 @@ impl EventLoop {
             // reports it, since a short read would otherwise end the batch and no edge follows.
             conn.hangup = true;
         }
-        self.serve(key, now);
+        self.serve(engine, key, now);
+    }
+
+    /// Runs `key`'s buffered requests ([`Conn::execute`]) with the connection taken out of
+    /// `conns`, so that this `Net` can be lent to a script that runs past
+    /// `busy-reply-threshold` as its [`BusyPoll`]; then applies the events that came for the
+    /// connection meanwhile.
+    fn execute(&mut self, engine: &mut Engine, key: usize, now: u64) -> Batch {
+        let mut conn = self.conns.take(key);
+        let mut argv = std::mem::take(&mut self.argv);
+        let batch = conn.execute(engine, now, &mut argv, self);
+        self.argv = argv;
+        self.conns.put(key, conn);
+        self.busy_swept = false;
+        if !self.busy_missed.is_empty() {
+            for (k, readable, hangup) in std::mem::take(&mut self.busy_missed) {
+                if let Some(c) = self.conns.get_mut(k) {
+                    c.readable |= readable;
+                    c.hangup |= hangup;
+                    if !c.queued {
+                        c.queued = true;
+                        self.queued.push(k);
+                    }
+                }
+            }
+        }
+        batch
+    }
+
+    /// SHUTDOWN from connection `key`: the save it asks for (the BGSAVE child, if any, is
+    /// stopped first), then the loop stops; a failed save without FORCE is answered with
+    /// Redis's error and the engine goes on (redis `prepareForShutdown`). From inside a busy
+    /// script (NOSAVE only) the script is being stopped by the host; nothing is saved.
+    fn shutdown(
+        &mut self,
+        engine: &mut Engine,
+        key: usize,
+        s: engine_core::cmd::server::Shutdown,
+        now: u64,
+    ) {
+        warn!("User requested shutdown...");
+        let save = if engine.busy.is_some() {
+            Some(false)
+        } else {
+            s.save
+        };
+        match crate::snapshot::shutdown_with(engine, now, save) {
+            Err(e) if !s.force => {
+                warn!(
+                    "Errors trying to shut down the server: {e}. Check the logs for more information."
+                );
+                self.conns[key].reply_error(engine_core::cmd::server::SHUTDOWN_FAILED);
+            }
+            _ => self.stop = Some(Stop::Command),
+        }
     }
 
     /// Runs buffered requests, reads and runs more, then writes the replies once.
-    fn serve(&mut self, key: usize, now: u64) {
-        let result = self.serve_inner(key, now);
+    fn serve(&mut self, engine: &mut Engine, key: usize, now: u64) {
+        let result = self.serve_inner(engine, key, now);
         if let Some(conn) = self.conns.get_mut(key) {
-            let net = &mut self.engine.net;
+            let net = &mut engine.net;
             net.total_net_input_bytes += std::mem::take(&mut conn.bytes_in);
             net.total_net_output_bytes += std::mem::take(&mut conn.bytes_out);
         }
         if let Err(why) = result {
-            self.close(key, why);
+            self.close(engine, key, why);
         }
     }
 
-    fn serve_inner(&mut self, key: usize, now: u64) -> Result<(), Disconnect> {
+    fn serve_inner(&mut self, engine: &mut Engine, key: usize, now: u64) -> Result<(), Disconnect> {
         let mut budget = READ_BUDGET_PER_TURN;
         // The last write attempt found the send buffer full: writing again now would only
         // return WouldBlock.
         let mut socket_full = false;
         loop {
+            if self.stop.is_some() {
+                return Ok(()); // SHUTDOWN: nothing more runs
+            }
+            let batch = self.execute(engine, key, now);
             let conn = &mut self.conns[key];
-            match conn.execute(&mut self.engine, now, &mut self.argv) {
+            match batch {
+                Batch::Shutdown(s) => {
+                    self.shutdown(engine, key, s, now);
+                    continue;
+                }
                 Batch::ClientList => {
-                    self.reply_client_list(key, now);
+                    self.reply_client_list(engine, key, now);
                     continue;
                 }
                 Batch::ClientKill(filter) => {
-                    self.client_kill(key, &filter);
+                    self.client_kill(engine, key, &filter);
                     continue;
                 }
                 Batch::Throttled => {
@@ -468,7 +587,7 @@ impl EventLoop {
                 }
                 Batch::Closing => break,
                 Batch::Deliveries => {
-                    self.route_deliveries();
+                    self.route_deliveries(engine);
                     continue;
                 }
                 // A parked client is still read (into its query buffer, bounded), so a peer
@@ -490,7 +609,7 @@ impl EventLoop {
                 break;
             }
             let query_limit =
-                usize::try_from(self.engine.config.client_query_buffer_limit).unwrap_or(usize::MAX);
+                usize::try_from(engine.config.client_query_buffer_limit).unwrap_or(usize::MAX);
             match conn.read(&mut self.tls_scratch, query_limit) {
                 ReadOutcome::Data { n, more } => {
                     budget = budget.saturating_sub(n);
@@ -507,14 +626,17 @@ impl EventLoop {
             }
         }
 
+        if self.stop.is_some() {
+            // Exiting (SHUTDOWN): Redis exits without sending what is left, as here.
+            return Ok(());
+        }
         let conn = &mut self.conns[key];
         if !socket_full {
             conn.flush().map_err(Disconnect::Io)?;
         }
         // The keychange feed bounds each subscriber's unsent output (a no-op for others).
-        self.engine
-            .set_pending_output(conn.client.id, conn.out_pending());
-        if output_limit_exceeded(&self.engine, conn, now) {
+        engine.set_pending_output(conn.client.id, conn.out_pending());
+        if output_limit_exceeded(engine, conn, now) {
             return Err(Disconnect::OutputLimit);
         }
         let pending = conn.wants_write();
@@ -540,11 +662,11 @@ impl EventLoop {
 
     /// CLIENT LIST: one `client_info_line` per connection, ascending client id, each ending
     /// in "\n", as one verbatim string (Redis `clientsCommand` → `getAllClientsInfoString`).
-    fn reply_client_list(&mut self, key: usize, now: u64) {
+    fn reply_client_list(&mut self, engine: &mut Engine, key: usize, now: u64) {
         let mut lines: Vec<(u64, String)> = self
             .conns
             .iter()
-            .map(|(_, c)| (c.client.id, self.engine.client_info_line(&c.client, now)))
+            .map(|(_, c)| (c.client.id, engine.client_info_line(&c.client, now)))
             .collect();
         lines.sort_unstable_by_key(|&(id, _)| id);
         let mut text = String::with_capacity(lines.iter().map(|(_, l)| l.len() + 1).sum());
@@ -558,7 +680,7 @@ impl EventLoop {
     /// CLIENT KILL: closes every other connection the filter matches at once (their unsent
     /// output is dropped, as Redis `freeClient` does) and this one after its reply, then
     /// appends the reply (redis `clientCommand` "kill").
-    fn client_kill(&mut self, key: usize, filter: &KillFilter) {
+    fn client_kill(&mut self, engine: &mut Engine, key: usize, filter: &KillFilter) {
         let me = self.conns[key].client.id;
         let victims: Vec<usize> = self
             .conns
@@ -567,7 +689,7 @@ impl EventLoop {
             // The fan-out's keychange feed links play the part of Redis's replica links:
             // `TYPE normal` spares them.
             .filter(|(_, c)| {
-                filter.pubsub != Some(false) || !self.engine.is_feed_subscriber(c.client.id)
+                filter.pubsub != Some(false) || !engine.is_feed_subscriber(c.client.id)
             })
             .map(|(k, _)| k)
             .collect();
@@ -576,7 +698,7 @@ impl EventLoop {
             if k == key {
                 close_me = true;
             } else {
-                self.close(k, Disconnect::Done(CloseReason::Killed));
+                self.close(engine, k, Disconnect::Done(CloseReason::Killed));
             }
         }
         let conn = &mut self.conns[key];
@@ -590,12 +712,13 @@ impl EventLoop {
     /// queues those connections so the next pass flushes them (and, for a client just
     /// unblocked, runs the requests it sent while parked). Deliveries for closed
     /// connections are dropped.
-    fn route_deliveries(&mut self) {
-        if !self.engine.has_deliveries() {
+    fn route_deliveries(&mut self, engine: &mut Engine) {
+        // While a script is busy its connection is out of `conns`: deliveries wait for it.
+        if !engine.has_deliveries() || engine.busy.is_some() {
             return;
         }
         let mut deliveries = std::mem::take(&mut self.deliveries);
-        self.engine.take_deliveries(&mut deliveries);
+        engine.take_deliveries(&mut deliveries);
         for d in deliveries.drain(..) {
             if d.client_id == BUS_CLIENT_ID {
                 // A PUBLISH for the other engines (engine-core `cmd::pubsub`, "Cluster-wide").
@@ -618,7 +741,7 @@ impl EventLoop {
             // costs at most its limit plus one message; its output is dropped now and the
             // connection closes on its next turn (never here: this may be the publisher's
             // own connection, being served by the caller).
-            if hard_limit_exceeded(&self.engine, conn) {
+            if hard_limit_exceeded(engine, conn) {
                 conn.discard_output();
                 conn.closing = Some(CloseReason::OutputLimit);
             }
@@ -630,10 +753,10 @@ impl EventLoop {
         self.deliveries = deliveries;
     }
 
-    fn close(&mut self, key: usize, why: Disconnect) {
+    fn close(&mut self, engine: &mut Engine, key: usize, why: Disconnect) {
         let mut conn = self.conns.remove(key);
         self.ids.remove(&conn.client.id);
-        self.engine.client_closed(conn.client.id);
+        engine.client_closed(conn.client.id);
         if let Some(tls) = &mut conn.tls
             && matches!(why, Disconnect::Done(_))
         {
@@ -664,7 +787,67 @@ impl EventLoop {
             Disconnect::Io(e) => debug!("Client id={} closed: {e}", conn.client.id),
             Disconnect::Done(reason) => debug!("Client id={} closed: {reason:?}", conn.client.id),
         }
-        self.engine.host.connected_clients = self.conns.len() as u64;
+        engine.host.connected_clients = self.conns.len() as u64;
+    }
+}
+
+/// A script past `busy-reply-threshold` lends the loop to the engine (redis
+/// `processEventsWhileBlocked`): each call accepts, reads and runs what is ready now, without
+/// waiting. Dispatch answers every command but the ALLOW_BUSY ones with `-BUSY …`, so only
+/// AUTH, HELLO, SCRIPT/FUNCTION KILL, SHUTDOWN NOSAVE, MULTI/EXEC/DISCARD/WATCH/UNWATCH,
+/// RESET and QUIT run. The script's own connection is out of `conns` meanwhile: its events
+/// are kept for later (`busy_missed`). Timers, deliveries and signals wait for the script.
+impl engine_core::script::BusyPoll for Net {
+    fn serve(&mut self, engine: &mut Engine) {
+        if self.stop.is_some() {
+            return;
+        }
+        if !self.busy_swept {
+            // Events this loop iteration already took from the poll but has not handled yet
+            // will not come again (edge-triggered): visit every connection once. A read that
+            // finds nothing costs one `WouldBlock`.
+            self.busy_swept = true;
+            let now = host::now_us();
+            let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+            for key in keys {
+                if let Some(conn) = self.conns.get_mut(key) {
+                    conn.readable = true;
+                    self.serve(engine, key, now);
+                }
+                if self.stop.is_some() {
+                    return;
+                }
+            }
+        }
+        let mut events = self
+            .busy_events
+            .take()
+            .unwrap_or_else(|| Events::with_capacity(EVENTS_CAPACITY));
+        if self.poll.poll(&mut events, Some(Duration::ZERO)).is_ok() {
+            let now = host::now_us();
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept(engine, now, false),
+                    TLS_LISTENER => self.accept(engine, now, true),
+                    SIGNALS => {
+                        if self.take_signal() {
+                            self.stop = Some(Stop::Signal);
+                        }
+                    }
+                    Token(key) => match self.bus.peer_of(Token(key)) {
+                        Some(i) => self.bus.on_event(self.poll.registry(), i, event, now),
+                        None if self.conns.is_taken(key) => {
+                            let readable =
+                                event.is_readable() || event.is_read_closed() || event.is_error();
+                            let hangup = event.is_read_closed() || event.is_error();
+                            self.busy_missed.push((key, readable, hangup));
+                        }
+                        None => self.on_conn_event(engine, key, event, now),
+                    },
+                }
+            }
+        }
+        self.busy_events = Some(events);
     }
 }
 

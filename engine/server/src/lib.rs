@@ -27,6 +27,7 @@ pub mod alloc;
 pub mod budget;
 pub mod bus;
 pub mod conn;
+mod conns;
 pub mod event_loop;
 pub mod host;
 pub mod snapshot;
@@ -127,6 +128,7 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
         pid: std::process::id(),
         tcp_port: local.port(),
         started_us,
+        clock: Some(host::now_us),
         executable: std::env::current_exe()
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
@@ -170,10 +172,11 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
         info!("standalone mode (no cluster topology)");
     }
     info!("Ready to accept connections tcp on port {}", local.port());
-    event_loop.run()?;
     // SIGTERM/SIGINT: the final snapshot (a failed save is logged; the exit stays clean so the
-    // supervisor does not restart a stopping engine).
-    let _ = snapshot::shutdown(&mut event_loop.engine, host::now_us());
+    // supervisor does not restart a stopping engine). SHUTDOWN made its own save.
+    if event_loop.run()? == event_loop::Stop::Signal {
+        let _ = snapshot::shutdown(&mut event_loop.engine, host::now_us());
+    }
     info!("recached engine is now ready to exit, bye bye...");
     Ok(())
 }

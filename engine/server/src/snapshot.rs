@@ -414,8 +414,8 @@ impl Snapshots {
         }
     }
 
-    /// Graceful shutdown: stop a running child, then save if anything changed.
-    fn shutdown(&mut self, engine: &mut Engine, now_us: u64) -> io::Result<()> {
+    /// Kills a running BGSAVE child (its file is not finished; the last good one stays).
+    fn stop_child(&mut self, engine: &mut Engine) {
         if let Some(c) = self.child.take() {
             warn!("There is a child saving an .rcs. Killing it!");
             let _ = kill(c.pid, Signal::SIGKILL);
@@ -423,6 +423,11 @@ impl Snapshots {
             let _ = fs::remove_file(&self.bg_tmp);
             engine.persist.bgsave_in_progress = false;
         }
+    }
+
+    /// Graceful shutdown: stop a running child, then save if anything changed.
+    fn shutdown(&mut self, engine: &mut Engine, now_us: u64) -> io::Result<()> {
+        self.stop_child(engine);
         let changes = engine
             .dirty()
             .saturating_sub(engine.persist.dirty_at_last_save);
@@ -485,6 +490,28 @@ pub fn cron(engine: &mut Engine, now_us: u64) {
 /// Graceful shutdown: kill a running BGSAVE child and make the final save.
 pub fn shutdown(engine: &mut Engine, now_us: u64) -> io::Result<()> {
     with(engine, |s, e| s.shutdown(e, now_us)).unwrap_or(Ok(()))
+}
+
+/// SHUTDOWN's save: a running BGSAVE child is stopped, then `Some(false)` (NOSAVE) saves
+/// nothing, `Some(true)` (SAVE) saves whatever changed, `None` saves as a signal's shutdown
+/// does (only if anything changed). Without snapshots configured, SAVE fails.
+pub fn shutdown_with(engine: &mut Engine, now_us: u64, save: Option<bool>) -> io::Result<()> {
+    let r = with(engine, |s, e| match save {
+        Some(false) => {
+            s.stop_child(e);
+            Ok(())
+        }
+        Some(true) => {
+            s.stop_child(e);
+            s.save_now(e, now_us)
+        }
+        None => s.shutdown(e, now_us),
+    });
+    match (r, save) {
+        (Some(r), _) => r,
+        (None, Some(true)) => Err(io::Error::other("no snapshot file is configured")),
+        (None, _) => Ok(()),
+    }
 }
 
 /// The running BGSAVE child's pid, if any (tests, INFO).

@@ -14,8 +14,9 @@ use crate::error::{CmdError, c_str_lossy};
 use crate::glob;
 
 /// `TIME` → [unix seconds, microseconds] as bulk strings.
-pub fn time(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let (s, us) = (c.now_us / 1_000_000, c.now_us % 1_000_000);
+pub fn time(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let now = e.host.clock.map_or(c.now_us, |clock| clock());
+    let (s, us) = (now / 1_000_000, now % 1_000_000);
     let mut w = c.w();
     w.array(2);
     w.bulk(itoa::Buffer::new().format(s).as_bytes());
@@ -787,5 +788,57 @@ pub fn config_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             "    Prints this help.",
         ],
     );
+    Ok(())
+}
+
+/// SHUTDOWN's options (redis `shutdownCommand`): `save` is `Some(true)` for SAVE,
+/// `Some(false)` for NOSAVE, `None` to save as the server's own shutdown would.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shutdown {
+    pub save: Option<bool>,
+    /// NOW (Redis: do not wait for lagging replicas; recached has none) and FORCE (exit even
+    /// when the save fails).
+    pub now: bool,
+    pub force: bool,
+}
+
+/// What SHUTDOWN answers when its save failed and FORCE was not given (redis
+/// `finishShutdown`); the server keeps running.
+pub const SHUTDOWN_FAILED: &str = "ERR Errors trying to SHUTDOWN. Check logs.";
+
+/// `SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]`: checks the options and hands the exit to
+/// the server ([`crate::Flow::Shutdown`]). ABORT answers as Redis does with no shutdown
+/// pending (recached never waits for replicas, so none ever is). While a script is busy only
+/// NOSAVE is accepted (it stops the script).
+pub fn shutdown(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let mut s = Shutdown::default();
+    let (mut abort, mut nosave) = (false, false);
+    for a in &c.argv[1..] {
+        match a.to_ascii_lowercase().as_slice() {
+            b"nosave" => nosave = true,
+            b"save" => s.save = Some(true),
+            b"now" => s.now = true,
+            b"force" => s.force = true,
+            b"abort" => abort = true,
+            _ => return Err(CmdError::Syntax),
+        }
+    }
+    let flags = nosave || s.save.is_some() || s.now || s.force;
+    if (abort && flags) || (nosave && s.save.is_some()) {
+        return Err(CmdError::Syntax);
+    }
+    if abort {
+        return Err(CmdError::Static("ERR No shutdown in progress."));
+    }
+    if nosave {
+        s.save = Some(false);
+    }
+    if let Some(busy) = &mut e.busy {
+        if !nosave {
+            return Err(CmdError::Static(busy.error()));
+        }
+        busy.shutdown = true;
+    }
+    c.flow = crate::Flow::Shutdown(s);
     Ok(())
 }

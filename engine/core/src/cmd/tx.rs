@@ -349,6 +349,8 @@ pub fn exec(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     }
     unwatch_client(e, c.client);
     let now_us = c.now_us;
+    // A script queued in the transaction can still run past busy-reply-threshold.
+    let mut poller = c.poller.take();
     let (client, out) = c.parts();
     resp::ReplyWriter::new(out, client.proto).array(m.queue.len());
     client.tx.in_exec = true;
@@ -357,8 +359,13 @@ pub fn exec(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         argv.clear();
         argv.extend(cmd.iter().map(|a| a.as_slice()));
         let before = out.len();
-        match dispatch::exec(e, client, &argv, now_us, out) {
-            Flow::Continue | Flow::Close => {}
+        let poller: Option<&mut dyn crate::script::BusyPoll> = match poller.as_mut() {
+            Some(p) => Some(&mut **p),
+            None => None,
+        };
+        match dispatch::exec_polling(e, client, &argv, now_us, out, poller) {
+            // SHUTDOWN is refused inside MULTI (`no-multi`).
+            Flow::Continue | Flow::Close | Flow::Shutdown(_) => {}
             // The core cannot list other connections: this one's line stands for the list.
             Flow::ClientList => {
                 let line = e.client_info_line(client, now_us) + "\n";

@@ -190,6 +190,7 @@ pub use crate::types::string::set;
 pub use crate::types::string::setex;
 pub use crate::types::string::setnx;
 pub use crate::types::string::setrange;
+pub use crate::cmd::server::shutdown;
 pub use crate::types::set::sinter;
 pub use crate::types::set::sintercard;
 pub use crate::types::set::sinterstore;

@@ -4583,7 +4583,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         tips: &[],
         key_specs: &[],
         getkeys: None,
-        handler: None,
+        handler: Some(h::shutdown),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Synchronously save the dataset to disk and then shut down the server")), ("since", Val::Str("1.0.0")), ("group", Val::Str("server")), ("complexity", Val::Str("O(N) when saving, where N is the total number of keys in all databases when saving data, otherwise O(1)")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("7.0.0"), Val::Str("Added the `NOW`, `FORCE` and `ABORT` modifiers.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("nosave_save")), ("type", Val::Str("oneof")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("nosave")), ("type", Val::Str("pure-token")), ("token", Val::Str("NOSAVE"))]), Val::Map(&[("name", Val::Str("save")), ("type", Val::Str("pure-token")), ("token", Val::Str("SAVE"))])]))]), Val::Map(&[("name", Val::Str("now")), ("type", Val::Str("pure-token")), ("token", Val::Str("NOW")), ("since", Val::Str("7.0.0")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("force")), ("type", Val::Str("pure-token")), ("token", Val::Str("FORCE")), ("since", Val::Str("7.0.0")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("abort")), ("type", Val::Str("pure-token")), ("token", Val::Str("ABORT")), ("since", Val::Str("7.0.0")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),

@@ -294,19 +294,23 @@ impl LuaHost {
         if numkeys < 0 {
             return Err(CmdError::Static("ERR Number of keys can't be negative"));
         }
-        let sha = if evalsha {
-            let sha = String::from_utf8_lossy(c.argv[1]).to_ascii_lowercase();
-            if !self.state.scripts.contains_key(&sha) {
-                return Err(CmdError::Static(NOSCRIPT));
-            }
-            sha
+        // EVALSHA: the SHA lowercased on the stack (it is 40 bytes), no allocation.
+        let mut lower = [0u8; 40];
+        let loaded;
+        let sha: &str = if evalsha {
+            lower.copy_from_slice(c.argv[1]);
+            lower.make_ascii_lowercase();
+            std::str::from_utf8(&lower).map_err(|_| CmdError::Static(NOSCRIPT))?
         } else {
-            self.load(c.argv[1]).map_err(CmdError::Other)?
+            loaded = self.load(c.argv[1]).map_err(CmdError::Other)?;
+            &loaded
         };
-        let script = &self.state.scripts[&sha];
+        let Some(script) = self.state.scripts.get(sha) else {
+            return Err(CmdError::Static(NOSCRIPT));
+        };
         let flags = script.flags;
         let func = script.func.clone();
-        self.invoke(e, c, false, (&func, &sha), flags, ro, numkeys as usize)
+        self.invoke(e, c, false, (&func, sha), flags, ro, numkeys as usize)
     }
 
     /// EVAL*/FCALL*'s common part once the callee is known: the flags' refusals, KEYS (the
@@ -391,11 +395,13 @@ impl LuaHost {
             self.deadline.0.set(Some(started + BUSY_LIMIT));
         }
         let result = (|| -> mlua::Result<(bool, Value)> {
+            let unlimited = Unlimited::new(&st.lua);
             let (keys, args) = (array(&st.lua, keys)?, array(&st.lua, args)?);
             if !fstate {
                 st.globals.raw_set("KEYS", keys.clone())?;
                 st.globals.raw_set("ARGV", args.clone())?;
             }
+            drop(unlimited);
             st.pending.borrow_mut().take();
             // Lent to redis.call/pcall/setresp for the call ([`RunCtx::with`]); `e` and `run`
             // are not used until they are taken back.
@@ -422,6 +428,7 @@ impl LuaHost {
         st.ctx.busy_at.set(None);
         e.busy = None;
         let script_proto = run.proto();
+        let _unlimited = Unlimited::new(&st.lua);
         match result {
             Ok((true, v)) => convert::lua_to_reply(&v, caller, script_proto, out),
             Ok((false, Value::Table(t))) => {
@@ -839,6 +846,7 @@ fn error_handler(lua: &Lua, tostring: &Function, err: Value) -> mlua::Result<Val
 /// `redis.call`/`redis.pcall` with the running script's context: [`rcall`], or Redis's error
 /// outside a script run.
 fn redis_call(lua: &Lua, ctx: &RunCtx, args: MultiValue) -> mlua::Result<(bool, Value)> {
+    let _unlimited = Unlimited::new(lua);
     match ctx.with(|e, run, now_us| rcall(lua, e, run, args, now_us)) {
         Some(r) => r,
         None => Ok((
@@ -932,6 +940,30 @@ fn lua_number(v: &Value) -> Option<f64> {
 }
 
 /// A Lua array of byte strings (KEYS, ARGV).
+/// Lifts the Lua heap limit while our own Rust code builds Lua values (KEYS/ARGV, `redis.call`
+/// arguments and replies), restoring it on drop. With a limit set, mlua protects every
+/// allocating call (a C closure created and `lua_pcall`ed per value: most of an EVALSHA's
+/// instructions); without one it calls Lua directly. What is built here is bounded by the
+/// request or the command's reply, which already sit in memory; the script's own code always
+/// runs under the limit.
+struct Unlimited<'a> {
+    lua: &'a Lua,
+    limit: usize,
+}
+
+impl<'a> Unlimited<'a> {
+    fn new(lua: &'a Lua) -> Unlimited<'a> {
+        let limit = lua.set_memory_limit(0).unwrap_or(0);
+        Unlimited { lua, limit }
+    }
+}
+
+impl Drop for Unlimited<'_> {
+    fn drop(&mut self) {
+        let _ = self.lua.set_memory_limit(self.limit);
+    }
+}
+
 fn array(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
     let t = lua.create_table_with_capacity(items.len(), 0)?;
     for (i, item) in items.iter().enumerate() {

@@ -256,6 +256,23 @@ impl Conn {
     ///
     /// A protocol error queues `-<error>\r\n` and discards the rest of the input, as Redis
     /// does (`networking.c`, `setProtocolError` then close after reply).
+    /// What [`Conn::execute`] returns when it would run nothing (closing, parked, throttled,
+    /// or no byte buffered), without the call.
+    #[inline]
+    pub fn no_batch(&self) -> Option<Batch> {
+        if self.closing.is_some() {
+            Some(Batch::Closing)
+        } else if self.blocked {
+            Some(Batch::Blocked)
+        } else if self.throttled() {
+            Some(Batch::Throttled)
+        } else if self.rstart == self.rend {
+            Some(Batch::NeedInput)
+        } else {
+            None
+        }
+    }
+
     pub fn execute(
         &mut self,
         engine: &mut Engine,
@@ -264,14 +281,8 @@ impl Conn {
         poller: &mut dyn BusyPoll,
     ) -> Batch {
         loop {
-            if self.closing.is_some() {
-                return Batch::Closing;
-            }
-            if self.blocked {
-                return Batch::Blocked;
-            }
-            if self.throttled() {
-                return Batch::Throttled;
+            if let Some(batch) = self.no_batch() {
+                return batch;
             }
             // CONFIG SET proto-max-bulk-len applies from the next request, as in Redis. A new
             // parser restarts at the first unconsumed byte, which is always the start of a

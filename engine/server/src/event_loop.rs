@@ -491,6 +491,9 @@ impl Net {
     /// `busy-reply-threshold` as its [`BusyPoll`]; then applies the events that came for the
     /// connection meanwhile.
     fn execute(&mut self, engine: &mut Engine, key: usize, now: u64) -> Batch {
+        if let Some(batch) = self.conns[key].no_batch() {
+            return batch; // nothing to run: no need to take the connection out
+        }
         let mut conn = self.conns.take(key);
         let mut argv = std::mem::take(&mut self.argv);
         let batch = conn.execute(engine, now, &mut argv, self);

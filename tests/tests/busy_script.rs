@@ -155,14 +155,15 @@ fn keys_a_busy_script_made_ready_are_served_after_it() {
         assert!(Instant::now() < deadline, "BLPOP did not block");
         std::thread::sleep(Duration::from_millis(10));
     }
-    // Pushes y, spins for 600 ms (by the server's clock), then pushes z: a client served
-    // mid-script would pop y.
+    // Pushes y, spins until one more client has connected (the test's signal: connections
+    // are accepted while a script is busy), then pushes z: a client served mid-script would
+    // pop y.
     let script = "redis.call('lpush', KEYS[1], 'y')
-        local t0 = redis.call('time')
-        while true do
-            local t = redis.call('time')
-            if (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > 600000 then break end
+        local function clients()
+            return tonumber(string.match(redis.call('info', 'clients'), 'connected_clients:(%d+)'))
         end
+        local n = clients()
+        while clients() <= n do end
         redis.call('lpush', KEYS[1], 'z')
         return 'done'";
     send(&mut runner, &["EVAL", script, "1", "x"]);
@@ -174,6 +175,9 @@ fn keys_a_busy_script_made_ready_are_served_after_it() {
         other.cmd_str(&["SCRIPT", "KILL"]),
         b"-UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.\r\n"
     );
+    let (early, _) = blocked.read_until_close(Duration::from_millis(200), Duration::from_millis(300));
+    assert!(early.is_empty(), "the blocked client was served mid-script: {early:?}");
+    let _signal = Resp::connect(port);
     assert_eq!(runner.read_frame(), b"$4\r\ndone\r\n");
     assert_eq!(blocked.read_frame(), b"*2\r\n$1\r\nx\r\n$1\r\nz\r\n");
     assert_eq!(

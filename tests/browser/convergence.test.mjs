@@ -3,7 +3,8 @@
 //
 // - The writer issues WRITES commands over every data type (strings, counters, hashes, sets,
 //   sorted sets, lists), with short and long expiries, DEL/EXPIRE/PERSIST, RENAME and MSET,
-//   and one FLUSHALL, through the proxy.
+//   EVAL and FCALL (their writes reach replicas as the commands they ran), and one FLUSHALL,
+//   through the proxy.
 // - Replicas in Node (the same recached.js + recached.wasm the page uses) and one in Chromium
 //   connect with different tokens and prefixes, disconnect at random moments (reconnecting
 //   with resume) and are replaced by fresh ones at random.
@@ -105,15 +106,37 @@ const OPS = [
   () => { const p = rnd.pick(P); return ['RENAME', `${p}{r}${n()}`, `${p}{r}${n()}`]; },
   () => ['SET', `${rnd.pick(P)}{r}${n()}`, `r${rnd.int(100)}`],
   () => ['MSET', key('str'), 'm1', key('str'), 'm2', key('str'), 'm3'],
+  // A script and a function: replicas get the commands they ran (effects), never run Lua.
+  () => {
+    const p = rnd.pick(P);
+    const t = `{s${n()}}`;
+    return ['EVAL', "redis.call('hincrby', KEYS[1], 'n', 1); redis.call('sadd', KEYS[2], ARGV[1]); "
+      + "redis.call('set', KEYS[3], ARGV[1], 'PX', 150 + #ARGV[1]); "
+      + "return redis.pcall('incr', KEYS[2])['err'] and 1 or 0",
+    3, `${p}${t}h`, `${p}${t}s`, `${p}${t}t`, `m${rnd.int(8)}`];
+  },
+  () => ['FCALL', 'bump', 1, key('cnt'), 1 + rnd.int(5)],
 ];
+const loaded = await resp.cmd('FUNCTION', 'LOAD', 'REPLACE', "#!lua name=conv\n"
+  + "redis.register_function('bump', function(keys, args) redis.call('incrby', keys[1], args[1]) "
+  + "return redis.call('expire', keys[1], 1000 + tonumber(args[1])) end)");
+assert(loaded === 'conv', `FUNCTION LOAD through the proxy: ${loaded}`);
 
 const t0 = Date.now();
+let scripts = 0;
+const scriptErrors = [];
 let replaced = 0;
 let dropped = 0;
 for (let done = 0; done < WRITES;) {
   const batch = [];
   for (let i = 0; i < 25 && done < WRITES; i++, done++) {
-    batch.push(resp.cmd(...(done === Math.floor(WRITES / 2) ? ['FLUSHALL'] : rnd.pick(OPS)())));
+    const c = done === Math.floor(WRITES / 2) ? ['FLUSHALL'] : rnd.pick(OPS)();
+    const sent = resp.cmd(...c);
+    if (c[0] === 'EVAL' || c[0] === 'FCALL') {
+      scripts++;
+      sent.then((r) => { if (r !== 1) scriptErrors.push(`${c[0]}: ${r}`); });
+    }
+    batch.push(sent);
   }
   await Promise.all(batch);
   for (let i = 0; i < replicas.length; i++) {
@@ -127,7 +150,8 @@ for (let done = 0; done < WRITES;) {
   if (rnd.chance(0.04)) { await page.evaluate(() => window.r.disconnect()); dropped++; }
   if (rnd.chance(0.3)) await sleep(rnd.int(15));
 }
-console.log(`writer done in ${Date.now() - t0} ms; ${dropped} disconnects, ${replaced} fresh replicas`);
+console.log(`writer done in ${Date.now() - t0} ms; ${dropped} disconnects, ${replaced} fresh replicas; ${scripts} scripts`);
+assert(scripts > 0 && scriptErrors.length === 0, `scripts through the proxy: ${scriptErrors.slice(0, 5)}`);
 
 // ---- compare -----------------------------------------------------------------------
 await sleep(900); // short expiries (≤ 700 ms) have passed; long ones (≥ 1000 s) cannot

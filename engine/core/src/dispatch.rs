@@ -155,6 +155,16 @@ pub fn exec_polling(
         reject(e, client, spec, msg, out);
         return Flow::Continue;
     }
+    // A failed background save stops writes (redis `writeCommandsDeniedByDiskError`); the first
+    // test is one load while saves succeed.
+    if e.persist.last_bgsave_failed
+        && !client.tx.in_exec
+        && crate::snapshot::refused_by_disk_error(e, client, spec)
+    {
+        e.stats.rejected_calls += 1;
+        reject(e, client, spec, crate::snapshot::MISCONF, out);
+        return Flow::Continue;
+    }
     client.last_cmd = spec.name;
     client.last_cmd_us = now_us;
     // Subscribed mode and MULTI queueing (redis `processCommand`); commands run by EXEC skip

@@ -33,6 +33,9 @@ pub struct Config {
     /// `busy-reply-threshold` (alias `lua-time-limit`), ms: a script running longer lets the
     /// server answer other clients `-BUSY` and accept SCRIPT/FUNCTION KILL (docs/scripting.md).
     pub busy_reply_threshold: u64,
+    /// `stop-writes-on-bgsave-error` (Redis default yes): after a failed background save,
+    /// write commands get `-MISCONF …` until a save succeeds (`crate::snapshot::writes_denied`).
+    pub stop_writes_on_bgsave_error: bool,
     /// `databases`: how many databases SELECT can choose from (Redis default 16, at least 1).
     pub databases: usize,
     /// `lfu-log-factor` (Redis default 10).
@@ -85,6 +88,7 @@ impl Default for Config {
             maxmemory_policy: "noeviction",
             maxmemory_samples: 5,
             busy_reply_threshold: 5000,
+            stop_writes_on_bgsave_error: true,
             databases: 16,
             lfu_log_factor: 10,
             lfu_decay_time: 1,

@@ -301,6 +301,10 @@ pub fn call(
     {
         return Err(refused(e, spec, crate::evict::OOM_ERROR));
     }
+    if write && crate::snapshot::writes_denied(e) {
+        // redis `scriptVerifyWriteCommandAllow`: the script gets the MISCONF error.
+        return Err(format!("-{}", crate::snapshot::MISCONF));
+    }
     if write {
         run.write_dirty = true;
     }

@@ -683,6 +683,35 @@ pub trait Persistence: Send {
     fn as_any(&mut self) -> &mut dyn std::any::Any;
 }
 
+/// What write commands (and PING) get after a failed background save while
+/// `stop-writes-on-bgsave-error` is on (redis `shared.bgsaveerr`).
+pub const MISCONF: &str = "MISCONF Redis is configured to save RDB snapshots, but it's currently \
+    unable to persist to disk. Commands that may modify the data set are disabled, because this \
+    instance is configured to report errors during writes if RDB snapshotting fails \
+    (stop-writes-on-bgsave-error option). Please check the Redis logs for details about the RDB \
+    error.";
+
+/// Whether writes are refused with [`MISCONF`] (redis `writeCommandsDeniedByDiskError`): the
+/// last background save failed, save points are configured, and `stop-writes-on-bgsave-error`
+/// is on. The next successful save (SAVE, BGSAVE, periodic) lifts it.
+pub fn writes_denied(e: &Engine) -> bool {
+    e.persist.last_bgsave_failed && e.config.stop_writes_on_bgsave_error && e.persist.save_interval > 0
+}
+
+/// Whether `spec` (with `client`'s queued commands, for EXEC) is refused by [`writes_denied`]:
+/// write commands, EXEC of a transaction holding one, and PING (redis `processCommand`).
+pub fn refused_by_disk_error(e: &Engine, client: &crate::Client, spec: &crate::command::CommandSpec) -> bool {
+    use crate::command::Flags;
+    if !writes_denied(e) {
+        return false;
+    }
+    match spec.name {
+        "ping" => true,
+        "exec" => client.tx.queued_write(),
+        _ => spec.has_flag(Flags::WRITE),
+    }
+}
+
 /// What INFO `persistence` reports; the server's hook keeps it current.
 #[derive(Clone, Debug, Default)]
 pub struct PersistInfo {

@@ -983,6 +983,12 @@ fn number(v: &Value) -> Option<i64> {
 /// redis `scriptPrepareForRun`: the refusals of a script's flags, then its run flags.
 fn prepare(e: &Engine, flags: ScriptFlags, ro: bool) -> Result<RunFlags, CmdError> {
     if !flags.compat {
+        // A script with flags and without `no-writes` counts as a write command (redis
+        // `scriptFlagsToCmdFlags`), so a failed background save refuses it as `processCommand`
+        // refuses writes.
+        if !flags.no_writes && engine_core::snapshot::writes_denied(e) {
+            return Err(CmdError::Static(engine_core::snapshot::MISCONF));
+        }
         if flags.no_cluster && e.cluster_enabled() {
             return Err(CmdError::Static(
                 "ERR Can not run script on cluster, 'no-cluster' flag is set.",

@@ -269,6 +269,8 @@ fn write_file(
 impl Snapshots {
     fn record_save(&self, engine: &mut Engine, now_us: u64, dirty: u64, bytes: u64) {
         let p = &mut engine.persist;
+        // Any successful save lifts MISCONF (redis `rdbSave` sets `lastbgsave_status` ok).
+        p.last_bgsave_failed = false;
         p.dirty_at_last_save = dirty;
         p.last_save_time = now_us / 1_000_000;
         p.saves += 1;

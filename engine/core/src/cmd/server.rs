@@ -374,6 +374,25 @@ const PARAMS: &[Param] = &[
         set: Some(crate::snapshot::set_save_param),
     },
     Param {
+        name: "stop-writes-on-bgsave-error",
+        get: |e| {
+            if e.config.stop_writes_on_bgsave_error {
+                "yes"
+            } else {
+                "no"
+            }
+            .into()
+        },
+        set: Some(|e, v| {
+            e.config.stop_writes_on_bgsave_error = match () {
+                _ if args::is(v, "yes") => true,
+                _ if args::is(v, "no") => false,
+                _ => return Err("argument must be 'yes' or 'no'"),
+            };
+            Ok(())
+        }),
+    },
+    Param {
         name: "appendonly",
         get: |_| "no".into(),
         set: None,

@@ -67,6 +67,18 @@ impl ClientTx {
     pub fn queued(&self) -> Option<usize> {
         self.multi.as_ref().map(|m| m.queue.len())
     }
+
+    /// A queued command is a write (redis `mstate.cmd_flags & CMD_WRITE`; looked up only when
+    /// asked, on the refused-writes path).
+    pub fn queued_write(&self) -> bool {
+        self.multi.as_ref().is_some_and(|m| {
+            m.queue.iter().any(|argv| {
+                let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                crate::dispatch::resolve(&args)
+                    .is_ok_and(|(spec, _)| spec.has_flag(crate::command::Flags::WRITE))
+            })
+        })
+    }
 }
 
 #[derive(Clone, Debug, Default)]

@@ -115,6 +115,43 @@ pub struct Client {
     pub auth: acl::ClientAuth,
     /// In MONITOR mode ([`monitor`]; CLIENT LIST flag `O`).
     pub monitor: bool,
+    /// CLIENT REPLY: whether replies are sent; the server drops them ([`Client::after_reply`]).
+    pub reply: ReplyMode,
+    /// CLIENT NO-EVICT on (CLIENT LIST flag `e`; recached never evicts clients for memory).
+    pub no_evict: bool,
+    /// Bytes in the connection's query buffer when its current command started, that command
+    /// included (CLIENT LIST `qbuf=`; the server sets it).
+    pub qbuf: usize,
+}
+
+/// CLIENT REPLY's state (redis `CLIENT_REPLY_OFF`, `CLIENT_REPLY_SKIP`, `…_SKIP_NEXT`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReplyMode {
+    #[default]
+    On,
+    /// CLIENT REPLY OFF: no reply until CLIENT REPLY ON.
+    Off,
+    /// The reply of the command running now is dropped.
+    Skip,
+    /// CLIENT REPLY SKIP ran: the next command's reply is dropped.
+    SkipNext,
+}
+
+impl Client {
+    /// After each command: drops what it wrote to `out` from `start` on when replies are off
+    /// or skipped, and moves SKIP along (redis `call`: `SKIP_NEXT` → `SKIP` → on). The server
+    /// calls it only while `reply` is not [`ReplyMode::On`].
+    pub fn after_reply(&mut self, out: &mut Vec<u8>, start: usize) {
+        match self.reply {
+            ReplyMode::On => {}
+            ReplyMode::Off => out.truncate(start),
+            ReplyMode::Skip => {
+                out.truncate(start);
+                self.reply = ReplyMode::On;
+            }
+            ReplyMode::SkipNext => self.reply = ReplyMode::Skip,
+        }
+    }
 }
 
 /// What the server must do after `exec`, beyond sending the bytes written to `out`.

@@ -309,6 +309,8 @@ impl Conn {
                         argv.push(self.parser.arg(buf, i));
                     }
                     self.client.last_cmd_us = now_us;
+                    self.client.qbuf = self.rend - self.rstart;
+                    let reply_start = self.out.len();
                     let flow = engine.exec_with_poller(
                         &mut self.client,
                         &argv,
@@ -318,6 +320,9 @@ impl Conn {
                     );
                     *argv_store = recycle(argv);
                     self.rstart += n;
+                    if self.client.reply != engine_core::ReplyMode::On {
+                        self.client.after_reply(&mut self.out, reply_start);
+                    }
                     match flow {
                         Flow::Continue => {}
                         Flow::Close => self.closing = Some(CloseReason::Quit),

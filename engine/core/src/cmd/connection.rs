@@ -174,6 +174,38 @@ pub fn hello(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
+/// `CLIENT REPLY ON|OFF|SKIP` (redis `clientCommand` "reply"): ON answers `+OK`; OFF and SKIP
+/// answer nothing (the server drops replies as [`crate::Client::after_reply`] says). SKIP while
+/// OFF changes nothing.
+pub fn client_reply(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    use crate::ReplyMode;
+    match c.argv[2].to_ascii_lowercase().as_slice() {
+        b"on" => {
+            c.client.reply = ReplyMode::On;
+            c.w().ok();
+        }
+        b"off" => c.client.reply = ReplyMode::Off,
+        b"skip" => {
+            if c.client.reply != ReplyMode::Off {
+                c.client.reply = ReplyMode::SkipNext;
+            }
+        }
+        _ => return Err(CmdError::Syntax),
+    }
+    Ok(())
+}
+
+/// `CLIENT NO-EVICT ON|OFF` → OK (CLIENT LIST flag `e`).
+pub fn client_no_evict(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    c.client.no_evict = match c.argv[2].to_ascii_lowercase().as_slice() {
+        b"on" => true,
+        b"off" => false,
+        _ => return Err(CmdError::Syntax),
+    };
+    c.w().ok();
+    Ok(())
+}
+
 /// `CLIENT SETNAME name` → OK.
 pub fn client_setname(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let n = c.argv[2];
@@ -424,6 +456,12 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
     if client.tx.in_multi() {
         flags.push('x');
     }
+    if client.cluster.readonly {
+        flags.push('r');
+    }
+    if client.no_evict {
+        flags.push('e');
+    }
     if flags.is_empty() {
         flags.push('N');
     }
@@ -432,8 +470,8 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
     let _ = write!(
         s,
         "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={flags} db={} sub={} psub={} \
-         ssub={} multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
-         tot-mem=0 events=r cmd={} user={} redir=-1 resp={}",
+         ssub={} multi={multi} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
+         omem=0 tot-mem=0 events=r cmd={} user={} redir=-1 resp={}",
         client.id,
         client.addr,
         client.laddr,
@@ -445,6 +483,7 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
         client.subs.channels(),
         client.subs.patterns(),
         client.subs.shard_channels(),
+        client.qbuf,
         cmd,
         client.auth.name(),
         client.proto.version()

@@ -35,6 +35,8 @@ pub use crate::cmd::connection::client_id;
 pub use crate::cmd::connection::client_info;
 pub use crate::cmd::connection::client_kill;
 pub use crate::cmd::connection::client_list;
+pub use crate::cmd::connection::client_no_evict;
+pub use crate::cmd::connection::client_reply;
 pub use crate::cmd::connection::client_setname;
 pub use crate::cmd::cluster::not_supported as cluster_addslots;
 pub use crate::cmd::cluster::not_supported as cluster_addslotsrange;

@@ -701,7 +701,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::client_no_evict),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Set client eviction mode for the current connection")), ("since", Val::Str("7.0.0")), ("group", Val::Str("connection")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("enabled")), ("type", Val::Str("oneof")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("on")), ("type", Val::Str("pure-token")), ("token", Val::Str("ON"))]), Val::Map(&[("name", Val::Str("off")), ("type", Val::Str("pure-token")), ("token", Val::Str("OFF"))])]))])]))]),
@@ -733,7 +733,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::client_reply),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Instruct the server whether to reply to commands")), ("since", Val::Str("3.2.0")), ("group", Val::Str("connection")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("on_off_skip")), ("type", Val::Str("oneof")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("on")), ("type", Val::Str("pure-token")), ("token", Val::Str("ON"))]), Val::Map(&[("name", Val::Str("off")), ("type", Val::Str("pure-token")), ("token", Val::Str("OFF"))]), Val::Map(&[("name", Val::Str("skip")), ("type", Val::Str("pure-token")), ("token", Val::Str("SKIP"))])]))])]))]),

@@ -325,7 +325,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::bitcount),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Count set bits in a string")), ("since", Val::Str("2.6.0")), ("group", Val::Str("bitmap")), ("complexity", Val::Str("O(N)")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("7.0.0"), Val::Str("Added the `BYTE|BIT` option.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("index")), ("type", Val::Str("block")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("start")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("end")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("index_unit")), ("type", Val::Str("oneof")), ("since", Val::Str("7.0.0")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("byte")), ("type", Val::Str("pure-token")), ("token", Val::Str("BYTE"))]), Val::Map(&[("name", Val::Str("bit")), ("type", Val::Str("pure-token")), ("token", Val::Str("BIT"))])]))])]))])]))]),
@@ -343,7 +343,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: Some("This command allows both access and modification of the key"), flags: KeyFlags::RW.union(KeyFlags::ACCESS).union(KeyFlags::UPDATE).union(KeyFlags::VARIABLE_FLAGS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: Some(GetKeys::Bitfield),
-        handler: None,
+        handler: Some(h::bitfield),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Perform arbitrary bitfield integer operations on strings")), ("since", Val::Str("3.2.0")), ("group", Val::Str("bitmap")), ("complexity", Val::Str("O(1) for each subcommand specified")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("operation")), ("type", Val::Str("oneof")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("encoding_offset")), ("type", Val::Str("block")), ("token", Val::Str("GET")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("encoding")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("offset")), ("type", Val::Str("integer"))])]))]), Val::Map(&[("name", Val::Str("write")), ("type", Val::Str("block")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("wrap_sat_fail")), ("type", Val::Str("oneof")), ("token", Val::Str("OVERFLOW")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("wrap")), ("type", Val::Str("pure-token")), ("token", Val::Str("WRAP"))]), Val::Map(&[("name", Val::Str("sat")), ("type", Val::Str("pure-token")), ("token", Val::Str("SAT"))]), Val::Map(&[("name", Val::Str("fail")), ("type", Val::Str("pure-token")), ("token", Val::Str("FAIL"))])]))]), Val::Map(&[("name", Val::Str("write_operation")), ("type", Val::Str("oneof")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("encoding_offset_value")), ("type", Val::Str("block")), ("token", Val::Str("SET")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("encoding")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("offset")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("value")), ("type", Val::Str("integer"))])]))]), Val::Map(&[("name", Val::Str("encoding_offset_increment")), ("type", Val::Str("block")), ("token", Val::Str("INCRBY")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("encoding")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("offset")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("increment")), ("type", Val::Str("integer"))])]))])]))])]))])]))])]))]),
@@ -361,7 +361,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::bitfield_ro),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Perform arbitrary bitfield integer operations on strings. Read-only variant of BITFIELD")), ("since", Val::Str("6.0.0")), ("group", Val::Str("bitmap")), ("complexity", Val::Str("O(1) for each subcommand specified")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("encoding_offset")), ("type", Val::Str("block")), ("token", Val::Str("GET")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple"), Val::Str("multiple_token")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("encoding")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("offset")), ("type", Val::Str("integer"))])]))])]))]),
@@ -380,7 +380,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(3), find_keys: FindKeys::Range { lastkey: -1, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::bitop),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Perform bitwise operations between strings")), ("since", Val::Str("2.6.0")), ("group", Val::Str("bitmap")), ("complexity", Val::Str("O(N)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("operation")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("destkey")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(1)), ("flags", Val::Arr(&[Val::Str("multiple")]))])]))]),
@@ -398,7 +398,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::bitpos),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Find first bit set or clear in a string")), ("since", Val::Str("2.8.7")), ("group", Val::Str("bitmap")), ("complexity", Val::Str("O(N)")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("7.0.0"), Val::Str("Added the `BYTE|BIT` option.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("bit")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("index")), ("type", Val::Str("block")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("start")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("end_index")), ("type", Val::Str("block")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("end")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("index_unit")), ("type", Val::Str("oneof")), ("since", Val::Str("7.0.0")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("byte")), ("type", Val::Str("pure-token")), ("token", Val::Str("BYTE"))]), Val::Map(&[("name", Val::Str("bit")), ("type", Val::Str("pure-token")), ("token", Val::Str("BIT"))])]))])]))])]))])]))]),
@@ -2268,7 +2268,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::getbit),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Returns the bit value at offset in the string value stored at key")), ("since", Val::Str("2.2.0")), ("group", Val::Str("bitmap")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("offset")), ("type", Val::Str("integer"))])]))]),
@@ -4513,7 +4513,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::ACCESS).union(KeyFlags::UPDATE), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::setbit),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Sets or clears the bit at offset in the string value stored at key")), ("since", Val::Str("2.2.0")), ("group", Val::Str("bitmap")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("offset")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("value")), ("type", Val::Str("integer"))])]))]),

@@ -2,8 +2,11 @@
 //! (redis `t_string.c` layout).
 //!
 //! - [`string`]: strings (integer-encoded or raw bytes); GET/SET/INCR… handlers.
+//! - [`bitmap`], [`bitfield`]: bit operations on strings (SETBIT…, BITFIELD).
 //! - [`ldouble`]: 80-bit x87 long double arithmetic and Redis's formatting, for INCRBYFLOAT.
 
+pub mod bitfield;
+pub mod bitmap;
 pub mod hash;
 pub mod ldouble;
 pub mod list;

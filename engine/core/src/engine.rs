@@ -17,6 +17,9 @@ pub struct Config {
     pub proto_max_bulk_len: u64,
     /// `hz`: background tasks per second (active expiry). Clamped to 1..=500 like Redis.
     pub hz: u32,
+    /// `hll-sparse-max-bytes`: the largest sparse HyperLogLog before it turns dense
+    /// (`types::hyperloglog`; Redis default 3000).
+    pub hll_sparse_max_bytes: u64,
     /// Seed for the keyspace hasher and sampling RNG; the server fills it randomly so hash
     /// flooding cannot be planned. Tests use fixed seeds.
     pub hash_seed: u64,
@@ -78,6 +81,7 @@ impl Default for Config {
         Config {
             proto_max_bulk_len: 512 * 1024 * 1024,
             hz: 10,
+            hll_sparse_max_bytes: 3000,
             hash_seed: 0,
             maxclients: 10000,
             timeout: 0,

@@ -383,6 +383,18 @@ const PARAMS: &[Param] = &[
         set: None,
     },
     Param {
+        name: "hll-sparse-max-bytes",
+        get: |e| e.config.hll_sparse_max_bytes.to_string(),
+        set: Some(|e, v| {
+            let n = parse_memory(v).ok_or("argument must be a memory value")?;
+            if n > i64::MAX as u64 {
+                return Err("argument must be between 0 and 9223372036854775807 inclusive");
+            }
+            e.config.hll_sparse_max_bytes = n;
+            Ok(())
+        }),
+    },
+    Param {
         name: "maxmemory",
         get: |e| e.config.maxmemory.to_string(),
         set: Some(|e, v| {

@@ -3670,7 +3670,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::INSERT), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::pfadd),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Adds the specified elements to the specified HyperLogLog.")), ("since", Val::Str("2.8.9")), ("group", Val::Str("hyperloglog")), ("complexity", Val::Str("O(1) to add every element.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("element")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))])]))]),
@@ -3688,7 +3688,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: Some("RW because it may change the internal representation of the key, and propagate to replicas"), flags: KeyFlags::RW.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: -1, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::pfcount),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Return the approximated cardinality of the set(s) observed by the HyperLogLog at key(s).")), ("since", Val::Str("2.8.9")), ("group", Val::Str("hyperloglog")), ("complexity", Val::Str("O(1) with a very small average constant time when called with a single key. O(N) with N being the number of keys, and much bigger constant times, when called with multiple keys.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0)), ("flags", Val::Arr(&[Val::Str("multiple")]))])]))]),
@@ -3706,7 +3706,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::pfdebug),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Internal commands for debugging HyperLogLog values")), ("since", Val::Str("2.8.9")), ("group", Val::Str("hyperloglog")), ("complexity", Val::Str("N/A")), ("doc_flags", Val::Arr(&[Val::Str("syscmd")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("subcommand")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))])]))]),
@@ -3725,7 +3725,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Range { lastkey: -1, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::pfmerge),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Merge N different HyperLogLogs into a single one.")), ("since", Val::Str("2.8.9")), ("group", Val::Str("hyperloglog")), ("complexity", Val::Str("O(N) to merge N HyperLogLogs, but with high constant times.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("destkey")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("sourcekey")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(1)), ("flags", Val::Arr(&[Val::Str("multiple")]))])]))]),
@@ -3741,7 +3741,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         tips: &[],
         key_specs: &[],
         getkeys: None,
-        handler: None,
+        handler: Some(h::pfselftest),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("An internal command for testing HyperLogLog values")), ("since", Val::Str("2.8.9")), ("group", Val::Str("hyperloglog")), ("complexity", Val::Str("N/A")), ("doc_flags", Val::Arr(&[Val::Str("syscmd")]))]),

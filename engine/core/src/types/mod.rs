@@ -3,11 +3,13 @@
 //!
 //! - [`string`]: strings (integer-encoded or raw bytes); GET/SET/INCR… handlers.
 //! - [`bitmap`], [`bitfield`]: bit operations on strings (SETBIT…, BITFIELD).
+//! - [`hyperloglog`]: PFADD/PFCOUNT/PFMERGE on Redis's own HLL string representation.
 //! - [`ldouble`]: 80-bit x87 long double arithmetic and Redis's formatting, for INCRBYFLOAT.
 
 pub mod bitfield;
 pub mod bitmap;
 pub mod hash;
+pub mod hyperloglog;
 pub mod ldouble;
 pub mod list;
 pub mod set;

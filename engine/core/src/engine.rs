@@ -20,6 +20,13 @@ pub struct Config {
     /// `hll-sparse-max-bytes`: the largest sparse HyperLogLog before it turns dense
     /// (`types::hyperloglog`; Redis default 3000).
     pub hll_sparse_max_bytes: u64,
+    /// `list-max-listpack-size` (alias `list-max-ziplist-size`), Redis default -2: accepted
+    /// and reported; Redis 7.0 reports every list as `quicklist` whatever its value, and so
+    /// does `types::list`.
+    pub list_max_listpack_size: i64,
+    /// `set-max-intset-entries`, Redis default 512: accepted and reported; `types::set`
+    /// keeps its fixed threshold (`SET_MAX_INTSET_ENTRIES`).
+    pub set_max_intset_entries: u64,
     /// Seed for the keyspace hasher and sampling RNG; the server fills it randomly so hash
     /// flooding cannot be planned. Tests use fixed seeds.
     pub hash_seed: u64,
@@ -82,6 +89,8 @@ impl Default for Config {
             proto_max_bulk_len: 512 * 1024 * 1024,
             hz: 10,
             hll_sparse_max_bytes: 3000,
+            list_max_listpack_size: -2,
+            set_max_intset_entries: 512,
             hash_seed: 0,
             maxclients: 10000,
             timeout: 0,

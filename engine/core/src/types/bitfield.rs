@@ -246,6 +246,9 @@ fn bitfield_generic(e: &mut Engine, c: &mut Call, read_only: bool) -> Result<(),
     if read_only {
         return Err(ERR_RO);
     }
+    // Expire the key first (a change of its own), then count this command's changes.
+    e.ks.lookup_write(key, c.now_ms);
+    let dirty = e.ks.dirty;
     let (i, created) = string_for_bits(e, key, highest, c.now_ms)?;
     let (out, changes) = e.ks.update(i, |v| {
         let p = raw_mut(v);
@@ -256,6 +259,10 @@ fn bitfield_generic(e: &mut Engine, c: &mut Call, read_only: bool) -> Result<(),
             .collect();
         (out, changes)
     });
+    // Redis counts one change per operation that changed the string (or ran on a string it
+    // just created or grew), none for a no-op; a created key counts at least once here, so the
+    // keychange feed carries it.
+    e.ks.dirty = dirty + changes.max(u64::from(created));
     if changes > 0 {
         notify(e, class::STRING, "setbit", key);
     }

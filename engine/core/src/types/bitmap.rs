@@ -251,6 +251,7 @@ pub fn setbit(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         }
         None => false,
     };
+    let dirty = e.ks.dirty;
     let (i, _) = string_for_bits(e, key, off, c.now_ms)?;
     e.ks.update(i, |v| {
         let raw = raw_mut(v);
@@ -262,6 +263,8 @@ pub fn setbit(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             *b &= !mask;
         }
     });
+    // One change, as Redis counts it (creating or growing the string is part of it).
+    e.ks.dirty = dirty + 1;
     notify(e, class::STRING, "setbit", key);
     c.w().integer(i64::from(old));
     Ok(())

@@ -449,7 +449,7 @@ fn histogram(v: &[u8]) -> Result<[u32; 64], Corrupt> {
     let mut idx = 0;
     for_each_run(&v[HDR..], |_, len, val| {
         idx += len;
-        h[usize::from(val)] += len as u32;
+        h[usize::from(val)] = h[usize::from(val)].wrapping_add(len as u32);
         true
     });
     if idx != REGISTERS {
@@ -557,7 +557,10 @@ fn raw_of(v: &mut Value) -> &mut Vec<u8> {
 pub fn pfadd(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let key = c.argv[1];
     let max_bytes = e.config.hll_sparse_max_bytes;
-    let (i, mut updated) = match e.ks.lookup_write(key, c.now_ms) {
+    let found = e.ks.lookup_write(key, c.now_ms);
+    // After the lookup, which may have expired the key (a change of its own).
+    let dirty = e.ks.dirty;
+    let (i, mut updated) = match found {
         None => (
             e.ks.set(
                 key,
@@ -587,6 +590,8 @@ pub fn pfadd(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     });
     // Elements added before a corruption was found stay added, unannounced (as in Redis).
     result.map_err(|_| ERR_INVALID)?;
+    // Redis counts one change per register raised (and one for creating the key).
+    e.ks.dirty = dirty + updated;
     if updated > 0 {
         notify(e, class::STRING, "pfadd", key);
     }
@@ -641,6 +646,7 @@ pub fn pfmerge(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         use_dense |= v[4] == DENSE;
         merge(&mut max, v).map_err(|_| ERR_INVALID)?;
     }
+    let dirty = e.ks.dirty;
     let i = match e.ks.lookup_write(key, c.now_ms) {
         Some(i) => i,
         None => e.ks.set(
@@ -665,6 +671,7 @@ pub fn pfmerge(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         Ok::<_, Corrupt>(())
     })
     .map_err(|_| ERR_INVALID)?;
+    e.ks.dirty = dirty + 1;
     notify(e, class::STRING, "pfadd", key);
     c.w().ok();
     Ok(())

@@ -365,7 +365,10 @@ fn sort_generic(e: &mut Engine, c: &mut Call, read_only: bool) -> Result<(), Cmd
                     l.push(x.as_deref().unwrap_or_default(), End::Tail);
                 }
                 let existing = e.ks.lookup_write(dest, now);
+                let dirty = e.ks.dirty;
                 e.ks.set(dest, Value::List(Box::new(l)), Keep::Nothing, existing);
+                // Redis counts one change per element stored.
+                e.ks.dirty = dirty + outputlen as u64;
                 notify(e, class::LIST, "sortstore", dest);
             } else if e.ks.delete(dest, now) {
                 notify(e, class::GENERIC, "del", dest);

@@ -127,3 +127,32 @@ fn lcs_memory_is_bounded() {
         "-ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len\r\n"
     );
 }
+
+#[test]
+fn sort_patterns_need_read_access_to_every_key() {
+    let mut s = Session::new();
+    s.cmd("RPUSH mylist 1");
+    s.cmd("SET v1 1");
+    let by = "-ERR BY option of SORT denied due to insufficient ACL permissions.\r\n";
+    let get = "-ERR GET option of SORT denied due to insufficient ACL permissions.\r\n";
+    assert_eq!(
+        s.cmd("ACL SETUSER u on nopass +sort ~mylist ~v*"),
+        "+OK\r\n"
+    );
+    assert_eq!(s.cmd("AUTH u x"), "+OK\r\n");
+    assert_eq!(s.cmd("SORT mylist BY v*"), by);
+    assert_eq!(s.cmd("SORT mylist GET #"), get);
+    assert_eq!(s.cmd("SORT mylist BY nosort"), "*1\r\n$1\r\n1\r\n");
+    let as_default = |s: &mut Session, rules: &str| {
+        assert_eq!(s.cmd("AUTH default x"), "+OK\r\n");
+        assert_eq!(
+            s.cmd(&format!("ACL SETUSER u resetkeys {rules}")),
+            "+OK\r\n"
+        );
+        assert_eq!(s.cmd("AUTH u x"), "+OK\r\n");
+    };
+    as_default(&mut s, "~mylist %W~*");
+    assert_eq!(s.cmd("SORT mylist BY v*"), by, "write access is not enough");
+    as_default(&mut s, "~mylist %R~*");
+    assert_eq!(s.cmd("SORT mylist BY v* GET #"), "*1\r\n$1\r\n1\r\n");
+}

@@ -27,6 +27,10 @@
 //! names a slot this engine owns. Otherwise the answer is Redis 7.4's error (`BY option of
 //! SORT denied in Cluster mode when keys formed by the pattern may be in different slots.`).
 //! `GET #` and patterns without `*` read no key and are always allowed.
+//!
+//! # ACL
+//! As in Redis, `BY` with a pattern and every `GET` need a user that may read every key
+//! (`allkeys` or `%R~*`): `… denied due to insufficient ACL permissions.`
 
 use std::cmp::Ordering;
 
@@ -49,6 +53,11 @@ const ERR_BY_CLUSTER: CmdError = CmdError::Static(
 const ERR_GET_CLUSTER: CmdError = CmdError::Static(
     "ERR GET option of SORT denied in Cluster mode when keys formed by the pattern may be in different slots.",
 );
+
+const ERR_BY_ACL: CmdError =
+    CmdError::Static("ERR BY option of SORT denied due to insufficient ACL permissions.");
+const ERR_GET_ACL: CmdError =
+    CmdError::Static("ERR GET option of SORT denied due to insufficient ACL permissions.");
 
 /// The bytes a C function sees of `s`: up to the first NUL.
 fn c_str(s: &[u8]) -> &[u8] {
@@ -124,7 +133,12 @@ struct Opts<'a> {
     gets: Vec<&'a [u8]>,
 }
 
-fn parse_opts<'a>(e: &Engine, argv: &[&'a [u8]], read_only: bool) -> Result<Opts<'a>, CmdError> {
+fn parse_opts<'a>(
+    e: &Engine,
+    c: &Call<'_>,
+    argv: &[&'a [u8]],
+    read_only: bool,
+) -> Result<Opts<'a>, CmdError> {
     let mut o = Opts {
         desc: false,
         alpha: false,
@@ -157,11 +171,17 @@ fn parse_opts<'a>(e: &Engine, argv: &[&'a [u8]], read_only: bool) -> Result<Opts
                 o.dontsort = true;
             } else if !pattern_allowed(e, pat) {
                 return Err(ERR_BY_CLUSTER);
+            } else if !e.acl.reads_all_keys(&c.client.auth) {
+                return Err(ERR_BY_ACL);
             }
             j += 1;
         } else if args::is(a, "get") && left >= 1 {
             if !pattern_allowed(e, argv[j + 1]) {
                 return Err(ERR_GET_CLUSTER);
+            }
+            // Redis 7.0 asks this of every GET, `#` included.
+            if !e.acl.reads_all_keys(&c.client.auth) {
+                return Err(ERR_GET_ACL);
             }
             o.gets.push(argv[j + 1]);
             j += 1;
@@ -224,7 +244,7 @@ fn weight(s: &[u8]) -> Option<f64> {
 fn sort_generic(e: &mut Engine, c: &mut Call, read_only: bool) -> Result<(), CmdError> {
     let argv = c.argv;
     let now = c.now_ms;
-    let mut o = parse_opts(e, argv, read_only)?;
+    let mut o = parse_opts(e, c, argv, read_only)?;
     let found = e.ks.lookup_read(argv[1], now);
     if let Some(i) = found
         && !matches!(

@@ -315,7 +315,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "swapdb" => fan_out(Merge::AllOk),
         "hello" => hello(args, session),
         "client" => client(args, spec, session, fleet),
-        "command" | "time" => Plan::ForwardAny,
+        "command" | "time" | "pfselftest" => Plan::ForwardAny,
         "config" => config(args, row),
         "wait" => wait(args),
         "save" => fan_out(Merge::AllOk),

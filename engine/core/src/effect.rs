@@ -243,7 +243,9 @@ fn derive(
         | "setrange" | "persist" | "lpush" | "rpush" | "lpushx" | "rpushx" | "lpop" | "rpop"
         | "lset" | "lrem" | "ltrim" | "linsert" | "hset" | "hmset" | "hsetnx" | "hdel"
         | "hincrby" | "sadd" | "srem" | "zadd" | "zincrby" | "zrem" | "zremrangebyscore"
-        | "zremrangebyrank" | "zremrangebylex" | "zpopmin" | "zpopmax" => emit(e, argv),
+        | "zremrangebyrank" | "zremrangebylex" | "zpopmin" | "zpopmax" | "setbit" | "bitfield" => {
+            emit(e, argv)
+        }
         "set" | "setex" | "psetex" | "incrbyfloat" => string_state(e, argv[1]),
         "expire" | "pexpire" | "expireat" | "pexpireat" | "getex" => ttl_state(e, argv[1]),
         "hincrbyfloat" => match field_value(e, argv[1], argv[2]) {

@@ -17,6 +17,16 @@ pub struct Config {
     pub proto_max_bulk_len: u64,
     /// `hz`: background tasks per second (active expiry). Clamped to 1..=500 like Redis.
     pub hz: u32,
+    /// `hll-sparse-max-bytes`: the largest sparse HyperLogLog before it turns dense
+    /// (`types::hyperloglog`; Redis default 3000).
+    pub hll_sparse_max_bytes: u64,
+    /// `list-max-listpack-size` (alias `list-max-ziplist-size`), Redis default -2: accepted
+    /// and reported; Redis 7.0 reports every list as `quicklist` whatever its value, and so
+    /// does `types::list`.
+    pub list_max_listpack_size: i64,
+    /// `set-max-intset-entries`, Redis default 512: accepted and reported; `types::set`
+    /// keeps its fixed threshold (`SET_MAX_INTSET_ENTRIES`).
+    pub set_max_intset_entries: u64,
     /// Seed for the keyspace hasher and sampling RNG; the server fills it randomly so hash
     /// flooding cannot be planned. Tests use fixed seeds.
     pub hash_seed: u64,
@@ -81,6 +91,9 @@ impl Default for Config {
         Config {
             proto_max_bulk_len: 512 * 1024 * 1024,
             hz: 10,
+            hll_sparse_max_bytes: 3000,
+            list_max_listpack_size: -2,
+            set_max_intset_entries: 512,
             hash_seed: 0,
             maxclients: 10000,
             timeout: 0,

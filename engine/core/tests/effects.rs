@@ -1353,3 +1353,70 @@ fn feed_garbage_never_panics() {
         e.take_deliveries(&mut ds);
     }
 }
+
+/// Bitmaps, BITFIELD, HyperLogLog (PFCOUNT's cache write included), SORT … STORE and LCS:
+/// a random stream over a few keys, the replica applying the effects must end byte-equal
+/// (issue 18).
+#[test]
+fn bits_hll_sort_effects_converge() {
+    let mut p = Pair::new(18);
+    let mut r = Rng(0x5eed_0018);
+    for step in 0..3000 {
+        p.now_us += r.below(20_000);
+        let b = format!("b{}", r.below(3));
+        let h = format!("h{}", r.below(3));
+        let line = match r.below(16) {
+            0 | 1 => format!("SETBIT {b} {} {}", r.below(200), r.below(2)),
+            2 => format!(
+                "BITFIELD {b} OVERFLOW {} INCRBY {}{} #{} {}",
+                r.pick(&["WRAP", "SAT", "FAIL"]),
+                r.pick(&["i", "u"]),
+                1 + r.below(20),
+                r.below(10),
+                r.below(3000) as i64 - 1500
+            ),
+            3 => format!("BITFIELD {b} SET u8 {} {}", r.below(100), r.below(300)),
+            4 => format!(
+                "BITOP {} b{} b{} b{}",
+                r.pick(&["AND", "OR", "XOR"]),
+                r.below(3),
+                r.below(3),
+                r.below(3)
+            ),
+            5 => format!("BITOP NOT b{} b{}", r.below(3), r.below(3)),
+            6..=8 => {
+                let els: Vec<String> = (0..1 + r.below(30))
+                    .map(|_| r.below(5000).to_string())
+                    .collect();
+                format!("PFADD {h} {}", els.join(" "))
+            }
+            9 => format!("PFCOUNT {h}"),
+            10 => format!("PFMERGE {h} h{} h{}", r.below(3), r.below(3)),
+            11 => format!("PFDEBUG TODENSE {h}"),
+            12 => format!("RPUSH l {} {}", r.below(50), r.below(50)),
+            13 => format!(
+                "SORT l {} LIMIT {} 5 STORE s{}",
+                r.pick(&["", "DESC", "ALPHA", "BY nosort"]),
+                r.below(5),
+                r.below(2)
+            ),
+            14 => format!("EXPIRE {} {}", r.pick(&["b0", "h0", "s0"]), 1 + r.below(3)),
+            _ => format!("DEL {}", r.pick(&["b1", "h1", "l", "s1"])),
+        };
+        let line = line.replace("  ", " ");
+        p.run(WRITER, &line);
+        if step % 100 == 99 {
+            p.cron();
+            p.assert_equal(&format!("bits step {step}"));
+        }
+    }
+    p.assert_equal("bits end");
+    let names: std::collections::BTreeSet<String> = p
+        .log
+        .iter()
+        .map(|(_, a)| s(&a[0]).to_ascii_uppercase())
+        .collect();
+    for want in ["SETBIT", "BITFIELD", "PFCOUNT"] {
+        assert!(names.contains(want), "{want} effects in {names:?}");
+    }
+}

@@ -169,6 +169,19 @@ impl Acl {
         self.user_check(user, spec, argv)
     }
 
+    /// redis `ACLUserCheckCmdWithUnrestrictedKeyAccess` for reads (SORT's BY and GET
+    /// patterns name keys no key spec declares): the client's user may read every key
+    /// (`allkeys`, or a `*` pattern with read permission).
+    pub fn reads_all_keys(&self, auth: &ClientAuth) -> bool {
+        !self.restricted()
+            || self.user_by_id(auth.user_id).is_some_and(|u| {
+                u.allkeys
+                    || u.patterns
+                        .iter()
+                        .any(|(p, f)| p == b"*" && f & PERM_R == PERM_R)
+            })
+    }
+
     /// Command, key and channel permissions of `user` (redis `ACLSelectorCheckCmd`).
     pub(super) fn user_check(
         &self,

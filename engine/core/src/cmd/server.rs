@@ -403,6 +403,42 @@ const PARAMS: &[Param] = &[
         set: None,
     },
     Param {
+        name: "hll-sparse-max-bytes",
+        get: |e| e.config.hll_sparse_max_bytes.to_string(),
+        set: Some(|e, v| {
+            let n = parse_memory(v).ok_or("argument must be a memory value")?;
+            if n > i64::MAX as u64 {
+                return Err("argument must be between 0 and 9223372036854775807 inclusive");
+            }
+            e.config.hll_sparse_max_bytes = n;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "list-max-listpack-size",
+        get: |e| e.config.list_max_listpack_size.to_string(),
+        set: Some(|e, v| {
+            e.config.list_max_listpack_size = int_in(v, i64::from(i32::MIN), i64::from(i32::MAX))?;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "list-max-ziplist-size",
+        get: |e| e.config.list_max_listpack_size.to_string(),
+        set: Some(|e, v| {
+            e.config.list_max_listpack_size = int_in(v, i64::from(i32::MIN), i64::from(i32::MAX))?;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "set-max-intset-entries",
+        get: |e| e.config.set_max_intset_entries.to_string(),
+        set: Some(|e, v| {
+            e.config.set_max_intset_entries = int_in(v, 0, i64::MAX)? as u64;
+            Ok(())
+        }),
+    },
+    Param {
         name: "maxmemory",
         get: |e| e.config.maxmemory.to_string(),
         set: Some(|e, v| {
@@ -650,6 +686,10 @@ fn int_in(v: &[u8], lo: i64, hi: i64) -> Result<i64, &'static str> {
         return Err(match (lo, hi) {
             (1, 2147483647) => "argument must be between 1 and 2147483647 inclusive",
             (0, 2147483647) => "argument must be between 0 and 2147483647 inclusive",
+            (-2147483648, 2147483647) => {
+                "argument must be between -2147483648 and 2147483647 inclusive"
+            }
+            (0, i64::MAX) => "argument must be between 0 and 9223372036854775807 inclusive",
             _ => "argument out of range",
         });
     }

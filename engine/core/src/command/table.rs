@@ -325,7 +325,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::bitcount),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Count set bits in a string")), ("since", Val::Str("2.6.0")), ("group", Val::Str("bitmap")), ("complexity", Val::Str("O(N)")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("7.0.0"), Val::Str("Added the `BYTE|BIT` option.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("index")), ("type", Val::Str("block")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("start")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("end")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("index_unit")), ("type", Val::Str("oneof")), ("since", Val::Str("7.0.0")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("byte")), ("type", Val::Str("pure-token")), ("token", Val::Str("BYTE"))]), Val::Map(&[("name", Val::Str("bit")), ("type", Val::Str("pure-token")), ("token", Val::Str("BIT"))])]))])]))])]))]),
@@ -343,7 +343,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: Some("This command allows both access and modification of the key"), flags: KeyFlags::RW.union(KeyFlags::ACCESS).union(KeyFlags::UPDATE).union(KeyFlags::VARIABLE_FLAGS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: Some(GetKeys::Bitfield),
-        handler: None,
+        handler: Some(h::bitfield),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Perform arbitrary bitfield integer operations on strings")), ("since", Val::Str("3.2.0")), ("group", Val::Str("bitmap")), ("complexity", Val::Str("O(1) for each subcommand specified")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("operation")), ("type", Val::Str("oneof")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("encoding_offset")), ("type", Val::Str("block")), ("token", Val::Str("GET")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("encoding")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("offset")), ("type", Val::Str("integer"))])]))]), Val::Map(&[("name", Val::Str("write")), ("type", Val::Str("block")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("wrap_sat_fail")), ("type", Val::Str("oneof")), ("token", Val::Str("OVERFLOW")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("wrap")), ("type", Val::Str("pure-token")), ("token", Val::Str("WRAP"))]), Val::Map(&[("name", Val::Str("sat")), ("type", Val::Str("pure-token")), ("token", Val::Str("SAT"))]), Val::Map(&[("name", Val::Str("fail")), ("type", Val::Str("pure-token")), ("token", Val::Str("FAIL"))])]))]), Val::Map(&[("name", Val::Str("write_operation")), ("type", Val::Str("oneof")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("encoding_offset_value")), ("type", Val::Str("block")), ("token", Val::Str("SET")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("encoding")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("offset")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("value")), ("type", Val::Str("integer"))])]))]), Val::Map(&[("name", Val::Str("encoding_offset_increment")), ("type", Val::Str("block")), ("token", Val::Str("INCRBY")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("encoding")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("offset")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("increment")), ("type", Val::Str("integer"))])]))])]))])]))])]))])]))]),
@@ -361,7 +361,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::bitfield_ro),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Perform arbitrary bitfield integer operations on strings. Read-only variant of BITFIELD")), ("since", Val::Str("6.0.0")), ("group", Val::Str("bitmap")), ("complexity", Val::Str("O(1) for each subcommand specified")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("encoding_offset")), ("type", Val::Str("block")), ("token", Val::Str("GET")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple"), Val::Str("multiple_token")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("encoding")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("offset")), ("type", Val::Str("integer"))])]))])]))]),
@@ -380,7 +380,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(3), find_keys: FindKeys::Range { lastkey: -1, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::bitop),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Perform bitwise operations between strings")), ("since", Val::Str("2.6.0")), ("group", Val::Str("bitmap")), ("complexity", Val::Str("O(N)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("operation")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("destkey")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(1)), ("flags", Val::Arr(&[Val::Str("multiple")]))])]))]),
@@ -398,7 +398,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::bitpos),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Find first bit set or clear in a string")), ("since", Val::Str("2.8.7")), ("group", Val::Str("bitmap")), ("complexity", Val::Str("O(N)")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("7.0.0"), Val::Str("Added the `BYTE|BIT` option.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("bit")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("index")), ("type", Val::Str("block")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("start")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("end_index")), ("type", Val::Str("block")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("end")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("index_unit")), ("type", Val::Str("oneof")), ("since", Val::Str("7.0.0")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("byte")), ("type", Val::Str("pure-token")), ("token", Val::Str("BYTE"))]), Val::Map(&[("name", Val::Str("bit")), ("type", Val::Str("pure-token")), ("token", Val::Str("BIT"))])]))])]))])]))])]))]),
@@ -2268,7 +2268,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::getbit),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Returns the bit value at offset in the string value stored at key")), ("since", Val::Str("2.2.0")), ("group", Val::Str("bitmap")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("offset")), ("type", Val::Str("integer"))])]))]),
@@ -2892,7 +2892,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 1, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::lcs),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Find longest common substring")), ("since", Val::Str("7.0.0")), ("group", Val::Str("string")), ("complexity", Val::Str("O(N*M) where N and M are the lengths of s1 and s2, respectively")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key1")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("key2")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("len")), ("type", Val::Str("pure-token")), ("token", Val::Str("LEN")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("idx")), ("type", Val::Str("pure-token")), ("token", Val::Str("IDX")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("len")), ("type", Val::Str("integer")), ("token", Val::Str("MINMATCHLEN")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("withmatchlen")), ("type", Val::Str("pure-token")), ("token", Val::Str("WITHMATCHLEN")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
@@ -3670,7 +3670,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::INSERT), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::pfadd),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Adds the specified elements to the specified HyperLogLog.")), ("since", Val::Str("2.8.9")), ("group", Val::Str("hyperloglog")), ("complexity", Val::Str("O(1) to add every element.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("element")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))])]))]),
@@ -3688,7 +3688,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: Some("RW because it may change the internal representation of the key, and propagate to replicas"), flags: KeyFlags::RW.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: -1, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::pfcount),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Return the approximated cardinality of the set(s) observed by the HyperLogLog at key(s).")), ("since", Val::Str("2.8.9")), ("group", Val::Str("hyperloglog")), ("complexity", Val::Str("O(1) with a very small average constant time when called with a single key. O(N) with N being the number of keys, and much bigger constant times, when called with multiple keys.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0)), ("flags", Val::Arr(&[Val::Str("multiple")]))])]))]),
@@ -3706,7 +3706,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::pfdebug),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Internal commands for debugging HyperLogLog values")), ("since", Val::Str("2.8.9")), ("group", Val::Str("hyperloglog")), ("complexity", Val::Str("N/A")), ("doc_flags", Val::Arr(&[Val::Str("syscmd")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("subcommand")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))])]))]),
@@ -3725,7 +3725,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Range { lastkey: -1, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::pfmerge),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Merge N different HyperLogLogs into a single one.")), ("since", Val::Str("2.8.9")), ("group", Val::Str("hyperloglog")), ("complexity", Val::Str("O(N) to merge N HyperLogLogs, but with high constant times.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("destkey")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("sourcekey")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(1)), ("flags", Val::Arr(&[Val::Str("multiple")]))])]))]),
@@ -3741,7 +3741,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         tips: &[],
         key_specs: &[],
         getkeys: None,
-        handler: None,
+        handler: Some(h::pfselftest),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("An internal command for testing HyperLogLog values")), ("since", Val::Str("2.8.9")), ("group", Val::Str("hyperloglog")), ("complexity", Val::Str("N/A")), ("doc_flags", Val::Arr(&[Val::Str("syscmd")]))]),
@@ -4513,7 +4513,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::ACCESS).union(KeyFlags::UPDATE), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::setbit),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Sets or clears the bit at offset in the string value stored at key")), ("since", Val::Str("2.2.0")), ("group", Val::Str("bitmap")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("offset")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("value")), ("type", Val::Str("integer"))])]))]),
@@ -4827,7 +4827,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: Some("For the optional STORE keyword. It is marked 'unknown' because the keyword can appear anywhere in the argument array"), flags: KeyFlags::OW.union(KeyFlags::UPDATE), begin_search: BeginSearch::Unknown, find_keys: FindKeys::Unknown },
         ],
         getkeys: Some(GetKeys::Sort),
-        handler: None,
+        handler: Some(h::sort),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Sort the elements in a list, set or sorted set")), ("since", Val::Str("1.0.0")), ("group", Val::Str("generic")), ("complexity", Val::Str("O(N+M*log(M)) where N is the number of elements in the list or set to sort, and M the number of returned elements. When the elements are not sorted, complexity is O(N).")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("pattern")), ("type", Val::Str("pattern")), ("key_spec_index", Val::Int(1)), ("token", Val::Str("BY")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("offset_count")), ("type", Val::Str("block")), ("token", Val::Str("LIMIT")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("offset")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("count")), ("type", Val::Str("integer"))])]))]), Val::Map(&[("name", Val::Str("pattern")), ("type", Val::Str("pattern")), ("key_spec_index", Val::Int(1)), ("token", Val::Str("GET")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple"), Val::Str("multiple_token")]))]), Val::Map(&[("name", Val::Str("order")), ("type", Val::Str("oneof")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("asc")), ("type", Val::Str("pure-token")), ("token", Val::Str("ASC"))]), Val::Map(&[("name", Val::Str("desc")), ("type", Val::Str("pure-token")), ("token", Val::Str("DESC"))])]))]), Val::Map(&[("name", Val::Str("sorting")), ("type", Val::Str("pure-token")), ("token", Val::Str("ALPHA")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("destination")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(2)), ("token", Val::Str("STORE")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
@@ -4846,7 +4846,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: Some("For the optional BY/GET keyword. It is marked 'unknown' because the key names derive from the content of the key we sort"), flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Unknown, find_keys: FindKeys::Unknown },
         ],
         getkeys: Some(GetKeys::SortRo),
-        handler: None,
+        handler: Some(h::sort_ro),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Sort the elements in a list, set or sorted set. Read-only variant of SORT.")), ("since", Val::Str("7.0.0")), ("group", Val::Str("generic")), ("complexity", Val::Str("O(N+M*log(M)) where N is the number of elements in the list or set to sort, and M the number of returned elements. When the elements are not sorted, complexity is O(N).")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("pattern")), ("type", Val::Str("pattern")), ("key_spec_index", Val::Int(1)), ("token", Val::Str("BY")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("offset_count")), ("type", Val::Str("block")), ("token", Val::Str("LIMIT")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("offset")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("count")), ("type", Val::Str("integer"))])]))]), Val::Map(&[("name", Val::Str("pattern")), ("type", Val::Str("pattern")), ("key_spec_index", Val::Int(1)), ("token", Val::Str("GET")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple"), Val::Str("multiple_token")]))]), Val::Map(&[("name", Val::Str("order")), ("type", Val::Str("oneof")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("asc")), ("type", Val::Str("pure-token")), ("token", Val::Str("ASC"))]), Val::Map(&[("name", Val::Str("desc")), ("type", Val::Str("pure-token")), ("token", Val::Str("DESC"))])]))]), Val::Map(&[("name", Val::Str("sorting")), ("type", Val::Str("pure-token")), ("token", Val::Str("ALPHA")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),

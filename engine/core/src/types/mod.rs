@@ -2,12 +2,21 @@
 //! (redis `t_string.c` layout).
 //!
 //! - [`string`]: strings (integer-encoded or raw bytes); GET/SET/INCR… handlers.
+//! - [`bitmap`], [`bitfield`]: bit operations on strings (SETBIT…, BITFIELD).
+//! - [`hyperloglog`]: PFADD/PFCOUNT/PFMERGE on Redis's own HLL string representation.
+//! - [`lcs`]: LCS, the longest common subsequence of two strings.
+//! - [`sort`]: SORT / SORT_RO over lists, sets and sorted sets.
 //! - [`ldouble`]: 80-bit x87 long double arithmetic and Redis's formatting, for INCRBYFLOAT.
 
+pub mod bitfield;
+pub mod bitmap;
 pub mod hash;
+pub mod hyperloglog;
+pub mod lcs;
 pub mod ldouble;
 pub mod list;
 pub mod set;
+pub mod sort;
 pub mod string;
 pub mod zset;
 

@@ -451,7 +451,20 @@ impl Keyspace {
         r
     }
 
-    /// Lookup before a write, or where Redis does not count hits (EXISTS, TTL, TYPE).
+    /// A read lookup that leaves the access word alone (redis `LOOKUP_NOTOUCH`: TTL, PTTL,
+    /// EXPIRETIME, TYPE, EXISTS), still counting the hit or miss.
+    pub fn lookup_read_notouch(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
+        let r = self.lookup_notouch(key, now_ms);
+        if r.is_some() {
+            self.stats.keyspace_hits += 1;
+        } else {
+            self.stats.keyspace_misses += 1;
+            self.log_event(KsEvent::Miss, key);
+        }
+        r
+    }
+
+    /// Lookup before a write.
     pub fn lookup_write(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
         self.lookup(key, now_ms)
     }

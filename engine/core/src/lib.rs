@@ -204,6 +204,19 @@ pub struct HostInfo {
     /// (redis `scriptTimeSnapshot`) but TIME reads the clock. `None` (wasm, tests): the
     /// call's time.
     pub clock: Option<fn() -> u64>,
+    /// CPU time used so far (INFO `cpu`, from `getrusage`); `None`: reported as 0.
+    pub cpu: Option<fn() -> CpuTimes>,
+}
+
+/// Process CPU times, µs (INFO `cpu`). The engine is one thread, so the main thread's times
+/// are the process's.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuTimes {
+    pub sys_us: u64,
+    pub user_us: u64,
+    /// Of waited-for children (BGSAVE).
+    pub children_sys_us: u64,
+    pub children_user_us: u64,
 }
 
 /// Settings that `CONFIG GET`/`CONFIG SET` expose and the engine reads.

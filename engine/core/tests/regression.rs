@@ -90,3 +90,27 @@ fn bug_001_zremrangebylex_on_mixed_scores_crashed() {
     assert_eq!(s.cmd("ZREMRANGEBYLEX big [m2 [m5"), ":4\r\n");
     assert_eq!(s.cmd("ZCARD big"), ":296\r\n");
 }
+
+/// TTL, PTTL, TYPE and EXISTS leave a key's idle time alone; TOUCH and GET reset it (redis
+/// `LOOKUP_NOTOUCH`; tests/unit/introspection-2.tcl).
+#[test]
+fn ttl_type_exists_do_not_touch_the_key() {
+    use engine_core::{Client, Config, Engine};
+    const T0: u64 = 1_767_225_600_000_000;
+    let mut e = Engine::new(Config::default());
+    let mut c = Client::default();
+    let mut run = |e: &mut Engine, now_us: u64, line: &str| {
+        let argv: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+        let mut out = Vec::new();
+        e.exec(&mut c, &argv, now_us, &mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    assert_eq!(run(&mut e, T0, "SET foo bar"), "+OK\r\n");
+    let later = T0 + 3_000_000;
+    for line in ["TTL foo", "PTTL foo", "TYPE foo", "EXISTS foo", "EXPIRETIME foo"] {
+        run(&mut e, later, line);
+    }
+    assert_eq!(run(&mut e, later, "OBJECT IDLETIME foo"), ":3\r\n");
+    assert_eq!(run(&mut e, later, "TOUCH foo"), ":1\r\n");
+    assert_eq!(run(&mut e, later, "OBJECT IDLETIME foo"), ":0\r\n");
+}

@@ -14,6 +14,24 @@ pub fn now_us() -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time of this process and of its waited-for children (BGSAVE), for INFO `cpu`.
+pub fn cpu_times() -> engine_core::CpuTimes {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let us = |t: nix::sys::time::TimeVal| {
+        (t.tv_sec().max(0) as u64) * 1_000_000 + t.tv_usec().max(0) as u64
+    };
+    let mut out = engine_core::CpuTimes::default();
+    if let Ok(r) = getrusage(UsageWho::RUSAGE_SELF) {
+        out.sys_us = us(r.system_time());
+        out.user_us = us(r.user_time());
+    }
+    if let Ok(r) = getrusage(UsageWho::RUSAGE_CHILDREN) {
+        out.children_sys_us = us(r.system_time());
+        out.children_user_us = us(r.user_time());
+    }
+    out
+}
+
 /// Reads the resident set size of this process, in bytes.
 pub struct RssReader {
     page_size: u64,

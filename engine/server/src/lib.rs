@@ -129,6 +129,7 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
         tcp_port: local.port(),
         started_us,
         clock: Some(host::now_us),
+        cpu: Some(host::cpu_times),
         executable: std::env::current_exe()
             .map(|p| p.display().to_string())
             .unwrap_or_default(),

@@ -28,17 +28,18 @@ pub fn del(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// `EXISTS key [key …]` → how many of the keys exist (a key named twice counts twice).
+/// `EXISTS key [key …]` → how many of the keys exist (a key named twice counts twice); the
+/// keys' idle times are left alone, as Redis does.
 pub fn exists(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut n = 0;
     for k in &c.argv[1..] {
-        n += i64::from(e.ks.lookup_read(k, c.now_ms).is_some());
+        n += i64::from(e.ks.lookup_read_notouch(k, c.now_ms).is_some());
     }
     c.w().integer(n);
     Ok(())
 }
 
-/// `TOUCH key [key …]` → how many of the keys exist (access time is not tracked yet).
+/// `TOUCH key [key …]` → how many of the keys exist; their access time is updated.
 pub fn touch(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut n = 0;
     for k in &c.argv[1..] {
@@ -48,9 +49,9 @@ pub fn touch(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// `TYPE key` → `+string` … or `+none`.
+/// `TYPE key` → `+string` … or `+none` (the idle time is left alone).
 pub fn type_(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let name = match e.ks.lookup_read(c.argv[1], c.now_ms) {
+    let name = match e.ks.lookup_read_notouch(c.argv[1], c.now_ms) {
         Some(i) => e.ks.value(i).type_name(),
         None => "none",
     };
@@ -179,7 +180,7 @@ enum TtlOut {
 
 /// redis `ttlGenericCommand`: -2 missing, -1 no TTL; seconds round to nearest.
 fn ttl_generic(e: &mut Engine, c: &mut Call, out: TtlOut) -> Result<(), CmdError> {
-    let Some(i) = e.ks.lookup_read(c.argv[1], c.now_ms) else {
+    let Some(i) = e.ks.lookup_read_notouch(c.argv[1], c.now_ms) else {
         c.w().integer(-2);
         return Ok(());
     };

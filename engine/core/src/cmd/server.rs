@@ -28,7 +28,8 @@ pub fn time(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 // INFO
 // ---------------------------------------------------------------------------------------------
 
-/// Sections INFO knows, in Redis's order; `default`/`all`/`everything` select them all.
+/// Sections INFO knows, in Redis's order (`genRedisInfoString`); `all`/`everything` select them
+/// all, `default` (and no argument) all but [`NOT_DEFAULT`].
 const SECTIONS: &[&str] = &[
     "server",
     "clients",
@@ -36,10 +37,14 @@ const SECTIONS: &[&str] = &[
     "persistence",
     "stats",
     "replication",
+    "cpu",
+    "modules",
+    "commandstats",
     "cluster",
     "keyspace",
-    "commandstats",
 ];
+/// The section only `all`/`everything`/its name select.
+const NOT_DEFAULT: &str = "commandstats";
 
 /// INFO `commandstats` counters per table row (redis `cmdstat_*`). The core has no clock, so
 /// `usec` is not measured and reads 0.
@@ -105,16 +110,21 @@ pub const USED_MEMORY_STARTUP: u64 = 870_000;
 /// sections separated by a blank line, CRLF line ends), as a bulk/verbatim string.
 pub fn info(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut want = [false; SECTIONS.len()];
-    // `commandstats` is the last section and not part of `default` (as in Redis).
-    let default = SECTIONS.len() - 1;
+    let defaults = |want: &mut [bool]| {
+        for (w, s) in want.iter_mut().zip(SECTIONS) {
+            *w |= *s != NOT_DEFAULT;
+        }
+    };
     if c.argv.len() == 1 {
-        want[..default].fill(true);
+        defaults(&mut want);
     }
     for a in &c.argv[1..] {
         if args::is(a, "default") {
-            want[..default].fill(true);
+            defaults(&mut want);
         } else if args::is(a, "all") || args::is(a, "everything") {
             want = [true; SECTIONS.len()];
+        } else if args::is(a, "module_list") {
+            want[SECTIONS.iter().position(|s| *s == "modules").unwrap_or(0)] = true;
         } else if let Some(i) = SECTIONS.iter().position(|s| args::is(a, s)) {
             want[i] = true;
         }
@@ -155,8 +165,14 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
             s.push_str("\r\n");
         }
         first = false;
-        let mut title = name.to_string();
-        title[..1].make_ascii_uppercase();
+        let title = match *name {
+            "cpu" => "CPU".to_string(),
+            _ => {
+                let mut t = name.to_string();
+                t[..1].make_ascii_uppercase();
+                t
+            }
+        };
         let _ = write!(s, "# {title}\r\n");
         let mut line = |k: &str, v: &dyn std::fmt::Display| {
             let _ = write!(s, "{k}:{v}\r\n");
@@ -257,6 +273,17 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("master_repl_offset", &0);
                 line("second_repl_offset", &-1);
                 line("repl_backlog_active", &0);
+            }
+            "cpu" => {
+                // Seconds with 6 decimals, as redis-server prints `struct rusage` times.
+                let t = e.host.cpu.map(|f| f()).unwrap_or_default();
+                let secs = |us: u64| format!("{}.{:06}", us / 1_000_000, us % 1_000_000);
+                line("used_cpu_sys", &secs(t.sys_us));
+                line("used_cpu_user", &secs(t.user_us));
+                line("used_cpu_sys_children", &secs(t.children_sys_us));
+                line("used_cpu_user_children", &secs(t.children_user_us));
+                line("used_cpu_sys_main_thread", &secs(t.sys_us));
+                line("used_cpu_user_main_thread", &secs(t.user_us));
             }
             "cluster" => {
                 line(

@@ -220,8 +220,9 @@ fn write_value(v: &Value, caller: Proto, script: Proto, out: &mut Vec<u8>, depth
 }
 
 /// C's `(long long)` of a double, saturating where C is undefined.
+/// `(long long)n` as on x86-64: NaN and out-of-range values give `i64::MIN`.
 fn c_cast(n: f64) -> i64 {
-    if n.is_nan() { i64::MIN } else { n as i64 }
+    crate::clib::cast_i64(n)
 }
 
 fn write_table(t: &Table, caller: Proto, script: Proto, out: &mut Vec<u8>, depth: usize) {

@@ -14,6 +14,9 @@
 //! - `prelude.lua`: the `redis` table, Redis's `pcall`, `math.random` and the sandbox
 //!   (protected globals), run once per Lua state;
 //! - [`shebang`]: `#!lua flags=…`; [`rand`]: Redis's `lrand48`;
+//! - the C libraries Redis embeds, rebuilt: [`bit`], [`cjson`], [`cmsgpack`], [`struct_lib`]
+//!   (`struct`), over [`clib`] (their view of Lua's C API and glibc; their errors are plain
+//!   strings, as `luaL_error`'s);
 //! - [`functions`]: libraries, library metadata, FUNCTION DUMP/RESTORE payloads;
 //! - `library.rs`: the host's side of functions (`register_function`, running a library's
 //!   code, FCALL/FCALL_RO, the FUNCTION subcommands); the functions' Lua state is built here
@@ -24,14 +27,18 @@
 //! error reply and the state stays usable. Lua's own limits turn deep recursion into a
 //! `stack overflow` error; reply conversion stops at [`convert::MAX_DEPTH`]. Not yet here (next
 //! stage): the busy-script threshold and SCRIPT KILL of a running script, libraries in
-//! snapshots, the cjson/cmsgpack/struct libraries, SCRIPT DEBUG and `redis.acl_check_cmd`.
+//! snapshots, SCRIPT DEBUG and `redis.acl_check_cmd`.
 
 pub mod bit;
+pub mod cjson;
+pub mod clib;
+pub mod cmsgpack;
 pub mod convert;
 pub mod functions;
 mod library;
 pub mod rand;
 pub mod shebang;
+pub mod struct_lib;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -660,12 +667,16 @@ impl State {
                 })?,
             )?;
         }
-        let p = pending.clone();
-        let raise_bit: bit::Raise = Rc::new(move |lua, text| match raise::<()>(lua, &p, &text) {
-            Err(e) => e,
-            Ok(()) => mlua::Error::runtime(text),
-        });
-        hooks.raw_set("bit", bit::table(&lua, &raise_bit)?)?;
+        hooks.raw_set("bit", bit::table(&lua)?)?;
+        let next: Function = lua.globals().raw_get("next")?;
+        hooks.raw_set("cjson", cjson::table(&lua, &next)?)?;
+        hooks.raw_set("cmsgpack", cmsgpack::table(&lua)?)?;
+        hooks.raw_set("struct", struct_lib::table(&lua)?)?;
+        // The string a C library's error is (clib.rs), for pcall.
+        hooks.raw_set(
+            "plain_error",
+            lua.create_function(|lua, e: Value| clib::error_string(lua, &e))?,
+        )?;
         hooks.raw_set("version", VERSION)?;
         hooks.raw_set("version_num", VERSION_NUM)?;
         let xpcall: Function = lua.globals().raw_get("xpcall")?;
@@ -679,7 +690,10 @@ impl State {
         let handler = lua.create_function(move |lua, err: Value| {
             let err = match err {
                 Value::Table(t) => Value::Table(t),
-                other => p.borrow_mut().take().map_or(other, Value::Table),
+                other => match clib::error_string(lua, &other)? {
+                    Some(s) => s,
+                    None => p.borrow_mut().take().map_or(other, Value::Table),
+                },
             };
             error_handler(lua, &tostring, err)
         })?;

@@ -217,56 +217,84 @@ fn encode(lua: &Lua, cfg: &Config, next: &Function, args: &MultiValue) -> mlua::
     };
     // `json_append_data`, with the recursion into tables kept in `stack` (a script may raise
     // the depth limit to where native recursion would exhaust the thread's stack).
-    let mut stack: Vec<Frame> = Vec::new();
+    // The open tables and each one's last key live in two Lua tables, by level: holding them
+    // in Rust would take one of mlua's reference slots each, which run out near Lua's own
+    // stack limit, before the C library's nesting errors.
+    let tables = lua.create_table()?;
+    let keys = lua.create_table()?;
+    let mut stack: Vec<Open> = Vec::new();
+    let push = |stack: &mut Vec<Open>, f: Frame| -> mlua::Result<()> {
+        tables.raw_set(stack.len() + 1, f.table)?;
+        stack.push(Open {
+            items: f.items,
+            depth: f.depth,
+            used: f.used,
+        });
+        Ok(())
+    };
     if let Some(f) = e.value(&args[0], 0, 1)? {
-        stack.push(f);
+        push(&mut stack, f)?;
     }
-    while let Some(top) = stack.last_mut() {
+    while !stack.is_empty() {
         if e.out.len() > MAX_OUTPUT {
             return Err(clib::error(lua, "not enough memory"));
         }
+        let level = stack.len();
+        let Some(top) = stack.last_mut() else { break };
         let (depth, used) = (top.depth, top.used);
+        let table: Table = tables.raw_get(level)?;
         let child = match &mut top.items {
             Items::Array { len, i } => {
                 if *i > *len {
                     e.out.push(b']');
                     stack.pop();
+                    tables.raw_set(level, Value::Nil)?;
                     continue;
                 }
                 if *i > 1 {
                     e.out.push(b',');
                 }
-                let item: Value = top.table.raw_get(*i).map_err(|x| e.stack(x, depth))?;
+                let item: Value = table.raw_get(*i).map_err(|x| e.stack(x, depth))?;
                 *i += 1;
                 e.value(&item, depth, used + 1)?
             }
-            Items::Object { key } => {
-                let (k, v): (Value, Value) = next
-                    .call((top.table.clone(), key.clone()))
-                    .map_err(|x| e.stack(x, depth))?;
+            Items::Object { started } => {
+                let key: Value = keys.raw_get(level)?;
+                let (k, v): (Value, Value) =
+                    next.call((table, key)).map_err(|x| e.stack(x, depth))?;
                 if k.is_nil() {
                     e.out.push(b'}');
                     stack.pop();
+                    tables.raw_set(level, Value::Nil)?;
                     continue;
                 }
-                if !key.is_nil() {
+                if *started {
                     e.out.push(b',');
                 }
+                *started = true;
                 e.key(&k)?;
-                *key = k;
+                keys.raw_set(level, k)?;
                 e.value(&v, depth, used + 2)?
             }
         };
         if let Some(f) = child {
-            stack.push(f);
+            keys.raw_set(stack.len() + 1, Value::Nil)?;
+            push(&mut stack, f)?;
         }
     }
     lua.create_string(&e.out)
 }
 
-/// A table being encoded.
+/// A table met while encoding, to be walked.
 struct Frame {
     table: Table,
+    items: Items,
+    depth: i32,
+    used: usize,
+}
+
+/// A table being walked (the table itself is kept in Lua, see [`encode`]).
+struct Open {
     items: Items,
     depth: i32,
     /// Lua stack slots the C code holds while it walks this table.
@@ -276,8 +304,8 @@ struct Frame {
 enum Items {
     /// The next index to write, up to `len`.
     Array { len: i64, i: i64 },
-    /// The last key written (nil before the first).
-    Object { key: Value },
+    /// Whether a key was written (the last one is kept in Lua).
+    Object { started: bool },
 }
 
 struct Encoder<'a> {
@@ -321,7 +349,7 @@ impl Encoder<'_> {
                     Items::Array { len, i: 1 }
                 } else {
                     self.out.push(b'{');
-                    Items::Object { key: Value::Nil }
+                    Items::Object { started: false }
                 };
                 return Ok(Some(Frame {
                     table: t.clone(),
@@ -782,7 +810,9 @@ impl Decoder<'_> {
         // Open tables: for objects, the key of the value being read. `used` counts the Lua
         // stack slots the C parser holds (the argument, then a table, or a table and a key,
         // per level).
-        let mut stack: Vec<(Table, Option<Vec<u8>>, i64)> = Vec::new();
+        // The tables themselves are kept in Lua, by level (see [`encode`]).
+        let mut stack: Vec<(Option<Vec<u8>>, i64)> = Vec::new();
+        let tables = self.lua.create_table()?;
         let mut used = 1;
         let mut t = first;
         loop {
@@ -804,7 +834,8 @@ impl Decoder<'_> {
                         Value::Table(table)
                     } else {
                         let key = self.key(&t)?;
-                        stack.push((table, Some(key), 0));
+                        tables.raw_set(stack.len() + 1, table)?;
+                        stack.push((Some(key), 0));
                         used += 2;
                         t = self.next_token();
                         continue;
@@ -818,7 +849,8 @@ impl Decoder<'_> {
                         self.depth -= 1;
                         Value::Table(table)
                     } else {
-                        stack.push((table, None, 1));
+                        tables.raw_set(stack.len() + 1, table)?;
+                        stack.push((None, 1));
                         used += 1;
                         continue;
                     }
@@ -827,9 +859,11 @@ impl Decoder<'_> {
             };
             // `v` is complete: store it in its table, then read on.
             loop {
-                let Some((table, key, i)) = stack.last_mut() else {
+                let level = stack.len();
+                let Some((key, i)) = stack.last_mut() else {
                     return Ok(v);
                 };
+                let table: Table = tables.raw_get(level)?;
                 match key {
                     None => {
                         table.raw_set(*i, v).map_err(|e| self.stack(e))?;
@@ -846,7 +880,9 @@ impl Decoder<'_> {
                 if t.kind == end {
                     self.depth -= 1;
                     used -= if object { 2 } else { 1 };
-                    v = Value::Table(stack.pop().map(|f| f.0).unwrap_or_else(|| unreachable!()));
+                    stack.pop();
+                    v = Value::Table(table);
+                    tables.raw_set(level, Value::Nil)?;
                     continue;
                 }
                 if t.kind != Kind::Comma {
@@ -860,7 +896,7 @@ impl Decoder<'_> {
                 t = self.next_token();
                 if object {
                     let k = self.key(&t)?;
-                    if let Some((_, key, _)) = stack.last_mut() {
+                    if let Some((key, _)) = stack.last_mut() {
                         *key = Some(k);
                     }
                     t = self.next_token();

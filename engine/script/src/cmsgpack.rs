@@ -319,18 +319,16 @@ impl<'a> Cursor<'a> {
     /// C code runs out of Lua stack, too deep for native recursion in a debug build).
     fn decode(&mut self, mut used: usize) -> Result<Value, Fail> {
         enum Open {
-            Array {
-                t: Table,
-                len: u64,
-                i: u64,
-            },
-            Map {
-                t: Table,
-                len: u64,
-                key: Option<Value>,
-            },
+            Array { len: u64, i: u64 },
+            Map { len: u64, has_key: bool },
         }
+        // The open tables and a map's pending key live in Lua tables, by level: mlua's
+        // reference slots would run out before Lua's stack does.
         let mut stack: Vec<Open> = Vec::new();
+        let (tables, keys) = (
+            self.lua.create_table().map_err(stack_error)?,
+            self.lua.create_table().map_err(stack_error)?,
+        );
         loop {
             let mut v = match self.item(used)? {
                 Item::Value(v) => v,
@@ -339,7 +337,8 @@ impl<'a> Cursor<'a> {
                     if len == 0 {
                         Value::Table(t)
                     } else {
-                        stack.push(Open::Array { t, len, i: 1 });
+                        tables.raw_set(stack.len() + 1, t).map_err(stack_error)?;
+                        stack.push(Open::Array { len, i: 1 });
                         used += 2;
                         continue;
                     }
@@ -348,16 +347,24 @@ impl<'a> Cursor<'a> {
                     if len == 0 {
                         Value::Table(t)
                     } else {
-                        stack.push(Open::Map { t, len, key: None });
+                        tables.raw_set(stack.len() + 1, t).map_err(stack_error)?;
+                        stack.push(Open::Map {
+                            len,
+                            has_key: false,
+                        });
                         used += 1;
                         continue;
                     }
                 }
             };
             loop {
-                match stack.last_mut() {
-                    None => return Ok(v),
-                    Some(Open::Array { t, len, i }) => {
+                let level = stack.len();
+                let Some(top) = stack.last_mut() else {
+                    return Ok(v);
+                };
+                let t: Table = tables.raw_get(level).map_err(stack_error)?;
+                match top {
+                    Open::Array { len, i } => {
                         t.raw_set(*i as i64, v).map_err(stack_error)?;
                         if *i < *len {
                             *i += 1;
@@ -365,36 +372,37 @@ impl<'a> Cursor<'a> {
                         }
                         used -= 2;
                     }
-                    Some(Open::Map { t, len, key }) => match key.take() {
-                        None => {
-                            *key = Some(v);
+                    Open::Map { len, has_key } => {
+                        if !*has_key {
+                            keys.raw_set(level, v).map_err(stack_error)?;
+                            *has_key = true;
                             used += 1;
                             break;
                         }
-                        Some(k) => {
-                            match &k {
-                                Value::Nil => {
-                                    return Err(Fail::Lua(clib::raw_error("table index is nil")));
-                                }
-                                Value::Number(n) if n.is_nan() => {
-                                    return Err(Fail::Lua(clib::raw_error("table index is NaN")));
-                                }
-                                _ => {}
+                        *has_key = false;
+                        let k: Value = keys.raw_get(level).map_err(stack_error)?;
+                        match &k {
+                            Value::Nil => {
+                                return Err(Fail::Lua(clib::raw_error("table index is nil")));
                             }
-                            t.raw_set(k, v).map_err(stack_error)?;
-                            used -= 1;
-                            *len -= 1;
-                            if *len > 0 {
-                                break;
+                            Value::Number(n) if n.is_nan() => {
+                                return Err(Fail::Lua(clib::raw_error("table index is NaN")));
                             }
-                            used -= 1;
+                            _ => {}
                         }
-                    },
+                        keys.raw_set(level, Value::Nil).map_err(stack_error)?;
+                        t.raw_set(k, v).map_err(stack_error)?;
+                        used -= 1;
+                        *len -= 1;
+                        if *len > 0 {
+                            break;
+                        }
+                        used -= 1;
+                    }
                 }
-                v = match stack.pop() {
-                    Some(Open::Array { t, .. }) | Some(Open::Map { t, .. }) => Value::Table(t),
-                    None => unreachable!(),
-                };
+                stack.pop();
+                tables.raw_set(level, Value::Nil).map_err(stack_error)?;
+                v = Value::Table(t);
             }
         }
     }

@@ -28,9 +28,9 @@ enum Bad {
 /// `source:line:` first, and the function named as the caller called it (`?` through pcall).
 fn wrap<F>(lua: &Lua, f: F) -> mlua::Result<mlua::Function>
 where
-    F: Fn(&MultiValue) -> Result<Value, Bad> + 'static,
+    F: Fn(&Lua, &MultiValue) -> Result<Value, Bad> + 'static,
 {
-    lua.create_function(move |lua, args: MultiValue| match f(&args) {
+    lua.create_function(move |lua, args: MultiValue| match f(lua, &args) {
         Ok(v) => Ok(v),
         Err(Bad::Lua(e)) => Err(e),
         Err(Bad::Arg(i, got)) => Err(crate::clib::arg_error(
@@ -58,7 +58,7 @@ pub fn table(lua: &Lua) -> mlua::Result<Table> {
         ($name:literal, $f:expr) => {
             t.raw_set(
                 $name,
-                wrap(lua, |args| {
+                wrap(lua, |_, args| {
                     let x = arg(args, 0)?;
                     let f: fn(i32) -> i32 = $f;
                     Ok(Value::Number(f(x) as f64))
@@ -70,7 +70,7 @@ pub fn table(lua: &Lua) -> mlua::Result<Table> {
         ($name:literal, $f:expr) => {
             t.raw_set(
                 $name,
-                wrap(lua, |args| {
+                wrap(lua, |_, args| {
                     let mut acc = arg(args, 0)?;
                     let f: fn(i32, i32) -> i32 = $f;
                     for i in 1..args.len() {
@@ -85,7 +85,7 @@ pub fn table(lua: &Lua) -> mlua::Result<Table> {
         ($name:literal, $f:expr) => {
             t.raw_set(
                 $name,
-                wrap(lua, |args| {
+                wrap(lua, |_, args| {
                     let x = arg(args, 0)?;
                     let n = (arg(args, 1)? & 31) as u32;
                     let f: fn(i32, u32) -> i32 = $f;
@@ -105,10 +105,9 @@ pub fn table(lua: &Lua) -> mlua::Result<Table> {
     shift!("arshift", |x, n| x >> n);
     shift!("rol", |x, n| (x as u32).rotate_left(n) as i32);
     shift!("ror", |x, n| (x as u32).rotate_right(n) as i32);
-    let hex_lua = lua.clone();
     t.raw_set(
         "tohex",
-        wrap(lua, move |args| {
+        wrap(lua, |lua, args| {
             let x = arg(args, 0)?;
             let n = if args.len() > 1 && !args[1].is_nil() {
                 arg(args, 1)?
@@ -127,10 +126,9 @@ pub fn table(lua: &Lua) -> mlua::Result<Table> {
                     format!("{v:0n$x}")
                 }
             };
-            hex_lua
-                .create_string(text)
-                .map(Value::String)
-                .map_err(Bad::Lua)
+            // The state is the callback's argument: a `Lua` captured here would keep the
+            // state alive forever (a cycle through its own registry).
+            lua.create_string(text).map(Value::String).map_err(Bad::Lua)
         })?,
     )?;
     Ok(t)

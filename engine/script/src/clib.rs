@@ -524,6 +524,26 @@ mod tests {
         );
     }
 
+    /// The libraries' functions hold no `Lua` (a strong handle captured in a callback keeps
+    /// the state alive for good: SCRIPT FLUSH would leak the old one).
+    #[test]
+    fn libraries_let_the_state_go() {
+        let lua = Lua::new();
+        let next: mlua::Function = lua.globals().get("next").unwrap();
+        let g = lua.globals();
+        g.set("bit", crate::bit::table(&lua).unwrap()).unwrap();
+        g.set("cjson", crate::cjson::table(&lua, &next).unwrap())
+            .unwrap();
+        g.set("cmsgpack", crate::cmsgpack::table(&lua).unwrap())
+            .unwrap();
+        g.set("struct", crate::struct_lib::table(&lua).unwrap())
+            .unwrap();
+        drop((g, next));
+        let weak = lua.weak();
+        drop(lua);
+        assert!(weak.try_upgrade().is_none());
+    }
+
     #[test]
     fn casts() {
         assert_eq!(cast_i64(f64::NAN), i64::MIN);

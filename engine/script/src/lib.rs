@@ -26,8 +26,8 @@
 //! The Lua heap is capped ([`DEFAULT_MEMORY_LIMIT`]): a script that allocates past it gets an
 //! error reply and the state stays usable. Lua's own limits turn deep recursion into a
 //! `stack overflow` error; reply conversion stops at [`convert::MAX_DEPTH`]. Not yet here (next
-//! stage): the busy-script threshold and SCRIPT KILL of a running script, libraries in
-//! snapshots, SCRIPT DEBUG and `redis.acl_check_cmd`.
+//! stage): the busy-script threshold and SCRIPT KILL of a running script, SCRIPT DEBUG and
+//! `redis.acl_check_cmd`.
 
 pub mod bit;
 pub mod cjson;
@@ -496,6 +496,14 @@ impl Scripting for LuaHost {
 
     fn function(&mut self, _e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         self.function_cmd(c)
+    }
+
+    fn library_codes(&self, each: &mut dyn FnMut(&[u8])) {
+        self.each_library_code(each)
+    }
+
+    fn load_libraries(&mut self, codes: &[Vec<u8>]) -> Result<(), String> {
+        self.load_library_codes(codes)
     }
 }
 

@@ -293,37 +293,28 @@ fn write_table(t: &Table, caller: Proto, script: Proto, out: &mut Vec<u8>, depth
         }
         return;
     }
+    // Counted first, then written as they are read: holding the items would take one of
+    // mlua's reference slots each, and those run out near 8000 (replies were cut there).
     if let Value::Table(m) = get("map") {
-        let pairs: Vec<(Value, Value)> = m.pairs::<Value, Value>().filter_map(Result::ok).collect();
-        ReplyWriter::new(out, caller).map(pairs.len());
-        for (k, v) in &pairs {
-            write_value(k, caller, script, out, depth + 1);
-            write_value(v, caller, script, out, depth + 1);
+        ReplyWriter::new(out, caller).map(m.pairs::<Value, Value>().filter(Result::is_ok).count());
+        for (k, v) in m.pairs::<Value, Value>().filter_map(Result::ok) {
+            write_value(&k, caller, script, out, depth + 1);
+            write_value(&v, caller, script, out, depth + 1);
         }
         return;
     }
     if let Value::Table(s) = get("set") {
-        let keys: Vec<Value> = s
-            .pairs::<Value, Value>()
-            .filter_map(Result::ok)
-            .map(|(k, _)| k)
-            .collect();
-        ReplyWriter::new(out, caller).set(keys.len());
-        for k in &keys {
-            write_value(k, caller, script, out, depth + 1);
+        ReplyWriter::new(out, caller).set(s.pairs::<Value, Value>().filter(Result::is_ok).count());
+        for (k, _) in s.pairs::<Value, Value>().filter_map(Result::ok) {
+            write_value(&k, caller, script, out, depth + 1);
         }
         return;
     }
-    let mut items = Vec::new();
-    for i in 1.. {
-        match t.raw_get::<Value>(i) {
-            Ok(Value::Nil) | Err(_) => break,
-            Ok(v) => items.push(v),
-        }
-    }
-    ReplyWriter::new(out, caller).array(items.len());
-    for v in &items {
-        write_value(v, caller, script, out, depth + 1);
+    let item = |i: usize| t.raw_get::<Value>(i).unwrap_or(Value::Nil);
+    let len = (1..).take_while(|&i| !item(i).is_nil()).count();
+    ReplyWriter::new(out, caller).array(len);
+    for i in 1..=len {
+        write_value(&item(i), caller, script, out, depth + 1);
     }
 }
 

@@ -10,7 +10,7 @@ use std::rc::Rc;
 
 use mlua::{Function, LightUserData, Lua, LuaString, MultiValue, Table, Value};
 
-use crate::clib::{self, MAX_OUTPUT, MAXCSTACK, arg_error, fmt_g, type_name};
+use crate::clib::{self, MAXCSTACK, arg_error, fmt_g, type_name};
 
 /// One `cjson` table's settings (`json_config_t`).
 #[derive(Clone, Copy)]
@@ -220,6 +220,7 @@ fn encode(lua: &Lua, cfg: &Config, next: &Function, args: &MultiValue) -> mlua::
     // The open tables and each one's last key live in two Lua tables, by level: holding them
     // in Rust would take one of mlua's reference slots each, which run out near Lua's own
     // stack limit, before the C library's nesting errors.
+    let cap = clib::output_cap(lua);
     let tables = lua.create_table()?;
     let keys = lua.create_table()?;
     let mut stack: Vec<Open> = Vec::new();
@@ -236,8 +237,8 @@ fn encode(lua: &Lua, cfg: &Config, next: &Function, args: &MultiValue) -> mlua::
         push(&mut stack, f)?;
     }
     while !stack.is_empty() {
-        if e.out.len() > MAX_OUTPUT {
-            return Err(clib::error(lua, "not enough memory"));
+        if e.out.len() > cap {
+            return Err(clib::out_of_memory());
         }
         let level = stack.len();
         let Some(top) = stack.last_mut() else { break };
@@ -1045,6 +1046,18 @@ mod tests {
         assert!(
             err(&deep).ends_with("Found too many nested data structures (1001) at character 1001")
         );
+    }
+
+    /// A table shared down every branch encodes to 2^depth copies: the output cap (the Lua
+    /// heap's limit in a real state) ends it early instead of after gigabytes.
+    #[test]
+    fn output_is_capped() {
+        let lua = lua();
+        lua.set_named_registry_value(clib::OUTPUT_CAP, 1usize << 20)
+            .unwrap();
+        let code = "local a = {1} for i = 1, 40 do a = {a, a} end return cjson.encode(a)";
+        let err = lua.load(code).eval::<mlua::LuaString>().unwrap_err();
+        assert!(err.to_string().contains("not enough memory"), "{err}");
     }
 
     #[test]

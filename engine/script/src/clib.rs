@@ -12,9 +12,26 @@ use mlua::{Lua, MultiValue, Value};
 
 /// Lua 5.1's `LUAI_MAXCSTACK`: `lua_checkstack` fails past this many slots in one C call.
 pub const MAXCSTACK: usize = 8000;
-/// Cap on a library's output buffer: a self-referencing table packed to the nesting limit
-/// grows without end (Redis's own code would exhaust memory); past this it is an error.
+/// Cap on a library's output buffer when the state sets none ([`OUTPUT_CAP`]): a
+/// self-referencing table packed to the nesting limit grows without end (Redis's own code
+/// would exhaust memory, and no hook stops a C function); past the cap it is an error.
 pub const MAX_OUTPUT: usize = 512 << 20;
+/// Registry key of the state's output cap (lib.rs sets it to the Lua heap's limit: a longer
+/// string could not be created anyway).
+pub const OUTPUT_CAP: &str = "recached.output_cap";
+
+/// The output cap of `lua`'s state ([`OUTPUT_CAP`], else [`MAX_OUTPUT`]).
+pub fn output_cap(lua: &Lua) -> usize {
+    lua.named_registry_value::<Option<usize>>(OUTPUT_CAP)
+        .ok()
+        .flatten()
+        .unwrap_or(MAX_OUTPUT)
+}
+
+/// The error of an output past the cap: Lua's own allocation failure.
+pub fn out_of_memory() -> mlua::Error {
+    mlua::Error::MemoryError("not enough memory".into())
+}
 
 /// 2^63 (the bounds of `int64_t`).
 pub const TWO63: f64 = (1u64 << 63) as f64;

@@ -6,7 +6,7 @@
 
 use mlua::{Lua, MultiValue, Table, Value};
 
-use crate::clib::{self, MAX_OUTPUT, MAXCSTACK, arg_error};
+use crate::clib::{self, MAXCSTACK, arg_error};
 
 /// `LUACMSGPACK_MAX_NESTING`: tables this deep are packed as nil.
 const MAX_NESTING: usize = 16;
@@ -55,8 +55,9 @@ fn pack(lua: &Lua, args: MultiValue) -> mlua::Result<mlua::LuaString> {
         return Err(arg_error(lua, 0, "MessagePack pack needs input."));
     }
     let mut out = Vec::new();
+    let cap = clib::output_cap(lua);
     for v in args.iter() {
-        encode(lua, &mut out, v, 0)?;
+        encode(&mut out, v, 0, cap)?;
     }
     lua.create_string(&out)
 }
@@ -66,9 +67,10 @@ fn is_int64(n: f64) -> bool {
     n.is_finite() && n.trunc() == n && (-clib::TWO63..clib::TWO63).contains(&n)
 }
 
-fn encode(lua: &Lua, out: &mut Vec<u8>, v: &Value, level: usize) -> mlua::Result<()> {
-    if out.len() > MAX_OUTPUT {
-        return Err(clib::error(lua, "not enough memory"));
+/// `mp_encode_lua_type`; `cap` bounds the output ([`clib::output_cap`]).
+fn encode(out: &mut Vec<u8>, v: &Value, level: usize, cap: usize) -> mlua::Result<()> {
+    if out.len() > cap {
+        return Err(clib::out_of_memory());
     }
     match v {
         Value::String(s) => encode_bytes(out, &s.as_bytes()),
@@ -87,7 +89,7 @@ fn encode(lua: &Lua, out: &mut Vec<u8>, v: &Value, level: usize) -> mlua::Result
                 encode_header(out, len as u64, 0x90, 0xdc);
                 for j in 1..=len {
                     let item: Value = t.raw_get(j)?;
-                    encode(lua, out, &item, level + 1)?;
+                    encode(out, &item, level + 1, cap)?;
                 }
             } else {
                 let mut n = 0u64;
@@ -98,8 +100,8 @@ fn encode(lua: &Lua, out: &mut Vec<u8>, v: &Value, level: usize) -> mlua::Result
                 encode_header(out, n, 0x80, 0xde);
                 for pair in t.pairs::<Value, Value>() {
                     let (k, v) = pair?;
-                    encode(lua, out, &k, level + 1)?;
-                    encode(lua, out, &v, level + 1)?;
+                    encode(out, &k, level + 1, cap)?;
+                    encode(out, &v, level + 1, cap)?;
                 }
             }
         }
@@ -587,6 +589,18 @@ mod tests {
         let nested = "local t = {} t[1] = t return t";
         let packed = hex(&lua, &format!("(function() {nested} end)()"));
         assert_eq!(packed, format!("{}c0", "91".repeat(16)));
+    }
+
+    #[test]
+    fn output_is_capped() {
+        let lua = lua();
+        lua.set_named_registry_value(clib::OUTPUT_CAP, 1usize << 20)
+            .unwrap();
+        // Shared down every branch, 16 levels: 2^16 copies of a 100-byte string.
+        let code = "local a = {string.rep('x', 100)} for i = 1, 15 do a = {a, a} end \
+                    return cmsgpack.pack(a)";
+        let err = lua.load(code).eval::<mlua::LuaString>().unwrap_err();
+        assert!(err.to_string().contains("not enough memory"), "{err}");
     }
 
     #[test]

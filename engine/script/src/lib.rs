@@ -715,6 +715,7 @@ impl State {
             error_handler(lua, &tostring, err)
         })?;
         lua.set_memory_limit(memory_limit)?;
+        lua.set_named_registry_value(clib::OUTPUT_CAP, memory_limit)?;
         let load_mode: Option<Function> = hooks.raw_get("load_mode")?;
         let fcall: Option<Function> = hooks.raw_get("fcall")?;
         Ok(State {

@@ -94,7 +94,16 @@ local function caught(ok, ...)
   end
   return ok, ...
 end
-xpcall = function(...) return caught(xpcall0(...)) end
+-- A C library's error (clib.rs) reaches an xpcall handler as its string, as in Redis.
+xpcall = function(...)
+  local f, h = ...
+  if select('#', ...) < 2 then error("bad argument #2 to 'xpcall' (value expected)", 2) end
+  if type(h) ~= 'function' then return caught(xpcall0(...)) end
+  return caught(xpcall0(f, function(e)
+    if type(e) == 'userdata' then e = I.plain_error(e) or e end
+    return h(e)
+  end))
+end
 coroutine.resume = function(...) return caught(resume0(...)) end
 
 -- Redis 7's pcall: an error table raised by redis.call is returned as its message.

@@ -3,10 +3,11 @@
 //!
 //! The input is cut at `0xFF` bytes into up to [`MAX_SCRIPTS`] pieces. A piece's first byte
 //! picks the command and how the rest becomes Lua source: as raw bytes (the parser and
-//! compiler's error paths), or as tokens, one per byte, from [`TOKENS`] (keywords,
-//! operators, the sandbox's libraries: `redis`, `cjson`, `cmsgpack`, `struct`, `bit`,
-//! `string`, `table`, `math`, `coroutine`, and literals whose bytes follow the token), so
-//! most scripts parse and reach the libraries. Its second byte sets KEYS/ARGV: up to 3 keys
+//! compiler's error paths); as tokens, one per byte, from [`TOKENS`] (keywords, operators,
+//! the sandbox's libraries: `redis`, `cjson`, `cmsgpack`, `struct`, `bit`, `string`,
+//! `table`, `math`, `coroutine`, and literals whose bytes follow the token), so most scripts
+//! parse and reach the libraries; or as one library call on the bytes themselves
+//! ([`library_call`]: JSON, msgpack and struct formats and data straight from the fuzzer). Its second byte sets KEYS/ARGV: up to 3 keys
 //! from a small set and up to 3 arguments, edge numbers or binary bytes.
 //!
 //! Oracle: no panic or crash (a bad script never takes the engine), every reply is one or
@@ -297,6 +298,52 @@ fn tokens(input: &mut Input<'_>) -> Vec<u8> {
     src
 }
 
+/// A C library called on the input's bytes (as Lua string literals), so the fuzzer steers
+/// the decoders' input directly: the first byte picks the call, the second where the bytes
+/// split into two arguments.
+fn library_call(input: &mut Input<'_>) -> Vec<u8> {
+    const CALLS: &[&str] = &[
+        "return cjson.encode(cjson.decode(A))",
+        "return cmsgpack.pack(cmsgpack.unpack(A))",
+        "return {cmsgpack.unpack_one(A, #B)}",
+        "return {cmsgpack.unpack_limit(A, #B % 5, #B % 3)}",
+        "return {struct.unpack(A, B)}",
+        "return struct.pack(A, B, #B, -#B, 1.5, B)",
+        "return struct.size(A)",
+        "return cjson.encode(cmsgpack.unpack(A))",
+        "return cmsgpack.pack(cjson.decode(A))",
+        "return {pcall(cjson.decode, A)}",
+        "return struct.unpack('>i4c0', A)",
+    ];
+    let call = CALLS[input.byte().unwrap_or(0) as usize % CALLS.len()];
+    let split = input.byte().unwrap_or(0) as usize;
+    let bytes = input.0;
+    let (a, b) = bytes.split_at(split.min(bytes.len()));
+    let lit = |x: &[u8]| {
+        let mut s = b"'".to_vec();
+        for c in x {
+            s.extend_from_slice(format!("\\{c}").as_bytes());
+        }
+        s.push(b'\'');
+        s
+    };
+    let mut out = Vec::new();
+    for part in call.as_bytes().split_inclusive(|&c| c == b'A' || c == b'B') {
+        match part.split_last() {
+            Some((b'A', head)) => {
+                out.extend_from_slice(head);
+                out.extend_from_slice(&lit(a));
+            }
+            Some((b'B', head)) => {
+                out.extend_from_slice(head);
+                out.extend_from_slice(&lit(b));
+            }
+            _ => out.extend_from_slice(part),
+        }
+    }
+    out
+}
+
 /// Every reply is a sequence of complete RESP frames.
 fn check_frames(out: &[u8]) {
     let mut rest = out;
@@ -329,10 +376,10 @@ fuzz_target!(|data: &[u8]| {
         let (Some(mode), Some(kv)) = (input.byte(), input.byte()) else {
             continue;
         };
-        let src = if mode & 1 == 0 {
-            tokens(&mut input)
-        } else {
-            input.0.to_vec()
+        let src = match mode & 0x41 {
+            0 | 0x40 => tokens(&mut input),
+            1 => input.0.to_vec(),
+            _ => library_call(&mut input),
         };
         let nkeys = (kv & 3).min(3) as usize;
         let nargs = ((kv >> 2) & 3) as usize;

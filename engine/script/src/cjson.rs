@@ -206,6 +206,10 @@ fn enum_option(
 // Encoding
 // ---------------------------------------------------------------------------------------------
 
+/// Tables up to this many levels down are walked by native recursion over mlua's table
+/// iterator (fast); deeper ones by [`walk_deep`].
+const SHALLOW: i32 = 32;
+
 fn encode(lua: &Lua, cfg: &Config, next: &Function, args: &MultiValue) -> mlua::Result<LuaString> {
     if args.len() != 1 {
         return Err(arg_error(lua, 1, "expected 1 argument"));
@@ -214,13 +218,58 @@ fn encode(lua: &Lua, cfg: &Config, next: &Function, args: &MultiValue) -> mlua::
         lua,
         cfg,
         out: Vec::new(),
+        cap: clib::output_cap(lua),
     };
-    // `json_append_data`, with the recursion into tables kept in `stack` (a script may raise
-    // the depth limit to where native recursion would exhaust the thread's stack).
-    // The open tables and each one's last key live in two Lua tables, by level: holding them
-    // in Rust would take one of mlua's reference slots each, which run out near Lua's own
-    // stack limit, before the C library's nesting errors.
-    let cap = clib::output_cap(lua);
+    write(&mut e, &args[0], 0, 1, next)?;
+    lua.create_string(&e.out)
+}
+
+/// `json_append_data` for `v` and everything under it.
+fn write(e: &mut Encoder, v: &Value, depth: i32, used: usize, next: &Function) -> mlua::Result<()> {
+    let Some(f) = e.value(v, depth, used)? else {
+        return Ok(());
+    };
+    if f.depth > SHALLOW {
+        return walk_deep(e, f, next);
+    }
+    match f.items {
+        Items::Array { len, .. } => {
+            for i in 1..=len {
+                if i > 1 {
+                    e.out.push(b',');
+                }
+                let item: Value = f.table.raw_get(i).map_err(|x| e.stack(x, f.depth))?;
+                write(e, &item, f.depth, f.used + 1, next)?;
+                e.check_cap()?;
+            }
+            e.out.push(b']');
+        }
+        Items::Object { .. } => {
+            let mut first = true;
+            for pair in f.table.pairs::<Value, Value>() {
+                let (k, v) = pair.map_err(|x| e.stack(x, f.depth))?;
+                if !first {
+                    e.out.push(b',');
+                }
+                first = false;
+                e.key(&k)?;
+                drop(k);
+                write(e, &v, f.depth, f.used + 2, next)?;
+                e.check_cap()?;
+            }
+            e.out.push(b'}');
+        }
+    }
+    Ok(())
+}
+
+/// Walks a table past [`SHALLOW`] levels and everything under it, the recursion kept in a
+/// stack (a script may raise the depth limit to where native recursion would exhaust the
+/// thread's stack). The open tables and each one's last key live in two Lua tables, by
+/// level: holding them in Rust would take one of mlua's reference slots each, which run out
+/// near Lua's own stack limit, before the C library's nesting errors.
+fn walk_deep(e: &mut Encoder, first: Frame, next: &Function) -> mlua::Result<()> {
+    let lua = e.lua;
     let tables = lua.create_table()?;
     let keys = lua.create_table()?;
     let mut stack: Vec<Open> = Vec::new();
@@ -233,13 +282,9 @@ fn encode(lua: &Lua, cfg: &Config, next: &Function, args: &MultiValue) -> mlua::
         });
         Ok(())
     };
-    if let Some(f) = e.value(&args[0], 0, 1)? {
-        push(&mut stack, f)?;
-    }
+    push(&mut stack, first)?;
     while !stack.is_empty() {
-        if e.out.len() > cap {
-            return Err(clib::out_of_memory());
-        }
+        e.check_cap()?;
         let level = stack.len();
         let Some(top) = stack.last_mut() else { break };
         let (depth, used) = (top.depth, top.used);
@@ -283,7 +328,7 @@ fn encode(lua: &Lua, cfg: &Config, next: &Function, args: &MultiValue) -> mlua::
             push(&mut stack, f)?;
         }
     }
-    lua.create_string(&e.out)
+    Ok(())
 }
 
 /// A table met while encoding, to be walked.
@@ -294,7 +339,7 @@ struct Frame {
     used: usize,
 }
 
-/// A table being walked (the table itself is kept in Lua, see [`encode`]).
+/// A table being walked (the table itself is kept in Lua, see [`walk_deep`]).
 struct Open {
     items: Items,
     depth: i32,
@@ -313,9 +358,18 @@ struct Encoder<'a> {
     lua: &'a Lua,
     cfg: &'a Config,
     out: Vec<u8>,
+    /// The largest output allowed ([`clib::output_cap`]).
+    cap: usize,
 }
 
 impl Encoder<'_> {
+    fn check_cap(&self) -> mlua::Result<()> {
+        if self.out.len() > self.cap {
+            return Err(clib::out_of_memory());
+        }
+        Ok(())
+    }
+
     fn exception(&self, v: &Value, reason: &str) -> mlua::Error {
         clib::error(
             self.lua,
@@ -543,6 +597,10 @@ fn decode(lua: &Lua, cfg: &Config, args: &MultiValue) -> mlua::Result<Value> {
     }
     Ok(v)
 }
+
+/// A table being decoded: the table (unless kept in Lua, past [`SHALLOW`] levels), an
+/// object's key being read (`None` for an array), the next array index.
+type OpenTable = (Option<Table>, Option<Vec<u8>>, i64);
 
 struct Decoder<'a> {
     lua: &'a Lua,
@@ -811,9 +869,17 @@ impl Decoder<'_> {
         // Open tables: for objects, the key of the value being read. `used` counts the Lua
         // stack slots the C parser holds (the argument, then a table, or a table and a key,
         // per level).
-        // The tables themselves are kept in Lua, by level (see [`encode`]).
-        let mut stack: Vec<(Option<Vec<u8>>, i64)> = Vec::new();
+        // Past [`SHALLOW`] levels the tables themselves are kept in Lua, by level (see
+        // [`walk_deep`]).
+        let mut stack: Vec<OpenTable> = Vec::new();
         let tables = self.lua.create_table()?;
+        let keep = |stack: &Vec<OpenTable>, table: Table| -> mlua::Result<Option<Table>> {
+            if stack.len() < SHALLOW as usize {
+                return Ok(Some(table));
+            }
+            tables.raw_set(stack.len() + 1, table)?;
+            Ok(None)
+        };
         let mut used = 1;
         let mut t = first;
         loop {
@@ -835,8 +901,8 @@ impl Decoder<'_> {
                         Value::Table(table)
                     } else {
                         let key = self.key(&t)?;
-                        tables.raw_set(stack.len() + 1, table)?;
-                        stack.push((Some(key), 0));
+                        let kept = keep(&stack, table)?;
+                        stack.push((kept, Some(key), 0));
                         used += 2;
                         t = self.next_token();
                         continue;
@@ -850,8 +916,8 @@ impl Decoder<'_> {
                         self.depth -= 1;
                         Value::Table(table)
                     } else {
-                        tables.raw_set(stack.len() + 1, table)?;
-                        stack.push((None, 1));
+                        let kept = keep(&stack, table)?;
+                        stack.push((kept, None, 1));
                         used += 1;
                         continue;
                     }
@@ -861,10 +927,13 @@ impl Decoder<'_> {
             // `v` is complete: store it in its table, then read on.
             loop {
                 let level = stack.len();
-                let Some((key, i)) = stack.last_mut() else {
+                let Some((kept, key, i)) = stack.last_mut() else {
                     return Ok(v);
                 };
-                let table: Table = tables.raw_get(level)?;
+                let table: Table = match kept {
+                    Some(t) => t.clone(),
+                    None => tables.raw_get(level)?,
+                };
                 match key {
                     None => {
                         table.raw_set(*i, v).map_err(|e| self.stack(e))?;
@@ -881,9 +950,10 @@ impl Decoder<'_> {
                 if t.kind == end {
                     self.depth -= 1;
                     used -= if object { 2 } else { 1 };
-                    stack.pop();
+                    if stack.pop().is_some_and(|f| f.0.is_none()) {
+                        tables.raw_set(level, Value::Nil)?;
+                    }
                     v = Value::Table(table);
-                    tables.raw_set(level, Value::Nil)?;
                     continue;
                 }
                 if t.kind != Kind::Comma {
@@ -897,7 +967,7 @@ impl Decoder<'_> {
                 t = self.next_token();
                 if object {
                     let k = self.key(&t)?;
-                    if let Some((key, _)) = stack.last_mut() {
+                    if let Some((_, key, _)) = stack.last_mut() {
                         *key = Some(k);
                     }
                     t = self.next_token();

@@ -249,6 +249,9 @@ pub fn fmt_g(x: f64, prec: usize) -> String {
     if a == 0.0 {
         return format!("{sign}0");
     }
+    if let Some(text) = g_shortest(a, prec) {
+        return format!("{sign}{text}");
+    }
     let e = format!("{:.*e}", prec - 1, a);
     let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
@@ -260,6 +263,51 @@ pub fn fmt_g(x: f64, prec: usize) -> String {
         let f = format!("{:.*}", (prec as i32 - 1 - exp) as usize, a);
         format!("{sign}{}", trim_zeros(&f))
     }
+}
+
+/// `%.<prec>g` of a positive normal `a` from its shortest round-trip digits (ryu), when there
+/// are at most `prec` of them: the value is then within half an ulp of those digits, far less
+/// than half a unit of the `prec`-th digit (`prec` ≤ 15), so rounding it to `prec` digits
+/// gives them. `None` otherwise (the exact path in [`fmt_g`] decides).
+fn g_shortest(a: f64, prec: usize) -> Option<String> {
+    // Subnormals have fewer bits: their ulp can exceed the digit's half-unit.
+    if prec > 15 || a < f64::MIN_POSITIVE {
+        return None;
+    }
+    let mut buf = ryu::Buffer::new();
+    let s = buf.format_finite(a);
+    let (mant, exp) = match s.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i32>().ok()?),
+        None => (s, 0),
+    };
+    // Digits without the point, and the exponent of the first one.
+    let (int, frac) = mant.split_once('.').unwrap_or((mant, ""));
+    let mut digits: Vec<u8> = int.bytes().chain(frac.bytes()).collect();
+    let mut first = exp + int.len() as i32 - 1;
+    while digits.first() == Some(&b'0') {
+        digits.remove(0);
+        first -= 1;
+    }
+    while digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    if digits.is_empty() || digits.len() > prec {
+        return None;
+    }
+    let d = std::str::from_utf8(&digits).ok()?;
+    Some(if first < -4 || first >= prec as i32 {
+        let (head, tail) = d.split_at(1);
+        let point = if tail.is_empty() { "" } else { "." };
+        let es = if first < 0 { '-' } else { '+' };
+        format!("{head}{point}{tail}e{es}{:02}", first.abs())
+    } else if first < 0 {
+        format!("0.{}{d}", "0".repeat((-first - 1) as usize))
+    } else if (first as usize) + 1 >= d.len() {
+        format!("{d}{}", "0".repeat(first as usize + 1 - d.len()))
+    } else {
+        let (i, f) = d.split_at(first as usize + 1);
+        format!("{i}.{f}")
+    })
 }
 
 fn trim_zeros(s: &str) -> &str {
@@ -498,6 +546,59 @@ mod tests {
         assert_eq!(fmt_g(0.125, 2), "0.12");
         assert_eq!(fmt_g(2.5, 1), "2");
         assert_eq!(fmt_g(100.0, 1), "1e+02");
+    }
+
+    /// The ryu shortcut agrees with the exact path wherever it answers.
+    #[test]
+    fn g_shortest_agrees() {
+        let exact = |x: f64, prec: usize| {
+            let e = format!("{:.*e}", prec - 1, x);
+            let (mant, exp) = e.split_once('e').unwrap();
+            let exp: i32 = exp.parse().unwrap();
+            if exp < -4 || exp >= prec as i32 {
+                let es = if exp < 0 { '-' } else { '+' };
+                format!("{}e{es}{:02}", trim_zeros(mant), exp.abs())
+            } else {
+                trim_zeros(&format!("{:.*}", (prec as i32 - 1 - exp) as usize, x)).to_string()
+            }
+        };
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut checked = 0;
+        for i in 0..200_000u64 {
+            let x = match i % 5 {
+                0 => f64::from_bits(next() >> 1),
+                4 => f64::from_bits(next() >> 13),
+                1 => (next() % 1_000_000_000) as f64 / 1000.0,
+                2 => (next() % 100_000) as f64 * 1.25,
+                _ => (next() % 10_000_000_000_000_000) as f64,
+            };
+            if !x.is_finite() || x == 0.0 {
+                continue;
+            }
+            for prec in [1, 3, 6, 14] {
+                if let Some(fast) = g_shortest(x, prec) {
+                    assert_eq!(fast, exact(x, prec), "{x:e} prec {prec}");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 100_000, "{checked}");
+        for (x, want) in [
+            (100.0, "100"),
+            (1e14, "1e+14"),
+            (1.25, "1.25"),
+            (0.0001, "0.0001"),
+            (1e-5, "1e-05"),
+            (123456.0, "123456"),
+        ] {
+            assert_eq!(g_shortest(x, 14).as_deref(), Some(want));
+        }
     }
 
     #[test]

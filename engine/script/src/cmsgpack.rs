@@ -324,13 +324,22 @@ impl<'a> Cursor<'a> {
             Array { len: u64, i: u64 },
             Map { len: u64, has_key: bool },
         }
-        // The open tables and a map's pending key live in Lua tables, by level: mlua's
-        // reference slots would run out before Lua's stack does.
-        let mut stack: Vec<Open> = Vec::new();
+        /// Levels whose table (and a map's pending key) are held in Rust; deeper ones live
+        /// in Lua tables, by level: mlua's reference slots would run out before Lua's stack
+        /// does.
+        const SHALLOW: usize = 32;
+        let mut stack: Vec<(Open, Option<Table>, Option<Value>)> = Vec::new();
         let (tables, keys) = (
             self.lua.create_table().map_err(stack_error)?,
             self.lua.create_table().map_err(stack_error)?,
         );
+        let keep = |tables: &Table, level: usize, t: Table| -> Result<Option<Table>, Fail> {
+            if level < SHALLOW {
+                return Ok(Some(t));
+            }
+            tables.raw_set(level + 1, t).map_err(stack_error)?;
+            Ok(None)
+        };
         loop {
             let mut v = match self.item(used)? {
                 Item::Value(v) => v,
@@ -339,8 +348,8 @@ impl<'a> Cursor<'a> {
                     if len == 0 {
                         Value::Table(t)
                     } else {
-                        tables.raw_set(stack.len() + 1, t).map_err(stack_error)?;
-                        stack.push(Open::Array { len, i: 1 });
+                        let kept = keep(&tables, stack.len(), t)?;
+                        stack.push((Open::Array { len, i: 1 }, kept, None));
                         used += 2;
                         continue;
                     }
@@ -349,11 +358,12 @@ impl<'a> Cursor<'a> {
                     if len == 0 {
                         Value::Table(t)
                     } else {
-                        tables.raw_set(stack.len() + 1, t).map_err(stack_error)?;
-                        stack.push(Open::Map {
+                        let kept = keep(&tables, stack.len(), t)?;
+                        let open = Open::Map {
                             len,
                             has_key: false,
-                        });
+                        };
+                        stack.push((open, kept, None));
                         used += 1;
                         continue;
                     }
@@ -361,10 +371,14 @@ impl<'a> Cursor<'a> {
             };
             loop {
                 let level = stack.len();
-                let Some(top) = stack.last_mut() else {
+                let Some((top, kept, held_key)) = stack.last_mut() else {
                     return Ok(v);
                 };
-                let t: Table = tables.raw_get(level).map_err(stack_error)?;
+                let shallow = kept.is_some();
+                let t: Table = match kept {
+                    Some(t) => t.clone(),
+                    None => tables.raw_get(level).map_err(stack_error)?,
+                };
                 match top {
                     Open::Array { len, i } => {
                         t.raw_set(*i as i64, v).map_err(stack_error)?;
@@ -376,13 +390,21 @@ impl<'a> Cursor<'a> {
                     }
                     Open::Map { len, has_key } => {
                         if !*has_key {
-                            keys.raw_set(level, v).map_err(stack_error)?;
+                            if shallow {
+                                *held_key = Some(v);
+                            } else {
+                                keys.raw_set(level, v).map_err(stack_error)?;
+                            }
                             *has_key = true;
                             used += 1;
                             break;
                         }
                         *has_key = false;
-                        let k: Value = keys.raw_get(level).map_err(stack_error)?;
+                        let k: Value = match held_key.take() {
+                            Some(k) => k,
+                            None if shallow => Value::Nil,
+                            None => keys.raw_get(level).map_err(stack_error)?,
+                        };
                         match &k {
                             Value::Nil => {
                                 return Err(Fail::Lua(clib::raw_error("table index is nil")));
@@ -392,7 +414,9 @@ impl<'a> Cursor<'a> {
                             }
                             _ => {}
                         }
-                        keys.raw_set(level, Value::Nil).map_err(stack_error)?;
+                        if !shallow {
+                            keys.raw_set(level, Value::Nil).map_err(stack_error)?;
+                        }
                         t.raw_set(k, v).map_err(stack_error)?;
                         used -= 1;
                         *len -= 1;
@@ -403,7 +427,9 @@ impl<'a> Cursor<'a> {
                     }
                 }
                 stack.pop();
-                tables.raw_set(level, Value::Nil).map_err(stack_error)?;
+                if !shallow {
+                    tables.raw_set(level, Value::Nil).map_err(stack_error)?;
+                }
                 v = Value::Table(t);
             }
         }

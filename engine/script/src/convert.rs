@@ -152,7 +152,8 @@ pub fn write_error(out: &mut Vec<u8>, text: &[u8]) {
 fn bytes_of(v: &Value) -> Option<Vec<u8>> {
     match v {
         Value::String(s) => Some(s.as_bytes().to_vec()),
-        Value::Integer(n) => Some(n.to_string().into_bytes()),
+        // mlua's view of an integral number: still a double to Lua 5.1 (`%.14g`).
+        Value::Integer(n) => Some(lua_number_text(*n as f64).into_bytes()),
         Value::Number(n) => Some(lua_number_text(*n).into_bytes()),
         _ => None,
     }
@@ -160,35 +161,7 @@ fn bytes_of(v: &Value) -> Option<Vec<u8>> {
 
 /// Lua 5.1's `%.14g` text of a number (what `lua_tostring` gives).
 pub fn lua_number_text(n: f64) -> String {
-    if n.is_nan() {
-        return if n.is_sign_negative() { "-nan" } else { "nan" }.into();
-    }
-    if n.is_infinite() {
-        return if n > 0.0 { "inf" } else { "-inf" }.into();
-    }
-    if n == n.trunc() && n.abs() < 1e15 {
-        return format!("{}", n as i64);
-    }
-    // %.14g: 14 significant digits, trailing zeros trimmed.
-    let s = format!("{:.13e}", n);
-    let (mant, exp) = s.split_once('e').unwrap_or((&s, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    if (-4..14).contains(&exp) {
-        let decimals = (13 - exp).max(0) as usize;
-        let t = format!("{:.*}", decimals, n);
-        if t.contains('.') {
-            t.trim_end_matches('0').trim_end_matches('.').to_string()
-        } else {
-            t
-        }
-    } else {
-        let m = if mant.contains('.') {
-            mant.trim_end_matches('0').trim_end_matches('.')
-        } else {
-            mant
-        };
-        format!("{}e{}{:02}", m, if exp < 0 { '-' } else { '+' }, exp.abs())
-    }
+    crate::clib::fmt_g(n, 14)
 }
 
 fn write_value(v: &Value, caller: Proto, script: Proto, out: &mut Vec<u8>, depth: usize) {
@@ -367,5 +340,7 @@ mod tests {
         assert_eq!(lua_number_text(0.1), "0.1");
         assert_eq!(lua_number_text(1e20), "1e+20");
         assert_eq!(lua_number_text(1.0 / 3.0), "0.33333333333333");
+        assert_eq!(lua_number_text(123456789012345.0), "1.2345678901234e+14");
+        assert_eq!(lua_number_text(-0.0), "-0");
     }
 }

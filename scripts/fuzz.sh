@@ -3,11 +3,12 @@
 #
 #   scripts/fuzz.sh                       # each target FUZZ_SECONDS (default 60) seconds
 #   FUZZ_SECONDS=600 scripts/fuzz.sh exec # one target, longer
-#   FUZZ_SECONDS=15 scripts/fuzz.sh       # what scripts/test.sh runs
+#   FUZZ_TOTAL_SECONDS=60 scripts/fuzz.sh # 60 s shared by the targets run (what scripts/test.sh runs)
 #
 # Targets: engine/resp/fuzz (parse, frame_len: the RESP parser and reply scanner) and fuzz/
 # (exec: commands over a random keyspace; split: proxy request splitting and reply merging;
-# snapshot: the snapshot loader; fanout: the fan-out's browser messages). Needs the nightly
+# snapshot: the snapshot loader; fanout: the fan-out's browser messages; eval: Lua scripts
+# through EVAL, FCALL and the script libraries). Needs the nightly
 # toolchain (present here) and cargo-fuzz (installed if missing, `cargo install cargo-fuzz`).
 #
 # Each run keeps its corpus (<crate>/corpus/<target>, git-ignored) so later runs start where
@@ -17,7 +18,8 @@
 # Output: one line per target, `target  seconds  total_execs  execs_per_s`, and the same as
 # JSON lines in $FUZZ_RESULTS (default target/fuzz-results.jsonl) for the reports.
 #
-# Environment: FUZZ_SECONDS, FUZZ_RESULTS, FUZZ_RSS_LIMIT_MB (default 2048).
+# Environment: FUZZ_SECONDS, FUZZ_TOTAL_SECONDS (overrides FUZZ_SECONDS: split evenly over the
+# targets run, at least 1 s each), FUZZ_RESULTS, FUZZ_RSS_LIMIT_MB (default 2048).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -38,9 +40,22 @@ fi
 # crate dir : targets
 ALL=(
     "engine/resp/fuzz:parse frame_len"
-    "fuzz:exec split snapshot fanout"
+    "fuzz:exec split snapshot fanout eval"
 )
 ONLY=("$@")
+
+if [ -n "${FUZZ_TOTAL_SECONDS:-}" ]; then
+    count=0
+    for entry in "${ALL[@]}"; do
+        for t in ${entry#*:}; do
+            if [ "${#ONLY[@]}" -eq 0 ] || printf '%s\n' "${ONLY[@]}" | grep -qx "$t"; then
+                count=$((count + 1))
+            fi
+        done
+    done
+    SECONDS_PER_TARGET=$(( count > 0 ? FUZZ_TOTAL_SECONDS / count : FUZZ_TOTAL_SECONDS ))
+    [ "$SECONDS_PER_TARGET" -ge 1 ] || SECONDS_PER_TARGET=1
+fi
 
 mkdir -p "$(dirname "$RESULTS")"
 : >"$RESULTS"

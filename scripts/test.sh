@@ -18,7 +18,8 @@
 # 2. Builds the release binaries and exports RECACHED_BIN=<abs path> for the tests in tests/ and
 #    RECACHED_BENCH_BIN (the benchmark tools, `recached-bench`) for the benchmark smoke.
 # 3. Runs every test of the workspace (`cargo test --workspace`).
-# 4. Runs every fuzz target briefly (scripts/fuzz.sh, ~10 s each; nightly + cargo-fuzz).
+# 4. Runs every fuzz target briefly (scripts/fuzz.sh, 60 s shared by the targets; nightly +
+#    cargo-fuzz).
 #    Then checks that the pure crates build for wasm32 (the browser replica runs that code).
 # 5. Runs the benchmark scripts' short versions (BENCH_SMOKE=1, about a minute in all).
 #
@@ -133,15 +134,20 @@ step "cargo test --workspace"
 # shellcheck disable=SC2086 # CARGO_TEST_ARGS is split on purpose
 cargo test --workspace ${CARGO_TEST_ARGS:-}
 
-step "fuzz targets, briefly (scripts/fuzz.sh: each target FUZZ_SECONDS, default 10)"
-# Every cargo-fuzz target (engine/resp/fuzz, fuzz/) runs ~10 s: a smoke test that they build
-# and hold their oracles; long runs are `FUZZ_SECONDS=600 scripts/fuzz.sh`. Needs nightly;
+step "fuzz targets, briefly (scripts/fuzz.sh: FUZZ_TOTAL_SECONDS, default 60, split over the targets)"
+# Every cargo-fuzz target (engine/resp/fuzz, fuzz/) runs a few seconds (60 s in all, ~8 s each
+# for seven targets): a smoke test that they build and hold their oracles; long runs are
+# `FUZZ_SECONDS=600 scripts/fuzz.sh` (FUZZ_SECONDS set: that long each). Needs nightly;
 # cargo-fuzz is installed once if missing (~45 s).
 if cargo +nightly --version >/dev/null 2>&1; then
     if ! cargo fuzz --version >/dev/null 2>&1; then
         cargo install --locked cargo-fuzz
     fi
-    FUZZ_SECONDS="${FUZZ_SECONDS:-10}" FUZZ_RESULTS="$ROOT/target/fuzz-results.jsonl" scripts/fuzz.sh
+    if [ -n "${FUZZ_SECONDS:-}" ]; then
+        FUZZ_RESULTS="$ROOT/target/fuzz-results.jsonl" scripts/fuzz.sh
+    else
+        FUZZ_TOTAL_SECONDS="${FUZZ_TOTAL_SECONDS:-60}" FUZZ_RESULTS="$ROOT/target/fuzz-results.jsonl" scripts/fuzz.sh
+    fi
 else
     echo "skipped: no nightly toolchain (rustup toolchain install nightly)"
 fi

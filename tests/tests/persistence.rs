@@ -12,7 +12,8 @@
 //!   supervisor leaves it `failed` while the rest of the fleet serves);
 //! - SIGTERM to the supervisor leaves no process behind (checked by pid);
 //! - a SIGSTOPped (hung) engine is found by PING and replaced;
-//! - a child that dies at once on every start is reported as a crash loop without spinning.
+//! - a child that dies at once on every start is reported as a crash loop without spinning;
+//! - FUNCTION libraries survive a restart (snapshots keep their code).
 //!
 //! Cleanup: [`Fleet`]'s Drop SIGKILLs the supervisor and every child pid in `state.toml`;
 //! every wait is bounded.
@@ -577,6 +578,31 @@ fn make_snapshot(port: u16, dir: &Path) -> Vec<u8> {
     assert_eq!(c.cmd_str(&["SAVE"]), b"+OK\r\n");
     p.kill();
     std::fs::read(dir.join(format!("dump-{port}.rcs"))).unwrap()
+}
+
+#[test]
+fn function_libraries_survive_a_restart() {
+    let dir = test_dir("functions-restart");
+    let port = free_ports(1);
+    let lib = "#!lua name=counter\n\
+        redis.register_function('bump', function(keys, args) \
+        return redis.call('incrby', keys[1], args[1]) end)";
+    let mut p = engine_with_mode(port, &dir, "refuse");
+    p.wait_port(port, START_TIMEOUT);
+    let mut c = Resp::connect(port);
+    assert_eq!(c.cmd_str(&["FUNCTION", "LOAD", lib]), b"$7\r\ncounter\r\n");
+    assert_eq!(c.cmd_str(&["FCALL", "bump", "1", "n", "5"]), b":5\r\n");
+    assert_eq!(c.cmd_str(&["SAVE"]), b"+OK\r\n");
+    let list = c.cmd_str(&["FUNCTION", "LIST", "WITHCODE"]);
+    p.kill();
+
+    let mut p = engine_with_mode(port, &dir, "refuse");
+    p.wait_port(port, START_TIMEOUT);
+    let mut c = Resp::connect(port);
+    assert_eq!(c.cmd_str(&["FUNCTION", "LIST", "WITHCODE"]), list);
+    assert_eq!(c.cmd_str(&["FCALL", "bump", "1", "n", "2"]), b":7\r\n");
+    p.kill();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn corrupt_files(dir: &Path, port: u16) -> Vec<PathBuf> {

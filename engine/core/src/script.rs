@@ -44,6 +44,17 @@ pub trait Scripting {
     fn fcall(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError>;
     /// A FUNCTION subcommand (`c.spec.name` is `function|load`, `function|list`, …).
     fn function(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError>;
+    /// The code of every loaded function library (its FUNCTION LOAD payload), handed to
+    /// `each`: what a snapshot keeps of them (opaque to the core). None by default.
+    fn library_codes(&self, each: &mut dyn FnMut(&[u8])) {
+        let _ = each;
+    }
+    /// Loads the libraries a snapshot kept (codes as [`Scripting::library_codes`] gave them)
+    /// into a host that has none yet (start-up); the error text if one does not load.
+    fn load_libraries(&mut self, codes: &[Vec<u8>]) -> Result<(), String> {
+        let _ = codes;
+        Err("this script host cannot load function libraries".into())
+    }
 }
 
 /// The error other clients get while an EVAL script is busy (redis `shared.slowevalerr`).

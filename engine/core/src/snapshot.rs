@@ -9,9 +9,10 @@
 //!
 //! ```text
 //! header   "RECACHED" (8 bytes)  version u32  created_ms u64  key_hint u64
-//! item*    entry | select
+//! item*    entry | select | functions
 //! entry    tag u8  [expire_at_ms u64 if tag & 0x80]  key:blob  value
 //! select   0xFE  db:varint            (version 2: the entries after it belong to database db)
+//! functions 0xFD  n:varint  code:blob × n   (function libraries, see below)
 //! end      0xFF  keys u64  crc32 u32  "RCSNAPOK" (8 bytes)
 //!
 //! blob     len:varint  bytes          varint = unsigned LEB128 (≤ 10 bytes)
@@ -32,6 +33,12 @@
 //!   the same moment after a restart. Keys already expired when written are skipped, and keys
 //!   that expired while the engine was down are skipped on load (Redis's master behaviour in
 //!   `rdbLoadRioWithLoadingCtx`).
+//! - **Function libraries**: the code of each (its FUNCTION LOAD payload, opaque here: the
+//!   script host gives it, [`Scripting::library_codes`](crate::script::Scripting), and loads
+//!   it back, [`Scripting::load_libraries`](crate::script::Scripting)), in one `functions`
+//!   item before the entries, written only when there are libraries (so a file without any
+//!   still loads in a build that predates the item). A snapshot with libraries fails to load
+//!   into an engine without a script host, as an RDB with functions does without Lua.
 //! - **Checksum**: CRC-32 (IEEE, `crc32fast`, SIMD) of every byte from the magic up to the
 //!   checksum field. `keys` must equal the entries read. The trailer after the checksum and
 //!   end-of-input right after it catch a file cut exactly at an entry boundary or glued to
@@ -76,6 +83,7 @@ const TAG_LIST: u8 = 3;
 const TAG_HASH: u8 = 4;
 const TAG_SET: u8 = 5;
 const TAG_ZSET: u8 = 6;
+const TAG_FUNCTIONS: u8 = 0xFD;
 const TAG_SELECT: u8 = 0xFE;
 const TAG_END: u8 = 0xFF;
 
@@ -165,10 +173,19 @@ impl<W: Write> Sink<W> {
 /// Allocates one output buffer up front and nothing per key, so a forked child can run it.
 pub fn write<W: Write>(e: &Engine, now_ms: u64, out: W) -> io::Result<WriteStats> {
     let dbs: Vec<&Db> = (0..e.databases()).map(|n| e.db(n)).collect();
-    write_dbs(&dbs, now_ms, out)
+    let mut libs: Vec<Vec<u8>> = Vec::new();
+    if let Some(host) = &e.scripting {
+        host.library_codes(&mut |code| libs.push(code.to_vec()));
+    }
+    write_dbs(&dbs, &libs, now_ms, out)
 }
 
-fn write_dbs<W: Write>(dbs: &[&Db], now_ms: u64, out: W) -> io::Result<WriteStats> {
+fn write_dbs<W: Write>(
+    dbs: &[&Db],
+    libs: &[Vec<u8>],
+    now_ms: u64,
+    out: W,
+) -> io::Result<WriteStats> {
     let mut s = Sink {
         inner: out,
         buf: Vec::with_capacity(WRITE_CHUNK),
@@ -179,6 +196,13 @@ fn write_dbs<W: Write>(dbs: &[&Db], now_ms: u64, out: W) -> io::Result<WriteStat
     s.put(&VERSION.to_le_bytes())?;
     s.u64(now_ms)?;
     s.u64(dbs.iter().map(|d| d.len() as u64).sum())?;
+    if !libs.is_empty() {
+        s.u8(TAG_FUNCTIONS)?;
+        s.varint(libs.len() as u64)?;
+        for code in libs {
+            s.blob(code)?;
+        }
+    }
     let mut keys = 0u64;
     let entries = dbs.iter().filter(|d| !d.is_empty()).flat_map(|d| {
         let select = (d.index() != 0).then_some(d.index());
@@ -476,7 +500,19 @@ pub fn load<R: Read>(e: &mut Engine, now_ms: u64, input: R) -> Result<LoadStats,
     let mut dbs: Vec<Db> = (0..e.databases())
         .map(|n| Db::new(n, e.config.hash_seed))
         .collect();
-    let stats = load_into(&mut ks, &mut dbs, now_ms, input)?;
+    let mut libs = Libs::default();
+    let stats = load_into(&mut ks, &mut dbs, &mut libs, now_ms, input)?;
+    if !libs.codes.is_empty() {
+        let loaded = match e.scripting.as_mut() {
+            Some(host) => host.load_libraries(&libs.codes),
+            None => Err("no script host to load them into".into()),
+        };
+        loaded.map_err(|m| LoadError {
+            offset: libs.at,
+            reason: format!("function libraries: {m}"),
+            io: None,
+        })?;
+    }
     crate::keyspace::switch(&mut ks, &mut dbs, 0);
     // Loading is not a change: `rdb_changes_since_last_save` starts at 0.
     ks.dirty = e.ks.dirty;
@@ -488,11 +524,19 @@ pub fn load<R: Read>(e: &mut Engine, now_ms: u64, input: R) -> Result<LoadStats,
     Ok(stats)
 }
 
+/// The function libraries' codes a snapshot holds, and the offset of their item.
+#[derive(Default)]
+struct Libs {
+    at: u64,
+    codes: Vec<Vec<u8>>,
+}
+
 /// Loads into `ks` (database 0 at first) and `dbs` (the other databases, see
-/// `keyspace::switch`); `ks` may end on any database.
+/// `keyspace::switch`), and the library codes into `libs`; `ks` may end on any database.
 fn load_into<R: Read>(
     ks: &mut Keyspace,
     dbs: &mut [Db],
+    libs: &mut Libs,
     now_ms: u64,
     input: R,
 ) -> LResult<LoadStats> {
@@ -528,6 +572,14 @@ fn load_into<R: Read>(
         let tag = src.u8()?;
         if tag == TAG_END {
             break;
+        }
+        if tag == TAG_FUNCTIONS {
+            libs.at = tag_at;
+            let n = src.varint()?;
+            for _ in 0..n {
+                libs.codes.push(src.blob_vec()?);
+            }
+            continue;
         }
         if tag == TAG_SELECT && version >= VERSION_DBS {
             let n = src.varint()?;

@@ -10,57 +10,32 @@
 
 use mlua::{Lua, MultiValue, Table, Value};
 
-use crate::bit::{Raise, raise_at};
+use crate::clib;
 
 /// Lua 5.1's `LUAI_MAXCSTACK`: `lua_checkstack` refuses a frame that would hold more.
 const MAX_C_STACK: u64 = 8000;
 
-/// Replaces the globals above in `lua`; errors are raised with `raise`, after the caller's
-/// `source:line:` as `luaL_error` writes them.
-pub fn install(lua: &Lua, raise: &Raise) -> mlua::Result<()> {
-    let raise = raise.clone();
-    let f = lua.create_function(move |lua, args: MultiValue| {
-        unpack(lua, args).map_err(|msg| raise_at(lua, &raise, msg))
-    })?;
-    lua.globals().raw_set("unpack", f)
+/// Replaces the globals above in `lua`; errors are `luaL_error`'s and `luaL_argerror`'s
+/// (`crate::clib`).
+pub fn install(lua: &Lua) -> mlua::Result<()> {
+    lua.globals()
+        .raw_set("unpack", lua.create_function(unpack)?)
 }
 
-/// `luaL_optint`: nil/none → `default`; a number (or numeric string) truncated to `int` as
-/// `lua_tointeger` then the `int` cast do.
-fn opt_int(lua: &Lua, v: Option<&Value>, arg: usize, default: i32) -> Result<i32, String> {
-    let n = match v {
-        None | Some(Value::Nil) => return Ok(default),
-        Some(Value::Integer(i)) => *i as f64,
-        Some(Value::Number(n)) => *n,
-        Some(v @ Value::String(_)) => lua
-            .coerce_number(v.clone())
-            .ok()
-            .flatten()
-            .ok_or_else(|| bad_arg(arg, "number", v))?,
-        Some(v) => return Err(bad_arg(arg, "number", v)),
-    };
-    Ok(n as i64 as i32)
+/// `luaL_optint`: `def` when absent or nil, else the number truncated to `int`.
+fn opt_int(lua: &Lua, args: &MultiValue, narg: usize, def: i32) -> mlua::Result<i32> {
+    clib::opt_integer(lua, args, narg, i64::from(def)).map(|n| n as i32)
 }
 
-fn bad_arg(arg: usize, want: &str, got: &Value) -> String {
-    // Lua 5.1 has one number type (mlua names its integers "integer").
-    let got = match got {
-        Value::Integer(_) => "number",
-        v => v.type_name(),
-    };
-    format!("bad argument #{arg} to 'unpack' ({want} expected, got {got})")
-}
-
-fn unpack(lua: &Lua, args: MultiValue) -> Result<MultiValue, String> {
+fn unpack(lua: &Lua, args: MultiValue) -> mlua::Result<MultiValue> {
     let t: Table = match args.front() {
         Some(Value::Table(t)) => t.clone(),
-        Some(v) => return Err(bad_arg(1, "table", v)),
-        None => return Err(bad_arg(1, "table", &Value::Nil)),
+        _ => return Err(clib::type_error(lua, &args, 1, "table")),
     };
-    let i = opt_int(lua, args.get(1), 2, 1)?;
+    let i = opt_int(lua, &args, 2, 1)?;
     let e = match args.get(2) {
         None | Some(Value::Nil) => t.raw_len() as i32,
-        v => opt_int(lua, v, 3, 0)?,
+        _ => clib::check_integer(lua, &args, 3)? as i32,
     };
     if i > e {
         return Ok(MultiValue::new());
@@ -68,11 +43,11 @@ fn unpack(lua: &Lua, args: MultiValue) -> Result<MultiValue, String> {
     // Elements minus one, unsigned as in Redis's patch; the frame also holds the arguments.
     let n = u64::from((e as u32).wrapping_sub(i as u32));
     if n >= i32::MAX as u64 || n + 1 + args.len() as u64 > MAX_C_STACK {
-        return Err("too many results to unpack".into());
+        return Err(clib::error(lua, "too many results to unpack"));
     }
     let mut out = MultiValue::with_capacity(n as usize + 1);
     for k in i64::from(i)..=i64::from(e) {
-        out.push_back(t.raw_get::<Value>(k).map_err(|e| e.to_string())?);
+        out.push_back(t.raw_get::<Value>(k)?);
     }
     Ok(out)
 }
@@ -83,8 +58,7 @@ mod tests {
 
     fn eval(src: &str) -> mlua::Result<Vec<Value>> {
         let lua = Lua::new();
-        let raise: Raise = std::rc::Rc::new(|_, text| mlua::Error::runtime(text));
-        install(&lua, &raise).unwrap();
+        install(&lua).unwrap();
         Ok(lua.load(src).eval::<MultiValue>()?.into_iter().collect())
     }
 

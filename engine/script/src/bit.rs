@@ -2,8 +2,9 @@
 
 use mlua::{Lua, MultiValue, Table, Value};
 
-/// LuaBitOp's `barg`: a number (or a numeric string), wrapped to a signed 32-bit integer.
-fn arg(args: &MultiValue, i: usize, func: &str) -> Result<i32, String> {
+/// LuaBitOp's `barg`: a number (or a numeric string), wrapped to a signed 32-bit integer; an
+/// error is the argument's number and what it was instead (`luaL_typerror`).
+fn arg(args: &MultiValue, i: usize) -> Result<i32, Bad> {
     let v = args.get(i).unwrap_or(&Value::Nil);
     let n = match v {
         Value::Integer(n) => *n as f64,
@@ -11,56 +12,34 @@ fn arg(args: &MultiValue, i: usize, func: &str) -> Result<i32, String> {
         Value::String(s) => std::str::from_utf8(&s.as_bytes())
             .ok()
             .and_then(|t| t.trim().parse::<f64>().ok())
-            .ok_or_else(|| bad(i, func, "string"))?,
-        other => {
-            let got = if args.len() <= i {
-                "no value"
-            } else {
-                other.type_name()
-            };
-            return Err(bad(i, func, got));
-        }
+            .ok_or(Bad::Arg(i, "string"))?,
+        _ => return Err(Bad::Arg(i, crate::clib::type_name(args.get(i)))),
     };
     Ok(tobit(n))
 }
 
-fn bad(i: usize, func: &str, got: &str) -> String {
-    format!(
-        "bad argument #{} to '{func}' (number expected, got {got})",
-        i + 1
-    )
+/// A bad argument: its index (from 0) and the type it had; or an error of Lua's own.
+enum Bad {
+    Arg(usize, &'static str),
+    Lua(mlua::Error),
 }
 
-/// A library function; an argument error is raised as `luaL_argerror` does, with the
-/// caller's `source:line:` first (`raise` makes it the error table scripts see).
-fn wrap<F>(lua: &Lua, raise: &Raise, f: F) -> mlua::Result<mlua::Function>
+/// A library function; an argument error is raised as `luaL_argerror` does: the caller's
+/// `source:line:` first, and the function named as the caller called it (`?` through pcall).
+fn wrap<F>(lua: &Lua, f: F) -> mlua::Result<mlua::Function>
 where
-    F: Fn(&MultiValue) -> Result<Value, String> + 'static,
+    F: Fn(&Lua, &MultiValue) -> Result<Value, Bad> + 'static,
 {
-    let raise = raise.clone();
-    lua.create_function(move |lua, args: MultiValue| match f(&args) {
+    lua.create_function(move |lua, args: MultiValue| match f(lua, &args) {
         Ok(v) => Ok(v),
-        Err(msg) => Err(raise_at(lua, &raise, msg)),
+        Err(Bad::Lua(e)) => Err(e),
+        Err(Bad::Arg(i, got)) => Err(crate::clib::arg_error(
+            lua,
+            i as i32 + 1,
+            format!("number expected, got {got}"),
+        )),
     })
 }
-
-/// `luaL_error` from a library function: `msg` after the caller's `source:line: `.
-pub fn raise_at(lua: &Lua, raise: &Raise, msg: String) -> mlua::Error {
-    let at = lua
-        .inspect_stack(1, |d| {
-            let src = d.source().short_src.map(|s| s.into_owned());
-            src.zip(d.current_line())
-        })
-        .flatten();
-    let text = match at {
-        Some((src, line)) => format!("{src}:{line}: {msg}"),
-        None => msg,
-    };
-    raise(lua, text)
-}
-
-/// Raises an error whose text is given (the host's pending-error mechanism).
-pub type Raise = std::rc::Rc<dyn Fn(&Lua, String) -> mlua::Error>;
 
 /// Rounds to the nearest integer (ties to even, as LuaBitOp's 2^52+2^51 addition) and keeps
 /// the low 32 bits.
@@ -73,14 +52,14 @@ pub fn tobit(n: f64) -> i32 {
 }
 
 /// The `bit` table.
-pub fn table(lua: &Lua, raise: &Raise) -> mlua::Result<Table> {
+pub fn table(lua: &Lua) -> mlua::Result<Table> {
     let t = lua.create_table()?;
     macro_rules! unary {
         ($name:literal, $f:expr) => {
             t.raw_set(
                 $name,
-                wrap(lua, raise, |args| {
-                    let x = arg(args, 0, $name)?;
+                wrap(lua, |_, args| {
+                    let x = arg(args, 0)?;
                     let f: fn(i32) -> i32 = $f;
                     Ok(Value::Number(f(x) as f64))
                 })?,
@@ -91,11 +70,11 @@ pub fn table(lua: &Lua, raise: &Raise) -> mlua::Result<Table> {
         ($name:literal, $f:expr) => {
             t.raw_set(
                 $name,
-                wrap(lua, raise, |args| {
-                    let mut acc = arg(args, 0, $name)?;
+                wrap(lua, |_, args| {
+                    let mut acc = arg(args, 0)?;
                     let f: fn(i32, i32) -> i32 = $f;
                     for i in 1..args.len() {
-                        acc = f(acc, arg(args, i, $name)?);
+                        acc = f(acc, arg(args, i)?);
                     }
                     Ok(Value::Number(acc as f64))
                 })?,
@@ -106,9 +85,9 @@ pub fn table(lua: &Lua, raise: &Raise) -> mlua::Result<Table> {
         ($name:literal, $f:expr) => {
             t.raw_set(
                 $name,
-                wrap(lua, raise, |args| {
-                    let x = arg(args, 0, $name)?;
-                    let n = (arg(args, 1, $name)? & 31) as u32;
+                wrap(lua, |_, args| {
+                    let x = arg(args, 0)?;
+                    let n = (arg(args, 1)? & 31) as u32;
                     let f: fn(i32, u32) -> i32 = $f;
                     Ok(Value::Number(f(x, n) as f64))
                 })?,
@@ -126,13 +105,12 @@ pub fn table(lua: &Lua, raise: &Raise) -> mlua::Result<Table> {
     shift!("arshift", |x, n| x >> n);
     shift!("rol", |x, n| (x as u32).rotate_left(n) as i32);
     shift!("ror", |x, n| (x as u32).rotate_right(n) as i32);
-    let hex_lua = lua.clone();
     t.raw_set(
         "tohex",
-        wrap(lua, raise, move |args| {
-            let x = arg(args, 0, "tohex")?;
+        wrap(lua, |lua, args| {
+            let x = arg(args, 0)?;
             let n = if args.len() > 1 && !args[1].is_nil() {
-                arg(args, 1, "tohex")?
+                arg(args, 1)?
             } else {
                 8
             };
@@ -148,10 +126,9 @@ pub fn table(lua: &Lua, raise: &Raise) -> mlua::Result<Table> {
                     format!("{v:0n$x}")
                 }
             };
-            hex_lua
-                .create_string(text)
-                .map(Value::String)
-                .map_err(|e| e.to_string())
+            // The state is the callback's argument: a `Lua` captured here would keep the
+            // state alive forever (a cycle through its own registry).
+            lua.create_string(text).map(Value::String).map_err(Bad::Lua)
         })?,
     )?;
     Ok(t)
@@ -164,10 +141,7 @@ mod tests {
     #[test]
     fn luabitop_examples() {
         let lua = Lua::new();
-        let raise: Raise = std::rc::Rc::new(|_, text| mlua::Error::runtime(text));
-        lua.globals()
-            .set("bit", table(&lua, &raise).unwrap())
-            .unwrap();
+        lua.globals().set("bit", table(&lua).unwrap()).unwrap();
         let check = |expr: &str, want: &str| {
             let got: String = lua.load(format!("return tostring({expr})")).eval().unwrap();
             assert_eq!(got, want, "{expr}");

@@ -152,7 +152,8 @@ pub fn write_error(out: &mut Vec<u8>, text: &[u8]) {
 fn bytes_of(v: &Value) -> Option<Vec<u8>> {
     match v {
         Value::String(s) => Some(s.as_bytes().to_vec()),
-        Value::Integer(n) => Some(n.to_string().into_bytes()),
+        // mlua's view of an integral number: still a double to Lua 5.1 (`%.14g`).
+        Value::Integer(n) => Some(lua_number_text(*n as f64).into_bytes()),
         Value::Number(n) => Some(lua_number_text(*n).into_bytes()),
         _ => None,
     }
@@ -160,35 +161,7 @@ fn bytes_of(v: &Value) -> Option<Vec<u8>> {
 
 /// Lua 5.1's `%.14g` text of a number (what `lua_tostring` gives).
 pub fn lua_number_text(n: f64) -> String {
-    if n.is_nan() {
-        return if n.is_sign_negative() { "-nan" } else { "nan" }.into();
-    }
-    if n.is_infinite() {
-        return if n > 0.0 { "inf" } else { "-inf" }.into();
-    }
-    if n == n.trunc() && n.abs() < 1e15 {
-        return format!("{}", n as i64);
-    }
-    // %.14g: 14 significant digits, trailing zeros trimmed.
-    let s = format!("{:.13e}", n);
-    let (mant, exp) = s.split_once('e').unwrap_or((&s, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    if (-4..14).contains(&exp) {
-        let decimals = (13 - exp).max(0) as usize;
-        let t = format!("{:.*}", decimals, n);
-        if t.contains('.') {
-            t.trim_end_matches('0').trim_end_matches('.').to_string()
-        } else {
-            t
-        }
-    } else {
-        let m = if mant.contains('.') {
-            mant.trim_end_matches('0').trim_end_matches('.')
-        } else {
-            mant
-        };
-        format!("{}e{}{:02}", m, if exp < 0 { '-' } else { '+' }, exp.abs())
-    }
+    crate::clib::fmt_g(n, 14)
 }
 
 fn write_value(v: &Value, caller: Proto, script: Proto, out: &mut Vec<u8>, depth: usize) {
@@ -220,8 +193,9 @@ fn write_value(v: &Value, caller: Proto, script: Proto, out: &mut Vec<u8>, depth
 }
 
 /// C's `(long long)` of a double, saturating where C is undefined.
+/// `(long long)n` as on x86-64: NaN and out-of-range values give `i64::MIN`.
 fn c_cast(n: f64) -> i64 {
-    if n.is_nan() { i64::MIN } else { n as i64 }
+    crate::clib::cast_i64(n)
 }
 
 fn write_table(t: &Table, caller: Proto, script: Proto, out: &mut Vec<u8>, depth: usize) {
@@ -292,37 +266,28 @@ fn write_table(t: &Table, caller: Proto, script: Proto, out: &mut Vec<u8>, depth
         }
         return;
     }
+    // Counted first, then written as they are read: holding the items would take one of
+    // mlua's reference slots each, and those run out near 8000 (replies were cut there).
     if let Value::Table(m) = get("map") {
-        let pairs: Vec<(Value, Value)> = m.pairs::<Value, Value>().filter_map(Result::ok).collect();
-        ReplyWriter::new(out, caller).map(pairs.len());
-        for (k, v) in &pairs {
-            write_value(k, caller, script, out, depth + 1);
-            write_value(v, caller, script, out, depth + 1);
+        ReplyWriter::new(out, caller).map(m.pairs::<Value, Value>().filter(Result::is_ok).count());
+        for (k, v) in m.pairs::<Value, Value>().filter_map(Result::ok) {
+            write_value(&k, caller, script, out, depth + 1);
+            write_value(&v, caller, script, out, depth + 1);
         }
         return;
     }
     if let Value::Table(s) = get("set") {
-        let keys: Vec<Value> = s
-            .pairs::<Value, Value>()
-            .filter_map(Result::ok)
-            .map(|(k, _)| k)
-            .collect();
-        ReplyWriter::new(out, caller).set(keys.len());
-        for k in &keys {
-            write_value(k, caller, script, out, depth + 1);
+        ReplyWriter::new(out, caller).set(s.pairs::<Value, Value>().filter(Result::is_ok).count());
+        for (k, _) in s.pairs::<Value, Value>().filter_map(Result::ok) {
+            write_value(&k, caller, script, out, depth + 1);
         }
         return;
     }
-    let mut items = Vec::new();
-    for i in 1.. {
-        match t.raw_get::<Value>(i) {
-            Ok(Value::Nil) | Err(_) => break,
-            Ok(v) => items.push(v),
-        }
-    }
-    ReplyWriter::new(out, caller).array(items.len());
-    for v in &items {
-        write_value(v, caller, script, out, depth + 1);
+    let item = |i: usize| t.raw_get::<Value>(i).unwrap_or(Value::Nil);
+    let len = (1..).take_while(|&i| !item(i).is_nil()).count();
+    ReplyWriter::new(out, caller).array(len);
+    for i in 1..=len {
+        write_value(&item(i), caller, script, out, depth + 1);
     }
 }
 
@@ -375,5 +340,7 @@ mod tests {
         assert_eq!(lua_number_text(0.1), "0.1");
         assert_eq!(lua_number_text(1e20), "1e+20");
         assert_eq!(lua_number_text(1.0 / 3.0), "0.33333333333333");
+        assert_eq!(lua_number_text(123456789012345.0), "1.2345678901234e+14");
+        assert_eq!(lua_number_text(-0.0), "-0");
     }
 }

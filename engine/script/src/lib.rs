@@ -14,6 +14,9 @@
 //! - `prelude.lua`: the `redis` table, Redis's `pcall`, `math.random` and the sandbox
 //!   (protected globals), run once per Lua state;
 //! - [`shebang`]: `#!lua flags=…`; [`rand`]: Redis's `lrand48`;
+//! - the C libraries Redis embeds, rebuilt: [`bit`], [`cjson`], [`cmsgpack`], [`struct_lib`]
+//!   (`struct`), over [`clib`] (their view of Lua's C API and glibc; their errors are plain
+//!   strings, as `luaL_error`'s);
 //! - [`functions`]: libraries, library metadata, FUNCTION DUMP/RESTORE payloads;
 //! - `library.rs`: the host's side of functions (`register_function`, running a library's
 //!   code, FCALL/FCALL_RO, the FUNCTION subcommands); the functions' Lua state is built here
@@ -26,16 +29,20 @@
 //! `busy-reply-threshold` lends the instruction hook to the server's poller
 //! ([`engine_core::script::BusyPoll`]): other clients get `-BUSY`, SCRIPT/FUNCTION KILL stop it
 //! (`RunCtx::serve_while_busy`); without a poller it is stopped after [`BUSY_LIMIT`]. Not yet
-//! here: libraries in snapshots, the cjson/cmsgpack/struct libraries, SCRIPT DEBUG and
+//! here: SCRIPT DEBUG and
 //! `redis.acl_check_cmd`.
 
 mod baselib;
 pub mod bit;
+pub mod cjson;
+pub mod clib;
+pub mod cmsgpack;
 pub mod convert;
 pub mod functions;
 mod library;
 pub mod rand;
 pub mod shebang;
+pub mod struct_lib;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -217,6 +224,8 @@ pub struct LuaHost {
     /// `(None, false)` between scripts.
     deadline: Deadline,
     runs: u32,
+    /// When a script is stopped ([`BUSY_LIMIT`]; tests and fuzzing lower it).
+    busy_limit: std::time::Duration,
 }
 
 /// Installs a Lua host in `e` (the engine server calls this once at start).
@@ -245,7 +254,14 @@ impl LuaHost {
             rand,
             deadline,
             runs: 0,
+            busy_limit: BUSY_LIMIT,
         })
+    }
+
+    /// Stops scripts after `limit` instead of [`BUSY_LIMIT`] (their error text still says
+    /// 5000 ms): for tests and fuzzing, where a runaway script should cost little time.
+    pub fn set_busy_limit(&mut self, limit: std::time::Duration) {
+        self.busy_limit = limit;
     }
 
     /// Number of scripts in the cache.
@@ -392,7 +408,7 @@ impl LuaHost {
             let threshold = std::time::Duration::from_millis(e.config.busy_reply_threshold);
             st.ctx.busy_at.set(Some(started + threshold));
         } else {
-            self.deadline.0.set(Some(started + BUSY_LIMIT));
+            self.deadline.0.set(Some(started + self.busy_limit));
         }
         let result = (|| -> mlua::Result<(bool, Value)> {
             let unlimited = Unlimited::new(&st.lua);
@@ -574,6 +590,14 @@ impl Scripting for LuaHost {
 
     fn function(&mut self, _e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         self.function_cmd(c)
+    }
+
+    fn library_codes(&self, each: &mut dyn FnMut(&[u8])) {
+        self.each_library_code(each)
+    }
+
+    fn load_libraries(&mut self, codes: &[Vec<u8>]) -> Result<(), String> {
+        self.load_library_codes(codes)
     }
 }
 
@@ -764,15 +788,19 @@ impl State {
                 })?,
             )?;
         }
-        let p = pending.clone();
-        let raise_bit: bit::Raise = Rc::new(move |lua, text| match raise::<()>(lua, &p, &text) {
-            Err(e) => e,
-            Ok(()) => mlua::Error::runtime(text),
-        });
-        hooks.raw_set("bit", bit::table(&lua, &raise_bit)?)?;
+        hooks.raw_set("bit", bit::table(&lua)?)?;
+        let next: Function = lua.globals().raw_get("next")?;
+        hooks.raw_set("cjson", cjson::table(&lua, &next)?)?;
+        hooks.raw_set("cmsgpack", cmsgpack::table(&lua)?)?;
+        hooks.raw_set("struct", struct_lib::table(&lua)?)?;
+        // The string a C library's error is (clib.rs), for pcall.
+        hooks.raw_set(
+            "plain_error",
+            lua.create_function(|lua, e: Value| clib::error_string(lua, &e))?,
+        )?;
         hooks.raw_set("version", VERSION)?;
         hooks.raw_set("version_num", VERSION_NUM)?;
-        baselib::install(&lua, &raise_bit)?;
+        baselib::install(&lua)?;
         let xpcall: Function = lua.globals().raw_get("xpcall")?;
         let tostring: Function = lua.globals().raw_get("tostring")?;
         let globals: Table = lua
@@ -784,11 +812,15 @@ impl State {
         let handler = lua.create_function(move |lua, err: Value| {
             let err = match err {
                 Value::Table(t) => Value::Table(t),
-                other => p.borrow_mut().take().map_or(other, Value::Table),
+                other => match clib::error_string(lua, &other)? {
+                    Some(s) => s,
+                    None => p.borrow_mut().take().map_or(other, Value::Table),
+                },
             };
             error_handler(lua, &tostring, err)
         })?;
         lua.set_memory_limit(memory_limit)?;
+        lua.set_named_registry_value(clib::OUTPUT_CAP, memory_limit)?;
         let load_mode: Option<Function> = hooks.raw_get("load_mode")?;
         let fcall: Option<Function> = hooks.raw_get("fcall")?;
         Ok(State {

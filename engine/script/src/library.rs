@@ -182,6 +182,24 @@ impl LuaHost {
         self.libraries.libs.len()
     }
 
+    /// Every library's code (its FUNCTION LOAD payload), by library name: what a snapshot
+    /// keeps ([`engine_core::script::Scripting::library_codes`]).
+    pub(crate) fn each_library_code(&self, each: &mut dyn FnMut(&[u8])) {
+        for lib in self.libraries.libs.values() {
+            each(&lib.code);
+        }
+    }
+
+    /// Loads libraries a snapshot kept, all or none (as FUNCTION RESTORE APPEND: a name
+    /// already loaded is an error); the error text without `ERR `.
+    pub(crate) fn load_library_codes(&mut self, codes: &[Vec<u8>]) -> Result<(), String> {
+        let mut fresh = functions::Libraries::default();
+        for code in codes {
+            self.create_library(&mut fresh, code, false)?;
+        }
+        self.libraries.join(fresh, false)
+    }
+
     /// redis `functionsCreateWithLibraryCtx`: compiles and runs a library's code in the
     /// functions' state and links it into `libs`; the library name, or the error text
     /// (without `ERR `).

@@ -88,9 +88,22 @@ end
 -- error (pcall, xpcall, coroutine.resume) raises it again, so the stop reaches the top.
 local function caught(ok, ...)
   if not ok and I.stopping() then error((...), 0) end
+  if not ok then
+    local e = I.plain_error((...))
+    if e then return ok, e end
+  end
   return ok, ...
 end
-xpcall = function(...) return caught(xpcall0(...)) end
+-- A C library's error (clib.rs) reaches an xpcall handler as its string, as in Redis.
+xpcall = function(...)
+  local f, h = ...
+  if select('#', ...) < 2 then error("bad argument #2 to 'xpcall' (value expected)", 2) end
+  if type(h) ~= 'function' then return caught(xpcall0(...)) end
+  return caught(xpcall0(f, function(e)
+    if type(e) == 'userdata' then e = I.plain_error(e) or e end
+    return h(e)
+  end))
+end
 coroutine.resume = function(...) return caught(resume0(...)) end
 
 -- Redis 7's pcall: an error table raised by redis.call is returned as its message.
@@ -98,7 +111,7 @@ local function pcall_result(ok, ...)
   if ok then return ok, ... end
   if I.stopping() then error((...), 0) end
   local e = ...
-  if type(e) ~= 'table' then e = I.take_pending() or e end
+  if type(e) ~= 'table' then e = I.plain_error(e) or I.take_pending() or e end
   if type(e) == 'table' and type(e.err) == 'string' then return false, e.err end
   return false, e
 end
@@ -117,8 +130,9 @@ end
 -- Redis 7.0's globals: no io, os, package, debug, dofile, loadfile, print.
 dofile, loadfile, print = nil, nil, nil
 
--- Redis's embedded `bit` library (bit.rs).
-bit = I.bit
+-- Redis's embedded libraries: `bit` (bit.rs), `cjson`, `cmsgpack`, `struct` (cjson.rs,
+-- cmsgpack.rs, struct_lib.rs).
+bit, cjson, cmsgpack, struct = I.bit, I.cjson, I.cmsgpack, I.struct
 
 -- Every global moves to the hidden table `real`; the global table itself becomes an empty,
 -- protected proxy of it, so every function (loadstring's too) sees the same sandbox.
@@ -131,6 +145,9 @@ real.math = protect(real.math)
 real.table = protect(real.table)
 real.coroutine = protect(real.coroutine)
 real.bit = protect(real.bit)
+real.cjson = protect(real.cjson)
+real.cmsgpack = protect(real.cmsgpack)
+real.struct = protect(real.struct)
 real._G = G
 setmetatable0(real, {__index = function(_, k)
   error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)

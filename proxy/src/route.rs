@@ -1048,7 +1048,6 @@ mod tests {
             "SORT_RO",
             "GEORADIUS",
             "BITFIELD",
-            "XREAD",
             "MIGRATE",
         ] {
             assert_eq!(

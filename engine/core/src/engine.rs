@@ -59,6 +59,10 @@ pub struct Config {
     /// `client-output-buffer-limit`: hard/soft limits per client class (normal, replica,
     /// pubsub), Redis's defaults (enforced by the server; see `cmd::server::OutputLimits`).
     pub client_output_buffer_limit: crate::cmd::server::OutputLimits,
+    /// `stream-node-max-entries`: entries per stream node, 0 = no limit (Redis default 100).
+    pub stream_node_max_entries: u64,
+    /// `stream-node-max-bytes`: bytes per stream node, 0 = no limit (Redis default 4096).
+    pub stream_node_max_bytes: u64,
 }
 
 /// Values `maxmemory-policy` accepts, in Redis's order (its error text lists them so).
@@ -95,6 +99,8 @@ impl Default for Config {
             feed_buffer_limit: crate::feed::DEFAULT_BUFFER_LIMIT,
             client_query_buffer_limit: 1024 * 1024 * 1024,
             client_output_buffer_limit: crate::cmd::server::OutputLimits::default(),
+            stream_node_max_entries: crate::types::stream::NODE_MAX_ENTRIES,
+            stream_node_max_bytes: crate::types::stream::NODE_MAX_BYTES,
         }
     }
 }

@@ -450,6 +450,26 @@ const PARAMS: &[Param] = &[
         }),
     },
     Param {
+        name: "stream-node-max-entries",
+        get: |e| e.config.stream_node_max_entries.to_string(),
+        set: Some(|e, v| {
+            e.config.stream_node_max_entries = int_in(v, 0, i64::MAX)? as u64;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "stream-node-max-bytes",
+        get: |e| e.config.stream_node_max_bytes.to_string(),
+        set: Some(|e, v| {
+            let n = parse_memory(v).ok_or("argument must be a memory value")?;
+            if n > i64::MAX as u64 {
+                return Err("argument must be between 0 and 9223372036854775807 inclusive");
+            }
+            e.config.stream_node_max_bytes = n;
+            Ok(())
+        }),
+    },
+    Param {
         name: "feed-buffer-limit",
         get: |e| e.config.feed_buffer_limit.to_string(),
         set: Some(|e, v| {

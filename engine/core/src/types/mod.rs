@@ -2,18 +2,21 @@
 //! (redis `t_string.c` layout).
 //!
 //! - [`string`]: strings (integer-encoded or raw bytes); GET/SET/INCR… handlers.
+//! - [`stream`]: streams and consumer groups (a folder: entry store, groups, commands).
 //! - [`ldouble`]: 80-bit x87 long double arithmetic and Redis's formatting, for INCRBYFLOAT.
 
 pub mod hash;
 pub mod ldouble;
 pub mod list;
 pub mod set;
+pub mod stream;
 pub mod string;
 pub mod zset;
 
 pub use hash::HashValue;
 pub use list::ListValue;
 pub use set::SetValue;
+pub use stream::StreamValue;
 pub use string::StrValue;
 pub use zset::ZSetValue;
 
@@ -32,6 +35,7 @@ pub enum Value {
     Hash(Box<HashValue>),
     Set(Box<SetValue>),
     ZSet(Box<ZSetValue>),
+    Stream(Box<StreamValue>),
 }
 
 // The keyspace's per-key footprint depends on this (see the doc above): fail the build, not
@@ -47,6 +51,7 @@ impl Value {
             Value::Hash(_) => "hash",
             Value::Set(_) => "set",
             Value::ZSet(_) => "zset",
+            Value::Stream(_) => "stream",
         }
     }
 
@@ -59,6 +64,7 @@ impl Value {
             Value::Hash(v) => v.mem_size(),
             Value::Set(v) => v.mem_size(),
             Value::ZSet(v) => v.mem_size(),
+            Value::Stream(v) => v.mem_size(),
         }
     }
 }

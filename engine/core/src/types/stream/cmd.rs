@@ -710,10 +710,15 @@ fn xread_generic(e: &mut Engine, c: &mut Call, group_mode: bool) -> Result<(), C
                 }
                 w.bulk(key);
             }
-            let start = ids[sv.k].incr().unwrap_or(StreamId::MAX);
             let p =
                 e.ks.lookup_write(key, now_ms)
                     .expect("served stream exists");
+            // `>` reads after the group's last ID (redis: `*gt = *last`).
+            let gt = match group {
+                Some((gname, _)) if !sv.history => as_stream(e.ks.value(p))?.groups[gname].last_id,
+                _ => ids[sv.k],
+            };
+            let start = gt.incr().unwrap_or(StreamId::MAX);
             match group {
                 None => {
                     let s = as_stream(e.ks.value(p))?;

@@ -389,6 +389,13 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         _ if spec.has_flag(Flags::PUBSUB) => {
             not_supported(spec, "sharded pub/sub is not relayed (use SUBSCRIBE)")
         }
+        // XREAD/XREADGROUP block only with a BLOCK option; without it they are plain
+        // reads (and writes to a group) that the shared link carries.
+        "xread" | "xreadgroup" if !stream_read_blocks(args) => match keys_instance(spec, args, n) {
+            Ok(Some(i)) => Plan::Forward(i),
+            Ok(None) => Plan::ForwardAny,
+            Err(()) => reply_static(CROSSSLOT),
+        },
         _ if spec.has_flag(Flags::BLOCKING) => match keys_instance(spec, args, n) {
             Ok(Some(i)) => Plan::Blocking(i),
             Ok(None) => not_supported(spec, "it has no key to route by"),
@@ -404,6 +411,21 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         }
         _ => not_supported(spec, "it has no key to route by"),
     }
+}
+
+/// Whether an XREAD/XREADGROUP request has a BLOCK option (before STREAMS, as its parser
+/// reads it).
+fn stream_read_blocks<A: Args + ?Sized>(args: &A) -> bool {
+    for i in 1..args.argc() {
+        let a = args.arg(i);
+        if a.eq_ignore_ascii_case(b"streams") {
+            return false;
+        }
+        if a.eq_ignore_ascii_case(b"block") && i + 1 < args.argc() {
+            return true;
+        }
+    }
+    false
 }
 
 /// The key argument positions of a request, from the one key extractor

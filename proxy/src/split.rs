@@ -423,6 +423,8 @@ fn merge_info(
     // (section title, fields) in order of first appearance across the instances.
     let mut sections: Vec<(String, Vec<InfoField>)> = Vec::new();
     let mut answered = 0usize;
+    let mut blocked = 0u64;
+    let mut in_clients = false;
     for r in replies {
         let Some(Some(text)) = bulk(r) else { continue };
         answered += 1;
@@ -431,6 +433,7 @@ fn merge_info(
         for line in text.split('\n') {
             let line = line.trim_end_matches('\r');
             if let Some(title) = line.strip_prefix("# ") {
+                in_clients = title.eq_ignore_ascii_case("clients");
                 let own = OWN_INFO_SECTIONS.contains(&title.to_ascii_lowercase().as_str());
                 current = if own {
                     None
@@ -443,6 +446,12 @@ fn merge_info(
                         }
                     })
                 };
+                continue;
+            }
+            // The proxy's own `# Clients` carries the fleet's parked clients (a blocked
+            // command holds a dedicated connection to one instance).
+            if in_clients && let Some(n) = line.strip_prefix("blocked_clients:") {
+                blocked += n.parse::<u64>().unwrap_or(0);
                 continue;
             }
             let (Some(si), Some((k, v))) = (current, line.split_once(':')) else {
@@ -489,6 +498,10 @@ fn merge_info(
         });
     }
     let mut text = String::from_utf8_lossy(header).into_owned();
+    if let Some(at) = text.find("connected_clients:") {
+        let eol = at + text[at..].find("\r\n").map_or(0, |e| e + 2);
+        text.insert_str(eol, &format!("blocked_clients:{blocked}\r\n"));
+    }
     if proxy_section {
         text.push_str(&format!("instances_answering:{answered}\r\n\r\n"));
     }

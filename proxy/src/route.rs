@@ -1065,24 +1065,28 @@ mod tests {
     fn rows_the_engines_do_not_run_route_by_key_or_answer_unknown() {
         // Regression (fuzz/regressions/split/): SORT alone once made the finder name a key
         // past the end. No key: the proxy answers Redis's unknown-command text itself.
-        for name in [
-            "SORT",
-            "SORT_RO",
-            "GEORADIUS",
-            "BITFIELD",
-            "MIGRATE",
-        ] {
+        for name in ["SORT", "SORT_RO", "GEORADIUS", "BITFIELD", "MIGRATE"] {
             assert_eq!(
                 reply(run(&[name.as_bytes()], 2)),
                 format!("-ERR unknown command '{name}', with args beginning with: \r\n")
                     .into_bytes(),
             );
         }
+        // XREAD is implemented: alone it is an arity error.
+        assert_eq!(
+            reply(run(&[b"XREAD"], 2)),
+            b"-ERR wrong number of arguments for 'xread' command\r\n".to_vec()
+        );
         let key = b"k".as_slice();
         assert_eq!(
             run(&[b"XADD", key, b"*", b"f", b"v"], 3),
             Plan::Forward(instance_of(key, 3))
         );
+        // XREAD without BLOCK goes over the shared link; with BLOCK, a dedicated one.
+        let read = [b"XREAD".as_slice(), b"COUNT", b"2", b"STREAMS", key, b"0"];
+        assert_eq!(run(&read, 3), Plan::Forward(instance_of(key, 3)));
+        let blocking = [b"XREAD".as_slice(), b"BLOCK", b"0", b"STREAMS", key, b"$"];
+        assert_eq!(run(&blocking, 3), Plan::Blocking(instance_of(key, 3)));
     }
 
     #[test]

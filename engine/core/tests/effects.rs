@@ -222,6 +222,12 @@ impl Pair {
             "effect {seq} {:?} failed on the replica of database {db}: {reply:?}",
             refs.iter().map(|a| s(a)).collect::<Vec<_>>()
         );
+        if std::env::var_os("FEED_TRACE").is_some() {
+            eprintln!(
+                "   effect {:?}",
+                refs.iter().map(|a| s(a)).collect::<Vec<_>>()
+            );
+        }
         self.log.push((seq, argv));
         self.log_db.push(db);
     }
@@ -336,6 +342,45 @@ fn dump_db(e: &mut Engine, db: usize, now_us: u64) -> Vec<(String, String, i64, 
                 m
             }
             "zset" => flat(run(&[b"ZRANGE", &k, b"0", b"-1", b"WITHSCORES"])),
+            "stream" => {
+                // Entries, counters, groups, consumers and pending entries (times aside: a
+                // replica applies effects at its own clock).
+                let mut v = flat(run(&[b"XRANGE", &k, b"-", b"+"]));
+                let info = flat(run(&[b"XINFO", b"STREAM", &k]));
+                for f in [
+                    "length",
+                    "last-generated-id",
+                    "max-deleted-entry-id",
+                    "entries-added",
+                    "recorded-first-entry-id",
+                ] {
+                    let i = info.iter().position(|x| x == f).unwrap();
+                    v.push(format!("{f}={}", info[i + 1]));
+                }
+                let R::Arr(groups) = run(&[b"XINFO", b"GROUPS", &k]) else {
+                    panic!()
+                };
+                for g in groups {
+                    let R::Arr(fields) = g else { panic!() };
+                    v.push(format!("{fields:?}"));
+                    let R::Bulk(name) = &fields[1] else { panic!() };
+                    let R::Arr(pel) = run(&[b"XPENDING", &k, name, b"-", b"+", b"1000"]) else {
+                        panic!()
+                    };
+                    for p in pel {
+                        let R::Arr(p) = p else { panic!() };
+                        v.push(format!("pending {:?} {:?} {:?}", p[0], p[1], p[3]));
+                    }
+                    let R::Arr(cons) = run(&[b"XINFO", b"CONSUMERS", &k, name]) else {
+                        panic!()
+                    };
+                    for c in cons {
+                        let R::Arr(c) = c else { panic!() };
+                        v.push(format!("consumer {:?} {:?}", c[1], c[3]));
+                    }
+                }
+                v
+            }
             "none" => continue,
             o => panic!("type {o}"),
         };
@@ -369,7 +414,7 @@ impl Rng {
 fn key(r: &mut Rng, fam: &str) -> String {
     if r.below(10) == 0 {
         // Any family: WRONGTYPE errors record nothing.
-        let f = r.pick(&["s", "l", "h", "t", "z"]);
+        let f = r.pick(&["s", "l", "h", "t", "z", "x"]);
         return format!("{f}{}", r.below(6));
     }
     format!("{fam}{}", r.below(6))
@@ -396,8 +441,9 @@ fn score(r: &mut Rng) -> String {
 fn command(r: &mut Rng, now_ms: u64) -> String {
     let ttl = 1 + r.below(400);
     let at = now_ms + r.below(600);
-    match r.below(60) {
+    match r.below(74) {
         0 => format!("SET {} {}", key(r, "s"), val(r)),
+        60..=73 => stream_command(r),
         1 => {
             let opt = r.pick(&[
                 "EX 1", "PX ", "NX", "XX", "GET", "KEEPTTL", "EXAT ", "PXAT ", "XX GET",
@@ -665,6 +711,73 @@ fn command(r: &mut Rng, now_ms: u64) -> String {
             let f = r.pick(&["s", "l"]);
             format!("SET {} {} PX {ttl}", key(r, f), val(r))
         }
+    }
+}
+
+/// A stream command on an `x` key: explicit and automatic IDs, trims, groups, reads,
+/// acknowledgements and claims.
+fn stream_command(r: &mut Rng) -> String {
+    let k = key(r, "x");
+    let id = |r: &mut Rng| format!("{}-{}", 1 + r.below(300), r.below(3));
+    let g = format!("g{}", r.below(3));
+    let c = format!("c{}", r.below(3));
+    match r.below(14) {
+        0 | 1 => format!("XADD {k} * f {}", val(r)),
+        2 => format!("XADD {k} {}-* f {} g x", 1 + r.below(300), val(r)),
+        3 => format!(
+            "XADD {k} {} * f {}",
+            r.pick(&[
+                "MAXLEN ~ 3",
+                "MAXLEN 2",
+                "MINID 100",
+                "NOMKSTREAM",
+                "MAXLEN = 0"
+            ]),
+            val(r)
+        ),
+        4 => format!("XDEL {k} {} {}", id(r), id(r)),
+        5 => format!(
+            "XTRIM {k} {}",
+            r.pick(&[
+                "MAXLEN 3",
+                "MAXLEN ~ 2",
+                "MINID 150",
+                "MINID ~ 200",
+                "MAXLEN 0"
+            ])
+        ),
+        6 => format!(
+            "XGROUP CREATE {k} {g} {} {}",
+            r.pick(&["$", "0", "150"]),
+            r.pick(&["MKSTREAM", "", "ENTRIESREAD 1"])
+        )
+        .trim_end()
+        .to_string(),
+        7 | 8 => format!(
+            "XREADGROUP GROUP {g} {c} COUNT {} {}STREAMS {k} >",
+            1 + r.below(3),
+            r.pick(&["", "NOACK "])
+        ),
+        9 => format!("XREADGROUP GROUP {g} {c} STREAMS {k} 0"),
+        10 => format!("XACK {k} {g} {} {}", id(r), id(r)),
+        11 => format!(
+            "XCLAIM {k} {g} {c} 0 {} {}",
+            id(r),
+            r.pick(&["JUSTID", "FORCE", "RETRYCOUNT 5", "", "LASTID 250-0"])
+        )
+        .trim_end()
+        .to_string(),
+        12 => format!(
+            "XAUTOCLAIM {k} {g} {c} 0 0 COUNT {}{}",
+            1 + r.below(3),
+            r.pick(&["", " JUSTID"])
+        ),
+        _ => match r.below(4) {
+            0 => format!("XGROUP DELCONSUMER {k} {g} {c}"),
+            1 => format!("XGROUP CREATECONSUMER {k} {g} {c}"),
+            2 => format!("XGROUP DESTROY {k} {g}"),
+            _ => format!("XGROUP SETID {k} {g} {}", r.pick(&["$", "0", "120-1"])),
+        },
     }
 }
 

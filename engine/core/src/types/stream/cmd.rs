@@ -236,7 +236,7 @@ pub fn xadd(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let (a, idpos) = parse_add_trim(e, argv, true)?;
     let field_pos = idpos + 1;
     let nargs = argv.len().saturating_sub(field_pos);
-    if argv.len() < field_pos + 2 || nargs % 2 == 1 {
+    if argv.len() < field_pos + 2 || !nargs.is_multiple_of(2) {
         return Err(CmdError::Arity("xadd"));
     }
     if a.id_given && a.seq_given && a.id.is_zero() {
@@ -268,23 +268,24 @@ pub fn xadd(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     };
     let lim = limits(e);
     let pairs = &argv[field_pos..];
+    // Checked before anything changes, so a refused XADD changes (and records) nothing.
+    let empty = StreamValue::new();
+    let target = match existing {
+        Some(i) => as_stream(e.ks.value(i))?,
+        None => &empty,
+    };
+    target
+        .check_append(pairs, use_id, seq_given)
+        .map_err(append_error)?;
     let i = match existing {
         Some(i) => i,
         None => {
-            // Check before creating, so a failed XADD leaves no empty stream behind.
-            let mut probe = StreamValue::new();
-            if let Err(err) = probe.append(pairs, use_id, seq_given, lim) {
-                return Err(append_error(err));
-            }
             e.ks.set(key, Value::Stream(Box::default()), Keep::Nothing, None)
         }
     };
-    let added =
-        e.ks.update(i, |v| stream_mut(v).append(pairs, use_id, seq_given, lim));
-    let id = match added {
-        Ok(id) => id,
-        Err(err) => return Err(append_error(err)),
-    };
+    let id =
+        e.ks.update(i, |v| stream_mut(v).append(pairs, use_id, seq_given, lim))
+            .expect("checked above");
     let idtext = id.text();
     c.w().bulk(idtext.as_bytes());
     notify(e, class::STREAM, "xadd", key);
@@ -566,7 +567,7 @@ fn xread_generic(e: &mut Engine, c: &mut Call, group_mode: bool) -> Result<(), C
         } else if args::is(o, "streams") && more > 0 {
             streams_arg = i + 1;
             let n = argv.len() - streams_arg;
-            if n % 2 != 0 {
+            if !n.is_multiple_of(2) {
                 return Err(CmdError::Static(
                     "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
                 ));

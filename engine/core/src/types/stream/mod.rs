@@ -518,23 +518,8 @@ impl StreamValue {
         seq_given: bool,
         limits: NodeLimits,
     ) -> Result<StreamId, AppendError> {
-        let id = if seq_given {
-            use_id
-        } else if self.last_id.ms == use_id.ms {
-            if self.last_id.seq == u64::MAX {
-                return Err(AppendError::NotGreater);
-            }
-            StreamId::new(use_id.ms, self.last_id.seq + 1)
-        } else {
-            use_id
-        };
-        if id <= self.last_id {
-            return Err(AppendError::NotGreater);
-        }
+        let id = self.check_append(pairs, use_id, seq_given)?;
         let totelelen: u64 = pairs.iter().map(|p| p.len() as u64).sum();
-        if totelelen > LISTPACK_MAX_SIZE {
-            return Err(AppendError::TooLarge);
-        }
         let nfields = pairs.len() / 2;
         // Does the tail node take one more entry?
         let mut node_max_bytes = limits.max_bytes;
@@ -602,6 +587,34 @@ impl StreamValue {
         self.last_id = id;
         if self.length == 1 {
             self.first_id = id;
+        }
+        Ok(id)
+    }
+
+    /// The ID [`append`](Self::append) would give an entry, or why it would fail, without
+    /// changing anything.
+    pub fn check_append(
+        &self,
+        pairs: &[&[u8]],
+        use_id: StreamId,
+        seq_given: bool,
+    ) -> Result<StreamId, AppendError> {
+        let id = if seq_given {
+            use_id
+        } else if self.last_id.ms == use_id.ms {
+            if self.last_id.seq == u64::MAX {
+                return Err(AppendError::NotGreater);
+            }
+            StreamId::new(use_id.ms, self.last_id.seq + 1)
+        } else {
+            use_id
+        };
+        if id <= self.last_id {
+            return Err(AppendError::NotGreater);
+        }
+        let totelelen: u64 = pairs.iter().map(|p| p.len() as u64).sum();
+        if totelelen > LISTPACK_MAX_SIZE {
+            return Err(AppendError::TooLarge);
         }
         Ok(id)
     }

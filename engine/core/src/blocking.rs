@@ -413,6 +413,28 @@ fn rerun(e: &mut Engine, id: u64, now_us: u64) {
     });
 }
 
+/// CLIENT UNBLOCK: answers parked client `id` as if it timed out (a null array) or, with
+/// `error`, with `-UNBLOCKED client unblocked via CLIENT UNBLOCK`. Returns whether it was
+/// parked.
+pub fn unblock(e: &mut Engine, id: u64, error: bool) -> bool {
+    let Some(proto) = e.blocking.remove(id) else {
+        return false;
+    };
+    let mut bytes = Vec::new();
+    let mut w = ReplyWriter::new(&mut bytes, proto);
+    if error {
+        w.error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
+    } else {
+        w.null_array();
+    }
+    e.deliveries.push(Delivery {
+        client_id: id,
+        bytes,
+        unblock: true,
+    });
+    true
+}
+
 /// Answers every parked client whose deadline is `<= now_us` with a null array in its
 /// protocol (see the module doc, step 4).
 pub fn timeouts(e: &mut Engine, now_us: u64) {

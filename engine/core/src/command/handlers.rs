@@ -36,6 +36,7 @@ pub use crate::cmd::connection::client_info;
 pub use crate::cmd::connection::client_kill;
 pub use crate::cmd::connection::client_list;
 pub use crate::cmd::connection::client_setname;
+pub use crate::cmd::connection::client_unblock;
 pub use crate::cmd::cluster::not_supported as cluster_addslots;
 pub use crate::cmd::cluster::not_supported as cluster_addslotsrange;
 pub use crate::cmd::cluster::not_supported as cluster_bumpepoch;

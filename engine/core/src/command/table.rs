@@ -797,7 +797,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::client_unblock),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Unblock a client blocked in a blocking command from a different connection")), ("since", Val::Str("5.0.0")), ("group", Val::Str("connection")), ("complexity", Val::Str("O(log N) where N is the number of client connections")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("client-id")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("timeout_error")), ("type", Val::Str("oneof")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("timeout")), ("type", Val::Str("pure-token")), ("token", Val::Str("TIMEOUT"))]), Val::Map(&[("name", Val::Str("error")), ("type", Val::Str("pure-token")), ("token", Val::Str("ERROR"))])]))])]))]),

@@ -464,7 +464,7 @@ pub enum Trim {
 }
 
 /// A stored stream.
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct StreamValue {
     nodes: BTreeMap<StreamId, Node>,
     /// Live entries (XLEN).
@@ -483,6 +483,31 @@ pub struct StreamValue {
     node_bytes: usize,
     /// Accounted bytes of the groups (kept by `group.rs` through [`StreamValue::group_mut`]).
     pub(crate) group_bytes: usize,
+}
+
+/// Equal contents: entries, counters and groups (the node layout and tombstones aside, which
+/// a snapshot does not keep).
+impl PartialEq for StreamValue {
+    fn eq(&self, other: &Self) -> bool {
+        type Owned = Vec<(StreamId, Vec<(Vec<u8>, Vec<u8>)>)>;
+        let entries = |s: &StreamValue| -> Owned {
+            s.entries()
+                .map(|e| {
+                    (
+                        e.id,
+                        e.fields().map(|(f, v)| (f.to_vec(), v.to_vec())).collect(),
+                    )
+                })
+                .collect()
+        };
+        self.length == other.length
+            && self.last_id == other.last_id
+            && self.first_id == other.first_id
+            && self.max_deleted_entry_id == other.max_deleted_entry_id
+            && self.entries_added == other.entries_added
+            && self.groups == other.groups
+            && entries(self) == entries(other)
+    }
 }
 
 impl StreamValue {

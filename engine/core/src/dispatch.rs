@@ -43,8 +43,37 @@ pub fn resolve(argv: &[&[u8]]) -> Result<(&'static CommandSpec, Option<Handler>)
     Ok((top, top.handler))
 }
 
-/// Runs one command (see [`Engine::exec`]).
+/// Runs one command (see [`Engine::exec`]), counting an error reply by its code for INFO
+/// `errorstats` (redis `afterErrorReply`; commands run by EXEC count their own).
 pub fn exec(
+    e: &mut Engine,
+    client: &mut Client,
+    argv: &[&[u8]],
+    now_us: u64,
+    out: &mut Vec<u8>,
+) -> Flow {
+    let start = out.len();
+    let flow = exec_inner(e, client, argv, now_us, out);
+    if out.get(start) == Some(&b'-') {
+        let line = &out[start + 1..];
+        let end = line
+            .iter()
+            .position(|&b| b == b' ' || b == b'\r')
+            .unwrap_or(line.len());
+        let code = String::from_utf8_lossy(&line[..end]).into_owned();
+        let n = e.stats.errors.len();
+        match e.stats.errors.get_mut(&code) {
+            Some(c) => *c += 1,
+            None if n < crate::engine::ERRORSTATS_LIMIT => {
+                e.stats.errors.insert(code, 1);
+            }
+            None => {}
+        }
+    }
+    flow
+}
+
+fn exec_inner(
     e: &mut Engine,
     client: &mut Client,
     argv: &[&[u8]],
@@ -171,7 +200,10 @@ pub fn exec(
     } else {
         false
     };
-    e.cmdstats.called(spec, failed);
+    // A command that parks is counted when it is answered (its re-run), as in Redis.
+    if call.flow != Flow::Block {
+        e.cmdstats.called(spec, failed);
+    }
     if e.ks.dirty != dirty_before {
         // Single place where a command's changes are observed: the keychange feed and
         // snapshot scheduling hang off this counter.

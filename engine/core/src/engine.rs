@@ -118,7 +118,13 @@ pub struct Stats {
     pub dirty_commands: u64,
     /// Keys removed by the active expiry cycle (also counted in `expired_keys`).
     pub active_expired_keys: u64,
+    /// Error replies by code (the error's first word: `ERR`, `WRONGTYPE`, `NOGROUP`…), for
+    /// INFO `errorstats` (redis `errors` rax, at most [`ERRORSTATS_LIMIT`] codes).
+    pub errors: std::collections::BTreeMap<String, u64>,
 }
+
+/// redis `ERRORSTATS_LIMIT`: distinct error codes tracked; later new codes are not.
+pub const ERRORSTATS_LIMIT: usize = 128;
 
 /// Network counters only the server sees; it adds to them (on accept, refusal, read and
 /// write) and INFO `stats` prints them.

@@ -35,6 +35,7 @@ const SECTIONS: &[&str] = &[
     "persistence",
     "stats",
     "replication",
+    "errorstats",
     "cluster",
     "keyspace",
     "commandstats",
@@ -272,6 +273,11 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                     let (keys, avg) = e.with_db(n, |e| (e.ks.len(), e.ks.avg_ttl_ms(now_ms, 100)));
                     let expires = e.db(n).volatile_len();
                     let _ = write!(s, "db{n}:keys={keys},expires={expires},avg_ttl={avg}\r\n");
+                }
+            }
+            "errorstats" => {
+                for (code, n) in &e.stats.errors {
+                    let _ = write!(s, "errorstat_{code}:count={n}\r\n");
                 }
             }
             "commandstats" => e.cmdstats.write(&mut s),

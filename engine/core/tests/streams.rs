@@ -403,3 +403,137 @@ fn type_encoding_and_scan_type() {
         "*2\r\n$1\r\n0\r\n*1\r\n$1\r\ns\r\n"
     );
 }
+
+/// Random stream commands over random words (the fuzz target's idea, here run on every
+/// test): nothing panics, and each command writes exactly one reply or parks.
+#[test]
+fn random_arguments_never_panic() {
+    const NAMES: &[&str] = &[
+        "XADD",
+        "XRANGE",
+        "XREVRANGE",
+        "XLEN",
+        "XDEL",
+        "XTRIM",
+        "XSETID",
+        "XREAD",
+        "XREADGROUP",
+        "XGROUP",
+        "XACK",
+        "XPENDING",
+        "XCLAIM",
+        "XAUTOCLAIM",
+        "XINFO",
+        // Valid beginnings, so the random tail reaches past argument checks.
+        "XADD s * f v",
+        "XADD t 5-* f v",
+        "XGROUP CREATE s g $ MKSTREAM",
+        "XGROUP CREATE t g 0",
+        "XREADGROUP GROUP g c STREAMS s >",
+        "XREADGROUP GROUP g c COUNT 2 STREAMS s t > 0",
+        "XREAD STREAMS s t 0",
+        "XCLAIM s g c 0",
+        "XAUTOCLAIM s g c 0",
+        "XPENDING s g - + 10",
+        "XINFO STREAM s",
+        "XTRIM s MAXLEN ~",
+        "XREADGROUP GROUP g c BLOCK 10 STREAMS s >",
+        "XREAD BLOCK 10 STREAMS s $",
+    ];
+    const WORDS: &[&str] = &[
+        "s",
+        "t",
+        "g",
+        "c",
+        "0",
+        "1",
+        "-1",
+        "5-*",
+        "1-1",
+        "0-0",
+        "(1-1",
+        "(",
+        "-",
+        "+",
+        "$",
+        ">",
+        "*",
+        "~",
+        "=",
+        "MAXLEN",
+        "MINID",
+        "LIMIT",
+        "NOMKSTREAM",
+        "COUNT",
+        "BLOCK",
+        "STREAMS",
+        "GROUP",
+        "NOACK",
+        "CREATE",
+        "SETID",
+        "DESTROY",
+        "CREATECONSUMER",
+        "DELCONSUMER",
+        "HELP",
+        "MKSTREAM",
+        "ENTRIESREAD",
+        "ENTRIESADDED",
+        "MAXDELETEDID",
+        "IDLE",
+        "TIME",
+        "RETRYCOUNT",
+        "FORCE",
+        "JUSTID",
+        "LASTID",
+        "FULL",
+        "STREAM",
+        "GROUPS",
+        "CONSUMERS",
+        "f",
+        "v",
+        "18446744073709551615-18446744073709551615",
+        "18446744073709551615",
+        "9223372036854775807",
+    ];
+    let mut w = World::new(3);
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: usize| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % n as u64) as usize
+    };
+    let mut parked = [false; 3];
+    for step in 0..30_000 {
+        let who = 1 + next(3);
+        if parked[who - 1] {
+            if next(4) == 0 {
+                w.engine.client_closed(who as u64);
+                parked[who - 1] = false;
+            }
+            continue;
+        }
+        let mut line = vec![NAMES[next(NAMES.len())]];
+        for _ in 0..next(9) {
+            line.push(WORDS[next(WORDS.len())]);
+        }
+        let line = line.join(" ");
+        let (flow, out) = w.run(who as u64, &line);
+        match flow {
+            Flow::Block => {
+                assert_eq!(out, "", "{line}");
+                parked[who - 1] = true;
+            }
+            _ => assert!(out.ends_with("\r\n"), "{line}: {out:?}"),
+        }
+        if step % 100 == 0 {
+            w.now_us += 50_000;
+            w.engine.timeouts(w.now_us);
+        }
+        for d in w.deliveries() {
+            if d.unblock {
+                parked[d.client_id as usize - 1] = false;
+            }
+        }
+    }
+}

@@ -19,7 +19,7 @@ use crate::call::{self, Call};
 use crate::effect;
 use crate::error::CmdError;
 use crate::keyspace::Keep;
-use crate::notify::{class, notify};
+use crate::notify::{class, notify_unwatched};
 use crate::types::Value;
 
 /// redis `addReplySubcommandSyntaxError`.
@@ -163,7 +163,7 @@ fn xgroup_generic(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         };
         e.ks.update(p, |v| stream_mut(v).create_group(grp, id, entries_read));
         c.w().ok();
-        notify(e, class::STREAM, "xgroup-create", key);
+        notify_unwatched(e, class::STREAM, "xgroup-create", key);
         let (idt, er) = (id.text(), entries_read.to_string());
         let mut eff: Vec<&[u8]> = vec![
             b"XGROUP",
@@ -192,7 +192,7 @@ fn xgroup_generic(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             })
         });
         c.w().ok();
-        notify(e, class::STREAM, "xgroup-setid", key);
+        notify_unwatched(e, class::STREAM, "xgroup-setid", key);
         let (idt, er) = (id.text(), entries_read.to_string());
         effect::propagate(
             e,
@@ -211,7 +211,7 @@ fn xgroup_generic(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         if as_stream(e.ks.value(p))?.groups.contains_key(grp) {
             e.ks.update(p, |v| stream_mut(v).destroy_group(grp));
             c.w().integer(1);
-            notify(e, class::STREAM, "xgroup-destroy", key);
+            notify_unwatched(e, class::STREAM, "xgroup-destroy", key);
             effect::propagate(e, argv);
             blocking::signal_ready(e, key);
         } else {
@@ -230,7 +230,7 @@ fn xgroup_generic(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
                 stream_mut(v).group_mut(grp, |g| g.create_consumer(argv[4], now))
             });
             c.w().integer(1);
-            notify(e, class::STREAM, "xgroup-createconsumer", key);
+            notify_unwatched(e, class::STREAM, "xgroup-createconsumer", key);
             effect::propagate(e, argv);
         }
     } else if args::is(opt, "delconsumer") && n == 5 {
@@ -246,7 +246,7 @@ fn xgroup_generic(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
                 })
                 .flatten()
                 .unwrap_or(0);
-            notify(e, class::STREAM, "xgroup-delconsumer", key);
+            notify_unwatched(e, class::STREAM, "xgroup-delconsumer", key);
             effect::propagate(e, argv);
         }
         c.w().integer(pending as i64);
@@ -590,7 +590,7 @@ pub fn xclaim(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         });
     }
     if created {
-        notify(e, class::STREAM, "xgroup-createconsumer", key);
+        notify_unwatched(e, class::STREAM, "xgroup-createconsumer", key);
     }
     let s = as_stream(e.ks.value(p))?;
     let glast = s.groups[grp].last_id;
@@ -737,7 +737,7 @@ pub fn xautoclaim(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         });
     }
     if created {
-        notify(e, class::STREAM, "xgroup-createconsumer", key);
+        notify_unwatched(e, class::STREAM, "xgroup-createconsumer", key);
     }
     let s = as_stream(e.ks.value(p))?;
     let glast = s.groups[grp].last_id;

@@ -32,7 +32,7 @@ use crate::call::Call;
 use crate::effect;
 use crate::error::{CmdError, c_str_lossy};
 use crate::keyspace::Keep;
-use crate::notify::{class, notify};
+use crate::notify::{class, notify, notify_unwatched};
 use crate::types::Value;
 
 /// redis `XREAD_BLOCKED_DEFAULT_COUNT`.
@@ -505,7 +505,7 @@ pub fn xsetid(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         }
     });
     c.w().ok();
-    notify(e, class::STREAM, "xsetid", key);
+    notify_unwatched(e, class::STREAM, "xsetid", key);
     effect::propagate(e, argv);
     Ok(())
 }
@@ -749,7 +749,7 @@ fn xread_generic(e: &mut Engine, c: &mut Call, group_mode: bool) -> Result<(), C
                         )
                     });
                     if read.consumer_created {
-                        notify(e, class::STREAM, "xgroup-createconsumer", key);
+                        notify_unwatched(e, class::STREAM, "xgroup-createconsumer", key);
                     }
                     propagate_group_read(e, key, gname, cname, &read);
                 }

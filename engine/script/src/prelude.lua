@@ -114,6 +114,25 @@ rawset = function(t, k, v)
   return rawset0(t, k, v)
 end
 
+-- unpack as Redis patches it (lbaselib.c): a range of INT_MAX or more elements, or more than
+-- the C stack takes, is "too many results to unpack" (vanilla 5.1 overflows `e - i + 1` and
+-- can crash the process growing the stack).
+local unpack0 = unpack
+unpack = function(t, i, j)
+  if type(t) == 'table' then
+    local a = (i == nil) and 1 or tonumber(i)
+    local b = (j == nil) and #t or tonumber(j)
+    if a and b then
+      a, b = floor(a), floor(b)
+      local n = b - a + 1
+      if n > 0 and (n >= 2147483647 or n > 7999) then
+        error('too many results to unpack', 2)
+      end
+    end
+  end
+  return unpack0(t, i, j)
+end
+
 -- Redis 7.0's globals: no io, os, package, debug, dofile, loadfile, print.
 dofile, loadfile, print = nil, nil, nil
 

@@ -1466,3 +1466,50 @@ fn feed_garbage_never_panics() {
         e.take_deliveries(&mut ds);
     }
 }
+
+/// Streams: `XADD *` reaches the replica with the ID it was given, trims as `XTRIM MINID`,
+/// and group reads as `XCLAIM … FORCE JUSTID` + `XGROUP SETID`; the replica's stream, groups
+/// and pending entries equal the primary's.
+#[test]
+fn stream_effects_carry_concrete_ids() {
+    let mut p = Pair::new(5);
+    let now_ms = p.now_us / 1000;
+    assert_eq!(
+        effects_of(&mut p, WRITER, "XADD s * f v"),
+        [format!("XADD s {now_ms}-0 f v")]
+    );
+    assert_eq!(
+        effects_of(&mut p, WRITER, "XADD s * f w"),
+        [format!("XADD s {now_ms}-1 f w")]
+    );
+    p.run(WRITER, "CONFIG SET stream-node-max-entries 2");
+    for _ in 0..5 {
+        p.now_us += 1000;
+        p.run(WRITER, "XADD s * f x");
+    }
+    p.now_us += 1000;
+    let eff = effects_of(&mut p, WRITER, "XADD s MAXLEN ~ 3 * f y");
+    assert_eq!(eff.len(), 2, "{eff:?}");
+    assert!(eff[1].starts_with("XTRIM s MINID "), "{eff:?}");
+    assert_eq!(
+        effects_of(&mut p, WRITER, "XGROUP CREATE s g 0"),
+        ["XGROUP CREATE s g 0-0 ENTRIESREAD -1"]
+    );
+    let eff = effects_of(
+        &mut p,
+        WRITER,
+        "XREADGROUP GROUP g alice COUNT 2 STREAMS s >",
+    );
+    assert_eq!(eff[0], "XGROUP CREATECONSUMER s g alice");
+    assert!(eff[1].starts_with("XCLAIM s g alice 0 ") && eff[1].contains(" FORCE JUSTID LASTID "));
+    assert!(eff[3].starts_with("XGROUP SETID s g "), "{eff:?}");
+    assert_eq!(
+        effects_of(&mut p, WRITER, "XTRIM s MAXLEN 100"),
+        Vec::<String>::new()
+    );
+    p.assert_equal("streams");
+    // RENAME recreates the stream, its group and its pending entries on the replica.
+    p.run(WRITER, "RENAME s s2");
+    p.assert_equal("after RENAME");
+    p.run(WRITER, "CONFIG SET stream-node-max-entries 100");
+}

@@ -394,7 +394,8 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "xread" | "xreadgroup" if !stream_read_blocks(args) => match keys_instance(spec, args, n) {
             Ok(Some(i)) => Plan::Forward(i),
             Ok(None) => Plan::ForwardAny,
-            Err(()) => reply_static(CROSSSLOT),
+            // Streams on several instances: split, merged in the caller's key order.
+            Err(()) => split_stream_read(args, n, session.proto),
         },
         _ if spec.has_flag(Flags::BLOCKING) => match keys_instance(spec, args, n) {
             Ok(Some(i)) => Plan::Blocking(i),
@@ -413,19 +414,60 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
     }
 }
 
-/// Whether an XREAD/XREADGROUP request has a BLOCK option (before STREAMS, as its parser
-/// reads it).
-fn stream_read_blocks<A: Args + ?Sized>(args: &A) -> bool {
-    for i in 1..args.argc() {
-        let a = args.arg(i);
-        if a.eq_ignore_ascii_case(b"streams") {
-            return false;
-        }
-        if a.eq_ignore_ascii_case(b"block") && i + 1 < args.argc() {
-            return true;
-        }
+/// XREAD/XREADGROUP without BLOCK whose streams live on several instances: one part per
+/// instance (see [`split::split_stream_read`]).
+fn split_stream_read<A: Args + ?Sized>(args: &A, n: usize, proto: resp::Proto) -> Plan {
+    let argc = args.argc();
+    let all: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
+    // STREAMS is followed by the keys, then as many IDs.
+    let Some(streams) = stream_read_layout(args).0 else {
+        return reply_static(CROSSSLOT);
+    };
+    let first = streams + 1;
+    let nkeys = (argc - first) / 2;
+    if nkeys == 0 || !(argc - first).is_multiple_of(2) {
+        return reply_static(CROSSSLOT);
     }
-    false
+    let s = split::split_stream_read(&all, first, nkeys, |k| instance_of(k, n));
+    Plan::Split {
+        parts: s.parts,
+        merge: Merge::StreamRead {
+            seq: s.seq,
+            keys: all[first..first + nkeys]
+                .iter()
+                .map(|k| k.to_vec())
+                .collect(),
+            proto,
+        },
+    }
+}
+
+/// Where an XREAD/XREADGROUP request's STREAMS keyword is and whether it has a BLOCK option,
+/// reading its options as its parser does (GROUP takes two arguments, COUNT and BLOCK one).
+fn stream_read_layout<A: Args + ?Sized>(args: &A) -> (Option<usize>, bool) {
+    let mut block = false;
+    let mut i = 1;
+    while i < args.argc() {
+        let a = args.arg(i);
+        let more = args.argc() - i - 1;
+        if a.eq_ignore_ascii_case(b"streams") {
+            return (Some(i), block);
+        } else if a.eq_ignore_ascii_case(b"group") && more >= 2 {
+            i += 2;
+        } else if a.eq_ignore_ascii_case(b"block") && more >= 1 {
+            block = true;
+            i += 1;
+        } else if a.eq_ignore_ascii_case(b"count") && more >= 1 {
+            i += 1;
+        }
+        i += 1;
+    }
+    (None, block)
+}
+
+/// Whether an XREAD/XREADGROUP request has a BLOCK option (before STREAMS).
+fn stream_read_blocks<A: Args + ?Sized>(args: &A) -> bool {
+    stream_read_layout(args).1
 }
 
 /// The key argument positions of a request, from the one key extractor
@@ -1082,6 +1124,28 @@ mod tests {
             run(&[b"XADD", key, b"*", b"f", b"v"], 3),
             Plan::Forward(instance_of(key, 3))
         );
+        // Streams on two instances: split, one part each.
+        let (a, b) =
+            (0..100)
+                .map(|i| format!("s{i}").into_bytes())
+                .fold((None, None), |(a, b), k| match instance_of(&k, 2) {
+                    0 if a.is_none() => (Some(k), b),
+                    1 if b.is_none() => (a, Some(k)),
+                    _ => (a, b),
+                });
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let split = [
+            b"XREADGROUP".as_slice(),
+            b"GROUP",
+            b"streams",
+            b"c",
+            b"STREAMS",
+            &a,
+            &b,
+            b">",
+            b">",
+        ];
+        assert!(matches!(run(&split, 2), Plan::Split { ref parts, .. } if parts.len() == 2));
         // XREAD without BLOCK goes over the shared link; with BLOCK, a dedicated one.
         let read = [b"XREAD".as_slice(), b"COUNT", b"2", b"STREAMS", key, b"0"];
         assert_eq!(run(&read, 3), Plan::Forward(instance_of(key, 3)));

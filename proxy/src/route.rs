@@ -151,6 +151,9 @@ pub struct Fleet {
     pub login: Option<Vec<u8>>,
     /// Databases SELECT may choose (Redis `databases`; the engines' setting).
     pub databases: usize,
+    /// Per instance, a connected dedicated connection nobody owns yet (`crate::exec`'s
+    /// `conn_for`): its slab id.
+    pub spares: Vec<Option<usize>>,
 }
 
 impl Fleet {
@@ -168,6 +171,7 @@ impl Fleet {
             login: None,
             cluster_publish: false,
             databases: 16,
+            spares: Vec::new(),
         }
     }
 

@@ -530,7 +530,7 @@ pub fn xclaim(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     // Plan on the current state, then apply.
     let s = as_stream(e.ks.value(p))?;
     let g = &s.groups[grp];
-    let mut bump_last = last_id > g.last_id;
+    let bump_last = last_id > g.last_id;
     let mut gone = Vec::new();
     let mut take = Vec::new();
     for &id in &ids {
@@ -631,8 +631,6 @@ pub fn xclaim(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             ],
         );
     }
-    bump_last = false;
-    let _ = bump_last;
     Ok(())
 }
 

@@ -132,9 +132,14 @@ impl Blocking {
     /// Forgets a parked client (disconnect, timeout, served). Returns its protocol if it was
     /// parked.
     pub fn remove(&mut self, client_id: u64) -> Option<Proto> {
+        self.take(client_id).map(|p| p.proto)
+    }
+
+    /// Forgets a parked client and returns what it was parked with.
+    fn take(&mut self, client_id: u64) -> Option<Parked> {
         let p = self.parked.remove(&client_id)?;
         self.unlink(client_id, &p);
-        Some(p.proto)
+        Some(p)
     }
 
     /// Removes `client_id`'s entries from the key queues and the deadline set.
@@ -413,13 +418,27 @@ fn rerun(e: &mut Engine, id: u64, now_us: u64) {
     });
 }
 
+/// A parked command answered without a re-run (timeout, CLIENT UNBLOCK) counts as a call of
+/// its command then, as Redis counts it when it unblocks (`updateStatsOnUnblock`).
+fn count_answered(e: &mut Engine, p: &Parked, failed: bool) {
+    if let Some(spec) = p.argv.first().and_then(|name| crate::command::lookup(name)) {
+        e.cmdstats.called(spec, failed);
+        if failed {
+            e.stats.failed_calls += 1;
+            *e.stats.errors.entry("UNBLOCKED".to_string()).or_insert(0) += 1;
+        }
+    }
+}
+
 /// CLIENT UNBLOCK: answers parked client `id` as if it timed out (a null array) or, with
 /// `error`, with `-UNBLOCKED client unblocked via CLIENT UNBLOCK`. Returns whether it was
 /// parked.
 pub fn unblock(e: &mut Engine, id: u64, error: bool) -> bool {
-    let Some(proto) = e.blocking.remove(id) else {
+    let Some(p) = e.blocking.take(id) else {
         return false;
     };
+    count_answered(e, &p, error);
+    let proto = p.proto;
     let mut bytes = Vec::new();
     let mut w = ReplyWriter::new(&mut bytes, proto);
     if error {
@@ -443,9 +462,11 @@ pub fn timeouts(e: &mut Engine, now_us: u64) {
             break;
         }
         e.blocking.deadlines.pop_first();
-        let Some(proto) = e.blocking.remove(id) else {
+        let Some(p) = e.blocking.take(id) else {
             continue;
         };
+        count_answered(e, &p, false);
+        let proto = p.proto;
         let mut bytes = Vec::with_capacity(5);
         ReplyWriter::new(&mut bytes, proto).null_array();
         e.deliveries.push(Delivery {

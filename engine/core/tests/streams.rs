@@ -537,3 +537,29 @@ fn random_arguments_never_panic() {
         }
     }
 }
+
+/// A parked command counts as one call of its command when it is answered, whether by a
+/// re-run, a timeout or CLIENT UNBLOCK (redis `updateStatsOnUnblock`), and its error by code.
+#[test]
+fn parked_commands_count_once_when_answered() {
+    let mut w = World::new(3);
+    w.cmd(1, "XGROUP CREATE s g $ MKSTREAM");
+    w.park(2, "XREADGROUP GROUP g c BLOCK 0 STREAMS s >");
+    w.cmd(1, "XGROUP DESTROY s g");
+    w.deliveries();
+    w.park(3, "XREAD BLOCK 100 STREAMS s $");
+    w.engine.timeouts(T0 + 100_000);
+    w.deliveries();
+    let stats = w.cmd(1, "INFO commandstats");
+    assert!(
+        stats.contains(
+            "cmdstat_xreadgroup:calls=1,usec=0,usec_per_call=0.00,rejected_calls=0,failed_calls=1"
+        ),
+        "{stats}"
+    );
+    assert!(stats.contains("cmdstat_xread:calls=1,"), "{stats}");
+    assert!(
+        w.cmd(1, "INFO errorstats")
+            .contains("errorstat_NOGROUP:count=1\r\n")
+    );
+}

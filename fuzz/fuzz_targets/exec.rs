@@ -4,7 +4,8 @@
 //! engine, with the clock moving forward between them (so expiry, blocking timeouts and
 //! `cron` run too). Names come from the command table (subcommands from their container's
 //! list), keys from a small set so types collide (WRONGTYPE paths), and arguments from a
-//! mix of numbers at the edges (0, -1, i64::MIN/MAX, inf, nan), option keywords and raw
+//! mix of numbers at the edges (0, -1, i64::MIN/MAX, inf, nan), option keywords (streams
+//! included: IDs, `$`, `>`, GROUP/STREAMS/BLOCK…) and raw
 //! bytes.
 //!
 //! Oracle: no panic (the engine's rule: bad input never panics), and every reply is one or
@@ -131,6 +132,33 @@ const WORDS: &[&[u8]] = &[
     b"DECODE",
     b"TODENSE",
     b"HYLL\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x80\x7f\xfe\x80",
+    // Streams.
+    b"STREAMS",
+    b"GROUP",
+    b"BLOCK",
+    b"NOACK",
+    b"MKSTREAM",
+    b"NOMKSTREAM",
+    b"ENTRIESREAD",
+    b"ENTRIESADDED",
+    b"MAXDELETEDID",
+    b"MINID",
+    b"JUSTID",
+    b"FORCE",
+    b"IDLE",
+    b"TIME",
+    b"RETRYCOUNT",
+    b"LASTID",
+    b"FULL",
+    b"~",
+    b"=",
+    b"$",
+    b">",
+    b"0-0",
+    b"1-1",
+    b"5-*",
+    b"(1-1",
+    b"18446744073709551615-18446744073709551615",
 ];
 
 /// Count arguments that size a reply (Redis answers |count| elements).

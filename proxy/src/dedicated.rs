@@ -23,6 +23,14 @@
 //! restarted, and client libraries reconnect and resubscribe). A blocking-only client keeps
 //! its connection; its next blocking command opens a new dedicated connection.
 //!
+//! **Spares.** Opening a connection takes a connect (and HELLO/SELECT) before the first
+//! request can go out, while another client's request on the shared link goes out at once:
+//! a `BLPOP`/`XREADGROUP … BLOCK` followed by another client's `DEL` would run in the wrong
+//! order on the instance. So the proxy keeps one connected spare per instance
+//! (`Fleet::spares`, owned by nobody: token `usize::MAX`, id 0), hands it to the next client
+//! that needs a dedicated connection and opens the next spare; and it flushes dedicated
+//! connections before the shared links in each loop iteration.
+//!
 //! # Lanes and ordering
 //!
 //! Replies reach the client in request order through its reply slots whatever connection

@@ -667,6 +667,11 @@ impl Proxy {
         let Some(mut d) = self.dedicated.try_remove(id) else {
             return;
         };
+        if let Some(slot) = self.fleet.spares.get_mut(d.instance)
+            && *slot == Some(id)
+        {
+            *slot = None; // a spare nobody took; another is opened on next need
+        }
         d.wire.close(self.poll.registry());
         log::debug!(
             "client {}: dedicated connection to instance {}: {why}",
@@ -1061,6 +1066,25 @@ impl Proxy {
         let now = self.now;
         // The lists are taken and given back with their capacity: iterating them by value
         // freed them, and every iteration with a request allocated them again.
+        // Dedicated connections first: a blocking command read in this iteration reaches
+        // its instance before the shared-link requests of other clients read after it (the
+        // order one Redis would have run them in).
+        let mut dedicated = std::mem::take(&mut self.dirty_dedicated);
+        for &id in &dedicated {
+            let Some(d) = self.dedicated.get_mut(id) else {
+                continue;
+            };
+            d.dirty = false;
+            if d.connecting.is_some() {
+                continue; // written once the connect completes
+            }
+            if let Err(e) = d.wire.flush() {
+                self.fail_dedicated(id, &format!("write: {e}"));
+            }
+        }
+        dedicated.clear();
+        dedicated.append(&mut self.dirty_dedicated);
+        self.dirty_dedicated = dedicated;
         let mut backends = std::mem::take(&mut self.dirty_backends);
         for &i in &backends {
             if !self.listed[i] {
@@ -1078,22 +1102,6 @@ impl Proxy {
         backends.clear();
         backends.append(&mut self.dirty_backends); // marked meanwhile: stay marked
         self.dirty_backends = backends;
-        let mut dedicated = std::mem::take(&mut self.dirty_dedicated);
-        for &id in &dedicated {
-            let Some(d) = self.dedicated.get_mut(id) else {
-                continue;
-            };
-            d.dirty = false;
-            if d.connecting.is_some() {
-                continue; // written once the connect completes
-            }
-            if let Err(e) = d.wire.flush() {
-                self.fail_dedicated(id, &format!("write: {e}"));
-            }
-        }
-        dedicated.clear();
-        dedicated.append(&mut self.dirty_dedicated);
-        self.dirty_dedicated = dedicated;
         let clients = std::mem::take(&mut self.dirty_clients);
         for token in &clients {
             self.flush_client(*token);

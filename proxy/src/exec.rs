@@ -409,14 +409,64 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
     if ctx.dedicated.len() >= dedicated::MAX_TOTAL {
         return Err(dedicated::limit_error(false));
     }
+    // A warm spare first: already connected, so a blocking command written on it reaches the
+    // instance before requests other clients send after it on the shared link (a fresh
+    // connection is still connecting then: Redis's order would be lost). Another spare is
+    // opened for the next client.
+    if let Some(id) = ctx.fleet.spares.get_mut(instance).and_then(Option::take)
+        && let Some(d) = ctx.dedicated.get_mut(id)
+    {
+        d.owner_token = me.token;
+        d.owner_id = me.id;
+        if ctx.fleet.cluster_publish {
+            d.instances = ctx.fleet.instances();
+        }
+        if resp3 {
+            d.resp3 = true;
+            d.send(HELLO3, None, 1);
+            mark(&mut d.dirty, ctx.dirty_dedicated, id);
+        }
+        me.conns.push((instance, id));
+        open_spare(instance, ctx);
+        return Ok(id);
+    }
+    let id = open(instance, me.token, me.id, resp3, ctx)?;
+    me.conns.push((instance, id));
+    open_spare(instance, ctx);
+    Ok(id)
+}
+
+/// Opens a spare dedicated connection to `instance` (see [`conn_for`]) if it has none and
+/// the limits allow; owned by nobody (token `usize::MAX`, id 0) until a client takes it.
+fn open_spare(instance: usize, ctx: &mut Ctx<'_>) {
+    if ctx.fleet.spares.len() < ctx.fleet.instances() {
+        ctx.fleet.spares.resize(ctx.fleet.instances(), None);
+    }
+    if ctx.fleet.spares[instance].is_some() || ctx.dedicated.len() + 1 >= dedicated::MAX_TOTAL {
+        return;
+    }
+    if let Ok(id) = open(instance, usize::MAX, 0, false, ctx) {
+        ctx.fleet.spares[instance] = Some(id);
+    }
+}
+
+/// Opens a dedicated connection to `instance` for the client `(owner_token, owner_id)`.
+fn open(
+    instance: usize,
+    owner_token: usize,
+    owner_id: u64,
+    resp3: bool,
+    ctx: &mut Ctx<'_>,
+) -> Result<usize, Vec<u8>> {
+    let backend = &ctx.backends[instance];
     // The slab index is the token, so reserve the entry before registering.
     let id = ctx.dedicated.vacant_key();
     let token = dedicated_token(id);
     match Dedicated::connect(
         instance,
         backend.addr,
-        me.token,
-        me.id,
+        owner_token,
+        owner_id,
         ctx.registry,
         token,
         Instant::now(),
@@ -434,7 +484,6 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
             }
             let got = ctx.dedicated.insert(d);
             debug_assert_eq!(got, id);
-            me.conns.push((instance, id));
             Ok(id)
         }
         Err(e) => {

@@ -151,6 +151,9 @@ pub struct Fleet {
     pub login: Option<Vec<u8>>,
     /// Databases SELECT may choose (Redis `databases`; the engines' setting).
     pub databases: usize,
+    /// Per instance, a connected dedicated connection nobody owns yet (`crate::exec`'s
+    /// `conn_for`): its slab id.
+    pub spares: Vec<Option<usize>>,
 }
 
 impl Fleet {
@@ -168,6 +171,7 @@ impl Fleet {
             login: None,
             cluster_publish: false,
             databases: 16,
+            spares: Vec::new(),
         }
     }
 
@@ -389,6 +393,14 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         _ if spec.has_flag(Flags::PUBSUB) => {
             not_supported(spec, "sharded pub/sub is not relayed (use SUBSCRIBE)")
         }
+        // XREAD/XREADGROUP block only with a BLOCK option; without it they are plain
+        // reads (and writes to a group) that the shared link carries.
+        "xread" | "xreadgroup" if !stream_read_blocks(args) => match keys_instance(spec, args, n) {
+            Ok(Some(i)) => Plan::Forward(i),
+            Ok(None) => Plan::ForwardAny,
+            // Streams on several instances: split, merged in the caller's key order.
+            Err(()) => split_stream_read(args, n, session.proto),
+        },
         _ if spec.has_flag(Flags::BLOCKING) => match keys_instance(spec, args, n) {
             Ok(Some(i)) => Plan::Blocking(i),
             Ok(None) => not_supported(spec, "it has no key to route by"),
@@ -404,6 +416,62 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         }
         _ => not_supported(spec, "it has no key to route by"),
     }
+}
+
+/// XREAD/XREADGROUP without BLOCK whose streams live on several instances: one part per
+/// instance (see [`split::split_stream_read`]).
+fn split_stream_read<A: Args + ?Sized>(args: &A, n: usize, proto: resp::Proto) -> Plan {
+    let argc = args.argc();
+    let all: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
+    // STREAMS is followed by the keys, then as many IDs.
+    let Some(streams) = stream_read_layout(args).0 else {
+        return reply_static(CROSSSLOT);
+    };
+    let first = streams + 1;
+    let nkeys = (argc - first) / 2;
+    if nkeys == 0 || !(argc - first).is_multiple_of(2) {
+        return reply_static(CROSSSLOT);
+    }
+    let s = split::split_stream_read(&all, first, nkeys, |k| instance_of(k, n));
+    Plan::Split {
+        parts: s.parts,
+        merge: Merge::StreamRead {
+            seq: s.seq,
+            keys: all[first..first + nkeys]
+                .iter()
+                .map(|k| k.to_vec())
+                .collect(),
+            proto,
+        },
+    }
+}
+
+/// Where an XREAD/XREADGROUP request's STREAMS keyword is and whether it has a BLOCK option,
+/// reading its options as its parser does (GROUP takes two arguments, COUNT and BLOCK one).
+fn stream_read_layout<A: Args + ?Sized>(args: &A) -> (Option<usize>, bool) {
+    let mut block = false;
+    let mut i = 1;
+    while i < args.argc() {
+        let a = args.arg(i);
+        let more = args.argc() - i - 1;
+        if a.eq_ignore_ascii_case(b"streams") {
+            return (Some(i), block);
+        } else if a.eq_ignore_ascii_case(b"group") && more >= 2 {
+            i += 2;
+        } else if a.eq_ignore_ascii_case(b"block") && more >= 1 {
+            block = true;
+            i += 1;
+        } else if a.eq_ignore_ascii_case(b"count") && more >= 1 {
+            i += 1;
+        }
+        i += 1;
+    }
+    (None, block)
+}
+
+/// Whether an XREAD/XREADGROUP request has a BLOCK option (before STREAMS).
+fn stream_read_blocks<A: Args + ?Sized>(args: &A) -> bool {
+    stream_read_layout(args).1
 }
 
 /// The key argument positions of a request, from the one key extractor
@@ -1043,25 +1111,50 @@ mod tests {
     fn rows_the_engines_do_not_run_route_by_key_or_answer_unknown() {
         // Regression (fuzz/regressions/split/): SORT alone once made the finder name a key
         // past the end. No key: the proxy answers Redis's unknown-command text itself.
-        for name in [
-            "SORT",
-            "SORT_RO",
-            "GEORADIUS",
-            "BITFIELD",
-            "XREAD",
-            "MIGRATE",
-        ] {
+        for name in ["SORT", "SORT_RO", "GEORADIUS", "BITFIELD", "MIGRATE"] {
             assert_eq!(
                 reply(run(&[name.as_bytes()], 2)),
                 format!("-ERR unknown command '{name}', with args beginning with: \r\n")
                     .into_bytes(),
             );
         }
+        // XREAD is implemented: alone it is an arity error.
+        assert_eq!(
+            reply(run(&[b"XREAD"], 2)),
+            b"-ERR wrong number of arguments for 'xread' command\r\n".to_vec()
+        );
         let key = b"k".as_slice();
         assert_eq!(
             run(&[b"XADD", key, b"*", b"f", b"v"], 3),
             Plan::Forward(instance_of(key, 3))
         );
+        // Streams on two instances: split, one part each.
+        let (a, b) =
+            (0..100)
+                .map(|i| format!("s{i}").into_bytes())
+                .fold((None, None), |(a, b), k| match instance_of(&k, 2) {
+                    0 if a.is_none() => (Some(k), b),
+                    1 if b.is_none() => (a, Some(k)),
+                    _ => (a, b),
+                });
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let split = [
+            b"XREADGROUP".as_slice(),
+            b"GROUP",
+            b"streams",
+            b"c",
+            b"STREAMS",
+            &a,
+            &b,
+            b">",
+            b">",
+        ];
+        assert!(matches!(run(&split, 2), Plan::Split { ref parts, .. } if parts.len() == 2));
+        // XREAD without BLOCK goes over the shared link; with BLOCK, a dedicated one.
+        let read = [b"XREAD".as_slice(), b"COUNT", b"2", b"STREAMS", key, b"0"];
+        assert_eq!(run(&read, 3), Plan::Forward(instance_of(key, 3)));
+        let blocking = [b"XREAD".as_slice(), b"BLOCK", b"0", b"STREAMS", key, b"$"];
+        assert_eq!(run(&blocking, 3), Plan::Blocking(instance_of(key, 3)));
     }
 
     #[test]

@@ -81,6 +81,16 @@ pub enum Merge {
     Fixed(Vec<u8>),
     /// RANDOMKEY sent to every instance: the first non-nil key, starting with part `start`.
     AnyNonNil { start: usize },
+    /// XREAD/XREADGROUP (without BLOCK) over streams on several instances, split by
+    /// [`split_stream_read`]: the streams the parts served, in the caller's key order (`seq`
+    /// as for MGET), as an array of `[key, entries]` (RESP2) or a map (RESP3); a null when
+    /// no part served any.
+    StreamRead {
+        seq: Vec<(u32, u32)>,
+        /// The caller's keys, in order.
+        keys: Vec<Vec<u8>>,
+        proto: resp::Proto,
+    },
     /// SCAN sent to one instance: rewrite the returned cursor (see [`scan_cursor_encode`]).
     Scan { instance: usize, instances: usize },
     /// INFO: `header` (the proxy's own sections) then a `# Keyspace` section with the
@@ -156,6 +166,9 @@ pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
     }
     let ok = match merge {
         Merge::Values(seq) => merge_values(seq, replies, out),
+        Merge::StreamRead { seq, keys, proto } => {
+            merge_stream_read(seq, keys, *proto, replies, out)
+        }
         Merge::Sum => merge_sum(replies, out),
         Merge::AllOk => {
             let all_ok = replies.iter().all(|r| *r == b"+OK\r\n");
@@ -299,6 +312,177 @@ fn merge_values(seq: &[(u32, u32)], replies: &[&[u8]], out: &mut Vec<u8>) -> boo
     true
 }
 
+/// Splits `XREAD|XREADGROUP [options] STREAMS k… id…` (`streams` = the position of the first
+/// key, `nkeys` keys) by instance: each part repeats the options and names its keys with
+/// their IDs, in the caller's order.
+///
+/// ```text
+///  client:  XREAD COUNT 2 STREAMS a b c  0 5 $       instance_of: a→1 b→0 c→1
+///  parts:   part 0 → 1: XREAD COUNT 2 STREAMS a c 0 $
+///           part 1 → 0: XREAD COUNT 2 STREAMS b 5
+///  seq:     a→(0,0) b→(1,0) c→(0,1)
+///  merge:   each part answers the streams it served (a subset, in its order); walking the
+///           caller's keys, a key is taken from its part when it is that part's next served one
+/// ```
+pub fn split_stream_read(
+    args: &[&[u8]],
+    streams: usize,
+    nkeys: usize,
+    instance_of: impl Fn(&[u8]) -> usize,
+) -> Split {
+    let mut part_of_instance: Vec<usize> = Vec::new();
+    let mut part_idx: Vec<Vec<usize>> = Vec::new();
+    let mut seq = Vec::with_capacity(nkeys);
+    for k in 0..nkeys {
+        let instance = instance_of(args[streams + k]);
+        let part = match part_of_instance.iter().position(|&i| i == instance) {
+            Some(p) => p,
+            None => {
+                part_of_instance.push(instance);
+                part_idx.push(Vec::new());
+                part_of_instance.len() - 1
+            }
+        };
+        seq.push((part as u32, part_idx[part].len() as u32));
+        part_idx[part].push(k);
+    }
+    let parts = part_of_instance
+        .iter()
+        .zip(&part_idx)
+        .map(|(&instance, keys)| {
+            let mut a: Vec<&[u8]> = args[..streams].to_vec();
+            a.extend(keys.iter().map(|&k| args[streams + k]));
+            a.extend(keys.iter().map(|&k| args[streams + nkeys + k]));
+            let mut request = Vec::new();
+            resp::encode_request(&mut request, &a);
+            Part { instance, request }
+        })
+        .collect();
+    Split { parts, seq }
+}
+
+/// The `(key bulk, entries)` frames of an XREAD reply: a null, an array of `[key, entries]`
+/// pairs (RESP2), or a map (RESP3).
+fn stream_read_elems(frame: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
+    let (line, mut at) = header_line(frame)?;
+    let next = |at: &mut usize| -> Option<&[u8]> {
+        let len = frame_len(&frame[*at..]).ok()??;
+        let f = &frame[*at..*at + len];
+        *at += len;
+        Some(f)
+    };
+    match line.first() {
+        Some(b'_') => Some(Vec::new()),
+        Some(b'*') => {
+            let n = resp::parse_i64(&line[1..])?;
+            let mut v = Vec::new();
+            for _ in 0..n.max(0) {
+                let pair = next(&mut at)?;
+                let (head, mut pat) = header_line(pair)?;
+                if head != b"*2" {
+                    return None;
+                }
+                let klen = frame_len(&pair[pat..]).ok()??;
+                let key = &pair[pat..pat + klen];
+                pat += klen;
+                v.push((key, &pair[pat..]));
+            }
+            Some(v)
+        }
+        Some(b'%') => {
+            let n = resp::parse_i64(&line[1..])?;
+            let mut v = Vec::new();
+            for _ in 0..n.max(0) {
+                let key = next(&mut at)?;
+                let entries = next(&mut at)?;
+                v.push((key, entries));
+            }
+            Some(v)
+        }
+        _ => None,
+    }
+}
+
+fn merge_stream_read(
+    seq: &[(u32, u32)],
+    keys: &[Vec<u8>],
+    proto: resp::Proto,
+    replies: &[&[u8]],
+    out: &mut Vec<u8>,
+) -> bool {
+    let mut parts: Vec<Vec<(&[u8], &[u8])>> = Vec::with_capacity(replies.len());
+    for r in replies {
+        match stream_read_elems(r) {
+            Some(e) => parts.push(e),
+            None => return false,
+        }
+    }
+    // `keys_of[p]`: the caller's key indexes part p asked for, in order. Its reply holds the
+    // streams it served, a subsequence of them in the same order: matched by name.
+    let mut keys_of: Vec<Vec<usize>> = vec![Vec::new(); parts.len()];
+    for (k, &(p, _)) in seq.iter().enumerate() {
+        match keys_of.get_mut(p as usize) {
+            Some(v) => v.push(k),
+            None => return false,
+        }
+    }
+    let mut served: Vec<(usize, &[u8], &[u8])> = Vec::new();
+    for (p, elems) in parts.iter().enumerate() {
+        let mut pos = 0;
+        for &(key, entries) in elems {
+            let Some(name) = bulk_body(key) else {
+                return false;
+            };
+            loop {
+                let Some(&k) = keys_of[p].get(pos) else {
+                    return false; // a stream the part was not asked for
+                };
+                pos += 1;
+                if keys.get(k).is_some_and(|x| x == name) {
+                    served.push((k, key, entries));
+                    break;
+                }
+            }
+        }
+    }
+    served.sort_by_key(|&(k, _, _)| k);
+    if served.is_empty() {
+        out.extend_from_slice(match proto {
+            resp::Proto::Resp2 => b"*-1\r\n",
+            resp::Proto::Resp3 => b"_\r\n",
+        });
+        return true;
+    }
+    let n = itoa::Buffer::new().format(served.len()).to_owned();
+    match proto {
+        resp::Proto::Resp2 => {
+            push_array_header(out, served.len());
+            for (_, key, entries) in served {
+                out.extend_from_slice(b"*2\r\n");
+                out.extend_from_slice(key);
+                out.extend_from_slice(entries);
+            }
+        }
+        resp::Proto::Resp3 => {
+            out.push(b'%');
+            out.extend_from_slice(n.as_bytes());
+            out.extend_from_slice(b"\r\n");
+            for (_, key, entries) in served {
+                out.extend_from_slice(key);
+                out.extend_from_slice(entries);
+            }
+        }
+    }
+    true
+}
+
+/// The bytes of a `$len\r\nbytes\r\n` frame.
+fn bulk_body(frame: &[u8]) -> Option<&[u8]> {
+    let (line, at) = header_line(frame)?;
+    let len = usize::try_from(resp::parse_i64(line.strip_prefix(b"$")?)?).ok()?;
+    frame.get(at..at + len)
+}
+
 fn merge_sum(replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
     let mut sum: i64 = 0;
     for r in replies {
@@ -423,6 +607,8 @@ fn merge_info(
     // (section title, fields) in order of first appearance across the instances.
     let mut sections: Vec<(String, Vec<InfoField>)> = Vec::new();
     let mut answered = 0usize;
+    let mut blocked = 0u64;
+    let mut in_clients = false;
     for r in replies {
         let Some(Some(text)) = bulk(r) else { continue };
         answered += 1;
@@ -431,6 +617,7 @@ fn merge_info(
         for line in text.split('\n') {
             let line = line.trim_end_matches('\r');
             if let Some(title) = line.strip_prefix("# ") {
+                in_clients = title.eq_ignore_ascii_case("clients");
                 let own = OWN_INFO_SECTIONS.contains(&title.to_ascii_lowercase().as_str());
                 current = if own {
                     None
@@ -443,6 +630,12 @@ fn merge_info(
                         }
                     })
                 };
+                continue;
+            }
+            // The proxy's own `# Clients` carries the fleet's parked clients (a blocked
+            // command holds a dedicated connection to one instance).
+            if in_clients && let Some(n) = line.strip_prefix("blocked_clients:") {
+                blocked += n.parse::<u64>().unwrap_or(0);
                 continue;
             }
             let (Some(si), Some((k, v))) = (current, line.split_once(':')) else {
@@ -489,6 +682,10 @@ fn merge_info(
         });
     }
     let mut text = String::from_utf8_lossy(header).into_owned();
+    if let Some(at) = text.find("connected_clients:") {
+        let eol = at + text[at..].find("\r\n").map_or(0, |e| e + 2);
+        text.insert_str(eol, &format!("blocked_clients:{blocked}\r\n"));
+    }
     if proxy_section {
         text.push_str(&format!("instances_answering:{answered}\r\n\r\n"));
     }
@@ -708,6 +905,89 @@ mod tests {
             out,
             b"*5\r\n$2\r\nva\r\n$2\r\nvb\r\n$-1\r\n$2\r\nvd\r\n$4\r\nv\r\ne\r\n".to_vec()
         );
+    }
+
+    #[test]
+    fn stream_reads_split_by_instance_and_merge_in_key_order() {
+        let args: &[&[u8]] = &[
+            b"XREAD", b"COUNT", b"2", b"STREAMS", b"1a", b"0b", b"1c", b"0d", b"0", b"5", b"$",
+            b"7",
+        ];
+        let s = split_stream_read(args, 4, 4, by_first_digit);
+        assert_eq!(
+            s.parts,
+            [
+                Part {
+                    instance: 1,
+                    request: req(&[
+                        b"XREAD", b"COUNT", b"2", b"STREAMS", b"1a", b"1c", b"0", b"$"
+                    ]),
+                },
+                Part {
+                    instance: 0,
+                    request: req(&[
+                        b"XREAD", b"COUNT", b"2", b"STREAMS", b"0b", b"0d", b"5", b"7"
+                    ]),
+                },
+            ]
+        );
+        let keys: Vec<Vec<u8>> = [b"1a", b"0b", b"1c", b"0d"]
+            .iter()
+            .map(|k| k.to_vec())
+            .collect();
+        let e = |id: &str| {
+            format!(
+                "*1\r\n*2\r\n${}\r\n{id}\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n",
+                id.len()
+            )
+        };
+        // Part 0 served 1c only; part 1 served 0b and 0d.
+        let r0 = format!("*1\r\n*2\r\n$2\r\n1c\r\n{}", e("3-0"));
+        let r1 = format!(
+            "*2\r\n*2\r\n$2\r\n0b\r\n{}*2\r\n$2\r\n0d\r\n{}",
+            e("6-0"),
+            e("8-0")
+        );
+        let mut out = Vec::new();
+        let m = Merge::StreamRead {
+            seq: s.seq.clone(),
+            keys: keys.clone(),
+            proto: resp::Proto::Resp2,
+        };
+        merge(&m, &[r0.as_bytes(), r1.as_bytes()], &mut out);
+        let want = format!(
+            "*3\r\n*2\r\n$2\r\n0b\r\n{}*2\r\n$2\r\n1c\r\n{}*2\r\n$2\r\n0d\r\n{}",
+            e("6-0"),
+            e("3-0"),
+            e("8-0")
+        );
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+        // Nothing served anywhere: a null in the client's protocol.
+        for (proto, null, nulls) in [
+            (resp::Proto::Resp2, "*-1\r\n", ["*-1\r\n", "*-1\r\n"]),
+            (resp::Proto::Resp3, "_\r\n", ["_\r\n", "_\r\n"]),
+        ] {
+            let mut out = Vec::new();
+            let m = Merge::StreamRead {
+                seq: s.seq.clone(),
+                keys: keys.clone(),
+                proto,
+            };
+            merge(&m, &[nulls[0].as_bytes(), nulls[1].as_bytes()], &mut out);
+            assert_eq!(out, null.as_bytes());
+        }
+        // RESP3 maps.
+        let r0 = format!("%1\r\n$2\r\n1a\r\n{}", e("1-0"));
+        let r1 = format!("%1\r\n$2\r\n0d\r\n{}", e("9-0"));
+        let mut out = Vec::new();
+        let m = Merge::StreamRead {
+            seq: s.seq,
+            keys,
+            proto: resp::Proto::Resp3,
+        };
+        merge(&m, &[r0.as_bytes(), r1.as_bytes()], &mut out);
+        let want = format!("%2\r\n$2\r\n1a\r\n{}$2\r\n0d\r\n{}", e("1-0"), e("9-0"));
+        assert_eq!(String::from_utf8(out).unwrap(), want);
     }
 
     #[test]

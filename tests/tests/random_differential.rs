@@ -129,7 +129,171 @@ fn numkeys(mut args: Vec<Vec<u8>>, r: &mut Rng) -> Vec<Vec<u8>> {
     args
 }
 
+/// A stream ID with a small ms part (explicit IDs keep both servers' streams identical).
+fn stream_id(r: &mut Rng) -> Vec<u8> {
+    s(&format!("{}-{}", 1 + r.below(40), r.below(3)))
+}
+/// A range bound for XRANGE/XPENDING.
+fn stream_bound(r: &mut Rng) -> Vec<u8> {
+    match r.below(5) {
+        0 => s("-"),
+        1 => s("+"),
+        2 => {
+            let mut b = s("(");
+            b.extend(stream_id(r));
+            b
+        }
+        _ => stream_id(r),
+    }
+}
+fn group(r: &mut Rng) -> Vec<u8> {
+    s(r.pick(&["g1", "g2"]))
+}
+fn consumer(r: &mut Rng) -> Vec<u8> {
+    s(r.pick(&["c1", "c2", "c3"]))
+}
+
 const GENERATORS: &[(&str, Gen)] = &[
+    // streams
+    ("xadd", |r| {
+        let mut a = vec![s("XADD"), key(r)];
+        if r.chance(15) {
+            a.extend([s("MAXLEN"), s(r.pick(&["~", "=", "2"])), int(r)]);
+        } else if r.chance(10) {
+            a.extend([s("MINID"), stream_id(r)]);
+        }
+        if r.chance(5) {
+            a.push(s("NOMKSTREAM"));
+        }
+        let id = if r.chance(30) {
+            s(&format!("{}-*", 1 + r.below(40)))
+        } else {
+            stream_id(r)
+        };
+        a.extend([id, member(r), member(r)]);
+        if r.chance(20) {
+            a.extend([member(r), member(r)]);
+        }
+        exact(a)
+    }),
+    ("xrange", |r| {
+        let mut a = vec![
+            s(r.pick(&["XRANGE", "XREVRANGE"])),
+            key(r),
+            stream_bound(r),
+            stream_bound(r),
+        ];
+        if r.chance(30) {
+            a.extend([s("COUNT"), int(r)]);
+        }
+        exact(a)
+    }),
+    ("xlen", |r| exact(vec![s("XLEN"), key(r)])),
+    ("xdel", |r| {
+        exact(vec![s("XDEL"), key(r), stream_id(r), stream_id(r)])
+    }),
+    ("xtrim", |r| {
+        let mut a = vec![s("XTRIM"), key(r)];
+        if r.chance(50) {
+            a.extend([s("MAXLEN"), s(r.pick(&["~", "=", "5"])), int(r)]);
+        } else {
+            a.extend([s("MINID"), stream_id(r)]);
+        }
+        exact(a)
+    }),
+    ("xread", |r| {
+        let mut a = vec![s("XREAD")];
+        if r.chance(30) {
+            a.extend([s("COUNT"), int(r)]);
+        }
+        a.extend([s("STREAMS"), key(r), key(r), stream_id(r), s("0")]);
+        exact(a)
+    }),
+    ("xgroup", |r| {
+        let k = key(r);
+        let a = match r.below(5) {
+            0 => vec![
+                s("XGROUP"),
+                s("CREATE"),
+                k,
+                group(r),
+                s(r.pick(&["$", "0", "10-1"])),
+                s(r.pick(&["MKSTREAM", "ENTRIESREAD"])),
+            ],
+            1 => vec![
+                s("XGROUP"),
+                s("SETID"),
+                k,
+                group(r),
+                s(r.pick(&["$", "0", "5"])),
+            ],
+            2 => vec![s("XGROUP"), s("DESTROY"), k, group(r)],
+            3 => vec![s("XGROUP"), s("CREATECONSUMER"), k, group(r), consumer(r)],
+            _ => vec![s("XGROUP"), s("DELCONSUMER"), k, group(r), consumer(r)],
+        };
+        // `ENTRIESREAD` alone is a syntax error on both; give it a value sometimes.
+        let mut a = a;
+        if a.last().is_some_and(|x| x == b"ENTRIESREAD") && r.chance(70) {
+            a.push(int(r));
+        }
+        exact(a)
+    }),
+    ("xreadgroup", |r| {
+        let mut a = vec![s("XREADGROUP"), s("GROUP"), group(r), consumer(r)];
+        if r.chance(40) {
+            a.extend([s("COUNT"), int(r)]);
+        }
+        if r.chance(20) {
+            a.push(s("NOACK"));
+        }
+        a.extend([s("STREAMS"), key(r), s(r.pick(&[">", ">", "0", "5-0"]))]);
+        exact(a)
+    }),
+    ("xack", |r| {
+        exact(vec![
+            s("XACK"),
+            key(r),
+            group(r),
+            stream_id(r),
+            stream_id(r),
+        ])
+    }),
+    ("xpending", |r| exact(vec![s("XPENDING"), key(r), group(r)])),
+    ("xclaim", |r| {
+        let mut a = vec![
+            s("XCLAIM"),
+            key(r),
+            group(r),
+            consumer(r),
+            s("0"),
+            stream_id(r),
+            stream_id(r),
+        ];
+        if r.chance(50) {
+            a.push(s("JUSTID"));
+        }
+        if r.chance(20) {
+            a.push(s("FORCE"));
+        }
+        exact(a)
+    }),
+    ("xautoclaim", |r| {
+        let mut a = vec![
+            s("XAUTOCLAIM"),
+            key(r),
+            group(r),
+            consumer(r),
+            s("0"),
+            stream_bound(r),
+            s("COUNT"),
+            s(r.pick(&["1", "3", "0"])),
+        ];
+        if r.chance(50) {
+            a.push(s("JUSTID"));
+        }
+        exact(a)
+    }),
+    ("xinfo", |r| exact(vec![s("XINFO"), s("GROUPS"), key(r)])),
     // strings
     ("set", |r| {
         let mut a = vec![s("SET"), key(r), member(r)];

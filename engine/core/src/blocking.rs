@@ -76,8 +76,11 @@ struct Parked {
     keys: Vec<Box<[u8]>>,
     /// Unix µs; `None` = timeout 0 (forever).
     deadline_us: Option<u64>,
-    /// TYPE name of the value it can be served from (`list`, `zset`).
+    /// TYPE name of the value it can be served from (`list`, `zset`, `stream`).
     kind: &'static str,
+    /// Re-run even when the key is gone or holds another type (XREADGROUP, which then
+    /// answers `-UNBLOCKED`, redis `unblockDeletedStreamReadgroupClients`).
+    rerun_when_gone: bool,
 }
 
 /// The engine's registry of parked clients.
@@ -129,9 +132,14 @@ impl Blocking {
     /// Forgets a parked client (disconnect, timeout, served). Returns its protocol if it was
     /// parked.
     pub fn remove(&mut self, client_id: u64) -> Option<Proto> {
+        self.take(client_id).map(|p| p.proto)
+    }
+
+    /// Forgets a parked client and returns what it was parked with.
+    fn take(&mut self, client_id: u64) -> Option<Parked> {
         let p = self.parked.remove(&client_id)?;
         self.unlink(client_id, &p);
-        Some(p.proto)
+        Some(p)
     }
 
     /// Removes `client_id`'s entries from the key queues and the deadline set.
@@ -210,6 +218,23 @@ pub fn parse_timeout(arg: &[u8], now_us: u64) -> Result<Option<u64>, CmdError> {
 /// when blocking is not allowed here (inside EXEC): the caller then writes its "nothing"
 /// reply. Duplicate keys are waited on once.
 pub fn block(e: &mut Engine, c: &mut Call, keys: &[&[u8]], deadline_us: Option<u64>) -> bool {
+    block_with_argv(e, c, keys, deadline_us, None)
+}
+
+/// Whether the command running for `client_id` is a parked command being re-run.
+pub fn is_rerun(e: &Engine, client_id: u64) -> bool {
+    e.blocking.rerun_of == Some(client_id)
+}
+
+/// [`block`], re-running `argv` instead of the command as sent when given (XREAD parks with
+/// `$` replaced by the ID it stood for when it blocked).
+pub fn block_with_argv(
+    e: &mut Engine,
+    c: &mut Call,
+    keys: &[&[u8]],
+    deadline_us: Option<u64>,
+    argv: Option<Vec<Vec<u8>>>,
+) -> bool {
     let id = c.client.id;
     if e.blocking.rerun_of == Some(id) {
         // A re-run that still finds nothing: the client stays parked as it was.
@@ -241,6 +266,8 @@ pub fn block(e: &mut Engine, c: &mut Call, keys: &[&[u8]], deadline_us: Option<u
     }
     let kind = if c.spec.acl_categories.contains(&"@sortedset") {
         "zset"
+    } else if c.spec.acl_categories.contains(&"@stream") {
+        "stream"
     } else {
         "list"
     };
@@ -249,10 +276,11 @@ pub fn block(e: &mut Engine, c: &mut Call, keys: &[&[u8]], deadline_us: Option<u
         Parked {
             proto: c.client.proto,
             db,
-            argv: c.argv.iter().map(|a| a.to_vec()).collect(),
+            argv: argv.unwrap_or_else(|| c.argv.iter().map(|a| a.to_vec()).collect()),
             keys: uniq,
             deadline_us,
             kind,
+            rerun_when_gone: c.spec.name == "xreadgroup",
         },
     );
     c.flow = Flow::Block;
@@ -268,9 +296,20 @@ pub fn signal_ready(e: &mut Engine, key: &[u8]) {
     }
 }
 
-/// SWAPDB of `a` and `b`: every waited-on key of either database that now exists is ready
-/// (redis `scanDatabaseForReadyKeys`).
+/// SWAPDB of `a` and `b`: every waited-on key of either database is ready (redis
+/// `scanDatabaseForReadyKeys` for keys that now exist, `scanDatabaseForDeletedStreams` for
+/// XREADGROUP waiters whose stream went away).
 pub fn db_swapped(e: &mut Engine, a: usize, b: usize) {
+    keys_of_dbs_ready(e, &[a, b]);
+}
+
+/// FLUSHDB/FLUSHALL of `db`: every waited-on key there is ready (an XREADGROUP waiter
+/// answers that its stream no longer exists; the others keep waiting).
+pub fn db_flushed(e: &mut Engine, db: usize) {
+    keys_of_dbs_ready(e, &[db]);
+}
+
+fn keys_of_dbs_ready(e: &mut Engine, dbs: &[usize]) {
     if e.blocking.is_empty() {
         return;
     }
@@ -280,7 +319,7 @@ pub fn db_swapped(e: &mut Engine, a: usize, b: usize) {
         .keys()
         .filter_map(|q| {
             let (db, k) = crate::keyspace::unqualify(q);
-            ((db == a || db == b) && e.db(db).contains(k)).then(|| (db, k.into()))
+            dbs.contains(&db).then(|| (db, k.into()))
         })
         .collect();
     for (db, k) in ready {
@@ -328,15 +367,21 @@ pub fn handle_ready(e: &mut Engine, now_us: u64) {
                 e.blocking.ready_set.insert(key);
                 break 'keys;
             }
-            let Some(kind) = e.blocking.parked.get(&id).map(|p| p.kind) else {
+            let Some((kind, anyway)) = e
+                .blocking
+                .parked
+                .get(&id)
+                .map(|p| (p.kind, p.rerun_when_gone))
+            else {
                 continue; // served through another key in this round
             };
             // A re-run swaps databases itself; look in the key's own each time.
             e.use_db(db);
-            match e.ks.lookup_write(k, now_ms) {
-                None => break, // emptied: the rest keep waiting
-                Some(i) if e.ks.value(i).type_name() != kind => continue,
-                Some(_) => {}
+            let servable =
+                e.ks.lookup_write(k, now_ms)
+                    .is_some_and(|i| e.ks.value(i).type_name() == kind);
+            if !servable && !anyway {
+                continue; // emptied or another type: it keeps waiting
             }
             reruns += 1;
             rerun(e, id, now_us);
@@ -376,6 +421,42 @@ fn rerun(e: &mut Engine, id: u64, now_us: u64) {
     });
 }
 
+/// A parked command answered without a re-run (timeout, CLIENT UNBLOCK) counts as a call of
+/// its command then, as Redis counts it when it unblocks (`updateStatsOnUnblock`).
+fn count_answered(e: &mut Engine, p: &Parked, failed: bool) {
+    if let Some(spec) = p.argv.first().and_then(|name| crate::command::lookup(name)) {
+        e.cmdstats.called(spec, failed);
+        if failed {
+            e.stats.failed_calls += 1;
+            *e.stats.errors.entry("UNBLOCKED".to_string()).or_insert(0) += 1;
+        }
+    }
+}
+
+/// CLIENT UNBLOCK: answers parked client `id` as if it timed out (a null array) or, with
+/// `error`, with `-UNBLOCKED client unblocked via CLIENT UNBLOCK`. Returns whether it was
+/// parked.
+pub fn unblock(e: &mut Engine, id: u64, error: bool) -> bool {
+    let Some(p) = e.blocking.take(id) else {
+        return false;
+    };
+    count_answered(e, &p, error);
+    let proto = p.proto;
+    let mut bytes = Vec::new();
+    let mut w = ReplyWriter::new(&mut bytes, proto);
+    if error {
+        w.error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
+    } else {
+        w.null_array();
+    }
+    e.deliveries.push(Delivery {
+        client_id: id,
+        bytes,
+        unblock: true,
+    });
+    true
+}
+
 /// Answers every parked client whose deadline is `<= now_us` with a null array in its
 /// protocol (see the module doc, step 4).
 pub fn timeouts(e: &mut Engine, now_us: u64) {
@@ -384,9 +465,11 @@ pub fn timeouts(e: &mut Engine, now_us: u64) {
             break;
         }
         e.blocking.deadlines.pop_first();
-        let Some(proto) = e.blocking.remove(id) else {
+        let Some(p) = e.blocking.take(id) else {
             continue;
         };
+        count_answered(e, &p, false);
+        let proto = p.proto;
         let mut bytes = Vec::with_capacity(5);
         ReplyWriter::new(&mut bytes, proto).null_array();
         e.deliveries.push(Delivery {

@@ -43,7 +43,8 @@ pub fn resolve(argv: &[&[u8]]) -> Result<(&'static CommandSpec, Option<Handler>)
     Ok((top, top.handler))
 }
 
-/// Runs one command (see [`Engine::exec`]).
+/// Runs one command (see [`Engine::exec`]), counting an error reply by its code for INFO
+/// `errorstats` (redis `afterErrorReply`; commands run by EXEC count their own).
 pub fn exec(
     e: &mut Engine,
     client: &mut Client,
@@ -54,8 +55,38 @@ pub fn exec(
     exec_polling(e, client, argv, now_us, out, None)
 }
 
-/// [`exec`] with the server's poller for busy scripts (see [`Engine::exec_with_poller`]).
+/// [`exec`] with the server's poller for busy scripts (see [`Engine::exec_with_poller`]); an
+/// error reply is counted by its code (INFO `errorstats`).
 pub fn exec_polling(
+    e: &mut Engine,
+    client: &mut Client,
+    argv: &[&[u8]],
+    now_us: u64,
+    out: &mut Vec<u8>,
+    poller: Option<&mut dyn crate::script::BusyPoll>,
+) -> Flow {
+    let start = out.len();
+    let flow = exec_inner(e, client, argv, now_us, out, poller);
+    if out.get(start) == Some(&b'-') {
+        let line = &out[start + 1..];
+        let end = line
+            .iter()
+            .position(|&b| b == b' ' || b == b'\r')
+            .unwrap_or(line.len());
+        let code = String::from_utf8_lossy(&line[..end]).into_owned();
+        let n = e.stats.errors.len();
+        match e.stats.errors.get_mut(&code) {
+            Some(c) => *c += 1,
+            None if n < crate::engine::ERRORSTATS_LIMIT => {
+                e.stats.errors.insert(code, 1);
+            }
+            None => {}
+        }
+    }
+    flow
+}
+
+fn exec_inner(
     e: &mut Engine,
     client: &mut Client,
     argv: &[&[u8]],
@@ -224,7 +255,10 @@ pub fn exec_polling(
     } else {
         false
     };
-    e.cmdstats.called(spec, failed);
+    // A command that parks is counted when it is answered (its re-run), as in Redis.
+    if call.flow != Flow::Block {
+        e.cmdstats.called(spec, failed);
+    }
     if e.ks.dirty != dirty_before {
         // Single place where a command's changes are observed: the keychange feed and
         // snapshot scheduling hang off this counter.

@@ -65,6 +65,14 @@ pub fn propagate(e: &mut Engine, args: &[&[u8]]) {
     propagate_db(e, db, args);
 }
 
+/// For a write that turned out to change nothing a replica must see: records no effect
+/// (instead of the recreate rule). Effects chosen before or after still count.
+pub fn suppress(e: &mut Engine) {
+    if e.feed.capturing {
+        e.feed.chosen.get_or_insert_with(Vec::new);
+    }
+}
+
 /// [`propagate`] for an effect on database `db` (a handler that changes another database
 /// than the one it runs on).
 pub fn propagate_db(e: &mut Engine, db: usize, args: &[&[u8]]) {

@@ -72,6 +72,10 @@ pub struct Config {
     /// `client-output-buffer-limit`: hard/soft limits per client class (normal, replica,
     /// pubsub), Redis's defaults (enforced by the server; see `cmd::server::OutputLimits`).
     pub client_output_buffer_limit: crate::cmd::server::OutputLimits,
+    /// `stream-node-max-entries`: entries per stream node, 0 = no limit (Redis default 100).
+    pub stream_node_max_entries: u64,
+    /// `stream-node-max-bytes`: bytes per stream node, 0 = no limit (Redis default 4096).
+    pub stream_node_max_bytes: u64,
 }
 
 /// Values `maxmemory-policy` accepts, in Redis's order (its error text lists them so).
@@ -112,6 +116,8 @@ impl Default for Config {
             feed_buffer_limit: crate::feed::DEFAULT_BUFFER_LIMIT,
             client_query_buffer_limit: 1024 * 1024 * 1024,
             client_output_buffer_limit: crate::cmd::server::OutputLimits::default(),
+            stream_node_max_entries: crate::types::stream::NODE_MAX_ENTRIES,
+            stream_node_max_bytes: crate::types::stream::NODE_MAX_BYTES,
         }
     }
 }
@@ -129,7 +135,13 @@ pub struct Stats {
     pub dirty_commands: u64,
     /// Keys removed by the active expiry cycle (also counted in `expired_keys`).
     pub active_expired_keys: u64,
+    /// Error replies by code (the error's first word: `ERR`, `WRONGTYPE`, `NOGROUP`…), for
+    /// INFO `errorstats` (redis `errors` rax, at most [`ERRORSTATS_LIMIT`] codes).
+    pub errors: std::collections::BTreeMap<String, u64>,
 }
+
+/// redis `ERRORSTATS_LIMIT`: distinct error codes tracked; later new codes are not.
+pub const ERRORSTATS_LIMIT: usize = 128;
 
 /// Network counters only the server sees; it adds to them (on accept, refusal, read and
 /// write) and INFO `stats` prints them.

@@ -227,6 +227,85 @@ pub fn score_text(s: f64) -> String {
     format!("{s}")
 }
 
+/// The commands that rebuild a stream (Redis's AOF rewrite, `rewriteStreamObject`): its
+/// entries with their IDs, its counters (XSETID), then each group, its consumers and its
+/// pending entries (XCLAIM … FORCE JUSTID with the delivery time and count).
+fn recreate_stream(key: &[u8], st: &crate::types::StreamValue, sink: &mut dyn FnMut(&[&[u8]])) {
+    use crate::types::stream::StreamId;
+    let mut args: Vec<Vec<u8>> = Vec::new();
+    let mut emit = |args: &[Vec<u8>]| {
+        let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        sink(&refs);
+    };
+    if st.is_empty() {
+        // An empty stream: created with a dummy entry trimmed away at once.
+        let id = st.last_id.max(StreamId::new(0, 1));
+        emit(&[
+            b"XADD".to_vec(),
+            key.to_vec(),
+            b"MAXLEN".to_vec(),
+            b"0".to_vec(),
+            id.text().into_bytes(),
+            b"x".to_vec(),
+            b"y".to_vec(),
+        ]);
+    }
+    for en in st.entries() {
+        args.clear();
+        args.extend([b"XADD".to_vec(), key.to_vec(), en.id.text().into_bytes()]);
+        for (f, v) in en.fields() {
+            args.push(f.to_vec());
+            args.push(v.to_vec());
+        }
+        emit(&args);
+    }
+    emit(&[
+        b"XSETID".to_vec(),
+        key.to_vec(),
+        st.last_id.text().into_bytes(),
+        b"ENTRIESADDED".to_vec(),
+        st.entries_added.to_string().into_bytes(),
+        b"MAXDELETEDID".to_vec(),
+        st.max_deleted_entry_id.text().into_bytes(),
+    ]);
+    for (name, g) in &st.groups {
+        emit(&[
+            b"XGROUP".to_vec(),
+            b"CREATE".to_vec(),
+            key.to_vec(),
+            name.to_vec(),
+            g.last_id.text().into_bytes(),
+            b"ENTRIESREAD".to_vec(),
+            g.entries_read.to_string().into_bytes(),
+        ]);
+        for cname in g.consumers().keys() {
+            emit(&[
+                b"XGROUP".to_vec(),
+                b"CREATECONSUMER".to_vec(),
+                key.to_vec(),
+                name.to_vec(),
+                cname.to_vec(),
+            ]);
+        }
+        for (id, nack) in g.pel() {
+            emit(&[
+                b"XCLAIM".to_vec(),
+                key.to_vec(),
+                name.to_vec(),
+                nack.consumer.to_vec(),
+                b"0".to_vec(),
+                id.text().into_bytes(),
+                b"TIME".to_vec(),
+                nack.delivery_time.to_string().into_bytes(),
+                b"RETRYCOUNT".to_vec(),
+                nack.delivery_count.to_string().into_bytes(),
+                b"FORCE".to_vec(),
+                b"JUSTID".to_vec(),
+            ]);
+        }
+    }
+}
+
 /// Calls `sink` with the commands that recreate `key` holding `entry` on an empty replica:
 /// the value in pieces of at most [`ENTRY_MAX_ELEMENTS`] elements, then `PEXPIREAT` when it
 /// has a TTL.
@@ -281,6 +360,7 @@ pub fn recreate(key: &[u8], entry: &Entry, sink: &mut dyn FnMut(&[&[u8]])) {
                 sink(&zargs);
             }
         }
+        Value::Stream(st) => recreate_stream(key, st, sink),
     }
     if let Some(at) = entry.expire_at() {
         let mut buf = itoa::Buffer::new();

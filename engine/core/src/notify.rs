@@ -149,6 +149,17 @@ pub fn notify(e: &mut Engine, class: u32, event: &str, key: &[u8]) {
     publish_event(e, e.current_db(), class, event, key);
 }
 
+/// [`notify`] for a change Redis does not report to WATCH (it calls `notifyKeyspaceEvent`
+/// without `signalModifiedKey`): the stream group events (`xgroup-*`) and `xsetid`.
+pub fn notify_unwatched(e: &mut Engine, class: u32, event: &str, key: &[u8]) {
+    crate::effect::note_changed(e, class, key);
+    if e.pubsub.notify_flags == 0 {
+        return;
+    }
+    flush_events(e);
+    publish_event(e, e.current_db(), class, event, key);
+}
+
 /// Publishes `event` of database `db` (Redis's `__keyspace@<db>__` / `__keyevent@<db>__`).
 fn publish_event(e: &mut Engine, db: usize, class: u32, event: &str, key: &[u8]) {
     let flags = e.pubsub.notify_flags;

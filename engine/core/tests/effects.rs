@@ -222,6 +222,12 @@ impl Pair {
             "effect {seq} {:?} failed on the replica of database {db}: {reply:?}",
             refs.iter().map(|a| s(a)).collect::<Vec<_>>()
         );
+        if std::env::var_os("FEED_TRACE").is_some() {
+            eprintln!(
+                "   effect {:?}",
+                refs.iter().map(|a| s(a)).collect::<Vec<_>>()
+            );
+        }
         self.log.push((seq, argv));
         self.log_db.push(db);
     }
@@ -336,6 +342,45 @@ fn dump_db(e: &mut Engine, db: usize, now_us: u64) -> Vec<(String, String, i64, 
                 m
             }
             "zset" => flat(run(&[b"ZRANGE", &k, b"0", b"-1", b"WITHSCORES"])),
+            "stream" => {
+                // Entries, counters, groups, consumers and pending entries (times aside: a
+                // replica applies effects at its own clock).
+                let mut v = flat(run(&[b"XRANGE", &k, b"-", b"+"]));
+                let info = flat(run(&[b"XINFO", b"STREAM", &k]));
+                for f in [
+                    "length",
+                    "last-generated-id",
+                    "max-deleted-entry-id",
+                    "entries-added",
+                    "recorded-first-entry-id",
+                ] {
+                    let i = info.iter().position(|x| x == f).unwrap();
+                    v.push(format!("{f}={}", info[i + 1]));
+                }
+                let R::Arr(groups) = run(&[b"XINFO", b"GROUPS", &k]) else {
+                    panic!()
+                };
+                for g in groups {
+                    let R::Arr(fields) = g else { panic!() };
+                    v.push(format!("{fields:?}"));
+                    let R::Bulk(name) = &fields[1] else { panic!() };
+                    let R::Arr(pel) = run(&[b"XPENDING", &k, name, b"-", b"+", b"1000"]) else {
+                        panic!()
+                    };
+                    for p in pel {
+                        let R::Arr(p) = p else { panic!() };
+                        v.push(format!("pending {:?} {:?} {:?}", p[0], p[1], p[3]));
+                    }
+                    let R::Arr(cons) = run(&[b"XINFO", b"CONSUMERS", &k, name]) else {
+                        panic!()
+                    };
+                    for c in cons {
+                        let R::Arr(c) = c else { panic!() };
+                        v.push(format!("consumer {:?} {:?}", c[1], c[3]));
+                    }
+                }
+                v
+            }
             "none" => continue,
             o => panic!("type {o}"),
         };
@@ -369,7 +414,7 @@ impl Rng {
 fn key(r: &mut Rng, fam: &str) -> String {
     if r.below(10) == 0 {
         // Any family: WRONGTYPE errors record nothing.
-        let f = r.pick(&["s", "l", "h", "t", "z"]);
+        let f = r.pick(&["s", "l", "h", "t", "z", "x"]);
         return format!("{f}{}", r.below(6));
     }
     format!("{fam}{}", r.below(6))
@@ -396,8 +441,9 @@ fn score(r: &mut Rng) -> String {
 fn command(r: &mut Rng, now_ms: u64) -> String {
     let ttl = 1 + r.below(400);
     let at = now_ms + r.below(600);
-    match r.below(60) {
+    match r.below(74) {
         0 => format!("SET {} {}", key(r, "s"), val(r)),
+        60..=73 => stream_command(r),
         1 => {
             let opt = r.pick(&[
                 "EX 1", "PX ", "NX", "XX", "GET", "KEEPTTL", "EXAT ", "PXAT ", "XX GET",
@@ -665,6 +711,73 @@ fn command(r: &mut Rng, now_ms: u64) -> String {
             let f = r.pick(&["s", "l"]);
             format!("SET {} {} PX {ttl}", key(r, f), val(r))
         }
+    }
+}
+
+/// A stream command on an `x` key: explicit and automatic IDs, trims, groups, reads,
+/// acknowledgements and claims.
+fn stream_command(r: &mut Rng) -> String {
+    let k = key(r, "x");
+    let id = |r: &mut Rng| format!("{}-{}", 1 + r.below(300), r.below(3));
+    let g = format!("g{}", r.below(3));
+    let c = format!("c{}", r.below(3));
+    match r.below(14) {
+        0 | 1 => format!("XADD {k} * f {}", val(r)),
+        2 => format!("XADD {k} {}-* f {} g x", 1 + r.below(300), val(r)),
+        3 => format!(
+            "XADD {k} {} * f {}",
+            r.pick(&[
+                "MAXLEN ~ 3",
+                "MAXLEN 2",
+                "MINID 100",
+                "NOMKSTREAM",
+                "MAXLEN = 0"
+            ]),
+            val(r)
+        ),
+        4 => format!("XDEL {k} {} {}", id(r), id(r)),
+        5 => format!(
+            "XTRIM {k} {}",
+            r.pick(&[
+                "MAXLEN 3",
+                "MAXLEN ~ 2",
+                "MINID 150",
+                "MINID ~ 200",
+                "MAXLEN 0"
+            ])
+        ),
+        6 => format!(
+            "XGROUP CREATE {k} {g} {} {}",
+            r.pick(&["$", "0", "150"]),
+            r.pick(&["MKSTREAM", "", "ENTRIESREAD 1"])
+        )
+        .trim_end()
+        .to_string(),
+        7 | 8 => format!(
+            "XREADGROUP GROUP {g} {c} COUNT {} {}STREAMS {k} >",
+            1 + r.below(3),
+            r.pick(&["", "NOACK "])
+        ),
+        9 => format!("XREADGROUP GROUP {g} {c} STREAMS {k} 0"),
+        10 => format!("XACK {k} {g} {} {}", id(r), id(r)),
+        11 => format!(
+            "XCLAIM {k} {g} {c} 0 {} {}",
+            id(r),
+            r.pick(&["JUSTID", "FORCE", "RETRYCOUNT 5", "", "LASTID 250-0"])
+        )
+        .trim_end()
+        .to_string(),
+        12 => format!(
+            "XAUTOCLAIM {k} {g} {c} 0 0 COUNT {}{}",
+            1 + r.below(3),
+            r.pick(&["", " JUSTID"])
+        ),
+        _ => match r.below(4) {
+            0 => format!("XGROUP DELCONSUMER {k} {g} {c}"),
+            1 => format!("XGROUP CREATECONSUMER {k} {g} {c}"),
+            2 => format!("XGROUP DESTROY {k} {g}"),
+            _ => format!("XGROUP SETID {k} {g} {}", r.pick(&["$", "0", "120-1"])),
+        },
     }
 }
 
@@ -1419,4 +1532,49 @@ fn bits_hll_sort_effects_converge() {
     for want in ["SETBIT", "BITFIELD", "PFCOUNT"] {
         assert!(names.contains(want), "{want} effects in {names:?}");
     }
+/// Streams: `XADD *` reaches the replica with the ID it was given, trims as `XTRIM MINID`,
+/// and group reads as `XCLAIM … FORCE JUSTID` + `XGROUP SETID`; the replica's stream, groups
+/// and pending entries equal the primary's.
+#[test]
+fn stream_effects_carry_concrete_ids() {
+    let mut p = Pair::new(5);
+    let now_ms = p.now_us / 1000;
+    assert_eq!(
+        effects_of(&mut p, WRITER, "XADD s * f v"),
+        [format!("XADD s {now_ms}-0 f v")]
+    );
+    assert_eq!(
+        effects_of(&mut p, WRITER, "XADD s * f w"),
+        [format!("XADD s {now_ms}-1 f w")]
+    );
+    p.run(WRITER, "CONFIG SET stream-node-max-entries 2");
+    for _ in 0..5 {
+        p.now_us += 1000;
+        p.run(WRITER, "XADD s * f x");
+    }
+    p.now_us += 1000;
+    let eff = effects_of(&mut p, WRITER, "XADD s MAXLEN ~ 3 * f y");
+    assert_eq!(eff.len(), 2, "{eff:?}");
+    assert!(eff[1].starts_with("XTRIM s MINID "), "{eff:?}");
+    assert_eq!(
+        effects_of(&mut p, WRITER, "XGROUP CREATE s g 0"),
+        ["XGROUP CREATE s g 0-0 ENTRIESREAD -1"]
+    );
+    let eff = effects_of(
+        &mut p,
+        WRITER,
+        "XREADGROUP GROUP g alice COUNT 2 STREAMS s >",
+    );
+    assert_eq!(eff[0], "XGROUP CREATECONSUMER s g alice");
+    assert!(eff[1].starts_with("XCLAIM s g alice 0 ") && eff[1].contains(" FORCE JUSTID LASTID "));
+    assert!(eff[3].starts_with("XGROUP SETID s g "), "{eff:?}");
+    assert_eq!(
+        effects_of(&mut p, WRITER, "XTRIM s MAXLEN 100"),
+        Vec::<String>::new()
+    );
+    p.assert_equal("streams");
+    // RENAME recreates the stream, its group and its pending entries on the replica.
+    p.run(WRITER, "RENAME s s2");
+    p.assert_equal("after RENAME");
+    p.run(WRITER, "CONFIG SET stream-node-max-entries 100");
 }

@@ -127,6 +127,8 @@ rawset = function(t, k, v)
   return rawset0(t, k, v)
 end
 
+-- unpack is Redis's patched one (engine/script/src/baselib.rs, installed before this runs).
+
 -- Redis 7.0's globals: no io, os, package, debug, dofile, loadfile, print.
 dofile, loadfile, print = nil, nil, nil
 

@@ -176,9 +176,15 @@ pub fn scope_of(args: &[Vec<u8>]) -> Scope {
     if name.eq_ignore_ascii_case(b"flushall") || name.eq_ignore_ascii_case(b"flushdb") {
         return Scope::Flush;
     }
-    let Some(spec) = command::lookup(name) else {
+    let Some(mut spec) = command::lookup(name) else {
         return Scope::Unknown;
     };
+    // A container's effect (XGROUP CREATE key …) names its key in the subcommand's row.
+    if !spec.subcommands.is_empty()
+        && let Some(sub) = args.get(1).and_then(|a| spec.subcommand(a))
+    {
+        spec = sub;
+    }
     let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
     // The one key extractor; positions are always inside `argv`.
     let pos: Vec<usize> = command::keys(spec, argv.as_slice()).positions().collect();
@@ -733,6 +739,29 @@ mod tests {
             Scope::Keys(vec![1, 3])
         );
         assert_eq!(scope_of(&a(&["FLUSHALL"])), Scope::Flush);
+        // Stream effects: XADD with its concrete ID, XGROUP's key in its subcommand row.
+        assert_eq!(
+            scope_of(&a(&["XADD", "s", "1-0", "f", "v"])),
+            Scope::Keys(vec![1])
+        );
+        assert_eq!(
+            scope_of(&a(&[
+                "XGROUP",
+                "CREATE",
+                "s",
+                "g",
+                "0-0",
+                "ENTRIESREAD",
+                "-1"
+            ])),
+            Scope::Keys(vec![2])
+        );
+        assert_eq!(
+            scope_of(&a(&[
+                "XCLAIM", "s", "g", "c", "0", "1-0", "FORCE", "JUSTID"
+            ])),
+            Scope::Keys(vec![1])
+        );
         assert_eq!(scope_of(&a(&["NOSUCH", "k"])), Scope::Unknown);
         assert_eq!(scope_of(&a(&["PING"])), Scope::Unknown);
     }

@@ -230,6 +230,33 @@ pub fn client_id(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
+/// `CLIENT UNBLOCK id [TIMEOUT|ERROR]` → 1 if client `id` was parked in a blocking command
+/// and is now answered (a timeout's null reply, or `-UNBLOCKED …` with ERROR), else 0.
+pub fn client_unblock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    if c.argv.len() > 4 {
+        return Err(CmdError::Other(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            crate::error::c_str_lossy(c.argv[1], 128)
+        )));
+    }
+    let mut error = false;
+    if let Some(reason) = c.argv.get(3) {
+        if args::is(reason, "timeout") {
+            error = false;
+        } else if args::is(reason, "error") {
+            error = true;
+        } else {
+            return Err(CmdError::Static(
+                "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR",
+            ));
+        }
+    }
+    let id = int_arg(c.argv[2])?;
+    let done = id > 0 && crate::blocking::unblock(e, id as u64, error);
+    c.w().integer(done as i64);
+    Ok(())
+}
+
 /// `CLIENT INFO` → this connection's CLIENT LIST line.
 pub fn client_info(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut line = client_info_line(c.client, c.now_us);

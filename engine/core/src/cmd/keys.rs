@@ -378,6 +378,8 @@ pub fn flush(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         _ => return Err(CmdError::Syntax),
     };
     e.ks.flush(lazy);
+    let db = e.current_db();
+    crate::blocking::db_flushed(e, db);
     c.w().ok();
     Ok(())
 }
@@ -393,6 +395,7 @@ pub fn flushall(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     for n in 0..e.databases() {
         if !e.db(n).is_empty() {
             e.with_db(n, |e| e.ks.flush(lazy));
+            crate::blocking::db_flushed(e, n);
             // Keychange feed: each database emptied is flushed on its own (docs/feed.md).
             crate::effect::propagate_db(e, n, &[b"FLUSHALL"]);
         }
@@ -550,6 +553,7 @@ fn encoding_of(v: &crate::types::Value) -> &'static str {
         Value::ZSet(z) => z.encoding(),
         // Redis 7.0 keeps every list in a quicklist.
         Value::List(_) => "quicklist",
+        Value::Stream(_) => "stream",
     }
 }
 

@@ -40,6 +40,7 @@ const SECTIONS: &[&str] = &[
     "cpu",
     "modules",
     "commandstats",
+    "errorstats",
     "cluster",
     "keyspace",
 ];
@@ -302,6 +303,11 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                     let _ = write!(s, "db{n}:keys={keys},expires={expires},avg_ttl={avg}\r\n");
                 }
             }
+            "errorstats" => {
+                for (code, n) in &e.stats.errors {
+                    let _ = write!(s, "errorstat_{code}:count={n}\r\n");
+                }
+            }
             "commandstats" => e.cmdstats.write(&mut s),
             _ => {}
         }
@@ -529,6 +535,26 @@ const PARAMS: &[Param] = &[
         get: |e| e.config.lfu_decay_time.to_string(),
         set: Some(|e, v| {
             e.config.lfu_decay_time = int_in(v, 0, i64::from(i32::MAX))? as u32;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "stream-node-max-entries",
+        get: |e| e.config.stream_node_max_entries.to_string(),
+        set: Some(|e, v| {
+            e.config.stream_node_max_entries = int_in(v, 0, i64::MAX)? as u64;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "stream-node-max-bytes",
+        get: |e| e.config.stream_node_max_bytes.to_string(),
+        set: Some(|e, v| {
+            let n = parse_memory(v).ok_or("argument must be a memory value")?;
+            if n > i64::MAX as u64 {
+                return Err("argument must be between 0 and 9223372036854775807 inclusive");
+            }
+            e.config.stream_node_max_bytes = n;
             Ok(())
         }),
     },

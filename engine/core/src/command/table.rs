@@ -797,7 +797,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::client_unblock),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Unblock a client blocked in a blocking command from a different connection")), ("since", Val::Str("5.0.0")), ("group", Val::Str("connection")), ("complexity", Val::Str("O(log N) where N is the number of client connections")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("client-id")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("timeout_error")), ("type", Val::Str("oneof")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("timeout")), ("type", Val::Str("pure-token")), ("token", Val::Str("TIMEOUT"))]), Val::Map(&[("name", Val::Str("error")), ("type", Val::Str("pure-token")), ("token", Val::Str("ERROR"))])]))])]))]),
@@ -5265,7 +5265,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::UPDATE), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::xack),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Marks a pending message as correctly processed, effectively removing it from the pending entries list of the consumer group. Return value of the command is the number of messages successfully acknowledged, that is, the IDs we were actually able to resolve in the PEL.")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1) for each message ID processed.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("group")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("multiple")]))])]))]),
@@ -5283,7 +5283,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: Some("UPDATE instead of INSERT because of the optional trimming feature"), flags: KeyFlags::RW.union(KeyFlags::UPDATE), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::xadd),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Appends a new entry to a stream")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1) when adding a new entry, O(N) when trimming where N being the number of entries evicted.")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("6.2.0"), Val::Str("Added the `NOMKSTREAM` option, `MINID` trimming strategy and the `LIMIT` option.")]), Val::Arr(&[Val::Str("7.0.0"), Val::Str("Added support for the `<ms>-*` explicit ID form.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("nomkstream")), ("type", Val::Str("pure-token")), ("token", Val::Str("NOMKSTREAM")), ("since", Val::Str("6.2.0")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("trim")), ("type", Val::Str("block")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("strategy")), ("type", Val::Str("oneof")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("maxlen")), ("type", Val::Str("pure-token")), ("token", Val::Str("MAXLEN"))]), Val::Map(&[("name", Val::Str("minid")), ("type", Val::Str("pure-token")), ("token", Val::Str("MINID")), ("since", Val::Str("6.2.0"))])]))]), Val::Map(&[("name", Val::Str("operator")), ("type", Val::Str("oneof")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("equal")), ("type", Val::Str("pure-token")), ("token", Val::Str("="))]), Val::Map(&[("name", Val::Str("approximately")), ("type", Val::Str("pure-token")), ("token", Val::Str("~"))])]))]), Val::Map(&[("name", Val::Str("threshold")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("count")), ("type", Val::Str("integer")), ("token", Val::Str("LIMIT")), ("since", Val::Str("6.2.0")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]), Val::Map(&[("name", Val::Str("id_or_auto")), ("type", Val::Str("oneof")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("auto_id")), ("type", Val::Str("pure-token")), ("token", Val::Str("*"))]), Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("string"))])]))]), Val::Map(&[("name", Val::Str("field_value")), ("type", Val::Str("block")), ("flags", Val::Arr(&[Val::Str("multiple")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("field")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("value")), ("type", Val::Str("string"))])]))])]))]),
@@ -5301,7 +5301,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::DELETE), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::xautoclaim),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Changes (or acquires) ownership of messages in a consumer group, as if the messages were delivered to the specified consumer.")), ("since", Val::Str("6.2.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1) if COUNT is small.")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("7.0.0"), Val::Str("Added an element to the reply array, containing deleted entries the command cleared from the PEL")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("group")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("consumer")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("min-idle-time")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("start")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("count")), ("type", Val::Str("integer")), ("token", Val::Str("COUNT")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("justid")), ("type", Val::Str("pure-token")), ("token", Val::Str("JUSTID")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
@@ -5319,7 +5319,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::UPDATE), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::xclaim),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Changes (or acquires) ownership of a message in a consumer group, as if the message was delivered to the specified consumer.")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(log N) with N being the number of messages in the PEL of the consumer group.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("group")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("consumer")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("min-idle-time")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("multiple")]))]), Val::Map(&[("name", Val::Str("ms")), ("type", Val::Str("integer")), ("token", Val::Str("IDLE")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("unix-time-milliseconds")), ("type", Val::Str("unix-time")), ("token", Val::Str("TIME")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("count")), ("type", Val::Str("integer")), ("token", Val::Str("RETRYCOUNT")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("force")), ("type", Val::Str("pure-token")), ("token", Val::Str("FORCE")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("justid")), ("type", Val::Str("pure-token")), ("token", Val::Str("JUSTID")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("string")), ("token", Val::Str("LASTID")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
@@ -5337,7 +5337,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::DELETE), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::xdel),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Removes the specified entries from the stream. Returns the number of items actually deleted, that may be different from the number of IDs passed in case certain IDs do not exist.")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1) for each single item to delete in the stream, regardless of the stream size.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("multiple")]))])]))]),
@@ -5368,7 +5368,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                     KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::INSERT), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
                 ],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::xgroup_create),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Create a consumer group.")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1)")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("7.0.0"), Val::Str("Added the `entries_read` named argument.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("groupname")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("oneof")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("new_id")), ("type", Val::Str("pure-token")), ("token", Val::Str("$"))])]))]), Val::Map(&[("name", Val::Str("mkstream")), ("type", Val::Str("pure-token")), ("token", Val::Str("MKSTREAM")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("entries_read")), ("type", Val::Str("integer")), ("token", Val::Str("ENTRIESREAD")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
@@ -5386,7 +5386,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                     KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::INSERT), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
                 ],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::xgroup_createconsumer),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Create a consumer in a consumer group.")), ("since", Val::Str("6.2.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("groupname")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("consumername")), ("type", Val::Str("string"))])]))]),
@@ -5404,7 +5404,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                     KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::DELETE), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
                 ],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::xgroup_delconsumer),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Delete a consumer from a consumer group.")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("groupname")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("consumername")), ("type", Val::Str("string"))])]))]),
@@ -5422,7 +5422,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                     KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::DELETE), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
                 ],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::xgroup_destroy),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Destroy a consumer group.")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(N) where N is the number of entries in the group's pending entries list (PEL).")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("groupname")), ("type", Val::Str("string"))])]))]),
@@ -5438,7 +5438,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::xgroup_help),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Show helpful text about the different subcommands")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1)"))]),
@@ -5456,7 +5456,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                     KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::UPDATE), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
                 ],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::xgroup_setid),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Set a consumer group to an arbitrary last delivered ID value.")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1)")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("7.0.0"), Val::Str("Added the optional `entries_read` argument.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("groupname")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("oneof")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("new_id")), ("type", Val::Str("pure-token")), ("token", Val::Str("$"))])]))]), Val::Map(&[("name", Val::Str("entries_read")), ("type", Val::Str("integer")), ("token", Val::Str("ENTRIESREAD")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
@@ -5490,7 +5490,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                     KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
                 ],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::xinfo_consumers),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("List the consumers in a consumer group")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("groupname")), ("type", Val::Str("string"))])]))]),
@@ -5508,7 +5508,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                     KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
                 ],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::xinfo_groups),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("List the consumer groups of a stream")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1)")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("7.0.0"), Val::Str("Added the `entries-read` and `lag` fields")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))])]))]),
@@ -5524,7 +5524,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::xinfo_help),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Show helpful text about the different subcommands")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1)"))]),
@@ -5542,7 +5542,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                     KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(2), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
                 ],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::xinfo_stream),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Get information about a stream")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1)")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("6.0.0"), Val::Str("Added the `FULL` modifier.")]), Val::Arr(&[Val::Str("7.0.0"), Val::Str("Added the `max-deleted-entry-id`, `entries-added`, `recorded-first-entry-id`, `entries-read` and `lag` fields")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("full")), ("type", Val::Str("block")), ("token", Val::Str("FULL")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("count")), ("type", Val::Str("integer")), ("token", Val::Str("COUNT")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))])]))]),
@@ -5563,7 +5563,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO, begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::xlen),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Return the number of entries in a stream")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))])]))]),
@@ -5581,7 +5581,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::xpending),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Return information and entries from a stream consumer group pending entries list, that are messages fetched but never acknowledged.")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(N) with N being the number of elements returned, so asking for a small fixed number of entries per call is O(1). O(M), where M is the total number of entries scanned when used with the IDLE filter. When the command returns just the summary and the list of consumers is small, it runs in O(1) time; otherwise, an additional O(N) time for iterating every consumer.")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("6.2.0"), Val::Str("Added the `IDLE` option and exclusive range intervals.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("group")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("filters")), ("type", Val::Str("block")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("min-idle-time")), ("type", Val::Str("integer")), ("token", Val::Str("IDLE")), ("since", Val::Str("6.2.0")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("start")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("end")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("count")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("consumer")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))])]))]),
@@ -5599,7 +5599,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::xrange),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Return a range of elements in a stream, with IDs matching the specified IDs interval")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(N) with N being the number of elements being returned. If N is constant (e.g. always asking for the first 10 elements with COUNT), you can consider it O(1).")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("6.2.0"), Val::Str("Added exclusive ranges.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("start")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("end")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("count")), ("type", Val::Str("integer")), ("token", Val::Str("COUNT")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
@@ -5617,7 +5617,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Keyword { keyword: "STREAMS", startfrom: 1 }, find_keys: FindKeys::Range { lastkey: -1, keystep: 1, limit: 2 } },
         ],
         getkeys: Some(GetKeys::Xread),
-        handler: None,
+        handler: Some(h::xread),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Return never seen elements in multiple streams, with IDs greater than the ones reported by the caller for each stream. Can block.")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("For each stream mentioned: O(N) with N being the number of elements being returned, it means that XREAD-ing with a fixed COUNT is O(1). Note that when the BLOCK option is used, XADD will pay O(M) time in order to serve the M clients blocked on the stream getting new data.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("count")), ("type", Val::Str("integer")), ("token", Val::Str("COUNT")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("milliseconds")), ("type", Val::Str("integer")), ("token", Val::Str("BLOCK")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("streams")), ("type", Val::Str("block")), ("token", Val::Str("STREAMS")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0)), ("flags", Val::Arr(&[Val::Str("multiple")]))]), Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("multiple")]))])]))])]))]),
@@ -5635,7 +5635,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Keyword { keyword: "STREAMS", startfrom: 4 }, find_keys: FindKeys::Range { lastkey: -1, keystep: 1, limit: 2 } },
         ],
         getkeys: Some(GetKeys::Xread),
-        handler: None,
+        handler: Some(h::xreadgroup),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Return new entries from a stream using a consumer group, or access the history of the pending entries for a given consumer. Can block.")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("For each stream mentioned: O(M) with M being the number of elements returned. If M is constant (e.g. always asking for the first 10 elements with COUNT), you can consider it O(1). On the other side when XREADGROUP blocks, XADD will pay the O(N) time in order to serve the N clients blocked on the stream getting new data.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("group_consumer")), ("type", Val::Str("block")), ("token", Val::Str("GROUP")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("group")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("consumer")), ("type", Val::Str("string"))])]))]), Val::Map(&[("name", Val::Str("count")), ("type", Val::Str("integer")), ("token", Val::Str("COUNT")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("milliseconds")), ("type", Val::Str("integer")), ("token", Val::Str("BLOCK")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("noack")), ("type", Val::Str("pure-token")), ("token", Val::Str("NOACK")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("streams")), ("type", Val::Str("block")), ("token", Val::Str("STREAMS")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0)), ("flags", Val::Arr(&[Val::Str("multiple")]))]), Val::Map(&[("name", Val::Str("id")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("multiple")]))])]))])]))]),
@@ -5653,7 +5653,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RO.union(KeyFlags::ACCESS), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::xrevrange),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Return a range of elements in a stream, with IDs matching the specified IDs interval, in reverse order (from greater to smaller IDs) compared to XRANGE")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(N) with N being the number of elements returned. If N is constant (e.g. always asking for the first 10 elements with COUNT), you can consider it O(1).")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("6.2.0"), Val::Str("Added exclusive ranges.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("end")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("start")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("count")), ("type", Val::Str("integer")), ("token", Val::Str("COUNT")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
@@ -5671,7 +5671,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::UPDATE), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::xsetid),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("An internal command for replicating stream values")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(1)")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("7.0.0"), Val::Str("Added the `entries_added` and `max_deleted_entry_id` arguments.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("last-id")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("entries_added")), ("type", Val::Str("integer")), ("token", Val::Str("ENTRIESADDED")), ("since", Val::Str("7.0.0")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("max_deleted_entry_id")), ("type", Val::Str("string")), ("token", Val::Str("MAXDELETEDID")), ("since", Val::Str("7.0.0")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
@@ -5689,7 +5689,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             KeySpec { notes: None, flags: KeyFlags::RW.union(KeyFlags::DELETE), begin_search: BeginSearch::Index(1), find_keys: FindKeys::Range { lastkey: 0, keystep: 1, limit: 0 } },
         ],
         getkeys: None,
-        handler: None,
+        handler: Some(h::xtrim),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Trims the stream to (approximately if '~' is passed) a certain size")), ("since", Val::Str("5.0.0")), ("group", Val::Str("stream")), ("complexity", Val::Str("O(N), with N being the number of evicted entries. Constant times are very small however, since entries are organized in macro nodes containing multiple entries that can be released with a single deallocation.")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("6.2.0"), Val::Str("Added the `MINID` trimming strategy and the `LIMIT` option.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("key")), ("type", Val::Str("key")), ("key_spec_index", Val::Int(0))]), Val::Map(&[("name", Val::Str("trim")), ("type", Val::Str("block")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("strategy")), ("type", Val::Str("oneof")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("maxlen")), ("type", Val::Str("pure-token")), ("token", Val::Str("MAXLEN"))]), Val::Map(&[("name", Val::Str("minid")), ("type", Val::Str("pure-token")), ("token", Val::Str("MINID")), ("since", Val::Str("6.2.0"))])]))]), Val::Map(&[("name", Val::Str("operator")), ("type", Val::Str("oneof")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("equal")), ("type", Val::Str("pure-token")), ("token", Val::Str("="))]), Val::Map(&[("name", Val::Str("approximately")), ("type", Val::Str("pure-token")), ("token", Val::Str("~"))])]))]), Val::Map(&[("name", Val::Str("threshold")), ("type", Val::Str("string"))]), Val::Map(&[("name", Val::Str("count")), ("type", Val::Str("integer")), ("token", Val::Str("LIMIT")), ("since", Val::Str("6.2.0")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))])]))]),

@@ -6,6 +6,7 @@
 //! - [`hyperloglog`]: PFADD/PFCOUNT/PFMERGE on Redis's own HLL string representation.
 //! - [`lcs`]: LCS, the longest common subsequence of two strings.
 //! - [`sort`]: SORT / SORT_RO over lists, sets and sorted sets.
+//! - [`stream`]: streams and consumer groups (a folder: entry store, groups, commands).
 //! - [`ldouble`]: 80-bit x87 long double arithmetic and Redis's formatting, for INCRBYFLOAT.
 
 pub mod bitfield;
@@ -17,12 +18,14 @@ pub mod ldouble;
 pub mod list;
 pub mod set;
 pub mod sort;
+pub mod stream;
 pub mod string;
 pub mod zset;
 
 pub use hash::HashValue;
 pub use list::ListValue;
 pub use set::SetValue;
+pub use stream::StreamValue;
 pub use string::StrValue;
 pub use zset::ZSetValue;
 
@@ -41,6 +44,7 @@ pub enum Value {
     Hash(Box<HashValue>),
     Set(Box<SetValue>),
     ZSet(Box<ZSetValue>),
+    Stream(Box<StreamValue>),
 }
 
 // The keyspace's per-key footprint depends on this (see the doc above): fail the build, not
@@ -56,6 +60,7 @@ impl Value {
             Value::Hash(_) => "hash",
             Value::Set(_) => "set",
             Value::ZSet(_) => "zset",
+            Value::Stream(_) => "stream",
         }
     }
 
@@ -68,6 +73,7 @@ impl Value {
             Value::Hash(v) => v.mem_size(),
             Value::Set(v) => v.mem_size(),
             Value::ZSet(v) => v.mem_size(),
+            Value::Stream(v) => v.mem_size(),
         }
     }
 }

@@ -341,6 +341,17 @@ pub fn call(
     Ok(())
 }
 
+/// `redis.acl_check_cmd(cmd, args…)` (redis `luaRedisAclCheckCmdPermissionsCommand`): whether
+/// the script's user may run `argv` (command, subcommand, keys and channels), or Redis's error
+/// when no command has that name.
+pub fn acl_check(e: &Engine, run: &ScriptRun, argv: &[&[u8]]) -> Result<bool, &'static str> {
+    let spec = match crate::dispatch::resolve(argv) {
+        Ok((spec, _)) => spec,
+        Err(_) => return Err("ERR Invalid command passed to redis.acl_check_cmd()"),
+    };
+    Ok(!e.acl.restricted() || e.acl.check(&run.client.auth, spec, argv).is_ok())
+}
+
 /// A refusal counted as Redis counts it (`rejected_calls`, the command's `rejected_calls`).
 fn refused(e: &mut Engine, spec: &'static CommandSpec, msg: &str) -> String {
     e.stats.rejected_calls += 1;

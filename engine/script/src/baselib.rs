@@ -1,60 +1,60 @@
-//! Functions of Lua's base library that Redis patched in its copy of Lua 5.1 (deps/lua) and
-//! the stock 5.1.5 that `mlua` vendors does not: installed over the stock ones before the
-//! sandbox protects the globals.
+//! Lua's `unpack` as Redis patches it in its copy of Lua 5.1 (deps/lua/src/lbaselib.c,
+//! `luaB_unpack`), installed over the stock one before the sandbox protects the globals.
 //!
-//! - `unpack(t [, i [, j]])`: stock 5.1.5 computes the count `j - i + 1` in signed `int`, which
-//!   overflows for ranges such as `unpack({}, -2, 2^31-1)` and crashes the process. Redis's
-//!   `luaB_unpack` computes it unsigned and refuses more than the C stack allows with
-//!   `too many results to unpack` (tests/unit/scripting.tcl "Test table unpack with invalid
-//!   indexes").
+//! Stock 5.1.5 computes the count `e - i + 1` in signed `int`, which overflows for ranges such
+//! as `unpack({}, -2, 2^31-1)` and crashes the process. Redis computes it unsigned and refuses
+//! INT_MAX elements or more, or more than `lua_checkstack` grants, with `too many results to
+//! unpack`. This is that function, line for line, on Lua's C API: a C function, so argument
+//! errors name the caller's line even after `return unpack(x)` (a tail call keeps the calling
+//! frame for C functions, not for Lua ones), and the stack it uses is exactly Redis's (7,999
+//! values from one table argument fit; tests/unit/scripting.tcl).
 
-use mlua::{Lua, MultiValue, Table, Value};
+use std::ffi::{c_int, c_uint};
 
-use crate::clib;
+use mlua::{Lua, ffi};
 
-/// Lua 5.1's `LUAI_MAXCSTACK`: `lua_checkstack` refuses a frame that would hold more.
-const MAX_C_STACK: u64 = 8000;
-
-/// Replaces the globals above in `lua`; errors are `luaL_error`'s and `luaL_argerror`'s
-/// (`crate::clib`).
+/// Replaces `unpack` in `lua`'s globals.
 pub fn install(lua: &Lua) -> mlua::Result<()> {
-    lua.globals()
-        .raw_set("unpack", lua.create_function(unpack)?)
+    // SAFETY: `unpack` is a `lua_CFunction` that follows the Lua C API contract below.
+    let f = unsafe { lua.create_c_function(unpack)? };
+    lua.globals().raw_set("unpack", f)
 }
 
-/// `luaL_optint`: `def` when absent or nil, else the number truncated to `int`.
-fn opt_int(lua: &Lua, args: &MultiValue, narg: usize, def: i32) -> mlua::Result<i32> {
-    clib::opt_integer(lua, args, narg, i64::from(def)).map(|n| n as i32)
-}
-
-fn unpack(lua: &Lua, args: MultiValue) -> mlua::Result<MultiValue> {
-    let t: Table = match args.front() {
-        Some(Value::Table(t)) => t.clone(),
-        _ => return Err(clib::type_error(lua, &args, 1, "table")),
-    };
-    let i = opt_int(lua, &args, 2, 1)?;
-    let e = match args.get(2) {
-        None | Some(Value::Nil) => t.raw_len() as i32,
-        _ => clib::check_integer(lua, &args, 3)? as i32,
-    };
-    if i > e {
-        return Ok(MultiValue::new());
+/// `luaB_unpack` with Redis's patch.
+///
+/// SAFETY (for the C API): Lua calls this with its own state and the arguments on the stack; it
+/// only reads arguments 1–3 through the checking functions, and pushes at most `n` values after
+/// `lua_checkstack(l, n)` succeeded. The `luaL_*` errors `longjmp` out of this frame, which holds
+/// nothing with a destructor (integers only), so no Rust value is skipped.
+unsafe extern "C-unwind" fn unpack(l: *mut ffi::lua_State) -> c_int {
+    unsafe {
+        ffi::luaL_checktype(l, 1, ffi::LUA_TTABLE);
+        let mut i = ffi::luaL_optinteger(l, 2, 1) as c_int;
+        let e = if ffi::lua_isnoneornil(l, 3) != 0 {
+            ffi::lua_objlen(l, 1) as c_int
+        } else {
+            ffi::luaL_checkinteger(l, 3) as c_int
+        };
+        if i > e {
+            return 0; // empty range
+        }
+        let n = (e as c_uint).wrapping_sub(i as c_uint); // elements minus 1
+        if n >= c_int::MAX as c_uint || ffi::lua_checkstack(l, (n + 1) as c_int) == 0 {
+            return ffi::luaL_error(l, c"too many results to unpack".as_ptr());
+        }
+        ffi::lua_rawgeti_(l, 1, i);
+        while i < e {
+            i += 1;
+            ffi::lua_rawgeti_(l, 1, i);
+        }
+        (n + 1) as c_int
     }
-    // Elements minus one, unsigned as in Redis's patch; the frame also holds the arguments.
-    let n = u64::from((e as u32).wrapping_sub(i as u32));
-    if n >= i32::MAX as u64 || n + 1 + args.len() as u64 > MAX_C_STACK {
-        return Err(clib::error(lua, "too many results to unpack"));
-    }
-    let mut out = MultiValue::with_capacity(n as usize + 1);
-    for k in i64::from(i)..=i64::from(e) {
-        out.push_back(t.raw_get::<Value>(k)?);
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mlua::{MultiValue, Value};
 
     fn eval(src: &str) -> mlua::Result<Vec<Value>> {
         let lua = Lua::new();
@@ -80,15 +80,14 @@ mod tests {
         assert!(eval("return unpack({1,2,3}, -1, -2)").unwrap().is_empty());
         let v = eval("return select('#', unpack({1,2,3}, -1, 5))").unwrap();
         assert_eq!(v[0].as_integer(), Some(7));
-        let v = eval("return unpack({1,2,3})").unwrap();
-        assert_eq!(v.len(), 3);
-        let v = eval("return unpack({1,2,3}, '2')").unwrap();
-        assert_eq!(v[0].as_integer(), Some(2));
+        let v = eval("local a = {} for i = 1, 7999 do a[i] = 1 end return select('#', unpack(a))")
+            .unwrap();
+        assert_eq!(v[0].as_integer(), Some(7999));
         assert!(
             eval("return unpack(1)")
                 .unwrap_err()
                 .to_string()
-                .contains("table expected")
+                .contains("bad argument #1 to 'unpack' (table expected, got number)")
         );
     }
 }

@@ -672,6 +672,30 @@ impl State {
                 lua.create_string(convert::error_text(&s.as_bytes()))
             })?,
         )?;
+        let (c, p) = (ctx.clone(), pending.clone());
+        hooks.raw_set(
+            "acl_check_cmd",
+            lua.create_function(move |lua, args: MultiValue| {
+                let _unlimited = Unlimited::new(lua);
+                if args.is_empty() {
+                    return raise(lua, &p, "Please specify at least one argument for this redis lib call");
+                }
+                let Some(argv) = args.iter().map(convert::arg_bytes).collect::<Option<Vec<_>>>()
+                else {
+                    return raise(lua, &p, "Lua redis lib command arguments must be strings or integers");
+                };
+                let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                match c.with(|e, run, _| engine_core::script::acl_check(e, run, &refs)) {
+                    Some(Ok(allowed)) => Ok(allowed),
+                    Some(Err(msg)) => raise(lua, &p, msg.trim_start_matches("ERR ")),
+                    None => raise(
+                        lua,
+                        &p,
+                        "redis.acl_check_cmd can only be called inside a script invocation",
+                    ),
+                }
+            })?,
+        )?;
         let p = pending.clone();
         hooks.raw_set(
             "sha1hex",

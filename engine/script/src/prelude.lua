@@ -26,6 +26,7 @@ end
 local redis = {}
 redis.call, redis.pcall, redis.sha1hex, redis.log, redis.setresp, redis.set_repl =
   I.call, I.pcall, I.sha1hex, I.log, I.setresp, I.set_repl
+redis.acl_check_cmd = I.acl_check_cmd
 redis.error_reply = function(...)
   local s = ...
   if select('#', ...) ~= 1 or type(s) ~= 'string' then

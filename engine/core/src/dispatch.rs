@@ -188,12 +188,12 @@ fn exec_inner(
     }
     // A failed background save stops writes (redis `writeCommandsDeniedByDiskError`); the first
     // test is one load while saves succeed.
-    if e.persist.last_bgsave_failed
+    if (e.persist.last_bgsave_failed || e.config.min_replicas_to_write != 0)
         && !client.tx.in_exec
-        && crate::snapshot::refused_by_disk_error(e, client, spec)
+        && let Some(msg) = crate::snapshot::refused_write(e, client, spec)
     {
         e.stats.rejected_calls += 1;
-        reject(e, client, spec, crate::snapshot::MISCONF, out);
+        reject(e, client, spec, msg, out);
         return Flow::Continue;
     }
     client.last_cmd = spec.name;

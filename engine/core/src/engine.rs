@@ -46,6 +46,11 @@ pub struct Config {
     /// `stop-writes-on-bgsave-error` (Redis default yes): after a failed background save,
     /// write commands get `-MISCONF …` until a save succeeds (`crate::snapshot::writes_denied`).
     pub stop_writes_on_bgsave_error: bool,
+    /// `min-replicas-to-write` / `min-replicas-max-lag` (Redis defaults 0 and 10): with both
+    /// non-zero, writes get `-NOREPLICAS` (recached has no replicas; `crate::snapshot::
+    /// refused_write`).
+    pub min_replicas_to_write: u64,
+    pub min_replicas_max_lag: u64,
     /// `databases`: how many databases SELECT can choose from (Redis default 16, at least 1).
     pub databases: usize,
     /// `lfu-log-factor` (Redis default 10).
@@ -106,6 +111,8 @@ impl Default for Config {
             maxmemory_samples: 5,
             busy_reply_threshold: 5000,
             stop_writes_on_bgsave_error: true,
+            min_replicas_to_write: 0,
+            min_replicas_max_lag: 10,
             databases: 16,
             lfu_log_factor: 10,
             lfu_decay_time: 1,

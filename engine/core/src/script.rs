@@ -46,6 +46,10 @@ pub trait Scripting {
     fn function(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError>;
     /// The code of every loaded function library (its FUNCTION LOAD payload), handed to
     /// `each`: what a snapshot keeps of them (opaque to the core). None by default.
+    /// Scripts in the EVAL cache (INFO memory `number_of_cached_scripts`).
+    fn cached_scripts(&self) -> usize {
+        0
+    }
     fn library_codes(&self, each: &mut dyn FnMut(&[u8])) {
         let _ = each;
     }
@@ -315,6 +319,9 @@ pub fn call(
     if write && crate::snapshot::writes_denied(e) {
         // redis `scriptVerifyWriteCommandAllow`: the script gets the MISCONF error.
         return Err(format!("-{}", crate::snapshot::MISCONF));
+    }
+    if write && crate::snapshot::replicas_missing(e) {
+        return Err(format!("-{}", crate::snapshot::NOREPLICAS));
     }
     if write {
         run.write_dirty = true;

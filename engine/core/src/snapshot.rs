@@ -904,6 +904,38 @@ pub fn writes_denied(e: &Engine) -> bool {
     e.persist.last_bgsave_failed && e.config.stop_writes_on_bgsave_error && e.persist.save_interval > 0
 }
 
+/// What writes get while `min-replicas-to-write` asks for replicas (redis `shared.noreplicaserr`).
+pub const NOREPLICAS: &str = "NOREPLICAS Not enough good replicas to write.";
+
+/// Whether writes wait for replicas that recached never has (redis `checkGoodReplicasStatus`
+/// false on a primary: `min-replicas-to-write` and `min-replicas-max-lag` both non-zero).
+pub fn replicas_missing(e: &Engine) -> bool {
+    e.config.min_replicas_to_write != 0 && e.config.min_replicas_max_lag != 0
+}
+
+/// The error a write is refused with, if any (redis `processCommand`: the disk error first,
+/// then missing replicas; PING only for the disk error): `client`'s queued commands count for
+/// EXEC.
+pub fn refused_write(
+    e: &Engine,
+    client: &crate::Client,
+    spec: &crate::command::CommandSpec,
+) -> Option<&'static str> {
+    if refused_by_disk_error(e, client, spec) {
+        return Some(MISCONF);
+    }
+    if replicas_missing(e) {
+        let write = match spec.name {
+            "exec" => client.tx.queued_write(),
+            _ => spec.has_flag(crate::command::Flags::WRITE),
+        };
+        if write {
+            return Some(NOREPLICAS);
+        }
+    }
+    None
+}
+
 /// Whether `spec` (with `client`'s queued commands, for EXEC) is refused by [`writes_denied`]:
 /// write commands, EXEC of a transaction holding one, and PING (redis `processCommand`).
 pub fn refused_by_disk_error(e: &Engine, client: &crate::Client, spec: &crate::command::CommandSpec) -> bool {

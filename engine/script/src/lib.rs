@@ -576,6 +576,10 @@ impl LuaHost {
 }
 
 impl Scripting for LuaHost {
+    fn cached_scripts(&self) -> usize {
+        self.cached()
+    }
+
     fn eval(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         self.eval_generic(e, c)
     }
@@ -1044,6 +1048,9 @@ fn prepare(e: &Engine, flags: ScriptFlags, ro: bool) -> Result<RunFlags, CmdErro
         // refuses writes.
         if !flags.no_writes && engine_core::snapshot::writes_denied(e) {
             return Err(CmdError::Static(engine_core::snapshot::MISCONF));
+        }
+        if !flags.no_writes && engine_core::snapshot::replicas_missing(e) {
+            return Err(CmdError::Static(engine_core::snapshot::NOREPLICAS));
         }
         if flags.no_cluster && e.cluster_enabled() {
             return Err(CmdError::Static(

@@ -151,6 +151,17 @@ real.bit = protect(real.bit)
 real.cjson = protect(real.cjson)
 real.cmsgpack = protect(real.cmsgpack)
 real.struct = protect(real.struct)
+-- The strings' metatable is shared by every script: `getmetatable('')` gives a read-only view
+-- of it, and its `__index` is the protected string table (Redis makes them read-only).
+local smt = getmetatable0('')
+smt.__index = real.string
+smt.__metatable = protect(smt)
+-- loadstring refuses precompiled (binary) chunks, as Redis's Lua does: it returns nil.
+local loadstring0 = real.loadstring
+real.loadstring = function(s, ...)
+  if type(s) == 'string' and s:byte(1) == 27 then return nil end
+  return loadstring0(s, ...)
+end
 real._G = G
 setmetatable0(real, {__index = function(_, k)
   error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)

@@ -225,6 +225,8 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                     ),
                 );
                 line("used_memory_startup", &USED_MEMORY_STARTUP);
+                let scripts = e.scripting.as_ref().map_or(0, |h| h.cached_scripts());
+                line("number_of_cached_scripts", &scripts);
                 line("used_memory_dataset", &e.ks.used_bytes());
                 line("maxmemory", &e.config.maxmemory);
                 line("maxmemory_human", &human(e.config.maxmemory));
@@ -405,6 +407,40 @@ const PARAMS: &[Param] = &[
         name: "save",
         get: crate::snapshot::save_param,
         set: Some(crate::snapshot::set_save_param),
+    },
+    // recached has no replicas: `min-replicas-to-write` > 0 (with a non-zero max lag) refuses
+    // writes with NOREPLICAS, as a Redis primary without good replicas does.
+    Param {
+        name: "min-replicas-to-write",
+        get: |e| e.config.min_replicas_to_write.to_string(),
+        set: Some(|e, v| {
+            e.config.min_replicas_to_write = int_in(v, 0, i64::from(i32::MAX))? as u64;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "min-replicas-max-lag",
+        get: |e| e.config.min_replicas_max_lag.to_string(),
+        set: Some(|e, v| {
+            e.config.min_replicas_max_lag = int_in(v, 0, i64::from(i32::MAX))? as u64;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "min-slaves-to-write",
+        get: |e| e.config.min_replicas_to_write.to_string(),
+        set: Some(|e, v| {
+            e.config.min_replicas_to_write = int_in(v, 0, i64::from(i32::MAX))? as u64;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "min-slaves-max-lag",
+        get: |e| e.config.min_replicas_max_lag.to_string(),
+        set: Some(|e, v| {
+            e.config.min_replicas_max_lag = int_in(v, 0, i64::from(i32::MAX))? as u64;
+            Ok(())
+        }),
     },
     Param {
         name: "stop-writes-on-bgsave-error",

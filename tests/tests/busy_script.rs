@@ -175,8 +175,12 @@ fn keys_a_busy_script_made_ready_are_served_after_it() {
         other.cmd_str(&["SCRIPT", "KILL"]),
         b"-UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.\r\n"
     );
-    let (early, _) = blocked.read_until_close(Duration::from_millis(200), Duration::from_millis(300));
-    assert!(early.is_empty(), "the blocked client was served mid-script: {early:?}");
+    let (early, _) =
+        blocked.read_until_close(Duration::from_millis(200), Duration::from_millis(300));
+    assert!(
+        early.is_empty(),
+        "the blocked client was served mid-script: {early:?}"
+    );
     let _signal = Resp::connect(port);
     assert_eq!(runner.read_frame(), b"$4\r\ndone\r\n");
     assert_eq!(blocked.read_frame(), b"*2\r\n$1\r\nx\r\n$1\r\nz\r\n");

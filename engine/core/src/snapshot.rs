@@ -901,7 +901,9 @@ pub const MISCONF: &str = "MISCONF Redis is configured to save RDB snapshots, bu
 /// last background save failed, save points are configured, and `stop-writes-on-bgsave-error`
 /// is on. The next successful save (SAVE, BGSAVE, periodic) lifts it.
 pub fn writes_denied(e: &Engine) -> bool {
-    e.persist.last_bgsave_failed && e.config.stop_writes_on_bgsave_error && e.persist.save_interval > 0
+    e.persist.last_bgsave_failed
+        && e.config.stop_writes_on_bgsave_error
+        && e.persist.save_interval > 0
 }
 
 /// What writes get while `min-replicas-to-write` asks for replicas (redis `shared.noreplicaserr`).
@@ -938,7 +940,11 @@ pub fn refused_write(
 
 /// Whether `spec` (with `client`'s queued commands, for EXEC) is refused by [`writes_denied`]:
 /// write commands, EXEC of a transaction holding one, and PING (redis `processCommand`).
-pub fn refused_by_disk_error(e: &Engine, client: &crate::Client, spec: &crate::command::CommandSpec) -> bool {
+pub fn refused_by_disk_error(
+    e: &Engine,
+    client: &crate::Client,
+    spec: &crate::command::CommandSpec,
+) -> bool {
     use crate::command::Flags;
     if !writes_denied(e) {
         return false;

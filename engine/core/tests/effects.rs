@@ -1532,6 +1532,8 @@ fn bits_hll_sort_effects_converge() {
     for want in ["SETBIT", "BITFIELD", "PFCOUNT"] {
         assert!(names.contains(want), "{want} effects in {names:?}");
     }
+}
+
 /// Streams: `XADD *` reaches the replica with the ID it was given, trims as `XTRIM MINID`,
 /// and group reads as `XCLAIM … FORCE JUSTID` + `XGROUP SETID`; the replica's stream, groups
 /// and pending entries equal the primary's.

@@ -107,7 +107,13 @@ fn ttl_type_exists_do_not_touch_the_key() {
     };
     assert_eq!(run(&mut e, T0, "SET foo bar"), "+OK\r\n");
     let later = T0 + 3_000_000;
-    for line in ["TTL foo", "PTTL foo", "TYPE foo", "EXISTS foo", "EXPIRETIME foo"] {
+    for line in [
+        "TTL foo",
+        "PTTL foo",
+        "TYPE foo",
+        "EXISTS foo",
+        "EXPIRETIME foo",
+    ] {
         run(&mut e, later, line);
     }
     assert_eq!(run(&mut e, later, "OBJECT IDLETIME foo"), ":3\r\n");

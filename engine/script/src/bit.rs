@@ -116,7 +116,11 @@ pub fn table(lua: &Lua) -> mlua::Result<Table> {
             };
             // INT32_MIN has no positive counterpart (redis CVE-2024-31449: LuaBitOp's `-n`
             // overflowed); it counts as INT32_MIN + 1, as in Redis's patched bit.c.
-            let (upper, n) = if n < 0 { (true, n.saturating_neg()) } else { (false, n) };
+            let (upper, n) = if n < 0 {
+                (true, n.saturating_neg())
+            } else {
+                (false, n)
+            };
             let n = n.min(8) as usize;
             let text = if n == 0 {
                 String::new()

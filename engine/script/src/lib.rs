@@ -682,11 +682,22 @@ impl State {
             lua.create_function(move |lua, args: MultiValue| {
                 let _unlimited = Unlimited::new(lua);
                 if args.is_empty() {
-                    return raise(lua, &p, "Please specify at least one argument for this redis lib call");
+                    return raise(
+                        lua,
+                        &p,
+                        "Please specify at least one argument for this redis lib call",
+                    );
                 }
-                let Some(argv) = args.iter().map(convert::arg_bytes).collect::<Option<Vec<_>>>()
+                let Some(argv) = args
+                    .iter()
+                    .map(convert::arg_bytes)
+                    .collect::<Option<Vec<_>>>()
                 else {
-                    return raise(lua, &p, "Lua redis lib command arguments must be strings or integers");
+                    return raise(
+                        lua,
+                        &p,
+                        "Lua redis lib command arguments must be strings or integers",
+                    );
                 };
                 let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
                 match c.with(|e, run, _| engine_core::script::acl_check(e, run, &refs)) {

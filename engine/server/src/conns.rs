@@ -72,7 +72,7 @@ impl Conns {
     /// Puts back what [`Conns::take`] took.
     pub fn put(&mut self, key: usize, conn: Box<Conn>) {
         // The slot holds `None` (taken): nothing to drop, and no drop call on this hot path.
-        let empty = std::mem::replace(&mut self.slab[key], Some(conn));
+        let empty = self.slab[key].replace(conn);
         debug_assert!(empty.is_none());
         std::mem::forget(empty);
     }

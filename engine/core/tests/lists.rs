@@ -9,73 +9,12 @@ use std::time::Instant;
 
 use engine_core::keyspace::ENTRY_OVERHEAD;
 use engine_core::types::list::ELEM_OVERHEAD;
-use engine_core::{Client, Config, Delivery, Engine, Flow, Proto};
+use engine_core::Proto;
 
-/// 2026-01-01T00:00:00Z in µs.
-const T0: u64 = 1_767_225_600_000_000;
+mod common;
 
-struct World {
-    engine: Engine,
-    clients: Vec<Client>,
-    now_us: u64,
-}
+use common::{T0, World, unblock};
 
-impl World {
-    /// An engine with `n` clients, ids 1..=n.
-    fn new(n: u64) -> World {
-        World {
-            engine: Engine::new(Config {
-                hash_seed: 7,
-                ..Config::default()
-            }),
-            clients: (1..=n)
-                .map(|id| Client {
-                    id,
-                    created_us: T0,
-                    ..Client::default()
-                })
-                .collect(),
-            now_us: T0,
-        }
-    }
-
-    /// Runs a space-separated command as client `id`: (flow, reply bytes).
-    fn run(&mut self, id: u64, line: &str) -> (Flow, String) {
-        let argv: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
-        let mut out = Vec::new();
-        let client = &mut self.clients[id as usize - 1];
-        let flow = self.engine.exec(client, &argv, self.now_us, &mut out);
-        (flow, String::from_utf8(out).unwrap())
-    }
-
-    /// Runs a command that must not block and returns its reply.
-    fn cmd(&mut self, id: u64, line: &str) -> String {
-        let (flow, out) = self.run(id, line);
-        assert_eq!(flow, Flow::Continue, "{line}");
-        out
-    }
-
-    /// Runs a command that must park its client (no reply written).
-    fn park(&mut self, id: u64, line: &str) {
-        let (flow, out) = self.run(id, line);
-        assert_eq!(flow, Flow::Block, "{line} must block");
-        assert_eq!(out, "", "a parked command writes no reply");
-    }
-
-    fn deliveries(&mut self) -> Vec<Delivery> {
-        let mut v = Vec::new();
-        self.engine.take_deliveries(&mut v);
-        v
-    }
-}
-
-fn unblock(id: u64, bytes: &str) -> Delivery {
-    Delivery {
-        client_id: id,
-        bytes: bytes.as_bytes().to_vec(),
-        unblock: true,
-    }
-}
 
 #[test]
 fn memory_is_accounted_incrementally_and_build_is_linear() {

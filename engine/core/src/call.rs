@@ -26,6 +26,20 @@ pub struct Call<'a> {
     /// The server's poller for a script that runs past `busy-reply-threshold`
     /// ([`crate::script::BusyPoll`]); `None` where nobody else can be served (tests, wasm).
     pub poller: Option<&'a mut dyn crate::script::BusyPoll>,
+    /// A handler that wrote an error reply itself (EVAL's, from the script) says how it counts
+    /// (redis `afterErrorReply`); `None`: as the reply shows.
+    pub error_reply: Option<ErrorReply>,
+}
+
+/// How an error reply a handler wrote counts in INFO (errorstats, `total_error_replies`) and in
+/// the command's `failed_calls`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorReply {
+    /// A new error: counted everywhere.
+    Counted,
+    /// An error already counted where it arose (a script handing back the error of a command
+    /// it ran, redis `ERR_REPLY_FLAG_NO_STATS_UPDATE`): only the command's `failed_calls`.
+    AlreadyCounted,
 }
 
 impl<'a> Call<'a> {
@@ -47,6 +61,7 @@ impl<'a> Call<'a> {
             flow: Flow::Continue,
             out,
             poller,
+            error_reply: None,
         }
     }
 }

@@ -67,23 +67,27 @@ pub fn exec_polling(
 ) -> Flow {
     let start = out.len();
     let flow = exec_inner(e, client, argv, now_us, out, poller);
-    if out.get(start) == Some(&b'-') {
-        let line = &out[start + 1..];
-        let end = line
-            .iter()
-            .position(|&b| b == b' ' || b == b'\r')
-            .unwrap_or(line.len());
-        let code = String::from_utf8_lossy(&line[..end]).into_owned();
-        let n = e.stats.errors.len();
-        match e.stats.errors.get_mut(&code) {
-            Some(c) => *c += 1,
-            None if n < crate::engine::ERRORSTATS_LIMIT => {
-                e.stats.errors.insert(code, 1);
-            }
-            None => {}
-        }
+    if out.get(start) == Some(&b'-') && !std::mem::take(&mut e.stats.error_counted) {
+        count_error(e, &out[start + 1..]);
     }
     flow
+}
+
+/// Counts an error reply (`line` after its `-`) by its code in INFO `errorstats`.
+pub(crate) fn count_error(e: &mut Engine, line: &[u8]) {
+    let end = line
+        .iter()
+        .position(|&b| b == b' ' || b == b'\r')
+        .unwrap_or(line.len());
+    let code = String::from_utf8_lossy(&line[..end]).into_owned();
+    let n = e.stats.errors.len();
+    match e.stats.errors.get_mut(&code) {
+        Some(c) => *c += 1,
+        None if n < crate::engine::ERRORSTATS_LIMIT => {
+            e.stats.errors.insert(code, 1);
+        }
+        None => {}
+    }
 }
 
 fn exec_inner(
@@ -253,7 +257,17 @@ fn exec_inner(
         call.w().error(&err.message());
         true
     } else {
-        false
+        match call.error_reply {
+            None => false,
+            Some(crate::call::ErrorReply::Counted) => {
+                e.stats.failed_calls += 1;
+                true
+            }
+            Some(crate::call::ErrorReply::AlreadyCounted) => {
+                e.stats.error_counted = true;
+                true
+            }
+        }
     };
     // A command that parks is counted when it is answered (its re-run), as in Redis.
     if call.flow != Flow::Block {

@@ -138,6 +138,9 @@ pub struct Stats {
     pub rejected_calls: u64,
     /// Commands that ran and answered an error.
     pub failed_calls: u64,
+    /// The reply being written is an error already counted where it arose (see
+    /// `crate::call::ErrorReply`): the errorstats count skips it once.
+    pub error_counted: bool,
     /// Commands that changed the keyspace.
     pub dirty_commands: u64,
     /// Keys removed by the active expiry cycle (also counted in `expired_keys`).

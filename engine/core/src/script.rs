@@ -270,6 +270,7 @@ pub fn call(
         }
         _ => {
             e.stats.rejected_calls += 1;
+            crate::dispatch::count_error(e, b"ERR");
             return Err("Unknown Redis command called from script".into());
         }
     };
@@ -314,7 +315,7 @@ pub fn call(
         && e.config.maxmemory != 0
         && spec.has_flag(Flags::DENYOOM)
     {
-        return Err(refused(e, spec, crate::evict::OOM_ERROR));
+        return Err(refused(e, spec, &format!("-{}", crate::evict::OOM_ERROR)));
     }
     if write && crate::snapshot::writes_denied(e) {
         // redis `scriptVerifyWriteCommandAllow`: the script gets the MISCONF error.
@@ -359,10 +360,15 @@ pub fn acl_check(e: &Engine, run: &ScriptRun, argv: &[&[u8]]) -> Result<bool, &'
     Ok(!e.acl.restricted() || e.acl.check(&run.client.auth, spec, argv).is_ok())
 }
 
-/// A refusal counted as Redis counts it (`rejected_calls`, the command's `rejected_calls`).
+/// A refusal counted as Redis counts it (`rejected_calls`, the command's `rejected_calls`, and
+/// its code in errorstats: `-CODE …` texts by their code, the others as `ERR`).
 fn refused(e: &mut Engine, spec: &'static CommandSpec, msg: &str) -> String {
     e.stats.rejected_calls += 1;
     e.cmdstats.rejected(spec);
+    match msg.strip_prefix('-') {
+        Some(coded) => crate::dispatch::count_error(e, coded.as_bytes()),
+        None => crate::dispatch::count_error(e, b"ERR"),
+    }
     msg.to_string()
 }
 

@@ -7,14 +7,13 @@
 
 use std::time::Instant;
 
+use engine_core::Proto;
 use engine_core::keyspace::ENTRY_OVERHEAD;
 use engine_core::types::list::ELEM_OVERHEAD;
-use engine_core::Proto;
 
 mod common;
 
 use common::{T0, World, unblock};
-
 
 #[test]
 fn memory_is_accounted_incrementally_and_build_is_linear() {

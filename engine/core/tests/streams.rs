@@ -15,7 +15,6 @@ fn blocked(w: &mut World) -> String {
     w.cmd(1, "INFO clients")
 }
 
-
 /// `[[key, [[id, [f, v]]]]]` in RESP2.
 fn one_entry(key: &str, id: &str, f: &str, v: &str) -> String {
     format!(

@@ -49,7 +49,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Instant;
 
-use engine_core::call::Call;
+use engine_core::call::{Call, ErrorReply};
 use engine_core::error::CmdError;
 use engine_core::script::{Busy, BusyPoll, RunFlags, ScriptRun, Scripting};
 use engine_core::{Engine, Proto};
@@ -369,7 +369,7 @@ impl LuaHost {
                     (self.libraries.libs.len(), self.libraries.function_count());
             }
         }
-        self.run(
+        c.error_reply = self.run(
             fstate,
             e,
             &mut run,
@@ -386,7 +386,9 @@ impl LuaHost {
     }
 
     /// Runs a compiled script with KEYS and ARGV set; its reply (or error) goes to `out` in
-    /// the caller's protocol.
+    /// the caller's protocol. Says how an error reply counts: an error table a `redis.call`
+    /// or `redis.pcall` made was counted when the command failed (redis
+    /// `ignore_err_stats_update`), any other error is new.
     #[allow(clippy::too_many_arguments)]
     fn run(
         &mut self,
@@ -400,7 +402,7 @@ impl LuaHost {
         now_us: u64,
         caller: Proto,
         out: &mut Vec<u8>,
-    ) {
+    ) -> Option<ErrorReply> {
         let st = if fstate { &self.fstate } else { &self.state };
         let started = Instant::now();
         if st.ctx.poller.get().is_some() {
@@ -445,6 +447,26 @@ impl LuaHost {
         e.busy = None;
         let script_proto = run.proto();
         let _unlimited = Unlimited::new(&st.lua);
+        let how = |t: &Table| {
+            if matches!(
+                t.raw_get::<Value>("ignore_error_stats_update"),
+                Ok(Value::Boolean(true))
+            ) {
+                ErrorReply::AlreadyCounted
+            } else {
+                ErrorReply::Counted
+            }
+        };
+        let error_reply = match &result {
+            Ok((true, Value::Table(t)))
+                if matches!(t.raw_get::<Value>("err"), Ok(Value::String(_))) =>
+            {
+                Some(how(t))
+            }
+            Ok((true, _)) => None,
+            Ok((false, Value::Table(t))) => Some(how(t)),
+            _ => Some(ErrorReply::Counted),
+        };
         match result {
             Ok((true, v)) => convert::lua_to_reply(&v, caller, script_proto, out),
             Ok((false, Value::Table(t))) => {
@@ -491,6 +513,7 @@ impl LuaHost {
         if self.runs.is_multiple_of(GC_PERIOD) {
             let _ = st.lua.gc_step();
         }
+        error_reply
     }
 
     fn script_cmd(&mut self, c: &mut Call) -> Result<(), CmdError> {

@@ -19,11 +19,9 @@ from INFO, an empty queue, no workers. Then two parts that need features of late
 How the deferred parts run depends on the flag:
 - none (a fleet of several engines): enqueue must fail with exactly today's -CROSSSLOT, and
   the worker part cannot run without a job (it is reported, not run);
-- --one-engine (the proxy in front of ONE engine, so no transaction spans engines): enqueue
-  must pass, and the worker part must fail with exactly today's unknown command (XADD in the
-  worker, logged; XREVRANGE reaches the caller);
-- --all (a real redis-server, or recached once issues 17 and 20 have landed): every part must
-  pass.
+- --one-engine (the proxy in front of ONE engine, so no transaction spans engines): every part
+  must pass (enqueue, and the worker storing results in streams);
+- --all (a real redis-server, or recached once issue 20 has landed): every part must pass.
 A deferred part that passes where it is expected to fail makes the script fail and say so, so
 the day an issue lands the part is moved out of DEFERRED. Prints `rq <version>`,
 `redis-py <version>`, `protocol: N`, one line per check or `DEFERRED (issue N): …` line, and
@@ -51,7 +49,6 @@ if MODE not in ("--several-engines", "--one-engine", "--all"):
     sys.exit(f"unknown mode {MODE!r}: --one-engine or --all")
 # -CROSSSLOT, as redis-py raises it (the error code becomes the exception class).
 CROSSSLOT = ("ClusterCrossSlotError", "Keys in request don't hash to the same slot")
-NO_XREVRANGE = ("ResponseError: unknown command 'XREVRANGE'",)
 
 
 watchdog(60)
@@ -142,13 +139,13 @@ if MODE == "--all":
     deferred("enqueue", 20, None, enqueue)
     deferred("burst worker ran add(2, 3) = 5 and a failing job", 17, None, burst_worker)
 elif MODE == "--one-engine":
+    # Streams (issue 17) landed: the worker stores each result with XADD and reads it back with
+    # XREVRANGE, so with no transaction spanning engines every part passes.
     deferred("enqueue", 20, None, enqueue)
-    # The worker's work horse fails on XADD inside its MULTI (Result.create), logs it (stderr)
-    # and carries on; the first error that reaches the caller is XREVRANGE (latest_result()).
-    deferred("burst worker ran add(2, 3) = 5 and a failing job", 17, NO_XREVRANGE, burst_worker)
+    deferred("burst worker ran add(2, 3) = 5 and a failing job", 17, None, burst_worker)
 else:
     deferred("enqueue", 20, CROSSSLOT, enqueue)
-    print("DEFERRED (issues 20, 17): burst worker ran add(2, 3) = 5 and a failing job: not run, "
+    print("DEFERRED (issue 20): burst worker ran add(2, 3) = 5 and a failing job: not run, "
           "there is no job to run without enqueue", flush=True)
 
 r.close()

@@ -923,36 +923,18 @@ pub fn refused_write(
     client: &crate::Client,
     spec: &crate::command::CommandSpec,
 ) -> Option<&'static str> {
-    if refused_by_disk_error(e, client, spec) {
-        return Some(MISCONF);
+    let (disk, replicas) = (writes_denied(e), replicas_missing(e));
+    if !disk && !replicas {
+        return None;
     }
-    if replicas_missing(e) {
-        let write = match spec.name {
-            "exec" => client.tx.queued_write(),
-            _ => spec.has_flag(crate::command::Flags::WRITE),
-        };
-        if write {
-            return Some(NOREPLICAS);
-        }
-    }
-    None
-}
-
-/// Whether `spec` (with `client`'s queued commands, for EXEC) is refused by [`writes_denied`]:
-/// write commands, EXEC of a transaction holding one, and PING (redis `processCommand`).
-pub fn refused_by_disk_error(
-    e: &Engine,
-    client: &crate::Client,
-    spec: &crate::command::CommandSpec,
-) -> bool {
-    use crate::command::Flags;
-    if !writes_denied(e) {
-        return false;
-    }
-    match spec.name {
-        "ping" => true,
+    let write = match spec.name {
         "exec" => client.tx.queued_write(),
-        _ => spec.has_flag(Flags::WRITE),
+        _ => spec.has_flag(crate::command::Flags::WRITE),
+    };
+    match () {
+        _ if disk && (write || spec.name == "ping") => Some(MISCONF),
+        _ if replicas && write => Some(NOREPLICAS),
+        _ => None,
     }
 }
 

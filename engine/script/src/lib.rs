@@ -361,10 +361,14 @@ impl LuaHost {
             b.name.clear();
             b.name.push_str(name);
             b.started_ms = c.now_ms;
-            b.argv.clear();
             if fstate {
-                // FUNCTION STATS shows the FCALL while it is busy.
-                b.argv.extend(c.argv.iter().map(|a| a.to_vec()));
+                // FUNCTION STATS shows the FCALL while it is busy. The buffers are reused, so
+                // an FCALL allocates nothing here once warm.
+                b.argv.resize_with(c.argv.len(), Vec::new);
+                for (dst, src) in b.argv.iter_mut().zip(c.argv) {
+                    dst.clear();
+                    dst.extend_from_slice(src);
+                }
                 (b.libraries, b.functions) =
                     (self.libraries.libs.len(), self.libraries.function_count());
             }

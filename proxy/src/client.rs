@@ -286,6 +286,8 @@ pub struct Client {
     pub conns: Vec<(usize, usize)>,
     /// Where its last forwarded request went (`crate::dedicated` "Lanes and ordering").
     pub lane: Lane,
+    /// Its blocking read over several instances in progress (`crate::spread`).
+    pub spread: Option<crate::spread::Spread>,
     /// Paused until its pending replies are in, to switch lanes.
     pub wait_lane: bool,
     /// TLS state, for a client of the TLS port.
@@ -357,6 +359,7 @@ impl Client {
             dirty: false,
             conns: Vec::new(),
             lane: Lane::Shared,
+            spread: None,
             wait_lane: false,
             tls: None,
             last_request: Instant::now(),

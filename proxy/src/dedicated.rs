@@ -95,6 +95,9 @@ pub enum Lane {
     Dedicated(usize),
     /// The client's dedicated connections in subscribed mode.
     PubSub,
+    /// Its dedicated connections to several instances, for one blocking read
+    /// (`crate::spread`).
+    Spread,
 }
 
 /// What one written request expects back.
@@ -106,6 +109,8 @@ pub struct Expect {
     pub frames: u32,
     /// The first error frame among them, which becomes the slot's reply.
     pub error: Option<Vec<u8>>,
+    /// The reply is the connection's `CLIENT ID` ([`Dedicated::engine_id`]), not a slot's.
+    pub capture_id: bool,
 }
 
 /// What a frame read from a dedicated connection is.
@@ -115,6 +120,8 @@ pub enum Incoming<'a> {
     Reply(Waiter, &'a [u8]),
     /// A pub/sub message for the owning client.
     Message(&'a [u8]),
+    /// The connection learned its instance client id ([`Dedicated::engine_id`]).
+    EngineId(u64),
 }
 
 /// A pub/sub message frame: RESP2 `message` / `pmessage` array or RESP3 push.
@@ -153,6 +160,9 @@ pub struct Dedicated {
     /// `pmessage` (patterns are subscribed on every instance) is relayed only from its
     /// channel's instance ([`relay_pmessage`]).
     pub instances: usize,
+    /// The instance's client id of this connection (`CLIENT ID`, asked before its first part), for
+    /// `CLIENT UNBLOCK` of a blocking read spread over several instances (`crate::spread`).
+    pub engine_id: Option<u64>,
 }
 
 /// Whether a `pmessage` frame read from `instance`'s connection is relayed, when every one of
@@ -214,6 +224,7 @@ impl Dedicated {
             db: 0,
             monitor: false,
             instances: 0,
+            engine_id: None,
         })
     }
 
@@ -224,6 +235,23 @@ impl Dedicated {
             waiter,
             frames,
             error: None,
+            capture_id: false,
+        });
+    }
+
+    /// Queues `CLIENT ID` (once); its reply sets [`Dedicated::engine_id`].
+    pub fn ask_id(&mut self) {
+        if self.inflight.iter().any(|e| e.capture_id) {
+            return;
+        }
+        self.wire
+            .out
+            .extend_from_slice(b"*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n");
+        self.inflight.push_back(Expect {
+            waiter: None,
+            frames: 1,
+            error: None,
+            capture_id: true,
         });
     }
 
@@ -237,6 +265,7 @@ impl Dedicated {
             instance,
             instances,
             monitor,
+            engine_id,
             ..
         } = self;
         wire.frames(|frame| {
@@ -261,6 +290,17 @@ impl Dedicated {
             front.frames = front.frames.saturating_sub(1);
             if front.frames == 0 {
                 let done = inflight.pop_front().expect("front exists");
+                if done.capture_id {
+                    if let Some(id) = frame
+                        .strip_prefix(b":")
+                        .and_then(|f| f.strip_suffix(b"\r\n"))
+                        .and_then(resp::parse_i64)
+                    {
+                        *engine_id = Some(id as u64);
+                        each(Incoming::EngineId(id as u64));
+                    }
+                    return Ok(());
+                }
                 if let Some(w) = done.waiter {
                     each(Incoming::Reply(w, done.error.as_deref().unwrap_or(frame)));
                 }

@@ -56,6 +56,7 @@ use crate::clients;
 use crate::dedicated::{Dedicated, Incoming, Lane};
 use crate::exec::{Ctx, Flow, Me, handle};
 use crate::route::{Args, Fleet};
+use crate::spread::UNBLOCK_PART;
 use crate::tls::{ProxyLimits, TlsConn};
 use std::os::fd::AsRawFd;
 
@@ -628,6 +629,16 @@ impl Proxy {
         let now_us = self.started.elapsed().as_micros() as u64;
         d.incoming(|incoming| match incoming {
             Incoming::Reply(w, reply) => deliver(clients, dirty_clients, followups, w, reply),
+            Incoming::EngineId(engine_id) => {
+                // A parked part of a released spread read is unblocked once its id is known.
+                if let Some(c) = clients.get_mut(owner_token)
+                    && c.id == owner_id
+                    && let Some(unblock) = c.spread.as_mut().and_then(|s| s.id_known(id, engine_id))
+                {
+                    c.replies.followups.push(unblock);
+                    followups.push(owner_token);
+                }
+            }
             Incoming::Message(frame) => {
                 let Some(c) = clients.get_mut(owner_token) else {
                     return;
@@ -877,6 +888,7 @@ impl Proxy {
             read_closed,
             conns,
             lane,
+            spread,
             wait_lane,
             last_request,
             ..
@@ -896,6 +908,7 @@ impl Proxy {
             session,
             conns,
             lane,
+            spread,
         };
         let out_before = me.replies.unsent();
         let mut parsed = false;
@@ -1141,6 +1154,24 @@ fn deliver(
     };
     if c.id != w.client_id {
         return;
+    }
+    // A part (or a `CLIENT UNBLOCK`) of a blocking read over several instances.
+    if let Some(s) = c.spread.as_mut()
+        && s.seq == w.seq
+    {
+        if w.part >= UNBLOCK_PART {
+            if let Some(again) = s.unblock_answered(w.part - UNBLOCK_PART, reply) {
+                c.replies.followups.push(again);
+                followups.push(w.token);
+            }
+            return;
+        }
+        c.replies.followups.extend(s.answered(w.part));
+        if s.done() {
+            c.spread = None;
+        }
+    } else if w.part >= UNBLOCK_PART {
+        return; // a late CLIENT UNBLOCK reply: the read is over
     }
     c.replies.fill(w.seq, w.part, reply);
     if !c.replies.followups.is_empty() {

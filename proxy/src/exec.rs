@@ -55,7 +55,8 @@ use crate::backend::HELLO3;
 use crate::event_loop::{backend_token, dedicated_token, mark};
 use crate::pubsub::{self, Kind};
 use crate::route::{self, Args, Fleet, Plan, ReplyMode, Session};
-use crate::split::Merge;
+use crate::split::{Merge, Part};
+use crate::spread::{Spread, SpreadPart};
 use crate::tx::{self, Step};
 
 /// The proxy-wide state a request may touch (everything but the clients).
@@ -76,6 +77,8 @@ pub(crate) struct Me<'a> {
     pub(crate) session: &'a mut Session,
     pub(crate) conns: &'a mut Vec<(usize, usize)>,
     pub(crate) lane: &'a mut Lane,
+    /// Its blocking read over several instances in progress (`crate::spread`).
+    pub(crate) spread: &'a mut Option<Spread>,
 }
 
 impl Me<'_> {
@@ -568,6 +571,7 @@ fn run_plan<A: Args + ?Sized>(
             }
             Flow::Continue
         }
+        Plan::BlockingSplit { parts, merge } => blocking_split(parts, merge, me, ctx),
         shared => {
             if !me.enter_lane(Lane::Shared) {
                 return Flow::Wait;
@@ -576,6 +580,52 @@ fn run_plan<A: Args + ?Sized>(
             Flow::Continue
         }
     }
+}
+
+/// A blocking stream read over several instances (`crate::spread`): each part on the
+/// client's dedicated connection to its instance; the first answer releases the others.
+fn blocking_split(parts: Vec<Part>, merge: Merge, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Flow {
+    if !me.enter_lane(Lane::Spread) {
+        return Flow::Wait;
+    }
+    let seq = me.replies.push_parts(parts.len(), merge);
+    let mut spread = Spread::new(seq);
+    let mut failed = Vec::new();
+    for (p, part) in parts.iter().enumerate() {
+        let conn = match conn_for(part.instance, me, ctx) {
+            Ok(id) => {
+                let d = ctx.dedicated.get_mut(id).expect("just looked up");
+                d.pubsub = false;
+                sync_db(d, id, me.session.db, ctx.dirty_dedicated);
+                if d.engine_id.is_none() {
+                    d.ask_id(); // answered before the part: for its CLIENT UNBLOCK
+                }
+                d.send(&part.request, Some(me.waiter(seq, p as u32)), 1);
+                mark(&mut d.dirty, ctx.dirty_dedicated, id);
+                Some((id, d.engine_id))
+            }
+            Err(error) => {
+                failed.push((p as u32, error));
+                None
+            }
+        };
+        spread.parts.push(SpreadPart {
+            instance: part.instance,
+            conn: conn.map_or(usize::MAX, |c| c.0),
+            engine_id: conn.and_then(|c| c.1),
+            answered: false,
+        });
+    }
+    // A part that could not be sent answers first (its error is the reply): the others are
+    // released at once.
+    for (p, error) in failed {
+        me.replies.followups.extend(spread.answered(p));
+        me.replies.fill(seq, p, &error);
+    }
+    if !spread.done() {
+        *me.spread = Some(spread);
+    }
+    Flow::Continue
 }
 
 /// Carries out a plan on the shared backend connections.
@@ -657,6 +707,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         Plan::Reply(_)
         | Plan::ReplyThenClose(_)
         | Plan::Blocking(_)
+        | Plan::BlockingSplit { .. }
         | Plan::Watch(_)
         | Plan::Multi
         | Plan::Clients(_)

@@ -69,6 +69,7 @@ mod exec;
 pub mod pubsub;
 pub mod route;
 pub mod split;
+mod spread;
 pub mod tls;
 pub mod tx;
 

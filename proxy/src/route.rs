@@ -207,6 +207,9 @@ pub enum Plan {
     /// A blocking command whose keys are all on this instance: send it on the client's
     /// dedicated connection to it.
     Blocking(usize),
+    /// A blocking stream read over several instances: each part on the client's dedicated
+    /// connection to its instance; the first answer releases the others (`crate::spread`).
+    BlockingSplit { parts: Vec<Part>, merge: Merge },
     /// `WATCH` with every key on this instance: pin the client to it ([`crate::tx`]).
     Watch(usize),
     /// `MULTI`: the client enters a transaction ([`crate::tx`]).
@@ -401,6 +404,14 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             // Streams on several instances: split, merged in the caller's key order.
             Err(()) => split_stream_read(args, n, session.proto),
         },
+        // With BLOCK over several instances: every part parks on its instance until the first
+        // answers (`crate::spread`).
+        "xread" | "xreadgroup" if matches!(keys_instance(spec, args, n), Err(())) => {
+            match split_stream_read(args, n, session.proto) {
+                Plan::Split { parts, merge } => Plan::BlockingSplit { parts, merge },
+                other => other,
+            }
+        }
         _ if spec.has_flag(Flags::BLOCKING) => match keys_instance(spec, args, n) {
             Ok(Some(i)) => Plan::Blocking(i),
             Ok(None) => not_supported(spec, "it has no key to route by"),

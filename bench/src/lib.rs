@@ -29,6 +29,7 @@
 //! The scripts in `scripts/bench-*.sh` and `scripts/soak.sh` drive these; see
 //! docs/BENCHMARKS.md (generated) for what each suite measures.
 
+pub mod consume;
 pub mod doc;
 pub mod loadgen;
 pub mod memory;
@@ -117,6 +118,13 @@ pub enum BenchCommand {
         #[command(flatten)]
         out: OutArgs,
     },
+    /// The consumer-group loop of a stream job queue (XREADGROUP COUNT n + XACK), closed loop.
+    StreamConsume {
+        #[command(flatten)]
+        args: consume::ConsumeArgs,
+        #[command(flatten)]
+        out: OutArgs,
+    },
     /// Check result files: valid JSON of this schema; with --no-errors, no error counted.
     Validate {
         #[arg(long)]
@@ -192,6 +200,7 @@ pub fn main(cmd: BenchCommand) -> Result<ExitCode, String> {
             println!("check {name}: {outcome} ({detail})");
             Ok(ExitCode::SUCCESS)
         }
+        BenchCommand::StreamConsume { args, out } => consume::run(&args, &out),
         BenchCommand::Validate { no_errors, files } => {
             let mut bad = 0;
             for f in &files {

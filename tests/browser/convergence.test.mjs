@@ -2,7 +2,8 @@
 // tests/tests/fanout_browser.rs). Two engines behind the proxy; a fan-out with tokens.
 //
 // - The writer issues WRITES commands over every data type (strings, counters, hashes, sets,
-//   sorted sets, lists), with short and long expiries, DEL/EXPIRE/PERSIST, RENAME and MSET,
+//   sorted sets, lists, streams with a consumer group), with short and long expiries,
+//   DEL/EXPIRE/PERSIST, RENAME and MSET,
 //   EVAL and FCALL (their writes reach replicas as the commands they ran), and one FLUSHALL,
 //   through the proxy.
 // - Replicas in Node (the same recached.js + recached.wasm the page uses) and one in Chromium
@@ -37,6 +38,8 @@ const violations = [];
 function wireKey(v) {
   return typeof v === 'string' ? v : Buffer.from(v.b64, 'base64').toString('latin1');
 }
+// The key an effect names: after the subcommand for a container command (XGROUP CREATE k …).
+const keyArg = (args) => (String(args[0]).toUpperCase() === 'XGROUP' ? args[2] : args[1]);
 
 async function newReplica(spec) {
   const r = await connect(url, {
@@ -45,7 +48,7 @@ async function newReplica(spec) {
   const allowed = TOKENS[spec.token];
   r.on('message', (m) => {
     if ((m.type === 'entry' || m.type === 'keychange') && m.args.length > 1) {
-      const key = wireKey(m.args[1]);
+      const key = wireKey(keyArg(m.args));
       if (!allowed.some((p) => key.startsWith(p))) violations.push(`${spec.token}: ${key}`);
     }
   });
@@ -66,7 +69,8 @@ await page.evaluate(async ({ url, spec, allowed }) => {
   window.r = await m.connect(url, { token: spec.token, prefixes: spec.prefixes, waitReady: false, minDelay: 20, maxDelay: 300 });
   window.r.on('message', (msg) => {
     if ((msg.type === 'entry' || msg.type === 'keychange') && msg.args.length > 1) {
-      const k = typeof msg.args[1] === 'string' ? msg.args[1] : atob(msg.args[1].b64);
+      const a = String(msg.args[0]).toUpperCase() === 'XGROUP' ? msg.args[2] : msg.args[1];
+      const k = typeof a === 'string' ? a : atob(a.b64);
       if (!allowed.some((p) => k.startsWith(p))) window.violations.push(k);
     }
   });
@@ -78,7 +82,7 @@ await resp.cmd('FLUSHALL');
 const P = ['a:', 'b:', 'c:'];
 const n = () => rnd.int(6);
 const key = (type) => `${rnd.pick(P)}${type}:${n()}`;
-const anyKey = () => key(rnd.pick(['str', 'cnt', 'hash', 'set', 'zset', 'list']));
+const anyKey = () => key(rnd.pick(['str', 'cnt', 'hash', 'set', 'zset', 'list', 'stream']));
 const ttl = () => (rnd.chance(0.5) ? ['PX', 100 + rnd.int(600)] : ['EX', 1000 + rnd.int(1000)]);
 const OPS = [
   () => ['SET', key('str'), `v${rnd.int(1000)}`, ...(rnd.chance(0.3) ? ttl() : [])],
@@ -116,6 +120,14 @@ const OPS = [
     3, `${p}${t}h`, `${p}${t}s`, `${p}${t}t`, `m${rnd.int(8)}`];
   },
   () => ['FCALL', 'bump', 1, key('cnt'), 1 + rnd.int(5)],
+  // Streams: `*` IDs, exact and approximate trims, deletions, a consumer group read and acked.
+  () => ['XADD', key('stream'), ...(rnd.chance(0.3) ? ['MAXLEN', rnd.pick(['=', '~']), 3 + rnd.int(4)] : []),
+    '*', 'f', `v${rnd.int(100)}`, 'g', `${rnd.int(10)}`],
+  () => ['XTRIM', key('stream'), 'MAXLEN', rnd.pick(['=', '~']), 2 + rnd.int(5)],
+  () => ['XDEL', key('stream'), `${Date.now() - rnd.int(50)}-0`],
+  () => ['XGROUP', 'CREATE', key('stream'), 'g', rnd.pick(['0', '$']), 'MKSTREAM'],
+  () => ['XREADGROUP', 'GROUP', 'g', `c${rnd.int(3)}`, 'COUNT', 1 + rnd.int(3), 'STREAMS', key('stream'), '>'],
+  () => ['XACK', key('stream'), 'g', `${Date.now() - rnd.int(50)}-0`],
 ];
 const loaded = await resp.cmd('FUNCTION', 'LOAD', 'REPLACE', "#!lua name=conv\n"
   + "redis.register_function('bump', function(keys, args) redis.call('incrby', keys[1], args[1]) "
@@ -186,6 +198,14 @@ for (const deadline = Date.now() + 20000; ;) {
   if (Date.now() > deadline) fail(`not converged (seed ${seed}):\n  ${last.slice(0, 20).join('\n  ')}`);
   await sleep(200);
 }
+
+// Streams (with groups) were among what converged.
+let streams = 0;
+for (const p of P) {
+  for (const k of await serverKeys(resp, p)) if ((await resp.cmd('TYPE', k)) === 'stream') streams++;
+}
+assert(streams > 0, 'no stream was left to compare');
+console.log(`${streams} streams compared`);
 
 const pageViolations = await page.evaluate(() => window.violations);
 assert(violations.length === 0, `keys outside the allowed prefixes were delivered: ${violations.slice(0, 10)}`);

@@ -58,9 +58,13 @@
 //! # Proxy        total_requests, backend_errors (requests answered "instance unavailable"),
 //!                instances:N, instance<i>:addr=host:port,status=up|down,
 //!                instances_answering:K (instances that answered this INFO)
-//! # Memory, # Stats, other sections: integer fields summed over the instances that
-//!                answered (`*_human` recomputed from the sum, `mem_fragmentation_ratio`
-//!                = summed RSS / summed used memory); other non-integer fields dropped
+//! # Memory, # Stats, other sections: integer and decimal fields (used_cpu_*) summed over
+//!                the instances that answered (`*_human` recomputed from the sum,
+//!                `mem_fragmentation_ratio` = summed RSS / summed used memory, other
+//!                `*_ratio` dropped); `a=1,b=2` lines (commandstats, errorstats,
+//!                latencystats) summed per subfield (`usec_per_call` recomputed,
+//!                percentiles the largest); words (`role:master`) and flags/offsets
+//!                (`cluster_enabled`, `second_repl_offset`) the first instance's
 //! # Keyspace     db0:keys=<sum>,expires=<sum>,avg_ttl=<mean weighted by expires>
 //!                (omitted when empty, as Redis)
 //! ```

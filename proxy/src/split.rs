@@ -595,6 +595,73 @@ enum InfoField {
     Sum(String, i128),
     /// `db0:keys=..,expires=..,avg_ttl=..`: sums, and the TTL total for a weighted mean.
     Db(String, u64, u64, u128),
+    /// `name:a=1,b=2.5,…` (commandstats, errorstats, latencystats): integers summed,
+    /// `usec_per_call` recomputed from the sums, other decimals the largest (a percentile of
+    /// the fleet is at most the largest instance's).
+    Stats(String, Vec<(String, StatValue)>),
+    /// A decimal (`used_cpu_sys:0.123456`): summed, printed with as many decimals as given.
+    Decimal(String, f64, usize),
+    /// A flag or offset that a sum would falsify (`cluster_enabled`, `second_repl_offset`…):
+    /// the first instance's value.
+    First(String, String),
+}
+
+/// INFO fields kept from the first instance instead of summed over the instances.
+const INFO_NOT_SUMMED: &[&str] = &[
+    "cluster_enabled",
+    "loading",
+    "async_loading",
+    "second_repl_offset",
+    "repl_backlog_active",
+    "repl_backlog_first_byte_offset",
+    "aof_enabled",
+    "mem_not_counted_for_evict",
+    "lazyfreed_objects",
+];
+
+#[derive(Clone, Copy)]
+enum StatValue {
+    Int(i128),
+    Decimal(f64),
+}
+
+/// The `a=1,b=2.5` subfields of a stats line, if every one is a number.
+fn stat_fields(v: &str) -> Option<Vec<(String, StatValue)>> {
+    v.split(',')
+        .map(|f| {
+            let (k, x) = f.split_once('=')?;
+            let value = match x.parse::<i128>() {
+                Ok(n) => StatValue::Int(n),
+                Err(_) => StatValue::Decimal(x.parse::<f64>().ok()?),
+            };
+            Some((k.to_string(), value))
+        })
+        .collect()
+}
+
+fn merge_stats(into: &mut [(String, StatValue)], add: &[(String, StatValue)]) {
+    for ((_, a), (_, b)) in into.iter_mut().zip(add) {
+        *a = match (*a, *b) {
+            (StatValue::Int(x), StatValue::Int(y)) => StatValue::Int(x + y),
+            (StatValue::Decimal(x), StatValue::Decimal(y)) => StatValue::Decimal(x.max(y)),
+            (x, _) => x,
+        };
+    }
+    let int = |name: &str| {
+        into.iter().find_map(|(k, v)| match v {
+            StatValue::Int(n) if k == name => Some(*n),
+            _ => None,
+        })
+    };
+    if let (Some(usec), Some(calls)) = (int("usec"), int("calls"))
+        && let Some((_, per)) = into.iter_mut().find(|(k, _)| k == "usec_per_call")
+    {
+        *per = StatValue::Decimal(if calls > 0 {
+            usec as f64 / calls as f64
+        } else {
+            0.0
+        });
+    }
 }
 
 fn merge_info(
@@ -663,6 +730,45 @@ fn merge_info(
                     }
                     _ => fields.push(InfoField::Db(k.to_string(), kv[0], kv[1], ttl_total)),
                 }
+            } else if v.contains('=')
+                && let Some(stats) = stat_fields(v)
+            {
+                match fields
+                    .iter_mut()
+                    .find(|f| matches!(f, InfoField::Stats(name, _) if name == k))
+                {
+                    Some(InfoField::Stats(_, have))
+                        if have.len() == stats.len()
+                            && have.iter().zip(&stats).all(|(a, b)| a.0 == b.0) =>
+                    {
+                        merge_stats(have, &stats)
+                    }
+                    Some(_) => {}
+                    None => fields.push(InfoField::Stats(k.to_string(), stats)),
+                }
+            } else if INFO_NOT_SUMMED.contains(&k) {
+                if !fields
+                    .iter()
+                    .any(|f| matches!(f, InfoField::First(name, _) if name == k))
+                {
+                    fields.push(InfoField::First(k.to_string(), v.to_string()));
+                }
+            } else if k.ends_with("_ratio") {
+                // A ratio does not add up (mem_fragmentation_ratio is recomputed below).
+            } else if let Some((_, decimals)) = v.split_once('.')
+                && let Ok(x) = v.parse::<f64>()
+                && !v.contains(['e', 'E'])
+            {
+                match fields
+                    .iter_mut()
+                    .find(|f| matches!(f, InfoField::Decimal(name, ..) if name == k))
+                {
+                    Some(InfoField::Decimal(_, sum, d)) => {
+                        *sum += x;
+                        *d = (*d).max(decimals.len());
+                    }
+                    _ => fields.push(InfoField::Decimal(k.to_string(), x, decimals.len())),
+                }
             } else if let Ok(n) = v.parse::<i128>() {
                 match fields
                     .iter_mut()
@@ -671,6 +777,13 @@ fn merge_info(
                     Some(InfoField::Sum(_, sum)) => *sum += n,
                     _ => fields.push(InfoField::Sum(k.to_string(), n)),
                 }
+            } else if !k.ends_with("_human")
+                && !fields
+                    .iter()
+                    .any(|f| matches!(f, InfoField::First(name, _) if name == k))
+            {
+                // Words (`role:master`, `maxmemory_policy:…`): the first instance's.
+                fields.push(InfoField::First(k.to_string(), v.to_string()));
             }
         }
     }
@@ -678,7 +791,7 @@ fn merge_info(
     for (_, fields) in &mut sections {
         fields.sort_by_key(|f| match f {
             InfoField::Db(name, ..) => name[2..].parse::<usize>().unwrap_or(usize::MAX),
-            InfoField::Sum(..) => 0,
+            _ => 0,
         });
     }
     let mut text = String::from_utf8_lossy(header).into_owned();
@@ -705,6 +818,23 @@ fn merge_info(
                     if title == "Memory" && name.starts_with("used_memory") {
                         text.push_str(&format!("{human}:{}\r\n", bytes_human(*v)));
                     }
+                }
+                InfoField::Decimal(name, sum, decimals) => {
+                    text.push_str(&format!("{name}:{sum:.decimals$}\r\n"));
+                }
+                InfoField::First(name, v) => text.push_str(&format!("{name}:{v}\r\n")),
+                InfoField::Stats(name, stats) => {
+                    let subfields: Vec<String> = stats
+                        .iter()
+                        .map(|(k, v)| match v {
+                            StatValue::Int(n) => format!("{k}={n}"),
+                            // Redis prints these with `%.2f` (usec_per_call) or `%f`-like
+                            // decimals (percentiles, `%.3f`).
+                            StatValue::Decimal(x) if k == "usec_per_call" => format!("{k}={x:.2}"),
+                            StatValue::Decimal(x) => format!("{k}={x:.3}"),
+                        })
+                        .collect();
+                    text.push_str(&format!("{name}:{}\r\n", subfields.join(",")));
                 }
                 InfoField::Db(name, keys, exp, ttl) => {
                     if *keys > 0 {
@@ -1131,6 +1261,42 @@ mod tests {
         assert!(d2 < d10, "{text}");
     }
 
+    /// commandstats/errorstats/latencystats lines are summed per subfield (usec_per_call
+    /// recomputed, percentiles the largest): the Tcl units read `errorstat_NOGROUP:count=1`
+    /// and `cmdstat_xreadgroup:calls=1,…,failed_calls=1` through the proxy.
+    #[test]
+    fn merge_info_sums_stats_lines() {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        push_bulk(
+            &mut a,
+            b"# CPU\r\nused_cpu_sys:0.250000\r\n\r\n# Replication\r\nrole:master\r\nsecond_repl_offset:-1\r\n\r\n\
+              # Commandstats\r\ncmdstat_get:calls=2,usec=10,usec_per_call=5.00,rejected_calls=0,failed_calls=0\r\n\r\n\
+              # Errorstats\r\nerrorstat_NOGROUP:count=1\r\n\r\n\
+              # Latencystats\r\nlatency_percentiles_usec_get:p50=1.003,p99=4.015,p99.9=4.015\r\n",
+        );
+        push_bulk(
+            &mut b,
+            b"# CPU\r\nused_cpu_sys:1.250000\r\n\r\n# Replication\r\nsecond_repl_offset:-1\r\n\r\n\
+              # Commandstats\r\ncmdstat_get:calls=2,usec=30,usec_per_call=15.00,rejected_calls=1,failed_calls=0\r\n\r\n\
+              # Errorstats\r\nerrorstat_ERR:count=2\r\n\r\n\
+              # Latencystats\r\nlatency_percentiles_usec_get:p50=2.007,p99=3.007,p99.9=3.007\r\n",
+        );
+        let mut out = Vec::new();
+        merge_info(b"", false, resp::Proto::Resp2, &[&a, &b], &mut out);
+        let text = String::from_utf8_lossy(&out);
+        for line in [
+            "used_cpu_sys:1.500000\r\n",
+            "second_repl_offset:-1\r\n",
+            "role:master\r\n",
+            "cmdstat_get:calls=4,usec=40,usec_per_call=10.00,rejected_calls=1,failed_calls=0\r\n",
+            "errorstat_NOGROUP:count=1\r\n",
+            "errorstat_ERR:count=2\r\n",
+            "latency_percentiles_usec_get:p50=2.007,p99=4.015,p99.9=4.015\r\n",
+        ] {
+            assert!(text.contains(line), "{line:?} in {text}");
+        }
+    }
+
     #[test]
     fn merge_info_adds_keyspace() {
         let mut out = Vec::new();
@@ -1164,8 +1330,10 @@ mod tests {
         );
         assert!(text.contains("used_memory:2097152\r\nused_memory_human:2.00M\r\n"));
         assert!(text.contains("mem_fragmentation_ratio:4.00\r\n"), "{text}");
-        // The instances' Server section and non-integer fields are not merged.
-        assert!(!text.contains("redis_version") && !text.contains("maxmemory_policy"));
+        // The instances' Server section is not merged (the proxy's own comes first); words
+        // are the first instance's (`role:master` is read by clients).
+        assert!(!text.contains("redis_version"), "{text}");
+        assert!(text.contains("maxmemory_policy:noeviction\r\n"), "{text}");
         assert!(text.starts_with("$"));
     }
 }

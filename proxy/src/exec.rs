@@ -572,6 +572,7 @@ fn run_plan<A: Args + ?Sized>(
             Flow::Continue
         }
         Plan::BlockingSplit { parts, merge } => blocking_split(parts, merge, me, ctx),
+        Plan::DedicatedFanOut(merge) => dedicated_fan_out(raw, merge, me, ctx),
         shared => {
             if !me.enter_lane(Lane::Shared) {
                 return Flow::Wait;
@@ -580,6 +581,28 @@ fn run_plan<A: Args + ?Sized>(
             Flow::Continue
         }
     }
+}
+
+/// `raw` to every instance on the client's dedicated connections, merged with `merge`
+/// ([`Plan::DedicatedFanOut`]).
+fn dedicated_fan_out(raw: &[u8], merge: Merge, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Flow {
+    if !me.enter_lane(Lane::Spread) {
+        return Flow::Wait;
+    }
+    let n = ctx.fleet.instances();
+    let seq = me.replies.push_parts(n, merge);
+    for i in 0..n {
+        match conn_for(i, me, ctx) {
+            Ok(id) => {
+                let d = ctx.dedicated.get_mut(id).expect("just looked up");
+                d.pubsub = false;
+                d.send(raw, Some(me.waiter(seq, i as u32)), 1);
+                mark(&mut d.dirty, ctx.dirty_dedicated, id);
+            }
+            Err(error) => me.replies.fill(seq, i as u32, &error),
+        }
+    }
+    Flow::Continue
 }
 
 /// A blocking stream read over several instances (`crate::spread`): each part on the
@@ -708,6 +731,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         | Plan::ReplyThenClose(_)
         | Plan::Blocking(_)
         | Plan::BlockingSplit { .. }
+        | Plan::DedicatedFanOut(_)
         | Plan::Watch(_)
         | Plan::Multi
         | Plan::Clients(_)

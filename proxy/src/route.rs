@@ -211,6 +211,10 @@ pub enum Plan {
     /// A blocking command whose keys are all on this instance: send it on the client's
     /// dedicated connection to it.
     Blocking(usize),
+    /// The request to every instance on the client's dedicated connections, then merged:
+    /// SCRIPT KILL / FUNCTION KILL, which must not wait behind the busy script on the shared
+    /// link (a busy engine still serves other connections a few commands).
+    DedicatedFanOut(Merge),
     /// A blocking stream read over several instances: each part on the client's dedicated
     /// connection to its instance; the first answer releases the others (`crate::spread`).
     BlockingSplit { parts: Vec<Part>, merge: Merge },
@@ -344,6 +348,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             "load" => fan_out(Merge::First),
             "flush" => fan_out(Merge::AllOk),
             "exists" => fan_out(Merge::AllOf),
+            "kill" => Plan::DedicatedFanOut(Merge::Kill),
             _ => Plan::ForwardAny,
         },
         // Functions: FCALL/FCALL_RO go by their declared keys like EVAL; the libraries are kept
@@ -352,6 +357,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "function" => match row.short_name() {
             "load" | "delete" | "restore" => fan_out(Merge::First),
             "flush" => fan_out(Merge::AllOk),
+            "kill" => Plan::DedicatedFanOut(Merge::Kill),
             _ => Plan::ForwardAny,
         },
         "dbsize" => fan_out(Merge::Sum),

@@ -81,6 +81,10 @@ pub enum Merge {
     Fixed(Vec<u8>),
     /// RANDOMKEY sent to every instance: the first non-nil key, starting with part `start`.
     AnyNonNil { start: usize },
+    /// SCRIPT KILL / FUNCTION KILL sent to every instance: `+OK` if one killed its script,
+    /// else an `-UNKILLABLE` or `-BUSY` if one answered it, else the first reply
+    /// (`-NOTBUSY …`).
+    Kill,
     /// XREAD/XREADGROUP (without BLOCK) over streams on several instances, split by
     /// [`split_stream_read`]: the streams the parts served, in the caller's key order (`seq`
     /// as for MGET), as an array of `[key, entries]` (RESP2) or a map (RESP3); a null when
@@ -158,7 +162,11 @@ pub fn split(args: &[&[u8]], step: usize, instance_of: impl Fn(&[u8]) -> usize) 
 pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
     let tolerant = matches!(
         merge,
-        Merge::Info { .. } | Merge::AnyNonNil { .. } | Merge::ConfigSet | Merge::Restored(_)
+        Merge::Info { .. }
+            | Merge::AnyNonNil { .. }
+            | Merge::ConfigSet
+            | Merge::Restored(_)
+            | Merge::Kill
     );
     if !tolerant && let Some(err) = replies.iter().find(|r| r.first() == Some(&b'-')) {
         out.extend_from_slice(err);
@@ -223,6 +231,19 @@ pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
             true
         }
         Merge::AnyNonNil { start } => merge_any_non_nil(*start, replies, out),
+        Merge::Kill => {
+            let pick = replies
+                .iter()
+                .find(|r| r.starts_with(b"+OK"))
+                .or_else(|| replies.iter().find(|r| r.starts_with(b"-UNKILLABLE")))
+                // A script of the other kind (FUNCTION KILL of an EVAL) says so.
+                .or_else(|| replies.iter().find(|r| r.starts_with(b"-BUSY")))
+                .or_else(|| replies.first());
+            if let Some(r) = pick {
+                out.extend_from_slice(r);
+            }
+            pick.is_some()
+        }
         Merge::Scan {
             instance,
             instances,

@@ -275,3 +275,47 @@ fn wait_exit(p: &mut Proc) -> std::process::ExitStatus {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Through the proxy (issue 15, item 3): SCRIPT KILL and FUNCTION KILL reach the busy engine on
+/// the client's own connections (the shared link waits behind the script), and the fleet
+/// serves again once the script is gone.
+#[test]
+fn script_kill_and_function_kill_through_the_proxy() {
+    let f = Fleet::start("busy-proxy", 2);
+    let mut c = Resp::connect(f.proxy_port);
+    assert_eq!(
+        c.cmd_str(&["CONFIG", "SET", "busy-reply-threshold", "10"]),
+        b"+OK\r\n"
+    );
+    let mut runner = Resp::connect(f.proxy_port);
+    let mut other = Resp::connect(f.proxy_port);
+    assert_eq!(
+        other.cmd_str(&["SCRIPT", "KILL"]),
+        b"-NOTBUSY No scripts in execution right now.\r\n"
+    );
+    send(&mut runner, &["EVAL", "while true do end", "1", "{busy}k"]);
+    std::thread::sleep(Duration::from_millis(50));
+    // FUNCTION KILL names the wrong kind of script: the busy engine's text.
+    assert_eq!(other.cmd_str(&["FUNCTION", "KILL"]), BUSY_EVAL);
+    assert_eq!(other.cmd_str(&["SCRIPT", "KILL"]), b"+OK\r\n");
+    let r = runner.read_frame();
+    assert!(r.starts_with(b"-ERR Script killed by user"), "{r:?}");
+    assert_eq!(other.cmd_str(&["SET", "{busy}k", "v"]), b"+OK\r\n");
+
+    let lib = "#!lua name=busy\nredis.register_function('spin', function() while 1 do end end)";
+    assert_eq!(
+        runner.cmd_str(&["FUNCTION", "LOAD", lib]),
+        b"$4\r\nbusy\r\n"
+    );
+    send(&mut runner, &["FCALL", "spin", "1", "{busy}k"]);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(other.cmd_str(&["SCRIPT", "KILL"]), BUSY_FUNCTION);
+    assert_eq!(other.cmd_str(&["FUNCTION", "KILL"]), b"+OK\r\n");
+    let r = runner.read_frame();
+    assert!(r.starts_with(b"-ERR Script killed by user"), "{r:?}");
+    assert_eq!(other.cmd_str(&["GET", "{busy}k"]), b"$1\r\nv\r\n");
+    assert_eq!(
+        other.cmd_str(&["FUNCTION", "KILL"]),
+        b"-NOTBUSY No scripts in execution right now.\r\n"
+    );
+}

@@ -34,6 +34,7 @@
 
 mod baselib;
 pub mod bit;
+mod callargs;
 pub mod cjson;
 pub mod clib;
 pub mod cmsgpack;
@@ -673,10 +674,11 @@ impl State {
         )?;
         let hooks = lua.create_table()?;
         let pending: Pending = Rc::new(RefCell::new(None));
-        let (c, p) = (ctx.clone(), pending.clone());
-        hooks.raw_set(
-            "call",
-            lua.create_function(move |lua, args: MultiValue| {
+        // redis.call raises an error table through `pending` (prelude.lua); redis.pcall
+        // returns it. Each has a variant taking its arguments packed in one table, for more
+        // arguments than mlua passes (callargs.rs).
+        let call = |c: Rc<RunCtx>, p: Pending| {
+            move |lua: &Lua, args: CallArgs| {
                 let (ok, v) = redis_call(lua, &c, args)?;
                 match v {
                     Value::Table(t) if !ok => {
@@ -685,13 +687,28 @@ impl State {
                     }
                     v => Ok(v),
                 }
+            }
+        };
+        let pcall =
+            |c: Rc<RunCtx>| move |lua: &Lua, args: CallArgs| Ok(redis_call(lua, &c, args)?.1);
+        let (call_direct, call_packed) = (
+            call(ctx.clone(), pending.clone()),
+            call(ctx.clone(), pending.clone()),
+        );
+        let (pcall_direct, pcall_packed) = (pcall(ctx.clone()), pcall(ctx.clone()));
+        let (redis_call_fn, redis_pcall_fn) = callargs::install(
+            &lua,
+            lua.create_function(move |lua, args: MultiValue| {
+                call_direct(lua, CallArgs::Values(args))
             })?,
+            lua.create_function(move |lua, t: Table| call_packed(lua, CallArgs::Packed(t)))?,
+            lua.create_function(move |lua, args: MultiValue| {
+                pcall_direct(lua, CallArgs::Values(args))
+            })?,
+            lua.create_function(move |lua, t: Table| pcall_packed(lua, CallArgs::Packed(t)))?,
         )?;
-        let c = ctx.clone();
-        hooks.raw_set(
-            "pcall",
-            lua.create_function(move |lua, args: MultiValue| Ok(redis_call(lua, &c, args)?.1))?,
-        )?;
+        hooks.raw_set("call", redis_call_fn)?;
+        hooks.raw_set("pcall", redis_pcall_fn)?;
         let p = pending.clone();
         hooks.raw_set(
             "take_pending",
@@ -943,7 +960,52 @@ fn error_handler(lua: &Lua, tostring: &Function, err: Value) -> mlua::Result<Val
 
 /// `redis.call`/`redis.pcall` with the running script's context: [`rcall`], or Redis's error
 /// outside a script run.
-fn redis_call(lua: &Lua, ctx: &RunCtx, args: MultiValue) -> mlua::Result<(bool, Value)> {
+/// The arguments of a `redis.call`: as passed, or packed by `callargs` (too many to pass).
+enum CallArgs {
+    Values(MultiValue),
+    /// `t[1..t.n]`.
+    Packed(Table),
+}
+
+impl CallArgs {
+    /// The argv, or `None` if an argument is not a string or a number. A packed one is read
+    /// element by element, so no more than one Lua value is held at a time (mlua keeps a
+    /// reference per value, and their room is as limited as the stack).
+    fn argv(&self) -> mlua::Result<Option<Vec<Vec<u8>>>> {
+        match self {
+            CallArgs::Values(v) => {
+                let mut argv = Vec::with_capacity(v.len());
+                for a in v.iter() {
+                    match convert::arg_bytes(a) {
+                        Some(b) => argv.push(b),
+                        None => return Ok(None),
+                    }
+                }
+                Ok(Some(argv))
+            }
+            CallArgs::Packed(t) => {
+                let n: usize = t.raw_get("n")?;
+                let mut argv = Vec::with_capacity(n);
+                for i in 1..=n {
+                    match convert::arg_bytes(&t.raw_get::<Value>(i)?) {
+                        Some(b) => argv.push(b),
+                        None => return Ok(None),
+                    }
+                }
+                Ok(Some(argv))
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            CallArgs::Values(v) => v.is_empty(),
+            CallArgs::Packed(_) => false, // more than callargs::DIRECT_MAX
+        }
+    }
+}
+
+fn redis_call(lua: &Lua, ctx: &RunCtx, args: CallArgs) -> mlua::Result<(bool, Value)> {
     let _unlimited = Unlimited::new(lua);
     match ctx.with(|e, run, now_us| rcall(lua, e, run, args, now_us)) {
         Some(r) => r,
@@ -964,7 +1026,7 @@ fn rcall(
     lua: &Lua,
     e: &mut Engine,
     run: &mut ScriptRun,
-    argv: MultiValue,
+    argv: CallArgs,
     now_us: u64,
 ) -> mlua::Result<(bool, Value)> {
     if argv.is_empty() {
@@ -975,20 +1037,14 @@ fn rcall(
         )?;
         return Ok((false, Value::Table(t)));
     }
-    let mut args: Vec<Vec<u8>> = Vec::with_capacity(argv.len());
-    for v in argv.iter() {
-        match convert::arg_bytes(v) {
-            Some(b) => args.push(b),
-            None => {
-                let t = error_table(
-                    lua,
-                    b"ERR Lua redis lib command arguments must be strings or integers",
-                    false,
-                )?;
-                return Ok((false, Value::Table(t)));
-            }
-        }
-    }
+    let Some(args) = argv.argv()? else {
+        let t = error_table(
+            lua,
+            b"ERR Lua redis lib command arguments must be strings or integers",
+            false,
+        )?;
+        return Ok((false, Value::Table(t)));
+    };
     let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
     let mut out = Vec::new();
     if let Err(msg) = engine_core::script::call(e, run, &refs, now_us, &mut out) {

@@ -252,6 +252,15 @@ fn exec_inner(
         None => None,
     };
     let mut call = Call::new(&mut *client, argv, now_us, spec, &mut *out, poller);
+    // One clock reading per command (the host's wall clock, which `now_us` also comes from):
+    // a command starts when the previous one of the same loop iteration ended, the first one
+    // at the iteration's `now_us`. Socket reads and writes between commands count towards the
+    // next one (redis times `c->cmd->proc` alone).
+    let started = match e.host.clock {
+        Some(_) if e.timer_mark.0 == now_us => Some(e.timer_mark.1),
+        Some(_) => Some(now_us),
+        None => None,
+    };
     let failed = if let Err(err) = handler(e, &mut call) {
         e.stats.failed_calls += 1;
         call.w().error(&err.message());
@@ -269,9 +278,23 @@ fn exec_inner(
             }
         }
     };
-    // A command that parks is counted when it is answered (its re-run), as in Redis.
+    // A command that parks is counted (and logged) when it is answered (its re-run), as in
+    // Redis. Commands EXEC runs are timed one by one; EXEC itself skips the slowlog.
+    let (mut slow, mut slow_us) = (false, 0);
     if call.flow != Flow::Block {
-        e.cmdstats.called(spec, failed);
+        let duration = match (started, e.host.clock) {
+            (Some(t0), Some(t)) => {
+                let end = t();
+                e.timer_mark = (now_us, end);
+                end.saturating_sub(t0)
+            }
+            _ => 0,
+        };
+        e.cmdstats.called(spec, failed, duration);
+        slow = started.is_some() && e.slowlog.wants(duration);
+        if slow {
+            slow_us = duration;
+        }
     }
     if e.ks.dirty != dirty_before {
         // Single place where a command's changes are observed: the keychange feed and
@@ -279,6 +302,9 @@ fn exec_inner(
         e.stats.dirty_commands += 1;
     }
     let flow = call.flow;
+    if slow {
+        e.slowlog.push(spec, argv, client, now_us, slow_us);
+    }
     if !e.monitors.is_empty() {
         crate::monitor::feed(e, client, spec, argv, now_us, out);
     }

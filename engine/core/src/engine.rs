@@ -201,6 +201,10 @@ pub struct Engine {
     pub(crate) evict: crate::evict::Evictor,
     /// INFO commandstats counters.
     pub(crate) cmdstats: crate::cmd::server::CommandStats,
+    /// SLOWLOG (`crate::slowlog`).
+    pub(crate) slowlog: crate::slowlog::SlowLog,
+    /// `(now_us, timer)` when the last timed command ended (`crate::dispatch`).
+    pub(crate) timer_mark: (u64, u64),
     /// Snapshot state INFO `persistence` and LASTSAVE report (kept by the server's hook).
     pub persist: crate::snapshot::PersistInfo,
     /// The server's SAVE/BGSAVE implementation; `None` = snapshots disabled (wasm, tests).
@@ -222,6 +226,18 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// Random bytes: the host's random source, else the engine's seeded generator.
+    pub fn random_bytes(&mut self, buf: &mut [u8]) {
+        if let Some(fill) = self.host.random {
+            fill(buf);
+            return;
+        }
+        for chunk in buf.chunks_mut(8) {
+            let r = self.ks.next_random().to_le_bytes();
+            chunk.copy_from_slice(&r[..chunk.len()]);
+        }
+    }
+
     pub fn new(config: Config) -> Engine {
         let mut ks = Keyspace::new(config.hash_seed);
         // An invalid topology is refused by the server before it gets here (it calls
@@ -267,6 +283,8 @@ impl Engine {
             busy: None,
             pre_command_oom: false,
             cmdstats: Default::default(),
+            slowlog: Default::default(),
+            timer_mark: (u64::MAX, 0),
         };
         crate::evict::apply_config(&mut e);
         e

@@ -75,6 +75,7 @@ pub mod monitor;
 pub mod notify;
 pub mod script;
 pub mod slot;
+pub mod slowlog;
 pub mod snapshot;
 pub mod types;
 
@@ -200,12 +201,16 @@ pub struct HostInfo {
     pub config_file: String,
     pub connected_clients: u64,
     pub rss_bytes: u64,
-    /// The wall clock, Unix µs, for TIME: a script sees one frozen time for key expiry
-    /// (redis `scriptTimeSnapshot`) but TIME reads the clock. `None` (wasm, tests): the
-    /// call's time.
+    /// The wall clock, Unix µs, for TIME (a script sees one frozen time for key expiry,
+    /// redis `scriptTimeSnapshot`, but TIME reads the clock) and to time each command
+    /// (SLOWLOG, INFO commandstats `usec`; `crate::dispatch`). `None` (wasm, tests): the
+    /// call's time, and commands are not timed.
     pub clock: Option<fn() -> u64>,
     /// CPU time used so far (INFO `cpu`, from `getrusage`); `None`: reported as 0.
     pub cpu: Option<fn() -> CpuTimes>,
+    /// Fills the buffer with random bytes from the operating system (ACL GENPASS); `None`
+    /// (wasm, tests): bytes from the engine's seeded generator.
+    pub random: Option<fn(&mut [u8])>,
 }
 
 /// Process CPU times, µs (INFO `cpu`). The engine is one thread, so the main thread's times

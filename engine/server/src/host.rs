@@ -1,17 +1,20 @@
 //! What only the process knows: wall-clock time and resident memory.
 //!
 //! Time is read here, once per loop iteration, and handed to the pure engine as Unix
-//! microseconds (`engine-core` never reads a clock). RSS comes from `/proc/self/statm`
+//! microseconds; the engine also calls [`now_us`] (as `HostInfo::clock`) once per command to
+//! time it (`engine-core` never reads a clock itself). RSS comes from `/proc/self/statm`
 //! (second field, resident pages × page size), as Redis's `zmalloc_get_rss` does on Linux.
-
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Unix time in microseconds. A clock set before 1970 reads as 0 rather than panicking.
 pub fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
+    // CLOCK_REALTIME through the vDSO in integer µs: it is read once per loop iteration and
+    // once per command (SystemTime's Duration path does u128 arithmetic, twice the cost).
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME) {
+        Ok(ts) if ts.tv_sec() >= 0 => (ts.tv_sec() as u64)
+            .saturating_mul(1_000_000)
+            .saturating_add(ts.tv_nsec() as u64 / 1_000),
+        _ => 0,
+    }
 }
 
 /// CPU time of this process and of its waited-for children (BGSAVE), for INFO `cpu`.
@@ -59,6 +62,22 @@ impl RssReader {
 impl Default for RssReader {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Random bytes from the kernel (`/dev/urandom`), for ACL GENPASS; falls back to
+/// [`random_seed`] per 8 bytes if it cannot be read.
+pub fn random_bytes(buf: &mut [u8]) {
+    use std::io::Read;
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(buf))
+        .is_ok()
+    {
+        return;
+    }
+    for chunk in buf.chunks_mut(8) {
+        let r = random_seed().to_le_bytes();
+        chunk.copy_from_slice(&r[..chunk.len()]);
     }
 }
 

@@ -130,6 +130,7 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
         started_us,
         clock: Some(host::now_us),
         cpu: Some(host::cpu_times),
+        random: Some(host::random_bytes),
         executable: std::env::current_exe()
             .map(|p| p.display().to_string())
             .unwrap_or_default(),

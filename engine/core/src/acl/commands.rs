@@ -189,3 +189,33 @@ pub fn dryrun(acl: &Acl, argv: &[&[u8]]) -> Result<Option<String>, CmdError> {
         )),
     })
 }
+
+/// ACL GENPASS [bits]: `bits` (default 256, 1–4096) random bits as ⌈bits/4⌉ hex digits, from
+/// the host's random source (redis `getRandomHexChars`).
+pub fn acl_genpass(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    if c.argv.len() > 3 {
+        return Err(CmdError::Other(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try ACL HELP.",
+            crate::error::c_str_lossy(c.argv[1], 128)
+        )));
+    }
+    let bits = match c.argv.get(2) {
+        None => 256,
+        Some(a) => crate::args::int_arg(a)?,
+    };
+    if !(1..=4096).contains(&bits) {
+        return Err(CmdError::Static(
+            "ERR ACL GENPASS argument must be the number of bits for the output password, a positive number up to 4096",
+        ));
+    }
+    let chars = (bits as usize).div_ceil(4);
+    let mut bytes = vec![0u8; chars.div_ceil(2)];
+    e.random_bytes(&mut bytes);
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for b in &bytes {
+        hex.push_str(&format!("{b:02x}"));
+    }
+    hex.truncate(chars);
+    c.w().bulk(hex.as_bytes());
+    Ok(())
+}

@@ -73,8 +73,8 @@ mod tests;
 pub use check::{ClientAuth, Denied};
 pub(crate) use check::{apply_config, check};
 pub use commands::{
-    HELP_LINES, acl_cat, acl_deluser, acl_dryrun, acl_getuser, acl_help, acl_list, acl_log,
-    acl_no_file, acl_setuser, acl_users, acl_whoami, auth, dryrun,
+    HELP_LINES, acl_cat, acl_deluser, acl_dryrun, acl_genpass, acl_getuser, acl_help, acl_list,
+    acl_log, acl_no_file, acl_setuser, acl_users, acl_whoami, auth, dryrun,
 };
 pub use log::{AclStats, Who};
 pub use rules::{CATEGORIES, User, sha256, write_cat, write_getuser, write_list, write_users};

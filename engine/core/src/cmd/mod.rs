@@ -4,6 +4,7 @@
 //!   redis `db.c` / `expire.c`.
 //! - [`connection`]: per-connection commands (PING, ECHO, SELECT, HELLO, RESET, QUIT, CLIENT).
 //! - [`server`]: INFO, TIME, CONFIG.
+//! - [`replication`]: ROLE; [`lolwut`]: LOLWUT.
 //! - [`command`]: COMMAND and its subcommands, from the command table (GETKEYS from its key
 //!   extractor).
 //! - [`tx`]: MULTI / EXEC / DISCARD / WATCH / UNWATCH.
@@ -14,6 +15,8 @@ pub mod cluster;
 pub mod command;
 pub mod connection;
 pub mod keys;
+pub mod lolwut;
 pub mod pubsub;
+pub mod replication;
 pub mod server;
 pub mod tx;

@@ -64,6 +64,7 @@ pub struct CommandStats {
 #[derive(Debug, Default, Clone, Copy)]
 struct CmdStat {
     calls: u64,
+    usec: u64,
     rejected: u64,
     failed: u64,
 }
@@ -78,10 +79,11 @@ impl CommandStats {
             .2
     }
 
-    /// A command ran (`failed`: it answered an error).
-    pub fn called(&mut self, spec: &'static CommandSpec, failed: bool) {
+    /// A command ran for `usec` µs (`failed`: it answered an error).
+    pub fn called(&mut self, spec: &'static CommandSpec, failed: bool, usec: u64) {
         let r = self.row(spec);
         r.calls += 1;
+        r.usec += usec;
         r.failed += u64::from(failed);
     }
 
@@ -97,8 +99,16 @@ impl CommandStats {
         for (_, name, st) in rows {
             let _ = write!(
                 s,
-                "cmdstat_{name}:calls={},usec=0,usec_per_call=0.00,rejected_calls={},failed_calls={}\r\n",
-                st.calls, st.rejected, st.failed
+                "cmdstat_{name}:calls={},usec={},usec_per_call={:.2},rejected_calls={},failed_calls={}\r\n",
+                st.calls,
+                st.usec,
+                if st.calls > 0 {
+                    st.usec as f64 / st.calls as f64
+                } else {
+                    0.0
+                },
+                st.rejected,
+                st.failed
             );
         }
     }
@@ -543,6 +553,23 @@ const PARAMS: &[Param] = &[
         }),
     },
     Param {
+        name: "slowlog-log-slower-than",
+        get: |e| e.slowlog.slower_than.to_string(),
+        set: Some(|e, v| {
+            e.slowlog.slower_than = int_in(v, -1, i64::MAX)?;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "slowlog-max-len",
+        get: |e| e.slowlog.max_len.to_string(),
+        set: Some(|e, v| {
+            // Applied at the next entry, as Redis trims only when it logs.
+            e.slowlog.max_len = int_in(v, 0, i64::MAX)? as u64;
+            Ok(())
+        }),
+    },
+    Param {
         name: "busy-reply-threshold",
         get: |e| e.config.busy_reply_threshold.to_string(),
         set: Some(|e, v| {
@@ -779,6 +806,7 @@ fn int_in(v: &[u8], lo: i64, hi: i64) -> Result<i64, &'static str> {
                 "argument must be between -2147483648 and 2147483647 inclusive"
             }
             (0, i64::MAX) => "argument must be between 0 and 9223372036854775807 inclusive",
+            (-1, i64::MAX) => "argument must be between -1 and 9223372036854775807 inclusive",
             _ => "argument out of range",
         });
     }

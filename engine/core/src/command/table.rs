@@ -78,7 +78,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::acl_genpass),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Generate a pseudorandom secure password to use for ACL users")), ("since", Val::Str("6.0.0")), ("group", Val::Str("server")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("bits")), ("type", Val::Str("integer")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
@@ -2999,7 +2999,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         tips: &[],
         key_specs: &[],
         getkeys: None,
-        handler: None,
+        handler: Some(h::lolwut),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Display some computer art and the Redis version")), ("since", Val::Str("5.0.0")), ("group", Val::Str("server")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("version")), ("type", Val::Str("integer")), ("token", Val::Str("VERSION")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
@@ -4171,7 +4171,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         tips: &[],
         key_specs: &[],
         getkeys: None,
-        handler: None,
+        handler: Some(h::role),
         subcommands: &[
         ],
         docs: Val::Map(&[("summary", Val::Str("Return the role of the instance in the context of replication")), ("since", Val::Str("2.8.12")), ("group", Val::Str("server")), ("complexity", Val::Str("O(1)"))]),
@@ -4701,7 +4701,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["request_policy:all_nodes", "nondeterministic_output"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::slowlog_get),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Get the slow log's entries")), ("since", Val::Str("2.2.12")), ("group", Val::Str("server")), ("complexity", Val::Str("O(N) where N is the number of entries returned")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("4.0.0"), Val::Str("Added client IP address, port and name to the reply.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("count")), ("type", Val::Str("integer")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
@@ -4717,7 +4717,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::slowlog_help),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Show helpful text about the different subcommands")), ("since", Val::Str("6.2.0")), ("group", Val::Str("server")), ("complexity", Val::Str("O(1)"))]),
@@ -4733,7 +4733,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["request_policy:all_nodes", "response_policy:agg_sum", "nondeterministic_output"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::slowlog_len),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Get the slow log's length")), ("since", Val::Str("2.2.12")), ("group", Val::Str("server")), ("complexity", Val::Str("O(1)"))]),
@@ -4749,7 +4749,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["request_policy:all_nodes", "response_policy:all_succeeded"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::slowlog_reset),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Clear all entries from the slow log")), ("since", Val::Str("2.2.12")), ("group", Val::Str("server")), ("complexity", Val::Str("O(N) where N is the number of entries in the slowlog"))]),

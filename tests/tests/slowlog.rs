@@ -1,0 +1,190 @@
+//! SLOWLOG and the timing of commands (issue 19), checked by shape against a real
+//! redis-server and a recached engine side by side (entries hold ids, times and durations, so
+//! they cannot be compared byte for byte): entry layout, argument trimming and redaction, EXEC
+//! not logged but what it ran, the max length, and `usec` in INFO commandstats.
+
+mod common;
+
+use common::*;
+
+/// One server of each kind on free ports.
+fn servers() -> Vec<(&'static str, Proc, u16)> {
+    let (rp, ep) = (free_port(), free_port());
+    vec![
+        ("redis-server", start_redis(rp), rp),
+        ("recached", start_engine(ep), ep),
+    ]
+}
+
+/// `SLOWLOG GET -1`, newest first: per entry (id, time, duration, argv, peer, name).
+fn entries(c: &mut Resp) -> Vec<(i64, i64, i64, Vec<String>, String, String)> {
+    let v = parse_value(&c.cmd_str(&["SLOWLOG", "GET", "-1"]));
+    let text = |v: &Value| match v {
+        Value::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+        other => panic!("not a bulk: {other:?}"),
+    };
+    let int = |v: &Value| match v {
+        Value::Int(n) => *n,
+        other => panic!("not an integer: {other:?}"),
+    };
+    v.array()
+        .expect("an array")
+        .iter()
+        .map(|e| {
+            let e = e.array().expect("an entry array");
+            assert_eq!(e.len(), 6, "{e:?}");
+            let argv = e[3].array().expect("argv").iter().map(text).collect();
+            (
+                int(&e[0]),
+                int(&e[1]),
+                int(&e[2]),
+                argv,
+                text(&e[4]),
+                text(&e[5]),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn slowlog_entries_have_redis_shape_on_both_servers() {
+    for (name, _p, port) in servers() {
+        let mut c = Resp::connect(port);
+        assert_eq!(
+            c.cmd_str(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]),
+            b"+OK\r\n"
+        );
+        assert_eq!(c.cmd_str(&["SLOWLOG", "RESET"]), b"+OK\r\n");
+        assert_eq!(c.cmd_str(&["CLIENT", "SETNAME", "foobar"]), b"+OK\r\n");
+        assert_eq!(c.cmd_str(&["SET", "k", "v"]), b"+OK\r\n");
+        // Trimmed: 33 arguments, one of 129 bytes.
+        let mut many: Vec<String> = vec!["SADD".into(), "set".into()];
+        many.extend((3..=33).map(|i| i.to_string()));
+        let many_refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(parse_value(&c.cmd_str(&many_refs)), Value::Int(31));
+        let long = "A".repeat(129);
+        assert_eq!(c.cmd_str(&["SADD", "set", "foo", &long]), b":2\r\n");
+        // Redacted.
+        assert_eq!(
+            c.cmd_str(&["ACL", "SETUSER", "slowlog-user", "+get", "+set"]),
+            b"+OK\r\n"
+        );
+        assert!(
+            c.cmd_str(&["AUTH", "nobody", "wrong"])
+                .starts_with(b"-WRONGPASS")
+        );
+        // EXEC is not logged; what it ran is.
+        assert_eq!(c.cmd_str(&["MULTI"]), b"+OK\r\n");
+        assert_eq!(c.cmd_str(&["INCR", "n"]), b"+QUEUED\r\n");
+        assert_eq!(c.cmd_str(&["EXEC"]), b"*1\r\n:1\r\n");
+        assert_eq!(
+            c.cmd_str(&["CONFIG", "SET", "slowlog-log-slower-than", "-1"]),
+            b"+OK\r\n"
+        );
+        let got = entries(&mut c);
+        let argvs: Vec<String> = got.iter().map(|e| e.3.join(" ")).collect();
+        // The CONFIG SET that turned it off is not logged (checked after the command, as Redis).
+        let want = [
+            "INCR n".to_string(),
+            "MULTI".into(),
+            "AUTH (redacted) (redacted)".into(),
+            "ACL SETUSER (redacted) (redacted) (redacted)".into(),
+            format!("SADD set foo {}... (1 more bytes)", "A".repeat(128)),
+            format!(
+                "SADD set {} ... (2 more arguments)",
+                (3..=31)
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+            "SET k v".into(),
+            "CLIENT SETNAME foobar".into(),
+            "SLOWLOG RESET".into(),
+        ];
+        assert_eq!(argvs, want, "{name}");
+        // Ids count down from the newest; times are now; the peer is this connection's.
+        for w in got.windows(2) {
+            assert_eq!(w[0].0, w[1].0 + 1, "{name}: ids {got:?}");
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        for e in &got {
+            assert!((now - e.1).abs() <= 5 && e.2 >= 0, "{name}: {e:?}");
+            assert!(e.4.starts_with("127.0.0.1:"), "{name}: {e:?}");
+        }
+        assert_eq!(got[6].5, "foobar", "{name}: the client name");
+        assert_eq!(got[8].5, "", "{name}: no name yet");
+        // The max length applies at the next entry, and keeps the newest.
+        assert_eq!(
+            c.cmd_str(&["CONFIG", "SET", "slowlog-max-len", "3"]),
+            b"+OK\r\n"
+        );
+        assert_eq!(c.cmd_str(&["SLOWLOG", "LEN"]), b":9\r\n");
+        assert_eq!(
+            c.cmd_str(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]),
+            b"+OK\r\n"
+        );
+        assert_eq!(c.cmd_str(&["SLOWLOG", "LEN"]), b":3\r\n");
+        let kept: Vec<String> = entries(&mut c).iter().map(|e| e.3.join(" ")).collect();
+        assert_eq!(
+            kept,
+            [
+                "SLOWLOG LEN",
+                "CONFIG SET slowlog-log-slower-than 0",
+                "INCR n"
+            ],
+            "{name}"
+        );
+        assert_eq!(
+            parse_value(&c.cmd_str(&["SLOWLOG", "GET", "1"]))
+                .array()
+                .map(<[Value]>::len),
+            Some(1)
+        );
+        // RESET empties it, then is logged itself (the threshold is 0).
+        assert_eq!(c.cmd_str(&["SLOWLOG", "RESET"]), b"+OK\r\n");
+        assert_eq!(c.cmd_str(&["SLOWLOG", "LEN"]), b":1\r\n");
+    }
+}
+
+/// Commands are timed: INFO commandstats `usec` grows with the work done (a SORT of 50,000
+/// elements takes well over a microsecond on either server), and `usec_per_call` is the
+/// quotient with two decimals.
+#[test]
+fn commandstats_usec_is_measured() {
+    for (name, _p, port) in servers() {
+        let mut c = Resp::connect(port);
+        let mut push: Vec<String> = vec!["RPUSH".into(), "l".into()];
+        push.extend((0..50_000).map(|i| ((i * 7919) % 50_000).to_string()));
+        let refs: Vec<&str> = push.iter().map(String::as_str).collect();
+        assert_eq!(c.cmd_str(&refs), b":50000\r\n");
+        assert_eq!(c.cmd_str(&["CONFIG", "RESETSTAT"]), b"+OK\r\n");
+        for _ in 0..3 {
+            assert!(c.cmd_str(&["SORT", "l"]).starts_with(b"*50000\r\n"));
+        }
+        let info = String::from_utf8_lossy(&c.cmd_str(&["INFO", "commandstats"])).into_owned();
+        let line = info
+            .lines()
+            .find(|l| l.starts_with("cmdstat_sort:"))
+            .unwrap_or_else(|| panic!("{name}: {info}"));
+        let field = |f: &str| -> f64 {
+            line.split([':', ','])
+                .find_map(|kv| kv.strip_prefix(&format!("{f}=")))
+                .unwrap_or_else(|| panic!("{name}: {line}"))
+                .parse()
+                .unwrap()
+        };
+        assert_eq!(field("calls"), 3.0, "{name}: {line}");
+        assert!(field("usec") >= 3.0, "{name}: {line}");
+        let per = line
+            .split("usec_per_call=")
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap();
+        assert_eq!(per, format!("{:.2}", field("usec") / 3.0), "{name}: {line}");
+    }
+}

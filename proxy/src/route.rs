@@ -330,7 +330,17 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "swapdb" => fan_out(Merge::AllOk),
         "hello" => hello(args, session),
         "client" => client(args, spec, session, fleet),
-        "command" | "time" | "pfselftest" => Plan::ForwardAny,
+        "command" | "time" | "pfselftest" | "role" | "lolwut" => Plan::ForwardAny,
+        // Only ACL GENPASS gets here (`crate::auth` answers the rest).
+        "acl" => Plan::ForwardAny,
+        // Every engine's log: lengths summed, entries concatenated in instance order (each
+        // engine's newest first; ids are per engine), RESET everywhere.
+        "slowlog" => match row.short_name() {
+            "len" => fan_out(Merge::Sum),
+            "reset" => fan_out(Merge::AllOk),
+            "get" => fan_out(Merge::Concat),
+            _ => Plan::ForwardAny,
+        },
         "config" => config(args, row),
         "wait" => wait(args),
         "save" => fan_out(Merge::AllOk),

@@ -827,8 +827,12 @@ mod tests {
                 ..
             }
         ));
-        for sub in [&b"LIST"[..], b"DUMP", b"STATS", b"KILL"] {
+        for sub in [&b"LIST"[..], b"DUMP", b"STATS"] {
             assert_eq!(run(&[b"FUNCTION", sub], 2), Plan::ForwardAny);
+        }
+        // KILL must not wait behind the busy script on the shared link.
+        for cmd in [&b"FUNCTION"[..], b"SCRIPT"] {
+            assert_eq!(run(&[cmd, b"KILL"], 2), Plan::DedicatedFanOut(Merge::Kill));
         }
         let mut out = Vec::new();
         crate::split::merge(

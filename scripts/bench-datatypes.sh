@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Issue 18's performance clause for bitmaps, HyperLogLog and SORT in one run: one recached
+# engine vs one redis-server (--save '' --appendonly no), side by side, interleaved rounds,
+# pipelined (-P 16). Geo has its own script (scripts/bench-geo.sh).
+#
+#   scripts/bench-datatypes.sh
+#   BENCH_ROUNDS=5 scripts/bench-datatypes.sh
+#
+# Workloads (redis-benchmark, BENCH_CLIENTS clients; threshold recached ÷ redis-server ≥ 1.0×):
+#   SETBIT     `SETBIT bits:<random of 100,000> 1000 1` (redis-benchmark's random numbers are
+#              zero-padded, which both servers refuse as offsets, so the key is random)
+#   BITCOUNT   `BITCOUNT big` of a 1 MB string of random bytes (the same bytes on both)
+#   PFADD      `PFADD hll <one random element of 1,000,000>`
+#   PFCOUNT3   `PFCOUNT h1 h2 h3` of three HyperLogLogs of 100,000 elements each (a union)
+#   SORT       `SORT l` of a list of 1,000 random integers
+# Each round runs both servers (the order alternates) on the same data, loaded once per server
+# before the rounds (SETBIT and PFADD grow their keys as they run, alike on both). The table
+# shows the median requests/s over the rounds and the ratio, PASS or BELOW; a ratio below its
+# threshold does not fail the script (a noisy shared machine); an error does.
+#
+# Writes one JSON file per redis-benchmark run (labels suite=datatypes, system, workload,
+# round) and datatypes-RUN-medians.csv to bench/results. Environment: BENCH_ROUNDS (3),
+# BENCH_N (200,000 requests for SETBIT and PFADD; the others fewer, see below), BENCH_CLIENTS
+# (50), BENCH_SMOKE=1 (one round, tiny -n: the test script's check that it runs), PIN/
+# SERVER_CPUS/BENCH_CPUS, RECACHED_BIN, RECACHED_BENCH_BIN. Loopback only; servers stopped on
+# exit.
+source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
+
+ROUNDS=${BENCH_ROUNDS:-3}
+N=${BENCH_N:-200000}
+CLIENTS=${BENCH_CLIENTS:-50}
+HLL_ELEMENTS=100000
+if [ "$SMOKE" = 1 ]; then
+    ROUNDS=1 N=2000 HLL_ELEMENTS=2000
+fi
+mapfile -t LABELS < <(common_labels)
+
+# --- data: RESP request files for redis-cli --pipe -----------------------------------------
+head -c 1048576 /dev/urandom >"$TMP/big.bin"
+python3 - "$TMP/load.resp" "$TMP/big.bin" "$HLL_ELEMENTS" <<'PY'
+import random, sys
+path, big_path, hll = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rnd = random.Random(18)
+def req(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+with open(path, "wb") as f:
+    f.write(req("SET", "big", open(big_path, "rb").read()))
+    for k in ("h1", "h2", "h3"):
+        for i in range(0, hll, 100):
+            f.write(req("PFADD", k, *("%s:%d" % (k, rnd.randrange(10**9)) for _ in range(100))))
+    f.write(req("RPUSH", "l", *(rnd.randrange(10**6) for _ in range(1000))))
+PY
+
+# --- servers ---------------------------------------------------------------------------------
+free_ports 1; EP=$PORT
+mkdir -p "$TMP/engine"
+(cd "$TMP/engine" && exec "${SRV[@]}" "$BIN" server --port "$EP" --bind 127.0.0.1) >"$TMP/engine.log" 2>&1 &
+PIDS+=($!)
+wait_port "$EP"
+free_ports 1; RP=$PORT
+start_redis "$RP"
+declare -A PORT_OF=([recached]=$EP [redis]=$RP)
+SYSTEMS=(recached redis)
+echo "datatypes: $ROUNDS rounds, recached $RECACHED_VERSION, redis $REDIS_VERSION, $CPU_PLACEMENT" >&2
+for s in "${SYSTEMS[@]}"; do
+    out=$(redis-cli -p "${PORT_OF[$s]}" --pipe <"$TMP/load.resp" 2>&1)
+    echo "$out" | grep -q 'errors: 0, replies:' || { echo "$0: $s: loading: $out" >&2; exit 1; }
+    [ "$(redis-cli -p "${PORT_OF[$s]}" STRLEN big)" = 1048576 ] || { echo "$0: $s: big is not 1 MB" >&2; exit 1; }
+done
+# The same data answers the same on both.
+for q in "BITCOUNT big" "PFCOUNT h1 h2 h3" "LLEN l"; do
+    a=$(redis-cli -p "$EP" $q) b=$(redis-cli -p "$RP" $q)
+    [ "$a" = "$b" ] || { echo "$0: $q: recached $a, redis $b" >&2; exit 1; }
+done
+
+: >"$TMP/rows.csv"
+# bench SYSTEM WORKLOAD ROUND REQUESTS COMMAND… : one redis-benchmark run, -P 16.
+bench() {
+    local s=$1 workload=$2 round=$3 n=$4 out log
+    shift 4
+    out="$RESULTS/datatypes-$RUN_ID-$s-$workload-r$round.json"
+    log="$TMP/rb-$s-$workload-r$round.log"
+    if ! gen "$BENCH_BIN" redis-benchmark --out "$out" "${LABELS[@]}" --label suite=datatypes \
+        --label "system=$s" --label "workload=$workload" --label "round=$round" \
+        --label "rounds=$ROUNDS" --label pipeline=16 --test-name "$workload" -- \
+        -h 127.0.0.1 -p "${PORT_OF[$s]}" -c "$CLIENTS" -n "$n" -P 16 "$@" >"$log" 2>&1; then
+        echo "$0: $s $workload: redis-benchmark failed:" >&2
+        tail -n 5 "$log" >&2
+        exit 1
+    fi
+    if grep -qi '^error\|ERR ' "$log"; then
+        echo "$0: $s $workload: error replies:" >&2
+        grep -i -m3 'error' "$log" >&2
+        exit 1
+    fi
+    sed -n 's/^"\([^"]*\)": \([0-9.]*\) rps$/\1 \2/p' "$log" \
+        | while read -r _ rps; do echo "$s,$workload,rps,$rps"; done >>"$TMP/rows.csv"
+}
+
+for round in $(seq "$ROUNDS"); do
+    if [ $((round % 2)) = 1 ]; then order=(recached redis); else order=(redis recached); fi
+    for s in "${order[@]}"; do
+        echo "round $round/$ROUNDS: $s" >&2
+        bench "$s" SETBIT "$round" "$N" -r 100000 SETBIT bits:__rand_int__ 1000 1
+        bench "$s" BITCOUNT "$round" $((N / 20)) BITCOUNT big
+        bench "$s" PFADD "$round" "$N" -r 1000000 PFADD hll __rand_int__
+        bench "$s" PFCOUNT3 "$round" $((N / 20)) PFCOUNT h1 h2 h3
+        bench "$s" SORT "$round" $((N / 40)) SORT l
+    done
+done
+
+MEDIANS="$RESULTS/datatypes-$RUN_ID-medians.csv"
+{
+    echo "system,workload,unit,median,rounds"
+    median_rows "$TMP/rows.csv"
+} >"$MEDIANS"
+
+echo
+awk -F, 'NR > 1 { med[$1 "," $2] = $4 }
+    END {
+        printf "%-9s %12s %12s %8s  %s\n", "workload", "recached", "redis", "ratio", "threshold"
+        split("SETBIT BITCOUNT PFADD PFCOUNT3 SORT", W, " ")
+        for (i = 1; i <= 5; i++) {
+            a = med["recached," W[i]]; b = med["redis," W[i]]
+            r = (b > 0) ? a / b : 0
+            printf "%-9s %12s %12s %7.2fx  %s\n", W[i], a, b, r, (r >= 1.0) ? "PASS (>= 1.00x)" : "BELOW (>= 1.00x)"
+        }
+    }' "$MEDIANS"
+echo "(median requests/s over $ROUNDS interleaved rounds; $CLIENTS clients, -P 16)"
+echo "results: $MEDIANS and datatypes-$RUN_ID-*.json"

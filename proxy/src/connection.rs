@@ -155,6 +155,15 @@ pub(crate) fn client<A: Args + ?Sized>(
                 reply_static(b"-ERR syntax error\r\n")
             }
         }
+        // Every engine pauses its clients, the proxy's links among them: requests queue on
+        // the links until the pause ends (with WRITE, reads behind a paused write on the same
+        // link wait too). UNPAUSE goes on the client's own connections: a shared link may be
+        // held by a paused request.
+        "pause" => Plan::FanOut {
+            request: None,
+            merge: crate::split::Merge::AllOk,
+        },
+        "unpause" => Plan::DedicatedFanOut(crate::split::Merge::AllOk),
         "info" => Plan::Clients(crate::clients::Op::Info),
         "list" | "kill" => {
             let all: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
@@ -172,7 +181,7 @@ pub(crate) fn client<A: Args + ?Sized>(
         _ => not_supported(
             sub_spec,
             "the proxy answers CLIENT SETNAME, GETNAME, ID, SETINFO, INFO, LIST, KILL, \
-             NO-EVICT, NO-TOUCH and REPLY",
+             NO-EVICT, NO-TOUCH, REPLY, PAUSE and UNPAUSE",
         ),
     }
 }

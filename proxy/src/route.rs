@@ -212,8 +212,9 @@ pub enum Plan {
     /// dedicated connection to it.
     Blocking(usize),
     /// The request to every instance on the client's dedicated connections, then merged:
-    /// SCRIPT KILL / FUNCTION KILL, which must not wait behind the busy script on the shared
-    /// link (a busy engine still serves other connections a few commands).
+    /// SCRIPT KILL / FUNCTION KILL and CLIENT UNPAUSE, which must not wait behind a busy
+    /// script or a paused request on the shared link (a busy engine still serves other
+    /// connections a few commands; a paused one, non-paused commands).
     DedicatedFanOut(Merge),
     /// A blocking stream read over several instances: each part on the client's dedicated
     /// connection to its instance; the first answer releases the others (`crate::spread`).

@@ -202,6 +202,15 @@ fn exec_inner(
     }
     client.last_cmd = spec.name;
     client.last_cmd_us = now_us;
+    // CLIENT PAUSE (redis `processCommand`, before MULTI queueing; commands run by EXEC are
+    // never postponed).
+    if e.pause.active()
+        && !client.tx.in_exec
+        && crate::pause::postpones(e, client, spec, argv, now_us)
+    {
+        e.pause.postponed.push(client.id);
+        return Flow::Postpone;
+    }
     // Subscribed mode and MULTI queueing (redis `processCommand`); commands run by EXEC skip
     // both, as Redis runs them through `call` directly.
     if !client.tx.in_exec {

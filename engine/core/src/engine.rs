@@ -201,6 +201,8 @@ pub struct Engine {
     pub(crate) evict: crate::evict::Evictor,
     /// INFO commandstats counters.
     pub(crate) cmdstats: crate::cmd::server::CommandStats,
+    /// CLIENT PAUSE (`crate::pause`).
+    pub(crate) pause: crate::pause::Pause,
     /// SLOWLOG (`crate::slowlog`).
     pub(crate) slowlog: crate::slowlog::SlowLog,
     /// `(now_us, timer)` when the last timed command ended (`crate::dispatch`).
@@ -283,6 +285,7 @@ impl Engine {
             busy: None,
             pre_command_oom: false,
             cmdstats: Default::default(),
+            pause: Default::default(),
             slowlog: Default::default(),
             timer_mark: (u64::MAX, 0),
         };
@@ -413,6 +416,7 @@ impl Engine {
     /// transaction state, so nothing leaks and nothing is delivered to it.
     pub fn client_closed(&mut self, client_id: u64) {
         self.blocking.remove(client_id);
+        self.pause.postponed.retain(|&id| id != client_id);
         crate::cmd::tx::client_closed(self, client_id);
         crate::cmd::pubsub::client_closed(self, client_id);
         crate::feed::client_closed(self, client_id);
@@ -459,9 +463,11 @@ impl Engine {
         // Active expiry in every database with volatile keys (Redis `activeExpireCycle` walks
         // its databases the same way), each with the full budget; the database in use before
         // is back in `ks` at the end.
+        crate::pause::cron(self, now_us);
         let prev = self.current_db();
+        // Nothing expires or is evicted while clients are paused (`crate::pause`).
         for n in 0..self.dbs.len() {
-            if self.db(n).volatile_len() == 0 {
+            if self.pause.active() || self.db(n).volatile_len() == 0 {
                 continue;
             }
             self.use_db(n);
@@ -471,7 +477,9 @@ impl Engine {
         }
         self.use_db(prev);
         self.ks.lazy_free_step(expire::LAZY_FREE_PER_CRON);
-        crate::evict::cron(self, now_us / 1000);
+        if !self.pause.active() {
+            crate::evict::cron(self, now_us / 1000);
+        }
         // Keys the cycle (or eviction) removed become DEL effects; drained subscribers resume.
         crate::effect::flush_deleted(self);
         crate::feed::cron(self);

@@ -260,7 +260,9 @@ pub enum Outcome {
 /// `performEvictions`).
 pub fn perform_evictions(e: &mut Engine, now_ms: u64, max_keys: usize) -> Outcome {
     let limit = e.config.maxmemory;
-    if limit == 0 || used_memory(e) <= limit {
+    // Nothing is evicted, nor refused for memory, while clients are paused (redis
+    // `performEvictions`: `checkClientPauseTimeoutAndReturnIfPaused`).
+    if limit == 0 || e.pause.active() || used_memory(e) <= limit {
         return Outcome::Ok;
     }
     let Some(policy) = Policy::from_name(e.config.maxmemory_policy) else {

@@ -275,6 +275,9 @@ pub struct Keyspace {
     /// Replica mode (the browser replica): an expired key reads as missing but is not
     /// deleted; its primary's DEL effect removes it (redis `expireIfNeeded` on a replica).
     pub replica: bool,
+    /// Clients are paused (CLIENT PAUSE, `crate::pause`): as in replica mode, an expired key
+    /// reads as missing but is not deleted until the pause ends.
+    pub expire_paused: bool,
     /// The keychange feed has subscribers: keys deleted by expiry or eviction are logged in
     /// `feed_dels` (see `crate::effect`). Off = one test per deletion, nothing allocated.
     pub feed_on: bool,
@@ -311,6 +314,7 @@ impl Keyspace {
             access_mode: Default::default(),
             clock_ms: 0,
             replica: false,
+            expire_paused: false,
             feed_on: false,
             feed_dels: Vec::new(),
             feed_del_count: 0,
@@ -674,7 +678,7 @@ impl Keyspace {
 
     /// Deletes the expired entry at `i`, counting it as expired (active expiry, RANDOMKEY).
     pub fn expire_now(&mut self, i: usize) {
-        if self.replica {
+        if self.replica || self.expire_paused {
             return;
         }
         let (k, _) = self.remove_at(i);

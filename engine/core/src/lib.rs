@@ -73,6 +73,7 @@ pub mod glob;
 pub mod keyspace;
 pub mod monitor;
 pub mod notify;
+pub mod pause;
 pub mod script;
 pub mod slot;
 pub mod slowlog;
@@ -173,6 +174,10 @@ pub enum Flow {
     /// parked. The server runs none of its further requests until a [`Delivery`] with
     /// `unblock: true` arrives for it (the reply, or the timeout's null).
     Block,
+    /// Clients are paused (CLIENT PAUSE) and this command must wait: nothing was run or
+    /// written; the server leaves the request in the client's input, runs nothing more of
+    /// it, and runs it again once a [`Delivery`] with `unblock: true` arrives (`crate::pause`).
+    Postpone,
     /// SHUTDOWN: the server saves as asked (or fails and writes
     /// [`cmd::server::SHUTDOWN_FAILED`]) and exits; no reply is written on success.
     Shutdown(cmd::server::Shutdown),

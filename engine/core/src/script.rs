@@ -46,6 +46,13 @@ pub trait Scripting {
     fn function(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError>;
     /// The code of every loaded function library (its FUNCTION LOAD payload), handed to
     /// `each`: what a snapshot keeps of them (opaque to the core). None by default.
+    /// Whether EVAL/EVALSHA/FCALL (`name`) with `argv` may write: unless its script declares
+    /// `no-writes` (redis `evalGetCommandFlags`, for CLIENT PAUSE WRITE). An unknown script or
+    /// function may (its error comes when it runs).
+    fn may_write(&self, name: &str, argv: &[&[u8]]) -> bool {
+        let _ = (name, argv);
+        true
+    }
     /// Scripts in the EVAL cache (INFO memory `number_of_cached_scripts`).
     fn cached_scripts(&self) -> usize {
         0
@@ -332,8 +339,9 @@ pub fn call(
     }
     let before = out.len();
     match crate::dispatch::exec(e, &mut run.client, argv, now_us, out) {
-        // SHUTDOWN is refused to scripts (`noscript`).
-        Flow::Continue | Flow::Close | Flow::Shutdown(_) => {}
+        // SHUTDOWN is refused to scripts (`noscript`); a script's commands are never
+        // postponed (`crate::pause`).
+        Flow::Continue | Flow::Close | Flow::Shutdown(_) | Flow::Postpone => {}
         Flow::ClientList => {
             let line = e.client_info_line(&run.client, now_us) + "\n";
             ReplyWriter::new(out, run.client.proto).verbatim(line.as_bytes());

@@ -608,6 +608,20 @@ impl Scripting for LuaHost {
         self.cached()
     }
 
+    fn may_write(&self, name: &str, argv: &[&[u8]]) -> bool {
+        let flags = match (name, argv.get(1)) {
+            ("eval", Some(body)) => shebang::parse(body).map(|f| f.0).ok(),
+            ("evalsha", Some(sha)) => {
+                let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
+                self.state.scripts.get(&sha).map(|s| s.flags)
+            }
+            ("fcall", Some(f)) => self.libraries.find(f).map(|f| f.flags),
+            _ => None,
+        };
+        // A script without a shebang (compat) may write whatever it declares.
+        flags.is_none_or(|f| f.compat || !f.no_writes)
+    }
+
     fn eval(&mut self, e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         self.eval_generic(e, c)
     }

@@ -332,6 +332,13 @@ impl Conn {
                             self.blocked = true;
                             return Batch::Blocked;
                         }
+                        // Not run (CLIENT PAUSE): the request stays in the input until the
+                        // engine's unblocking delivery (engine-core `pause`).
+                        Flow::Postpone => {
+                            self.rstart -= n;
+                            self.blocked = true;
+                            return Batch::Blocked;
+                        }
                         Flow::Shutdown(s) => return Batch::Shutdown(s),
                     }
                     if engine.has_deliveries() {

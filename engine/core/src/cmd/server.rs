@@ -215,7 +215,10 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("connected_clients", &e.host.connected_clients);
                 line("cluster_connections", &0);
                 line("maxclients", &e.config.maxclients);
-                line("blocked_clients", &e.blocking.len());
+                line(
+                    "blocked_clients",
+                    &(e.blocking.len() + e.pause.postponed.len()),
+                );
                 line("tracking_clients", &0);
                 line("clients_in_timeout_table", &0);
             }

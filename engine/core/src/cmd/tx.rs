@@ -70,6 +70,11 @@ impl ClientTx {
 
     /// A queued command is a write (redis `mstate.cmd_flags & CMD_WRITE`; looked up only when
     /// asked, on the refused-writes path).
+    /// The queued commands of an open transaction (none outside one).
+    pub fn queued_commands(&self) -> impl Iterator<Item = &Vec<Vec<u8>>> {
+        self.multi.iter().flat_map(|m| m.queue.iter())
+    }
+
     pub fn queued_write(&self) -> bool {
         self.multi.as_ref().is_some_and(|m| {
             m.queue.iter().any(|argv| {
@@ -377,7 +382,8 @@ pub fn exec(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         };
         match dispatch::exec_polling(e, client, &argv, now_us, out, poller) {
             // SHUTDOWN is refused inside MULTI (`no-multi`).
-            Flow::Continue | Flow::Close | Flow::Shutdown(_) => {}
+            // Commands EXEC runs are never postponed (`crate::pause`).
+            Flow::Continue | Flow::Close | Flow::Shutdown(_) | Flow::Postpone => {}
             // The core cannot list other connections: this one's line stands for the list.
             Flow::ClientList => {
                 let line = e.client_info_line(client, now_us) + "\n";

@@ -322,3 +322,5 @@ pub use crate::slowlog::slowlog_reset;
 pub use crate::acl::acl_genpass;
 pub use crate::cmd::replication::role;
 pub use crate::cmd::lolwut::lolwut;
+pub use crate::pause::client_pause;
+pub use crate::pause::client_unpause;

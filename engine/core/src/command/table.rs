@@ -717,7 +717,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::client_pause),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Stop processing commands from clients for some time")), ("since", Val::Str("2.9.50")), ("group", Val::Str("connection")), ("complexity", Val::Str("O(1)")), ("history", Val::Arr(&[Val::Arr(&[Val::Str("6.2.0"), Val::Str("`CLIENT PAUSE WRITE` mode added along with the `mode` option.")])])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("timeout")), ("type", Val::Str("integer"))]), Val::Map(&[("name", Val::Str("mode")), ("type", Val::Str("oneof")), ("since", Val::Str("6.2.0")), ("flags", Val::Arr(&[Val::Str("optional")])), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("write")), ("type", Val::Str("pure-token")), ("token", Val::Str("WRITE"))]), Val::Map(&[("name", Val::Str("all")), ("type", Val::Str("pure-token")), ("token", Val::Str("ALL"))])]))])]))]),
@@ -813,7 +813,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::client_unpause),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Resume processing of clients that were paused")), ("since", Val::Str("6.2.0")), ("group", Val::Str("connection")), ("complexity", Val::Str("O(N) Where N is the number of paused clients"))]),

@@ -516,8 +516,21 @@ pub fn estimate(h: &[u32; 64]) -> u64 {
 /// redis `hllMerge`: `max[i] = max(max[i], register i of v)`.
 fn merge(max: &mut [u8; REGISTERS], v: &[u8]) -> Result<(), Corrupt> {
     if v[4] == DENSE {
-        for (i, m) in max.iter_mut().enumerate() {
-            *m = (*m).max(dense_get(&v[HDR..], i));
+        // Four 6-bit registers in each 3 bytes, least significant bits first (`dense_get`
+        // for one): decoded a group at a time, a third of the work of one by one.
+        let regs = &v[HDR..];
+        if regs.len() < REGISTERS * 6 / 8 {
+            return Err(Corrupt);
+        }
+        for (m, b) in max
+            .chunks_exact_mut(4)
+            .zip(regs[..REGISTERS * 6 / 8].chunks_exact(3))
+        {
+            let (b0, b1, b2) = (b[0], b[1], b[2]);
+            m[0] = m[0].max(b0 & 63);
+            m[1] = m[1].max((b0 >> 6) | ((b1 << 2) & 63));
+            m[2] = m[2].max((b1 >> 4) | ((b2 << 4) & 63));
+            m[3] = m[3].max(b2 >> 2);
         }
         return Ok(());
     }

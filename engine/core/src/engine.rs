@@ -205,6 +205,9 @@ pub struct Engine {
     pub persist: crate::snapshot::PersistInfo,
     /// The server's SAVE/BGSAVE implementation; `None` = snapshots disabled (wasm, tests).
     pub persistence: Option<Box<dyn crate::snapshot::Persistence>>,
+    /// MIGRATE's connections to other servers, installed by the engine process
+    /// ([`crate::dump::migrate`]); `None`: MIGRATE cannot connect.
+    pub migrate: Option<Box<dyn crate::dump::migrate::Sockets>>,
     /// Keychange feed subscribers and sequence numbers (`crate::feed`, `crate::effect`).
     pub(crate) feed: crate::feed::Feed,
     /// Users, permissions, ACL LOG (`crate::acl`).
@@ -256,6 +259,7 @@ impl Engine {
             cluster,
             persist: Default::default(),
             persistence: None,
+            migrate: None,
             feed: Default::default(),
             run_id,
             used_memory_peak: crate::cmd::server::USED_MEMORY_STARTUP,

@@ -64,6 +64,7 @@ pub mod call;
 pub mod cmd;
 pub mod command;
 pub mod dispatch;
+pub mod dump;
 pub mod effect;
 pub mod error;
 pub mod evict;

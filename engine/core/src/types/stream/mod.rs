@@ -43,8 +43,8 @@ pub mod group;
 mod node;
 
 pub use group::{Consumer, Group, Nack};
-pub use node::{EntryRef, lp_int_len, lp_str_len};
-use node::{FLAG_DELETED, FLAG_SAMEFIELDS, Node, put_varint};
+pub use node::{EntryRef, Node, RawEntry, lp_int_len, lp_str_len};
+use node::{FLAG_DELETED, FLAG_SAMEFIELDS, put_varint};
 
 /// redis `stream-node-max-entries` default.
 pub const NODE_MAX_ENTRIES: u64 = 100;
@@ -705,6 +705,11 @@ impl StreamValue {
     /// Rebuilds the node layout with `limits` (snapshot load), keeping every entry.
     pub fn entries(&self) -> impl Iterator<Item = EntryRef<'_>> {
         self.range(StreamId::MIN, StreamId::MAX, Dir::Forward)
+    }
+
+    /// The nodes by master ID (DUMP writes one Redis listpack per node, `crate::dump`).
+    pub fn nodes(&self) -> impl Iterator<Item = (StreamId, &Node)> {
+        self.nodes.iter().map(|(id, n)| (*id, n))
     }
 
     /// Checks the invariants (tests).

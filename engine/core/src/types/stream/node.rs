@@ -194,6 +194,73 @@ impl Node {
     }
 }
 
+/// One entry exactly as the node holds it, tombstones included: what Redis's listpack for
+/// the node has (DUMP writes it, `crate::dump`).
+pub struct RawEntry<'a> {
+    pub flags: u8,
+    /// ID minus the node's master ID, each part wrapping (the listpack stores them as i64).
+    pub ms_delta: u64,
+    pub seq_delta: u64,
+    /// Field names; empty when the entry uses the master entry's (`SAMEFIELDS`).
+    pub fields: Vec<&'a [u8]>,
+    pub values: Vec<&'a [u8]>,
+}
+
+impl RawEntry<'_> {
+    pub fn same_fields(&self) -> bool {
+        self.flags & FLAG_SAMEFIELDS != 0
+    }
+}
+
+impl Node {
+    /// The master entry's field names.
+    pub fn master_fields(&self) -> &[Box<[u8]>] {
+        &self.master_fields
+    }
+
+    /// Live entries (the master entry's count).
+    pub fn live(&self) -> u32 {
+        self.live
+    }
+
+    /// Entries marked deleted (the master entry's deleted count).
+    pub fn deleted(&self) -> u32 {
+        self.deleted
+    }
+
+    /// Every entry in order, tombstones included.
+    pub fn raw_entries(&self) -> impl Iterator<Item = RawEntry<'_>> {
+        self.offs.iter().map(move |&off| {
+            let mut at = off as usize;
+            let flags = self.data[at];
+            at += 1;
+            let ms_delta = get_varint(&self.data, &mut at);
+            let seq_delta = get_varint(&self.data, &mut at);
+            let same = flags & FLAG_SAMEFIELDS != 0;
+            let n = if same {
+                self.master_fields.len()
+            } else {
+                get_varint(&self.data, &mut at) as usize
+            };
+            let mut fields = Vec::new();
+            let mut values = Vec::with_capacity(n);
+            for _ in 0..n {
+                if !same {
+                    fields.push(get_bytes(&self.data, &mut at));
+                }
+                values.push(get_bytes(&self.data, &mut at));
+            }
+            RawEntry {
+                flags,
+                ms_delta,
+                seq_delta,
+                fields,
+                values,
+            }
+        })
+    }
+}
+
 /// One entry as read from the store.
 #[derive(Clone, Copy)]
 pub struct EntryRef<'a> {

@@ -456,6 +456,9 @@ impl Engine {
             self.stats.active_expired_keys += removed as u64;
         }
         self.use_db(prev);
+        if let Some(m) = self.migrate.as_mut() {
+            m.cron();
+        }
         self.ks.lazy_free_step(expire::LAZY_FREE_PER_CRON);
         crate::evict::cron(self, now_us / 1000);
         // Keys the cycle (or eviction) removed become DEL effects; drained subscribers resume.

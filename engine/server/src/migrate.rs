@@ -23,7 +23,8 @@ pub struct MigrateSockets {
 }
 
 struct Cached {
-    stream: TcpStream,
+    /// `None`: the connect failed at once (refused); see [`connect`].
+    stream: Option<TcpStream>,
     /// Bytes read past the last reply line.
     rbuf: Vec<u8>,
     last_db: Option<i64>,
@@ -46,19 +47,33 @@ fn fail(e: &io::Error) -> IoFail {
     }
 }
 
-/// Connects within `timeout` to the first address of `host:port` that answers.
-fn connect(host: &[u8], port: &[u8], timeout: Duration) -> Option<TcpStream> {
+/// Connects within `timeout` to the first address of `host:port` that answers. `None`: the
+/// name does not resolve or the time ran out (redis: "error or timeout connecting");
+/// `Some(None)`: refused. Redis's blocking connect only waits for the socket to be writable,
+/// which a refused connect also is, so its error shows on the first write ("error or timeout
+/// writing"); a refused connection is kept as a socket whose writes fail, to answer the same.
+fn connect(host: &[u8], port: &[u8], timeout: Duration) -> Option<Option<TcpStream>> {
     let host = std::str::from_utf8(host).ok()?;
-    // redis `atoi(port)`: what is not a number is port 0, which never connects.
-    let port: u16 = std::str::from_utf8(port).ok()?.parse().ok()?;
-    let addrs = (host, port).to_socket_addrs().ok()?;
+    // redis `atoi(port)`: leading digits, else 0 (which never connects).
+    let digits: String = std::str::from_utf8(port)
+        .ok()?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let port: u16 = digits.parse().unwrap_or(0);
+    let addrs: Vec<_> = (host, port).to_socket_addrs().ok()?.collect();
+    let mut refused = false;
     for addr in addrs {
-        if let Ok(s) = TcpStream::connect_timeout(&addr, timeout) {
-            let _ = s.set_nodelay(true);
-            return Some(s);
+        match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                return Some(Some(s));
+            }
+            Err(e) if fail(&e).timed_out => {}
+            Err(_) => refused = true,
         }
     }
-    None
+    refused.then_some(None)
 }
 
 impl Sockets for MigrateSockets {
@@ -93,6 +108,18 @@ impl Sockets for MigrateSockets {
     fn close(&mut self, host: &[u8], port: &[u8]) {
         self.conns.remove(&name(host, port));
     }
+
+    fn cached(&self) -> usize {
+        self.conns.len()
+    }
+
+    fn cron(&mut self) {
+        if !self.conns.is_empty() {
+            let now = Instant::now();
+            self.conns
+                .retain(|_, c| now.duration_since(c.last_use) <= CACHE_TTL);
+        }
+    }
 }
 
 impl Conn for Cached {
@@ -105,11 +132,10 @@ impl Conn for Cached {
     }
 
     fn write_all(&mut self, buf: &[u8], timeout_ms: u64) -> Result<(), IoFail> {
+        let stream = self.stream.as_mut().ok_or(IoFail { timed_out: false })?;
         let t = Duration::from_millis(timeout_ms.max(1));
-        self.stream
-            .set_write_timeout(Some(t))
-            .map_err(|e| fail(&e))?;
-        self.stream.write_all(buf).map_err(|e| fail(&e))
+        stream.set_write_timeout(Some(t)).map_err(|e| fail(&e))?;
+        stream.write_all(buf).map_err(|e| fail(&e))
     }
 
     fn read_line(&mut self, timeout_ms: u64) -> Result<Vec<u8>, IoFail> {
@@ -127,11 +153,10 @@ impl Conn for Cached {
             if left.is_zero() {
                 return Err(IoFail { timed_out: true });
             }
-            self.stream
-                .set_read_timeout(Some(left))
-                .map_err(|e| fail(&e))?;
+            let stream = self.stream.as_mut().ok_or(IoFail { timed_out: false })?;
+            stream.set_read_timeout(Some(left)).map_err(|e| fail(&e))?;
             let mut chunk = [0u8; 4096];
-            match self.stream.read(&mut chunk) {
+            match stream.read(&mut chunk) {
                 Ok(0) => return Err(IoFail { timed_out: false }),
                 Ok(n) => self.rbuf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

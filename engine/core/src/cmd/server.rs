@@ -258,6 +258,10 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("pubsub_patterns", &e.pubsub.pattern_count());
                 line("pubsubshard_channels", &e.pubsub.shard_channel_count());
                 line(
+                    "migrate_cached_sockets",
+                    &e.migrate.as_ref().map_or(0, |m| m.cached()),
+                );
+                line(
                     "total_error_replies",
                     &(st.rejected_calls + st.failed_calls),
                 );

@@ -38,6 +38,11 @@ pub trait Sockets: Send {
     fn get(&mut self, host: &[u8], port: &[u8], timeout_ms: u64) -> Option<&mut dyn Conn>;
     /// Drops the cached connection to `host:port` (after an error: the next use reconnects).
     fn close(&mut self, host: &[u8], port: &[u8]);
+    /// Connections cached (INFO `migrate_cached_sockets`).
+    fn cached(&self) -> usize;
+    /// Closes connections unused for too long ([`Engine::cron`], redis
+    /// `migrateCloseTimedoutSockets`).
+    fn cron(&mut self) {}
 }
 
 const CONNECT_ERR: &str = "IOERR error or timeout connecting to the client";

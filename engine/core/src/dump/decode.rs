@@ -183,6 +183,10 @@ fn raw_id(r: &mut Rd<'_>) -> Result<StreamId, Bad> {
     ))
 }
 
+/// A group PEL entry read before its owner: delivery time, delivery count, the consumer
+/// whose PEL names it.
+type PendingLoad = (u64, u64, Option<Box<[u8]>>);
+
 /// Stream entry flags (redis `STREAM_ITEM_FLAG_*`).
 const FLAG_DELETED: i64 = 1;
 const FLAG_SAMEFIELDS: i64 = 2;
@@ -224,11 +228,8 @@ fn stream(r: &mut Rd<'_>, v2: bool) -> Result<StreamValue, Bad> {
             return Err(Bad);
         }
         let (mut live, mut dead) = (0i64, 0i64);
-        loop {
-            let flags = match next() {
-                Ok(f) => f.int()?,
-                Err(_) => break,
-            };
+        while let Ok(flags) = next() {
+            let flags = flags.int()?;
             let ms = master.ms.wrapping_add(next()?.int()? as u64);
             let seq = master.seq.wrapping_add(next()?.int()? as u64);
             pairs.clear();
@@ -297,7 +298,7 @@ fn stream(r: &mut Rd<'_>, v2: bool) -> Result<StreamValue, Bad> {
         }
         // The group's PEL, owners resolved by the consumers' PELs that follow.
         let npel = r.count()?;
-        let mut pel: BTreeMap<StreamId, (u64, u64, Option<Box<[u8]>>)> = BTreeMap::new();
+        let mut pel: BTreeMap<StreamId, PendingLoad> = BTreeMap::new();
         for _ in 0..npel {
             let id = raw_id(r)?;
             let time = r.ms()?;

@@ -127,6 +127,7 @@ impl<'a> Rd<'a> {
     }
 
     /// `rdbLoadLen` (an encoded-string marker is an error here).
+    #[allow(clippy::len_without_is_empty)] // a length read from the payload, not a size
     pub fn len(&mut self) -> Result<u64, Bad> {
         match self.len_enc()? {
             (v, false) => Ok(v),

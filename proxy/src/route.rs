@@ -859,6 +859,29 @@ mod tests {
     }
 
     #[test]
+    fn dump_restore_migrate_route_by_key() {
+        let (a, b) = keys_on_both();
+        let (ia, ib) = (instance_of(&a, 2), instance_of(&b, 2));
+        assert_eq!(run(&[b"DUMP", &a], 2), Plan::Forward(ia));
+        assert_eq!(
+            run(&[b"RESTORE", &b, b"0", b"payload"], 2),
+            Plan::Forward(ib)
+        );
+        let mig = |keys: &[&[u8]]| {
+            let mut args: Vec<&[u8]> = vec![b"MIGRATE", b"127.0.0.1", b"6379", b"", b"0", b"5"];
+            args.push(b"KEYS");
+            args.extend_from_slice(keys);
+            run(&args, 2)
+        };
+        assert_eq!(
+            run(&[b"MIGRATE", b"127.0.0.1", b"6379", &a, b"0", b"5"], 2),
+            Plan::Forward(ia)
+        );
+        assert_eq!(mig(&[&a, &a]), Plan::Forward(ia));
+        assert_eq!(reply(mig(&[&a, &b])), CROSSSLOT);
+    }
+
+    #[test]
     fn multi_key_on_one_instance_forwards_else_splits_or_refuses() {
         let (a, b) = keys_on_both();
         let ia = instance_of(&a, 2);

@@ -103,6 +103,11 @@ impl<'a> Rd<'a> {
         Ok(s)
     }
 
+    /// Whether every byte was read.
+    pub fn at_end(&self) -> bool {
+        self.pos >= self.b.len()
+    }
+
     pub fn u8(&mut self) -> Result<u8, Bad> {
         Ok(self.take(1)?[0])
     }

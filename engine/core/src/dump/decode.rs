@@ -15,7 +15,7 @@ use super::Bad;
 use super::listpack::{Elem, parse, parse_intset, parse_ziplist};
 use super::rdb::Rd;
 use super::types::*;
-use crate::types::stream::{Nack, NodeLimits, StreamId, StreamValue};
+use crate::types::stream::{Nack, StreamId, StreamValue};
 use crate::types::{HashValue, ListValue, SetValue, StrValue, Value, ZSetValue};
 
 /// Reads one object of type `ty`; `seed` gives the hash seeds of new collections.
@@ -192,8 +192,9 @@ const FLAG_DELETED: i64 = 1;
 const FLAG_SAMEFIELDS: i64 = 2;
 
 /// A stream (`v2`: Redis 7.0's type with first ID, tombstone ID, entries added and group
-/// offsets). The live entries are appended with the default node limits; the counters and
-/// groups are taken as the payload gives them.
+/// offsets). Each listpack becomes one node as it is, tombstones included
+/// ([`StreamValue::load_node`]), so DUMP gives back the same bytes; the counters and groups
+/// are taken as the payload gives them.
 fn stream(r: &mut Rd<'_>, v2: bool) -> Result<StreamValue, Bad> {
     let mut st = StreamValue::new();
     let nodes = r.count()?;
@@ -213,7 +214,6 @@ fn stream(r: &mut Rd<'_>, v2: bool) -> Result<StreamValue, Bad> {
         last_master = Some(master);
         let lp = r.string()?;
         let elems = parse(&lp)?;
-        let mut pairs: Vec<Cow<'_, [u8]>> = Vec::new();
         let mut it = elems.into_iter();
         let mut next = || it.next().ok_or(Bad);
         // Master entry: count, deleted, number of fields, the fields, 0.
@@ -227,12 +227,12 @@ fn stream(r: &mut Rd<'_>, v2: bool) -> Result<StreamValue, Bad> {
         if next()?.int()? != 0 {
             return Err(Bad);
         }
-        let (mut live, mut dead) = (0i64, 0i64);
+        let mut entries: Vec<(bool, StreamId, Vec<Cow<'_, [u8]>>)> = Vec::new();
         while let Ok(flags) = next() {
             let flags = flags.int()?;
             let ms = master.ms.wrapping_add(next()?.int()? as u64);
             let seq = master.seq.wrapping_add(next()?.int()? as u64);
-            pairs.clear();
+            let mut pairs = Vec::new();
             let nf = if flags & FLAG_SAMEFIELDS != 0 {
                 for f in &master_fields {
                     pairs.push(f.clone());
@@ -256,16 +256,19 @@ fn stream(r: &mut Rd<'_>, v2: bool) -> Result<StreamValue, Bad> {
             if lp_count != want as i64 || nf == 0 {
                 return Err(Bad);
             }
-            if flags & FLAG_DELETED != 0 {
-                dead += 1;
-                continue;
-            }
-            live += 1;
-            let refs: Vec<&[u8]> = pairs.iter().map(|p| &**p).collect();
-            st.append(&refs, StreamId::new(ms, seq), true, NodeLimits::default())
-                .map_err(|_| Bad)?;
+            entries.push((flags & FLAG_DELETED != 0, StreamId::new(ms, seq), pairs));
         }
-        if live != count || dead != deleted || live + dead == 0 {
+        let live = entries.iter().filter(|e| !e.0).count() as i64;
+        let dead = entries.len() as i64 - live;
+        if live != count || dead != deleted || entries.is_empty() {
+            return Err(Bad);
+        }
+        let fields: Vec<&[u8]> = master_fields.iter().map(|f| &**f).collect();
+        let entries: Vec<(bool, StreamId, Vec<&[u8]>)> = entries
+            .iter()
+            .map(|(d, id, p)| (*d, *id, p.iter().map(|x| &**x).collect()))
+            .collect();
+        if !st.load_node(master, &fields, &entries) {
             return Err(Bad);
         }
     }
@@ -281,6 +284,8 @@ fn stream(r: &mut Rd<'_>, v2: bool) -> Result<StreamValue, Bad> {
         st.entries_added = r.len()?;
     } else {
         // redis: the offset starts at the length; the first ID is the first entry's.
+        let first = st.entries().next().map_or(StreamId::MIN, |e| e.id);
+        st.first_id = first;
         st.max_deleted_entry_id = StreamId::MIN;
         st.entries_added = st.length;
     }

@@ -146,8 +146,14 @@ fn stream_with_groups_round_trips() {
         g.deliver(StreamId::new(1003, 1), b"bob", 91);
     });
     assert!(st.create_group(b"12", StreamId::MIN, -1));
+    let nodes = st.node_count();
     let v = Value::Stream(Box::new(st));
-    assert_eq!(round_trip(&v), v);
+    let back = round_trip(&v);
+    assert_eq!(back, v);
+    // The node layout and the tombstone survive: the same bytes again.
+    assert_eq!(serialize(&back), serialize(&v));
+    let Value::Stream(b) = &back else { panic!() };
+    assert_eq!(b.node_count(), nodes);
     // An empty stream (all deleted) keeps its counters.
     let mut e = StreamValue::new();
     e.append(

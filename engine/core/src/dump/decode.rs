@@ -183,6 +183,9 @@ fn raw_id(r: &mut Rd<'_>) -> Result<StreamId, Bad> {
     ))
 }
 
+/// A stream entry read from a listpack: deleted, ID, field/value pairs.
+type LoadEntry<'a> = (bool, StreamId, Vec<Cow<'a, [u8]>>);
+
 /// A group PEL entry read before its owner: delivery time, delivery count, the consumer
 /// whose PEL names it.
 type PendingLoad = (u64, u64, Option<Box<[u8]>>);
@@ -227,7 +230,7 @@ fn stream(r: &mut Rd<'_>, v2: bool) -> Result<StreamValue, Bad> {
         if next()?.int()? != 0 {
             return Err(Bad);
         }
-        let mut entries: Vec<(bool, StreamId, Vec<Cow<'_, [u8]>>)> = Vec::new();
+        let mut entries: Vec<LoadEntry<'_>> = Vec::new();
         while let Ok(flags) = next() {
             let flags = flags.int()?;
             let ms = master.ms.wrapping_add(next()?.int()? as u64);

@@ -369,11 +369,13 @@ impl StreamValue {
         if prev.is_some_and(|p| p >= master) || entries.first().is_some_and(|e| e.1 < master) {
             return false;
         }
-        let mut n = Node::default();
-        n.master_fields = master_fields.iter().map(|f| (*f).into()).collect();
-        n.lp_body = lp_int_len(master_fields.len() as i64)
-            + master_fields.iter().map(|f| lp_str_len(f)).sum::<usize>()
-            + lp_int_len(0);
+        let mut n = Node {
+            master_fields: master_fields.iter().map(|f| (*f).into()).collect(),
+            lp_body: lp_int_len(master_fields.len() as i64)
+                + master_fields.iter().map(|f| lp_str_len(f)).sum::<usize>()
+                + lp_int_len(0),
+            ..Node::default()
+        };
         for (deleted, id, pairs) in entries {
             if prev.is_some_and(|p| p >= *id) || pairs.is_empty() || pairs.len() % 2 != 0 {
                 return false;

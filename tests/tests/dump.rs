@@ -625,3 +625,83 @@ fn migrate_in_every_direction() {
     let info = qs(&mut c(ep), &["INFO", "stats"]).str().unwrap();
     assert!(info.contains("migrate_cached_sockets:"), "{info}");
 }
+
+/// Through the proxy of a two-engine fleet: DUMP and RESTORE by key on whichever engine owns
+/// it, MIGRATE of keys on one engine to a redis-server and back into the fleet, and MIGRATE …
+/// KEYS over keys on both engines refused with `-CROSSSLOT`.
+#[test]
+fn through_the_proxy() {
+    let fleet = Fleet::start("dump-proxy", 2);
+    let rp = free_port();
+    let _redis = start_redis(rp);
+    let (mut p, mut r) = (c(fleet.proxy_port), c(rp));
+    // Keys on both engines (the first that differ by engine).
+    let owner = |k: &str| engine_core::slot::instance_for_key(k.as_bytes(), 2);
+    let keys: Vec<String> = (0..100).map(|i| format!("key:{i}")).collect();
+    let a = keys.iter().find(|k| owner(k) == 0).unwrap().clone();
+    let b = keys.iter().find(|k| owner(k) == 1).unwrap().clone();
+    for k in [&a, &b] {
+        qs(&mut p, &["RPUSH", k, "x", "y"]);
+        let payload = bulk(qs(&mut p, &["DUMP", k]));
+        let copy = format!("{k}:copy");
+        assert_eq!(
+            q(&mut p, &[b"RESTORE", copy.as_bytes(), b"0", &payload]),
+            Value::Simple("OK".into())
+        );
+        assert_eq!(
+            qs(&mut p, &["LRANGE", &copy, "0", "-1"]),
+            qs(&mut p, &["LRANGE", k, "0", "-1"])
+        );
+    }
+    let rport = rp.to_string();
+    assert_eq!(
+        qs(
+            &mut p,
+            &[
+                "MIGRATE",
+                "127.0.0.1",
+                &rport,
+                "",
+                "0",
+                "5000",
+                "KEYS",
+                &a,
+                &b
+            ]
+        ),
+        Value::Error("CROSSSLOT Keys in request don't hash to the same slot".into())
+    );
+    for k in [&a, &b] {
+        assert_eq!(
+            qs(&mut p, &["MIGRATE", "127.0.0.1", &rport, k, "0", "5000"]),
+            Value::Simple("OK".into())
+        );
+        assert_eq!(qs(&mut p, &["EXISTS", k]), Value::Int(0));
+        assert_eq!(qs(&mut r, &["LLEN", k]), Value::Int(2));
+    }
+    // And back: redis-server MIGRATEs into the proxy, which routes each RESTORE by key.
+    let pport = fleet.proxy_port.to_string();
+    assert_eq!(
+        qs(
+            &mut r,
+            &[
+                "MIGRATE",
+                "127.0.0.1",
+                &pport,
+                "",
+                "0",
+                "5000",
+                "KEYS",
+                &a,
+                &b
+            ]
+        ),
+        Value::Simple("OK".into())
+    );
+    for k in [&a, &b] {
+        assert_eq!(
+            qs(&mut p, &["LRANGE", k, "0", "-1"]),
+            Value::Array(vec![Value::Bulk(b"x".to_vec()), Value::Bulk(b"y".to_vec())])
+        );
+    }
+}

@@ -10,7 +10,7 @@
 //! - [`rdb`]: lengths, strings (integer-encoded, LZF), doubles, the CRC, LZF decompression.
 //! - [`listpack`]: listpacks (read and write), ziplists and intsets (read; intsets written).
 //! - [`encode`] / [`decode`]: values ↔ RDB objects, one function per type.
-//! - [`migrate`]: MIGRATE's logic; its sockets are the server's ([`migrate::Sockets`]).
+//! - [`migrate`](mod@migrate): MIGRATE's logic; its sockets are the server's ([`migrate::Sockets`]).
 //!
 //! DUMP writes the RDB type Redis 7.0 writes for the value's encoding (listpack hashes and
 //! sorted sets, intsets, quicklist-2 lists, listpack streams), so small values dump to the

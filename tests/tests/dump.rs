@@ -705,3 +705,44 @@ fn through_the_proxy() {
         );
     }
 }
+
+/// RESTORE notifies `restore` (and WATCH sees it); a REPLACE whose TTL is already past
+/// notifies `del` instead.
+#[test]
+fn restore_notifies_and_touches_watch() {
+    on_both(|port, name| {
+        let mut s = c(port);
+        qs(&mut s, &["SET", "src", "v"]);
+        let p = bulk(qs(&mut s, &["DUMP", "src"]));
+        qs(&mut s, &["CONFIG", "SET", "notify-keyspace-events", "KEA"]);
+        let mut sub = c(port);
+        sub.cmd_str(&["PSUBSCRIBE", "__keyevent@0__:*"]);
+        let mut w = c(port);
+        qs(&mut w, &["WATCH", "k"]);
+        assert_eq!(
+            q(&mut s, &[b"RESTORE", b"k", b"0", &p]),
+            Value::Simple("OK".into())
+        );
+        qs(&mut w, &["MULTI"]);
+        qs(&mut w, &["GET", "k"]);
+        assert_eq!(qs(&mut w, &["EXEC"]), Value::Null, "{name}: WATCH");
+        assert_eq!(
+            q(&mut s, &[b"RESTORE", b"k", b"1", &p, b"ABSTTL", b"REPLACE"]),
+            Value::Simple("OK".into())
+        );
+        let mut events = Vec::new();
+        for _ in 0..2 {
+            let v = parse_value(&sub.read_frame());
+            let a = v.array().unwrap();
+            events.push((a[2].str().unwrap(), a[3].str().unwrap()));
+        }
+        assert_eq!(
+            events,
+            [
+                ("__keyevent@0__:restore".to_string(), "k".to_string()),
+                ("__keyevent@0__:del".to_string(), "k".to_string())
+            ],
+            "{name}"
+        );
+    });
+}

@@ -7,8 +7,9 @@ use super::types::*;
 use crate::types::stream::{StreamId, StreamValue};
 use crate::types::{HashValue, ListValue, SetValue, StrValue, Value, ZSetValue};
 
-/// Appends the object type byte and the object.
-pub fn object(out: &mut Vec<u8>, v: &Value) {
+/// Appends the object type byte and the object; `list_fill` is `list-max-listpack-size`
+/// (how a list's quicklist nodes are split).
+pub fn object(out: &mut Vec<u8>, v: &Value, list_fill: i64) {
     match v {
         Value::Str(s) => {
             out.push(STRING);
@@ -16,7 +17,7 @@ pub fn object(out: &mut Vec<u8>, v: &Value) {
         }
         Value::List(l) => {
             out.push(LIST_QUICKLIST_2);
-            list(out, l);
+            list(out, l, list_fill);
         }
         Value::Set(s) => set(out, s),
         Value::Hash(h) => hash(out, h),
@@ -33,16 +34,30 @@ fn string(out: &mut Vec<u8>, s: &StrValue) {
     put_string(out, s.bytes(&mut buf));
 }
 
-/// `list-max-listpack-size -2`: a quicklist node holds at most 8 KB (`optimization_level`).
-const LIST_NODE_MAX_BYTES: usize = 8192;
+/// quicklist `optimization_level`: the node size limits of `list-max-listpack-size` -1…-5.
+const OPTIMIZATION_LEVEL: [usize; 5] = [4096, 8192, 16384, 32768, 65536];
+/// quicklist `SIZE_SAFETY_LIMIT`: the size limit of a count-limited node.
+const SIZE_SAFETY_LIMIT: usize = 8192;
 /// quicklist `SIZE_ESTIMATE_OVERHEAD`.
 const SIZE_ESTIMATE_OVERHEAD: usize = 8;
 /// quicklist `packed_threshold`: larger elements get a plain node of their own.
 const PACKED_THRESHOLD: usize = 1 << 30;
+/// quicklist `FILL_MAX`.
+const FILL_MAX: i64 = (1 << 15) - 1;
 
-/// A quicklist of listpacks, split as pushing every element at the tail would split it
-/// (`_quicklistNodeAllowInsert`).
-fn list(out: &mut Vec<u8>, l: &ListValue) {
+/// Whether a node of `lp_bytes` holding `count` elements takes one more of `sz` bytes
+/// (redis `_quicklistNodeAllowInsert` with `fill` clamped as `quicklistSetFill` does).
+fn node_allows(fill: i64, lp_bytes: usize, count: usize, sz: usize) -> bool {
+    let fill = fill.clamp(-5, FILL_MAX);
+    let new_sz = lp_bytes + sz + SIZE_ESTIMATE_OVERHEAD;
+    if fill < 0 {
+        return new_sz <= OPTIMIZATION_LEVEL[(-fill - 1) as usize];
+    }
+    new_sz <= SIZE_SAFETY_LIMIT && (count as i64) < fill
+}
+
+/// A quicklist of listpacks, split as pushing every element at the tail would split it.
+fn list(out: &mut Vec<u8>, l: &ListValue, fill: i64) {
     enum Node {
         Packed(Vec<u8>),
         Plain(Vec<u8>),
@@ -57,8 +72,8 @@ fn list(out: &mut Vec<u8>, l: &ListValue) {
             nodes.push(Node::Plain(el.to_vec()));
             continue;
         }
-        if let Some((w, _)) = &cur
-            && w.bytes() + el.len() + SIZE_ESTIMATE_OVERHEAD > LIST_NODE_MAX_BYTES
+        if let Some((w, n)) = &cur
+            && !node_allows(fill, w.bytes(), *n, el.len())
         {
             let (w, _) = cur.take().expect("a node");
             nodes.push(Node::Packed(w.finish()));
@@ -72,18 +87,13 @@ fn list(out: &mut Vec<u8>, l: &ListValue) {
     }
     put_len(out, nodes.len() as u64);
     for n in nodes {
-        match n {
-            Node::Plain(b) => {
-                put_len(out, QUICKLIST_NODE_PLAIN);
-                put_len(out, b.len() as u64);
-                out.extend_from_slice(&b);
-            }
-            Node::Packed(b) => {
-                put_len(out, QUICKLIST_NODE_PACKED);
-                put_len(out, b.len() as u64);
-                out.extend_from_slice(&b);
-            }
-        }
+        let (container, b) = match n {
+            Node::Plain(b) => (QUICKLIST_NODE_PLAIN, b),
+            Node::Packed(b) => (QUICKLIST_NODE_PACKED, b),
+        };
+        put_len(out, container);
+        put_len(out, b.len() as u64);
+        out.extend_from_slice(&b);
     }
 }
 

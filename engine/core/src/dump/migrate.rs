@@ -117,7 +117,8 @@ pub fn migrate(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
                 None => 0,
                 Some(at) => (at as i64 - c.now_ms as i64).max(1),
             };
-            items.push((key, ttl, super::serialize(e.ks.value(i))));
+            let fill = e.config.list_max_listpack_size;
+            items.push((key, ttl, super::serialize_with(e.ks.value(i), fill)));
         }
     }
     if items.is_empty() {

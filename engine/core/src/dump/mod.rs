@@ -62,10 +62,17 @@ impl PayloadError {
     }
 }
 
-/// The DUMP payload of `v` (redis `createDumpPayload`).
+/// The DUMP payload of `v` (redis `createDumpPayload`) with the default
+/// `list-max-listpack-size`.
 pub fn serialize(v: &Value) -> Vec<u8> {
+    serialize_with(v, -2)
+}
+
+/// [`serialize`] with lists split into quicklist nodes by `list_fill`
+/// (`list-max-listpack-size`), as Redis's lists are.
+pub fn serialize_with(v: &Value, list_fill: i64) -> Vec<u8> {
     let mut out = Vec::new();
-    encode::object(&mut out, v);
+    encode::object(&mut out, v, list_fill);
     out.extend_from_slice(&RDB_VERSION.to_le_bytes());
     let crc = rdb::crc64(&out);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -107,7 +114,7 @@ pub fn dump(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     match e.ks.lookup_read(c.argv[1], c.now_ms) {
         None => c.w().null(),
         Some(i) => {
-            let p = serialize(e.ks.value(i));
+            let p = serialize_with(e.ks.value(i), e.config.list_max_listpack_size);
             c.w().bulk(&p);
         }
     }

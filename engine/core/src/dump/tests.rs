@@ -230,3 +230,22 @@ fn bad_payloads_are_refused_never_panic() {
         }
     }
 }
+
+#[test]
+fn list_nodes_split_as_redis_fill_says() {
+    let mut l = ListValue::new();
+    for i in 0..10 {
+        l.push(format!("{i}").as_bytes(), crate::types::list::End::Tail);
+    }
+    let v = Value::List(Box::new(l));
+    // `list-max-listpack-size 3`: nodes of 3, 3, 3, 1; 0: one element per node.
+    for (fill, nodes) in [(3, 4u8), (0, 10), (-2, 1), (-1, 1)] {
+        let p = serialize_with(&v, fill);
+        assert_eq!(
+            (p[0], p[1]),
+            (types::LIST_QUICKLIST_2, nodes),
+            "fill {fill}"
+        );
+        assert_eq!(deserialize(&p, &mut seed()).unwrap(), v);
+    }
+}

@@ -27,6 +27,9 @@ pub struct Config {
     /// `set-max-intset-entries`, Redis default 512: accepted and reported; `types::set`
     /// keeps its fixed threshold (`SET_MAX_INTSET_ENTRIES`).
     pub set_max_intset_entries: u64,
+    /// `sanitize-dump-payload` (`no`, `yes`, `clients`; Redis default `no`): accepted and
+    /// reported; RESTORE always checks a payload as deeply as `yes` would (`crate::dump`).
+    pub sanitize_dump_payload: &'static str,
     /// Seed for the keyspace hasher and sampling RNG; the server fills it randomly so hash
     /// flooding cannot be planned. Tests use fixed seeds.
     pub hash_seed: u64,
@@ -103,6 +106,7 @@ impl Default for Config {
             hll_sparse_max_bytes: 3000,
             list_max_listpack_size: -2,
             set_max_intset_entries: 512,
+            sanitize_dump_payload: "no",
             hash_seed: 0,
             maxclients: 10000,
             timeout: 0,

@@ -520,6 +520,17 @@ const PARAMS: &[Param] = &[
         }),
     },
     Param {
+        name: "sanitize-dump-payload",
+        get: |e| e.config.sanitize_dump_payload.to_string(),
+        set: Some(|e, v| {
+            e.config.sanitize_dump_payload = ["no", "yes", "clients"]
+                .into_iter()
+                .find(|p| args::is(v, p))
+                .ok_or("argument(s) must be one of the following: no, yes, clients")?;
+            Ok(())
+        }),
+    },
+    Param {
         name: "maxmemory-policy",
         get: |e| e.config.maxmemory_policy.to_string(),
         set: Some(|e, v| {

@@ -746,3 +746,30 @@ fn restore_notifies_and_touches_watch() {
         );
     });
 }
+
+/// A cached connection the target closed (it restarted) is retried once, transparently, as
+/// Redis does; the new connection selects the database again.
+#[test]
+fn migrate_retries_a_stale_cached_connection() {
+    let (sp, dp) = (free_port(), free_port());
+    let _src = start_engine(sp);
+    let mut dst = start_engine(dp);
+    let mut s = c(sp);
+    let port = dp.to_string();
+    qs(&mut s, &["SET", "k1", "v1"]);
+    qs(&mut s, &["SET", "k2", "v2"]);
+    assert_eq!(
+        qs(&mut s, &["MIGRATE", "127.0.0.1", &port, "k1", "2", "5000"]),
+        Value::Simple("OK".into())
+    );
+    dst.kill();
+    let _dst2 = start_engine(dp);
+    assert_eq!(
+        qs(&mut s, &["MIGRATE", "127.0.0.1", &port, "k2", "2", "5000"]),
+        Value::Simple("OK".into())
+    );
+    let mut d = c(dp);
+    qs(&mut d, &["SELECT", "2"]);
+    assert_eq!(qs(&mut d, &["GET", "k2"]), Value::Bulk(b"v2".to_vec()));
+    assert_eq!(qs(&mut s, &["EXISTS", "k1", "k2"]), Value::Int(0));
+}

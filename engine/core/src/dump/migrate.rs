@@ -242,27 +242,26 @@ fn run(
                     notify(e, class::GENERIC, "del", key);
                 }
             }
+            if target_error.is_none() && socket_error.is_none() {
+                // Success: the next MIGRATE to this target needs no SELECT.
+                conn.set_last_db(Some(o.dbid));
+                c.w().ok();
+                return Ok(());
+            }
             if let Some(f) = socket_error {
-                if target_error.is_none() && done == 0 && may_retry && !f.timed_out {
-                    sockets.close(host, port);
-                    may_retry = false;
-                    continue;
-                }
                 sockets.close(host, port);
                 if target_error.is_none() {
+                    if done == 0 && may_retry && !f.timed_out {
+                        may_retry = false;
+                        continue;
+                    }
                     return Err(CmdError::Static(
                         "IOERR error or timeout reading to target instance",
                     ));
                 }
             }
-            if let Some(msg) = target_error {
-                return Err(CmdError::Other(msg));
-            }
-            if let Some(conn) = sockets.get(host, port, o.timeout) {
-                conn.set_last_db(Some(o.dbid));
-            }
-            c.w().ok();
-            return Ok(());
+            let msg = target_error.expect("a target error");
+            return Err(CmdError::Other(msg));
         }
         let (writing, timed_out) = fail.expect("a socket failure");
         sockets.close(host, port);

@@ -7,8 +7,8 @@
 #
 # Targets: engine/resp/fuzz (parse, frame_len: the RESP parser and reply scanner) and fuzz/
 # (exec: commands over a random keyspace; split: proxy request splitting and reply merging;
-# snapshot: the snapshot loader; fanout: the fan-out's browser messages; eval: Lua scripts
-# through EVAL, FCALL and the script libraries). Needs the nightly
+# snapshot: the snapshot loader; restore: RESTORE payloads; fanout: the fan-out's browser
+# messages; eval: Lua scripts through EVAL, FCALL and the script libraries). Needs the nightly
 # toolchain (present here) and cargo-fuzz (installed if missing, `cargo install cargo-fuzz`).
 #
 # Each run keeps its corpus (<crate>/corpus/<target>, git-ignored) so later runs start where
@@ -40,7 +40,7 @@ fi
 # crate dir : targets
 ALL=(
     "engine/resp/fuzz:parse frame_len"
-    "fuzz:exec split snapshot fanout eval"
+    "fuzz:exec split snapshot fanout eval restore"
 )
 ONLY=("$@")
 

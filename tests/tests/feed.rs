@@ -304,6 +304,112 @@ fn effects_rebuild_the_primary() {
     assert!(matches!(r, Value::Error(e) if e.contains("feed connection")));
 }
 
+/// RESTORE (relative and absolute TTL, REPLACE, IDLETIME) and MIGRATE (moving and COPY)
+/// reach the feed as effects a replica applies to end identical: the recreate rule for a
+/// restored key, `DEL` for a migrated one.
+#[test]
+fn restore_and_migrate_rebuild_the_primary() {
+    let (port, rport, tport) = (free_port(), free_port(), free_port());
+    let _primary = start_engine(port);
+    let _replica = start_engine(rport);
+    let _target = start_engine(tport);
+    let mut w = Resp::connect(port);
+    for line in [
+        "SET src:s hello",
+        "RPUSH src:l a b 1 2",
+        "HSET src:h f v n 12",
+        "SADD src:set 1 2 3",
+        "SADD src:set2 a b c",
+        "ZADD src:z 1.5 a 2 b",
+        "SET keep old",
+    ] {
+        w.cmd(&words(line).iter().map(Vec::as_slice).collect::<Vec<_>>());
+    }
+    let payloads: Vec<(String, Vec<u8>)> =
+        ["src:s", "src:l", "src:h", "src:set", "src:set2", "src:z"]
+            .iter()
+            .map(|k| {
+                let Value::Bulk(p) = parse_value(&w.cmd_str(&["DUMP", k])) else {
+                    panic!("DUMP {k}")
+                };
+                (k.replace("src:", "r:"), p)
+            })
+            .collect();
+    let (mut sub, _, mut seq) = subscribe(port);
+    let mut rep = Resp::connect(rport);
+    let ok = b"+OK\r\n".to_vec();
+    let far = (unix_us() / 1000 + 3_600_000).to_string();
+    for (i, (k, p)) in payloads.iter().enumerate() {
+        let r = match i % 3 {
+            0 => w.cmd(&[b"RESTORE", k.as_bytes(), b"100000", p]),
+            1 => w.cmd(&[b"RESTORE", k.as_bytes(), far.as_bytes(), p, b"ABSTTL"]),
+            _ => w.cmd(&[b"RESTORE", k.as_bytes(), b"0", p, b"IDLETIME", b"10"]),
+        };
+        assert_eq!(r, ok, "RESTORE {k}");
+    }
+    assert_eq!(
+        w.cmd(&[b"RESTORE", b"keep", b"0", &payloads[1].1, b"REPLACE"]),
+        ok
+    );
+    let tp = tport.to_string();
+    assert_eq!(
+        w.cmd_str(&["MIGRATE", "127.0.0.1", &tp, "src:s", "0", "5000"]),
+        ok
+    );
+    assert_eq!(
+        w.cmd_str(&[
+            "MIGRATE",
+            "127.0.0.1",
+            &tp,
+            "",
+            "0",
+            "5000",
+            "COPY",
+            "KEYS",
+            "src:l",
+            "src:h"
+        ]),
+        ok
+    );
+    assert_eq!(
+        w.cmd_str(&[
+            "MIGRATE",
+            "127.0.0.1",
+            &tp,
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            "src:set",
+            "src:z"
+        ]),
+        ok
+    );
+    w.cmd_str(&["SET", "done", "1"]);
+    let effects = read_effects_until(&mut sub, &mut seq, &["SET", "done", "1"]);
+    // The replica starts from what the primary had when the feed began.
+    for line in [
+        "SET src:s hello",
+        "RPUSH src:l a b 1 2",
+        "HSET src:h f v n 12",
+        "SADD src:set 1 2 3",
+        "SADD src:set2 a b c",
+        "ZADD src:z 1.5 a 2 b",
+        "SET keep old",
+    ] {
+        rep.cmd(&words(line).iter().map(Vec::as_slice).collect::<Vec<_>>());
+    }
+    for (e, r) in effects.iter().zip(pipeline(&mut rep, &effects)) {
+        assert!(!r.starts_with(b"-"), "effect {e:?} failed: {}", escape(&r));
+    }
+    let want = dump(port, "");
+    assert!(
+        want.contains_key("r:z") && !want.contains_key("src:s"),
+        "{want:?}"
+    );
+    assert_eq!(dump(rport, ""), want);
+}
+
 /// Applies feed frames to an in-process replica engine, keeping only keys under `prefix`.
 struct Replica {
     engine: engine_core::Engine,

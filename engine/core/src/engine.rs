@@ -27,6 +27,9 @@ pub struct Config {
     /// `set-max-intset-entries`, Redis default 512: accepted and reported; `types::set`
     /// keeps its fixed threshold (`SET_MAX_INTSET_ENTRIES`).
     pub set_max_intset_entries: u64,
+    /// `sanitize-dump-payload` (`no`, `yes`, `clients`; Redis default `no`): accepted and
+    /// reported; RESTORE always checks a payload as deeply as `yes` would (`crate::dump`).
+    pub sanitize_dump_payload: &'static str,
     /// Seed for the keyspace hasher and sampling RNG; the server fills it randomly so hash
     /// flooding cannot be planned. Tests use fixed seeds.
     pub hash_seed: u64,
@@ -103,6 +106,7 @@ impl Default for Config {
             hll_sparse_max_bytes: 3000,
             list_max_listpack_size: -2,
             set_max_intset_entries: 512,
+            sanitize_dump_payload: "no",
             hash_seed: 0,
             maxclients: 10000,
             timeout: 0,
@@ -211,6 +215,9 @@ pub struct Engine {
     pub persist: crate::snapshot::PersistInfo,
     /// The server's SAVE/BGSAVE implementation; `None` = snapshots disabled (wasm, tests).
     pub persistence: Option<Box<dyn crate::snapshot::Persistence>>,
+    /// MIGRATE's connections to other servers, installed by the engine process
+    /// ([`crate::dump::migrate`]); `None`: MIGRATE cannot connect.
+    pub migrate: Option<Box<dyn crate::dump::migrate::Sockets>>,
     /// Keychange feed subscribers and sequence numbers (`crate::feed`, `crate::effect`).
     pub(crate) feed: crate::feed::Feed,
     /// Users, permissions, ACL LOG (`crate::acl`).
@@ -274,6 +281,7 @@ impl Engine {
             cluster,
             persist: Default::default(),
             persistence: None,
+            migrate: None,
             feed: Default::default(),
             run_id,
             used_memory_peak: crate::cmd::server::USED_MEMORY_STARTUP,
@@ -476,6 +484,9 @@ impl Engine {
             self.stats.active_expired_keys += removed as u64;
         }
         self.use_db(prev);
+        if let Some(m) = self.migrate.as_mut() {
+            m.cron();
+        }
         self.ks.lazy_free_step(expire::LAZY_FREE_PER_CRON);
         if !self.pause.active() {
             crate::evict::cron(self, now_us / 1000);

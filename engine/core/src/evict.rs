@@ -162,6 +162,24 @@ pub fn lfu_decayed(word: u32, now_ms: u64, decay_time: u32) -> u32 {
     counter.saturating_sub(periods)
 }
 
+/// The access word RESTORE gives a key for `IDLETIME idle_s` / `FREQ freq` (redis
+/// `objectSetLRUOrLFU`): FREQ counts under an LFU policy, IDLETIME under any other; `None`
+/// keeps the new key's word.
+pub fn restored_access(
+    mode: AccessMode,
+    now_ms: u64,
+    idle_s: Option<i64>,
+    freq: Option<i64>,
+) -> Option<u32> {
+    match mode {
+        AccessMode::Lfu { .. } => freq.map(|f| lfu_minutes(now_ms) << 8 | (f as u32 & 0xFF)),
+        AccessMode::Lru => idle_s.map(|s| {
+            let ticks = (s as u64).saturating_mul(1000) / LRU_CLOCK_RESOLUTION_MS;
+            lru_clock(now_ms).wrapping_sub(ticks as u32)
+        }),
+    }
+}
+
 /// redis `LFULogIncr`; `rand` is a uniform random u64.
 fn lfu_log_incr(counter: u32, log_factor: u32, rand: u64) -> u32 {
     if counter >= 255 {

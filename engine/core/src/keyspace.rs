@@ -606,6 +606,17 @@ impl Keyspace {
         }
     }
 
+    /// Sets the access word (LRU clock or LFU counter) of the entry at `i`: RESTORE's
+    /// IDLETIME / FREQ (redis `objectSetLRUOrLFU`).
+    pub fn set_access(&mut self, i: usize, word: u32) {
+        let (_, e) = self
+            .data
+            .map
+            .get_index_mut(i)
+            .expect("position from a lookup");
+        e.access = word;
+    }
+
     /// Sets the absolute expiry of the entry at `i`.
     pub fn set_expire(&mut self, i: usize, at_ms: u64) {
         self.dirty += 1;

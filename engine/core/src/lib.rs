@@ -47,6 +47,9 @@
 //!   one command on a script's behalf with Redis's script rules.
 //! - [`snapshot`]: the snapshot format (write/load over caller-given streams) and SAVE, BGSAVE,
 //!   LASTSAVE through the server's [`snapshot::Persistence`] hook.
+//! - [`dump`]: Redis's DUMP payload format (RDB 10 objects, listpacks, CRC-64; docs/dump.md),
+//!   DUMP, RESTORE and MIGRATE (its sockets through the server's [`dump::migrate::Sockets`]
+//!   hook).
 //!
 //! # Contract with the server
 //!
@@ -64,6 +67,7 @@ pub mod call;
 pub mod cmd;
 pub mod command;
 pub mod dispatch;
+pub mod dump;
 pub mod effect;
 pub mod error;
 pub mod evict;

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use engine_core::dump::rdb;
 use mlua::Function;
 
 use crate::shebang::ScriptFlags;
@@ -149,184 +150,44 @@ pub fn metadata(payload: &[u8]) -> Result<(String, Vec<u8>, usize), String> {
 
 /// `RDB_OPCODE_FUNCTION2`: one library in a payload.
 const OPCODE_FUNCTION2: u8 = 245;
-/// The RDB version written at the end of a payload (Redis 7.0's `RDB_VERSION`).
-const RDB_VERSION: u16 = 10;
 
 /// FUNCTION DUMP: Redis's payload (RDB opcode + string per library, RDB version, CRC-64),
-/// strings written uncompressed.
+/// strings written uncompressed (the RDB primitives are engine-core's `dump`, DUMP's).
 pub fn dump(libs: &Libraries) -> Vec<u8> {
     let mut out = Vec::new();
     for lib in libs.libs.values() {
         out.push(OPCODE_FUNCTION2);
-        write_len(&mut out, lib.code.len());
+        rdb::put_len(&mut out, lib.code.len() as u64);
         out.extend_from_slice(&lib.code);
     }
-    out.extend_from_slice(&RDB_VERSION.to_le_bytes());
-    let crc = crc64(0, &out);
+    out.extend_from_slice(&engine_core::dump::RDB_VERSION.to_le_bytes());
+    let crc = rdb::crc64(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
 }
 
 /// The library payloads of a FUNCTION RESTORE payload, with Redis's error texts.
 pub fn undump(data: &[u8]) -> Result<Vec<Vec<u8>>, String> {
-    const BAD: &str = "DUMP payload version or checksum are wrong";
-    if data.len() < 10 {
-        return Err(BAD.into());
+    if !engine_core::dump::verify(data) {
+        return Err("DUMP payload version or checksum are wrong".into());
     }
-    let n = data.len();
-    let ver = u16::from_le_bytes([data[n - 10], data[n - 9]]);
-    let crc = u64::from_le_bytes(data[n - 8..].try_into().expect("8 bytes"));
-    if ver > RDB_VERSION || crc64(0, &data[..n - 8]) != crc {
-        return Err(BAD.into());
-    }
-    let body = &data[..n - 10];
-    let mut pos = 0;
+    let mut r = rdb::Rd::new(&data[..data.len() - 10]);
     let mut libs = Vec::new();
-    while pos < body.len() {
-        let op = body[pos];
-        pos += 1;
-        if op != OPCODE_FUNCTION2 {
+    while !r.at_end() {
+        if r.u8() != Ok(OPCODE_FUNCTION2) {
             return Err("given type is not a function".into());
         }
-        let code = read_string(body, &mut pos)
-            .ok_or_else(|| "Failed loading library payload".to_string())?;
-        libs.push(code);
+        let code = r
+            .string()
+            .map_err(|_| "Failed loading library payload".to_string())?;
+        libs.push(code.into_owned());
     }
     Ok(libs)
-}
-
-fn write_len(out: &mut Vec<u8>, len: usize) {
-    if len < 1 << 6 {
-        out.push(len as u8);
-    } else if len < 1 << 14 {
-        out.push(0x40 | (len >> 8) as u8);
-        out.push(len as u8);
-    } else if len <= u32::MAX as usize {
-        out.push(0x80);
-        out.extend_from_slice(&(len as u32).to_be_bytes());
-    } else {
-        out.push(0x81);
-        out.extend_from_slice(&(len as u64).to_be_bytes());
-    }
-}
-
-/// An RDB length: `(value, encoded)` where `encoded` marks the special string encodings.
-fn read_len(b: &[u8], pos: &mut usize) -> Option<(usize, bool)> {
-    let first = *b.get(*pos)?;
-    *pos += 1;
-    match first >> 6 {
-        0 => Some(((first & 0x3f) as usize, false)),
-        1 => {
-            let second = *b.get(*pos)?;
-            *pos += 1;
-            Some(((((first & 0x3f) as usize) << 8) | second as usize, false))
-        }
-        2 => {
-            let width = match first {
-                0x80 => 4,
-                0x81 => 8,
-                _ => return None,
-            };
-            let bytes = b.get(*pos..*pos + width)?;
-            *pos += width;
-            Some((
-                bytes.iter().fold(0usize, |acc, &x| (acc << 8) | x as usize),
-                false,
-            ))
-        }
-        _ => Some(((first & 0x3f) as usize, true)),
-    }
-}
-
-/// An RDB string: plain, integer-encoded or LZF-compressed.
-fn read_string(b: &[u8], pos: &mut usize) -> Option<Vec<u8>> {
-    let (len, encoded) = read_len(b, pos)?;
-    if !encoded {
-        let s = b.get(*pos..*pos + len)?.to_vec();
-        *pos += len;
-        return Some(s);
-    }
-    match len {
-        0..=2 => {
-            let width = 1 << len;
-            let bytes = b.get(*pos..*pos + width)?;
-            *pos += width;
-            let v = match width {
-                1 => bytes[0] as i8 as i64,
-                2 => i16::from_le_bytes([bytes[0], bytes[1]]) as i64,
-                _ => i32::from_le_bytes(bytes.try_into().ok()?) as i64,
-            };
-            Some(v.to_string().into_bytes())
-        }
-        3 => {
-            let (clen, _) = read_len(b, pos)?;
-            let (ulen, _) = read_len(b, pos)?;
-            let src = b.get(*pos..*pos + clen)?;
-            *pos += clen;
-            let out = lzf_decompress(src, ulen)?;
-            (out.len() == ulen).then_some(out)
-        }
-        _ => None,
-    }
-}
-
-/// LZF decompression (liblzf's `lzf_decompress`, which Redis uses for RDB strings).
-fn lzf_decompress(src: &[u8], ulen: usize) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(ulen);
-    let mut i = 0;
-    while i < src.len() {
-        let ctrl = src[i] as usize;
-        i += 1;
-        if ctrl < 32 {
-            let n = ctrl + 1;
-            out.extend_from_slice(src.get(i..i + n)?);
-            i += n;
-        } else {
-            let mut len = ctrl >> 5;
-            if len == 7 {
-                len += *src.get(i)? as usize;
-                i += 1;
-            }
-            let back = ((ctrl & 0x1f) << 8) + *src.get(i)? as usize + 1;
-            i += 1;
-            let start = out.len().checked_sub(back)?;
-            for k in 0..len + 2 {
-                let byte = out[start + k];
-                out.push(byte);
-            }
-        }
-        if out.len() > ulen {
-            return None;
-        }
-    }
-    Some(out)
-}
-
-/// Redis's CRC-64 (Jones polynomial, reflected, as `crc64` in redis `crc64.c`).
-pub fn crc64(mut crc: u64, data: &[u8]) -> u64 {
-    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
-    for &b in data {
-        crc ^= b as u64;
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ POLY
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn crc64_check_value() {
-        // redis crc64.c's test vector.
-        assert_eq!(crc64(0, b"123456789"), 0xe9c6_d914_c4b8_d9ca);
-    }
 
     #[test]
     fn metadata_rules() {

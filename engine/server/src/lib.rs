@@ -19,6 +19,7 @@
 //!   (docs/security-tls.md). Listeners and their queue are `recached_net::listen`'s too.
 //! - [`snapshot`]: load at start, SAVE/BGSAVE (fork), periodic and shutdown saves
 //!   (docs/persistence.md).
+//! - [`migrate`]: MIGRATE's cached blocking connections to other servers.
 //!
 //! The engine (`engine-core`) is pure; everything that touches sockets, the clock or the
 //! process lives here.
@@ -30,6 +31,7 @@ pub mod conn;
 mod conns;
 pub mod event_loop;
 pub mod host;
+pub mod migrate;
 pub mod snapshot;
 pub use recached_net::tls;
 
@@ -123,6 +125,7 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
     if let Err(err) = recached_script::install(&mut engine) {
         log::error!("Lua scripting unavailable: {err}");
     }
+    engine.migrate = Some(Box::new(migrate::MigrateSockets::default()));
     let started_us = host::now_us();
     engine.host = HostInfo {
         pid: std::process::id(),

@@ -271,6 +271,10 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("pubsub_patterns", &e.pubsub.pattern_count());
                 line("pubsubshard_channels", &e.pubsub.shard_channel_count());
                 line(
+                    "migrate_cached_sockets",
+                    &e.migrate.as_ref().map_or(0, |m| m.cached()),
+                );
+                line(
                     "total_error_replies",
                     &(st.rejected_calls + st.failed_calls),
                 );
@@ -525,6 +529,17 @@ const PARAMS: &[Param] = &[
         get: |e| e.config.maxmemory.to_string(),
         set: Some(|e, v| {
             e.config.maxmemory = parse_memory(v).ok_or("argument must be a memory value")?;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "sanitize-dump-payload",
+        get: |e| e.config.sanitize_dump_payload.to_string(),
+        set: Some(|e, v| {
+            e.config.sanitize_dump_payload = ["no", "yes", "clients"]
+                .into_iter()
+                .find(|p| args::is(v, p))
+                .ok_or("argument(s) must be one of the following: no, yes, clients")?;
             Ok(())
         }),
     },

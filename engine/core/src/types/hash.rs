@@ -14,7 +14,7 @@
 //!   (`hashTypeTryConversion`, `hashTypeSet`). We track the same rule as a sticky flag, for
 //!   OBJECT ENCODING and because it decides reply order: a listpack replies in insertion order
 //!   (HSET of a new field appends, HDEL closes the gap), so while the flag says listpack, fields
-//!   are removed with `shift_remove` (O(n), n ≤ 128, like the listpack's memmove) and every
+//!   are removed with `shift_remove` (O(n), n ≤ 512, like the listpack's memmove) and every
 //!   reply matches Redis byte for byte. A hashtable's order is unspecified in Redis; there we
 //!   remove with `swap_remove` (O(1)).
 //! - **SCAN.** A listpack answers everything in one call with cursor 0, as Redis does. A
@@ -49,8 +49,9 @@ use crate::notify::{class, notify};
 use crate::types::Value;
 use crate::types::ldouble::LongDouble;
 
-/// redis `hash-max-listpack-entries` (default): more fields convert to a hashtable.
-pub const HASH_MAX_LISTPACK_ENTRIES: usize = 128;
+/// redis `hash-max-listpack-entries` (default 512 in 7.0's `config.c`, unlike the sorted
+/// set's 128): more fields convert to a hashtable.
+pub const HASH_MAX_LISTPACK_ENTRIES: usize = 512;
 /// redis `hash-max-listpack-value` (default): a longer field or value converts to a hashtable.
 pub const HASH_MAX_LISTPACK_VALUE: usize = 64;
 /// Bytes accounted per field beyond its field and value bytes: the entry (hash + two boxed

@@ -43,8 +43,8 @@ pub mod group;
 mod node;
 
 pub use group::{Consumer, Group, Nack};
-pub use node::{EntryRef, lp_int_len, lp_str_len};
-use node::{FLAG_DELETED, FLAG_SAMEFIELDS, Node, put_varint};
+use node::FLAG_DELETED;
+pub use node::{EntryRef, Node, RawEntry, lp_int_len, lp_str_len};
 
 /// redis `stream-node-max-entries` default.
 pub const NODE_MAX_ENTRIES: u64 = 100;
@@ -342,39 +342,7 @@ impl StreamValue {
         let master = *last.key();
         let node = last.get_mut();
         let before = node.mem();
-        let same = nfields == node.master_fields.len()
-            && pairs
-                .iter()
-                .step_by(2)
-                .zip(&node.master_fields)
-                .all(|(a, b)| **a == **b);
-        let flags = if same { FLAG_SAMEFIELDS } else { 0 };
-        node.offs.push(node.data.len() as u32);
-        node.data.push(flags);
-        let dms = id.ms.wrapping_sub(master.ms);
-        let dseq = id.seq.wrapping_sub(master.seq);
-        put_varint(&mut node.data, dms);
-        put_varint(&mut node.data, dseq);
-        let mut lp =
-            lp_int_len(i64::from(flags)) + lp_int_len(dms as i64) + lp_int_len(dseq as i64);
-        if !same {
-            put_varint(&mut node.data, nfields as u64);
-            lp += lp_int_len(nfields as i64);
-        }
-        for pair in pairs.chunks_exact(2) {
-            if !same {
-                put_varint(&mut node.data, pair[0].len() as u64);
-                node.data.extend_from_slice(pair[0]);
-                lp += lp_str_len(pair[0]);
-            }
-            put_varint(&mut node.data, pair[1].len() as u64);
-            node.data.extend_from_slice(pair[1]);
-            lp += lp_str_len(pair[1]);
-        }
-        let lp_count = if same { nfields + 3 } else { 2 * nfields + 4 };
-        lp += lp_int_len(lp_count as i64);
-        node.lp_body += lp;
-        node.live += 1;
+        node.push_entry(master, id, pairs, false);
         let after = node.mem();
         self.node_bytes = self.node_bytes + after - before;
         self.length += 1;
@@ -384,6 +352,51 @@ impl StreamValue {
             self.first_id = id;
         }
         Ok(id)
+    }
+
+    /// RESTORE of one Redis listpack: a node with master ID `master` and master fields
+    /// `master_fields`, holding `entries` (`(deleted, id, field/value pairs)`) exactly, so the
+    /// node layout and tombstones survive DUMP → RESTORE → DUMP. IDs must ascend from
+    /// `master`, after every entry already here; a node without live entries is dropped (Redis
+    /// never keeps one). Counts `length` and sets `last_id`; the caller sets the counters.
+    pub fn load_node(
+        &mut self,
+        master: StreamId,
+        master_fields: &[&[u8]],
+        entries: &[(bool, StreamId, Vec<&[u8]>)],
+    ) -> bool {
+        let mut prev = self.last_node_end();
+        if prev.is_some_and(|p| p >= master) || entries.first().is_some_and(|e| e.1 < master) {
+            return false;
+        }
+        let mut n = Node {
+            master_fields: master_fields.iter().map(|f| (*f).into()).collect(),
+            lp_body: lp_int_len(master_fields.len() as i64)
+                + master_fields.iter().map(|f| lp_str_len(f)).sum::<usize>()
+                + lp_int_len(0),
+            ..Node::default()
+        };
+        for (deleted, id, pairs) in entries {
+            if prev.is_some_and(|p| p >= *id) || pairs.is_empty() || pairs.len() % 2 != 0 {
+                return false;
+            }
+            prev = Some(*id);
+            n.push_entry(master, *id, pairs, *deleted);
+        }
+        if n.live == 0 {
+            return true;
+        }
+        self.length += u64::from(n.live);
+        self.last_id = self.last_id.max(prev.expect("an entry"));
+        self.node_bytes += n.mem();
+        self.nodes.insert(master, n);
+        true
+    }
+
+    /// The ID of the last entry of the last node, tombstones included.
+    fn last_node_end(&self) -> Option<StreamId> {
+        let (master, n) = self.nodes.last_key_value()?;
+        Some(n.head(*master, n.total().checked_sub(1)?).0)
     }
 
     /// The ID [`append`](Self::append) would give an entry, or why it would fail, without
@@ -705,6 +718,11 @@ impl StreamValue {
     /// Rebuilds the node layout with `limits` (snapshot load), keeping every entry.
     pub fn entries(&self) -> impl Iterator<Item = EntryRef<'_>> {
         self.range(StreamId::MIN, StreamId::MAX, Dir::Forward)
+    }
+
+    /// The nodes by master ID (DUMP writes one Redis listpack per node, `crate::dump`).
+    pub fn nodes(&self) -> impl Iterator<Item = (StreamId, &Node)> {
+        self.nodes.iter().map(|(id, n)| (*id, n))
     }
 
     /// Checks the invariants (tests).

@@ -181,6 +181,55 @@ impl Node {
         lo
     }
 
+    /// Appends the entry `id` (field, value… in `pairs`), marked deleted if `deleted`, with
+    /// the listpack size Redis's node grows by (`streamAppendItem`).
+    pub(super) fn push_entry(
+        &mut self,
+        master: StreamId,
+        id: StreamId,
+        pairs: &[&[u8]],
+        deleted: bool,
+    ) {
+        let nfields = pairs.len() / 2;
+        let same = nfields == self.master_fields.len()
+            && pairs
+                .iter()
+                .step_by(2)
+                .zip(&self.master_fields)
+                .all(|(a, b)| **a == **b);
+        let flags = if same { FLAG_SAMEFIELDS } else { 0 } | if deleted { FLAG_DELETED } else { 0 };
+        self.offs.push(self.data.len() as u32);
+        self.data.push(flags);
+        let dms = id.ms.wrapping_sub(master.ms);
+        let dseq = id.seq.wrapping_sub(master.seq);
+        put_varint(&mut self.data, dms);
+        put_varint(&mut self.data, dseq);
+        let mut lp =
+            lp_int_len(i64::from(flags)) + lp_int_len(dms as i64) + lp_int_len(dseq as i64);
+        if !same {
+            put_varint(&mut self.data, nfields as u64);
+            lp += lp_int_len(nfields as i64);
+        }
+        for pair in pairs.chunks_exact(2) {
+            if !same {
+                put_varint(&mut self.data, pair[0].len() as u64);
+                self.data.extend_from_slice(pair[0]);
+                lp += lp_str_len(pair[0]);
+            }
+            put_varint(&mut self.data, pair[1].len() as u64);
+            self.data.extend_from_slice(pair[1]);
+            lp += lp_str_len(pair[1]);
+        }
+        let lp_count = if same { nfields + 3 } else { 2 * nfields + 4 };
+        lp += lp_int_len(lp_count as i64);
+        self.lp_body += lp;
+        if deleted {
+            self.deleted += 1;
+        } else {
+            self.live += 1;
+        }
+    }
+
     /// Marks entry `idx` deleted; returns false if it already was.
     pub(super) fn mark_deleted(&mut self, idx: usize) -> bool {
         let at = self.offs[idx] as usize;
@@ -191,6 +240,73 @@ impl Node {
         self.live -= 1;
         self.deleted += 1;
         true
+    }
+}
+
+/// One entry exactly as the node holds it, tombstones included: what Redis's listpack for
+/// the node has (DUMP writes it, `crate::dump`).
+pub struct RawEntry<'a> {
+    pub flags: u8,
+    /// ID minus the node's master ID, each part wrapping (the listpack stores them as i64).
+    pub ms_delta: u64,
+    pub seq_delta: u64,
+    /// Field names; empty when the entry uses the master entry's (`SAMEFIELDS`).
+    pub fields: Vec<&'a [u8]>,
+    pub values: Vec<&'a [u8]>,
+}
+
+impl RawEntry<'_> {
+    pub fn same_fields(&self) -> bool {
+        self.flags & FLAG_SAMEFIELDS != 0
+    }
+}
+
+impl Node {
+    /// The master entry's field names.
+    pub fn master_fields(&self) -> &[Box<[u8]>] {
+        &self.master_fields
+    }
+
+    /// Live entries (the master entry's count).
+    pub fn live(&self) -> u32 {
+        self.live
+    }
+
+    /// Entries marked deleted (the master entry's deleted count).
+    pub fn deleted(&self) -> u32 {
+        self.deleted
+    }
+
+    /// Every entry in order, tombstones included.
+    pub fn raw_entries(&self) -> impl Iterator<Item = RawEntry<'_>> {
+        self.offs.iter().map(move |&off| {
+            let mut at = off as usize;
+            let flags = self.data[at];
+            at += 1;
+            let ms_delta = get_varint(&self.data, &mut at);
+            let seq_delta = get_varint(&self.data, &mut at);
+            let same = flags & FLAG_SAMEFIELDS != 0;
+            let n = if same {
+                self.master_fields.len()
+            } else {
+                get_varint(&self.data, &mut at) as usize
+            };
+            let mut fields = Vec::new();
+            let mut values = Vec::with_capacity(n);
+            for _ in 0..n {
+                if !same {
+                    fields.push(get_bytes(&self.data, &mut at));
+                }
+                values.push(get_bytes(&self.data, &mut at));
+            }
+            RawEntry {
+                flags,
+                ms_delta,
+                seq_delta,
+                fields,
+                values,
+            }
+        })
     }
 }
 

@@ -2,8 +2,8 @@
 //! with the same expectations (exact frames, escaped): XREAD BLOCK woken by another client's
 //! XADD (with `$` meaning the last ID when it blocked), two XREADGROUP waiters served in order
 //! with distinct entries, a timeout's null, CLIENT UNBLOCK, a waiter that disconnects (its
-//! consumer never appears), an XREADGROUP told its stream was deleted, and the keyspace events
-//! of stream commands.
+//! consumer never appears), an XREADGROUP told its stream was deleted, the keyspace events
+//! of stream commands, and consumer connections dropped mid-read losing no entry.
 //!
 //! Run `cargo build -p recached` first (the tests start `target/*/recached server`).
 
@@ -267,6 +267,132 @@ fn stream_commands_emit_redis_keyspace_events() {
                 "xgroup-create:n",
             ],
             "{who}"
+        );
+    });
+}
+
+/// Several consumers of one group over real sockets; one connection is dropped (as by
+/// `kill -9` of its process) with an XREADGROUP it never read the reply of, another while
+/// parked in XREADGROUP BLOCK. Every entry ends acknowledged or pending on a consumer, none
+/// is lost or delivered twice to the survivors, and the dead consumer's entries are claimed.
+#[test]
+fn consumer_connections_killed_mid_read_lose_no_entry() {
+    on_both(|port, who| {
+        let mut w = Resp::connect(port);
+        cmd(&mut w, &["XGROUP", "CREATE", "q", "g", "$", "MKSTREAM"]);
+        for i in 0..30 {
+            cmd(
+                &mut w,
+                &["XADD", "q", &format!("{}-0", i + 1), "n", &i.to_string()],
+            );
+        }
+        // c1 asks for 5 and dies before reading the reply.
+        let mut c1 = Resp::connect(port);
+        send(
+            &mut c1,
+            &[
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c1",
+                "COUNT",
+                "5",
+                "STREAMS",
+                "q",
+                ">",
+            ],
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        drop(c1);
+        // c2 reads 10 and acknowledges them.
+        let mut c2 = Resp::connect(port);
+        let got = cmd(
+            &mut c2,
+            &[
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c2",
+                "COUNT",
+                "10",
+                "STREAMS",
+                "q",
+                ">",
+            ],
+        );
+        let ids: Vec<String> = (6..=15).map(|i| format!("{i}-0")).collect();
+        for id in &ids {
+            assert!(
+                got.contains(&format!("${}\\r\\n{id}\\r\\n", id.len())),
+                "{who}: {got}"
+            );
+        }
+        let mut ack = vec!["XACK", "q", "g"];
+        ack.extend(ids.iter().map(String::as_str));
+        assert_eq!(cmd(&mut c2, &ack), ":10\\r\\n", "{who}");
+        // c3 takes the rest, then parks for more and dies parked.
+        let mut c3 = Resp::connect(port);
+        let rest = cmd(
+            &mut c3,
+            &["XREADGROUP", "GROUP", "g", "c3", "STREAMS", "q", ">"],
+        );
+        assert!(
+            rest.contains("$4\\r\\n16-0\\r\\n") && rest.contains("$4\\r\\n30-0\\r\\n"),
+            "{who}"
+        );
+        send(
+            &mut c3,
+            &[
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c3",
+                "BLOCK",
+                "0",
+                "STREAMS",
+                "q",
+                ">",
+            ],
+        );
+        wait_blocked(port, 1, who);
+        drop(c3);
+        wait_blocked(port, 0, who);
+        // An entry added now is not lost to the dead waiter: the next reader gets it.
+        cmd(&mut w, &["XADD", "q", "31-0", "n", "30"]);
+        let mut c4 = Resp::connect(port);
+        let new = cmd(
+            &mut c4,
+            &["XREADGROUP", "GROUP", "g", "c4", "STREAMS", "q", ">"],
+        );
+        assert!(new.contains("$4\\r\\n31-0\\r\\n"), "{who}: {new}");
+        // 31 entries: 10 acknowledged, 21 pending (5 on c1, 15 on c3, 1 on c4).
+        assert_eq!(
+            cmd(&mut w, &["XPENDING", "q", "g"]),
+            "*4\\r\\n:21\\r\\n$3\\r\\n1-0\\r\\n$4\\r\\n31-0\\r\\n*3\\r\\n*2\\r\\n$2\\r\\nc1\\r\\n$1\\r\\n5\\r\\n*2\\r\\n$2\\r\\nc3\\r\\n$2\\r\\n15\\r\\n*2\\r\\n$2\\r\\nc4\\r\\n$1\\r\\n1\\r\\n",
+            "{who}"
+        );
+        // A survivor claims every pending entry, the dead consumers' included.
+        let claimed = cmd(
+            &mut c4,
+            &[
+                "XAUTOCLAIM",
+                "q",
+                "g",
+                "c4",
+                "0",
+                "0-0",
+                "COUNT",
+                "100",
+                "JUSTID",
+            ],
+        );
+        assert!(
+            claimed.starts_with("*3\\r\\n$3\\r\\n0-0\\r\\n*21\\r\\n$3\\r\\n1-0\\r\\n"),
+            "{who}: {claimed}"
+        );
+        assert!(
+            claimed.ends_with("$4\\r\\n31-0\\r\\n*0\\r\\n"),
+            "{who}: {claimed}"
         );
     });
 }

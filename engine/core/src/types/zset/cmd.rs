@@ -92,7 +92,7 @@ pub(super) fn write_entries<'a>(
 }
 
 /// The zset at `key` for reading (counts a hit or miss); WRONGTYPE for another type.
-pub(super) fn read<'e>(
+pub(crate) fn read<'e>(
     e: &'e mut Engine,
     key: &[u8],
     now_ms: u64,

@@ -425,6 +425,31 @@ impl ZSetValue {
         removed
     }
 
+    /// Calls `f` on the members with `min <= score < max` in order, until it returns false
+    /// (redis `zslFirstInRange` / `zzlFirstInRange`, then a walk while `zslValueLteMax`; geo
+    /// searches read their cells this way). O(log n) to the first, O(1) per member.
+    pub fn for_each_in_half_open<'s>(
+        &'s self,
+        min: f64,
+        max: f64,
+        mut f: impl FnMut(&'s [u8], f64) -> bool,
+    ) {
+        let r = ScoreRange {
+            min,
+            max,
+            minex: false,
+            maxex: true,
+        };
+        let mut x = self.index.first_in_range(&r);
+        while x != NIL {
+            let (m, s) = self.entry(Node(x));
+            if !r.lte_max(s) || !f(m, s) {
+                break;
+            }
+            x = self.index.next(x);
+        }
+    }
+
     /// All members in score order.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], f64)> + '_ {
         self.walk(0, self.len(), false)

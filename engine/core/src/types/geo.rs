@@ -320,7 +320,7 @@ fn search<'z>(z: &'z ZSetValue, shape: &Shape, limit: usize) -> Vec<Point<'z>> {
             step: cell.step,
         }
         .align52() as f64;
-        z.for_each_in_half_open(min, max, |m, s| {
+        z.for_each_in_half_open(min, max, |x, s| {
             let xy = geohash::decode_score(s);
             if let Some(d) = geohash::within(shape, xy) {
                 ga.push(Point {
@@ -328,7 +328,7 @@ fn search<'z>(z: &'z ZSetValue, shape: &Shape, limit: usize) -> Vec<Point<'z>> {
                     lat: xy[1],
                     dist: d,
                     score: s,
-                    member: m,
+                    member: z.member_at(x),
                 });
             }
             !full(&ga)

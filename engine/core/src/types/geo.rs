@@ -295,10 +295,52 @@ struct Point<'z> {
     member: &'z [u8],
 }
 
+/// How many levels below a search cell [`prune`] may split it (4^6 parts at most; far fewer
+/// are visited, only those along the shape's outline).
+const PRUNE_DEPTH: u8 = 6;
+
+/// The score ranges of `cell` that may hold matches, in score order, adjacent ranges merged:
+/// `cell` itself, or its four quarters (in score order) recursively, leaving out the parts
+/// `probe` proves empty of matches. Scanning these ranges instead of the whole cell finds the
+/// same members in the same order (every skipped member would have been rejected), without
+/// reading the skipped ones: a member read is a cache miss.
+fn prune(cell: geohash::Bits, probe: &geohash::Probe, depth: u8, out: &mut Vec<(u64, u64)>) {
+    if !probe.may_contain(&geohash::decode(cell)) {
+        return;
+    }
+    if depth == 0 || cell.step >= geohash::STEP_MAX {
+        let lo = cell.align52();
+        let hi = geohash::Bits {
+            bits: cell.bits + 1,
+            step: cell.step,
+        }
+        .align52();
+        match out.last_mut() {
+            Some(last) if last.1 == lo => last.1 = hi,
+            _ => out.push((lo, hi)),
+        }
+        return;
+    }
+    for q in 0..4 {
+        let child = geohash::Bits {
+            bits: (cell.bits << 2) | q,
+            step: cell.step + 1,
+        };
+        prune(child, probe, depth - 1, out);
+    }
+}
+
 /// The members of `z` inside `shape`, in Redis's visiting order; with `limit > 0` (ANY) it stops
 /// once that many were found (redis `membersOfAllNeighbors`).
 fn search<'z>(z: &'z ZSetValue, shape: &Shape, limit: usize) -> Vec<Point<'z>> {
+    search_pruned(z, shape, limit, PRUNE_DEPTH)
+}
+
+/// [`search`] splitting cells at most `depth` levels (0: whole cells, as Redis reads them).
+fn search_pruned<'z>(z: &'z ZSetValue, shape: &Shape, limit: usize, depth: u8) -> Vec<Point<'z>> {
     let cells = geohash::search_cells(shape);
+    let probe = geohash::Probe::new(shape);
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
     let mut ga: Vec<Point<'z>> = Vec::new();
     let full = |ga: &Vec<Point<'z>>| limit > 0 && ga.len() >= limit;
     // Index of the last cell searched; 0 also means "none yet", as in Redis (so the north cell is
@@ -314,25 +356,26 @@ fn search<'z>(z: &'z ZSetValue, shape: &Shape, limit: usize) -> Vec<Point<'z>> {
         if full(&ga) {
             break;
         }
-        let min = cell.align52() as f64;
-        let max = geohash::Bits {
-            bits: cell.bits + 1,
-            step: cell.step,
-        }
-        .align52() as f64;
-        z.for_each_in_half_open(min, max, |x, s| {
-            let xy = geohash::decode_score(s);
-            if let Some(d) = geohash::within(shape, xy) {
-                ga.push(Point {
-                    lon: xy[0],
-                    lat: xy[1],
-                    dist: d,
-                    score: s,
-                    member: z.member_at(x),
-                });
+        ranges.clear();
+        prune(cell, &probe, depth, &mut ranges);
+        for &(min, max) in &ranges {
+            if full(&ga) {
+                break;
             }
-            !full(&ga)
-        });
+            z.for_each_in_half_open(min as f64, max as f64, |x, s| {
+                let xy = geohash::decode_score(s);
+                if let Some(d) = probe.within(xy) {
+                    ga.push(Point {
+                        lon: xy[0],
+                        lat: xy[1],
+                        dist: d,
+                        score: s,
+                        member: z.member_at(x),
+                    });
+                }
+                !full(&ga)
+            });
+        }
         last_processed = i;
     }
     ga
@@ -855,6 +898,67 @@ mod tests {
         assert_eq!(human(-0.0), "0");
         assert_eq!(human(2.0), "2");
         assert_eq!(human(-180.0), "-180");
+    }
+
+    /// Pruning never changes a search: same members, same order, same distances as reading
+    /// whole cells, over random sets (clustered and spread, poles and antimeridian) and random
+    /// circles and boxes of every size, with and without ANY limits.
+    #[test]
+    fn pruned_searches_equal_whole_cell_reads() {
+        let mut x: u64 = 0x9e0_5eed;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for round in 0..60 {
+            let mut z = ZSetValue::new(round);
+            let (cx, cy) = (rnd() * 360.0 - 180.0, rnd() * 170.0 - 85.0);
+            let spread = [0.01, 0.5, 5.0, 60.0, 400.0][round as usize % 5];
+            for i in 0..3000 {
+                let lon = (cx + (rnd() - 0.5) * spread).clamp(-180.0, 180.0);
+                let lat = (cy + (rnd() - 0.5) * spread).clamp(-85.05, 85.05);
+                z.insert(
+                    format!("m{i}").as_bytes(),
+                    geohash::score_of(lon, lat) as f64,
+                );
+            }
+            for _ in 0..20 {
+                let center = [
+                    (cx + (rnd() - 0.5) * spread).clamp(-180.0, 180.0),
+                    (cy + (rnd() - 0.5) * spread).clamp(-85.05, 85.05),
+                ];
+                let size = [1.0, 100.0, 5_000.0, 200_000.0, 3_000_000.0, 15_000_000.0]
+                    [(rnd() * 6.0) as usize];
+                let kind = if rnd() < 0.5 {
+                    ShapeKind::Radius(size * rnd())
+                } else {
+                    ShapeKind::Box {
+                        width: size * rnd(),
+                        height: size * rnd(),
+                    }
+                };
+                let shape = Shape {
+                    xy: center,
+                    conversion: 1.0,
+                    kind,
+                };
+                let limit = if rnd() < 0.2 {
+                    1 + (rnd() * 20.0) as usize
+                } else {
+                    0
+                };
+                let key = |v: Vec<Point>| -> Vec<(Vec<u8>, u64)> {
+                    v.iter()
+                        .map(|p| (p.member.to_vec(), p.dist.to_bits()))
+                        .collect()
+                };
+                let whole = key(search_pruned(&z, &shape, limit, 0));
+                let pruned = key(search_pruned(&z, &shape, limit, PRUNE_DEPTH));
+                assert_eq!(pruned, whole, "round {round}: {shape:?} limit {limit}");
+            }
+        }
     }
 
     #[test]

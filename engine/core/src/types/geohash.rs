@@ -441,23 +441,160 @@ pub fn distance(lon1d: f64, lat1d: f64, lon2d: f64, lat2d: f64) -> f64 {
 /// The distance from the shape's centre to `xy` if `xy` is inside the shape (redis
 /// `geoWithinShape` after decoding).
 pub fn within(s: &Shape, xy: [f64; 2]) -> Option<f64> {
-    let [x1, y1] = s.xy;
-    let [x2, y2] = xy;
-    match s.kind {
-        ShapeKind::Radius(r) => {
-            let d = distance(x1, y1, x2, y2);
-            // `!(d > r)`: Redis's test, which keeps a NaN distance.
-            (!(d > r * s.conversion)).then_some(d)
+    Probe::new(s).within(xy)
+}
+
+/// A shape ready to test many points (a search tests every member of 9 cells): the centre's
+/// radians and cosine computed once, and for a circle a latitude cut that rejects a point
+/// without trigonometry. Answers exactly as [`within`] computed from scratch: the cached values
+/// are the ones the C code recomputes, and the cut only rejects points whose haversine
+/// distance is provably above the radius (the great-circle distance is never below the
+/// latitude distance, and the cut leaves a 1e-9 relative, 1 µm absolute margin for rounding).
+#[derive(Clone, Copy, Debug)]
+pub struct Probe {
+    shape: Shape,
+    lon1r: f64,
+    lat1r: f64,
+    cos_lat1: f64,
+    /// A circle's radius in metres; a box's width and height in metres.
+    radius_m: f64,
+    width_m: f64,
+    height_m: f64,
+    /// Points whose latitude distance from the centre exceeds this are outside the circle.
+    lat_cut: f64,
+}
+
+impl Probe {
+    pub fn new(s: &Shape) -> Probe {
+        let lat1r = deg_rad(s.xy[1]);
+        let (radius_m, width_m, height_m) = match s.kind {
+            ShapeKind::Radius(r) => (r * s.conversion, 0.0, 0.0),
+            ShapeKind::Box { width, height } => (0.0, width * s.conversion, height * s.conversion),
+        };
+        // Far from antipodal (asin near 1 loses precision there): below 5,000 km only.
+        let lat_cut = if radius_m < 5.0e6 {
+            radius_m * (1.0 + 1e-9) + 1e-6
+        } else {
+            f64::INFINITY
+        };
+        Probe {
+            shape: *s,
+            lon1r: deg_rad(s.xy[0]),
+            lat1r,
+            cos_lat1: lat1r.cos(),
+            radius_m,
+            width_m,
+            height_m,
+            lat_cut,
         }
-        ShapeKind::Box { width, height } => {
-            let (width_m, height_m) = (width * s.conversion, height * s.conversion);
-            if lat_distance(y2, y1) > height_m / 2.0 {
-                return None;
+    }
+
+    /// [`distance`] from the centre to (`lon2d`, `lat2d`), the centre's values cached.
+    fn dist_from_center(&self, lon2d: f64, lat2d: f64, cos_lat2: impl FnOnce(f64) -> f64) -> f64 {
+        let lon2r = deg_rad(lon2d);
+        let v = ((lon2r - self.lon1r) / 2.0).sin();
+        if v == 0.0 {
+            return lat_distance(self.shape.xy[1], lat2d);
+        }
+        let lat2r = deg_rad(lat2d);
+        let u = ((lat2r - self.lat1r) / 2.0).sin();
+        let a = u * u + self.cos_lat1 * cos_lat2(lat2r) * v * v;
+        2.0 * EARTH_RADIUS * a.sqrt().asin()
+    }
+
+    /// Whether a point of `area` may be inside the shape; false only when every point of the
+    /// area is provably outside (a lower bound of the distance exceeds the limit by a 1e-9
+    /// relative, 1 m absolute margin, far above rounding). Searches skip such parts of their
+    /// cells without reading them; what they do read is tested exactly as Redis tests it.
+    pub fn may_contain(&self, area: &Area) -> bool {
+        let [x1, y1] = self.shape.xy;
+        // Smallest latitude difference, degrees.
+        let dlat = if area.latitude.min > y1 {
+            area.latitude.min - y1
+        } else if area.latitude.max < y1 {
+            y1 - area.latitude.max
+        } else {
+            0.0
+        };
+        let lat_min_m = EARTH_RADIUS * deg_rad(dlat);
+        // Smallest longitude difference, degrees, across the antimeridian too.
+        let dlon = if area.longitude.min <= x1 && x1 <= area.longitude.max {
+            0.0
+        } else {
+            let a = (area.longitude.min - x1).rem_euclid(360.0);
+            let b = (x1 - area.longitude.max).rem_euclid(360.0);
+            a.min(b).min(180.0)
+        };
+        let max_abs_lat = area
+            .latitude
+            .min
+            .abs()
+            .max(area.latitude.max.abs())
+            .min(90.0);
+        let cos2_min = deg_rad(max_abs_lat).cos().max(0.0);
+        let sin_half = deg_rad(dlon / 2.0).sin().max(0.0);
+        let slack = |limit: f64| limit * (1.0 + 1e-9) + 1.0;
+        match self.shape.kind {
+            ShapeKind::Radius(_) => {
+                if lat_min_m > slack(self.radius_m) {
+                    return false;
+                }
+                if self.radius_m < 5.0e6 {
+                    let lon_min_m = 2.0
+                        * EARTH_RADIUS
+                        * ((self.cos_lat1 * cos2_min).sqrt() * sin_half)
+                            .min(1.0)
+                            .asin();
+                    if lon_min_m > slack(self.radius_m) {
+                        return false;
+                    }
+                }
+                true
             }
-            if distance(x2, y2, x1, y2) > width_m / 2.0 {
-                return None;
+            ShapeKind::Box { .. } => {
+                if lat_min_m > slack(self.height_m / 2.0) {
+                    return false;
+                }
+                let lon_min_m = 2.0 * EARTH_RADIUS * (cos2_min * sin_half).min(1.0).asin();
+                lon_min_m <= slack(self.width_m / 2.0)
             }
-            Some(distance(x1, y1, x2, y2))
+        }
+    }
+
+    /// See [`within`].
+    pub fn within(&self, xy: [f64; 2]) -> Option<f64> {
+        let y1 = self.shape.xy[1];
+        let [x2, y2] = xy;
+        match self.shape.kind {
+            ShapeKind::Radius(_) => {
+                if lat_distance(y1, y2) > self.lat_cut {
+                    return None;
+                }
+                let d = self.dist_from_center(x2, y2, f64::cos);
+                // `!(d > r)`: Redis's test, which keeps a NaN distance.
+                (!(d > self.radius_m)).then_some(d)
+            }
+            ShapeKind::Box { .. } => {
+                if lat_distance(y2, y1) > self.height_m / 2.0 {
+                    return None;
+                }
+                // distance(x2, y2, x1, y2): both latitudes are the point's.
+                let lon2r = deg_rad(x2);
+                let v = ((self.lon1r - lon2r) / 2.0).sin();
+                let lat2r = deg_rad(y2);
+                let cos_lat2 = lat2r.cos();
+                let lon_distance = if v == 0.0 {
+                    lat_distance(y2, y2)
+                } else {
+                    // Equal latitudes: u = sin(0) = 0, and 0 + x is x.
+                    let a = cos_lat2 * cos_lat2 * v * v;
+                    2.0 * EARTH_RADIUS * a.sqrt().asin()
+                };
+                if lon_distance > self.width_m / 2.0 {
+                    return None;
+                }
+                Some(self.dist_from_center(x2, y2, |_| cos_lat2))
+            }
         }
     }
 }

@@ -21,7 +21,7 @@
 # Writes one JSON file per redis-benchmark run (`recached-bench redis-benchmark`, labels
 # suite=geo, system, workload, round) and geo-RUN-medians.csv to bench/results.
 # Environment: BENCH_ROUNDS (3), BENCH_N (200000 GEOADD requests; GEOSEARCH runs N/100,
-# GEOSEARCH-N10 N/10), BENCH_CLIENTS (50), BENCH_SMOKE=1 (one round, tiny -n), PIN/SERVER_CPUS/
+# GEOSEARCH-N10 N/40), BENCH_CLIENTS (50), BENCH_SMOKE=1 (one round, tiny -n), PIN/SERVER_CPUS/
 # BENCH_CPUS, RECACHED_BIN, RECACHED_BENCH_BIN. Loopback only; servers stopped on exit.
 source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
@@ -96,7 +96,7 @@ for round in $(seq "$ROUNDS"); do
         [ "$card" = "$MEMBERS" ] || { echo "$0: $s: ZCARD geo:100k = $card" >&2; exit 1; }
         run "$s" pipelined "$round" GEOADD 16 "$N" -r 100000 GEOADD geo:add 13.__rand_int__ 38.__rand_int__ 'm:__rand_int__'
         run "$s" pipelined "$round" GEOSEARCH 4 $((N / 100)) GEOSEARCH geo:100k FROMLONLAT 13 41 BYRADIUS 100 km
-        run "$s" pipelined "$round" GEOSEARCH-N10 16 $((N / 10)) GEOSEARCH geo:100k FROMLONLAT 13 41 BYRADIUS 100 km ASC COUNT 10 WITHDIST
+        run "$s" pipelined "$round" GEOSEARCH-N10 16 $((N / 40)) GEOSEARCH geo:100k FROMLONLAT 13 41 BYRADIUS 100 km ASC COUNT 10 WITHDIST
     done
 done
 

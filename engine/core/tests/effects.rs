@@ -1640,7 +1640,15 @@ fn geo_effects_converge() {
             _ => format!("DEL {}", r.pick(&["g1", "d0", "d1"])),
         };
         let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
-        p.run(WRITER, &line);
+        // Now and then inside MULTI/EXEC, with a second write after it.
+        if r.below(10) == 0 {
+            p.run(WRITER, "MULTI");
+            p.run(WRITER, &line);
+            p.run(WRITER, &format!("GEOADD g0 13.5 37.5 m{}", r.below(40)));
+            p.run(WRITER, "EXEC");
+        } else {
+            p.run(WRITER, &line);
+        }
         if step % 100 == 99 {
             p.cron();
             p.assert_equal(&format!("geo step {step}"));

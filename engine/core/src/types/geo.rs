@@ -333,7 +333,20 @@ fn prune(cell: geohash::Bits, probe: &geohash::Probe, depth: u8, out: &mut Vec<(
 /// The members of `z` inside `shape`, in Redis's visiting order; with `limit > 0` (ANY) it stops
 /// once that many were found (redis `membersOfAllNeighbors`).
 fn search<'z>(z: &'z ZSetValue, shape: &Shape, limit: usize) -> Vec<Point<'z>> {
-    search_pruned(z, shape, limit, PRUNE_DEPTH)
+    search_pruned(z, shape, limit, prune_depth(z.len()))
+}
+
+/// How deep to split cells for a set of `n` members: not at all up to 512 (reading a small set
+/// costs less than proving parts of it empty), then one level more per 4× members, up to
+/// [`PRUNE_DEPTH`] (100,000 members: 4).
+fn prune_depth(n: usize) -> u8 {
+    let mut depth = 0u8;
+    let mut m = n / 128;
+    while m >= 4 && depth < PRUNE_DEPTH {
+        m /= 4;
+        depth += 1;
+    }
+    depth
 }
 
 /// [`search`] splitting cells at most `depth` levels (0: whole cells, as Redis reads them).
@@ -959,6 +972,15 @@ mod tests {
                 assert_eq!(pruned, whole, "round {round}: {shape:?} limit {limit}");
             }
         }
+    }
+
+    #[test]
+    fn prune_depth_grows_with_the_set() {
+        assert_eq!(prune_depth(0), 0);
+        assert_eq!(prune_depth(511), 0);
+        assert_eq!(prune_depth(512), 1);
+        assert_eq!(prune_depth(100_000), 4);
+        assert_eq!(prune_depth(usize::MAX), PRUNE_DEPTH);
     }
 
     #[test]

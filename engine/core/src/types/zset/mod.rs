@@ -224,19 +224,21 @@ impl ZSetValue {
         if score.is_nan() {
             return false;
         }
-        if self.table.contains_key(member) {
+        // One hash lookup: insert, and put the node back if the member was there.
+        let pos = self.table.len() as u32;
+        let (i, old) = self.table.insert_full(member.into(), NIL);
+        if let Some(x) = old {
+            self.table[i] = x;
             self.set_score(member, score);
             return true;
         }
+        debug_assert_eq!(i as u32, pos);
         if self.listpack
-            && (self.table.len() + 1 > MAX_LISTPACK_ENTRIES || member.len() > MAX_LISTPACK_VALUE)
+            && (self.table.len() > MAX_LISTPACK_ENTRIES || member.len() > MAX_LISTPACK_VALUE)
         {
             self.listpack = false;
         }
         let score = self.stored(score);
-        let pos = self.table.len() as u32;
-        let (i, _) = self.table.insert_full(member.into(), NIL);
-        debug_assert_eq!(i as u32, pos);
         let x = self.index.insert(&self.table, score, member, pos);
         self.table[i] = x;
         self.bytes += member.len() + MEMBER_OVERHEAD;

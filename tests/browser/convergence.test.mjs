@@ -100,6 +100,11 @@ const OPS = [
   () => ['ZREM', key('zset'), `m${rnd.int(8)}`],
   () => ['ZPOPMIN', key('zset')],
   () => ['RPUSH', key('list'), `e${rnd.int(100)}`, `e${rnd.int(100)}`],
+  // Geo: GEOADD reaches replicas as ZADD of concrete scores, GEOSEARCHSTORE as the zset it wrote.
+  () => ['GEOADD', `${rnd.pick(P)}{g${n()}}src`, (13 + rnd.int(100) / 100).toFixed(2),
+    (38 + rnd.int(100) / 100).toFixed(2), `m${rnd.int(8)}`],
+  () => { const p = rnd.pick(P); const t = `{g${n()}}`; return ['GEOSEARCHSTORE', `${p}${t}dst`, `${p}${t}src`,
+    'FROMLONLAT', '13.5', '38.5', 'BYRADIUS', 60 + rnd.int(60), 'km', ...(rnd.chance(0.5) ? ['STOREDIST'] : [])]; },
   () => ['LPUSH', key('list'), `e${rnd.int(100)}`],
   () => ['LPOP', key('list')],
   () => ['LTRIM', key('list'), 0, 4],

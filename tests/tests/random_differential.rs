@@ -1,5 +1,5 @@
 //! Seeded randomized differential test: thousands of random commands over a small key set,
-//! across strings, lists, hashes, sets and sorted sets (plus generic commands, MULTI/EXEC and
+//! across strings, lists, hashes, sets, sorted sets, streams and geo (plus generic commands, MULTI/EXEC and
 //! RESP2/RESP3 switches), sent to a real redis-server and to a recached engine; every reply
 //! must be byte-identical.
 //!
@@ -127,6 +127,42 @@ fn numkeys(mut args: Vec<Vec<u8>>, r: &mut Rng) -> Vec<Vec<u8>> {
         args.push(key(r));
     }
     args
+}
+
+/// Longitude/latitude pairs near each other (and a few invalid ones) for the geo commands.
+const LONS: &[&str] = &[
+    "13.361389",
+    "15.087269",
+    "13.5",
+    "14",
+    "13.361389",
+    "200",
+    "-180",
+    "180",
+];
+const LATS: &[&str] = &[
+    "38.115556",
+    "37.502669",
+    "38",
+    "37.9",
+    "38.115556",
+    "85.1",
+    "0",
+];
+const GEO_UNITS: &[&str] = &["m", "km", "mi", "ft", "KM", "yd"];
+const GEO_RADII: &[&str] = &["0", "1", "50", "100", "200", "500", "-1", "x"];
+fn geo_options(r: &mut Rng, a: &mut Vec<Vec<u8>>) {
+    for _ in 0..r.below(4) {
+        match r.below(8) {
+            0 => a.push(s("WITHDIST")),
+            1 => a.push(s("WITHCOORD")),
+            2 => a.push(s("WITHHASH")),
+            3 => a.extend([s("COUNT"), s(r.pick(&["1", "2", "3", "0"]))]),
+            4 => a.push(s("ANY")),
+            5 => a.push(s(r.pick(&["ASC", "DESC"]))),
+            _ => a.push(s("ASC")),
+        }
+    }
 }
 
 /// A stream ID with a small ms part (explicit IDs keep both servers' streams identical).
@@ -696,6 +732,79 @@ const GENERATORS: &[(&str, Gen)] = &[
         exact(numkeys(vec![s("ZDIFFSTORE"), key(r)], r))
     }),
     ("zintercard", |r| exact(numkeys(vec![s("ZINTERCARD")], r))),
+    // geo
+    ("geoadd", |r| {
+        let mut a = vec![s("GEOADD"), key(r)];
+        if r.chance(20) {
+            a.push(s(r.pick(&["NX", "XX", "CH"])));
+        }
+        for _ in 0..=r.below(3) {
+            a.extend([s(r.pick(LONS)), s(r.pick(LATS)), member(r)]);
+        }
+        exact(a)
+    }),
+    ("geopos", |r| {
+        exact(with_members(vec![s("GEOPOS"), key(r)], r, 3))
+    }),
+    ("geohash", |r| {
+        exact(with_members(vec![s("GEOHASH"), key(r)], r, 3))
+    }),
+    ("geodist", |r| {
+        let mut a = vec![s("GEODIST"), key(r), member(r), member(r)];
+        if r.chance(50) {
+            a.push(s(r.pick(GEO_UNITS)));
+        }
+        exact(a)
+    }),
+    ("geosearch", |r| {
+        let mut a = if r.chance(30) {
+            vec![s("GEOSEARCHSTORE"), key(r), key(r)]
+        } else {
+            vec![s("GEOSEARCH"), key(r)]
+        };
+        if r.chance(50) {
+            a.extend([s("FROMMEMBER"), member(r)]);
+        } else {
+            a.extend([s("FROMLONLAT"), s(r.pick(LONS)), s(r.pick(LATS))]);
+        }
+        if r.chance(50) {
+            a.extend([s("BYRADIUS"), s(r.pick(GEO_RADII)), s(r.pick(GEO_UNITS))]);
+        } else {
+            a.extend([
+                s("BYBOX"),
+                s(r.pick(GEO_RADII)),
+                s(r.pick(GEO_RADII)),
+                s(r.pick(GEO_UNITS)),
+            ]);
+        }
+        geo_options(r, &mut a);
+        if a[0] == b"GEOSEARCHSTORE" && r.chance(50) {
+            a.push(s("STOREDIST"));
+        }
+        exact(a)
+    }),
+    ("georadius", |r| {
+        let mut a = if r.chance(50) {
+            vec![
+                s(r.pick(&["GEORADIUS", "GEORADIUS_RO"])),
+                key(r),
+                s(r.pick(LONS)),
+                s(r.pick(LATS)),
+            ]
+        } else {
+            vec![
+                s(r.pick(&["GEORADIUSBYMEMBER", "GEORADIUSBYMEMBER_RO"])),
+                key(r),
+                member(r),
+            ]
+        };
+        a.extend([s(r.pick(GEO_RADII)), s(r.pick(GEO_UNITS))]);
+        geo_options(r, &mut a);
+        if r.chance(20) {
+            a.extend([s(r.pick(&["STORE", "STOREDIST"])), key(r)]);
+        }
+        exact(a)
+    }),
 ];
 
 /// Splits an aggregate reply (`*`, `~`, `%`, `>`) into its header and top-level elements.

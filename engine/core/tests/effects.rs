@@ -1580,3 +1580,86 @@ fn stream_effects_carry_concrete_ids() {
     p.assert_equal("after RENAME");
     p.run(WRITER, "CONFIG SET stream-node-max-entries 100");
 }
+
+/// Geo: GEOADD is ZADD of concrete scores, the STORE forms write concrete zsets; a random
+/// stream over a few keys must leave the replica byte-equal, and GEOADD must travel as the
+/// ZADD Redis rewrites it into (not as a whole-key rebuild).
+#[test]
+fn geo_effects_converge() {
+    let mut p = Pair::new(19);
+    let mut r = Rng(0x5eed_0019);
+    let coord = |r: &mut Rng| {
+        format!(
+            "{:.6} {:.6}",
+            13.0 + r.below(200_000) as f64 / 100_000.0,
+            37.0 + r.below(200_000) as f64 / 100_000.0
+        )
+    };
+    for step in 0..3000 {
+        p.now_us += r.below(20_000);
+        let g = format!("g{}", r.below(2));
+        let line = match r.below(12) {
+            0..=4 => {
+                let n = 1 + r.below(4);
+                let mut s = format!("GEOADD {g} {}", r.pick(&["", "NX", "XX", "CH", "XX CH"]));
+                for _ in 0..n {
+                    s += &format!(" {} m{}", coord(&mut r), r.below(40));
+                }
+                s
+            }
+            5 => format!(
+                "GEOSEARCHSTORE d{} {g} FROMLONLAT {} BYRADIUS {} km {} {}",
+                r.below(2),
+                coord(&mut r),
+                1 + r.below(150),
+                r.pick(&["", "ASC", "DESC", "COUNT 3", "COUNT 2 ANY"]),
+                r.pick(&["", "STOREDIST"])
+            ),
+            6 => format!(
+                "GEOSEARCHSTORE d{} {g} FROMMEMBER m{} BYBOX {} {} km",
+                r.below(2),
+                r.below(40),
+                1 + r.below(200),
+                1 + r.below(200)
+            ),
+            7 => format!(
+                "GEORADIUS {g} {} {} km {} d{}",
+                coord(&mut r),
+                1 + r.below(150),
+                r.pick(&["STORE", "STOREDIST"]),
+                r.below(2)
+            ),
+            8 => format!(
+                "GEORADIUSBYMEMBER {g} m{} {} km COUNT 5 STORE d{}",
+                r.below(40),
+                1 + r.below(150),
+                r.below(2)
+            ),
+            9 => format!("ZREM {g} m{} m{}", r.below(40), r.below(40)),
+            10 => format!("EXPIRE d{} {}", r.below(2), 1 + r.below(3)),
+            _ => format!("DEL {}", r.pick(&["g1", "d0", "d1"])),
+        };
+        let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
+        // Now and then inside MULTI/EXEC, with a second write after it.
+        if r.below(10) == 0 {
+            p.run(WRITER, "MULTI");
+            p.run(WRITER, &line);
+            p.run(WRITER, &format!("GEOADD g0 13.5 37.5 m{}", r.below(40)));
+            p.run(WRITER, "EXEC");
+        } else {
+            p.run(WRITER, &line);
+        }
+        if step % 100 == 99 {
+            p.cron();
+            p.assert_equal(&format!("geo step {step}"));
+        }
+    }
+    p.assert_equal("geo end");
+    let names: std::collections::BTreeSet<String> = p
+        .log
+        .iter()
+        .map(|(_, a)| s(&a[0]).to_ascii_uppercase())
+        .collect();
+    assert!(names.contains("ZADD"), "GEOADD travels as ZADD: {names:?}");
+    assert!(!names.contains("GEOADD"), "{names:?}");
+}

@@ -371,6 +371,7 @@ mod tests {
         assert!(implemented().count() < count());
         assert!(lookup(b"get").unwrap().is_implemented());
         assert!(lookup(b"xadd").unwrap().is_implemented());
-        assert!(!lookup(b"geoadd").unwrap().is_implemented());
+        assert!(lookup(b"geoadd").unwrap().is_implemented());
+        assert!(!lookup(b"psync").unwrap().is_implemented());
     }
 }

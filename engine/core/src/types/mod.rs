@@ -4,6 +4,7 @@
 //! - [`string`]: strings (integer-encoded or raw bytes); GET/SET/INCR… handlers.
 //! - [`bitmap`], [`bitfield`]: bit operations on strings (SETBIT…, BITFIELD).
 //! - [`hyperloglog`]: PFADD/PFCOUNT/PFMERGE on Redis's own HLL string representation.
+//! - [`geo`], [`geohash`]: GEOADD/GEOSEARCH… on sorted sets, with Redis's 52-bit geohash scores.
 //! - [`lcs`]: LCS, the longest common subsequence of two strings.
 //! - [`sort`]: SORT / SORT_RO over lists, sets and sorted sets.
 //! - [`stream`]: streams and consumer groups (a folder: entry store, groups, commands).
@@ -11,6 +12,8 @@
 
 pub mod bitfield;
 pub mod bitmap;
+pub mod geo;
+pub mod geohash;
 pub mod hash;
 pub mod hyperloglog;
 pub mod lcs;

@@ -92,7 +92,7 @@ pub(super) fn write_entries<'a>(
 }
 
 /// The zset at `key` for reading (counts a hit or miss); WRONGTYPE for another type.
-pub(super) fn read<'e>(
+pub(crate) fn read<'e>(
     e: &'e mut Engine,
     key: &[u8],
     now_ms: u64,
@@ -246,7 +246,9 @@ fn zadd_generic(e: &mut Engine, c: &mut Call, incr: bool) -> Result<(), CmdError
         .map(|p| Ok((parse_score(p[0]).ok_or(CmdError::NotFloat)?, p[1])))
         .collect::<Result<Vec<(f64, &[u8])>, CmdError>>()?;
     let mut t = Tally::default();
-    match write_pos(e, key, c.now_ms)? {
+    let pos = write_pos(e, key, c.now_ms)?;
+    let dirty = e.ks.dirty;
+    match pos {
         None if f.xx => {}
         None => {
             let mut z = ZSetValue::new(e.ks.next_random());
@@ -298,6 +300,8 @@ fn zadd_generic(e: &mut Engine, c: &mut Call, incr: bool) -> Result<(), CmdError
             .integer(if ch { t.added + t.updated } else { t.added });
     }
     if t.added + t.updated > 0 {
+        // Redis counts one change per member added or updated.
+        e.ks.dirty = dirty + (t.added + t.updated) as u64;
         notify(e, class::ZSET, if f.incr { "zincr" } else { "zadd" }, key);
     }
     Ok(())

@@ -224,19 +224,21 @@ impl ZSetValue {
         if score.is_nan() {
             return false;
         }
-        if self.table.contains_key(member) {
+        // One hash lookup: insert, and put the node back if the member was there.
+        let pos = self.table.len() as u32;
+        let (i, old) = self.table.insert_full(member.into(), NIL);
+        if let Some(x) = old {
+            self.table[i] = x;
             self.set_score(member, score);
             return true;
         }
+        debug_assert_eq!(i as u32, pos);
         if self.listpack
-            && (self.table.len() + 1 > MAX_LISTPACK_ENTRIES || member.len() > MAX_LISTPACK_VALUE)
+            && (self.table.len() > MAX_LISTPACK_ENTRIES || member.len() > MAX_LISTPACK_VALUE)
         {
             self.listpack = false;
         }
         let score = self.stored(score);
-        let pos = self.table.len() as u32;
-        let (i, _) = self.table.insert_full(member.into(), NIL);
-        debug_assert_eq!(i as u32, pos);
         let x = self.index.insert(&self.table, score, member, pos);
         self.table[i] = x;
         self.bytes += member.len() + MEMBER_OVERHEAD;
@@ -423,6 +425,33 @@ impl ZSetValue {
             removed += 1;
         }
         removed
+    }
+
+    /// Calls `f` on the nodes with `min <= score < max` in order, until it returns false
+    /// (redis `zslFirstInRange` / `zzlFirstInRange`, then a walk while `zslValueLteMax`; geo
+    /// searches read their cells this way). O(log n) to the first, O(1) per node; `f` gets the
+    /// score and reads the member ([`member_at`](Self::member_at)) only if it needs it, which
+    /// saves a cache miss per node a search rejects.
+    pub fn for_each_in_half_open(&self, min: f64, max: f64, mut f: impl FnMut(Node, f64) -> bool) {
+        let r = ScoreRange {
+            min,
+            max,
+            minex: false,
+            maxex: true,
+        };
+        let mut x = self.index.first_in_range(&r);
+        while x != NIL {
+            let s = self.index.score(x);
+            if !r.lte_max(s) || !f(Node(x), s) {
+                break;
+            }
+            x = self.index.next(x);
+        }
+    }
+
+    /// The member of node `x`.
+    pub fn member_at(&self, x: Node) -> &[u8] {
+        self.table.member(self.index.pos(x.0))
     }
 
     /// All members in score order.

@@ -81,6 +81,9 @@ pub struct Config {
     pub stream_node_max_entries: u64,
     /// `stream-node-max-bytes`: bytes per stream node, 0 = no limit (Redis default 4096).
     pub stream_node_max_bytes: u64,
+    /// `tracking-table-max-keys`: keys the client-side caching table may hold before random
+    /// ones are invalidated, 0 = no limit (Redis default 1000000; `crate::tracking`).
+    pub tracking_table_max_keys: u64,
 }
 
 /// Values `maxmemory-policy` accepts, in Redis's order (its error text lists them so).
@@ -125,6 +128,7 @@ impl Default for Config {
             client_output_buffer_limit: crate::cmd::server::OutputLimits::default(),
             stream_node_max_entries: crate::types::stream::NODE_MAX_ENTRIES,
             stream_node_max_bytes: crate::types::stream::NODE_MAX_BYTES,
+            tracking_table_max_keys: crate::tracking::DEFAULT_MAX_KEYS,
         }
     }
 }
@@ -219,6 +223,9 @@ pub struct Engine {
     /// redis `server.pre_command_oom_state`: the last command found memory above `maxmemory`
     /// that eviction could not free (set by dispatch's maxmemory check; scripts read it).
     pub(crate) pre_command_oom: bool,
+    /// Client-side caching: tracking clients, the tracking table, BCAST prefixes
+    /// (`crate::tracking`).
+    pub(crate) tracking: crate::tracking::Tracking,
 }
 
 impl Engine {
@@ -267,6 +274,7 @@ impl Engine {
             busy: None,
             pre_command_oom: false,
             cmdstats: Default::default(),
+            tracking: Default::default(),
         };
         crate::evict::apply_config(&mut e);
         e
@@ -399,6 +407,7 @@ impl Engine {
         crate::cmd::pubsub::client_closed(self, client_id);
         crate::feed::client_closed(self, client_id);
         crate::monitor::stop(self, client_id);
+        crate::tracking::client_closed(self, client_id);
     }
 
     /// The server reports the unsent output of connection `client_id` after a write attempt
@@ -457,6 +466,9 @@ impl Engine {
         // Keys the cycle (or eviction) removed become DEL effects; drained subscribers resume.
         crate::effect::flush_deleted(self);
         crate::feed::cron(self);
+        // Keys the cycle expired or eviction removed: invalidations; the tracking table's
+        // bound; BCAST messages (one test while nobody tracks).
+        crate::tracking::cron(self);
         // Keys the cycle expired: `expired` notifications and failed WATCHes.
         crate::notify::flush_events(self);
         crate::cmd::tx::process_touched(self);
@@ -478,7 +490,11 @@ impl Engine {
     /// fields in Redis's order (`networking.c` `catClientInfoString`). Buffer figures the core
     /// does not know are 0.
     pub fn client_info_line(&self, client: &Client, now_us: u64) -> String {
-        crate::cmd::connection::client_info_line(client, now_us)
+        crate::cmd::connection::client_info_line_with(
+            client,
+            now_us,
+            crate::tracking::client_list_info(self, client.id),
+        )
     }
 
     /// Number of keys (DBSIZE), including expired keys not yet reclaimed, like Redis.

@@ -7,7 +7,8 @@
 //! runs differ only in tracking), then `CLIENT TRACKING ON` with `--tracking`, then repeats:
 //! write `--pipeline` requests `GET key:<n>` (`n` uniform in `0..keys`), read as many replies
 //! (push frames, none expected in a read-only workload, are counted apart), for `--seconds`.
-//! Prints `requests <n> pushes <n> seconds <s> rps <x>`; with `--out`, a result JSON (kind
+//! With `--warmup W`, the first W seconds are not counted. Prints `requests <n> pushes <n>
+//! seconds <s> rps <x>`; with `--out`, a result JSON (kind
 //! `get-loop`).
 
 use std::io::{Read, Write};
@@ -38,6 +39,10 @@ pub struct GetLoopArgs {
     /// `CLIENT TRACKING ON` on every connection first.
     #[arg(long)]
     pub tracking: bool,
+    /// Seconds of the same load first, not counted (with tracking: the table fills up, so
+    /// the counted part measures the steady state of lookups).
+    #[arg(long, default_value_t = 0.0)]
+    pub warmup: f64,
 }
 
 struct Conn {
@@ -81,7 +86,12 @@ impl Conn {
 }
 
 /// One connection's loop: (requests, pushes).
-fn get_loop(a: &GetLoopArgs, i: usize, until: Instant) -> Result<(u64, u64), String> {
+fn get_loop(
+    a: &GetLoopArgs,
+    i: usize,
+    counted_from: Instant,
+    until: Instant,
+) -> Result<(u64, u64), String> {
     let s = TcpStream::connect(&a.target).map_err(|e| format!("{}: {e}", a.target))?;
     s.set_nodelay(true).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(10)))
@@ -111,18 +121,20 @@ fn get_loop(a: &GetLoopArgs, i: usize, until: Instant) -> Result<(u64, u64), Str
                 got += 1;
             }
         }
-        requests += got as u64;
+        if Instant::now() >= counted_from {
+            requests += got as u64;
+        }
     }
     Ok((requests, pushes))
 }
 
 pub fn run(a: &GetLoopArgs, out: &crate::OutArgs) -> Result<ExitCode, String> {
-    let start = Instant::now();
+    let start = Instant::now() + Duration::from_secs_f64(a.warmup);
     let until = start + Duration::from_secs_f64(a.seconds);
     let handles: Vec<_> = (0..a.clients.max(1))
         .map(|i| {
             let a = a.clone();
-            std::thread::spawn(move || get_loop(&a, i, until))
+            std::thread::spawn(move || get_loop(&a, i, start, until))
         })
         .collect();
     let (mut requests, mut pushes) = (0u64, 0u64);
@@ -131,13 +143,15 @@ pub fn run(a: &GetLoopArgs, out: &crate::OutArgs) -> Result<ExitCode, String> {
         requests += r;
         pushes += p;
     }
-    let secs = start.elapsed().as_secs_f64();
+    let secs = Instant::now()
+        .saturating_duration_since(start)
+        .as_secs_f64();
     let rps = requests as f64 / secs;
     println!("requests {requests} pushes {pushes} seconds {secs:.3} rps {rps:.0}");
     if out.out.is_some() {
         let labels = crate::doc::parse_labels(&out.labels)?;
         let params = json!({ "target": a.target, "clients": a.clients, "pipeline": a.pipeline,
-            "keys": a.keys, "tracking": a.tracking });
+            "keys": a.keys, "tracking": a.tracking, "warmup": a.warmup });
         let results = json!({ "requests": requests, "pushes": pushes, "seconds": secs,
             "rps": rps });
         crate::write_out(

@@ -22,6 +22,16 @@
 //! subscribed, a RESP3 client may run any command (as with Redis); messages are push frames
 //! that join its output between replies.
 //!
+//! # Client-side caching
+//!
+//! `CLIENT TRACKING ON` goes to every instance on the client's dedicated connections
+//! (`Plan::DedicatedFanOut`); from then on its single-instance requests take those
+//! connections too (as a WATCHed instance's do), so each instance remembers the keys it
+//! served this client and pushes `invalidate` frames on that connection, which are relayed to
+//! the client like pub/sub messages (`crate::dedicated::is_message`). Requests split over
+//! several instances (MGET of keys on different instances…) still take the shared links and
+//! are not tracked; REDIRECT is refused (it would name a proxy client on the instances).
+//!
 //! # MONITOR
 //!
 //! MONITOR turns the client's dedicated connection to every instance into a monitor and
@@ -533,6 +543,12 @@ fn run_plan<A: Args + ?Sized>(
     me: &mut Me<'_>,
     ctx: &mut Ctx<'_>,
 ) -> Flow {
+    // Client-side caching: the instance tracks what it serves this client on the client's
+    // own connection, where its invalidations then arrive (see the module docs).
+    let plan = match plan {
+        Plan::Forward(i) if me.session.tracking => Plan::Blocking(i),
+        other => other,
+    };
     match plan {
         Plan::Reply(bytes) => {
             me.replies.push_local(&bytes, false);

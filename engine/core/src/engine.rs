@@ -248,6 +248,7 @@ impl Engine {
         let dbs = (0..config.databases.max(1))
             .map(|i| crate::keyspace::Db::new(i, config.hash_seed))
             .collect();
+        let tracking = crate::tracking::Tracking::new(config.hash_seed);
         let mut e = Engine {
             acl,
             ks,
@@ -274,7 +275,7 @@ impl Engine {
             busy: None,
             pre_command_oom: false,
             cmdstats: Default::default(),
-            tracking: Default::default(),
+            tracking,
         };
         crate::evict::apply_config(&mut e);
         e

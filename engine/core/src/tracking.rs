@@ -95,15 +95,18 @@ enum Pending {
     Flush,
 }
 
+type Table = IndexMap<Box<[u8]>, Vec<u64>, foldhash::fast::FixedState>;
+
 /// The engine's tracking state (see the module docs).
 #[derive(Debug, Default)]
 pub struct Tracking {
-    /// Clients with tracking on.
-    clients: HashMap<u64, ClientTracking>,
+    /// Clients with tracking on (looked up after every command of theirs: a fast hasher).
+    clients: HashMap<u64, ClientTracking, foldhash::fast::FixedState>,
     /// Every live connection → its protocol (redirect targets; see the module docs).
-    conns: HashMap<u64, Proto>,
-    /// Key → ids of the clients that may cache it (redis `TrackingTable`).
-    table: IndexMap<Box<[u8]>, Vec<u64>>,
+    conns: HashMap<u64, Proto, foldhash::fast::FixedState>,
+    /// Key → ids of the clients that may cache it (redis `TrackingTable`); seeded like the
+    /// keyspace ([`Tracking::new`]), positions for the limit's random picks.
+    table: Table,
     /// Ids over all keys (redis `TrackingTableTotalItems`).
     items: u64,
     /// BCAST prefix → its state (redis `PrefixTable`).
@@ -120,6 +123,14 @@ pub struct Tracking {
 }
 
 impl Tracking {
+    /// Empty; `seed` keys the table's hasher (the engine's `hash_seed`).
+    pub fn new(seed: u64) -> Tracking {
+        Tracking {
+            table: Table::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+            ..Tracking::default()
+        }
+    }
+
     /// Whether any client tracks (the dispatcher's one test).
     #[inline]
     pub fn active(&self) -> bool {
@@ -191,6 +202,12 @@ fn sync_log(e: &mut Engine) {
     if on != e.ks.tracked.is_some() {
         // Changes logged before the last client left are moot.
         e.ks.tracked = if on { Some(Vec::new()) } else { None };
+    }
+    if !on && !e.tracking.table.is_empty() {
+        // Every id left names a client that no longer tracks: nothing would ever be sent
+        // for them (Redis keeps them until each key changes or a FLUSH).
+        e.tracking.table = Table::with_hasher(e.tracking.table.hasher().clone());
+        e.tracking.items = 0;
     }
 }
 
@@ -534,12 +551,17 @@ pub fn after_call(e: &mut Engine, client: &Client, spec: &CommandSpec, argv: &[&
         return;
     }
     let keys = crate::command::keys(spec, argv);
+    let id = client.id;
     for pos in keys.positions() {
-        let ids = e.tracking.table.entry(argv[pos].into()).or_default();
-        if !ids.contains(&client.id) {
-            ids.push(client.id);
-            e.tracking.items += 1;
+        // Looked up by slice first: a key already tracked costs no allocation.
+        match e.tracking.table.get_mut(argv[pos]) {
+            Some(ids) if ids.contains(&id) => continue,
+            Some(ids) => ids.push(id),
+            None => {
+                e.tracking.table.insert(argv[pos].into(), vec![id]);
+            }
         }
+        e.tracking.items += 1;
     }
 }
 
@@ -739,7 +761,8 @@ pub fn flushed(e: &mut Engine) {
             send(e, id, Payload::Null);
         }
     }
-    e.tracking.table = IndexMap::new();
+    e.tracking.table.clear();
+    e.tracking.table.shrink_to_fit();
     e.tracking.items = 0;
 }
 
@@ -829,6 +852,127 @@ mod tests {
         assert!(
             err.message()
                 .starts_with("ERR Prefix 'BARB' overlaps with an existing prefix 'BAR'")
+        );
+    }
+
+    use crate::Config;
+
+    fn conn(e: &mut Engine, id: u64) -> Client {
+        let mut c = Client {
+            id,
+            ..Client::default()
+        };
+        e.init_client(&mut c);
+        c
+    }
+
+    fn run(e: &mut Engine, c: &mut Client, args: &[&str]) -> Vec<u8> {
+        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        let mut out = Vec::new();
+        e.exec(c, &argv, 1_000_000_000_000, &mut out);
+        out
+    }
+
+    /// The bytes delivered to `id` since the last call, in order.
+    fn delivered(e: &mut Engine, id: u64) -> Vec<u8> {
+        let mut all = Vec::new();
+        e.take_deliveries(&mut all);
+        all.into_iter()
+            .filter(|d| d.client_id == id)
+            .flat_map(|d| d.bytes)
+            .collect()
+    }
+
+    const INV_K: &[u8] = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n";
+
+    #[test]
+    fn nobody_tracking_logs_nothing() {
+        let mut e = Engine::new(Config::default());
+        let mut a = conn(&mut e, 1);
+        run(&mut e, &mut a, &["SET", "k", "1"]);
+        assert!(e.ks.tracked.is_none());
+        run(&mut e, &mut a, &["CLIENT", "TRACKING", "ON"]);
+        assert!(e.ks.tracked.is_some());
+        run(&mut e, &mut a, &["CLIENT", "TRACKING", "OFF"]);
+        assert!(e.ks.tracked.is_none());
+    }
+
+    #[test]
+    fn reads_are_remembered_and_writes_told_once() {
+        let mut e = Engine::new(Config::default());
+        let mut t = conn(&mut e, 1);
+        let mut w = conn(&mut e, 2);
+        run(&mut e, &mut t, &["HELLO", "3"]);
+        assert_eq!(
+            run(&mut e, &mut t, &["CLIENT", "TRACKING", "ON"]),
+            b"+OK\r\n"
+        );
+        run(&mut e, &mut t, &["GET", "k"]);
+        assert_eq!((e.tracking.total_keys(), e.tracking.total_items()), (1, 1));
+        run(&mut e, &mut w, &["SET", "k", "1"]);
+        assert_eq!(delivered(&mut e, 1), INV_K);
+        assert_eq!(e.tracking.total_keys(), 0);
+        run(&mut e, &mut w, &["SET", "k", "2"]);
+        assert!(delivered(&mut e, 1).is_empty());
+        // The client's own write: the push follows the reply (a delivery, after `out`).
+        run(&mut e, &mut t, &["GET", "k"]);
+        assert_eq!(run(&mut e, &mut t, &["DEL", "k"]), b":1\r\n");
+        assert_eq!(delivered(&mut e, 1), INV_K);
+        // Gone: its ids stay in the table until the key changes, then nothing is sent.
+        let mut other = conn(&mut e, 3);
+        run(&mut e, &mut other, &["CLIENT", "TRACKING", "ON"]);
+        run(&mut e, &mut t, &["GET", "k"]);
+        e.client_closed(1);
+        assert_eq!(e.tracking.total_items(), 1);
+        run(&mut e, &mut w, &["SET", "k", "3"]);
+        assert!(delivered(&mut e, 1).is_empty());
+        assert_eq!(e.tracking.total_items(), 0);
+        // The last tracking client leaves: the table, all stale, is dropped.
+        run(&mut e, &mut t, &["GET", "k"]);
+        e.client_closed(3);
+        assert_eq!((e.tracking.total_keys(), e.tracking.total_items()), (0, 0));
+    }
+
+    #[test]
+    fn bcast_batches_a_command_per_prefix_without_noloop_keys() {
+        let mut e = Engine::new(Config::default());
+        let mut t = conn(&mut e, 1);
+        let mut w = conn(&mut e, 2);
+        run(&mut e, &mut t, &["HELLO", "3"]);
+        run(
+            &mut e,
+            &mut t,
+            &["CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "a", "NOLOOP"],
+        );
+        run(&mut e, &mut w, &["MSET", "ab", "1", "aa", "1", "b", "1"]);
+        assert_eq!(
+            delivered(&mut e, 1),
+            b">2\r\n$10\r\ninvalidate\r\n*2\r\n$2\r\naa\r\n$2\r\nab\r\n"
+        );
+        run(&mut e, &mut t, &["SET", "ax", "1"]);
+        assert!(delivered(&mut e, 1).is_empty());
+    }
+
+    #[test]
+    fn the_table_limit_invalidates_random_keys() {
+        let mut e = Engine::new(Config::default());
+        let mut t = conn(&mut e, 1);
+        run(&mut e, &mut t, &["HELLO", "3"]);
+        run(&mut e, &mut t, &["CLIENT", "TRACKING", "ON"]);
+        let keys: Vec<String> = (0..250).map(|i| format!("k{i}")).collect();
+        for k in &keys {
+            run(&mut e, &mut t, &["GET", k]);
+        }
+        e.config.tracking_table_max_keys = 1;
+        // 100 keys per round, then 200: Redis's growing effort.
+        e.cron(1_000_000_000_000);
+        assert_eq!(e.tracking.total_keys(), 150);
+        e.cron(1_000_000_000_000);
+        assert_eq!(e.tracking.total_keys(), 1);
+        let pushes = delivered(&mut e, 1);
+        assert_eq!(
+            pushes.windows(10).filter(|w| w == b"invalidate").count(),
+            249
         );
     }
 

@@ -279,6 +279,16 @@ fn through_the_proxy_resp3() {
     want.sort();
     assert_eq!(told, want);
     assert_quiet(&mut t, "proxy");
+    // An MGET over both engines is tracked on each.
+    let all: Vec<&str> = ["MGET"]
+        .into_iter()
+        .chain(keys.iter().map(String::as_str))
+        .collect();
+    assert!(cmd(&mut t, &all).starts_with("*8\\r\\n"));
+    cmd(&mut w, &["DEL", "k1", "k2", "k3"]);
+    let mut told: Vec<String> = (0..3).map(|_| next(&mut t)).collect();
+    told.sort();
+    assert_eq!(told, vec![inv(&["k1"]), inv(&["k2"]), inv(&["k3"])]);
     // A write by the client itself: the reply first, then the push.
     cmd(&mut t, &["GET", "k0"]);
     assert_eq!(cmd(&mut t, &["SET", "k0", "3"]), "+OK\\r\\n");

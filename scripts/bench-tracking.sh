@@ -82,8 +82,6 @@ for round in $(seq "$ROUNDS"); do
         echo "round $round/$ROUNDS: $s" >&2
         run "$s" cold-plain "$round" --keys "$KEYS"
         run "$s" cold-tracking "$round" --keys "$KEYS" --tracking
-        keys=$(redis-cli -p "${PORT_OF[$s]}" INFO stats | tr -d '\r' | sed -n 's/^tracking_total_keys://p')
-        echo "  $s: tracking_total_keys after the tracking run: $keys" >&2
         load "${PORT_OF[$s]}" # empties the tracking table (FLUSHALL) and reloads the keys
         run "$s" warm-plain "$round" --keys "$WARM_KEYS" --warmup "$SECONDS_PER_RUN"
         run "$s" warm-tracking "$round" --keys "$WARM_KEYS" --warmup "$SECONDS_PER_RUN" --tracking

@@ -352,8 +352,15 @@ impl Keyspace {
             touched.push(qualify(db.index, key));
         }
         if let Some(log) = tracked {
-            log.push((key.into(), false));
+            Self::log_tracked(log, key);
         }
+    }
+
+    /// Out of line: the hot path (nobody tracks) keeps only the `None` test.
+    #[cold]
+    #[inline(never)]
+    fn log_tracked(log: &mut Vec<(Box<[u8]>, bool)>, key: &[u8]) {
+        log.push((key.into(), false));
     }
 
     /// Marks the change logged last for client-side caching as the server's own (expiry,

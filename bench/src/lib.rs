@@ -31,6 +31,7 @@
 
 pub mod consume;
 pub mod doc;
+pub mod getloop;
 pub mod loadgen;
 pub mod memory;
 pub mod origin;
@@ -125,6 +126,14 @@ pub enum BenchCommand {
         #[command(flatten)]
         out: OutArgs,
     },
+    /// Pipelined GETs of random keys, closed loop, optionally with CLIENT TRACKING ON on every
+    /// connection (client-side caching's cost; scripts/bench-tracking.sh).
+    GetLoop {
+        #[command(flatten)]
+        args: getloop::GetLoopArgs,
+        #[command(flatten)]
+        out: OutArgs,
+    },
     /// Check result files: valid JSON of this schema; with --no-errors, no error counted.
     Validate {
         #[arg(long)]
@@ -201,6 +210,7 @@ pub fn main(cmd: BenchCommand) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::StreamConsume { args, out } => consume::run(&args, &out),
+        BenchCommand::GetLoop { args, out } => getloop::run(&args, &out),
         BenchCommand::Validate { no_errors, files } => {
             let mut bad = 0;
             for f in &files {

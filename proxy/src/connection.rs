@@ -178,10 +178,32 @@ pub(crate) fn client<A: Args + ?Sized>(
                 Err(e) => Plan::Reply(e.into()),
             }
         }
+        // Client-side caching (docs/feed.md, "Client-side caching"): every instance tracks
+        // the keys it serves the client on the client's own connections to it; their push
+        // invalidations are relayed like messages. The state is the same on every instance,
+        // so any one answers GETREDIR and TRACKINGINFO.
+        "tracking" => {
+            let all: Vec<&[u8]> = (2..argc).map(|i| args.arg(i)).collect();
+            if all.iter().any(|a| a.eq_ignore_ascii_case(b"redirect")) {
+                return not_supported(
+                    sub_spec,
+                    "REDIRECT would name a proxy client on the instances; use RESP3 \
+                     (HELLO 3) and tracking on the connection itself",
+                );
+            }
+            if all[0].eq_ignore_ascii_case(b"on") {
+                session.tracking = true;
+            } else if all[0].eq_ignore_ascii_case(b"off") {
+                session.tracking = false;
+            }
+            Plan::DedicatedFanOut(crate::split::Merge::AllOk)
+        }
+        "caching" => Plan::DedicatedFanOut(crate::split::Merge::AllOk),
+        "getredir" | "trackinginfo" => Plan::DedicatedFanOut(crate::split::Merge::First),
         _ => not_supported(
             sub_spec,
             "the proxy answers CLIENT SETNAME, GETNAME, ID, SETINFO, INFO, LIST, KILL, \
-             NO-EVICT, NO-TOUCH, REPLY, PAUSE and UNPAUSE",
+             NO-EVICT, NO-TOUCH, REPLY, PAUSE, UNPAUSE and TRACKING",
         ),
     }
 }

@@ -133,6 +133,10 @@ pub fn is_message(frame: &[u8]) -> bool {
     body.starts_with(b"3\r\n$7\r\nmessage\r\n")
         || body.starts_with(b"4\r\n$8\r\npmessage\r\n")
         || body.starts_with(b"3\r\n$8\r\nsmessage\r\n")
+        // Client-side caching's pushes (RESP3 only; a RESP2 redirect gets `message`s).
+        || (frame[0] == b'>'
+            && (body.starts_with(b"2\r\n$10\r\ninvalidate\r\n")
+                || body.starts_with(b"2\r\n$21\r\ntracking-redir-broken\r\n")))
 }
 
 pub struct Dedicated {
@@ -351,5 +355,10 @@ mod tests {
             b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n"
         ));
         assert!(!is_message(b">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"));
+        // Client-side caching's pushes are relayed like messages; a reply array is not.
+        assert!(is_message(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n"));
+        assert!(is_message(b">2\r\n$10\r\ninvalidate\r\n_\r\n"));
+        assert!(is_message(b">2\r\n$21\r\ntracking-redir-broken\r\n:7\r\n"));
+        assert!(!is_message(b"*2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n"));
     }
 }

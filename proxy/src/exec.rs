@@ -22,6 +22,18 @@
 //! subscribed, a RESP3 client may run any command (as with Redis); messages are push frames
 //! that join its output between replies.
 //!
+//! # Client-side caching
+//!
+//! `CLIENT TRACKING ON` goes to every instance on the client's dedicated connections
+//! (`Plan::DedicatedFanOut`); from then on its single-instance requests take those
+//! connections too (as a WATCHed instance's do), so each instance remembers the keys it
+//! served this client and pushes `invalidate` frames on that connection, which are relayed to
+//! the client like pub/sub messages (`crate::dedicated::is_message`). Requests split over
+//! several instances (MGET of keys on different instances…) send each part on the client's
+//! dedicated connection to its instance ([`dedicated_split`]); fan-outs (KEYS, SCAN, DBSIZE)
+//! read no value and keep the shared links. REDIRECT is refused (it would name a proxy client
+//! on the instances).
+//!
 //! # MONITOR
 //!
 //! MONITOR turns the client's dedicated connection to every instance into a monitor and
@@ -533,6 +545,15 @@ fn run_plan<A: Args + ?Sized>(
     me: &mut Me<'_>,
     ctx: &mut Ctx<'_>,
 ) -> Flow {
+    // Client-side caching: the instance tracks what it serves this client on the client's
+    // own connection, where its invalidations then arrive (see the module docs).
+    let plan = match plan {
+        Plan::Forward(i) if me.session.tracking => Plan::Blocking(i),
+        Plan::Split { parts, merge } if me.session.tracking => {
+            return dedicated_split(parts, merge, me, ctx);
+        }
+        other => other,
+    };
     match plan {
         Plan::Reply(bytes) => {
             me.replies.push_local(&bytes, false);
@@ -647,6 +668,29 @@ fn blocking_split(parts: Vec<Part>, merge: Merge, me: &mut Me<'_>, ctx: &mut Ctx
     }
     if !spread.done() {
         *me.spread = Some(spread);
+    }
+    Flow::Continue
+}
+
+/// A split request (MGET, MSET, DEL… over several instances) of a tracking client: each part
+/// on the client's dedicated connection to its instance, so each instance tracks the keys it
+/// served this client, then merged as on the shared links.
+fn dedicated_split(parts: Vec<Part>, merge: Merge, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Flow {
+    if !me.enter_lane(Lane::Spread) {
+        return Flow::Wait;
+    }
+    let seq = me.replies.push_parts(parts.len(), merge);
+    for (p, part) in parts.iter().enumerate() {
+        match conn_for(part.instance, me, ctx) {
+            Ok(id) => {
+                let d = ctx.dedicated.get_mut(id).expect("just looked up");
+                d.pubsub = false;
+                sync_db(d, id, me.session.db, ctx.dirty_dedicated);
+                d.send(&part.request, Some(me.waiter(seq, p as u32)), 1);
+                mark(&mut d.dirty, ctx.dirty_dedicated, id);
+            }
+            Err(error) => me.replies.fill(seq, p as u32, &error),
+        }
     }
     Flow::Continue
 }

@@ -115,6 +115,9 @@ pub struct Session {
     pub db: usize,
     /// In MONITOR mode (until RESET or the end of the connection).
     pub monitor: bool,
+    /// CLIENT TRACKING ON sent: its keyed requests take its own connections to the
+    /// instances, where the instances track them (`crate::exec`, "Client-side caching").
+    pub tracking: bool,
 }
 
 /// `CLIENT REPLY ON|OFF|SKIP`.
@@ -309,6 +312,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "echo" => Plan::Reply(bulk(args.arg(1)).into()),
         "quit" => Plan::ReplyThenClose(Cow::Borrowed(b"+OK\r\n")),
         "reset" => {
+            session.tracking = false;
             session.name = None;
             session.proto = resp::Proto::Resp2;
             session.db = 0;

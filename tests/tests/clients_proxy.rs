@@ -14,6 +14,9 @@
 //! script's 100 MGET keys really live on both engines (read back from each owning engine
 //! directly). And `redis-cli -3 -p PROXY HGETALL`, with the RESP3 map checked on the wire.
 //!
+//! redis-py's client-side caching (tests/clients/redis_py_cache_proxy.py, `CacheConfig`, RESP3
+//! invalidation pushes relayed from both engines; issue 19) has its own test.
+//!
 //! Then rq and Django's own cache backend (the rest of issue 14), in the same venv as redis-py:
 //!
 //! - Django's `RedisCache` (tests/clients/django_cache_proxy.py): set/get/add/has_key/delete,
@@ -152,6 +155,33 @@ fn redis_py_default_settings_through_the_proxy() {
     assert!(out.contains("\ndatabase by url: ok\n"), "{out}");
     assert!(out.contains("\nlock: ok\n"), "{out}");
     fleet.check_mget_keys_on_both_engines("py:");
+}
+
+/// redis-py's client-side caching (`cache_config=CacheConfig()`, RESP3) through the proxy:
+/// cached GETs, invalidations of keys on both engines by another client's writes and by
+/// FLUSHALL, the client's own write (tests/clients/redis_py_cache_proxy.py; issue 19).
+#[test]
+fn redis_py_client_side_caching_through_the_proxy() {
+    let python = clients_dir().join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} missing: run scripts/test.sh (it installs redis-py into tests/clients/.venv)",
+        python.display()
+    );
+    let fleet = Fleet::start("redis-py-cache", ENGINES);
+    let out = run_client(
+        &fleet,
+        "redis-py cache",
+        Command::new(&python)
+            .arg(clients_dir().join("redis_py_cache_proxy.py"))
+            .arg(fleet.proxy_port.to_string()),
+    );
+    assert!(
+        out.contains("\ninvalidated by another client: ok\n"),
+        "{out}"
+    );
+    assert!(out.contains("\nflushall: ok\n"), "{out}");
+    assert!(out.ends_with("ok\n"), "{out}");
 }
 
 #[test]

@@ -96,7 +96,7 @@ pub struct Blocking {
     ready: VecDeque<Box<[u8]>>,
     ready_set: HashSet<Box<[u8]>>,
     /// The client whose command is being re-run (its [`block`] call keeps it parked).
-    rerun_of: Option<u64>,
+    pub(crate) rerun_of: Option<u64>,
     /// [`handle_ready`] is running: nested commands only mark keys.
     serving: bool,
     /// Buffer for qualifying a key without allocating ([`Blocking::mark_ready`]).

@@ -179,6 +179,12 @@ fn exec_inner(
         reject(e, client, spec, crate::evict::OOM_ERROR, out);
         return Flow::Continue;
     }
+    // Client-side caching: the tracking table's bound and the invalidations of keys evicted
+    // above reach this client before its reply (redis `processCommand`); one test while
+    // nobody tracks.
+    if !client.tx.in_exec && e.tracking.active() {
+        crate::tracking::before_command(e, client.id, out);
+    }
     // A script past busy-reply-threshold: only ALLOW_BUSY commands run (redis
     // `processCommand`; the script's own commands and EXEC's run inside `in_exec`).
     if let Some(busy) = &e.busy
@@ -314,6 +320,11 @@ fn exec_inner(
     if slow {
         e.slowlog.push(spec, argv, client, now_us, slow_us);
     }
+    // Client-side caching: a tracking client remembers the keys it read (one test while
+    // nobody tracks).
+    if e.tracking.active() {
+        crate::tracking::after_call(e, client, spec, argv);
+    }
     if !e.monitors.is_empty() {
         crate::monitor::feed(e, client, spec, argv, now_us, out);
     }
@@ -364,5 +375,9 @@ fn after_command(e: &mut Engine, client: &mut Client, out: &mut Vec<u8>, reply_s
             }
         });
         out.splice(reply_start..reply_start, own);
+    }
+    // Client-side caching: invalidations this command caused, this client's after its reply.
+    if e.tracking.active() {
+        crate::tracking::after_command(e, client);
     }
 }

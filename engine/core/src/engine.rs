@@ -84,6 +84,9 @@ pub struct Config {
     pub stream_node_max_entries: u64,
     /// `stream-node-max-bytes`: bytes per stream node, 0 = no limit (Redis default 4096).
     pub stream_node_max_bytes: u64,
+    /// `tracking-table-max-keys`: keys the client-side caching table may hold before random
+    /// ones are invalidated, 0 = no limit (Redis default 1000000; `crate::tracking`).
+    pub tracking_table_max_keys: u64,
 }
 
 /// Values `maxmemory-policy` accepts, in Redis's order (its error text lists them so).
@@ -129,6 +132,7 @@ impl Default for Config {
             client_output_buffer_limit: crate::cmd::server::OutputLimits::default(),
             stream_node_max_entries: crate::types::stream::NODE_MAX_ENTRIES,
             stream_node_max_bytes: crate::types::stream::NODE_MAX_BYTES,
+            tracking_table_max_keys: crate::tracking::DEFAULT_MAX_KEYS,
         }
     }
 }
@@ -232,6 +236,9 @@ pub struct Engine {
     /// redis `server.pre_command_oom_state`: the last command found memory above `maxmemory`
     /// that eviction could not free (set by dispatch's maxmemory check; scripts read it).
     pub(crate) pre_command_oom: bool,
+    /// Client-side caching: tracking clients, the tracking table, BCAST prefixes
+    /// (`crate::tracking`).
+    pub(crate) tracking: crate::tracking::Tracking,
 }
 
 impl Engine {
@@ -266,6 +273,7 @@ impl Engine {
         let dbs = (0..config.databases.max(1))
             .map(|i| crate::keyspace::Db::new(i, config.hash_seed))
             .collect();
+        let tracking = crate::tracking::Tracking::new(config.hash_seed);
         let mut e = Engine {
             acl,
             ks,
@@ -296,6 +304,7 @@ impl Engine {
             pause: Default::default(),
             slowlog: Default::default(),
             timer_mark: (u64::MAX, 0),
+            tracking,
         };
         crate::evict::apply_config(&mut e);
         e
@@ -429,6 +438,7 @@ impl Engine {
         crate::cmd::pubsub::client_closed(self, client_id);
         crate::feed::client_closed(self, client_id);
         crate::monitor::stop(self, client_id);
+        crate::tracking::client_closed(self, client_id);
     }
 
     /// The server reports the unsent output of connection `client_id` after a write attempt
@@ -494,6 +504,9 @@ impl Engine {
         // Keys the cycle (or eviction) removed become DEL effects; drained subscribers resume.
         crate::effect::flush_deleted(self);
         crate::feed::cron(self);
+        // Keys the cycle expired or eviction removed: invalidations; the tracking table's
+        // bound; BCAST messages (one test while nobody tracks).
+        crate::tracking::cron(self);
         // Keys the cycle expired: `expired` notifications and failed WATCHes.
         crate::notify::flush_events(self);
         crate::cmd::tx::process_touched(self);
@@ -515,7 +528,11 @@ impl Engine {
     /// fields in Redis's order (`networking.c` `catClientInfoString`). Buffer figures the core
     /// does not know are 0.
     pub fn client_info_line(&self, client: &Client, now_us: u64) -> String {
-        crate::cmd::connection::client_info_line(client, now_us)
+        crate::cmd::connection::client_info_line_with(
+            client,
+            now_us,
+            crate::tracking::client_list_info(self, client.id),
+        )
     }
 
     /// Number of keys (DBSIZE), including expired keys not yet reclaimed, like Redis.

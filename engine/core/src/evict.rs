@@ -304,6 +304,7 @@ pub fn perform_evictions(e: &mut Engine, now_ms: u64, max_keys: usize) -> Outcom
             break;
         };
         let (key, _) = e.ks.remove_at(i);
+        e.ks.tracked_by_server();
         e.evict.evicted_keys += 1;
         evicted += 1;
         evicted_key(e, &key);

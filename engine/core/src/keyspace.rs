@@ -264,6 +264,9 @@ pub struct Keyspace {
     /// Watched keys changed since `cmd::tx` last looked, [`qualify`]d by database (may
     /// repeat a key).
     pub touched: Vec<Box<[u8]>>,
+    /// Changed keys for client-side caching (`crate::tracking`), each with whether the server
+    /// changed it (expiry, eviction); `None` while no client tracks (one test per change).
+    pub tracked: Tracked,
     /// [`KsEvent::bit`]s to log into `events` (0 = none; set by `cmd::pubsub`).
     pub event_mask: u8,
     /// Logged keyspace events with their database, oldest first (drained by `cmd::pubsub`).
@@ -289,6 +292,9 @@ pub struct Keyspace {
     pub feed_del_count: u64,
 }
 
+/// The keyspace's change log for client-side caching (see [`Keyspace::tracked`]).
+pub type Tracked = Option<Vec<(Box<[u8]>, bool)>>;
+
 /// Bytes accounted for one entry.
 fn entry_bytes(key: &[u8], e: &Entry) -> usize {
     key.len()
@@ -309,6 +315,7 @@ impl Keyspace {
             stats: KeyspaceStats::default(),
             graveyard: Vec::new(),
             touched: Vec::new(),
+            tracked: None,
             event_mask: 0,
             events: Vec::new(),
             access_mode: Default::default(),
@@ -344,29 +351,48 @@ impl Keyspace {
 
     /// Records a change of `key` for WATCH (redis `signalModifiedKey`).
     #[inline]
-    fn touch(db: &Db, touched: &mut Vec<Box<[u8]>>, key: &[u8]) {
+    fn touch(db: &Db, touched: &mut Vec<Box<[u8]>>, tracked: &mut Tracked, key: &[u8]) {
         if !db.watched.is_empty() && db.watched.contains(key) {
             touched.push(qualify(db.index, key));
+        }
+        if let Some(log) = tracked {
+            Self::log_tracked(log, key);
+        }
+    }
+
+    /// Out of line: the hot path (nobody tracks) keeps only the `None` test.
+    #[cold]
+    #[inline(never)]
+    fn log_tracked(log: &mut Vec<(Box<[u8]>, bool)>, key: &[u8]) {
+        log.push((key.into(), false));
+    }
+
+    /// Marks the change logged last for client-side caching as the server's own (expiry,
+    /// eviction: redis `signalModifiedKey(NULL, …)`).
+    #[inline]
+    pub fn tracked_by_server(&mut self) {
+        if let Some(last) = self.tracked.as_mut().and_then(|log| log.last_mut()) {
+            last.1 = true;
         }
     }
 
     /// Reports a change of `key` to WATCH (see the module doc, *Hooks*).
     #[inline]
     pub fn signal_modified(&mut self, key: &[u8]) {
-        Self::touch(&self.data, &mut self.touched, key);
+        Self::touch(&self.data, &mut self.touched, &mut self.tracked, key);
     }
 
     /// [`touch`](Self::touch) for the entry at position `i`.
     #[inline]
     fn touch_at(&mut self, i: usize) {
-        if !self.data.watched.is_empty() {
+        if !self.data.watched.is_empty() || self.tracked.is_some() {
             let k = self
                 .data
                 .map
                 .get_index(i)
                 .expect("position from a lookup")
                 .0;
-            Self::touch(&self.data, &mut self.touched, k);
+            Self::touch(&self.data, &mut self.touched, &mut self.tracked, k);
         }
     }
 
@@ -515,7 +541,7 @@ impl Keyspace {
     /// before (None = absent). Returns the key's position.
     pub fn set(&mut self, key: &[u8], value: Value, keep: Keep, existing: Option<usize>) -> usize {
         self.dirty += 1;
-        Self::touch(&self.data, &mut self.touched, key);
+        Self::touch(&self.data, &mut self.touched, &mut self.tracked, key);
         match existing {
             Some(i) => {
                 if keep == Keep::Nothing {
@@ -554,7 +580,7 @@ impl Keyspace {
             access: self.access_mode.new_key(self.clock_ms),
         };
         self.data.used_bytes += entry_bytes(&key, &e);
-        Self::touch(&self.data, &mut self.touched, &key);
+        Self::touch(&self.data, &mut self.touched, &mut self.tracked, &key);
         self.log_event(KsEvent::New, &key);
         let (i, _) = self.data.map.insert_full(key, e);
         if let Some(at) = expire_at {
@@ -572,7 +598,7 @@ impl Keyspace {
             .swap_remove_index(i)
             .expect("position from a lookup");
         self.data.used_bytes -= entry_bytes(&k, &e);
-        Self::touch(&self.data, &mut self.touched, &k);
+        Self::touch(&self.data, &mut self.touched, &mut self.tracked, &k);
         // The former last entry now sits at `i`: repoint its volatile slot first, so every
         // volatile slot names a valid position before `volatile` itself is compacted.
         if i < self.data.map.len() {
@@ -693,6 +719,7 @@ impl Keyspace {
             return;
         }
         let (k, _) = self.remove_at(i);
+        self.tracked_by_server();
         self.stats.expired_keys += 1;
         self.log_event(KsEvent::Expired, &k);
         self.feed_deleted(&k);

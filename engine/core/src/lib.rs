@@ -45,6 +45,9 @@
 //! - [`script`]: the seam a script host (the server's Lua, `engine/script`) plugs into:
 //!   [`script::Scripting`], installed in [`Engine::scripting`], and [`script::call`], which runs
 //!   one command on a script's behalf with Redis's script rules.
+//! - [`tracking`]: client-side caching (CLIENT TRACKING, redis `tracking.c`): the tracking
+//!   table, BCAST prefixes, and the invalidation messages the dispatcher sends after each
+//!   command (one test per change while no client tracks).
 //! - [`snapshot`]: the snapshot format (write/load over caller-given streams) and SAVE, BGSAVE,
 //!   LASTSAVE through the server's [`snapshot::Persistence`] hook.
 //! - [`dump`]: Redis's DUMP payload format (RDB 10 objects, listpacks, CRC-64; docs/dump.md),
@@ -82,6 +85,7 @@ pub mod script;
 pub mod slot;
 pub mod slowlog;
 pub mod snapshot;
+pub mod tracking;
 pub mod types;
 
 pub use resp::Proto;

@@ -68,6 +68,10 @@ pub trait Scripting {
     }
 }
 
+/// The address of the client a script's commands run as ([`ScriptRun::client`]): how code
+/// that sees only a `Client` tells a script's command (SORT, client-side caching).
+pub const SCRIPT_CLIENT_ADDR: &str = "lua";
+
 /// The error other clients get while an EVAL script is busy (redis `shared.slowevalerr`).
 pub const BUSY_EVAL: &str =
     "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
@@ -217,7 +221,7 @@ impl ScriptRun {
             id: caller.id,
             db: caller.db,
             proto: Proto::Resp2,
-            addr: "lua".to_string(),
+            addr: SCRIPT_CLIENT_ADDR.to_string(),
             laddr: String::new(),
             auth: caller.auth.clone(),
             created_us: caller.created_us,

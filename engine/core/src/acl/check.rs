@@ -316,8 +316,9 @@ pub(crate) fn check(
 impl Engine {
     /// Sets a new connection's authentication state; the server calls it once per accepted
     /// connection (before its first command).
-    pub fn init_client(&self, client: &mut Client) {
+    pub fn init_client(&mut self, client: &mut Client) {
         client.auth = self.acl.default_auth();
+        self.tracking.conn_opened(client.id, client.proto);
     }
 
     /// Protected mode: whether a connection from a non-loopback peer must be refused with

@@ -59,8 +59,10 @@ pub fn reset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     }
     crate::cmd::tx::reset_client(e, c.client);
     crate::cmd::pubsub::reset_client(e, c.client);
+    crate::tracking::reset_client(e, c.client.id);
     e.init_client(c.client);
     c.client.proto = Proto::Resp2;
+    e.tracking.conn_proto(c.client.id, Proto::Resp2);
     c.client.name = None;
     c.client.db = 0;
     c.w().simple(b"RESET");
@@ -152,6 +154,7 @@ pub fn hello(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     }
     if let Some(v) = ver {
         c.client.proto = if v == 3 { Proto::Resp3 } else { Proto::Resp2 };
+        e.tracking.conn_proto(c.client.id, c.client.proto);
     }
     let (id, proto) = (c.client.id as i64, c.client.proto.version());
     let mode = crate::cmd::cluster::mode(e);
@@ -258,8 +261,8 @@ pub fn client_unblock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 /// `CLIENT INFO` → this connection's CLIENT LIST line.
-pub fn client_info(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let mut line = client_info_line(c.client, c.now_us);
+pub fn client_info(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let mut line = e.client_info_line(c.client, c.now_us);
     line.push('\n');
     c.w().verbatim(line.as_bytes());
     Ok(())
@@ -460,6 +463,12 @@ pub fn client_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 /// One CLIENT LIST line in redis 7.0's field order (`catClientInfoString`). Buffer and memory
 /// figures live in the server; they are reported as 0 here.
 pub fn client_info_line(client: &Client, now_us: u64) -> String {
+    client_info_line_with(client, now_us, ("", -1))
+}
+
+/// [`client_info_line`] with the client's tracking flags (`t`, `R`, `B`) and `redir=` value
+/// (`crate::tracking::client_list_info`).
+pub fn client_info_line_with(client: &Client, now_us: u64, tracking: (&str, i64)) -> String {
     let age = now_us.saturating_sub(client.created_us) / 1_000_000;
     let idle = now_us.saturating_sub(client.last_cmd_us.max(client.created_us)) / 1_000_000;
     let name = client
@@ -483,6 +492,7 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
     if client.tx.in_multi() {
         flags.push('x');
     }
+    flags.push_str(tracking.0);
     if client.cluster.readonly {
         flags.push('r');
     }
@@ -498,7 +508,7 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
         s,
         "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={flags} db={} sub={} psub={} \
          ssub={} multi={multi} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
-         omem=0 tot-mem=0 events=r cmd={} user={} redir=-1 resp={}",
+         omem=0 tot-mem=0 events=r cmd={} user={} redir={} resp={}",
         client.id,
         client.addr,
         client.laddr,
@@ -513,6 +523,7 @@ pub fn client_info_line(client: &Client, now_us: u64) -> String {
         client.qbuf,
         cmd,
         client.auth.name(),
+        tracking.1,
         client.proto.version()
     );
     s

@@ -380,6 +380,7 @@ pub fn flush(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     e.ks.flush(lazy);
     let db = e.current_db();
     crate::blocking::db_flushed(e, db);
+    crate::tracking::flushed(e);
     c.w().ok();
     Ok(())
 }
@@ -400,6 +401,7 @@ pub fn flushall(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             crate::effect::propagate_db(e, n, &[b"FLUSHALL"]);
         }
     }
+    crate::tracking::flushed(e);
     c.w().ok();
     Ok(())
 }
@@ -465,6 +467,7 @@ pub fn swapdb(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     );
     if a != b {
         e.swap_dbs(a, b);
+        crate::tracking::flushed(e);
     }
     e.ks.dirty += 1;
     c.w().ok();

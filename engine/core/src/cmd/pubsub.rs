@@ -121,6 +121,12 @@ pub struct PubSub {
 }
 
 impl PubSub {
+    /// Whether `client_id` subscribes to any channel, pattern or shard channel (redis
+    /// `CLIENT_PUBSUB`).
+    pub fn is_subscribed(&self, client_id: u64) -> bool {
+        self.clients.contains_key(&client_id)
+    }
+
     /// Channels with at least one subscriber (INFO `pubsub_channels`).
     pub fn channel_count(&self) -> usize {
         self.channels.len()

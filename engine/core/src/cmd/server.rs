@@ -219,7 +219,7 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                     "blocked_clients",
                     &(e.blocking.len() + e.pause.postponed.len()),
                 );
-                line("tracking_clients", &0);
+                line("tracking_clients", &e.tracking.clients());
                 line("clients_in_timeout_table", &0);
             }
             "memory" => {
@@ -248,6 +248,8 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                     "mem_fragmentation_ratio",
                     &format!("{:.2}", rss as f64 / used as f64),
                 );
+                // Redis: replication and AOF buffers, which recached does not have.
+                line("mem_not_counted_for_evict", &0);
                 line("mem_allocator", &"libc");
                 line("lazyfree_pending_objects", &e.ks.lazy_free_pending());
             }
@@ -270,6 +272,9 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("pubsub_channels", &e.pubsub.channel_count());
                 line("pubsub_patterns", &e.pubsub.pattern_count());
                 line("pubsubshard_channels", &e.pubsub.shard_channel_count());
+                line("tracking_total_keys", &e.tracking.total_keys());
+                line("tracking_total_items", &e.tracking.total_items());
+                line("tracking_total_prefixes", &e.tracking.total_prefixes());
                 line(
                     "migrate_cached_sockets",
                     &e.migrate.as_ref().map_or(0, |m| m.cached()),
@@ -636,6 +641,14 @@ const PARAMS: &[Param] = &[
                 return Err("argument must be between 0 and 9223372036854775807 inclusive");
             }
             e.config.stream_node_max_bytes = n;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "tracking-table-max-keys",
+        get: |e| e.config.tracking_table_max_keys.to_string(),
+        set: Some(|e, v| {
+            e.config.tracking_table_max_keys = int_in(v, 0, i64::MAX)? as u64;
             Ok(())
         }),
     },

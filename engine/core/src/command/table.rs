@@ -573,7 +573,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::client_caching),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Instruct the server about tracking or not keys in the next request")), ("since", Val::Str("6.0.0")), ("group", Val::Str("connection")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("mode")), ("type", Val::Str("oneof")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("yes")), ("type", Val::Str("pure-token")), ("token", Val::Str("YES"))]), Val::Map(&[("name", Val::Str("no")), ("type", Val::Str("pure-token")), ("token", Val::Str("NO"))])]))])]))]),
@@ -605,7 +605,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::client_getredir),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Get tracking notifications redirection client ID if any")), ("since", Val::Str("6.0.0")), ("group", Val::Str("connection")), ("complexity", Val::Str("O(1)"))]),
@@ -765,7 +765,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::client_tracking),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Enable or disable server assisted client side caching support")), ("since", Val::Str("6.0.0")), ("group", Val::Str("connection")), ("complexity", Val::Str("O(1). Some options may introduce additional complexity.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("status")), ("type", Val::Str("oneof")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("on")), ("type", Val::Str("pure-token")), ("token", Val::Str("ON"))]), Val::Map(&[("name", Val::Str("off")), ("type", Val::Str("pure-token")), ("token", Val::Str("OFF"))])]))]), Val::Map(&[("name", Val::Str("client-id")), ("type", Val::Str("integer")), ("token", Val::Str("REDIRECT")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("prefix")), ("type", Val::Str("string")), ("token", Val::Str("PREFIX")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple"), Val::Str("multiple_token")]))]), Val::Map(&[("name", Val::Str("bcast")), ("type", Val::Str("pure-token")), ("token", Val::Str("BCAST")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("optin")), ("type", Val::Str("pure-token")), ("token", Val::Str("OPTIN")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("optout")), ("type", Val::Str("pure-token")), ("token", Val::Str("OPTOUT")), ("flags", Val::Arr(&[Val::Str("optional")]))]), Val::Map(&[("name", Val::Str("noloop")), ("type", Val::Str("pure-token")), ("token", Val::Str("NOLOOP")), ("flags", Val::Arr(&[Val::Str("optional")]))])]))]),
@@ -781,7 +781,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::client_trackinginfo),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Return information about server assisted client side caching for the current connection")), ("since", Val::Str("6.2.0")), ("group", Val::Str("connection")), ("complexity", Val::Str("O(1)"))]),

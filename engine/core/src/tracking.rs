@@ -1,0 +1,987 @@
+//! Client-side caching: key tracking and invalidation messages (redis `tracking.c`, Redis 7.0).
+//!
+//! A client turns tracking on with `CLIENT TRACKING ON`; from then on the keys its read-only
+//! commands read are remembered in the **tracking table** (key → ids of the clients that may
+//! cache it), and when such a key changes, by any client, a script, MULTI, expiry, eviction or
+//! a FLUSH, each of those clients gets one invalidation message and the key leaves the table
+//! (it is tracked again when read again). In **BCAST** mode nothing is remembered: the client
+//! subscribes to key prefixes (`""` = every key) and hears of every change of a matching key.
+//!
+//! Messages (redis `sendTrackingMessage`), to the tracking client or its `REDIRECT` client:
+//!
+//! ```text
+//! RESP3 target:                 >2 $10 invalidate *N <keys>       (FLUSH*: >2 invalidate _)
+//! RESP2 redirect target that is subscribed (to anything):
+//!                               *3 $7 message $20 __redis__:invalidate *N <keys>
+//! redirect client gone:         >2 $21 tracking-redir-broken :<id>  (to a RESP3 tracking client)
+//! ```
+//!
+//! A RESP2 client without a redirect gets nothing (RESP2 has no push frames). The FLUSH null
+//! is encoded in the tracking client's own protocol, as Redis does.
+//!
+//! # How it hangs together
+//!
+//! - The keyspace reports each changed key (the same hook WATCH uses, redis
+//!   `signalModifiedKey`) into `Keyspace::tracked` — `None` while no client tracks, so a
+//!   change costs one test then. Deletions by expiry and eviction are marked as the server's
+//!   (redis passes `c = NULL`), which matters for BCAST's NOLOOP.
+//! - The dispatcher drains that log after every top-level command ([`after_command`]), after
+//!   the eviction that precedes a command and the tracking-table limit ([`before_command`]),
+//!   and [`cron`] after the expiry cycle. Invalidations for the client whose command is
+//!   running are sent after its reply (redis `tracking_pending_keys`), except those caused
+//!   before the command ran (eviction, the table limit), which precede it, as in Redis.
+//! - BCAST keys gather per prefix and are sent after each top-level command and each tick
+//!   (Redis sends them before it sleeps, so a pipeline of writes gets one message there and
+//!   one per command here).
+//! - Messages are [`crate::Delivery`]s: the server appends them to the target's output like
+//!   pub/sub messages, whatever its `CLIENT REPLY` mode (redis `CLIENT_PUSHING`).
+//! - The engine keeps every live connection's id and protocol ([`Tracking::conn_opened`],
+//!   kept by `init_client`, HELLO and RESET): REDIRECT needs a client that exists, and the
+//!   message's shape depends on the target's protocol.
+//!
+//! Like Redis, a client that disconnects or turns tracking off leaves its id in the table;
+//! it is skipped when the key changes (INFO `tracking_total_items` counts it until then).
+//! The table is bounded by `tracking-table-max-keys` ([`limit_used_slots`]): over it, random
+//! keys are invalidated as if they changed, with an effort that grows while still over.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use indexmap::IndexMap;
+use resp::{Proto, ReplyWriter};
+
+use crate::call::Call;
+use crate::command::{CommandSpec, Flags};
+use crate::error::CmdError;
+use crate::{Client, Delivery, Engine};
+
+/// `tracking-table-max-keys`'s default (Redis's).
+pub const DEFAULT_MAX_KEYS: u64 = 1_000_000;
+
+/// The pub/sub channel of RESP2 redirect clients.
+pub const CHANNEL: &[u8] = b"__redis__:invalidate";
+
+/// One tracking client's mode (redis `CLIENT_TRACKING_*` flags and
+/// `client_tracking_redirection` / `client_tracking_prefixes`).
+#[derive(Clone, Debug, Default)]
+pub struct ClientTracking {
+    pub bcast: bool,
+    pub optin: bool,
+    pub optout: bool,
+    /// CLIENT CACHING YES (OPTIN) / NO (OPTOUT) given for the next command.
+    pub caching: bool,
+    pub noloop: bool,
+    /// The redirect client was gone when a message was due (CLIENT LIST flag `R`).
+    pub broken_redir: bool,
+    /// 0 = none.
+    pub redirect: u64,
+    /// BCAST prefixes (sorted, as Redis's rax lists them).
+    pub prefixes: BTreeSet<Box<[u8]>>,
+}
+
+/// One BCAST prefix (redis `bcastState`).
+#[derive(Debug, Default)]
+struct Bcast {
+    /// Keys changed since the last broadcast → the id of the client that changed each last
+    /// (0 = the server: expiry, eviction), for NOLOOP.
+    keys: BTreeMap<Box<[u8]>, u64>,
+    /// Clients subscribed to this prefix.
+    clients: BTreeSet<u64>,
+}
+
+/// A message still to send to the running client after its reply.
+#[derive(Debug)]
+enum Pending {
+    Key(Box<[u8]>),
+    Flush,
+}
+
+type Table = IndexMap<Box<[u8]>, Vec<u64>, foldhash::fast::FixedState>;
+
+/// The engine's tracking state (see the module docs).
+#[derive(Debug, Default)]
+pub struct Tracking {
+    /// Clients with tracking on (looked up after every command of theirs: a fast hasher).
+    clients: HashMap<u64, ClientTracking, foldhash::fast::FixedState>,
+    /// Every live connection → its protocol (redirect targets; see the module docs).
+    conns: HashMap<u64, Proto, foldhash::fast::FixedState>,
+    /// Key → ids of the clients that may cache it (redis `TrackingTable`); seeded like the
+    /// keyspace ([`Tracking::new`]), positions for the limit's random picks.
+    table: Table,
+    /// Ids over all keys (redis `TrackingTableTotalItems`).
+    items: u64,
+    /// BCAST prefix → its state (redis `PrefixTable`).
+    prefixes: BTreeMap<Box<[u8]>, Bcast>,
+    /// The client whose command runs now (0 = none: cron).
+    current: u64,
+    /// Messages for `current`, sent after its reply.
+    pending: Vec<Pending>,
+    /// A command run by a script read something (redis: the script's caller remembers the
+    /// script's declared keys).
+    script_read: bool,
+    /// Rounds of the table limit that ended still over it (redis `timeout_counter`).
+    limit_rounds: u32,
+}
+
+impl Tracking {
+    /// Empty; `seed` keys the table's hasher (the engine's `hash_seed`).
+    pub fn new(seed: u64) -> Tracking {
+        Tracking {
+            table: Table::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
+            ..Tracking::default()
+        }
+    }
+
+    /// Whether any client tracks (the dispatcher's one test).
+    #[inline]
+    pub fn active(&self) -> bool {
+        !self.clients.is_empty()
+    }
+
+    /// Number of clients with tracking on (INFO `tracking_clients`).
+    pub fn clients(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// Keys in the tracking table (INFO `tracking_total_keys`).
+    pub fn total_keys(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Client ids over all keys (INFO `tracking_total_items`).
+    pub fn total_items(&self) -> u64 {
+        self.items
+    }
+
+    /// BCAST prefixes (INFO `tracking_total_prefixes`).
+    pub fn total_prefixes(&self) -> usize {
+        self.prefixes.len()
+    }
+
+    /// `client_id`'s mode, if it tracks.
+    pub fn client(&self, client_id: u64) -> Option<&ClientTracking> {
+        self.clients.get(&client_id)
+    }
+
+    /// A connection exists with `proto` (the server's `init_client`).
+    pub fn conn_opened(&mut self, client_id: u64, proto: Proto) {
+        self.conns.insert(client_id, proto);
+    }
+
+    /// A known connection switched protocol (HELLO, RESET).
+    pub fn conn_proto(&mut self, client_id: u64, proto: Proto) {
+        if let Some(p) = self.conns.get_mut(&client_id) {
+            *p = proto;
+        }
+    }
+
+    fn proto_of(&self, client_id: u64) -> Proto {
+        self.conns.get(&client_id).copied().unwrap_or_default()
+    }
+}
+
+/// The CLIENT LIST flag letters of `client_id` (`t`, `R`, `B`, in Redis's order) and its
+/// `redir=` value (-1 when not tracking).
+pub fn client_list_info(e: &Engine, client_id: u64) -> (&'static str, i64) {
+    match e.tracking.clients.get(&client_id) {
+        None => ("", -1),
+        Some(t) => {
+            let flags = match (t.broken_redir, t.bcast) {
+                (false, false) => "t",
+                (true, false) => "tR",
+                (false, true) => "tB",
+                (true, true) => "tRB",
+            };
+            (flags, t.redirect as i64)
+        }
+    }
+}
+
+/// Turns the keyspace's change log on while anyone tracks.
+fn sync_log(e: &mut Engine) {
+    let on = !e.tracking.clients.is_empty();
+    if on != e.ks.tracked.is_some() {
+        // Changes logged before the last client left are moot.
+        e.ks.tracked = if on { Some(Vec::new()) } else { None };
+    }
+    if !on && !e.tracking.table.is_empty() {
+        // Every id left names a client that no longer tracks: nothing would ever be sent
+        // for them (Redis keeps them until each key changes or a FLUSH).
+        e.tracking.table = Table::with_hasher(e.tracking.table.hasher().clone());
+        e.tracking.items = 0;
+    }
+}
+
+/// The connection closed (redis `freeClient` → `disableTracking`).
+pub fn client_closed(e: &mut Engine, client_id: u64) {
+    e.tracking.conns.remove(&client_id);
+    disable(e, client_id);
+}
+
+/// RESET: tracking off (redis `clearClientConnectionState`).
+pub fn reset_client(e: &mut Engine, client_id: u64) {
+    disable(e, client_id);
+}
+
+/// redis `disableTracking`: leaves the client's BCAST prefixes; its ids stay in the table.
+fn disable(e: &mut Engine, client_id: u64) {
+    let Some(t) = e.tracking.clients.remove(&client_id) else {
+        return;
+    };
+    for p in &t.prefixes {
+        if let Some(bs) = e.tracking.prefixes.get_mut(p) {
+            bs.clients.remove(&client_id);
+            if bs.clients.is_empty() {
+                e.tracking.prefixes.remove(p);
+            }
+        }
+    }
+    sync_log(e);
+}
+
+/// `CLIENT TRACKING ON|OFF [REDIRECT id] [PREFIX p …] [BCAST] [OPTIN] [OPTOUT] [NOLOOP]` → OK
+/// (redis `clientCommand` "tracking", its checks and texts in its order).
+pub fn client_tracking(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let argv = c.argv;
+    let id = c.client.id;
+    let mut redir: i64 = 0;
+    let (mut bcast, mut optin, mut optout, mut noloop) = (false, false, false, false);
+    let mut prefixes: Vec<&[u8]> = Vec::new();
+    let mut j = 3;
+    while j < argv.len() {
+        let more = argv.len() - 1 - j;
+        let a = argv[j];
+        if a.eq_ignore_ascii_case(b"redirect") && more > 0 {
+            j += 1;
+            if redir != 0 {
+                return Err(CmdError::Static(
+                    "ERR A client can only redirect to a single other client",
+                ));
+            }
+            redir = crate::args::parse_i64(argv[j]).ok_or(CmdError::NotInteger)?;
+            if redir < 0 || !e.tracking.conns.contains_key(&(redir as u64)) {
+                return Err(CmdError::Static(
+                    "ERR The client ID you want redirect to does not exist",
+                ));
+            }
+        } else if a.eq_ignore_ascii_case(b"bcast") {
+            bcast = true;
+        } else if a.eq_ignore_ascii_case(b"optin") {
+            optin = true;
+        } else if a.eq_ignore_ascii_case(b"optout") {
+            optout = true;
+        } else if a.eq_ignore_ascii_case(b"noloop") {
+            noloop = true;
+        } else if a.eq_ignore_ascii_case(b"prefix") && more > 0 {
+            j += 1;
+            prefixes.push(argv[j]);
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        j += 1;
+    }
+    if argv[2].eq_ignore_ascii_case(b"on") {
+        if !bcast && !prefixes.is_empty() {
+            return Err(CmdError::Static(
+                "ERR PREFIX option requires BCAST mode to be enabled",
+            ));
+        }
+        if let Some(t) = e.tracking.clients.get(&id)
+            && t.bcast != bcast
+        {
+            return Err(CmdError::Static(
+                "ERR You can't switch BCAST mode on/off before disabling tracking for this \
+                 client, and then re-enabling it with a different mode.",
+            ));
+        }
+        if bcast && (optin || optout) {
+            return Err(CmdError::Static(
+                "ERR OPTIN and OPTOUT are not compatible with BCAST",
+            ));
+        }
+        if optin && optout {
+            return Err(CmdError::Static(
+                "ERR You can't specify both OPTIN mode and OPTOUT mode",
+            ));
+        }
+        if let Some(t) = e.tracking.clients.get(&id)
+            && ((optin && t.optout) || (optout && t.optin))
+        {
+            return Err(CmdError::Static(
+                "ERR You can't switch OPTIN/OPTOUT mode before disabling tracking for this \
+                 client, and then re-enabling it with a different mode.",
+            ));
+        }
+        if bcast {
+            let existing = e.tracking.clients.get(&id).map(|t| &t.prefixes);
+            check_prefix_collisions(existing, &prefixes)?;
+        }
+        enable(e, id, redir as u64, bcast, optin, optout, noloop, &prefixes);
+    } else if argv[2].eq_ignore_ascii_case(b"off") {
+        disable(e, id);
+    } else {
+        return Err(CmdError::Syntax);
+    }
+    c.w().ok();
+    Ok(())
+}
+
+/// Whether `a` and `b` agree on their common length (redis `stringCheckPrefix`).
+fn overlaps(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len().min(b.len());
+    a[..n] == b[..n]
+}
+
+/// redis `checkPrefixCollisionsOrReply`: no new prefix may overlap one the client has, nor
+/// another new one.
+fn check_prefix_collisions(
+    existing: Option<&BTreeSet<Box<[u8]>>>,
+    prefixes: &[&[u8]],
+) -> Result<(), CmdError> {
+    let s = |b: &[u8]| crate::error::c_str_lossy(b, usize::MAX);
+    for (i, p) in prefixes.iter().enumerate() {
+        if let Some(old) = existing.and_then(|set| set.iter().find(|o| overlaps(o, p))) {
+            return Err(CmdError::Other(format!(
+                "ERR Prefix '{}' overlaps with an existing prefix '{}'. Prefixes for a single \
+                 client must not overlap.",
+                s(p),
+                s(old)
+            )));
+        }
+        if let Some(q) = prefixes[i + 1..].iter().find(|q| overlaps(p, q)) {
+            return Err(CmdError::Other(format!(
+                "ERR Prefix '{}' overlaps with another provided prefix '{}'. Prefixes for a \
+                 single client must not overlap.",
+                s(p),
+                s(q)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// redis `enableTracking`.
+#[allow(clippy::too_many_arguments)]
+fn enable(
+    e: &mut Engine,
+    id: u64,
+    redirect: u64,
+    bcast: bool,
+    optin: bool,
+    optout: bool,
+    noloop: bool,
+    prefixes: &[&[u8]],
+) {
+    let t = e.tracking.clients.entry(id).or_default();
+    t.broken_redir = false;
+    t.redirect = redirect;
+    t.bcast = bcast;
+    t.optin = optin;
+    t.optout = optout;
+    t.noloop = noloop;
+    if bcast {
+        let empty: &[&[u8]] = &[b""];
+        let list = if prefixes.is_empty() { empty } else { prefixes };
+        for &p in list {
+            let bs = e.tracking.prefixes.entry(p.into()).or_default();
+            if bs.clients.insert(id) {
+                e.tracking
+                    .clients
+                    .get_mut(&id)
+                    .expect("just inserted")
+                    .prefixes
+                    .insert(p.into());
+            }
+        }
+    }
+    sync_log(e);
+}
+
+/// `CLIENT CACHING YES|NO` → OK (redis `clientCommand` "caching").
+pub fn client_caching(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let Some(t) = e.tracking.clients.get_mut(&c.client.id) else {
+        return Err(CmdError::Static(
+            "ERR CLIENT CACHING can be called only when the client is in tracking mode with \
+             OPTIN or OPTOUT mode enabled",
+        ));
+    };
+    let opt = c.argv[2];
+    if opt.eq_ignore_ascii_case(b"yes") {
+        if !t.optin {
+            return Err(CmdError::Static(
+                "ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.",
+            ));
+        }
+    } else if opt.eq_ignore_ascii_case(b"no") {
+        if !t.optout {
+            return Err(CmdError::Static(
+                "ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.",
+            ));
+        }
+    } else {
+        return Err(CmdError::Syntax);
+    }
+    t.caching = true;
+    c.w().ok();
+    Ok(())
+}
+
+/// `CLIENT GETREDIR` → the redirect id, 0 for none, -1 when not tracking.
+pub fn client_getredir(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let r = e
+        .tracking
+        .clients
+        .get(&c.client.id)
+        .map_or(-1, |t| t.redirect as i64);
+    c.w().integer(r);
+    Ok(())
+}
+
+/// `CLIENT TRACKINGINFO` → a map of `flags` (a set), `redirect` and `prefixes`, as Redis.
+pub fn client_trackinginfo(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let t = e.tracking.clients.get(&c.client.id);
+    let mut flags: Vec<&[u8]> = Vec::new();
+    match t {
+        None => flags.push(b"off"),
+        Some(t) => {
+            flags.push(b"on");
+            if t.bcast {
+                flags.push(b"bcast");
+            }
+            if t.optin {
+                flags.push(b"optin");
+                if t.caching {
+                    flags.push(b"caching-yes");
+                }
+            }
+            if t.optout {
+                flags.push(b"optout");
+                if t.caching {
+                    flags.push(b"caching-no");
+                }
+            }
+            if t.noloop {
+                flags.push(b"noloop");
+            }
+            if t.broken_redir {
+                flags.push(b"broken_redirect");
+            }
+        }
+    }
+    let mut w = c.w();
+    w.map(3);
+    w.bulk(b"flags");
+    w.set(flags.len());
+    for f in flags {
+        w.bulk(f);
+    }
+    w.bulk(b"redirect");
+    w.integer(t.map_or(-1, |t| t.redirect as i64));
+    w.bulk(b"prefixes");
+    match t {
+        Some(t) => {
+            w.array(t.prefixes.len());
+            for p in &t.prefixes {
+                w.bulk(p);
+            }
+        }
+        None => w.array(0),
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The dispatcher's hooks
+// ---------------------------------------------------------------------------------------------
+
+/// Before a command runs (redis `processCommand`, after `performEvictions`): the table limit,
+/// then invalidations caused so far (evicted keys), which reach the running client before its
+/// reply. `client` is the client about to run.
+pub fn before_command(e: &mut Engine, client_id: u64, out: &mut Vec<u8>) {
+    if e.blocking.rerun_of.is_some() {
+        return; // a parked command served inside another client's: that one's hooks run
+    }
+    e.tracking.current = client_id;
+    let first = e.deliveries.len();
+    drain_changes(e, false);
+    if e.config.tracking_table_max_keys != 0
+        && e.tracking.table.len() as u64 > e.config.tracking_table_max_keys
+    {
+        limit_used_slots(e);
+    }
+    // This client's messages go out now, before whatever reply follows (QUEUED included).
+    if e.deliveries[first..]
+        .iter()
+        .any(|d| d.client_id == client_id)
+    {
+        let mut i = first;
+        while i < e.deliveries.len() {
+            if e.deliveries[i].client_id == client_id {
+                out.extend_from_slice(&e.deliveries.remove(i).bytes);
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// After a command ran (any: top level, inside EXEC, inside a script): remembers the keys a
+/// read-only command read for a tracking client (redis `call` → `trackingRememberKeys`).
+/// Called only while some client tracks.
+pub fn after_call(e: &mut Engine, client: &Client, spec: &CommandSpec, argv: &[&[u8]]) {
+    if client.addr == crate::script::SCRIPT_CLIENT_ADDR {
+        // A script's own command: its caller remembers the script's declared keys.
+        if spec.has_flag(Flags::READONLY) {
+            e.tracking.script_read = true;
+        }
+        return;
+    }
+    let script_read = std::mem::take(&mut e.tracking.script_read);
+    let read = spec.has_flag(Flags::READONLY)
+        && !matches!(spec.name, "eval_ro" | "evalsha_ro" | "fcall_ro");
+    if !(read || script_read) {
+        return;
+    }
+    let Some(t) = e.tracking.clients.get(&client.id) else {
+        return;
+    };
+    if t.bcast || (t.optin && !t.caching) || (t.optout && t.caching) {
+        return;
+    }
+    if spec.has_flag(Flags::PUBSUB) {
+        return;
+    }
+    let keys = crate::command::keys(spec, argv);
+    let id = client.id;
+    for pos in keys.positions() {
+        // Looked up by slice first: a key already tracked costs no allocation.
+        match e.tracking.table.get_mut(argv[pos]) {
+            Some(ids) if ids.contains(&id) => continue,
+            Some(ids) => ids.push(id),
+            None => {
+                e.tracking.table.insert(argv[pos].into(), vec![id]);
+            }
+        }
+        e.tracking.items += 1;
+    }
+}
+
+/// After a top-level command (not one run by EXEC or a script), once its reply is written and
+/// pub/sub messages for the client are in place: invalidations caused by the command, then
+/// BCAST messages; the running client's come after its reply. Clears CLIENT CACHING unless
+/// the command was CLIENT or the client is inside MULTI (redis `resetClient`).
+pub fn after_command(e: &mut Engine, client: &Client) {
+    if e.blocking.rerun_of.is_some() {
+        // A parked command served inside another client's command: its invalidations go
+        // out with that command's, after this one's reply (queued by `blocking`).
+        return;
+    }
+    if let Some(t) = e.tracking.clients.get_mut(&client.id)
+        && t.caching
+        && !client.tx.in_multi()
+        && !client.last_cmd.starts_with("client|")
+    {
+        t.caching = false;
+    }
+    drain_changes(e, true);
+    broadcast(e);
+    e.tracking.current = 0;
+}
+
+/// Timer tick: changes of the expiry cycle and eviction, the table limit, BCAST messages.
+pub fn cron(e: &mut Engine) {
+    e.tracking.current = 0;
+    drain_changes(e, false);
+    if e.tracking.clients.is_empty() {
+        return;
+    }
+    if e.config.tracking_table_max_keys != 0 {
+        limit_used_slots(e);
+    }
+    broadcast(e);
+}
+
+/// Invalidations for the keys the keyspace logged. `defer_current`: messages for the running
+/// client wait until after its reply.
+fn drain_changes(e: &mut Engine, defer_current: bool) {
+    let Some(log) = e.ks.tracked.as_mut() else {
+        return;
+    };
+    if log.is_empty() {
+        if defer_current {
+            send_pending(e);
+        }
+        return;
+    }
+    let mut log = std::mem::take(log);
+    let current = e.tracking.current;
+    for (key, by_server) in log.drain(..) {
+        let modifier = if by_server { 0 } else { current };
+        invalidate_key(e, &key, modifier, true, defer_current);
+    }
+    if let Some(l) = e.ks.tracked.as_mut() {
+        *l = log; // keep the buffer
+    }
+    if defer_current {
+        send_pending(e);
+    }
+}
+
+/// redis `trackingInvalidateKey`: schedules `key` for BCAST (when `bcast`) and tells every
+/// client in its table entry, then forgets the entry. `modifier`: the client that changed it
+/// (0 = the server).
+fn invalidate_key(e: &mut Engine, key: &[u8], modifier: u64, bcast: bool, defer_current: bool) {
+    if bcast && !e.tracking.prefixes.is_empty() {
+        for (p, bs) in e.tracking.prefixes.iter_mut() {
+            if key.starts_with(p) {
+                match bs.keys.get_mut(key) {
+                    Some(m) => *m = modifier,
+                    None => {
+                        bs.keys.insert(key.into(), modifier);
+                    }
+                }
+            }
+        }
+    }
+    let Some(ids) = e.tracking.table.swap_remove(key) else {
+        return;
+    };
+    e.tracking.items -= ids.len() as u64;
+    let current = e.tracking.current;
+    for id in ids {
+        let Some(t) = e.tracking.clients.get(&id) else {
+            continue;
+        };
+        if t.bcast || (t.noloop && id == current && current != 0) {
+            continue;
+        }
+        if id == current && defer_current {
+            e.tracking.pending.push(Pending::Key(key.into()));
+        } else {
+            send(e, id, Payload::Keys(&[key]));
+        }
+    }
+}
+
+/// What a message carries.
+enum Payload<'a> {
+    Keys(&'a [&'a [u8]]),
+    /// A pre-encoded array (BCAST).
+    Encoded(&'a [u8]),
+    /// FLUSH*: a null in the tracking client's protocol.
+    Null,
+}
+
+/// redis `sendTrackingMessage`: to `id`, or its redirect client.
+fn send(e: &mut Engine, id: u64, payload: Payload<'_>) {
+    let Some(t) = e.tracking.clients.get_mut(&id) else {
+        return;
+    };
+    let own_proto = e.tracking.conns.get(&id).copied().unwrap_or_default();
+    let mut target = id;
+    let redirected = t.redirect != 0;
+    if redirected {
+        if !e.tracking.conns.contains_key(&t.redirect) {
+            t.broken_redir = true;
+            if own_proto == Proto::Resp3 {
+                let mut bytes = Vec::with_capacity(48);
+                let mut w = ReplyWriter::new(&mut bytes, Proto::Resp3);
+                w.push(2);
+                w.bulk(b"tracking-redir-broken");
+                w.integer(t.redirect as i64);
+                deliver(e, id, bytes);
+            }
+            return;
+        }
+        target = t.redirect;
+    }
+    let proto = e.tracking.proto_of(target);
+    let mut bytes = Vec::with_capacity(64);
+    let mut w = ReplyWriter::new(&mut bytes, proto);
+    if proto == Proto::Resp3 {
+        w.push(2);
+        w.bulk(b"invalidate");
+    } else if redirected && e.pubsub.is_subscribed(target) {
+        w.array(3);
+        w.bulk(b"message");
+        w.bulk(CHANNEL);
+    } else {
+        return;
+    }
+    match payload {
+        Payload::Keys(keys) => {
+            w.array(keys.len());
+            for k in keys {
+                w.bulk(k);
+            }
+        }
+        Payload::Encoded(b) => bytes.extend_from_slice(b),
+        Payload::Null => ReplyWriter::new(&mut bytes, own_proto).null(),
+    }
+    deliver(e, target, bytes);
+}
+
+fn deliver(e: &mut Engine, client_id: u64, bytes: Vec<u8>) {
+    e.deliveries.push(Delivery {
+        client_id,
+        bytes,
+        unblock: false,
+    });
+}
+
+/// Sends what waited for the running client's reply (redis
+/// `trackingHandlePendingKeyInvalidations`).
+fn send_pending(e: &mut Engine) {
+    if e.tracking.pending.is_empty() {
+        return;
+    }
+    let current = e.tracking.current;
+    for p in std::mem::take(&mut e.tracking.pending) {
+        match p {
+            Pending::Key(k) => send(e, current, Payload::Keys(&[&k])),
+            Pending::Flush => send(e, current, Payload::Null),
+        }
+    }
+}
+
+/// FLUSHDB, FLUSHALL, SWAPDB (redis `trackingInvalidateKeysOnFlush`): every tracking client
+/// hears "all keys" (a null), the running client after its reply; the table is emptied.
+pub fn flushed(e: &mut Engine) {
+    if e.tracking.clients.is_empty() && e.tracking.table.is_empty() {
+        return;
+    }
+    // Changes before the flush are told first.
+    let current = e.tracking.current;
+    drain_changes(e, current != 0);
+    let mut ids: Vec<u64> = e.tracking.clients.keys().copied().collect();
+    ids.sort_unstable();
+    for id in ids {
+        if id == current {
+            e.tracking.pending.push(Pending::Flush);
+        } else {
+            send(e, id, Payload::Null);
+        }
+    }
+    e.tracking.table.clear();
+    e.tracking.table.shrink_to_fit();
+    e.tracking.items = 0;
+}
+
+/// redis `trackingLimitUsedSlots`: while the table holds more than `tracking-table-max-keys`
+/// keys, random keys are invalidated as if they changed (not broadcast), at most
+/// 100 × (rounds that ended still over + 1) per call.
+pub fn limit_used_slots(e: &mut Engine) {
+    let max = e.config.tracking_table_max_keys;
+    if max == 0 || e.tracking.table.len() as u64 <= max {
+        e.tracking.limit_rounds = 0;
+        return;
+    }
+    let mut effort = 100 * (u64::from(e.tracking.limit_rounds) + 1);
+    while effort > 0 && !e.tracking.table.is_empty() {
+        effort -= 1;
+        let i = (e.ks.next_random() % e.tracking.table.len() as u64) as usize;
+        let key = e.tracking.table.get_index(i).expect("in range").0.clone();
+        invalidate_key(e, &key, 0, false, false);
+        if e.tracking.table.len() as u64 <= max {
+            e.tracking.limit_rounds = 0;
+            return;
+        }
+    }
+    e.tracking.limit_rounds += 1;
+}
+
+/// redis `trackingBroadcastInvalidationMessages`: each prefix's changed keys (sorted) to its
+/// clients, without the keys a NOLOOP client changed itself.
+fn broadcast(e: &mut Engine) {
+    if e.tracking.prefixes.is_empty() {
+        return;
+    }
+    let mut sends: Vec<(u64, Vec<u8>)> = Vec::new();
+    for bs in e.tracking.prefixes.values_mut() {
+        if bs.keys.is_empty() {
+            continue;
+        }
+        let keys = std::mem::take(&mut bs.keys);
+        let all = encode_keys(&keys, None);
+        for &id in &bs.clients {
+            let noloop = e.tracking.clients.get(&id).is_some_and(|t| t.noloop);
+            if noloop {
+                if keys.values().any(|&m| m != id) {
+                    sends.push((id, encode_keys(&keys, Some(id))));
+                }
+            } else {
+                sends.push((id, all.clone()));
+            }
+        }
+    }
+    for (id, proto) in sends {
+        send(e, id, Payload::Encoded(&proto));
+    }
+}
+
+/// redis `trackingBuildBroadcastReply`: `*N` and the keys, skipping those `skip` changed.
+fn encode_keys(keys: &BTreeMap<Box<[u8]>, u64>, skip: Option<u64>) -> Vec<u8> {
+    let kept = || keys.iter().filter(move |(_, m)| Some(**m) != skip);
+    let mut out = Vec::with_capacity(16 + keys.keys().map(|k| k.len() + 12).sum::<usize>());
+    let mut w = ReplyWriter::new(&mut out, Proto::Resp2);
+    w.array(kept().count());
+    for (k, _) in kept() {
+        w.bulk(k);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_overlap_as_redis_checks() {
+        assert!(overlaps(b"FOO", b"FOOBAR"));
+        assert!(overlaps(b"FOOBAR", b"FO"));
+        assert!(overlaps(b"", b"x"));
+        assert!(!overlaps(b"FOO", b"BAR"));
+        let err = check_prefix_collisions(None, &[b"FOOBAR", b"FOO"]).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "ERR Prefix 'FOOBAR' overlaps with another provided prefix 'FOO'. Prefixes for a \
+             single client must not overlap."
+        );
+        let mut old = BTreeSet::new();
+        old.insert(b"BAR".to_vec().into_boxed_slice());
+        let err = check_prefix_collisions(Some(&old), &[b"BARB"]).unwrap_err();
+        assert!(
+            err.message()
+                .starts_with("ERR Prefix 'BARB' overlaps with an existing prefix 'BAR'")
+        );
+    }
+
+    use crate::Config;
+
+    fn conn(e: &mut Engine, id: u64) -> Client {
+        let mut c = Client {
+            id,
+            ..Client::default()
+        };
+        e.init_client(&mut c);
+        c
+    }
+
+    fn run(e: &mut Engine, c: &mut Client, args: &[&str]) -> Vec<u8> {
+        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        let mut out = Vec::new();
+        e.exec(c, &argv, 1_000_000_000_000, &mut out);
+        out
+    }
+
+    /// The bytes delivered to `id` since the last call, in order.
+    fn delivered(e: &mut Engine, id: u64) -> Vec<u8> {
+        let mut all = Vec::new();
+        e.take_deliveries(&mut all);
+        all.into_iter()
+            .filter(|d| d.client_id == id)
+            .flat_map(|d| d.bytes)
+            .collect()
+    }
+
+    const INV_K: &[u8] = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n";
+
+    #[test]
+    fn nobody_tracking_logs_nothing() {
+        let mut e = Engine::new(Config::default());
+        let mut a = conn(&mut e, 1);
+        run(&mut e, &mut a, &["SET", "k", "1"]);
+        assert!(e.ks.tracked.is_none());
+        run(&mut e, &mut a, &["CLIENT", "TRACKING", "ON"]);
+        assert!(e.ks.tracked.is_some());
+        run(&mut e, &mut a, &["CLIENT", "TRACKING", "OFF"]);
+        assert!(e.ks.tracked.is_none());
+    }
+
+    #[test]
+    fn reads_are_remembered_and_writes_told_once() {
+        let mut e = Engine::new(Config::default());
+        let mut t = conn(&mut e, 1);
+        let mut w = conn(&mut e, 2);
+        run(&mut e, &mut t, &["HELLO", "3"]);
+        assert_eq!(
+            run(&mut e, &mut t, &["CLIENT", "TRACKING", "ON"]),
+            b"+OK\r\n"
+        );
+        run(&mut e, &mut t, &["GET", "k"]);
+        assert_eq!((e.tracking.total_keys(), e.tracking.total_items()), (1, 1));
+        run(&mut e, &mut w, &["SET", "k", "1"]);
+        assert_eq!(delivered(&mut e, 1), INV_K);
+        assert_eq!(e.tracking.total_keys(), 0);
+        run(&mut e, &mut w, &["SET", "k", "2"]);
+        assert!(delivered(&mut e, 1).is_empty());
+        // The client's own write: the push follows the reply (a delivery, after `out`).
+        run(&mut e, &mut t, &["GET", "k"]);
+        assert_eq!(run(&mut e, &mut t, &["DEL", "k"]), b":1\r\n");
+        assert_eq!(delivered(&mut e, 1), INV_K);
+        // Gone: its ids stay in the table until the key changes, then nothing is sent.
+        let mut other = conn(&mut e, 3);
+        run(&mut e, &mut other, &["CLIENT", "TRACKING", "ON"]);
+        run(&mut e, &mut t, &["GET", "k"]);
+        e.client_closed(1);
+        assert_eq!(e.tracking.total_items(), 1);
+        run(&mut e, &mut w, &["SET", "k", "3"]);
+        assert!(delivered(&mut e, 1).is_empty());
+        assert_eq!(e.tracking.total_items(), 0);
+        // The last tracking client leaves: the table, all stale, is dropped.
+        run(&mut e, &mut t, &["GET", "k"]);
+        e.client_closed(3);
+        assert_eq!((e.tracking.total_keys(), e.tracking.total_items()), (0, 0));
+    }
+
+    #[test]
+    fn bcast_batches_a_command_per_prefix_without_noloop_keys() {
+        let mut e = Engine::new(Config::default());
+        let mut t = conn(&mut e, 1);
+        let mut w = conn(&mut e, 2);
+        run(&mut e, &mut t, &["HELLO", "3"]);
+        run(
+            &mut e,
+            &mut t,
+            &["CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "a", "NOLOOP"],
+        );
+        run(&mut e, &mut w, &["MSET", "ab", "1", "aa", "1", "b", "1"]);
+        assert_eq!(
+            delivered(&mut e, 1),
+            b">2\r\n$10\r\ninvalidate\r\n*2\r\n$2\r\naa\r\n$2\r\nab\r\n"
+        );
+        run(&mut e, &mut t, &["SET", "ax", "1"]);
+        assert!(delivered(&mut e, 1).is_empty());
+    }
+
+    #[test]
+    fn the_table_limit_invalidates_random_keys() {
+        let mut e = Engine::new(Config::default());
+        let mut t = conn(&mut e, 1);
+        run(&mut e, &mut t, &["HELLO", "3"]);
+        run(&mut e, &mut t, &["CLIENT", "TRACKING", "ON"]);
+        let keys: Vec<String> = (0..250).map(|i| format!("k{i}")).collect();
+        for k in &keys {
+            run(&mut e, &mut t, &["GET", k]);
+        }
+        e.config.tracking_table_max_keys = 1;
+        // 100 keys per round, then 200: Redis's growing effort.
+        e.cron(1_000_000_000_000);
+        assert_eq!(e.tracking.total_keys(), 150);
+        e.cron(1_000_000_000_000);
+        assert_eq!(e.tracking.total_keys(), 1);
+        let pushes = delivered(&mut e, 1);
+        assert_eq!(
+            pushes.windows(10).filter(|w| w == b"invalidate").count(),
+            249
+        );
+    }
+
+    #[test]
+    fn broadcast_reply_skips_own_keys() {
+        let mut keys = BTreeMap::new();
+        keys.insert(b"b".to_vec().into_boxed_slice(), 7);
+        keys.insert(b"a".to_vec().into_boxed_slice(), 0);
+        assert_eq!(encode_keys(&keys, None), b"*2\r\n$1\r\na\r\n$1\r\nb\r\n");
+        assert_eq!(encode_keys(&keys, Some(7)), b"*1\r\n$1\r\na\r\n");
+    }
+}

@@ -2,7 +2,8 @@
 // tests/tests/fanout_browser.rs). Two engines behind the proxy; a fan-out with tokens.
 //
 // - The writer issues WRITES commands over every data type (strings, counters, hashes, sets,
-//   sorted sets, lists, streams with a consumer group), with short and long expiries,
+//   sorted sets, lists, streams with a consumer group, bitmaps and BITFIELD, HyperLogLogs,
+//   BITOP, PFMERGE, SORT … STORE, geo), with short and long expiries,
 //   DEL/EXPIRE/PERSIST, RENAME and MSET,
 //   EVAL and FCALL (their writes reach replicas as the commands they ran), and one FLUSHALL,
 //   through the proxy.
@@ -105,6 +106,17 @@ const OPS = [
     (38 + rnd.int(100) / 100).toFixed(2), `m${rnd.int(8)}`],
   () => { const p = rnd.pick(P); const t = `{g${n()}}`; return ['GEOSEARCHSTORE', `${p}${t}dst`, `${p}${t}src`,
     'FROMLONLAT', '13.5', '38.5', 'BYRADIUS', 60 + rnd.int(60), 'km', ...(rnd.chance(0.5) ? ['STOREDIST'] : [])]; },
+  // Bitmaps, BITFIELD, HyperLogLog, BITOP, SORT … STORE, RESTORE: replicas end byte-identical.
+  () => ['SETBIT', `${rnd.pick(P)}{b${n()}}bits`, rnd.int(200), rnd.int(2)],
+  () => ['BITFIELD', `${rnd.pick(P)}{b${n()}}bits`, 'INCRBY', 'u8', 8 * rnd.int(4), 1 + rnd.int(50),
+    'OVERFLOW', 'SAT', 'INCRBY', 'i5', 40, 7],
+  () => { const p = rnd.pick(P); const t = `{b${n()}}`; return ['BITOP', rnd.pick(['AND', 'OR', 'XOR']), `${p}${t}op`, `${p}${t}bits`, `${p}${t}bits2`]; },
+  () => ['SETBIT', `${rnd.pick(P)}{b${n()}}bits2`, rnd.int(200), 1],
+  () => ['PFADD', `${rnd.pick(P)}{h${n()}}hll`, `e${rnd.int(50)}`, `e${rnd.int(5000)}`],
+  () => { const p = rnd.pick(P); const t = `{h${n()}}`; return ['PFMERGE', `${p}${t}all`, `${p}${t}hll`, `${p}${t}hll2`]; },
+  () => ['PFADD', `${rnd.pick(P)}{h${n()}}hll2`, `f${rnd.int(3000)}`],
+  () => { const p = rnd.pick(P); const t = `{s${n()}}`; return ['SORT', `${p}${t}l`, 'ALPHA', 'DESC', 'LIMIT', 0, 3, 'STORE', `${p}${t}sorted`]; },
+  () => ['RPUSH', `${rnd.pick(P)}{s${n()}}l`, `v${rnd.int(30)}`],
   () => ['LPUSH', key('list'), `e${rnd.int(100)}`],
   () => ['LPOP', key('list')],
   () => ['LTRIM', key('list'), 0, 4],

@@ -183,9 +183,11 @@ impl RunCtx {
 /// Run a GC step every this many scripts (redis `LUA_GC_CYCLE_PERIOD`).
 const GC_PERIOD: u32 = 50;
 
-/// A cached script.
+/// A cached script: its compiled function is `State::compiled[index]` (a Lua table holds
+/// them, not one mlua handle each: mlua keeps a handle's reference on an auxiliary Lua stack
+/// that holds at most 8,000, and the cache is unbounded, like Redis's).
 struct Script {
-    func: Function,
+    index: i64,
     flags: ScriptFlags,
 }
 
@@ -201,6 +203,8 @@ struct State {
     /// The error table a Rust function of the `redis` table raised (see [`raise`]).
     pending: Pending,
     scripts: HashMap<String, Script>,
+    /// The cached scripts' functions, by [`Script::index`].
+    compiled: Table,
     /// The functions' state only: switches the globals to FUNCTION LOAD's environment.
     load_mode: Option<Function>,
     /// The functions' state only: `(f, handler, keys, args)` → xpcall of `f(keys, args)`.
@@ -285,9 +289,14 @@ impl LuaHost {
         let (flags, skip) = shebang::parse(body).map_err(|m| format!("ERR {m}"))?;
         let func = compile(&self.state.lua, &body[skip..], "@user_script")
             .map_err(|msg| format!("ERR Error compiling script (new function): {msg}"))?;
+        let index = self.state.scripts.len() as i64 + 1;
+        self.state
+            .compiled
+            .raw_set(index, func)
+            .map_err(|e| format!("ERR Error compiling script (new function): {e}"))?;
         self.state
             .scripts
-            .insert(sha.clone(), Script { func, flags });
+            .insert(sha.clone(), Script { index, flags });
         Ok(sha)
     }
 
@@ -326,7 +335,11 @@ impl LuaHost {
             return Err(CmdError::Static(NOSCRIPT));
         };
         let flags = script.flags;
-        let func = script.func.clone();
+        let func: Function = self
+            .state
+            .compiled
+            .raw_get(script.index)
+            .map_err(|e| CmdError::Other(format!("ERR {e}")))?;
         self.invoke(e, c, false, (&func, sha), flags, ro, numkeys as usize)
     }
 
@@ -920,6 +933,7 @@ impl State {
         lua.set_named_registry_value(clib::OUTPUT_CAP, memory_limit)?;
         let load_mode: Option<Function> = hooks.raw_get("load_mode")?;
         let fcall: Option<Function> = hooks.raw_get("fcall")?;
+        let compiled = lua.create_table()?;
         Ok(State {
             load_mode,
             fcall,
@@ -930,6 +944,7 @@ impl State {
             ctx,
             pending,
             scripts: HashMap::new(),
+            compiled,
         })
     }
 }

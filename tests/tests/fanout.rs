@@ -856,6 +856,79 @@ fn bad_input_gets_an_error_or_a_close_never_a_crash() {
     assert!(f.alive());
 }
 
+/// A client frame with FIN as given (so fragments can be built), masked.
+fn raw_fragment(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = raw_frame(opcode, payload);
+    if !fin {
+        f[0] &= 0x7f;
+    }
+    f
+}
+
+/// The status code of the first Close frame among the server's (unmasked) frames in `bytes`.
+fn close_status(bytes: &[u8]) -> Option<u16> {
+    let mut at = 0;
+    while at + 2 <= bytes.len() {
+        let opcode = bytes[at] & 0x0f;
+        let mut len = usize::from(bytes[at + 1] & 0x7f);
+        let mut head = 2;
+        if len == 126 {
+            len = usize::from(u16::from_be_bytes(
+                bytes.get(at + 2..at + 4)?.try_into().ok()?,
+            ));
+            head = 4;
+        } else if len == 127 {
+            len = u64::from_be_bytes(bytes.get(at + 2..at + 10)?.try_into().ok()?) as usize;
+            head = 10;
+        }
+        let body = bytes.get(at + head..at + head + len)?;
+        if opcode == 0x8 {
+            return Some(u16::from_be_bytes(body.get(..2)?.try_into().ok()?));
+        }
+        at += head + len;
+    }
+    None
+}
+
+/// Protocol errors close with status 1002 (issue 19 item 6, RFC 6455 §7.1.7): an orphan
+/// continuation, a fragmented control frame, a control frame over 125 bytes, a data frame
+/// interrupting a fragmented message.
+#[test]
+fn protocol_errors_close_with_1002() {
+    let mut f = Fleet::start(&[]);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("orphan continuation", raw_fragment(true, 0x0, b"x")),
+        ("fragmented ping", raw_fragment(false, 0x9, b"x")),
+        ("ping over 125 bytes", raw_frame(0x9, &[b'p'; 126])),
+        (
+            "text inside a fragmented message",
+            [raw_fragment(false, 0x1, b"{\"ty"), raw_frame(0x1, b"{}")].concat(),
+        ),
+    ];
+    for (name, bytes) in cases {
+        let mut w = Ws::connect(f.fanout_port);
+        assert_eq!(w.recv(T)["type"], "hello");
+        let mut s = w.ws.into_inner();
+        s.set_read_timeout(Some(T)).unwrap();
+        s.write_all(&bytes).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let deadline = Instant::now() + T;
+        while Instant::now() < deadline {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+            if close_status(&got).is_some() {
+                break;
+            }
+        }
+        assert_eq!(close_status(&got), Some(1002), "{name}: {got:?}");
+    }
+    assert!(f.fanout.is_running(), "{}", f.fanout.log());
+    assert!(f.alive());
+}
+
 #[test]
 fn a_thousand_browsers_connect_and_drop() {
     let mut f = Fleet::start(&[]);

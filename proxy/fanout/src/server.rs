@@ -638,8 +638,12 @@ impl Server {
                     return self.refuse(idx, CloseCode::Invalid, "invalid UTF-8 in a text frame");
                 }
                 Err(tungstenite::Error::Protocol(e)) => {
+                    // An orphan continuation, a fragmented or over-long control frame, a data
+                    // frame inside a fragmented message…: close with 1002 (RFC 6455 §7.1.7:
+                    // "Fail the WebSocket Connection" sends a Close frame first).
                     log::debug!("fanout: browser protocol error: {e}");
-                    return self.close(idx);
+                    let msg = format!("protocol error: {e}");
+                    return self.refuse(idx, CloseCode::Protocol, &msg);
                 }
                 Err(_) => return self.close(idx),
             }

@@ -154,14 +154,50 @@ impl Client {
     pub fn after_reply(&mut self, out: &mut Vec<u8>, start: usize) {
         match self.reply {
             ReplyMode::On => {}
-            ReplyMode::Off => out.truncate(start),
+            ReplyMode::Off => drop_replies(out, start),
             ReplyMode::Skip => {
-                out.truncate(start);
+                drop_replies(out, start);
                 self.reply = ReplyMode::On;
             }
             ReplyMode::SkipNext => self.reply = ReplyMode::Skip,
         }
     }
+}
+
+/// Drops the replies in `out[start..]` but keeps pushes: RESP3 push frames and RESP2
+/// (un)subscribe confirmations, which Redis sends whatever CLIENT REPLY says (it writes them
+/// with `CLIENT_PUSHING`, which `prepareClientToWrite` lets through).
+fn drop_replies(out: &mut Vec<u8>, start: usize) {
+    let pushing = |f: &[u8]| {
+        f.first() == Some(&b'>')
+            || [
+                &b"*3\r\n$9\r\nsubscribe\r\n"[..],
+                b"*3\r\n$10\r\npsubscribe\r\n",
+                b"*3\r\n$10\r\nssubscribe\r\n",
+                b"*3\r\n$11\r\nunsubscribe\r\n",
+                b"*3\r\n$12\r\npunsubscribe\r\n",
+                b"*3\r\n$12\r\nsunsubscribe\r\n",
+            ]
+            .iter()
+            .any(|p| f.starts_with(p))
+    };
+    if !pushing(&out[start..]) && !out[start..].contains(&b'>') {
+        out.truncate(start);
+        return;
+    }
+    let mut kept = start;
+    let mut at = start;
+    while at < out.len() {
+        let Ok(Some(n)) = resp::reply::frame_len(&out[at..]) else {
+            break;
+        };
+        if pushing(&out[at..at + n]) {
+            out.copy_within(at..at + n, kept);
+            kept += n;
+        }
+        at += n;
+    }
+    out.truncate(kept);
 }
 
 /// What the server must do after `exec`, beyond sending the bytes written to `out`.

@@ -78,44 +78,22 @@ for q in "BITCOUNT big" "PFCOUNT h1 h2 h3" "LLEN l"; do
 done
 
 : >"$TMP/rows.csv"
-# bench SYSTEM WORKLOAD ROUND REQUESTS COMMAND… : one redis-benchmark run, -P 16.
-bench() {
-    local s=$1 workload=$2 round=$3 n=$4 out log
-    shift 4
-    out="$RESULTS/datatypes-$RUN_ID-$s-$workload-r$round.json"
-    log="$TMP/rb-$s-$workload-r$round.log"
-    if ! gen "$BENCH_BIN" redis-benchmark --out "$out" "${LABELS[@]}" --label suite=datatypes \
-        --label "system=$s" --label "workload=$workload" --label "round=$round" \
-        --label "rounds=$ROUNDS" --label pipeline=16 --test-name "$workload" -- \
-        -h 127.0.0.1 -p "${PORT_OF[$s]}" -c "$CLIENTS" -n "$n" -P 16 "$@" >"$log" 2>&1; then
-        echo "$0: $s $workload: redis-benchmark failed:" >&2
-        tail -n 5 "$log" >&2
-        exit 1
-    fi
-    if grep -qi '^error\|ERR ' "$log"; then
-        echo "$0: $s $workload: error replies:" >&2
-        grep -i -m3 'error' "$log" >&2
-        exit 1
-    fi
-    sed -n 's/^"\([^"]*\)": \([0-9.]*\) rps$/\1 \2/p' "$log" \
-        | while read -r _ rps; do echo "$s,$workload,rps,$rps"; done >>"$TMP/rows.csv"
-}
 
 for round in $(seq "$ROUNDS"); do
     if [ $((round % 2)) = 1 ]; then order=(recached redis); else order=(redis recached); fi
     for s in "${order[@]}"; do
         echo "round $round/$ROUNDS: $s" >&2
-        bench "$s" SETBIT "$round" "$N" -r 100000 SETBIT bits:__rand_int__ 1000 1
-        bench "$s" BITCOUNT "$round" $((N / 20)) BITCOUNT big
-        bench "$s" PFADD "$round" "$N" -r 1000000 PFADD hll __rand_int__
-        bench "$s" PFCOUNT3 "$round" $((N / 20)) PFCOUNT h1 h2 h3
-        bench "$s" SORT "$round" $((N / 40)) SORT l
+        rb_run datatypes "$s" SETBIT "$round" SETBIT 16 "$N" -r 100000 SETBIT bits:__rand_int__ 1000 1
+        rb_run datatypes "$s" BITCOUNT "$round" BITCOUNT 16 $((N / 20)) BITCOUNT big
+        rb_run datatypes "$s" PFADD "$round" PFADD 16 "$N" -r 1000000 PFADD hll __rand_int__
+        rb_run datatypes "$s" PFCOUNT3 "$round" PFCOUNT3 16 $((N / 20)) PFCOUNT h1 h2 h3
+        rb_run datatypes "$s" SORT "$round" SORT 16 $((N / 40)) SORT l
     done
 done
 
 MEDIANS="$RESULTS/datatypes-$RUN_ID-medians.csv"
 {
-    echo "system,workload,unit,median,rounds"
+    echo "system,workload,test,median,rounds"
     median_rows "$TMP/rows.csv"
 } >"$MEDIANS"
 

@@ -61,28 +61,6 @@ SYSTEMS=(recached redis)
 echo "geo: $ROUNDS rounds, recached $RECACHED_VERSION, redis $REDIS_VERSION, $CPU_PLACEMENT" >&2
 
 : >"$TMP/rows.csv"
-# run SYSTEM WORKLOAD ROUND TEST-NAME PIPELINE REQUESTS COMMAND…
-run() {
-    local s=$1 workload=$2 round=$3 name=$4 pipe=$5 n=$6 out log
-    shift 6
-    out="$RESULTS/geo-$RUN_ID-$s-$workload-$name-r$round.json"
-    log="$TMP/rb-$s-$workload-$name-r$round.log"
-    if ! gen "$BENCH_BIN" redis-benchmark --out "$out" "${LABELS[@]}" --label suite=geo \
-        --label "system=$s" --label "workload=$workload" --label "round=$round" \
-        --label "rounds=$ROUNDS" --label "pipeline=$pipe" --test-name "$name" -- \
-        -h 127.0.0.1 -p "${PORT_OF[$s]}" -c "$CLIENTS" -n "$n" -P "$pipe" "$@" >"$log" 2>&1; then
-        echo "$0: $s $workload $name: redis-benchmark failed:" >&2
-        tail -n 5 "$log" >&2
-        exit 1
-    fi
-    if grep -qi '^error\|ERR ' "$log"; then
-        echo "$0: $s $workload $name: error replies:" >&2
-        grep -i -m3 'error' "$log" >&2
-        exit 1
-    fi
-    sed -n 's/^"\([^"]*\)": \([0-9.]*\) rps$/\1 \2/p' "$log" \
-        | while read -r _ rps; do echo "$s,$workload,$name,$rps"; done >>"$TMP/rows.csv"
-}
 
 for round in $(seq "$ROUNDS"); do
     if [ $((round % 2)) = 1 ]; then order=(recached redis); else order=(redis recached); fi
@@ -94,9 +72,9 @@ for round in $(seq "$ROUNDS"); do
         case "$loaded" in "errors: 0,"*) ;; *) echo "$0: $s: loading: $loaded" >&2; exit 1 ;; esac
         card=$(redis-cli -p "$p" ZCARD geo:100k)
         [ "$card" = "$MEMBERS" ] || { echo "$0: $s: ZCARD geo:100k = $card" >&2; exit 1; }
-        run "$s" pipelined "$round" GEOADD 16 "$N" -r 100000 GEOADD geo:add 13.__rand_int__ 38.__rand_int__ 'm:__rand_int__'
-        run "$s" pipelined "$round" GEOSEARCH 4 $((N / 100)) GEOSEARCH geo:100k FROMLONLAT 13 41 BYRADIUS 100 km
-        run "$s" pipelined "$round" GEOSEARCH-N10 16 $((N / 40)) GEOSEARCH geo:100k FROMLONLAT 13 41 BYRADIUS 100 km ASC COUNT 10 WITHDIST
+        rb_run geo "$s" pipelined "$round" GEOADD 16 "$N" -r 100000 GEOADD geo:add 13.__rand_int__ 38.__rand_int__ 'm:__rand_int__'
+        rb_run geo "$s" pipelined "$round" GEOSEARCH 4 $((N / 100)) GEOSEARCH geo:100k FROMLONLAT 13 41 BYRADIUS 100 km
+        rb_run geo "$s" pipelined "$round" GEOSEARCH-N10 16 $((N / 40)) GEOSEARCH geo:100k FROMLONLAT 13 41 BYRADIUS 100 km ASC COUNT 10 WITHDIST
     done
 done
 

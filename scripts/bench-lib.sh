@@ -11,7 +11,8 @@
 # functions: free_ports N, wait_port P, start_redis P [args…], start_fleet N DIR PROXY BASE,
 # stop_fleet DIR, fleet_engines DIR, fleet_affinity DIR, flush P…, srv CMD… (server placement), gen CMD… (generator
 # placement), median_rows FILE (per-test medians of per-round rows), common_labels (prints
-# --label args shared by every result of the run).
+# --label args shared by every result of the run), rb_run (one redis-benchmark run of a
+# side-by-side script: see there).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -162,4 +163,31 @@ common_labels() {
     printf '%s\n' --label "run_id=$RUN_ID" --label "recached_version=$RECACHED_VERSION" \
         --label "redis_version=$REDIS_VERSION" --label "nutcracker_version=$NUTCRACKER_VERSION" \
         --label "cpu_placement=$CPU_PLACEMENT" --label "persistence=$PERSISTENCE" --label "smoke=$SMOKE"
+}
+# rb_run SUITE SYSTEM WORKLOAD ROUND TEST-NAME PIPELINE REQUESTS COMMAND… : one redis-benchmark
+# run of COMMAND against ${PORT_OF[SYSTEM]} with $CLIENTS clients, recorded by `recached-bench
+# redis-benchmark` as $RESULTS/SUITE-RUN-SYSTEM-WORKLOAD-TEST-NAME-rROUND.json (labels from
+# $LABELS, suite, system, workload, round, rounds=$ROUNDS, pipeline), and its requests/s
+# appended to $TMP/rows.csv as "SYSTEM,WORKLOAD,TEST-NAME,rps" (for median_rows). A failed run
+# or an error reply stops the script.
+rb_run() {
+    local suite=$1 s=$2 workload=$3 round=$4 name=$5 pipe=$6 n=$7 out log
+    shift 7
+    out="$RESULTS/$suite-$RUN_ID-$s-$workload-$name-r$round.json"
+    log="$TMP/rb-$s-$workload-$name-r$round.log"
+    if ! gen "$BENCH_BIN" redis-benchmark --out "$out" "${LABELS[@]}" --label "suite=$suite" \
+        --label "system=$s" --label "workload=$workload" --label "round=$round" \
+        --label "rounds=$ROUNDS" --label "pipeline=$pipe" --test-name "$name" -- \
+        -h 127.0.0.1 -p "${PORT_OF[$s]}" -c "$CLIENTS" -n "$n" -P "$pipe" "$@" >"$log" 2>&1; then
+        echo "$0: $s $workload $name: redis-benchmark failed:" >&2
+        tail -n 5 "$log" >&2
+        exit 1
+    fi
+    if grep -qi '^error\|ERR ' "$log"; then
+        echo "$0: $s $workload $name: error replies:" >&2
+        grep -i -m3 'error' "$log" >&2
+        exit 1
+    fi
+    sed -n 's/^"\([^"]*\)": \([0-9.]*\) rps$/\1 \2/p' "$log" \
+        | while read -r _ rps; do echo "$s,$workload,$name,$rps"; done >>"$TMP/rows.csv"
 }

@@ -45,28 +45,6 @@ SYSTEMS=(recached redis)
 echo "scripting: $ROUNDS rounds, recached $RECACHED_VERSION, redis $REDIS_VERSION, $CPU_PLACEMENT" >&2
 
 : >"$TMP/rows.csv"
-# run SYSTEM WORKLOAD ROUND TEST-NAME PIPELINE REQUESTS COMMAND…
-run() {
-    local s=$1 workload=$2 round=$3 name=$4 pipe=$5 n=$6 out log
-    shift 6
-    out="$RESULTS/scripting-$RUN_ID-$s-$workload-$name-r$round.json"
-    log="$TMP/rb-$s-$workload-$name-r$round.log"
-    if ! gen "$BENCH_BIN" redis-benchmark --out "$out" "${LABELS[@]}" --label suite=scripting \
-        --label "system=$s" --label "workload=$workload" --label "round=$round" \
-        --label "rounds=$ROUNDS" --label "pipeline=$pipe" --test-name "$name" -- \
-        -h 127.0.0.1 -p "${PORT_OF[$s]}" -c "$CLIENTS" -n "$n" -P "$pipe" "$@" >"$log" 2>&1; then
-        echo "$0: $s $workload $name: redis-benchmark failed:" >&2
-        tail -n 5 "$log" >&2
-        exit 1
-    fi
-    if grep -qi '^error\|ERR ' "$log"; then
-        echo "$0: $s $workload $name: error replies:" >&2
-        grep -i -m3 'error' "$log" >&2
-        exit 1
-    fi
-    sed -n 's/^"\([^"]*\)": \([0-9.]*\) rps$/\1 \2/p' "$log" \
-        | while read -r _ rps; do echo "$s,$workload,$name,$rps"; done >>"$TMP/rows.csv"
-}
 
 for round in $(seq "$ROUNDS"); do
     if [ $((round % 2)) = 1 ]; then order=(recached redis); else order=(redis recached); fi
@@ -77,9 +55,9 @@ for round in $(seq "$ROUNDS"); do
         redis-cli -p "$p" SCRIPT FLUSH >/dev/null
         sha=$(redis-cli -p "$p" SCRIPT LOAD "$BODY")
         [ "${#sha}" = 40 ] || { echo "$0: $s: SCRIPT LOAD answered: $sha" >&2; exit 1; }
-        run "$s" pipelined "$round" EVALSHA 16 "$N" -r 100000 EVALSHA "$sha" 1 'key:__rand_int__'
-        run "$s" unpipelined "$round" EVALSHA 1 $((N / 4)) -r 100000 EVALSHA "$sha" 1 'key:__rand_int__'
-        run "$s" unpipelined "$round" EVAL-NEW 1 $((N / 4)) -r 100000000 EVAL 'return __rand_int__' 0
+        rb_run scripting "$s" pipelined "$round" EVALSHA 16 "$N" -r 100000 EVALSHA "$sha" 1 'key:__rand_int__'
+        rb_run scripting "$s" unpipelined "$round" EVALSHA 1 $((N / 4)) -r 100000 EVALSHA "$sha" 1 'key:__rand_int__'
+        rb_run scripting "$s" unpipelined "$round" EVAL-NEW 1 $((N / 4)) -r 100000000 EVAL 'return __rand_int__' 0
         redis-cli -p "$p" SCRIPT FLUSH >/dev/null
     done
 done

@@ -99,28 +99,6 @@ for s in "${SYSTEMS[@]}"; do
 done
 
 : >"$TMP/rows.csv"
-# bench SYSTEM WORKLOAD ROUND PIPELINE REQUESTS COMMAND… : one redis-benchmark run.
-bench() {
-    local s=$1 workload=$2 round=$3 pipe=$4 n=$5 out log
-    shift 5
-    out="$RESULTS/streams-$RUN_ID-$s-$workload-r$round.json"
-    log="$TMP/rb-$s-$workload-r$round.log"
-    if ! gen "$BENCH_BIN" redis-benchmark --out "$out" "${LABELS[@]}" --label suite=streams \
-        --label "system=$s" --label "workload=$workload" --label "round=$round" \
-        --label "rounds=$ROUNDS" --label "pipeline=$pipe" --test-name "$workload" -- \
-        -h 127.0.0.1 -p "${PORT_OF[$s]}" -c "$CLIENTS" -n "$n" -P "$pipe" "$@" >"$log" 2>&1; then
-        echo "$0: $s $workload: redis-benchmark failed:" >&2
-        tail -n 5 "$log" >&2
-        exit 1
-    fi
-    if grep -qi '^error\|ERR ' "$log"; then
-        echo "$0: $s $workload: error replies:" >&2
-        grep -i -m3 'error' "$log" >&2
-        exit 1
-    fi
-    sed -n 's/^"\([^"]*\)": \([0-9.]*\) rps$/\1 \2/p' "$log" \
-        | while read -r _ rps; do echo "$s,$workload,rps,$rps"; done >>"$TMP/rows.csv"
-}
 consume() { # SYSTEM ROUND
     local s=$1 round=$2 line
     pipe_in "${PORT_OF[$s]}" "$TMP/queue.resp"
@@ -139,15 +117,15 @@ for round in $(seq "$ROUNDS"); do
     for s in "${order[@]}"; do
         echo "round $round/$ROUNDS: $s" >&2
         redis-cli -p "${PORT_OF[$s]}" DEL s >/dev/null
-        bench "$s" XADD "$round" 16 "$N" XADD s '*' f v
-        bench "$s" XRANGE "$round" 16 $((N / 10)) XRANGE big "$MIDDLE" + COUNT 100
+        rb_run streams "$s" XADD "$round" XADD 16 "$N" XADD s '*' f v
+        rb_run streams "$s" XRANGE "$round" XRANGE 16 $((N / 10)) XRANGE big "$MIDDLE" + COUNT 100
         consume "$s" "$round"
     done
 done
 
 MEDIANS="$RESULTS/streams-$RUN_ID-medians.csv"
 {
-    echo "system,workload,unit,median,rounds"
+    echo "system,workload,test,median,rounds"
     median_rows "$TMP/rows.csv"
 } >"$MEDIANS"
 

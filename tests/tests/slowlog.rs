@@ -188,3 +188,72 @@ fn commandstats_usec_is_measured() {
         assert_eq!(per, format!("{:.2}", field("usec") / 3.0), "{name}: {line}");
     }
 }
+
+/// LATENCY HISTOGRAM by shape on both servers: per command that ran, `calls` and cumulative
+/// counts per µs bucket; a container names its subcommands; unknown names are skipped. And a
+/// `command` event once a command takes the threshold (a SORT of 300,000 elements with a 1 ms
+/// threshold), read back by LATEST, HISTORY and RESET.
+#[test]
+fn latency_histogram_and_events() {
+    for (name, _p, port) in servers() {
+        let mut c = Resp::connect(port);
+        assert_eq!(c.cmd_str(&["CONFIG", "RESETSTAT"]), b"+OK\r\n");
+        assert_eq!(c.cmd_str(&["SET", "a", "b"]), b"+OK\r\n");
+        assert_eq!(c.cmd_str(&["SET", "c", "d"]), b"+OK\r\n");
+        assert!(!c.cmd_str(&["CLIENT", "ID"]).is_empty());
+        let v = parse_value(&c.cmd_str(&["LATENCY", "HISTOGRAM", "set", "client", "nosuch"]));
+        let flat = v.array().expect("an array").to_vec();
+        let names: Vec<String> = flat
+            .iter()
+            .step_by(2)
+            .map(|n| match n {
+                Value::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+                other => panic!("{name}: {other:?}"),
+            })
+            .collect();
+        assert_eq!(names, ["set", "client|id"], "{name}");
+        let set = flat[1].array().expect("a map as an array");
+        assert_eq!(set[0], Value::Bulk(b"calls".to_vec()), "{name}");
+        assert_eq!(set[1], Value::Int(2), "{name}");
+        assert_eq!(set[2], Value::Bulk(b"histogram_usec".to_vec()), "{name}");
+        let points = set[3].array().expect("buckets");
+        assert!(
+            !points.is_empty() && points.len() % 2 == 0,
+            "{name}: {points:?}"
+        );
+        assert_eq!(
+            points[points.len() - 1],
+            Value::Int(2),
+            "{name}: cumulative to 2"
+        );
+
+        let mut push: Vec<String> = vec!["RPUSH".into(), "big".into()];
+        push.extend((0..300_000u64).map(|i| ((i * 7919) % 300_000).to_string()));
+        let refs: Vec<&str> = push.iter().map(String::as_str).collect();
+        assert_eq!(c.cmd_str(&refs), b":300000\r\n");
+        assert_eq!(
+            c.cmd_str(&["CONFIG", "SET", "latency-monitor-threshold", "1"]),
+            b"+OK\r\n"
+        );
+        assert!(c.cmd_str(&["SORT", "big"]).starts_with(b"*300000\r\n"));
+        let latest = parse_value(&c.cmd_str(&["LATENCY", "LATEST"]));
+        let events = latest.array().unwrap();
+        assert!(
+            events
+                .iter()
+                .any(|e| e.array().unwrap()[0] == Value::Bulk(b"command".to_vec())),
+            "{name}: {latest:?}"
+        );
+        let history = parse_value(&c.cmd_str(&["LATENCY", "HISTORY", "command"]));
+        assert!(!history.array().unwrap().is_empty(), "{name}");
+        assert_eq!(
+            c.cmd_str(&["CONFIG", "SET", "latency-monitor-threshold", "0"]),
+            b"+OK\r\n"
+        );
+        assert!(
+            parse_value(&c.cmd_str(&["LATENCY", "RESET"])) != Value::Int(0),
+            "{name}"
+        );
+        assert_eq!(c.cmd_str(&["LATENCY", "LATEST"]), b"*0\r\n", "{name}");
+    }
+}

@@ -306,6 +306,9 @@ fn exec_inner(
             _ => 0,
         };
         e.cmdstats.called(spec, failed, duration);
+        if started.is_some() {
+            crate::latency::after_command(e, crate::latency::is_fast(spec), duration, now_us);
+        }
         slow = started.is_some() && e.slowlog.wants(duration);
         if slow {
             slow_us = duration;

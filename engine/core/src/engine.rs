@@ -209,6 +209,8 @@ pub struct Engine {
     pub(crate) evict: crate::evict::Evictor,
     /// INFO commandstats counters.
     pub(crate) cmdstats: crate::cmd::server::CommandStats,
+    /// LATENCY events (`crate::latency`; the histograms live in `cmdstats`).
+    pub(crate) latency: crate::latency::Latency,
     /// CLIENT PAUSE (`crate::pause`).
     pub(crate) pause: crate::pause::Pause,
     /// SLOWLOG (`crate::slowlog`).
@@ -301,6 +303,7 @@ impl Engine {
             busy: None,
             pre_command_oom: false,
             cmdstats: Default::default(),
+            latency: Default::default(),
             pause: Default::default(),
             slowlog: Default::default(),
             timer_mark: (u64::MAX, 0),

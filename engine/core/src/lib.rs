@@ -78,6 +78,7 @@ pub mod expire;
 pub mod feed;
 pub mod glob;
 pub mod keyspace;
+pub mod latency;
 pub mod monitor;
 pub mod notify;
 pub mod pause;

@@ -67,6 +67,9 @@ struct CmdStat {
     usec: u64,
     rejected: u64,
     failed: u64,
+    /// LATENCY HISTOGRAM: calls by duration, bucket `i` holding durations up to 2^i µs
+    /// (`crate::latency`).
+    hist: [u32; crate::latency::BUCKETS],
 }
 
 impl CommandStats {
@@ -85,6 +88,17 @@ impl CommandStats {
         r.calls += 1;
         r.usec += usec;
         r.failed += u64::from(failed);
+        let b = crate::latency::bucket(usec);
+        r.hist[b] = r.hist[b].saturating_add(1);
+    }
+
+    /// `(command name, calls, duration buckets)` of every command that ran, in first-use order.
+    pub fn histograms(&self) -> Vec<(&'static str, u64, [u32; crate::latency::BUCKETS])> {
+        let mut rows: Vec<_> = self.rows.values().filter(|r| r.2.calls > 0).collect();
+        rows.sort_by_key(|r| r.0);
+        rows.iter()
+            .map(|(_, name, st)| (*name, st.calls, st.hist))
+            .collect()
     }
 
     /// A command was refused before running.
@@ -589,6 +603,14 @@ const PARAMS: &[Param] = &[
         set: Some(|e, v| {
             // Applied at the next entry, as Redis trims only when it logs.
             e.slowlog.max_len = int_in(v, 0, i64::MAX)? as u64;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "latency-monitor-threshold",
+        get: |e| e.latency.threshold_ms.to_string(),
+        set: Some(|e, v| {
+            e.latency.threshold_ms = int_in(v, 0, i64::MAX)? as u64;
             Ok(())
         }),
     },

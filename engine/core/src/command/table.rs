@@ -2775,7 +2775,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["nondeterministic_output", "request_policy:all_nodes", "response_policy:special"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::latency_doctor),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Return a human readable latency analysis report.")), ("since", Val::Str("2.8.13")), ("group", Val::Str("server")), ("complexity", Val::Str("O(1)"))]),
@@ -2791,7 +2791,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["nondeterministic_output", "request_policy:all_nodes", "response_policy:special"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::latency_graph),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Return a latency graph for the event.")), ("since", Val::Str("2.8.13")), ("group", Val::Str("server")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("event")), ("type", Val::Str("string"))])]))]),
@@ -2807,7 +2807,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &[],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::latency_help),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Show helpful text about the different subcommands.")), ("since", Val::Str("2.8.13")), ("group", Val::Str("server")), ("complexity", Val::Str("O(1)"))]),
@@ -2823,7 +2823,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["nondeterministic_output", "request_policy:all_nodes", "response_policy:special"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::latency_histogram),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Return the cumulative distribution of latencies of a subset of commands or all.")), ("since", Val::Str("7.0.0")), ("group", Val::Str("server")), ("complexity", Val::Str("O(N) where N is the number of commands with latency information being retrieved.")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("command")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))])]))]),
@@ -2839,7 +2839,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["nondeterministic_output", "request_policy:all_nodes", "response_policy:special"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::latency_history),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Return timestamp-latency samples for the event.")), ("since", Val::Str("2.8.13")), ("group", Val::Str("server")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("event")), ("type", Val::Str("string"))])]))]),
@@ -2855,7 +2855,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["nondeterministic_output", "request_policy:all_nodes", "response_policy:special"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::latency_latest),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Return the latest latency samples for all events.")), ("since", Val::Str("2.8.13")), ("group", Val::Str("server")), ("complexity", Val::Str("O(1)"))]),
@@ -2871,7 +2871,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 tips: &["request_policy:all_nodes", "response_policy:all_succeeded"],
                 key_specs: &[],
                 getkeys: None,
-                handler: None,
+                handler: Some(h::latency_reset),
                 subcommands: &[
                 ],
                 docs: Val::Map(&[("summary", Val::Str("Reset latency data for one or more events.")), ("since", Val::Str("2.8.13")), ("group", Val::Str("server")), ("complexity", Val::Str("O(1)")), ("arguments", Val::Arr(&[Val::Map(&[("name", Val::Str("event")), ("type", Val::Str("string")), ("flags", Val::Arr(&[Val::Str("optional"), Val::Str("multiple")]))])]))]),

@@ -1,0 +1,262 @@
+//! LATENCY (redis `latency.c`, 7.0): latency events and per-command latency histograms.
+//!
+//! - **Events.** With `latency-monitor-threshold` (ms, 0 = off, Redis's default) set, a
+//!   command that took at least that long is a sample of the event `command`, or
+//!   `fast-command` for a command flagged fast. Each event keeps its largest sample and up to
+//!   160 samples, one per second (the largest of that second), as Redis does. LATEST, HISTORY,
+//!   RESET, DOCTOR and GRAPH read them.
+//! - **Histograms.** Every command's durations are counted in power-of-two buckets of µs
+//!   (INFO commandstats times them, `crate::dispatch`); LATENCY HISTOGRAM answers each
+//!   command's calls and the cumulative count per bucket, in Redis's reply shape. Redis keeps
+//!   an HDR histogram of ns with 2 significant digits and reports it the same way (buckets
+//!   of `1024 ns × 2^i`, printed in µs), so the shapes match and the counts are coarser here.
+//!
+//! Not here: the other events Redis samples (`expire-cycle`, `eviction-cycle`, fork, AOF…).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::Engine;
+use crate::call::Call;
+use crate::command::Flags;
+use crate::error::CmdError;
+
+/// Histogram buckets: up to 2^23 µs (8.4 s); longer calls count in the last.
+pub const BUCKETS: usize = 24;
+/// Samples kept per event (redis `LATENCY_TS_LEN`).
+const SAMPLES: usize = 160;
+
+/// The bucket of a duration: the smallest `i` with `d <= 2^i` µs.
+#[inline]
+pub fn bucket(usec: u64) -> usize {
+    if usec <= 1 {
+        0
+    } else {
+        ((64 - (usec - 1).leading_zeros()) as usize).min(BUCKETS - 1)
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Latency {
+    /// `latency-monitor-threshold`, ms.
+    pub threshold_ms: u64,
+    events: BTreeMap<&'static str, Event>,
+}
+
+#[derive(Debug, Default)]
+struct Event {
+    /// `(unix time s, ms)`, oldest first.
+    samples: VecDeque<(u64, u64)>,
+    max: u64,
+}
+
+/// After a command that ran `usec` µs: a sample of `command` / `fast-command` when it reached
+/// the threshold.
+#[inline]
+pub fn after_command(e: &mut Engine, fast: bool, usec: u64, now_us: u64) {
+    let t = e.latency.threshold_ms;
+    if t == 0 || usec / 1000 < t {
+        return;
+    }
+    add_sample(
+        e,
+        if fast { "fast-command" } else { "command" },
+        usec / 1000,
+        now_us,
+    );
+}
+
+/// redis `latencyAddSample`.
+fn add_sample(e: &mut Engine, event: &'static str, ms: u64, now_us: u64) {
+    let now = now_us / 1_000_000;
+    let ev = e.latency.events.entry(event).or_default();
+    ev.max = ev.max.max(ms);
+    match ev.samples.back_mut() {
+        Some(last) if last.0 == now => last.1 = last.1.max(ms),
+        _ => {
+            ev.samples.push_back((now, ms));
+            if ev.samples.len() > SAMPLES {
+                ev.samples.pop_front();
+            }
+        }
+    }
+}
+
+/// LATENCY LATEST: `[event, time, latest ms, max ms]` per event.
+pub fn latency_latest(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let mut w = c.w();
+    w.array(e.latency.events.len());
+    for (name, ev) in &e.latency.events {
+        let (t, ms) = ev.samples.back().copied().unwrap_or((0, 0));
+        w.array(4);
+        w.bulk(name.as_bytes());
+        w.integer(t as i64);
+        w.integer(ms as i64);
+        w.integer(ev.max as i64);
+    }
+    Ok(())
+}
+
+/// LATENCY HISTORY event: `[time, ms]` per sample, oldest first (empty for an unknown event).
+pub fn latency_history(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let name = String::from_utf8_lossy(c.argv[2]).into_owned();
+    let samples: Vec<(u64, u64)> = e
+        .latency
+        .events
+        .get(name.as_str())
+        .map(|ev| ev.samples.iter().copied().collect())
+        .unwrap_or_default();
+    let mut w = c.w();
+    w.array(samples.len());
+    for (t, ms) in samples {
+        w.array(2);
+        w.integer(t as i64);
+        w.integer(ms as i64);
+    }
+    Ok(())
+}
+
+/// LATENCY RESET [event …]: how many events were reset (all with no argument).
+pub fn latency_reset(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let n = if c.argv.len() == 2 {
+        let n = e.latency.events.len();
+        e.latency.events.clear();
+        n
+    } else {
+        c.argv[2..]
+            .iter()
+            .filter(|a| {
+                let name = String::from_utf8_lossy(a);
+                e.latency.events.remove(name.as_ref()).is_some()
+            })
+            .count()
+    };
+    c.w().integer(n as i64);
+    Ok(())
+}
+
+/// LATENCY GRAPH event: Redis's error for an event without samples; else a short text of
+/// its samples (Redis draws an ASCII chart; the samples are the same).
+pub fn latency_graph(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let name = String::from_utf8_lossy(c.argv[2]).into_owned();
+    let Some(ev) = e.latency.events.get(name.as_str()) else {
+        return Err(CmdError::Other(format!(
+            "ERR No samples available for event '{}'",
+            crate::error::c_str_lossy(c.argv[2], 128)
+        )));
+    };
+    let mut text = format!(
+        "{name} - high {} ms, low {} ms (all time high {} ms)\n",
+        ev.samples.iter().map(|s| s.1).max().unwrap_or(0),
+        ev.samples.iter().map(|s| s.1).min().unwrap_or(0),
+        ev.max
+    );
+    text.push_str(&"-".repeat(80));
+    text.push('\n');
+    for (t, ms) in &ev.samples {
+        text.push_str(&format!("{t} {ms} ms\n"));
+    }
+    c.w().verbatim(text.as_bytes());
+    Ok(())
+}
+
+/// LATENCY DOCTOR: Redis's texts when monitoring is off or nothing was seen; else a summary
+/// per event.
+pub fn latency_doctor(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let text = if e.latency.events.is_empty() && e.latency.threshold_ms == 0 {
+        "I'm sorry, Dave, I can't do that. Latency monitoring is disabled in this Redis instance. You may use \"CONFIG SET latency-monitor-threshold <milliseconds>.\" in order to enable it. If we weren't in a deep space mission I'd suggest to take a look at https://redis.io/topics/latency-monitor.\n".to_string()
+    } else if e.latency.events.is_empty() {
+        "Dave, no latency spike was observed during the lifetime of this Redis instance, not in the slightest bit. I honestly think you ought to sleep tonight.\n".to_string()
+    } else {
+        let mut t = String::from(
+            "Dave, I have observed latency spikes in this Redis instance. You don't mind talking about it, do you Dave?\n\n",
+        );
+        for (i, (name, ev)) in e.latency.events.iter().enumerate() {
+            let n = ev.samples.len().max(1) as u64;
+            let avg = ev.samples.iter().map(|s| s.1).sum::<u64>() / n;
+            t.push_str(&format!(
+                "{}. {name}: {} latency spikes (average {avg}ms, mean deviation 0ms, period 0 sec). Worst all time event {}ms.\n",
+                i + 1,
+                ev.samples.len(),
+                ev.max
+            ));
+        }
+        t.push_str("\nI have a few advices for you:\n\n- Check your system for slow commands (SLOWLOG GET) and the latency of the commands involved.\n");
+        t
+    };
+    c.w().verbatim(text.as_bytes());
+    Ok(())
+}
+
+/// LATENCY HISTOGRAM [command …]: per command that ran (all, or those named; a container
+/// names its subcommands; unknown names are skipped), `{calls, histogram_usec: {µs:
+/// cumulative count}}` for the buckets where the count grows.
+pub fn latency_histogram(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let all = e.cmdstats.histograms();
+    let wanted = |name: &str| {
+        c.argv.len() == 2
+            || c.argv[2..].iter().any(|a| {
+                let a = String::from_utf8_lossy(a).to_ascii_lowercase();
+                name == a || name.strip_prefix(&a).is_some_and(|r| r.starts_with('|'))
+            })
+    };
+    let rows: Vec<_> = all.iter().filter(|r| wanted(r.0)).collect();
+    let mut w = c.w();
+    w.map(rows.len());
+    for (name, calls, hist) in rows {
+        w.bulk(name.as_bytes());
+        w.map(2);
+        w.bulk(b"calls");
+        w.integer(*calls as i64);
+        w.bulk(b"histogram_usec");
+        let points: Vec<(u64, u64)> = {
+            let mut cum = 0u64;
+            let mut v = Vec::new();
+            for (i, &n) in hist.iter().enumerate() {
+                if n > 0 {
+                    cum += u64::from(n);
+                    v.push((1u64 << i, cum));
+                }
+            }
+            v
+        };
+        w.map(points.len());
+        for (us, n) in points {
+            w.integer(us as i64);
+            w.integer(n as i64);
+        }
+    }
+    Ok(())
+}
+
+pub fn latency_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    const HELP: &[&str] = &[
+        "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "DOCTOR",
+        "    Return a human readable latency analysis report.",
+        "GRAPH <event>",
+        "    Return an ASCII latency graph for the <event> class.",
+        "HISTORY <event>",
+        "    Return time-latency samples for the <event> class.",
+        "LATEST",
+        "    Return the latest latency samples for all events.",
+        "RESET [<event> ...]",
+        "    Reset latency data of one or more <event> classes.",
+        "    (default: reset all data for all event classes)",
+        "HISTOGRAM [COMMAND ...]",
+        "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
+        "    If no commands are specified then all histograms are replied.",
+        "HELP",
+        "    Prints this help.",
+    ];
+    let mut w = c.w();
+    w.array(HELP.len());
+    for line in HELP {
+        w.simple(line.as_bytes());
+    }
+    Ok(())
+}
+
+/// Whether a command counts as `fast-command` (redis: `CMD_FAST`).
+pub fn is_fast(spec: &crate::command::CommandSpec) -> bool {
+    spec.has_flag(Flags::FAST)
+}

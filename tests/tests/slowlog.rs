@@ -191,7 +191,7 @@ fn commandstats_usec_is_measured() {
 
 /// LATENCY HISTOGRAM by shape on both servers: per command that ran, `calls` and cumulative
 /// counts per µs bucket; a container names its subcommands; unknown names are skipped. And a
-/// `command` event once a command takes the threshold (a SORT of 300,000 elements with a 1 ms
+/// `command` event once a command takes the threshold (a SORT of 100,000 elements with a 1 ms
 /// threshold), read back by LATEST, HISTORY and RESET.
 #[test]
 fn latency_histogram_and_events() {
@@ -228,14 +228,14 @@ fn latency_histogram_and_events() {
         );
 
         let mut push: Vec<String> = vec!["RPUSH".into(), "big".into()];
-        push.extend((0..300_000u64).map(|i| ((i * 7919) % 300_000).to_string()));
+        push.extend((0..100_000u64).map(|i| ((i * 7919) % 100_000).to_string()));
         let refs: Vec<&str> = push.iter().map(String::as_str).collect();
-        assert_eq!(c.cmd_str(&refs), b":300000\r\n");
+        assert_eq!(c.cmd_str(&refs), b":100000\r\n");
         assert_eq!(
             c.cmd_str(&["CONFIG", "SET", "latency-monitor-threshold", "1"]),
             b"+OK\r\n"
         );
-        assert!(c.cmd_str(&["SORT", "big"]).starts_with(b"*300000\r\n"));
+        assert!(c.cmd_str(&["SORT", "big"]).starts_with(b"*100000\r\n"));
         let latest = parse_value(&c.cmd_str(&["LATENCY", "LATEST"]));
         let events = latest.array().unwrap();
         assert!(
@@ -250,9 +250,10 @@ fn latency_histogram_and_events() {
             c.cmd_str(&["CONFIG", "SET", "latency-monitor-threshold", "0"]),
             b"+OK\r\n"
         );
+        let reset = parse_value(&c.cmd_str(&["LATENCY", "RESET"]));
         assert!(
-            parse_value(&c.cmd_str(&["LATENCY", "RESET"])) != Value::Int(0),
-            "{name}"
+            matches!(reset, Value::Int(n) if n >= 1),
+            "{name}: {reset:?}"
         );
         assert_eq!(c.cmd_str(&["LATENCY", "LATEST"]), b"*0\r\n", "{name}");
     }

@@ -15,7 +15,7 @@
 
 use resp::ReplyWriter;
 
-use crate::command::CommandSpec;
+use crate::command::{CommandSpec, Flags};
 use crate::error::{CmdError, unknown_command_message};
 use crate::{Client, Engine, Flow};
 
@@ -295,7 +295,8 @@ fn exec_inner(
     };
     // A command that parks is counted (and logged) when it is answered (its re-run), as in
     // Redis. Commands EXEC runs are timed one by one; EXEC itself skips the slowlog.
-    let (mut slow, mut slow_us) = (false, 0);
+    // The duration to log in SLOWLOG, once the call's borrow of `client` is over.
+    let mut slow = None;
     if call.flow != Flow::Block {
         let duration = match (started, e.host.clock) {
             (Some(t0), Some(t)) => {
@@ -307,11 +308,8 @@ fn exec_inner(
         };
         e.cmdstats.called(spec, failed, duration);
         if started.is_some() {
-            crate::latency::after_command(e, crate::latency::is_fast(spec), duration, now_us);
-        }
-        slow = started.is_some() && e.slowlog.wants(duration);
-        if slow {
-            slow_us = duration;
+            crate::latency::after_command(e, spec.has_flag(Flags::FAST), duration, now_us);
+            slow = e.slowlog.wants(duration).then_some(duration);
         }
     }
     if e.ks.dirty != dirty_before {
@@ -320,8 +318,8 @@ fn exec_inner(
         e.stats.dirty_commands += 1;
     }
     let flow = call.flow;
-    if slow {
-        e.slowlog.push(spec, argv, client, now_us, slow_us);
+    if let Some(us) = slow {
+        e.slowlog.push(spec, argv, client, now_us, us);
     }
     // Client-side caching: a tracking client remembers the keys it read (one test while
     // nobody tracks).

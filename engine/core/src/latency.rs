@@ -17,7 +17,6 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::Engine;
 use crate::call::Call;
-use crate::command::Flags;
 use crate::error::CmdError;
 
 /// Histogram buckets: up to 2^23 µs (8.4 s); longer calls count in the last.
@@ -254,9 +253,4 @@ pub fn latency_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         w.simple(line.as_bytes());
     }
     Ok(())
-}
-
-/// Whether a command counts as `fast-command` (redis: `CMD_FAST`).
-pub fn is_fast(spec: &crate::command::CommandSpec) -> bool {
-    spec.has_flag(Flags::FAST)
 }

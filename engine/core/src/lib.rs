@@ -169,36 +169,31 @@ impl Client {
 /// (un)subscribe confirmations, which Redis sends whatever CLIENT REPLY says (it writes them
 /// with `CLIENT_PUSHING`, which `prepareClientToWrite` lets through).
 fn drop_replies(out: &mut Vec<u8>, start: usize) {
-    let pushing = |f: &[u8]| {
-        f.first() == Some(&b'>')
-            || [
-                &b"*3\r\n$9\r\nsubscribe\r\n"[..],
-                b"*3\r\n$10\r\npsubscribe\r\n",
-                b"*3\r\n$10\r\nssubscribe\r\n",
-                b"*3\r\n$11\r\nunsubscribe\r\n",
-                b"*3\r\n$12\r\npunsubscribe\r\n",
-                b"*3\r\n$12\r\nsunsubscribe\r\n",
-            ]
-            .iter()
-            .any(|p| f.starts_with(p))
-    };
-    if !pushing(&out[start..]) && !out[start..].contains(&b'>') {
-        out.truncate(start);
-        return;
-    }
     let mut kept = start;
     let mut at = start;
-    while at < out.len() {
-        let Ok(Some(n)) = resp::reply::frame_len(&out[at..]) else {
-            break;
-        };
-        if pushing(&out[at..at + n]) {
+    while let Ok(Some(n)) = resp::reply::frame_len(&out[at..]) {
+        if is_push(&out[at..at + n]) {
             out.copy_within(at..at + n, kept);
             kept += n;
         }
         at += n;
     }
     out.truncate(kept);
+}
+
+/// A RESP3 push frame, or a RESP2 (un)subscribe confirmation (what Redis writes as a push).
+fn is_push(frame: &[u8]) -> bool {
+    frame.first() == Some(&b'>')
+        || [
+            &b"*3\r\n$9\r\nsubscribe\r\n"[..],
+            b"*3\r\n$10\r\npsubscribe\r\n",
+            b"*3\r\n$10\r\nssubscribe\r\n",
+            b"*3\r\n$11\r\nunsubscribe\r\n",
+            b"*3\r\n$12\r\npunsubscribe\r\n",
+            b"*3\r\n$12\r\nsunsubscribe\r\n",
+        ]
+        .iter()
+        .any(|p| frame.starts_with(p))
 }
 
 /// What the server must do after `exec`, beyond sending the bytes written to `out`.

@@ -65,8 +65,9 @@ impl Default for RssReader {
     }
 }
 
-/// Random bytes from the kernel (`/dev/urandom`), for ACL GENPASS; falls back to
-/// [`random_seed`] per 8 bytes if it cannot be read.
+/// Random bytes from the kernel (`/dev/urandom`): the hash seed, ACL GENPASS. If it cannot be
+/// read, time, pid and position mixed, which is still unpredictable enough to stop
+/// precomputed collision sets.
 pub fn random_bytes(buf: &mut [u8]) {
     use std::io::Read;
     if std::fs::File::open("/dev/urandom")
@@ -75,24 +76,19 @@ pub fn random_bytes(buf: &mut [u8]) {
     {
         return;
     }
-    for chunk in buf.chunks_mut(8) {
-        let r = random_seed().to_le_bytes();
+    let base = now_us().rotate_left(17)
+        ^ u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for (i, chunk) in buf.chunks_mut(8).enumerate() {
+        let r = (base ^ (i as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9)).to_le_bytes();
         chunk.copy_from_slice(&r[..chunk.len()]);
     }
 }
 
-/// 64 random bits from the kernel (`/dev/urandom`); falls back to time and pid mixed, which
-/// is still unpredictable enough to stop precomputed collision sets.
+/// 64 random bits ([`random_bytes`]).
 pub fn random_seed() -> u64 {
-    use std::io::Read;
     let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_ok()
-    {
-        return u64::from_le_bytes(b);
-    }
-    now_us().rotate_left(17) ^ u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    random_bytes(&mut b);
+    u64::from_le_bytes(b)
 }
 
 #[cfg(test)]

@@ -76,12 +76,10 @@ impl ClientTx {
     }
 
     pub fn queued_write(&self) -> bool {
-        self.multi.as_ref().is_some_and(|m| {
-            m.queue.iter().any(|argv| {
-                let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-                crate::dispatch::resolve(&args)
-                    .is_ok_and(|(spec, _)| spec.has_flag(crate::command::Flags::WRITE))
-            })
+        self.queued_commands().any(|argv| {
+            let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+            crate::dispatch::resolve(&args)
+                .is_ok_and(|(spec, _)| spec.has_flag(crate::command::Flags::WRITE))
         })
     }
 }

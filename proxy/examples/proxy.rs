@@ -4,6 +4,7 @@
 
 fn main() {
     let mut opts = recached_proxy::ProxyOptions {
+        memcached_port: 0,
         port: 6380,
         bind: "127.0.0.1".into(),
         backends: Vec::new(),

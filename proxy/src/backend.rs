@@ -83,6 +83,9 @@ pub struct Backend {
     pub db: usize,
     /// A link no client has needed yet: not connected, not retried.
     pub dormant: bool,
+    /// Requests sent on every new connection after the login (and `HELLO 3` / `SELECT`),
+    /// their replies consumed like the login's: the memcached port's `SCRIPT LOAD`s.
+    pub preamble: Vec<Vec<u8>>,
 }
 
 /// Index in the proxy's link table of instance `instance`'s link for `db` and `resp3`,
@@ -139,6 +142,7 @@ impl Backend {
             resp3: false,
             db: 0,
             dormant: false,
+            preamble: Vec::new(),
         }
     }
 
@@ -168,6 +172,10 @@ impl Backend {
                 // login, then (RESP3 link) HELLO 3, then (other databases) SELECT.
                 if self.wire.rbuf.is_empty() {
                     self.wire.rbuf = vec![0; READ_CHUNK];
+                }
+                for request in self.preamble.iter().rev() {
+                    self.wire.out.splice(0..0, request.iter().copied());
+                    self.inflight.push_front(LOGIN_WAITER);
                 }
                 if self.db != 0 {
                     self.wire.out.splice(0..0, select_request(self.db));
@@ -251,8 +259,8 @@ impl Backend {
             if w == LOGIN_WAITER || w == SELECT_WAITER {
                 if frame.first() == Some(&b'-') {
                     log::warn!(
-                        "instance {index} ({name}): the internal credential or HELLO 3 was \
-                         refused: {}",
+                        "instance {index} ({name}): the internal credential, HELLO 3 or a \
+                         connection preamble request was refused: {}",
                         String::from_utf8_lossy(frame).trim_end()
                     );
                 }

@@ -34,6 +34,9 @@
 //!   timers and the connection slabs.
 //! - `exec`: what one parsed request does: auth gate, route plan, then forwarding,
 //!   split/fan-out, local replies, or the transaction / pub/sub / blocking handoffs.
+//! - [`memcached`]: the memcached text/meta protocol port (`memcached_port`), its own loop
+//!   on a thread of the proxy, items stored as the Redis strings of the same keys
+//!   (docs/memcached.md).
 //! - [`tls`]: the TLS client port (the engine's rustls driver) and [`tls::ProxyLimits`],
 //!   the Redis-named limits on the proxy's own clients.
 //!
@@ -66,6 +69,7 @@ pub mod connection;
 mod dedicated;
 mod event_loop;
 mod exec;
+pub mod memcached;
 pub mod pubsub;
 pub mod route;
 pub mod split;
@@ -95,6 +99,8 @@ pub struct ProxyOptions {
     pub limits: tls::ProxyLimits,
     /// Client authentication (`requirepass`, users) and the instances' credential ([`auth`]).
     pub auth: auth::ProxyAuth,
+    /// The memcached protocol port ([`memcached`]); 0 = none.
+    pub memcached_port: u16,
 }
 
 /// Runs the proxy in the foreground until SIGTERM/SIGINT, then returns `Ok(())`.
@@ -119,6 +125,23 @@ pub fn run_until(opts: ProxyOptions, shutdown: Arc<AtomicBool>) -> io::Result<()
         .iter()
         .map(|b| Ok((b.clone(), resolve(b)?)))
         .collect::<io::Result<Vec<_>>>()?;
+    let memcached = if opts.memcached_port != 0 {
+        let listen = resolve(&recached_net_host_port(&opts.bind, opts.memcached_port))?;
+        let (addr, handle) = memcached::spawn(
+            memcached::Options {
+                listen,
+                backends: backends.clone(),
+                login: opts.auth.login_request(),
+                item_max: memcached::ITEM_SIZE_MAX,
+                maxclients: opts.limits.maxclients,
+            },
+            shutdown.clone(),
+        )?;
+        log::info!("proxy: memcached protocol listening on {addr}");
+        Some(handle)
+    } else {
+        None
+    };
     let mut proxy = event_loop::Proxy::new(listen, tls, backends, opts.limits.clone(), shutdown)?;
     proxy.set_auth(&opts.auth)?;
     if let Some(addr) = proxy.tls_addr() {
@@ -131,5 +154,22 @@ pub fn run_until(opts: ProxyOptions, shutdown: Arc<AtomicBool>) -> io::Result<()
         opts.backends.len(),
         opts.backends.join(", ")
     );
-    proxy.run()
+    let result = proxy.run();
+    if let Some(handle) = memcached {
+        match handle.join() {
+            Ok(Err(e)) => log::warn!("proxy: memcached port: {e}"),
+            Err(_) => log::warn!("proxy: memcached port: its thread panicked"),
+            Ok(Ok(())) => {}
+        }
+    }
+    result
+}
+
+/// `host:port`, bracketing an IPv6 host.
+fn recached_net_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }

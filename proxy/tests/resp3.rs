@@ -309,6 +309,7 @@ fn hello_3_auth_through_a_proxy_that_logs_in_to_its_instances() {
     let port = free_port();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let opts = recached_proxy::ProxyOptions {
+        memcached_port: 0,
         port,
         bind: "127.0.0.1".into(),
         backends: redis

@@ -20,6 +20,7 @@ fn sigterm_stops_run_cleanly() {
         .unwrap()
         .port();
     let opts = recached_proxy::ProxyOptions {
+        memcached_port: 0,
         port,
         bind: "127.0.0.1".into(),
         backends: vec![format!("127.0.0.1:{dead}")],

@@ -35,6 +35,8 @@ pub struct FileConfig {
     pub bind: String,
     /// Port of the proxy.
     pub proxy_port: u16,
+    /// The proxy's memcached protocol port (docs/memcached.md); 0 = none.
+    pub memcached_port: u16,
     /// Engine i listens on `engine_port_base + i`.
     pub engine_port_base: u16,
     /// Runtime directory: `recached.pid`, `state.toml`, `logs/`.
@@ -134,6 +136,7 @@ impl Default for FileConfig {
             engines: 0,
             bind: "127.0.0.1".into(),
             proxy_port: 6380,
+            memcached_port: 0,
             engine_port_base: 6400,
             dir: PathBuf::from(DEFAULT_DIR),
             cluster: true,

@@ -94,6 +94,9 @@ pub fn start(args: StartArgs) -> Result<ExitCode> {
     if let Some(p) = args.proxy_port {
         cfg.proxy_port = p;
     }
+    if let Some(p) = args.memcached_port {
+        cfg.memcached_port = p;
+    }
     if let Some(p) = args.engine_port_base {
         cfg.engine_port_base = p;
     }
@@ -212,6 +215,7 @@ fn fleet_ports(cfg: &FileConfig) -> Vec<(String, u16)> {
     }
     ports.push(("the proxy".to_string(), cfg.proxy_port));
     ports.push(("the proxy (TLS)".to_string(), cfg.tls.proxy_port));
+    ports.push(("the memcached port".to_string(), cfg.memcached_port));
     ports.push(("the fan-out".to_string(), cfg.fanout_port.unwrap_or(0)));
     ports.push(("the fan-out (TLS)".to_string(), cfg.tls.fanout_port));
     ports.push(("the metrics endpoint".to_string(), cfg.metrics_port));
@@ -248,6 +252,11 @@ fn check_ports_free(cfg: &FileConfig) -> Result<()> {
         .into_iter()
         .map(|(_, host, port)| (host, port))
         .chain(std::iter::once((cfg.bind.clone(), cfg.proxy_port)))
+        .chain(
+            Some(cfg.memcached_port)
+                .filter(|&p| p != 0)
+                .map(|p| (cfg.bind.clone(), p)),
+        )
         .chain(
             cfg.fanout_port
                 .filter(|&p| p != 0)
@@ -493,6 +502,10 @@ impl Supervisor {
         if let Some(p) = tls_port {
             args.push("--tls-port".into());
             args.push(p.to_string());
+        }
+        if slot.role == Role::Proxy && self.cfg.memcached_port != 0 {
+            args.push("--memcached-port".into());
+            args.push(self.cfg.memcached_port.to_string());
         }
         if let Some(c) = &self.config_file {
             args.push("--config".into());

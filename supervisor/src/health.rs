@@ -128,6 +128,9 @@ pub fn restart_only_changes(old: &FileConfig, new: &FileConfig) -> Vec<&'static 
     if old.proxy_port != new.proxy_port {
         v.push("proxy_port");
     }
+    if old.memcached_port != new.memcached_port {
+        v.push("memcached_port");
+    }
     if old.engine_port_base != new.engine_port_base {
         v.push("engine_port_base");
     }

@@ -112,6 +112,10 @@ enum Command {
         /// TOML config file (validated; the proxy reads `bind`/`proxy_port` from it).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// The memcached protocol port (docs/memcached.md); default: the config's
+        /// `memcached_port` (0 = none).
+        #[arg(long)]
+        memcached_port: Option<u16>,
         #[command(flatten)]
         tls: tls_limits::TlsArgs,
         #[command(flatten)]
@@ -152,6 +156,9 @@ pub struct StartArgs {
     /// Proxy port.
     #[arg(long)]
     pub proxy_port: Option<u16>,
+    /// The proxy's memcached protocol port; 0 = none (the default). docs/memcached.md.
+    #[arg(long)]
+    pub memcached_port: Option<u16>,
     /// Engine i listens on engine_port_base + i.
     #[arg(long)]
     pub engine_port_base: Option<u16>,
@@ -219,9 +226,10 @@ fn main() -> ExitCode {
             bind,
             backends,
             config,
+            memcached_port,
             tls,
             limits,
-        } => run_proxy(port, bind, backends, config, (tls, limits)),
+        } => run_proxy(port, bind, backends, (config, memcached_port), (tls, limits)),
         Command::Fanout(args) => fanout::run(args),
         Command::Start(args) => fleet::start(args),
         Command::Stop(args) => status::stop(&args),
@@ -317,7 +325,7 @@ fn run_proxy(
     port: Option<u16>,
     bind: Option<String>,
     backends: Vec<String>,
-    config: Option<PathBuf>,
+    (config, memcached_port): (Option<PathBuf>, Option<u16>),
     (tls, limits): (tls_limits::TlsArgs, tls_limits::LimitArgs),
 ) -> Result<ExitCode> {
     let file = config::load(config.as_deref())?;
@@ -346,6 +354,7 @@ fn run_proxy(
             backend: auth::internal_password()
                 .map(|pw| (engine_core::acl::INTERNAL_USER.to_string(), pw)),
         },
+        memcached_port: memcached_port.unwrap_or(file.memcached_port),
     };
     recached_proxy::run(opts).map_err(|e| format!("proxy: {e}"))?;
     Ok(ExitCode::SUCCESS)

@@ -1,0 +1,58 @@
+//! The memcached text and meta protocol on the proxy (`memcached_port`, issue 22): memcached
+//! clients use the fleet unchanged, and a memcached item is the Redis string of the same key.
+//!
+//! ```text
+//!  memcached clients ──► listener ──► Conn (input, parse::parse) ──exec::plan──► link i
+//!                                         ▲                                        │
+//!                                         └──── exec::render, in request order ◄───┘
+//! ```
+//!
+//! # Layout
+//!
+//! - [`parse`]: bytes → [`parse::Request`], memcached 1.6's tokens, limits and errors. Pure.
+//! - [`meta`]: the meta commands' parser. Pure.
+//! - [`exec`]: a request → RESP requests per instance (a [`exec::Job`]), and the engines'
+//!   replies → memcached's reply bytes; the item/companion key mapping and expiry rules. Pure.
+//! - [`scripts`]: the Lua scripts that make each write one atomic engine-side step.
+//! - [`stats`]: `stats` from the port's counters and the engines' INFO.
+//! - `event_loop`: the mio loop on its own thread, with its own link to each engine.
+//!
+//! # Why a thread of its own
+//!
+//! The port shares nothing with the RESP side but the engines: its requests never join a
+//! RESP client's transaction, subscription or blocking read, so it runs its own small loop
+//! (one more connection per engine) instead of adding a second protocol to every state of
+//! the RESP loop. Keys route with the same slot map ([`crate::route::instance_of`]).
+
+pub mod exec;
+pub mod meta;
+pub mod parse;
+pub mod scripts;
+pub mod stats;
+
+mod event_loop;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::thread::JoinHandle;
+
+pub use event_loop::Options;
+
+/// memcached's default `item_size_max` (1 MB).
+pub const ITEM_SIZE_MAX: usize = 1 << 20;
+
+/// Binds the memcached port and runs its loop on a new thread until `shutdown` is set.
+/// Returns the bound address and the thread.
+pub fn spawn(
+    opts: Options,
+    shutdown: Arc<AtomicBool>,
+) -> io::Result<(SocketAddr, JoinHandle<io::Result<()>>)> {
+    let mut lp = event_loop::Loop::new(opts, shutdown)?;
+    let addr = lp.local_addr()?;
+    let handle = std::thread::Builder::new()
+        .name("memcached".into())
+        .spawn(move || lp.run())?;
+    Ok((addr, handle))
+}

@@ -61,6 +61,8 @@ pub enum Render {
     Flush,
     /// `INFO` of every instance → `STAT` lines.
     Stats,
+    /// A meta command's reply (`super::meta`).
+    Meta(super::meta::MetaRender),
 }
 
 /// A planned request.
@@ -74,7 +76,7 @@ pub struct Job {
 }
 
 impl Job {
-    fn local(reply: &[u8], noreply: bool) -> Job {
+    pub(super) fn local(reply: &[u8], noreply: bool) -> Job {
         Job {
             parts: Vec::new(),
             render: Render::Ready(reply.to_vec()),
@@ -150,13 +152,13 @@ pub fn expiry(exptime: i64, now_ms: u64) -> Vec<u8> {
     itoa::Buffer::new().format(at).as_bytes().to_vec()
 }
 
-fn request(args: &[&[u8]]) -> Vec<u8> {
+pub(super) fn request(args: &[&[u8]]) -> Vec<u8> {
     let mut out = Vec::new();
     resp::request::encode_request(&mut out, args);
     out
 }
 
-fn take_cas(next: &mut u64) -> Vec<u8> {
+pub(super) fn take_cas(next: &mut u64) -> Vec<u8> {
     let c = *next;
     *next += 1;
     itoa::Buffer::new().format(c).as_bytes().to_vec()
@@ -180,7 +182,11 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
             let newcas = take_cas(ctx.next_cas);
             let exp = expiry(exptime, ctx.now_ms);
             let flags = itoa::Buffer::new().format(flags).as_bytes().to_vec();
-            let cas_in = itoa::Buffer::new().format(cas).as_bytes().to_vec();
+            let cas_in = if mode == StoreMode::Cas {
+                itoa::Buffer::new().format(cas).as_bytes().to_vec()
+            } else {
+                Vec::new()
+            };
             let sha = ctx.shas.store.as_bytes();
             let request = request(&[
                 b"EVALSHA",
@@ -194,6 +200,7 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
                 &exp,
                 &cas_in,
                 &newcas,
+                b"",
             ]);
             Job {
                 parts: vec![Part {
@@ -276,13 +283,7 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
             single(&key, n, req, Render::Touch, noreply)
         }
         Request::Delete { key, noreply } => {
-            let req = request(&[
-                b"EVALSHA",
-                ctx.shas.delete.as_bytes(),
-                b"2",
-                &key,
-                &meta_key(&key),
-            ]);
+            let req = delete_request(ctx.shas, &key);
             single(&key, n, req, Render::Delete, noreply)
         }
         Request::Arith {
@@ -306,6 +307,10 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
                 word,
                 &delta,
                 &newcas,
+                b"",
+                b"",
+                b"",
+                b"",
             ]);
             single(&key, n, req, Render::Arith(op), noreply)
         }
@@ -357,7 +362,7 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
             }
             Some(_) => Job::local(b"ERROR\r\n", false),
         },
-        Request::Meta(super::meta::MetaRequest::Noop) => Job::local(b"MN\r\n", false),
+        Request::Meta(m) => super::meta::plan(m, ctx),
         Request::Reject {
             reply,
             delete,
@@ -368,13 +373,7 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
             line.extend_from_slice(b"\r\n");
             let mut job = Job::local(&line, noreply);
             if let Some(key) = delete {
-                let req = request(&[
-                    b"EVALSHA",
-                    ctx.shas.delete.as_bytes(),
-                    b"2",
-                    &key,
-                    &meta_key(&key),
-                ]);
+                let req = delete_request(ctx.shas, &key);
                 job.parts.push(Part {
                     instance: instance_of(&key, n),
                     request: req,
@@ -383,6 +382,21 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
             job
         }
     }
+}
+
+/// The delete script's request for `key` (no CAS compare, no invalidation).
+fn delete_request(shas: &Shas, key: &[u8]) -> Vec<u8> {
+    request(&[
+        b"EVALSHA",
+        shas.delete.as_bytes(),
+        b"2",
+        key,
+        &meta_key(key),
+        b"",
+        b"",
+        b"0",
+        b"",
+    ])
 }
 
 /// `FLUSHDB` for every instance.
@@ -408,7 +422,7 @@ fn single(key: &[u8], n: usize, request: Vec<u8>, render: Render, noreply: bool)
 }
 
 /// An engine error as memcached's `SERVER_ERROR …` line.
-fn server_error(msg: &[u8]) -> Vec<u8> {
+pub(super) fn server_error(msg: &[u8]) -> Vec<u8> {
     if msg.starts_with(b"OOM") {
         return b"SERVER_ERROR out of memory storing object\r\n".to_vec();
     }
@@ -427,14 +441,15 @@ fn first_error(replies: &[resp::value::Value]) -> Option<Vec<u8>> {
     })
 }
 
-/// `"<flags> <cas>"` → (flags, cas); a missing companion is (0, 0).
-fn flags_cas(meta: Option<&resp::value::Value>) -> (&[u8], &[u8]) {
-    if let Some(resp::value::Value::Bulk(m)) = meta
-        && let Some(sp) = m.iter().position(|&b| b == b' ')
-    {
-        return (&m[..sp], &m[sp + 1..]);
+/// `"<flags> <cas>[ <state>]"` → (flags, cas, state); a missing companion is (0, 0, "").
+pub(super) fn flags_cas(meta: Option<&resp::value::Value>) -> (&[u8], &[u8], &[u8]) {
+    if let Some(resp::value::Value::Bulk(m)) = meta {
+        let mut it = m.split(|&b| b == b' ');
+        if let (Some(f), Some(c)) = (it.next(), it.next()) {
+            return (f, c, it.next().unwrap_or(b""));
+        }
     }
-    (b"0", b"0")
+    (b"0", b"0", b"")
 }
 
 /// The memcached reply to `render` given its parts' raw RESP replies.
@@ -485,7 +500,7 @@ pub fn render(render: &Render, raw: &[Vec<u8>], counters: &mut Counters) -> Vec<
                 match items.get(2 * j) {
                     Some(Value::Bulk(v)) => {
                         counters.get_hits += 1;
-                        let (flags, c) = flags_cas(items.get(2 * j + 1));
+                        let (flags, c, _) = flags_cas(items.get(2 * j + 1));
                         out.extend_from_slice(b"VALUE ");
                         out.extend_from_slice(key);
                         out.push(b' ');
@@ -525,7 +540,13 @@ pub fn render(render: &Render, raw: &[Vec<u8>], counters: &mut Counters) -> Vec<
             }
         }
         Render::Arith(op) => {
-            let w = word(&replies[0]);
+            let (w, value) = match &replies[0] {
+                Value::Array(a) => (
+                    a.first().map(word).unwrap_or_default(),
+                    a.get(1).map(word).unwrap_or_default(),
+                ),
+                _ => (Vec::new(), Vec::new()),
+            };
             let (hits, misses) = match op {
                 Arith::Incr => (&mut counters.incr_hits, &mut counters.incr_misses),
                 Arith::Decr => (&mut counters.decr_hits, &mut counters.decr_misses),
@@ -538,14 +559,15 @@ pub fn render(render: &Render, raw: &[Vec<u8>], counters: &mut Counters) -> Vec<
                 b"NON_NUMERIC" => {
                     b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n".to_vec()
                 }
-                v => {
+                _ => {
                     *hits += 1;
-                    line(v.strip_prefix(b"=").unwrap_or(v))
+                    line(&value)
                 }
             }
         }
         Render::Flush => b"OK\r\n".to_vec(),
         Render::Stats => super::stats::render(&replies, counters),
+        Render::Meta(m) => super::meta::render(m, &replies[0], counters),
     }
 }
 

@@ -8,21 +8,31 @@
 //! Expiry arguments: `"0"` = none, `"-1"` = already expired (the item is deleted), else an
 //! absolute Unix time in ms (`PXAT`).
 
-/// `EVALSHA store 2 item meta mode value flags exp cas_in new_cas` → a status word:
-/// `STORED`, `NOT_STORED`, `EXISTS`, `NOT_FOUND`.
+/// `EVALSHA store 2 item meta mode value flags exp cas_in new_cas invalidate` → a status
+/// word: `STORED`, `NOT_STORED`, `EXISTS`, `NOT_FOUND`. `cas_in` "" = no compare (the text
+/// `cas` and meta `ms … C<cas>` pass one, in any mode); `invalidate` "1" (`ms I`): a `cas_in`
+/// older than the item's stores the value marked stale instead of answering EXISTS.
 pub const STORE: &str = r#"
 local k, m = KEYS[1], KEYS[2]
 local mode, val, flags, exp, casin, newcas = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local cur = redis.call('GET', k)
+local state = ''
+if casin ~= '' then
+  if not cur then return 'NOT_FOUND' end
+  local meta = redis.call('GET', m)
+  local c = meta and string.match(meta, '^%d+ (%d+)') or '0'
+  if c ~= casin then
+    if ARGV[7] == '1' and #casin <= #c and (#casin < #c or casin < c) then
+      state = ' X'
+    else
+      return 'EXISTS'
+    end
+  end
+end
 if mode == 'add' then
   if cur then return 'NOT_STORED' end
 elseif mode == 'replace' or mode == 'append' or mode == 'prepend' then
   if not cur then return 'NOT_STORED' end
-elseif mode == 'cas' then
-  if not cur then return 'NOT_FOUND' end
-  local meta = redis.call('GET', m)
-  local c = meta and string.match(meta, ' (%d+)$') or '0'
-  if c ~= casin then return 'EXISTS' end
 end
 if mode == 'append' or mode == 'prepend' then
   if mode == 'append' then
@@ -34,9 +44,9 @@ if mode == 'append' or mode == 'prepend' then
   local f = meta and string.match(meta, '^(%d+)') or '0'
   local ttl = redis.call('PTTL', k)
   if ttl > 0 then
-    redis.call('SET', m, f .. ' ' .. newcas, 'PX', ttl)
+    redis.call('SET', m, f .. ' ' .. newcas .. state, 'PX', ttl)
   else
-    redis.call('SET', m, f .. ' ' .. newcas)
+    redis.call('SET', m, f .. ' ' .. newcas .. state)
   end
   return 'STORED'
 end
@@ -44,12 +54,54 @@ if exp == '-1' then
   redis.call('DEL', k, m)
 elseif exp == '0' then
   redis.call('SET', k, val)
-  redis.call('SET', m, flags .. ' ' .. newcas)
+  redis.call('SET', m, flags .. ' ' .. newcas .. state)
 else
   redis.call('SET', k, val, 'PXAT', exp)
-  redis.call('SET', m, flags .. ' ' .. newcas, 'PXAT', exp)
+  redis.call('SET', m, flags .. ' ' .. newcas .. state, 'PXAT', exp)
 end
 return 'STORED'
+"#;
+
+/// `EVALSHA mg 2 item meta touch_exp vivify_exp new_cas` (meta get) → `{0}` on a miss, else
+/// `{1, value, meta_before, pttl_before, created, won}`. `touch_exp` / `vivify_exp` "" =
+/// none. The companion's third field is the item's meta state: `T` (a win token was sent),
+/// `X` (stale, `md … I`); a hit on a stale item that sent no token yet wins it.
+pub const MG: &str = r#"
+local k, m = KEYS[1], KEYS[2]
+local touch, viv, newcas = ARGV[1], ARGV[2], ARGV[3]
+local v = redis.call('GET', k)
+if not v then
+  if viv == '' then return {0} end
+  if viv ~= '-1' then
+    if viv == '0' then
+      redis.call('SET', k, '')
+      redis.call('SET', m, '0 ' .. newcas .. ' T')
+    else
+      redis.call('SET', k, '', 'PXAT', viv)
+      redis.call('SET', m, '0 ' .. newcas .. ' T', 'PXAT', viv)
+    end
+  end
+  return {1, '', '0 ' .. newcas, -1, 1, 1}
+end
+local meta = redis.call('GET', m) or '0 0'
+local ttl = redis.call('PTTL', k)
+local won = 0
+local st = string.match(meta, '^%d+ %d+ (%a+)') or ''
+if string.find(st, 'X') and not string.find(st, 'T') then
+  won = 1
+  local f, c = string.match(meta, '^(%d+) (%d+)')
+  redis.call('SET', m, f .. ' ' .. c .. ' XT', 'KEEPTTL')
+end
+if touch == '-1' then
+  redis.call('DEL', k, m)
+elseif touch == '0' then
+  redis.call('PERSIST', k)
+  redis.call('PERSIST', m)
+elseif touch ~= '' then
+  redis.call('PEXPIREAT', k, touch)
+  redis.call('PEXPIREAT', m, touch)
+end
+return {1, v, meta, ttl, 0, won}
 "#;
 
 /// `EVALSHA touch 2N item1 meta1 … exp` (gat/gats): for each pair, the value and its
@@ -96,21 +148,72 @@ end
 return 1
 "#;
 
-/// `EVALSHA delete 2 item meta` → 1 (deleted) or 0 (no such item); the companion goes too.
+/// `EVALSHA delete 2 item meta cas_in invalidate new_cas ttl_exp` → 1 (deleted), 0 (no
+/// such item), -1 (`cas_in` given and different). `cas_in` "" = no compare; `invalidate` "1"
+/// (`md I`): the item stays, marked stale with a new CAS (and `ttl_exp` if not "").
 pub const DELETE: &str = r#"
-local n = redis.call('DEL', KEYS[1])
-redis.call('DEL', KEYS[2])
+local k, m = KEYS[1], KEYS[2]
+local casin, inval, newcas, exp = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if casin ~= '' or inval == '1' then
+  if redis.call('EXISTS', k) == 0 then return 0 end
+  local meta = redis.call('GET', m) or '0 0'
+  local f, c = string.match(meta, '^(%d+) (%d+)')
+  if casin ~= '' and casin ~= c then return -1 end
+  if inval == '1' then
+    redis.call('SET', m, f .. ' ' .. newcas .. ' X', 'KEEPTTL')
+    if exp == '-1' then
+      redis.call('DEL', k, m)
+    elseif exp == '0' then
+      redis.call('PERSIST', k)
+      redis.call('PERSIST', m)
+    elseif exp ~= '' then
+      redis.call('PEXPIREAT', k, exp)
+      redis.call('PEXPIREAT', m, exp)
+    end
+    return 1
+  end
+end
+local n = redis.call('DEL', k)
+redis.call('DEL', m)
 return n
 "#;
 
-/// `EVALSHA arith 2 item meta incr|decr delta new_cas` → `=<value>`, `NOT_FOUND` or
-/// `NON_NUMERIC`. 64-bit unsigned arithmetic on two 32-bit halves (Lua numbers are
-/// doubles): incr wraps, decr stops at 0. As memcached, a result shorter than the stored
-/// text is padded with spaces to the old length (memcached rewrites the item in place), and
-/// the stored text is read like `strtoull`: leading spaces, digits, then the end or a space.
+/// `EVALSHA arith 2 item meta incr|decr delta new_cas vivify_exp initial cas_in touch_exp` →
+/// `{status, value, cas, pttl}`; status `OK`, `CREATED` (a miss with `vivify_exp`: the item is
+/// `initial`), `NOT_FOUND`, `NON_NUMERIC`, `EXISTS` (`cas_in` differs). "" = not given.
+/// 64-bit unsigned arithmetic on two 32-bit halves (Lua numbers are doubles): incr wraps,
+/// decr stops at 0. As memcached, a result shorter than the stored text is padded with
+/// spaces to the old length (memcached rewrites the item in place), and the stored text is
+/// read like `strtoull`: leading spaces, digits, then the end or a space.
 pub const ARITH: &str = r#"
-local cur = redis.call('GET', KEYS[1])
-if not cur then return 'NOT_FOUND' end
+local k, m = KEYS[1], KEYS[2]
+local op, delta, newcas, viv, initial, casin, touch = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local function expire(e)
+  if e == '-1' then
+    redis.call('DEL', k, m)
+  elseif e == '0' then
+    redis.call('PERSIST', k)
+    redis.call('PERSIST', m)
+  elseif e ~= '' then
+    redis.call('PEXPIREAT', k, e)
+    redis.call('PEXPIREAT', m, e)
+  end
+end
+local cur = redis.call('GET', k)
+if not cur then
+  if viv == '' then return {'NOT_FOUND'} end
+  redis.call('SET', k, initial)
+  redis.call('SET', m, '0 ' .. newcas)
+  expire(viv)
+  if touch ~= '' then expire(touch) end
+  return {'CREATED', initial, newcas, redis.call('PTTL', k)}
+end
+local meta = redis.call('GET', m)
+local f = meta and string.match(meta, '^(%d+)') or '0'
+if casin ~= '' then
+  local c = meta and string.match(meta, '^%d+ (%d+)') or '0'
+  if c ~= casin then return {'EXISTS'} end
+end
 local B = 4294967296
 local function parse(s)
   local d, rest = string.match(s, '^%s*(%d*)(.*)$')
@@ -138,9 +241,9 @@ local function fmt(hi, lo)
   return string.reverse(table.concat(digits))
 end
 local hi, lo = parse(cur)
-if not hi then return 'NON_NUMERIC' end
-local dh, dl = parse(ARGV[2])
-if ARGV[1] == 'incr' then
+if not hi then return {'NON_NUMERIC'} end
+local dh, dl = parse(delta)
+if op == 'incr' then
   lo = lo + dl
   local c = math.floor(lo / B)
   lo = lo - c * B
@@ -158,20 +261,19 @@ end
 local s = fmt(hi, lo)
 local stored = s
 if #s < #cur then stored = s .. string.rep(' ', #cur - #s) end
-redis.call('SET', KEYS[1], stored, 'KEEPTTL')
-local meta = redis.call('GET', KEYS[2])
-local f = meta and string.match(meta, '^(%d+)') or '0'
-local ttl = redis.call('PTTL', KEYS[1])
+redis.call('SET', k, stored, 'KEEPTTL')
+local ttl = redis.call('PTTL', k)
 if ttl > 0 then
-  redis.call('SET', KEYS[2], f .. ' ' .. ARGV[3], 'PX', ttl)
+  redis.call('SET', m, f .. ' ' .. newcas, 'PX', ttl)
 else
-  redis.call('SET', KEYS[2], f .. ' ' .. ARGV[3])
+  redis.call('SET', m, f .. ' ' .. newcas)
 end
-return '=' .. s
+expire(touch)
+return {'OK', s, newcas, redis.call('PTTL', k)}
 "#;
 
 /// Every script, in the order [`Shas`] lists them.
-pub const ALL: [&str; 5] = [STORE, GAT, TOUCH, DELETE, ARITH];
+pub const ALL: [&str; 6] = [STORE, GAT, TOUCH, DELETE, ARITH, MG];
 
 /// The scripts' SHA1s (lowercase hex), as EVALSHA wants them.
 #[derive(Clone, Debug)]
@@ -181,6 +283,7 @@ pub struct Shas {
     pub touch: String,
     pub delete: String,
     pub arith: String,
+    pub mg: String,
 }
 
 impl Shas {
@@ -192,6 +295,7 @@ impl Shas {
             touch: h(TOUCH),
             delete: h(DELETE),
             arith: h(ARITH),
+            mg: h(MG),
         }
     }
 }

@@ -11,7 +11,9 @@
 #    (npm ci, tests/cluster/package-lock.json); the newest redis-py, node-redis and ioredis,
 #    pinned exactly, for the default-settings tests through the proxy, into tests/clients/
 #    (redis-py in tests/clients/.venv from tests/clients/requirements.txt; node-redis and
-#    ioredis in tests/clients/node_modules, npm ci from tests/clients/package-lock.json).
+#    ioredis in tests/clients/node_modules, npm ci from tests/clients/package-lock.json), with
+#    the memcached clients pymemcache (in that venv) and npm `memcached` (in node_modules);
+#    Debian's memcached and libmemcached-tools for the memcached port's tests.
 #    Each is skipped when already installed.
 #    Debian's chromium and playwright-core in tests/browser/node_modules (npm ci, idempotent)
 #    for the browser-replica tests, and the replica module (scripts/build-wasm.sh).
@@ -41,6 +43,10 @@ command -v redis-server    >/dev/null || missing+=(redis-server)
 command -v redis-cli       >/dev/null || missing+=(redis-tools)
 command -v redis-benchmark >/dev/null || missing+=(redis-tools)
 command -v nutcracker      >/dev/null || missing+=(nutcracker)
+# A real memcached 1.6 for the memcached port's byte-for-byte transcripts, and memccapable
+# (libmemcached-tools) for its conformance run (tests/tests/memcached.rs).
+command -v memcached       >/dev/null || missing+=(memcached)
+command -v memccapable     >/dev/null || missing+=(libmemcached-tools)
 # Debian's Chromium for the browser-replica tests (tests/browser, driven by playwright-core).
 [ -x /usr/bin/chromium ]              || missing+=(chromium)
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -52,6 +58,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     # servers on free ports and never touch it.
 fi
 redis-server --version
+memcached -V
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
     echo "installing the wasm32-unknown-unknown target"
     rustup target add wasm32-unknown-unknown
@@ -88,21 +95,22 @@ step "client libraries through the proxy (tests/clients)"
 CLIENTS_DIR="$ROOT/tests/clients"
 # rq and Django (its RedisCache backend) live in the same venv (tests/clients/rq_proxy.py,
 # django_cache_proxy.py); any change to requirements.txt reinstalls.
-if ! "$CLIENTS_DIR/.venv/bin/python" -c 'import redis, rq, django' 2>/dev/null \
+if ! "$CLIENTS_DIR/.venv/bin/python" -c 'import redis, rq, django, pymemcache' 2>/dev/null \
     || ! cmp -s "$CLIENTS_DIR/requirements.txt" "$CLIENTS_DIR/.venv/requirements.txt"; then
-    echo "installing redis-py, rq and Django into $CLIENTS_DIR/.venv"
+    echo "installing redis-py, rq, Django and pymemcache into $CLIENTS_DIR/.venv"
     python3 -m venv "$CLIENTS_DIR/.venv"
     "$CLIENTS_DIR/.venv/bin/python" -m pip install -q -r "$CLIENTS_DIR/requirements.txt"
     cp "$CLIENTS_DIR/requirements.txt" "$CLIENTS_DIR/.venv/requirements.txt"
 fi
 "$CLIENTS_DIR/.venv/bin/python" -c 'import redis, rq, django; print("redis-py", redis.__version__, "rq", rq.VERSION, "django", django.__version__)'
 if ! [ -d "$CLIENTS_DIR/node_modules/redis" ] || ! [ -d "$CLIENTS_DIR/node_modules/ioredis" ] \
+    || ! [ -d "$CLIENTS_DIR/node_modules/memcached" ] \
     || ! cmp -s "$CLIENTS_DIR/package-lock.json" "$CLIENTS_DIR/node_modules/.package-lock.json.installed"; then
     echo "installing node-redis and ioredis into $CLIENTS_DIR/node_modules"
     (cd "$CLIENTS_DIR" && npm ci --no-audit --no-fund --silent)
     cp "$CLIENTS_DIR/package-lock.json" "$CLIENTS_DIR/node_modules/.package-lock.json.installed"
 fi
-node -e 'for (const p of ["redis", "ioredis"]) console.log(p, require(process.argv[1] + "/node_modules/" + p + "/package.json").version)' "$CLIENTS_DIR"
+node -e 'for (const p of ["redis", "ioredis", "memcached"]) console.log(p, require(process.argv[1] + "/node_modules/" + p + "/package.json").version)' "$CLIENTS_DIR"
 
 step "browser-replica test clients (tests/browser) and the wasm module"
 BROWSER_DIR="$ROOT/tests/browser"

@@ -162,10 +162,7 @@ pub fn parse(t: &[&[u8]], buf: &[u8], line_end: usize, item_max: usize) -> Outco
         Err(e) => return done(reject(e, swallow)),
     };
     if let Some((_, m)) = flags.iter().find(|(f, _)| *f == b'M')
-        && !matches!(
-            m[0],
-            b'E' | b'e' | b'A' | b'a' | b'P' | b'p' | b'R' | b'r' | b'S' | b's'
-        )
+        && !matches!(m[0], b'E' | b'A' | b'P' | b'R' | b'S')
     {
         return done(reject("CLIENT_ERROR invalid mode for ms M token", swallow));
     }
@@ -294,7 +291,7 @@ pub fn plan(req: MetaRequest, ctx: &mut Ctx<'_>) -> Job {
         ]),
         MetaCmd::Set => {
             ctx.counters.cmd_set += 1;
-            let mode: &[u8] = match r.token(b'M').map(|m| m[0].to_ascii_uppercase()) {
+            let mode: &[u8] = match r.token(b'M').map(|m| m[0]) {
                 Some(b'E') => b"add",
                 Some(b'A') => b"append",
                 Some(b'P') => b"prepend",
@@ -307,6 +304,8 @@ pub fn plan(req: MetaRequest, ctx: &mut Ctx<'_>) -> Job {
                 .map_or(0, |f| f as u32);
             let exp = r.exp_arg(b'T');
             let exp = if exp.is_empty() { b"0".to_vec() } else { exp };
+            // memcached: add with a CAS works as add (the CAS is not compared).
+            let cas_in: &[u8] = if mode == b"add" { b"" } else { &cas_in };
             exec::request(&[
                 b"EVALSHA",
                 shas.store.as_bytes(),
@@ -317,7 +316,7 @@ pub fn plan(req: MetaRequest, ctx: &mut Ctx<'_>) -> Job {
                 &value,
                 itoa::Buffer::new().format(flags).as_bytes(),
                 &exp,
-                &cas_in,
+                cas_in,
                 &r.new_cas,
                 yes(b'I'),
             ])
@@ -335,8 +334,8 @@ pub fn plan(req: MetaRequest, ctx: &mut Ctx<'_>) -> Job {
         ]),
         MetaCmd::Arith => {
             let op: &[u8] = match r.token(b'M').map(|m| m[0]) {
-                None | Some(b'I' | b'i' | b'+') => b"incr",
-                Some(b'D' | b'd' | b'-') => b"decr",
+                None | Some(b'I' | b'+') => b"incr",
+                Some(b'D' | b'-') => b"decr",
                 Some(_) => {
                     return Job::local(b"CLIENT_ERROR invalid mode for ma M token\r\n", false);
                 }

@@ -308,7 +308,8 @@ fn get(t: &[&[u8]]) -> Request {
         _ => (CasOut::Yes, true),
     };
     let first = if touch { 2 } else { 1 };
-    if t.len() <= first {
+    // `get` alone is ERROR; `gat <exptime>` with no key is an empty answer (`END`).
+    if t.len() < 2 {
         return reject(ERROR, false);
     }
     let touch = if touch {

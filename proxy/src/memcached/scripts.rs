@@ -184,7 +184,7 @@ return n
 /// 64-bit unsigned arithmetic on two 32-bit halves (Lua numbers are doubles): incr wraps,
 /// decr stops at 0. As memcached, a result shorter than the stored text is padded with
 /// spaces to the old length (memcached rewrites the item in place), and the stored text is
-/// read like `strtoull`: leading spaces, digits, then the end or a space.
+/// read like `strtoull`: leading spaces, at least one digit, then the end or a space.
 pub const ARITH: &str = r#"
 local k, m = KEYS[1], KEYS[2]
 local op, delta, newcas, viv, initial, casin, touch = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
@@ -217,7 +217,7 @@ end
 local B = 4294967296
 local function parse(s)
   local d, rest = string.match(s, '^%s*(%d*)(.*)$')
-  if not d or (rest ~= '' and not string.match(rest, '^%s')) then return nil end
+  if not d or d == '' or (rest ~= '' and not string.match(rest, '^%s')) then return nil end
   local hi, lo = 0, 0
   for i = 1, #d do
     lo = lo * 10 + (string.byte(d, i) - 48)

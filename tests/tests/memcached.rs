@@ -39,20 +39,33 @@ fn start_fleet() -> McFleet {
         .map(|p| format!("127.0.0.1:{p}"))
         .collect();
     let mut cmd = Command::new(recached_bin());
-    cmd.args(["proxy", "--port", &resp_port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--backends", &backends.join(",")])
-        .args(["--memcached-port", &mc_port.to_string()]);
+    cmd.args([
+        "proxy",
+        "--port",
+        &resp_port.to_string(),
+        "--bind",
+        "127.0.0.1",
+    ])
+    .args(["--backends", &backends.join(",")])
+    .args(["--memcached-port", &mc_port.to_string()]);
     let mut proxy = Proc::spawn("proxy", cmd);
     proxy.wait_port(mc_port, START_TIMEOUT);
     proxy.wait_proxy_reaches_engines(resp_port, START_TIMEOUT);
     // The memcached port's own links (and their SCRIPT LOADs) are up once a store works.
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        let r = exchange(mc_port, b"set warm:a 0 0 1\r\nx\r\nset warm:b 0 0 1\r\nx\r\n");
+        let r = exchange(
+            mc_port,
+            b"set warm:a 0 0 1\r\nx\r\nset warm:b 0 0 1\r\nx\r\n",
+        );
         if r == b"STORED\r\nSTORED\r\nMN\r\n" {
             break;
         }
-        assert!(Instant::now() < deadline, "memcached port not ready: {}", escape(&r));
+        assert!(
+            Instant::now() < deadline,
+            "memcached port not ready: {}",
+            escape(&r)
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     McFleet {
@@ -68,8 +81,17 @@ fn start_fleet() -> McFleet {
 fn start_memcached() -> (Proc, u16) {
     let port = free_port();
     let mut cmd = Command::new("memcached");
-    cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0", "-t", "2"])
-        .args(["-u", "root"]);
+    cmd.args([
+        "-p",
+        &port.to_string(),
+        "-l",
+        "127.0.0.1",
+        "-U",
+        "0",
+        "-t",
+        "2",
+    ])
+    .args(["-u", "root"]);
     let mut p = Proc::spawn("memcached", cmd);
     p.wait_port(port, START_TIMEOUT);
     (p, port)
@@ -83,7 +105,8 @@ fn exchange(port: u16, input: &[u8]) -> Vec<u8> {
 
 fn exchange_raw(port: u16, input: &[u8], until_mn: bool) -> Vec<u8> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
     s.write_all(input).expect("write");
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut out = Vec::new();
@@ -119,7 +142,9 @@ fn normalize(reply: &[u8]) -> String {
         ) {
             toks.iter()
                 .map(|t| {
-                    if t.len() > 1 && t.starts_with('c') && t[1..].bytes().all(|b| b.is_ascii_digit())
+                    if t.len() > 1
+                        && t.starts_with('c')
+                        && t[1..].bytes().all(|b| b.is_ascii_digit())
                     {
                         "cC".to_string()
                     } else {
@@ -193,7 +218,14 @@ ma cnt MI D18446744073709551615 v\r\nma cnt Dx\r\nms s 2\r\nab\r\nma s\r\nma cnt
     // The largest value for a 1-byte key (memcached's item_size_max, 1 MB, less its header),
     // one byte more, and a too-large `set` deleting the key it names (memcached unlinks it).
     let max = 1_048_516;
-    t.push([format!("set k 0 0 {max}\r\n").as_bytes(), &vec![b'v'; max], b"\r\nmg k s\r\n"].concat());
+    t.push(
+        [
+            format!("set k 0 0 {max}\r\n").as_bytes(),
+            &vec![b'v'; max],
+            b"\r\nmg k s\r\n",
+        ]
+        .concat(),
+    );
     t.push(
         [
             format!("set k 0 0 {}\r\n", max + 1).as_bytes(),
@@ -210,7 +242,9 @@ ma cnt MI D18446744073709551615 v\r\nma cnt Dx\r\nms s 2\r\nab\r\nma s\r\nma cnt
     let mut get = b"get".to_vec();
     for i in 0..200 {
         if i % 3 != 0 {
-            sets.extend_from_slice(format!("set key:{i} {i} 0 {}\r\nv{i}\r\n", format!("v{i}").len()).as_bytes());
+            sets.extend_from_slice(
+                format!("set key:{i} {i} 0 {}\r\nv{i}\r\n", format!("v{i}").len()).as_bytes(),
+            );
         }
         get.extend_from_slice(format!(" key:{i}").as_bytes());
     }
@@ -243,7 +277,11 @@ fn transcripts_match_memcached_byte_for_byte() {
     let input = [b"get ", &long[..], b"\r\n"].concat();
     let (want, got) = (exchange(mc_port, &input), exchange(fleet.mc_port, &input));
     if want != got {
-        failures.push(format!("get of a long key: memcached {} recached {}", escape(&want), escape(&got)));
+        failures.push(format!(
+            "get of a long key: memcached {} recached {}",
+            escape(&want),
+            escape(&got)
+        ));
     }
     // Connections memcached closes: `quit`, and a line with no newline past 2048 bytes.
     for input in [&b"set k 0 0 1\r\nx\r\nquit\r\nget k\r\n"[..], &[b'x'; 3000]] {
@@ -258,7 +296,12 @@ fn transcripts_match_memcached_byte_for_byte() {
             ));
         }
     }
-    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} differences:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -291,10 +334,38 @@ fn memcached_items_are_the_resp_strings() {
     resp.cmd_str(&["RPUSH", "list:k", "a"]);
     let r = exchange(fleet.mc_port, b"get list:k\r\nappend list:k 0 0 1\r\nx\r\n");
     assert!(r.starts_with(b"END\r\nSERVER_ERROR "), "{}", escape(&r));
+    // An engine whose script cache is emptied (SCRIPT FLUSH over RESP): the request that
+    // meets it answers SERVER_ERROR, the port loads the scripts again, the next one works.
+    for &p in &fleet.engine_ports {
+        assert_eq!(Resp::connect(p).cmd_str(&["SCRIPT", "FLUSH"]), b"+OK\r\n");
+    }
+    let first = exchange(fleet.mc_port, b"set again 0 0 1\r\nx\r\n");
+    assert!(
+        first.starts_with(b"SERVER_ERROR NOSCRIPT"),
+        "{}",
+        escape(&first)
+    );
+    assert_eq!(
+        exchange(fleet.mc_port, b"set again 0 0 1\r\nx\r\n"),
+        b"STORED\r\nMN\r\n"
+    );
     // stats sums the engines.
     let stats = String::from_utf8(exchange(fleet.mc_port, b"stats\r\n")).unwrap();
-    for field in ["curr_items", "get_hits", "get_misses", "cmd_get", "cmd_set", "bytes", "evictions", "uptime", "curr_connections"] {
-        assert!(stats.contains(&format!("STAT {field} ")), "{field} missing:\n{stats}");
+    for field in [
+        "curr_items",
+        "get_hits",
+        "get_misses",
+        "cmd_get",
+        "cmd_set",
+        "bytes",
+        "evictions",
+        "uptime",
+        "curr_connections",
+    ] {
+        assert!(
+            stats.contains(&format!("STAT {field} ")),
+            "{field} missing:\n{stats}"
+        );
     }
     assert!(stats.ends_with("END\r\nMN\r\n"), "{stats}");
 }
@@ -353,7 +424,15 @@ fn node_memcached_through_the_memcached_port() {
 fn memccapable_ascii_passes() {
     let fleet = start_fleet();
     let out = Command::new("memccapable")
-        .args(["-h", "127.0.0.1", "-p", &fleet.mc_port.to_string(), "-a", "-t", "5"])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &fleet.mc_port.to_string(),
+            "-a",
+            "-t",
+            "5",
+        ])
         .output()
         .expect("memccapable (libmemcached-tools) must be installed: run scripts/test.sh");
     let stdout = String::from_utf8_lossy(&out.stdout);

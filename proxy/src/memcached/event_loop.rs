@@ -51,8 +51,17 @@ const MAX_PENDING: usize = 4096;
 const OUTPUT_HIGH_WATER: usize = 16 << 20;
 const MAX_POLL_WAIT: Duration = Duration::from_millis(100);
 const READ_CHUNK: usize = 16 * 1024;
+/// Unparsed input beyond a largest item at which reading stops until it is parsed (the
+/// client is then read again on the next iteration).
+const INPUT_SLACK: usize = 64 * 1024;
 /// The waiter of requests the loop sends for nobody (a delayed `flush_all`).
 const NOBODY: usize = usize::MAX;
+const NOBODY_WAITER: Waiter = Waiter {
+    token: NOBODY,
+    client_id: 0,
+    seq: 0,
+    part: 0,
+};
 
 /// What the memcached port needs.
 #[derive(Clone, Debug)]
@@ -186,7 +195,7 @@ impl Loop {
             conns: Slab::new(),
             links,
             opts,
-            shas: Shas::new(),
+            shas: Shas::default(),
             counters,
             // CAS uniques keep growing across restarts: µs since the epoch at start.
             next_cas: now.saturating_mul(1000).max(1),
@@ -343,10 +352,10 @@ impl Loop {
                         data = &data[drop..];
                     }
                     c.input.extend_from_slice(data);
-                    if c.input.len() - c.start > self.opts.item_max + 2 * parse::LINE_MAX
-                        && c.pending.len() > MAX_PENDING / 2
-                    {
-                        break; // parse before reading more
+                    if c.input.len() - c.start > self.opts.item_max + INPUT_SLACK {
+                        // Parse before reading more; read again next iteration.
+                        self.paused.push(t);
+                        break;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -402,10 +411,7 @@ impl Loop {
                 Parsed::Ready(req, used) => (req, used),
             };
             c.start += used;
-            if let Request::Reject {
-                swallow, reply, ..
-            } = &req
-            {
+            if let Request::Reject { swallow, reply, .. } = &req {
                 c.swallow = *swallow;
                 if *reply == parse::TOO_LARGE {
                     counters.store_too_large += 1;
@@ -530,11 +536,23 @@ impl Loop {
             dirty_conns,
             ..
         } = self;
+        let mut noscript = false;
         let result = links[i].deliver_replies(|w, reply| {
+            noscript |= reply.starts_with(b"-NOSCRIPT");
             deliver(conns, counters, dirty_conns, w, reply);
         });
         if let Err(e) = result {
             self.fail_link(i, &format!("bad reply: {e}"), now);
+            return;
+        }
+        if noscript {
+            // The engine's script cache was emptied (SCRIPT FLUSH over RESP): the request
+            // that met it answered SERVER_ERROR; the scripts are loaded again for the next.
+            log::warn!("memcached: instance {i} lost the scripts; loading them again");
+            for request in scripts::load_requests() {
+                self.links[i].send(&request, NOBODY_WAITER);
+            }
+            self.mark_link(i);
         }
     }
 
@@ -571,15 +589,7 @@ impl Loop {
             for part in exec::flush_parts(self.links.len()) {
                 let b = &mut self.links[part.instance];
                 if b.accepts() {
-                    b.send(
-                        &part.request,
-                        Waiter {
-                            token: NOBODY,
-                            client_id: 0,
-                            seq: 0,
-                            part: 0,
-                        },
-                    );
+                    b.send(&part.request, NOBODY_WAITER);
                     if !b.dirty {
                         b.dirty = true;
                         self.dirty_links.push(part.instance);

@@ -577,7 +577,14 @@ mod tests {
 
     #[test]
     fn meta_key_shares_the_slot() {
-        for key in [&b"k"[..], b"a}b", b"{x}y", b"{}z", b"user:{42}:name", b"\x01\xff"] {
+        for key in [
+            &b"k"[..],
+            b"a}b",
+            b"{x}y",
+            b"{}z",
+            b"user:{42}:name",
+            b"\x01\xff",
+        ] {
             let m = meta_key(key);
             assert_eq!(
                 engine_core::slot::key_slot(&m),

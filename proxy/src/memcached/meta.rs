@@ -431,7 +431,11 @@ pub fn render(r: &MetaRender, reply: &Value, counters: &mut Counters) -> Vec<u8>
                 match f {
                     b'T' => ttl = r.ttl_of(&r.exp_arg(b'T')),
                     b'N' if created => ttl = r.ttl_of(&r.exp_arg(b'N')),
-                    b's' => num(&mut out, b's', itoa::Buffer::new().format(value.len()).as_bytes()),
+                    b's' => num(
+                        &mut out,
+                        b's',
+                        itoa::Buffer::new().format(value.len()).as_bytes(),
+                    ),
                     b't' => num(&mut out, b't', itoa::Buffer::new().format(ttl).as_bytes()),
                     b'c' => num(&mut out, b'c', cas),
                     b'f' => num(&mut out, b'f', flags),
@@ -571,11 +575,17 @@ mod tests {
     fn flag_errors() {
         assert_eq!(reply_of(b"mg k v x\r\n"), "CLIENT_ERROR invalid flag");
         assert_eq!(reply_of(b"mg k v v\r\n"), "CLIENT_ERROR duplicate flag");
-        assert_eq!(reply_of(b"ma k Dx\r\n"), "CLIENT_ERROR invalid or duplicate flag");
+        assert_eq!(
+            reply_of(b"ma k Dx\r\n"),
+            "CLIENT_ERROR invalid or duplicate flag"
+        );
         assert_eq!(reply_of(b"mg\r\n"), parse::ERROR);
         assert_eq!(reply_of(b"mz\r\n"), parse::ERROR);
         assert_eq!(reply_of(b"ms k\r\n"), BAD_FORMAT);
-        assert_eq!(reply_of(b"ms k 1 MX\r\nx\r\n"), "CLIENT_ERROR invalid mode for ms M token");
+        assert_eq!(
+            reply_of(b"ms k 1 MX\r\nx\r\n"),
+            "CLIENT_ERROR invalid mode for ms M token"
+        );
     }
 
     #[test]

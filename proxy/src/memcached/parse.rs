@@ -107,16 +107,26 @@ pub enum Request {
         noreply: bool,
     },
     /// `delete <key> [0] [noreply]`.
-    Delete { key: Vec<u8>, noreply: bool },
+    Delete {
+        key: Vec<u8>,
+        noreply: bool,
+    },
     /// `flush_all [delay] [noreply]`.
-    FlushAll { delay: i64, noreply: bool },
+    FlushAll {
+        delay: i64,
+        noreply: bool,
+    },
     Version,
     /// `verbosity <level> [noreply]`: answered OK, nothing changes.
-    Verbosity { noreply: bool },
+    Verbosity {
+        noreply: bool,
+    },
     Quit,
     /// `stats` (general statistics only; a sub-command gets memcached's answer for an unknown
     /// one, `ERROR`, except `reset`, `settings`).
-    Stats { arg: Option<Vec<u8>> },
+    Stats {
+        arg: Option<Vec<u8>>,
+    },
     /// A meta command (`mg`, `ms`, `md`, `ma`, `mn`).
     Meta(MetaRequest),
     /// Bad input: the reply (without CRLF), then drop `swallow` more bytes as they arrive.
@@ -148,7 +158,9 @@ fn reject(reply: &'static str, noreply: bool) -> Request {
 
 /// Splits a line into tokens on runs of spaces (memcached's `tokenize_command`).
 pub fn tokens(line: &[u8]) -> Vec<&[u8]> {
-    line.split(|&b| b == b' ').filter(|t| !t.is_empty()).collect()
+    line.split(|&b| b == b' ')
+        .filter(|t| !t.is_empty())
+        .collect()
 }
 
 /// An unsigned decimal as `strtoull` + memcached's `safe_strtoull`: digits only (a `-` is
@@ -437,7 +449,10 @@ mod tests {
             }
         );
         // A wrong-length block: the error, then bytes + 2 consumed (memcached parses the rest).
-        assert_eq!(ready(b"set a 0 0 3\r\nabcd\r\n"), (reject(BAD_CHUNK, false), 18));
+        assert_eq!(
+            ready(b"set a 0 0 3\r\nabcd\r\n"),
+            (reject(BAD_CHUNK, false), 18)
+        );
     }
 
     #[test]
@@ -450,7 +465,10 @@ mod tests {
         assert_eq!(reply_of(b"get\r\n"), ERROR);
         let long = [b"get ".as_slice(), &[b'k'; 251], b"\r\n"].concat();
         assert_eq!(reply_of(&long), BAD_FORMAT);
-        assert_eq!(reply_of(b"incr n -1\r\n"), "CLIENT_ERROR invalid numeric delta argument");
+        assert_eq!(
+            reply_of(b"incr n -1\r\n"),
+            "CLIENT_ERROR invalid numeric delta argument"
+        );
         assert_eq!(parse(&[b'x'; 3000], MAX), Parsed::Close);
         let mut get = b"get ".to_vec();
         get.extend_from_slice(&[b'k'; 3000]);

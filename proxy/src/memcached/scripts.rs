@@ -286,8 +286,8 @@ pub struct Shas {
     pub mg: String,
 }
 
-impl Shas {
-    pub fn new() -> Self {
+impl Default for Shas {
+    fn default() -> Self {
         let h = |s: &str| sha1_smol::Sha1::from(s).digest().to_string();
         Shas {
             store: h(STORE),

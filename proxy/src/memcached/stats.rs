@@ -60,7 +60,11 @@ fn info_field(info: &[u8], name: &str) -> u64 {
 fn db0_keys(info: &[u8]) -> u64 {
     for line in info.split(|&b| b == b'\n') {
         if let Some(rest) = line.strip_prefix(b"db0:keys=") {
-            let digits: Vec<u8> = rest.iter().take_while(|b| b.is_ascii_digit()).copied().collect();
+            let digits: Vec<u8> = rest
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .copied()
+                .collect();
             return std::str::from_utf8(&digits)
                 .ok()
                 .and_then(|s| s.parse().ok())

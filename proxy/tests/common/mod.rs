@@ -89,7 +89,7 @@ impl Proxy {
         let port = free_port();
         let stop = Arc::new(AtomicBool::new(false));
         let opts = ProxyOptions {
-        memcached_port: 0,
+            memcached_port: 0,
             port,
             bind: "127.0.0.1".into(),
             backends: backends.iter().map(|p| format!("127.0.0.1:{p}")).collect(),

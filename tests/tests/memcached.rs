@@ -339,15 +339,37 @@ fn memcached_items_are_the_resp_strings() {
     for &p in &fleet.engine_ports {
         assert_eq!(Resp::connect(p).cmd_str(&["SCRIPT", "FLUSH"]), b"+OK\r\n");
     }
-    let first = exchange(fleet.mc_port, b"set again 0 0 1\r\nx\r\n");
-    assert!(
-        first.starts_with(b"SERVER_ERROR NOSCRIPT"),
-        "{}",
-        escape(&first)
-    );
+    for engine in 0..2u32 {
+        let key = (0..)
+            .map(|i| format!("again:{i}"))
+            .find(|k| engine_core::slot::instance_for_key(k.as_bytes(), 2) == engine)
+            .unwrap();
+        let set = format!("set {key} 0 0 1\r\nx\r\n");
+        let first = exchange(fleet.mc_port, set.as_bytes());
+        assert!(
+            first.starts_with(b"SERVER_ERROR NOSCRIPT"),
+            "{}",
+            escape(&first)
+        );
+        assert_eq!(exchange(fleet.mc_port, set.as_bytes()), b"STORED\r\nMN\r\n");
+    }
+    // flush_all <delay>: the items stay until the delay is over; a Unix time already past
+    // flushes at once.
     assert_eq!(
-        exchange(fleet.mc_port, b"set again 0 0 1\r\nx\r\n"),
-        b"STORED\r\nMN\r\n"
+        exchange(
+            fleet.mc_port,
+            b"set fl 0 0 1\r\nx\r\nflush_all 1\r\nget fl\r\n"
+        ),
+        b"STORED\r\nOK\r\nVALUE fl 0 1\r\nx\r\nEND\r\nMN\r\n"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(exchange(fleet.mc_port, b"get fl\r\n"), b"END\r\nMN\r\n");
+    assert_eq!(
+        exchange(
+            fleet.mc_port,
+            b"set fl 0 0 1\r\nx\r\nflush_all 1000000000\r\nget fl\r\n"
+        ),
+        b"STORED\r\nOK\r\nEND\r\nMN\r\n"
     );
     // stats sums the engines.
     let stats = String::from_utf8(exchange(fleet.mc_port, b"stats\r\n")).unwrap();

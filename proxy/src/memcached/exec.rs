@@ -316,15 +316,14 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
         }
         Request::FlushAll { delay, noreply } => {
             ctx.counters.cmd_flush += 1;
-            if delay > 0 {
-                let exp = expiry(i64::from(delay as i32), ctx.now_ms);
-                *ctx.flush_at = std::str::from_utf8(&exp)
-                    .ok()
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .filter(|&at| at > 1);
+            // A positive delay is an expiry time (relative, or a Unix time, which may be past).
+            let at = (delay > 0)
+                .then(|| expiry(delay, ctx.now_ms))
+                .and_then(|exp| std::str::from_utf8(&exp).ok()?.parse::<u64>().ok());
+            *ctx.flush_at = at;
+            if at.is_some() {
                 return Job::local(b"OK\r\n", noreply);
             }
-            *ctx.flush_at = None;
             Job {
                 parts: flush_parts(n),
                 render: Render::Flush,

@@ -39,7 +39,9 @@ srv "$BIN" start --engines 2 --bind 127.0.0.1 --proxy-port "$PROXY" --engine-por
     --memcached-port "$MC_RECACHED" --fanout-port 0 --metrics-port 0 --dir "$DIR" --daemonize \
     >"$TMP/fleet.log" 2>&1
 FLEETS+=("$DIR")
-srv memcached -u root -l 127.0.0.1 -p "$MC_REF" -U 0 -t 2 -m 1024 -c 4096 &
+# exec in the subshell: $! is memcached's own pid, which the exit trap kills.
+(exec "${SRV[@]}" memcached -u root -l 127.0.0.1 -p "$MC_REF" -U 0 -t 2 -m 1024 -c 4096) \
+    >"$TMP/memcached.log" 2>&1 &
 PIDS+=($!)
 wait_port "$MC_REF"
 wait_port "$MC_RECACHED"

@@ -344,7 +344,7 @@ fn memcached_items_are_the_resp_strings() {
             .map(|i| format!("again:{i}"))
             .find(|k| engine_core::slot::instance_for_key(k.as_bytes(), 2) == engine)
             .unwrap();
-        let set = format!("set {key} 0 0 1\r\nx\r\n");
+        let set = format!("add {key} 0 0 1\r\nx\r\n");
         let first = exchange(fleet.mc_port, set.as_bytes());
         assert!(
             first.starts_with(b"SERVER_ERROR NOSCRIPT"),

@@ -48,6 +48,8 @@ pub enum Render {
     Ready(Vec<u8>),
     /// A store script's status word.
     Store(StoreMode),
+    /// A plain `set`: `STORED` unless a part failed.
+    Stored,
     /// Retrieval: for key i, `at[i]` = (part, pair index in that part's array).
     Get {
         keys: Vec<Vec<u8>>,
@@ -182,6 +184,9 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
             let newcas = take_cas(ctx.next_cas);
             let exp = expiry(exptime, ctx.now_ms);
             let flags = itoa::Buffer::new().format(flags).as_bytes().to_vec();
+            if mode == StoreMode::Set {
+                return plain_set(&key, &meta, &value, &flags, &exp, &newcas, n, noreply);
+            }
             let cas_in = if mode == StoreMode::Cas {
                 itoa::Buffer::new().format(cas).as_bytes().to_vec()
             } else {
@@ -383,6 +388,47 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
     }
 }
 
+/// A plain `set`: no script, two commands pipelined on the port's one connection to the
+/// engine (the item, then its companion; or one `DEL` of both when already expired). No other
+/// memcached request can come between them: every request of the port to that engine is on
+/// that connection, in order.
+#[allow(clippy::too_many_arguments)]
+fn plain_set(
+    key: &[u8],
+    meta: &[u8],
+    value: &[u8],
+    flags: &[u8],
+    exp: &[u8],
+    newcas: &[u8],
+    n: usize,
+    noreply: bool,
+) -> Job {
+    let instance = instance_of(key, n);
+    let mut record = flags.to_vec();
+    record.push(b' ');
+    record.extend_from_slice(newcas);
+    let parts = match exp {
+        b"-1" => vec![request(&[b"DEL", key, meta])],
+        b"0" => vec![
+            request(&[b"SET", key, value]),
+            request(&[b"SET", meta, &record]),
+        ],
+        at => vec![
+            request(&[b"SET", key, value, b"PXAT", at]),
+            request(&[b"SET", meta, &record, b"PXAT", at]),
+        ],
+    };
+    Job {
+        parts: parts
+            .into_iter()
+            .map(|request| Part { instance, request })
+            .collect(),
+        render: Render::Stored,
+        noreply,
+        close: false,
+    }
+}
+
 /// The delete script's request for `key` (no CAS compare, no invalidation).
 fn delete_request(shas: &Shas, key: &[u8]) -> Vec<u8> {
     request(&[
@@ -477,6 +523,7 @@ pub fn render(render: &Render, raw: &[Vec<u8>], counters: &mut Counters) -> Vec<
     let line = |s: &[u8]| [s, b"\r\n"].concat();
     match render {
         Render::Ready(_) => unreachable!("answered above"),
+        Render::Stored => b"STORED\r\n".to_vec(),
         Render::Store(mode) => {
             let w = word(&replies[0]);
             if *mode == StoreMode::Cas {

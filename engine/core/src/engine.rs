@@ -87,6 +87,9 @@ pub struct Config {
     /// `tracking-table-max-keys`: keys the client-side caching table may hold before random
     /// ones are invalidated, 0 = no limit (Redis default 1000000; `crate::tracking`).
     pub tracking_table_max_keys: u64,
+    /// Parameters stored without effect, by name, where set to other than their default
+    /// (`crate::cmd::config_stored`).
+    pub stored: std::collections::BTreeMap<&'static str, String>,
 }
 
 /// Values `maxmemory-policy` accepts, in Redis's order (its error text lists them so).
@@ -133,6 +136,7 @@ impl Default for Config {
             stream_node_max_entries: crate::types::stream::NODE_MAX_ENTRIES,
             stream_node_max_bytes: crate::types::stream::NODE_MAX_BYTES,
             tracking_table_max_keys: crate::tracking::DEFAULT_MAX_KEYS,
+            stored: Default::default(),
         }
     }
 }

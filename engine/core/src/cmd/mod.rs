@@ -13,6 +13,9 @@
 
 pub mod cluster;
 pub mod command;
+pub mod config_stored;
+#[rustfmt::skip]
+pub mod config_table;
 pub mod connection;
 pub mod keys;
 pub mod lolwut;

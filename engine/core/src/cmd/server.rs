@@ -7,6 +7,7 @@ use crate::Engine;
 use crate::args;
 use crate::call::Call;
 use crate::call::help;
+use crate::cmd::config_stored;
 use crate::cmd::connection::REDIS_VERSION;
 use crate::command::CommandSpec;
 use crate::engine::MAXMEMORY_POLICIES;
@@ -902,25 +903,52 @@ fn find_param(name: &[u8]) -> Option<&'static Param> {
 /// `CONFIG GET pattern [pattern …]` → map of matching parameters. A pattern without glob
 /// characters is looked up by name and answered under the name as given.
 pub fn config_get(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let mut found: Vec<(std::borrow::Cow<'static, [u8]>, &'static Param)> = Vec::new();
+    let mut found: Vec<(std::borrow::Cow<'static, [u8]>, Source)> = Vec::new();
+    let add = |found: &mut Vec<(std::borrow::Cow<'static, [u8]>, Source)>, name, src: Source| {
+        if !found.iter().any(|(_, s)| s.same(&src)) {
+            found.push((name, src));
+        }
+    };
     for pat in &c.argv[2..] {
         if !pat.iter().any(|b| matches!(b, b'[' | b'*' | b'?')) {
-            if let Some(p) = find_param(pat)
-                && !found.iter().any(|(_, q)| std::ptr::eq(*q, p))
-            {
-                found.push((pat.to_vec().into(), p));
+            if let Some(p) = find_param(pat) {
+                add(&mut found, pat.to_vec().into(), Source::Param(p));
+            } else if let Some(s) = config_stored::find(pat) {
+                add(
+                    &mut found,
+                    pat.to_vec().into(),
+                    Source::Stored(s, pat.to_ascii_lowercase()),
+                );
             }
             continue;
         }
         for p in PARAMS {
-            if !found.iter().any(|(_, q)| std::ptr::eq(*q, p))
-                && glob::matches(pat, p.name.as_bytes(), true)
+            if glob::matches(pat, p.name.as_bytes(), true) {
+                add(&mut found, p.name.as_bytes().into(), Source::Param(p));
+            }
+        }
+        // A stored parameter and each of its names once (Redis lists an alias beside its
+        // name); hidden ones only by exact name; those PARAMS acts on are listed above.
+        for (name, s) in config_stored::names() {
+            if !s.hidden
+                && find_param(name.as_bytes()).is_none()
+                && glob::matches(pat, name.as_bytes(), true)
             {
-                found.push((p.name.as_bytes().into(), p));
+                add(
+                    &mut found,
+                    name.as_bytes().into(),
+                    Source::Stored(s, name.as_bytes().to_vec()),
+                );
             }
         }
     }
-    let values: Vec<String> = found.iter().map(|(_, p)| (p.get)(e)).collect();
+    let values: Vec<String> = found
+        .iter()
+        .map(|(_, src)| match src {
+            Source::Param(p) => (p.get)(e),
+            Source::Stored(s, _) => s.get(&e.config.stored).to_string(),
+        })
+        .collect();
     let mut w = c.w();
     w.map(found.len());
     for ((name, _), v) in found.iter().zip(&values) {
@@ -928,6 +956,24 @@ pub fn config_get(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         w.bulk(v.as_bytes());
     }
     Ok(())
+}
+
+/// Where a CONFIG GET row comes from: a parameter recached acts on, or a stored one under
+/// one of its names.
+enum Source {
+    Param(&'static Param),
+    Stored(&'static config_stored::Stored, Vec<u8>),
+}
+
+impl Source {
+    /// The same row: a parameter once, a stored one once per name.
+    fn same(&self, other: &Source) -> bool {
+        match (self, other) {
+            (Source::Param(a), Source::Param(b)) => std::ptr::eq(*a, *b),
+            (Source::Stored(a, x), Source::Stored(b, y)) => std::ptr::eq(*a, *b) && x == y,
+            _ => false,
+        }
+    }
 }
 
 /// Parameters Redis 7.0 marks `IMMUTABLE_CONFIG` (config.c): CONFIG SET refuses them even
@@ -952,32 +998,59 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             c_str_lossy(name, usize::MAX)
         ))
     };
-    let mut params: Vec<&'static Param> = Vec::new();
+    let mut params: Vec<Source> = Vec::new();
     for (name, value) in &pairs {
-        let Some(p) = find_param(name) else {
-            return Err(CmdError::Other(format!(
-                "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
-                c_str_lossy(name, usize::MAX)
-            )));
+        let src = match (find_param(name), config_stored::find(name)) {
+            (Some(p), _) => {
+                if IMMUTABLE.contains(&p.name)
+                    || (p.set.is_none() && (p.get)(e).as_bytes() != *value)
+                {
+                    return Err(fail(name, "can't set immutable config"));
+                }
+                Source::Param(p)
+            }
+            (None, Some(s)) => {
+                if s.immutable {
+                    return Err(fail(name, "can't set immutable config"));
+                }
+                Source::Stored(s, Vec::new())
+            }
+            (None, None) => {
+                return Err(CmdError::Other(format!(
+                    "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
+                    c_str_lossy(name, usize::MAX)
+                )));
+            }
         };
-        if IMMUTABLE.contains(&p.name) || (p.set.is_none() && (p.get)(e).as_bytes() != *value) {
-            return Err(fail(name, "can't set immutable config"));
-        }
-        if params.iter().any(|q| std::ptr::eq(*q, p)) {
+        if params.iter().any(|q| q.same(&src)) {
             return Err(fail(name, "duplicate parameter"));
         }
-        params.push(p);
+        params.push(src);
     }
     let saved = e.config.clone();
     let saved_notify = e.pubsub.notify_flags();
-    for (p, (_, value)) in params.iter().zip(&pairs) {
-        if let Some(set) = p.set
-            && let Err(why) = set(e, value)
-        {
+    for (src, (_, value)) in params.iter().zip(&pairs) {
+        let (name, result) = match src {
+            Source::Param(p) => match p.set {
+                Some(set) => (p.name, set(e, value).map_err(String::from)),
+                None => continue,
+            },
+            Source::Stored(s, _) => (
+                s.name,
+                s.parse(value).map(|v| {
+                    if v == s.default {
+                        e.config.stored.remove(s.name);
+                    } else {
+                        e.config.stored.insert(s.name, v);
+                    }
+                }),
+            ),
+        };
+        if let Err(why) = result {
             e.config = saved;
             crate::notify::restore_notify_flags(e, saved_notify);
             crate::evict::apply_config(e);
-            return Err(fail(p.name.as_bytes(), why));
+            return Err(fail(name.as_bytes(), &why));
         }
     }
     // The policy and LFU settings decide how lookups stamp keys.

@@ -5,6 +5,12 @@
 //! (RESP3 links) and `SELECT db` (databases other than 0) first, so that every request
 //! written on it runs in that protocol and database as written ([`link_index`]).
 //!
+//! Each of those has a twin **script link** that carries only EVAL/EVALSHA/FCALL (and their
+//! `_RO` forms): a script that runs past `busy-reply-threshold` then holds only the script
+//! link, and the other clients' requests on the ordinary link get the instance's `-BUSY`
+//! at once, as clients of a single Redis do, instead of queueing behind the script on the
+//! same connection (`crate::exec`, "Scripts").
+//!
 //! Requests from all clients are appended to `out` and written once per loop iteration;
 //! each gets a [`Waiter`] at the back of `inflight`. Redis answers a connection's requests
 //! in order, so the n-th complete reply frame read (delimited with
@@ -90,8 +96,8 @@ pub struct Backend {
 /// RESP3 for each database, so database 0's RESP2 links (the ones that decide whether an
 /// instance is up) are `0..n`.
 #[inline]
-pub fn link_index(n: usize, db: usize, resp3: bool, instance: usize) -> usize {
-    (db * 2 + usize::from(resp3)) * n + instance
+pub fn link_index(n: usize, db: usize, resp3: bool, script: bool, instance: usize) -> usize {
+    ((db * 2 + usize::from(resp3)) * 2 + usize::from(script)) * n + instance
 }
 
 /// `SELECT db` as a request.

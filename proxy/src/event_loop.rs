@@ -174,19 +174,20 @@ impl Proxy {
         let mut fleet = Fleet::new(backends.iter().map(|(n, _)| n.clone()).collect(), port);
         fleet.cluster_publish = limits.cluster_publish;
         fleet.databases = limits.databases.max(1);
-        // The link table (`crate::backend::link_index`): per database and protocol, one link
-        // per instance; database 0's RESP2 links connect at start, the others are dormant
-        // until the first client on them (`crate::exec`, "RESP3 clients", "Databases").
+        // The link table (`crate::backend::link_index`): per database, protocol and kind
+        // (ordinary or script), one link per instance; database 0's ordinary RESP2 links
+        // connect at start, the others are dormant until the first client on them
+        // (`crate::exec`, "RESP3 clients", "Databases", "Scripts").
         let n = backends.len();
-        let backends: Vec<Backend> = (0..fleet.databases * 2)
+        let backends: Vec<Backend> = (0..fleet.databases * 4)
             .flat_map(|link| {
                 backends.iter().enumerate().map(move |(i, (name, addr))| {
                     let mut b = Backend::new(i, name.clone(), *addr);
-                    b.db = link / 2;
-                    b.resp3 = link % 2 == 1;
+                    b.db = link / 4;
+                    b.resp3 = (link / 2) % 2 == 1;
                     b.dormant = link != 0;
                     debug_assert_eq!(
-                        crate::backend::link_index(n, b.db, b.resp3, i),
+                        crate::backend::link_index(n, b.db, b.resp3, link % 2 == 1, i),
                         link * n + i
                     );
                     b
@@ -728,7 +729,8 @@ impl Proxy {
         self.clients.get(token).is_some_and(|c| {
             !c.conns.is_empty()
                 && (c.session.subs.active()
-                    || (c.lane != Lane::Shared && c.replies.pending_len() > 0))
+                    || (!matches!(c.lane, Lane::Shared | Lane::Script)
+                        && c.replies.pending_len() > 0))
         })
     }
 

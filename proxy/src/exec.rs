@@ -52,6 +52,18 @@
 //! costs nothing per request. A dedicated connection gets `SELECT db` (reply dropped) before
 //! a request whenever its owner's database changed since the last one ([`sync_db`]); a
 //! subscription does not depend on the database and sends none.
+//!
+//! # Scripts
+//!
+//! EVAL, EVALSHA, FCALL and their `_RO` forms ([`Plan::Script`]) take the **script link**
+//! of their (protocol, database) pair ([`Lane::Script`]). A script that runs past
+//! `busy-reply-threshold` then holds only that link: other clients' requests on the
+//! ordinary links reach the instance, which answers them `-BUSY` as a single Redis would
+//! (and `SCRIPT KILL`/`FUNCTION KILL` go on the client's dedicated connections). A second
+//! script for the same instance waits on the script link until the first ends, where a
+//! single Redis would answer it `-BUSY` (docs/scripting.md). Like any lane switch, a
+//! client's script after its ordinary requests (or the other way round) waits until the
+//! earlier replies are in, so a pipeline mixing them still runs in order.
 
 use std::time::Instant;
 
@@ -548,7 +560,10 @@ fn run_plan<A: Args + ?Sized>(
     // Client-side caching: the instance tracks what it serves this client on the client's
     // own connection, where its invalidations then arrive (see the module docs).
     let plan = match plan {
-        Plan::Forward(i) if me.session.tracking => Plan::Blocking(i),
+        Plan::Forward(i) | Plan::Script(Some(i)) if me.session.tracking => Plan::Blocking(i),
+        Plan::Script(None) if me.session.tracking => {
+            Plan::Blocking(ctx.fleet.up.iter().position(|&up| up).unwrap_or(0))
+        }
         Plan::Split { parts, merge } if me.session.tracking => {
             return dedicated_split(parts, merge, me, ctx);
         }
@@ -594,6 +609,13 @@ fn run_plan<A: Args + ?Sized>(
         }
         Plan::BlockingSplit { parts, merge } => blocking_split(parts, merge, me, ctx),
         Plan::DedicatedFanOut(merge) => dedicated_fan_out(raw, merge, me, ctx),
+        Plan::Script(_) => {
+            if !me.enter_lane(Lane::Script) {
+                return Flow::Wait;
+            }
+            execute(plan, raw, me, ctx);
+            Flow::Continue
+        }
         shared => {
             if !me.enter_lane(Lane::Shared) {
                 return Flow::Wait;
@@ -700,7 +722,8 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
     let n = ctx.fleet.instances();
     // The links of the client's protocol and database (see the module docs).
     let resp3 = me.session.proto == resp::Proto::Resp3;
-    let link_base = crate::backend::link_index(n, me.session.db, resp3, 0);
+    let script = matches!(plan, Plan::Script(_));
+    let link_base = crate::backend::link_index(n, me.session.db, resp3, script, 0);
     let (token, client_id) = (me.token, me.id);
     let replies = &mut *me.replies;
     let registry = ctx.registry;
@@ -736,7 +759,11 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
             let seq = replies.push_plain();
             send(i, raw, seq, 0, replies);
         }
-        Plan::ForwardAny => {
+        Plan::Script(Some(i)) => {
+            let seq = replies.push_plain();
+            send(i, raw, seq, 0, replies);
+        }
+        Plan::ForwardAny | Plan::Script(None) => {
             let i = ctx.fleet.up.iter().position(|&up| up).unwrap_or(0);
             let seq = replies.push_plain();
             send(i, raw, seq, 0, replies);

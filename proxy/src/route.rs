@@ -15,7 +15,7 @@
 //! | blocking (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, BRPOPLPUSH) | keys on one instance → [`Plan::Blocking`]: the client's dedicated connection to it ([`crate::dedicated`]); else `-CROSSSLOT` |
 //! | WATCH, MULTI, EXEC, DISCARD, UNWATCH | [`Plan::Watch`] / [`Plan::Multi`], then [`crate::tx`] decides while the transaction lasts; EXEC/DISCARD without MULTI get Redis's errors |
 //! | SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE, PUNSUBSCRIBE, SSUBSCRIBE, SUNSUBSCRIBE | [`Plan::PubSub`]: [`crate::pubsub`] (shard channels of several slots: `-CROSSSLOT`) |
-//! | EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL, FCALL_RO | forwarded to the instance of their declared keys (none: any instance; several instances: `-CROSSSLOT`) |
+//! | EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL, FCALL_RO | [`Plan::Script`]: the script link of the instance of their declared keys (none: any instance; several instances: `-CROSSSLOT`) |
 //! | SCRIPT LOAD / FLUSH / EXISTS; FUNCTION LOAD / DELETE / RESTORE / FLUSH | every instance: the first reply if none failed (else the first error) / `+OK` from all / the AND; the other SCRIPT and FUNCTION subcommands (LIST, DUMP, STATS, KILL, HELP) go to one instance |
 //! | PUBLISH, SPUBLISH | forwarded to the channel's instance (channels are routed like keys) |
 //! | PUBSUB CHANNELS / SHARDCHANNELS / NUMPAT | every instance: channels concatenated / the largest count (each proxy pattern subscription is held by every instance) ; NUMSUB / SHARDNUMSUB forwarded when their channels share an instance |
@@ -207,6 +207,9 @@ pub enum Plan {
         request: Vec<u8>,
         merge: Merge,
     },
+    /// A script (EVAL, EVALSHA, FCALL and their `_RO` forms) for this instance (`None`: its
+    /// `numkeys` is 0, any instance), sent on its script link (`crate::backend`).
+    Script(Option<usize>),
     /// Answer with these bytes.
     Reply(Cow<'static, [u8]>),
     /// Answer with these bytes, then close the connection (QUIT).
@@ -375,6 +378,14 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             "kill" => Plan::DedicatedFanOut(Merge::Kill),
             _ => Plan::ForwardAny,
         },
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => {
+            match keys_instance(row, args, n) {
+                Ok(Some(i)) => Plan::Script(Some(i)),
+                // No key, or a malformed `numkeys`: any instance gives the right reply.
+                Ok(None) => Plan::Script(None),
+                Err(()) => reply_static(CROSSSLOT),
+            }
+        }
         "dbsize" => fan_out(Merge::Sum),
         "flushall" | "flushdb" => fan_out(Merge::AllOk),
         "keys" => fan_out(Merge::Concat),
@@ -775,9 +786,9 @@ mod tests {
         let s = b"return 1".as_slice();
         assert_eq!(
             run(&[b"EVAL", s, b"1", &a, b"x"], 2),
-            Plan::Forward(instance_of(&a, 2))
+            Plan::Script(Some(instance_of(&a, 2)))
         );
-        assert_eq!(run(&[b"EVALSHA_RO", s, b"0", b"x"], 2), Plan::ForwardAny);
+        assert_eq!(run(&[b"EVALSHA_RO", s, b"0", b"x"], 2), Plan::Script(None));
         assert_eq!(
             reply(run(&[b"EVAL", s, b"2", &a, &b], 2)),
             CROSSSLOT.to_vec()
@@ -809,9 +820,9 @@ mod tests {
         ));
         assert_eq!(
             run(&[b"FCALL", b"f", b"1", &a, b"x"], 2),
-            Plan::Forward(instance_of(&a, 2))
+            Plan::Script(Some(instance_of(&a, 2)))
         );
-        assert_eq!(run(&[b"FCALL_RO", b"f", b"0", b"x"], 2), Plan::ForwardAny);
+        assert_eq!(run(&[b"FCALL_RO", b"f", b"0", b"x"], 2), Plan::Script(None));
         assert_eq!(
             reply(run(&[b"FCALL", b"f", b"2", &a, &b], 2)),
             CROSSSLOT.to_vec()

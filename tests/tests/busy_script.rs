@@ -319,3 +319,50 @@ fn script_kill_and_function_kill_through_the_proxy() {
         b"-NOTBUSY No scripts in execution right now.\r\n"
     );
 }
+
+/// Through the proxy (issue 15, item 3): scripts take their own link to the engine, so while
+/// one runs past the threshold, other clients' ordinary commands for that engine reach it
+/// and get its `-BUSY` at once (a single Redis's answer) instead of waiting behind the
+/// script; a pipeline that mixes a script with other commands still runs in order; and the
+/// fleet serves again once the script is killed.
+#[test]
+fn other_clients_get_busy_through_the_proxy() {
+    let f = Fleet::start("busy-proxy-other", 2);
+    let mut c = Resp::connect(f.proxy_port);
+    assert_eq!(
+        c.cmd_str(&["CONFIG", "SET", "busy-reply-threshold", "10"]),
+        b"+OK\r\n"
+    );
+    // In order on one client: SET, a script reading it, GET after it.
+    let mut pipeline = Resp::encode(&[b"SET", b"{busy}k", b"1"]);
+    pipeline.extend(Resp::encode(&[
+        b"EVAL",
+        b"return redis.call('INCR', KEYS[1])",
+        b"1",
+        b"{busy}k",
+    ]));
+    pipeline.extend(Resp::encode(&[b"GET", b"{busy}k"]));
+    c.send_raw(&pipeline);
+    assert_eq!(c.read_frame(), b"+OK\r\n");
+    assert_eq!(c.read_frame(), b":2\r\n");
+    assert_eq!(c.read_frame(), b"$1\r\n2\r\n");
+
+    let mut runner = Resp::connect(f.proxy_port);
+    let mut other = Resp::connect(f.proxy_port);
+    send(&mut runner, &["EVAL", "while true do end", "1", "{busy}k"]);
+    // The other client's reads of that engine: -BUSY within the bound, not a hang.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let r = loop {
+        let r = other.cmd_str(&["GET", "{busy}k"]);
+        if r.starts_with(b"-BUSY") || Instant::now() >= deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(r, BUSY_EVAL);
+    assert_eq!(other.cmd_str(&["SCRIPT", "KILL"]), b"+OK\r\n");
+    let r = runner.read_frame();
+    assert!(r.starts_with(b"-ERR Script killed by user"), "{r:?}");
+    assert_eq!(other.cmd_str(&["GET", "{busy}k"]), b"$1\r\n2\r\n");
+    assert_eq!(runner.cmd_str(&["EVAL", "return 7", "0"]), b":7\r\n");
+}

@@ -489,6 +489,8 @@ impl Engine {
         // its databases the same way), each with the full budget; the database in use before
         // is back in `ks` at the end.
         crate::pause::cron(self, now_us);
+        // The cycle is timed for LATENCY's `expire-cycle` event (redis `activeExpireCycle`).
+        let started = self.host.clock.map(|clock| clock());
         let prev = self.current_db();
         // Nothing expires or is evicted while clients are paused (`crate::pause`).
         for n in 0..self.dbs.len() {
@@ -505,6 +507,9 @@ impl Engine {
             m.cron();
         }
         self.ks.lazy_free_step(expire::LAZY_FREE_PER_CRON);
+        if let (Some(t0), Some(clock)) = (started, self.host.clock) {
+            crate::latency::after_expire_cycle(self, clock().saturating_sub(t0), now_us);
+        }
         if !self.pause.active() {
             crate::evict::cron(self, now_us / 1000);
         }

@@ -64,6 +64,17 @@ pub fn after_command(e: &mut Engine, fast: bool, usec: u64, now_us: u64) {
     );
 }
 
+/// After an active expiry cycle (with the step of freeing what expired: an expired key's
+/// value is freed in bounded steps, so a big one does not stall this cycle as it can stall
+/// Redis's, where `lazyfree-lazy-expire` is `no` by default) that took `usec` µs: a sample
+/// of `expire-cycle` when it reached the threshold.
+pub fn after_expire_cycle(e: &mut Engine, usec: u64, now_us: u64) {
+    let t = e.latency.threshold_ms;
+    if t != 0 && usec / 1000 >= t {
+        add_sample(e, "expire-cycle", usec / 1000, now_us);
+    }
+}
+
 /// redis `latencyAddSample`.
 fn add_sample(e: &mut Engine, event: &'static str, ms: u64, now_us: u64) {
     let now = now_us / 1_000_000;

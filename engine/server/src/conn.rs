@@ -142,6 +142,21 @@ pub struct Conn {
     pub obuf_soft_since: Option<u64>,
 }
 
+/// [`Conn::refresh_buffers`] over the fields (callable while the query buffer is borrowed).
+fn refresh_buffers(
+    b: &mut engine_core::Buffers,
+    rbuf: &Vec<u8>,
+    rend: usize,
+    out: &Vec<u8>,
+    out_pos: usize,
+) {
+    b.qbuf_free = rbuf.len() - rend;
+    b.reply_size = out.capacity();
+    b.reply_peak = b.reply_peak.max(out.len()).min(b.reply_size);
+    b.reply_pending = out.len() - out_pos;
+    b.total = std::mem::size_of::<Conn>() + rbuf.capacity() + out.capacity();
+}
+
 /// Reuses the allocation of a `Vec` of slices for slices of another lifetime: the vector is
 /// emptied first, and collecting a `vec::IntoIter` of a same-sized type is done in place, so
 /// the batch's `argv` costs no allocation per command.
@@ -192,6 +207,18 @@ impl Conn {
     /// Reply bytes waiting to be written.
     pub fn out_pending(&self) -> usize {
         self.out.len() - self.out_pos
+    }
+
+    /// Sets the buffer figures CLIENT LIST/INFO print (`engine_core::Buffers`): before each
+    /// command, and for every connection before a CLIENT LIST.
+    pub fn refresh_buffers(&mut self) {
+        refresh_buffers(
+            &mut self.client.buffers,
+            &self.rbuf,
+            self.rend,
+            &self.out,
+            self.out_pos,
+        );
     }
 
     /// Received bytes not yet consumed by a complete request.
@@ -310,6 +337,13 @@ impl Conn {
                     }
                     self.client.last_cmd_us = now_us;
                     self.client.qbuf = self.rend - self.rstart;
+                    refresh_buffers(
+                        &mut self.client.buffers,
+                        &self.rbuf,
+                        self.rend,
+                        &self.out,
+                        self.out_pos,
+                    );
                     let reply_start = self.out.len();
                     let flow = engine.exec_with_poller(
                         &mut self.client,

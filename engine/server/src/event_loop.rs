@@ -668,8 +668,11 @@ impl Net {
     fn reply_client_list(&mut self, engine: &mut Engine, key: usize, now: u64) {
         let mut lines: Vec<(u64, String)> = self
             .conns
-            .iter()
-            .map(|(_, c)| (c.client.id, engine.client_info_line(&c.client, now)))
+            .iter_mut()
+            .map(|(_, c)| {
+                c.refresh_buffers();
+                (c.client.id, engine.client_info_line(&c.client, now))
+            })
             .collect();
         lines.sort_unstable_by_key(|&(id, _)| id);
         let mut text = String::with_capacity(lines.iter().map(|(_, l)| l.len() + 1).sum());

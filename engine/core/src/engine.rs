@@ -87,6 +87,10 @@ pub struct Config {
     /// `tracking-table-max-keys`: keys the client-side caching table may hold before random
     /// ones are invalidated, 0 = no limit (Redis default 1000000; `crate::tracking`).
     pub tracking_table_max_keys: u64,
+    /// `latency-tracking` (default yes): per-command latency histograms for INFO
+    /// latencystats; `latency-tracking-info-percentiles` (default 50 99 99.9).
+    pub latency_tracking: bool,
+    pub latency_tracking_percentiles: Vec<f64>,
     /// Parameters stored without effect, by name, where set to other than their default
     /// (`crate::cmd::config_stored`).
     pub stored: std::collections::BTreeMap<&'static str, String>,
@@ -137,6 +141,8 @@ impl Default for Config {
             stream_node_max_bytes: crate::types::stream::NODE_MAX_BYTES,
             tracking_table_max_keys: crate::tracking::DEFAULT_MAX_KEYS,
             stored: Default::default(),
+            latency_tracking: true,
+            latency_tracking_percentiles: vec![50.0, 99.0, 99.9],
         }
     }
 }

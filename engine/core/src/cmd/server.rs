@@ -42,11 +42,12 @@ const SECTIONS: &[&str] = &[
     "modules",
     "commandstats",
     "errorstats",
+    "latencystats",
     "cluster",
     "keyspace",
 ];
-/// The section only `all`/`everything`/its name select.
-const NOT_DEFAULT: &str = "commandstats";
+/// The sections only `all`/`everything`/their names select.
+const NOT_DEFAULT: &[&str] = &["commandstats", "latencystats"];
 
 /// INFO `commandstats` counters per table row (redis `cmdstat_*`). The core has no clock, so
 /// `usec` is not measured and reads 0.
@@ -62,7 +63,7 @@ pub struct CommandStats {
     >,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default)]
 struct CmdStat {
     calls: u64,
     usec: u64,
@@ -71,6 +72,9 @@ struct CmdStat {
     /// LATENCY HISTOGRAM: calls by duration, bucket `i` holding durations up to 2^i µs
     /// (`crate::latency`).
     hist: [u32; crate::latency::BUCKETS],
+    /// INFO latencystats: durations in ns, kept while `latency-tracking` is on (created on
+    /// first use, as Redis does).
+    hdr: Option<Box<crate::latency::Hdr>>,
 }
 
 impl CommandStats {
@@ -83,14 +87,27 @@ impl CommandStats {
             .2
     }
 
-    /// A command ran for `usec` µs (`failed`: it answered an error).
-    pub fn called(&mut self, spec: &'static CommandSpec, failed: bool, usec: u64) {
+    /// A command ran for `usec` µs (`failed`: it answered an error); `track`:
+    /// `latency-tracking` is on.
+    pub fn called(&mut self, spec: &'static CommandSpec, failed: bool, usec: u64, track: bool) {
         let r = self.row(spec);
         r.calls += 1;
         r.usec += usec;
         r.failed += u64::from(failed);
         let b = crate::latency::bucket(usec);
         r.hist[b] = r.hist[b].saturating_add(1);
+        if track {
+            crate::latency::record(&mut r.hdr, usec);
+        }
+    }
+
+    /// `(command name, its latency histogram)` of every command tracked, in first-use order.
+    pub fn latency_histograms(&self) -> Vec<(&'static str, &crate::latency::Hdr)> {
+        let mut rows: Vec<_> = self.rows.values().filter(|r| r.2.hdr.is_some()).collect();
+        rows.sort_by_key(|r| r.0);
+        rows.iter()
+            .filter_map(|(_, name, st)| Some((*name, st.hdr.as_deref()?)))
+            .collect()
     }
 
     /// `(command name, calls, duration buckets)` of every command that ran, in first-use order.
@@ -138,7 +155,7 @@ pub fn info(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut want = [false; SECTIONS.len()];
     let defaults = |want: &mut [bool]| {
         for (w, s) in want.iter_mut().zip(SECTIONS) {
-            *w |= *s != NOT_DEFAULT;
+            *w |= !NOT_DEFAULT.contains(s);
         }
     };
     if c.argv.len() == 1 {
@@ -348,6 +365,10 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 }
             }
             "commandstats" => e.cmdstats.write(&mut s),
+            // Only the header while `latency-tracking` is off, as Redis.
+            "latencystats" if e.config.latency_tracking => {
+                crate::latency::write_latencystats(e, &mut s)
+            }
             _ => {}
         }
     }
@@ -612,6 +633,33 @@ const PARAMS: &[Param] = &[
         get: |e| e.latency.threshold_ms.to_string(),
         set: Some(|e, v| {
             e.latency.threshold_ms = int_in(v, 0, i64::MAX)? as u64;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "latency-tracking",
+        get: |e| {
+            if e.config.latency_tracking {
+                "yes"
+            } else {
+                "no"
+            }
+            .into()
+        },
+        set: Some(|e, v| {
+            e.config.latency_tracking = match () {
+                _ if args::is(v, "yes") => true,
+                _ if args::is(v, "no") => false,
+                _ => return Err("argument must be 'yes' or 'no'"),
+            };
+            Ok(())
+        }),
+    },
+    Param {
+        name: "latency-tracking-info-percentiles",
+        get: |e| crate::latency::format_percentiles(&e.config.latency_tracking_percentiles),
+        set: Some(|e, v| {
+            e.config.latency_tracking_percentiles = crate::latency::parse_percentiles(v)?;
             Ok(())
         }),
     },

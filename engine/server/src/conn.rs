@@ -146,11 +146,13 @@ pub struct Conn {
 fn refresh_buffers(
     b: &mut engine_core::Buffers,
     rbuf: &Vec<u8>,
-    rend: usize,
+    qbuf: usize,
     out: &Vec<u8>,
     out_pos: usize,
 ) {
-    b.qbuf_free = rbuf.len() - rend;
+    // As Redis's `sdsavail`: the rest of the query buffer's allocation (ours keeps consumed
+    // bytes at the front until it compacts; Redis moves the unparsed ones down at once).
+    b.qbuf_free = rbuf.len() - qbuf;
     b.reply_size = out.capacity();
     b.reply_peak = b.reply_peak.max(out.len()).min(b.reply_size);
     b.reply_pending = out.len() - out_pos;
@@ -212,10 +214,11 @@ impl Conn {
     /// Sets the buffer figures CLIENT LIST/INFO print (`engine_core::Buffers`): before each
     /// command, and for every connection before a CLIENT LIST.
     pub fn refresh_buffers(&mut self) {
+        self.client.qbuf = self.rend - self.rstart;
         refresh_buffers(
             &mut self.client.buffers,
             &self.rbuf,
-            self.rend,
+            self.rend - self.rstart,
             &self.out,
             self.out_pos,
         );
@@ -340,7 +343,7 @@ impl Conn {
                     refresh_buffers(
                         &mut self.client.buffers,
                         &self.rbuf,
-                        self.rend,
+                        self.rend - self.rstart,
                         &self.out,
                         self.out_pos,
                     );

@@ -218,7 +218,7 @@ fn latency_histogram_and_events() {
         assert_eq!(set[2], Value::Bulk(b"histogram_usec".to_vec()), "{name}");
         let points = set[3].array().expect("buckets");
         assert!(
-            !points.is_empty() && points.len() % 2 == 0,
+            !points.is_empty() && points.len().is_multiple_of(2),
             "{name}: {points:?}"
         );
         assert_eq!(

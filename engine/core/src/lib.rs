@@ -79,6 +79,7 @@ pub mod feed;
 pub mod glob;
 pub mod keyspace;
 pub mod latency;
+pub mod lazyfree;
 pub mod monitor;
 pub mod notify;
 pub mod pause;

@@ -28,6 +28,20 @@ pub fn del(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
+/// `UNLINK key [key …]` → how many of the keys existed; as DEL, but values that are costly to
+/// free are freed later by the cron (`crate::lazyfree`).
+pub fn unlink(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let mut n = 0;
+    for k in &c.argv[1..] {
+        if e.ks.unlink(k, c.now_ms) {
+            notify(e, class::GENERIC, "del", k);
+            n += 1;
+        }
+    }
+    c.w().integer(n);
+    Ok(())
+}
+
 /// `EXISTS key [key …]` → how many of the keys exist (a key named twice counts twice); the
 /// keys' idle times are left alone, as Redis does.
 pub fn exists(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {

@@ -284,6 +284,7 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("mem_not_counted_for_evict", &0);
                 line("mem_allocator", &"libc");
                 line("lazyfree_pending_objects", &e.ks.lazy_free_pending());
+                line("lazyfreed_objects", &e.ks.stats.lazyfreed_objects);
             }
             "persistence" => crate::snapshot::info_lines(e, now_us, &mut line),
             "stats" => {

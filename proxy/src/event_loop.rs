@@ -394,6 +394,7 @@ impl Proxy {
                     if let Ok(local) = client.stream.local_addr() {
                         client.session.laddr = local.to_string();
                     }
+                    self.fleet.client_ids.insert(id);
                     let token = self.clients.insert(client);
                     let c = self.clients.get_mut(token).expect("just inserted");
                     if let Err(e) = self.poll.registry().register(
@@ -403,6 +404,7 @@ impl Proxy {
                     ) {
                         log::warn!("proxy: register client: {e}");
                         self.clients.try_remove(token);
+                        self.fleet.client_ids.remove(&id);
                         continue;
                     }
                     self.fleet.clients = self.clients.len();
@@ -1128,6 +1130,7 @@ impl Proxy {
     fn close_finished(&mut self) {
         for token in std::mem::take(&mut self.to_close) {
             if let Some(mut c) = self.clients.try_remove(token) {
+                self.fleet.client_ids.remove(&c.id);
                 let _ = self.poll.registry().deregister(&mut c.stream);
                 // In-flight waiters for this client are dropped on delivery (id check).
                 // Its dedicated connections close with it: an instance unblocks a BLPOP

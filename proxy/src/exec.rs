@@ -31,8 +31,16 @@
 //! the client like pub/sub messages (`crate::dedicated::is_message`). Requests split over
 //! several instances (MGET of keys on different instances…) send each part on the client's
 //! dedicated connection to its instance ([`dedicated_split`]); fan-outs (KEYS, SCAN, DBSIZE)
-//! read no value and keep the shared links. REDIRECT is refused (it would name a proxy client
-//! on the instances).
+//! read no value and keep the shared links.
+//!
+//! REDIRECT names a proxy client (the id CLIENT ID answers through the proxy). A client that
+//! subscribes to `__redis__:invalidate` is subscribed on every instance, and the proxy asks
+//! each instance its id for that connection (`crate::pubsub::INVALIDATE`); a tracking
+//! client's `REDIRECT <proxy id>` reaches each instance naming the target's connection to it
+//! ([`tracking_redirect`]), so each instance sends the invalidations of its keys there and
+//! the proxy relays them to the target (a PUBLISH on the channel, which every instance
+//! delivers, is relayed once: `crate::dedicated::relay_message`). GETREDIR and TRACKINGINFO
+//! answer the proxy id.
 //!
 //! # MONITOR
 //!
@@ -347,10 +355,24 @@ fn subscription<A: Args + ?Sized>(
     if !nothing_to_send && !me.enter_lane(Lane::PubSub) {
         return Flow::Wait;
     }
+    // A redirect target for client-side caching: every instance learns of it, and the
+    // proxy learns each instance's id for it (`tracking_redirect`).
+    let invalidate = kind == Kind::Subscribe && names.contains(&crate::pubsub::INVALIDATE);
     for i in me.session.subs.instances_needed(kind, &names, n) {
-        if let Err(error) = conn_for(i, me, ctx) {
-            me.replies.push_local(&error, false);
-            return Flow::Continue;
+        match conn_for(i, me, ctx) {
+            Ok(id) => {
+                let d = ctx.dedicated.get_mut(id).expect("just looked up");
+                // Asked before the connection is subscribed (a RESP2 subscriber may not
+                // run CLIENT ID).
+                if invalidate && d.engine_id.is_none() && (!d.pubsub || d.resp3) {
+                    d.ask_id();
+                    mark(&mut d.dirty, ctx.dirty_dedicated, id);
+                }
+            }
+            Err(error) => {
+                me.replies.push_local(&error, false);
+                return Flow::Continue;
+            }
         }
     }
     let change = me.session.subs.apply_in(kind, &names, n, me.session.proto);
@@ -609,6 +631,7 @@ fn run_plan<A: Args + ?Sized>(
         }
         Plan::BlockingSplit { parts, merge } => blocking_split(parts, merge, me, ctx),
         Plan::DedicatedFanOut(merge) => dedicated_fan_out(raw, merge, me, ctx),
+        Plan::TrackingRedirect { args, at, target } => tracking_redirect(args, at, target, me, ctx),
         Plan::Script(_) => {
             if !me.enter_lane(Lane::Script) {
                 return Flow::Wait;
@@ -640,6 +663,67 @@ fn dedicated_fan_out(raw: &[u8], merge: Merge, me: &mut Me<'_>, ctx: &mut Ctx<'_
                 let d = ctx.dedicated.get_mut(id).expect("just looked up");
                 d.pubsub = false;
                 d.send(raw, Some(me.waiter(seq, i as u32)), 1);
+                mark(&mut d.dirty, ctx.dirty_dedicated, id);
+            }
+            Err(error) => me.replies.fill(seq, i as u32, &error),
+        }
+    }
+    Flow::Continue
+}
+
+/// `CLIENT TRACKING ON … REDIRECT <target>` (a proxy client id): to each instance on the
+/// client's dedicated connection, naming instead the target's subscribed connection to that
+/// instance by that instance's id for it (asked when the target subscribed to
+/// `__redis__:invalidate`, `crate::pubsub::INVALIDATE`), so each instance sends the
+/// invalidations of its keys there and the proxy relays them to the target. An instance the
+/// target has no subscribed connection to gets the request without REDIRECT: like Redis
+/// redirecting to a client that is not subscribed, nothing reaches the target from it.
+fn tracking_redirect(
+    args: Vec<Vec<u8>>,
+    at: usize,
+    target: u64,
+    me: &mut Me<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Flow {
+    if !ctx.fleet.client_ids.contains(&target) {
+        // redis `clientCommand` "tracking".
+        me.replies.push_local(
+            b"-ERR The client ID you want redirect to does not exist\r\n",
+            false,
+        );
+        return Flow::Continue;
+    }
+    if !me.enter_lane(Lane::Spread) {
+        return Flow::Wait;
+    }
+    let n = ctx.fleet.instances();
+    let ids: Vec<Option<u64>> = (0..n)
+        .map(|i| {
+            ctx.dedicated
+                .iter()
+                .find(|(_, d)| d.owner_id == target && d.instance == i && d.pubsub)
+                .and_then(|(_, d)| d.engine_id)
+        })
+        .collect();
+    me.session.tracking = true;
+    me.session.redirect = Some(target);
+    let seq = me.replies.push_parts(n, Merge::AllOk);
+    for (i, id) in ids.into_iter().enumerate() {
+        let mut a = args.clone();
+        match id {
+            Some(id) => a[at] = itoa::Buffer::new().format(id).as_bytes().to_vec(),
+            None => {
+                a.drain(at - 1..=at);
+            }
+        }
+        let refs: Vec<&[u8]> = a.iter().map(Vec::as_slice).collect();
+        let mut request = Vec::new();
+        resp::encode_request(&mut request, &refs);
+        match conn_for(i, me, ctx) {
+            Ok(id) => {
+                let d = ctx.dedicated.get_mut(id).expect("just looked up");
+                d.pubsub = false;
+                d.send(&request, Some(me.waiter(seq, i as u32)), 1);
                 mark(&mut d.dirty, ctx.dirty_dedicated, id);
             }
             Err(error) => me.replies.fill(seq, i as u32, &error),
@@ -803,6 +887,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         | Plan::Blocking(_)
         | Plan::BlockingSplit { .. }
         | Plan::DedicatedFanOut(_)
+        | Plan::TrackingRedirect { .. }
         | Plan::Watch(_)
         | Plan::Multi
         | Plan::Clients(_)

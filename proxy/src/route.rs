@@ -118,6 +118,8 @@ pub struct Session {
     /// CLIENT TRACKING ON sent: its keyed requests take its own connections to the
     /// instances, where the instances track them (`crate::exec`, "Client-side caching").
     pub tracking: bool,
+    /// The proxy client id its tracking redirects to (CLIENT TRACKING … REDIRECT id).
+    pub redirect: Option<u64>,
 }
 
 /// `CLIENT REPLY ON|OFF|SKIP`.
@@ -161,6 +163,8 @@ pub struct Fleet {
     /// Per instance, a connected dedicated connection nobody owns yet (`crate::exec`'s
     /// `conn_for`): its slab id.
     pub spares: Vec<Option<usize>>,
+    /// Ids of the connected clients (CLIENT TRACKING … REDIRECT checks its target exists).
+    pub client_ids: std::collections::HashSet<u64>,
 }
 
 impl Fleet {
@@ -179,6 +183,7 @@ impl Fleet {
             cluster_publish: false,
             databases: 16,
             spares: Vec::new(),
+            client_ids: Default::default(),
         }
     }
 
@@ -231,6 +236,14 @@ pub enum Plan {
     Multi,
     /// A subscription command ([`crate::pubsub`]).
     PubSub(pubsub::Kind),
+    /// `CLIENT TRACKING ON … REDIRECT <id>`: `args` the request's arguments, `at` the index
+    /// of the proxy client id to redirect to, rewritten per instance (`crate::exec`,
+    /// "Client-side caching").
+    TrackingRedirect {
+        args: Vec<Vec<u8>>,
+        at: usize,
+        target: u64,
+    },
     /// CLIENT LIST / INFO / KILL: the event loop answers it, as it alone sees every client.
     Clients(crate::clients::Op),
     /// CONFIG SET: `get` (`CONFIG GET` of its names) then the request, to every instance;
@@ -316,6 +329,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "quit" => Plan::ReplyThenClose(Cow::Borrowed(b"+OK\r\n")),
         "reset" => {
             session.tracking = false;
+            session.redirect = None;
             session.name = None;
             session.proto = resp::Proto::Resp2;
             session.db = 0;

@@ -149,6 +149,16 @@ fn slowlog_entries_have_redis_shape_on_both_servers() {
     }
 }
 
+/// Loads `l`, a list of 50,000 numbers out of order (a SORT of it takes well over a
+/// microsecond on either server), then zeroes the INFO counters.
+fn sortable_list_then_resetstat(c: &mut Resp) {
+    let mut push: Vec<String> = vec!["RPUSH".into(), "l".into()];
+    push.extend((0..50_000).map(|i| ((i * 7919) % 50_000).to_string()));
+    let refs: Vec<&str> = push.iter().map(String::as_str).collect();
+    assert_eq!(c.cmd_str(&refs), b":50000\r\n");
+    assert_eq!(c.cmd_str(&["CONFIG", "RESETSTAT"]), b"+OK\r\n");
+}
+
 /// Commands are timed: INFO commandstats `usec` grows with the work done (a SORT of 50,000
 /// elements takes well over a microsecond on either server), and `usec_per_call` is the
 /// quotient with two decimals.
@@ -156,11 +166,7 @@ fn slowlog_entries_have_redis_shape_on_both_servers() {
 fn commandstats_usec_is_measured() {
     for (name, _p, port) in servers() {
         let mut c = Resp::connect(port);
-        let mut push: Vec<String> = vec!["RPUSH".into(), "l".into()];
-        push.extend((0..50_000).map(|i| ((i * 7919) % 50_000).to_string()));
-        let refs: Vec<&str> = push.iter().map(String::as_str).collect();
-        assert_eq!(c.cmd_str(&refs), b":50000\r\n");
-        assert_eq!(c.cmd_str(&["CONFIG", "RESETSTAT"]), b"+OK\r\n");
+        sortable_list_then_resetstat(&mut c);
         for _ in 0..3 {
             assert!(c.cmd_str(&["SORT", "l"]).starts_with(b"*50000\r\n"));
         }
@@ -267,11 +273,7 @@ fn latency_histogram_and_events() {
 fn info_latencystats() {
     for (name, _p, port) in servers() {
         let mut c = Resp::connect(port);
-        let mut push: Vec<String> = vec!["RPUSH".into(), "l".into()];
-        push.extend((0..50_000).map(|i| ((i * 7919) % 50_000).to_string()));
-        let refs: Vec<&str> = push.iter().map(String::as_str).collect();
-        assert_eq!(c.cmd_str(&refs), b":50000\r\n");
-        assert_eq!(c.cmd_str(&["CONFIG", "RESETSTAT"]), b"+OK\r\n");
+        sortable_list_then_resetstat(&mut c);
         for _ in 0..3 {
             assert!(c.cmd_str(&["SORT", "l"]).starts_with(b"*50000\r\n"));
             assert_eq!(c.cmd_str(&["SET", "k", "v"]), b"+OK\r\n");

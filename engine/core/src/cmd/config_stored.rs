@@ -134,7 +134,7 @@ impl Stored {
 /// redis `numericParseString`: memory units first, then `N%`, then octal, then a plain
 /// integer only for parameters without those flags.
 fn parse_number(v: &[u8], memory: bool, percent: bool, octal: bool) -> Result<i128, String> {
-    if memory && let Some(n) = memtoull(v) {
+    if memory && let Some(n) = super::server::parse_memory(v) {
         // Stored in a signed long long, as Redis's `long long` result.
         return Ok(i128::from(n as i64));
     }
@@ -166,33 +166,6 @@ fn parse_number(v: &[u8], memory: bool, percent: bool, octal: bool) -> Result<i1
         _ => "argument couldn't be parsed into an integer",
     }
     .into())
-}
-
-/// redis `memtoull`: digits with an optional b/k/kb/m/mb/g/gb unit, any case; `""` is 0.
-fn memtoull(v: &[u8]) -> Option<u64> {
-    let split = v
-        .iter()
-        .position(|b| !b.is_ascii_digit())
-        .unwrap_or(v.len());
-    let (num, unit) = v.split_at(split);
-    let mul: u64 = match unit.to_ascii_lowercase().as_slice() {
-        b"" | b"b" => 1,
-        b"k" => 1000,
-        b"kb" => 1024,
-        b"m" => 1000 * 1000,
-        b"mb" => 1024 * 1024,
-        b"g" => 1000 * 1000 * 1000,
-        b"gb" => 1024 * 1024 * 1024,
-        _ => return None,
-    };
-    if num.is_empty() {
-        return Some(0);
-    }
-    std::str::from_utf8(num)
-        .ok()?
-        .parse::<u64>()
-        .ok()?
-        .checked_mul(mul)
 }
 
 /// redis `enumConfigSet` / `configEnumGetValue`: one name, or (with `flags`) several

@@ -918,7 +918,7 @@ fn int_in(v: &[u8], lo: i64, hi: i64) -> Result<i64, &'static str> {
 
 /// redis `memtoull`: a non-negative integer with an optional b/k/kb/m/mb/g/gb unit (any case);
 /// an empty number is 0, as in Redis.
-fn parse_memory(v: &[u8]) -> Option<u64> {
+pub(crate) fn parse_memory(v: &[u8]) -> Option<u64> {
     let split = v
         .iter()
         .position(|b| !b.is_ascii_digit())

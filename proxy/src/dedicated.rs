@@ -91,8 +91,9 @@ pub fn limit_error(per_client: bool) -> Vec<u8> {
 pub enum Lane {
     #[default]
     Shared,
-    /// The script links (`crate::backend`): EVAL/EVALSHA/FCALL and their `_RO` forms.
-    Script,
+    /// Script link `k` (`1..=SCRIPT_LINKS`, `crate::backend`): EVAL/EVALSHA/FCALL and their
+    /// `_RO` forms.
+    Script(usize),
     /// The client's dedicated connection to this instance.
     Dedicated(usize),
     /// The client's dedicated connections in subscribed mode.

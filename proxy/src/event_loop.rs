@@ -179,15 +179,16 @@ impl Proxy {
         // connect at start, the others are dormant until the first client on them
         // (`crate::exec`, "RESP3 clients", "Databases", "Scripts").
         let n = backends.len();
-        let backends: Vec<Backend> = (0..fleet.databases * 4)
+        let kinds = 1 + crate::backend::SCRIPT_LINKS;
+        let backends: Vec<Backend> = (0..fleet.databases * 2 * kinds)
             .flat_map(|link| {
                 backends.iter().enumerate().map(move |(i, (name, addr))| {
                     let mut b = Backend::new(i, name.clone(), *addr);
-                    b.db = link / 4;
-                    b.resp3 = (link / 2) % 2 == 1;
+                    b.db = link / (2 * kinds);
+                    b.resp3 = (link / kinds) % 2 == 1;
                     b.dormant = link != 0;
                     debug_assert_eq!(
-                        crate::backend::link_index(n, b.db, b.resp3, link % 2 == 1, i),
+                        crate::backend::link_index(n, b.db, b.resp3, link % kinds, i),
                         link * n + i
                     );
                     b
@@ -731,7 +732,7 @@ impl Proxy {
         self.clients.get(token).is_some_and(|c| {
             !c.conns.is_empty()
                 && (c.session.subs.active()
-                    || (!matches!(c.lane, Lane::Shared | Lane::Script)
+                    || (!matches!(c.lane, Lane::Shared | Lane::Script(_))
                         && c.replies.pending_len() > 0))
         })
     }

@@ -63,15 +63,16 @@
 //!
 //! # Scripts
 //!
-//! EVAL, EVALSHA, FCALL and their `_RO` forms ([`Plan::Script`]) take the **script link**
-//! of their (protocol, database) pair ([`Lane::Script`]). A script that runs past
-//! `busy-reply-threshold` then holds only that link: other clients' requests on the
-//! ordinary links reach the instance, which answers them `-BUSY` as a single Redis would
-//! (and `SCRIPT KILL`/`FUNCTION KILL` go on the client's dedicated connections). A second
-//! script for the same instance waits on the script link until the first ends, where a
-//! single Redis would answer it `-BUSY` (docs/scripting.md). Like any lane switch, a
-//! client's script after its ordinary requests (or the other way round) waits until the
-//! earlier replies are in, so a pipeline mixing them still runs in order.
+//! EVAL, EVALSHA, FCALL and their `_RO` forms ([`Plan::Script`]) take one of the **script
+//! links** of their (protocol, database) pair ([`Lane::Script`]): the client's current one
+//! while its earlier scripts are unanswered, else an idle one ([`script_link`]). A script
+//! that runs past `busy-reply-threshold` then holds only its link: other clients' requests,
+//! ordinary ones on the ordinary links and scripts on other script links, reach the
+//! instance, which answers them `-BUSY` as a single Redis would (and `SCRIPT KILL`/`FUNCTION
+//! KILL` go on the client's dedicated connections). Only when every script link of an
+//! instance is taken does a script queue behind another. Like any lane switch, a client's
+//! script after its ordinary requests (or the other way round) waits until the earlier
+//! replies are in, so a pipeline mixing them still runs in order.
 
 use std::time::Instant;
 
@@ -632,8 +633,9 @@ fn run_plan<A: Args + ?Sized>(
         Plan::BlockingSplit { parts, merge } => blocking_split(parts, merge, me, ctx),
         Plan::DedicatedFanOut(merge) => dedicated_fan_out(raw, merge, me, ctx),
         Plan::TrackingRedirect { args, at, target } => tracking_redirect(args, at, target, me, ctx),
-        Plan::Script(_) => {
-            if !me.enter_lane(Lane::Script) {
+        Plan::Script(target) => {
+            let k = script_link(target, me, ctx);
+            if !me.enter_lane(Lane::Script(k)) {
                 return Flow::Wait;
             }
             execute(plan, raw, me, ctx);
@@ -801,13 +803,35 @@ fn dedicated_split(parts: Vec<Part>, merge: Merge, me: &mut Me<'_>, ctx: &mut Ct
     Flow::Continue
 }
 
+/// The script link a script for `target` takes (`crate::backend`, "script links"): the
+/// client's current one while it has replies pending (its scripts run in order), else the
+/// first idle one of the instance (a busy script then never holds up another client's), else
+/// the one with the fewest requests in flight.
+fn script_link(target: Option<usize>, me: &Me<'_>, ctx: &Ctx<'_>) -> usize {
+    if let Lane::Script(k) = *me.lane
+        && me.replies.pending_len() > 0
+    {
+        return k;
+    }
+    let n = ctx.fleet.instances();
+    let i = target.unwrap_or_else(|| ctx.fleet.up.iter().position(|&up| up).unwrap_or(0));
+    let resp3 = me.session.proto == resp::Proto::Resp3;
+    let link = |k| &ctx.backends[crate::backend::link_index(n, me.session.db, resp3, k, i)];
+    (1..=crate::backend::SCRIPT_LINKS)
+        .min_by_key(|&k| link(k).inflight.len())
+        .unwrap_or(1)
+}
+
 /// Carries out a plan on the shared backend connections.
 fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
     let n = ctx.fleet.instances();
     // The links of the client's protocol and database (see the module docs).
     let resp3 = me.session.proto == resp::Proto::Resp3;
-    let script = matches!(plan, Plan::Script(_));
-    let link_base = crate::backend::link_index(n, me.session.db, resp3, script, 0);
+    let kind = match (&plan, *me.lane) {
+        (Plan::Script(_), Lane::Script(k)) => k,
+        _ => 0,
+    };
+    let link_base = crate::backend::link_index(n, me.session.db, resp3, kind, 0);
     let (token, client_id) = (me.token, me.id);
     let replies = &mut *me.replies;
     let registry = ctx.registry;

@@ -669,8 +669,10 @@ impl Net {
         let mut lines: Vec<(u64, String)> = self
             .conns
             .iter_mut()
-            .map(|(_, c)| {
-                c.refresh_buffers();
+            .map(|(k, c)| {
+                // The caller's query buffer as its command found it (Redis trims it after the
+                // command): `qbuf` counts the CLIENT LIST request itself.
+                c.refresh_buffers(k == key);
                 (c.client.id, engine.client_info_line(&c.client, now))
             })
             .collect();

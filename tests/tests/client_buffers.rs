@@ -34,6 +34,8 @@ fn buffer_fields_follow_the_reply_backlog() {
         let mut admin = Resp::connect(port);
         assert_eq!(admin.cmd_str(&["CLIENT", "SETNAME", "admin"]), b"+OK\r\n");
         let list = client_list(&mut admin);
+        // The caller's own request counts in its `qbuf` (26 bytes of `CLIENT LIST`).
+        assert_eq!(field(&list, "admin", "qbuf"), 26, "{who}: {list}");
         assert!(
             field(&list, "admin", "tot-mem") > 0,
             "{who}: idle tot-mem in {list}"

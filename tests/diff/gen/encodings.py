@@ -337,6 +337,31 @@ c("DEL a b d n n2 g")
 reset()
 c()
 
+c("# --- RESTORE: a listpack/intset payload stays one unless it has too many entries; a")
+c("# hashtable/skiplist payload is built element by element under the limits (rdbLoadObject).")
+c("# Payloads from redis-server 7.0.15: lp/zl listpacks with an 8-byte element, ht/zs the same")
+c("# as hashtable/skiplist, si an intset of 1 2 3, sh a hashtable set of 1 2 x.")
+PAYLOADS = [
+    ("lp", r'"\x10\x14\x14\x00\x00\x00\x02\x00\x81f\x02\x88abcdefgh\x09\xff\x0a\x00;\x00\x93j2\x08\x94."'),
+    ("ht", r'"\x04\x02\x01f\x08abcdefgh\x01g\xc0\x01\x0a\x00\x8f(&\xbe\xe8\xc4\xd0\xf0"'),
+    ("zl", r'"\x11\x13\x13\x00\x00\x00\x02\x00\x88abcdefgh\x09\x01\x01\xff\x0a\x006\x9aa\xf93rm["'),
+    ("zs", r'"\x05\x02\x01a\x00\x00\x00\x00\x00\x00\x00@\x08abcdefgh\x00\x00\x00\x00\x00\x00\xf0?\x0a\x00u\x9f\x1bS\xad\xe6\xad|"'),
+    ("si", r'"\x0b\x0e\x02\x00\x00\x00\x03\x00\x00\x00\x01\x00\x02\x00\x03\x00\x0a\x00\xa5\x02\x5c\xe2mnM\x1b"'),
+    ("sh", r'"\x02\x03\xc0\x02\xc0\x01\x01x\x0a\x00\x0a\x94\xe0w\xc9\xa1\xc1K"'),
+]
+for conf in ["hash-max-listpack-value 4 zset-max-listpack-value 4",
+             "hash-max-listpack-value 64 zset-max-listpack-value 64",
+             "hash-max-listpack-entries 0 zset-max-listpack-entries 0 set-max-intset-entries 2",
+             "hash-max-listpack-entries 1 zset-max-listpack-entries 1 set-max-intset-entries 3"]:
+    reset()
+    c(f"CONFIG SET {conf}")
+    for k, payload in PAYLOADS:
+        c(f"RESTORE {k} 0 {payload} REPLACE")
+        c(f"OBJECT ENCODING {k}")
+c("DEL " + " ".join(k for k, _ in PAYLOADS))
+reset()
+c()
+
 c("# --- lists: always a quicklist in Redis 7.0, whatever list-max-listpack-size says")
 c("OBJECT ENCODING l")
 c("RPUSH l a")

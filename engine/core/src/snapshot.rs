@@ -763,7 +763,8 @@ fn load_into<R: Read>(
         };
         let key = src.blob_vec()?.into_boxed_slice();
         let value = match tag & !TAG_EXPIRE {
-            TAG_STR_RAW => Value::Str(StrValue::Raw(src.blob_vec()?)),
+            // As redis `rdbLoadObject` (`tryObjectEncoding`): int, embstr or raw by the bytes alone.
+            TAG_STR_RAW => Value::Str(StrValue::from_vec(src.blob_vec()?)),
             TAG_STR_INT => Value::Str(StrValue::Int(i64::from_le_bytes(src.take::<8>()?))),
             TAG_LIST => {
                 let n = src.len(u64::from(u32::MAX), "list length")?;

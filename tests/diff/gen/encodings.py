@@ -59,7 +59,12 @@ for k in ["list-max-listpack-size", "list-max-ziplist-size"]:
 for v in ["-1", "abc", "2147483648"]:
     c(f"CONFIG SET list-compress-depth {v}")
 c("CONFIG SET hash-max-listpack-entries 1 hash-max-ziplist-entries 2")
+c("CONFIG GET hash-max-listpack-entries")
 c("CONFIG SET zset-max-ziplist-value 1 zset-max-listpack-value 2")
+c("CONFIG GET zset-max-ziplist-value")
+c("CONFIG SET set-max-intset-entries 1 set-max-intset-entries 2")
+c("CONFIG SET hash-max-listpack-entries 7 hash-max-listpack-value -1")
+c("CONFIG GET hash-max-listpack-entries")
 c("CONFIG SET hash-max-listpack-value 2kb zset-max-listpack-value 1KB")
 c("CONFIG GET hash-max-listpack-value")
 c("CONFIG GET zset-max-ziplist-value")

@@ -13,7 +13,8 @@
 //! | `list-compress-depth` | int | 0..=INT_MAX | 0 |
 //!
 //! An alias is its own row, as in Redis's `configs` dictionary: `CONFIG GET *` lists both
-//! names, and `CONFIG SET` of both in one call is a duplicate. The stream node limits
+//! names, and `CONFIG SET` of both in one call is not a duplicate: both are applied in order,
+//! the last one wins (as redis-server 7.0.15 answers, `tests/diff/encodings.txt`). The stream node limits
 //! (`stream-node-max-bytes/entries`) sit with the other parameters in `cmd::server`.
 
 use super::server::{Param, int_in, parse_memory};

@@ -33,13 +33,30 @@ pub const EMBSTR_SIZE_LIMIT: usize = 44;
 /// whole has none ([`from_slice`](Self::from_slice), [`from_vec`](Self::from_vec)); one made
 /// raw keeps at least one spare byte ([`raw`](Self::raw), [`modify`](Self::modify)), and
 /// cloning (COPY) keeps it.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum StrValue {
     /// Canonical decimal integer (what `INCR` works on without parsing).
     Int(i64),
     /// Any other byte string.
     Raw(Vec<u8>),
 }
+
+/// Equal bytes, encoding aside (`Int(3)` equals an `embstr` "3", as a replica that got the
+/// value from a SET holds the first while the server's INCRBYFLOAT made the second).
+impl PartialEq for StrValue {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (StrValue::Int(a), StrValue::Int(b)) => a == b,
+            (StrValue::Raw(a), StrValue::Raw(b)) => a == b,
+            _ => {
+                let (mut x, mut y) = (itoa::Buffer::new(), itoa::Buffer::new());
+                self.bytes(&mut x) == other.bytes(&mut y)
+            }
+        }
+    }
+}
+
+impl Eq for StrValue {}
 
 /// Keeps the spare capacity that marks a raw string (see [`StrValue`]).
 impl Clone for StrValue {
@@ -83,6 +100,16 @@ impl StrValue {
                 StrValue::Raw(bytes)
             }
         }
+    }
+
+    /// A string stored whole and never integer-encoded: `embstr` up to 44 bytes even when it
+    /// reads as an integer (INCRBYFLOAT's result: redis `createStringObjectFromLongDouble`
+    /// skips `tryObjectEncoding`, so `INCRBYFLOAT k 1` on "2" leaves an `embstr` "3").
+    pub fn whole(mut bytes: Vec<u8>) -> StrValue {
+        if bytes.capacity() != bytes.len() {
+            bytes.shrink_to_fit();
+        }
+        StrValue::Raw(bytes)
     }
 
     /// A string Redis creates `raw` whatever its length (SETRANGE or SETBIT on a new key,
@@ -618,7 +645,7 @@ pub fn incrbyfloat(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut text = Vec::new();
     sum.format_human(&mut text);
     c.w().bulk(&text);
-    let value = Value::Str(StrValue::from_vec(text));
+    let value = Value::Str(StrValue::whole(text));
     match existing {
         Some(i) => e.ks.update(i, |v| *v = value),
         None => {

@@ -436,11 +436,17 @@ fn spop_count(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let lim = e.config.encoding;
     let popped: Vec<Box<[u8]>> = e.ks.update(i, |v| {
         let s = set_mut(v);
-        let popped = positions
+        let was_intset = s.intset;
+        let mut popped: Vec<Box<[u8]>> = positions
             .iter()
             .map(|&p| s.swap_remove_index(p).expect("in range"))
             .collect();
         if rebuilt {
+            // Case 3 replies with what is left of the old set, in its order: ascending for
+            // an intset.
+            if was_intset {
+                popped.sort_by_key(|m| args::parse_i64(m).unwrap_or(0));
+            }
             s.reencode(&lim);
         }
         popped

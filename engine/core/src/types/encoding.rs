@@ -8,6 +8,11 @@
 //! grows, never the ones in force when it was created. Lists have no threshold here: Redis
 //! 7.0 keeps every list in a quicklist (`list-max-listpack-size` and `list-compress-depth`
 //! only shape its nodes; see `types::list`).
+//!
+//! A browser replica (`wasm/`) runs with the defaults: CONFIG SET is not part of the
+//! keychange feed. With changed thresholds its encodings can differ from the server's, and
+//! with them the order of a hash's or set's replies (listpack order on one side, hashtable on
+//! the other); the contents converge all the same.
 
 /// The thresholds, with Redis's names (aliases `*-max-ziplist-*` in CONFIG).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

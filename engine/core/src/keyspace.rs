@@ -544,6 +544,18 @@ impl Keyspace {
         r
     }
 
+    /// Changes how the value at position `i` is encoded without changing its contents (SORT
+    /// turning a listpack zset into a skiplist, as Redis does): not a write, so `dirty` and
+    /// the accounted bytes stay.
+    pub fn reencode(&mut self, i: usize, f: impl FnOnce(&mut Value)) {
+        let (_, e) = self
+            .data
+            .map
+            .get_index_mut(i)
+            .expect("position from a lookup");
+        f(&mut e.value);
+    }
+
     /// Stores `value` at `key`. `existing` is the key's position from a lookup made just
     /// before (None = absent). Returns the key's position.
     pub fn set(&mut self, key: &[u8], value: Value, keep: Keep, existing: Option<usize>) -> usize {

@@ -381,14 +381,20 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
 // ---------------------------------------------------------------------------------------------
 
 /// Applies a CONFIG SET value, or gives the reason it is refused (Redis's wording).
-type Setter = fn(&mut Engine, &[u8]) -> Result<(), &'static str>;
+pub(crate) type Setter = fn(&mut Engine, &[u8]) -> Result<(), &'static str>;
 
 /// A parameter CONFIG GET/SET knows.
-struct Param {
-    name: &'static str,
-    get: fn(&Engine) -> String,
+pub(crate) struct Param {
+    pub(crate) name: &'static str,
+    pub(crate) get: fn(&Engine) -> String,
     /// None = immutable (`can't set immutable config`), unless the value equals the current one.
-    set: Option<Setter>,
+    pub(crate) set: Option<Setter>,
+}
+
+/// Every parameter: [`PARAMS`], then the encoding thresholds
+/// ([`super::config_encoding::PARAMS`]).
+fn all_params() -> impl Iterator<Item = &'static Param> {
+    PARAMS.iter().chain(super::config_encoding::PARAMS)
 }
 
 /// The parameters, in a fixed order (Redis answers in its hash order).
@@ -539,30 +545,6 @@ const PARAMS: &[Param] = &[
                 return Err("argument must be between 0 and 9223372036854775807 inclusive");
             }
             e.config.hll_sparse_max_bytes = n;
-            Ok(())
-        }),
-    },
-    Param {
-        name: "list-max-listpack-size",
-        get: |e| e.config.list_max_listpack_size.to_string(),
-        set: Some(|e, v| {
-            e.config.list_max_listpack_size = int_in(v, i64::from(i32::MIN), i64::from(i32::MAX))?;
-            Ok(())
-        }),
-    },
-    Param {
-        name: "list-max-ziplist-size",
-        get: |e| e.config.list_max_listpack_size.to_string(),
-        set: Some(|e, v| {
-            e.config.list_max_listpack_size = int_in(v, i64::from(i32::MIN), i64::from(i32::MAX))?;
-            Ok(())
-        }),
-    },
-    Param {
-        name: "set-max-intset-entries",
-        get: |e| e.config.set_max_intset_entries.to_string(),
-        set: Some(|e, v| {
-            e.config.set_max_intset_entries = int_in(v, 0, i64::MAX)? as u64;
             Ok(())
         }),
     },
@@ -899,7 +881,7 @@ impl OutputLimits {
 
 /// An integer config value within `lo..=hi`, with Redis's error texts (static, as setters
 /// return `&'static str`: only the ranges the parameters use are spelled out).
-fn int_in(v: &[u8], lo: i64, hi: i64) -> Result<i64, &'static str> {
+pub(crate) fn int_in(v: &[u8], lo: i64, hi: i64) -> Result<i64, &'static str> {
     let n = args::parse_i64(v).ok_or("argument couldn't be parsed into an integer")?;
     if n < lo || n > hi {
         return Err(match (lo, hi) {
@@ -946,7 +928,7 @@ pub(crate) fn parse_memory(v: &[u8]) -> Option<u64> {
 }
 
 fn find_param(name: &[u8]) -> Option<&'static Param> {
-    PARAMS.iter().find(|p| args::is(name, p.name))
+    all_params().find(|p| args::is(name, p.name))
 }
 
 /// `CONFIG GET pattern [pattern …]` → map of matching parameters. A pattern without glob
@@ -971,7 +953,7 @@ pub fn config_get(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             }
             continue;
         }
-        for p in PARAMS {
+        for p in all_params() {
             if glob::matches(pat, p.name.as_bytes(), true) {
                 add(&mut found, p.name.as_bytes().into(), Source::Param(p));
             }

@@ -1,0 +1,365 @@
+//! Restarting a fleet with another engine count keeps every key (issue 21, item 1;
+//! docs/operations.md, "Changing the number of engines"), end to end with the real binary:
+//!
+//! 2→3, 3→2, 4→1 and 1→4 engines over the same dir, with 10,000 keys written through the
+//! proxy (strings, and some lists, hashes, sets, sorted sets and streams; a seventh with a TTL;
+//! a tenth in database 1) and a FUNCTION library. After `recached stop` and `recached start
+//! --engines M`, through the proxy every key reads back the same reply and the same
+//! PEXPIRETIME, DBSIZE per database equals the key count, each engine's DBSIZE equals the keys
+//! whose slot it owns, every engine has the library, and no staged `reshard-*.rcs` remains.
+//! Before the change, the keys whose slot moved were unreadable (issue 21).
+//!
+//! Cleanup: [`Fleet`]'s Drop SIGKILLs the supervisor and every child pid in `state.toml`;
+//! every wait is bounded.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use engine_core::slot::instance_for_key;
+
+const FLEET_START: Duration = Duration::from_secs(30);
+const KEYS: usize = 10_000;
+/// The most engines a test runs: the proxy port comes after theirs.
+const MAX_ENGINES: u16 = 4;
+const LIBRARY: &str = "#!lua name=rslib\nredis.register_function('rsfn', function() return 7 end)";
+
+fn test_dir(name: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("reshard-{name}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A supervised fleet over one dir and one run of ports, restartable with another size.
+struct Fleet {
+    sup: Option<Proc>,
+    dir: PathBuf,
+    base: u16,
+    engines: usize,
+}
+
+impl Fleet {
+    fn new(name: &str) -> Fleet {
+        Fleet {
+            sup: None,
+            dir: test_dir(name),
+            base: free_port_run(MAX_ENGINES as usize + 1),
+            engines: 0,
+        }
+    }
+
+    fn proxy_port(&self) -> u16 {
+        self.base + MAX_ENGINES
+    }
+
+    fn engine_ports(&self) -> Vec<u16> {
+        (0..self.engines).map(|i| self.base + i as u16).collect()
+    }
+
+    /// `recached start` with `engines` engines; waits for every port and the proxy's engines.
+    fn start(&mut self, engines: usize) {
+        self.engines = engines;
+        let config = self.dir.join("recached.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "engines = {engines}\nbind = \"127.0.0.1\"\nproxy_port = {}\nengine_port_base = {}\n\
+                 dir = \"{}\"\nfanout_port = 0\nmetrics_port = 0\n[engine]\nsave_interval = 0\n",
+                self.proxy_port(),
+                self.base,
+                self.dir.display()
+            ),
+        )
+        .unwrap();
+        let mut cmd = Command::new(recached_bin());
+        cmd.arg("start")
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "info");
+        let mut sup = Proc::spawn(&format!("fleet-{engines}"), cmd);
+        for p in self.engine_ports().into_iter().chain([self.proxy_port()]) {
+            sup.wait_port(p, FLEET_START);
+        }
+        sup.wait_proxy_reaches_engines(self.proxy_port(), FLEET_START);
+        self.sup = Some(sup);
+    }
+
+    /// `recached stop --dir DIR`, bounded; the supervisor must then have exited.
+    fn stop(&mut self) {
+        let out = Command::new(recached_bin())
+            .args(["stop", "--dir"])
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "recached stop: {out:?}");
+        let mut sup = self.sup.take().expect("running");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while sup.is_running() {
+            assert!(Instant::now() < deadline, "supervisor did not exit:\n{}", sup.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::copy(&sup.log_path, self.dir.join("logs/supervisor-run.log"));
+    }
+
+    fn staged(&self) -> Vec<String> {
+        std::fs::read_dir(&self.dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("reshard-") && n.ends_with(".rcs"))
+            .collect()
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        if let Some(mut sup) = self.sup.take() {
+            teardown_fleet(&mut sup, &self.dir.join("state.toml"), &self.dir);
+        } else if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn args(a: &[&str]) -> Vec<Vec<u8>> {
+    a.iter().map(|s| s.as_bytes().to_vec()).collect()
+}
+
+/// Sends `cmds` pipelined in batches of 1000; returns every reply in order.
+fn pipeline(c: &mut Resp, cmds: &[Vec<Vec<u8>>]) -> Vec<Vec<u8>> {
+    let mut out = Vec::with_capacity(cmds.len());
+    for chunk in cmds.chunks(1000) {
+        let mut buf = Vec::new();
+        for cmd in chunk {
+            let a: Vec<&[u8]> = cmd.iter().map(|a| &a[..]).collect();
+            buf.extend_from_slice(&Resp::encode(&a));
+        }
+        c.send_raw(&buf);
+        for _ in chunk {
+            out.push(c.read_frame());
+        }
+    }
+    out
+}
+
+fn int(r: &[u8]) -> i64 {
+    String::from_utf8_lossy(r)
+        .strip_prefix(':')
+        .and_then(|t| t.trim_end().parse().ok())
+        .unwrap_or_else(|| panic!("not an integer reply: {}", escape(r)))
+}
+
+/// Key `i`: its database, name, the writes that make it, and the read that shows its value.
+/// Most are strings; one in 50 of each other type; a seventh get a TTL; a tenth live in db 1.
+/// Some share a hash tag, so several keys sit in one slot.
+struct Key {
+    db: usize,
+    name: String,
+    writes: Vec<Vec<Vec<u8>>>,
+    read: Vec<Vec<u8>>,
+    ttl: bool,
+}
+
+fn key(i: usize) -> Key {
+    let db = usize::from(i % 10 == 3);
+    let name = if i % 13 == 0 {
+        format!("{{tag{}}}:r{i}", i % 97)
+    } else {
+        format!("r:{i}")
+    };
+    let n = &name;
+    let (mut writes, read) = match i % 50 {
+        1 => (
+            vec![args(&["RPUSH", n, "a", &format!("b{i}"), "c"])],
+            args(&["LRANGE", n, "0", "-1"]),
+        ),
+        2 => (
+            vec![args(&["HSET", n, "f", &format!("{i}"), "g", "x"])],
+            args(&["HGETALL", n]),
+        ),
+        3 => (
+            vec![args(&["SADD", n, &format!("m{i}"), "n"])],
+            args(&["SMEMBERS", n]),
+        ),
+        4 => (
+            vec![args(&["ZADD", n, "1.5", "a", &format!("-{i}"), "b"])],
+            args(&["ZRANGE", n, "0", "-1", "WITHSCORES"]),
+        ),
+        5 => (
+            vec![args(&["XADD", n, &format!("{}-1", i + 1), "f", &format!("v{i}")])],
+            args(&["XRANGE", n, "-", "+"]),
+        ),
+        _ => (
+            vec![args(&["SET", n, &format!("v{i}-{}", "x".repeat(i % 40))])],
+            args(&["GET", n]),
+        ),
+    };
+    let ttl = i % 7 == 0;
+    if ttl {
+        writes.push(args(&["PEXPIRE", n, &(600_000 + i).to_string()]));
+    }
+    Key {
+        db,
+        name,
+        writes,
+        read,
+        ttl,
+    }
+}
+
+/// One connection per database through the proxy.
+fn conns(port: u16) -> [Resp; 2] {
+    let c0 = Resp::connect(port);
+    let mut c1 = Resp::connect(port);
+    assert_eq!(cmd(&mut c1, &["SELECT", "1"]), "+OK\r\n");
+    [c0, c1]
+}
+
+fn fill(port: u16) {
+    let mut c = conns(port);
+    for db in 0..2 {
+        let cmds: Vec<Vec<Vec<u8>>> = (0..KEYS)
+            .map(key)
+            .filter(|k| k.db == db)
+            .flat_map(|k| k.writes)
+            .collect();
+        for r in pipeline(&mut c[db], &cmds) {
+            assert!(!r.starts_with(b"-"), "write failed: {}", escape(&r));
+        }
+    }
+    let r = cmd(&mut c[0], &["FUNCTION", "LOAD", LIBRARY]);
+    assert_eq!(r, "$5\r\nrslib\r\n");
+}
+
+/// Every key's read reply and PEXPIRETIME through the proxy, in key order.
+fn snapshot_of(port: u16) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut c = conns(port);
+    let mut out = vec![(Vec::new(), Vec::new()); KEYS];
+    for db in 0..2 {
+        let keys: Vec<(usize, Key)> = (0..KEYS).map(|i| (i, key(i))).filter(|(_, k)| k.db == db).collect();
+        let mut cmds = Vec::new();
+        for (_, k) in &keys {
+            cmds.push(k.read.clone());
+            cmds.push(args(&["PEXPIRETIME", &k.name]));
+        }
+        let replies = pipeline(&mut c[db], &cmds);
+        for (j, (i, _)) in keys.iter().enumerate() {
+            out[*i] = (replies[2 * j].clone(), replies[2 * j + 1].clone());
+        }
+    }
+    out
+}
+
+/// Waits (bounded) until the supervisor has deleted the staged files.
+fn wait_no_staged(f: &Fleet) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f.staged().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "staged files remain: {:?}; supervisor log:\n{}",
+            f.staged(),
+            f.sup.as_ref().map(|s| s.log()).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn restart(from: usize, to: usize) {
+    let mut f = Fleet::new(&format!("{from}to{to}"));
+    f.start(from);
+    fill(f.proxy_port());
+    let before = snapshot_of(f.proxy_port());
+    for (i, (val, at)) in before.iter().enumerate() {
+        assert!(!val.starts_with(b"$-1") && !val.starts_with(b"*0"), "key {i} missing before");
+        assert_eq!(int(at) > 0, key(i).ttl, "key {i} expiry before");
+    }
+    f.stop();
+
+    let t0 = Instant::now();
+    f.start(to);
+    wait_no_staged(&f);
+    let took = t0.elapsed();
+
+    let after = snapshot_of(f.proxy_port());
+    let mut wrong = Vec::new();
+    for i in 0..KEYS {
+        if after[i] != before[i] {
+            wrong.push(format!(
+                "{} (db {}): {} / {} before, {} / {} after",
+                key(i).name,
+                key(i).db,
+                escape(&before[i].0),
+                escape(&before[i].1),
+                escape(&after[i].0),
+                escape(&after[i].1)
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{from}→{to}: {} of {KEYS} keys differ, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    // DBSIZE through the proxy = the keys of each database.
+    let per_db = |db: usize| (0..KEYS).filter(|&i| key(i).db == db).count() as i64;
+    let mut c = conns(f.proxy_port());
+    for db in 0..2 {
+        assert_eq!(int(&c[db].cmd_str(&["DBSIZE"])), per_db(db), "proxy DBSIZE db {db}");
+    }
+    // Each engine holds exactly the keys of its slots, in each database.
+    for (e, port) in f.engine_ports().into_iter().enumerate() {
+        let mut c = Resp::connect(port);
+        for db in 0..2 {
+            let want = (0..KEYS)
+                .map(key)
+                .filter(|k| k.db == db && instance_for_key(k.name.as_bytes(), to as u32) == e as u32)
+                .count() as i64;
+            assert_eq!(cmd(&mut c, &["SELECT", &db.to_string()]), "+OK\r\n");
+            assert_eq!(
+                int(&c.cmd_str(&["DBSIZE"])),
+                want,
+                "{from}→{to}: engine {e} db {db} DBSIZE"
+            );
+        }
+        assert_eq!(cmd(&mut c, &["SELECT", "0"]), "+OK\r\n");
+        assert_eq!(cmd(&mut c, &["FCALL", "rsfn", "0"]), ":7\r\n", "engine {e} library");
+    }
+    assert!(f.staged().is_empty());
+    eprintln!("{from}→{to}: {KEYS} keys re-sharded, fleet up and staged files gone in {took:?}");
+
+    // A second restart with the same size is an ordinary one and keeps everything too.
+    f.stop();
+    f.start(to);
+    assert!(f.staged().is_empty());
+    assert!(snapshot_of(f.proxy_port()) == before, "{from}→{to}: keys differ after a plain restart");
+}
+
+#[test]
+fn restart_two_to_three_engines_keeps_every_key() {
+    restart(2, 3);
+}
+
+#[test]
+fn restart_three_to_two_engines_keeps_every_key() {
+    restart(3, 2);
+}
+
+#[test]
+fn restart_four_to_one_engine_keeps_every_key() {
+    restart(4, 1);
+}
+
+#[test]
+fn restart_one_to_four_engines_keeps_every_key() {
+    restart(1, 4);
+}

@@ -220,7 +220,7 @@ fn key(i: usize) -> Key {
 fn conns(port: u16) -> [Resp; 2] {
     let c0 = Resp::connect(port);
     let mut c1 = Resp::connect(port);
-    assert_eq!(cmd(&mut c1, &["SELECT", "1"]), "+OK\r\n");
+    assert_eq!(c1.cmd_str(&["SELECT", "1"]), b"+OK\r\n");
     [c0, c1]
 }
 
@@ -236,8 +236,8 @@ fn fill(port: u16) {
             assert!(!r.starts_with(b"-"), "write failed: {}", escape(&r));
         }
     }
-    let r = cmd(&mut c[0], &["FUNCTION", "LOAD", LIBRARY]);
-    assert_eq!(r, "$5\r\nrslib\r\n");
+    let r = c[0].cmd_str(&["FUNCTION", "LOAD", LIBRARY]);
+    assert_eq!(r, b"$5\r\nrslib\r\n");
 }
 
 /// Every key's read reply and PEXPIRETIME through the proxy, in key order.
@@ -324,15 +324,15 @@ fn restart(from: usize, to: usize) {
                 .map(key)
                 .filter(|k| k.db == db && instance_for_key(k.name.as_bytes(), to as u32) == e as u32)
                 .count() as i64;
-            assert_eq!(cmd(&mut c, &["SELECT", &db.to_string()]), "+OK\r\n");
+            assert_eq!(c.cmd_str(&["SELECT", &db.to_string()]), b"+OK\r\n");
             assert_eq!(
                 int(&c.cmd_str(&["DBSIZE"])),
                 want,
                 "{from}→{to}: engine {e} db {db} DBSIZE"
             );
         }
-        assert_eq!(cmd(&mut c, &["SELECT", "0"]), "+OK\r\n");
-        assert_eq!(cmd(&mut c, &["FCALL", "rsfn", "0"]), ":7\r\n", "engine {e} library");
+        assert_eq!(c.cmd_str(&["SELECT", "0"]), b"+OK\r\n");
+        assert_eq!(c.cmd_str(&["FCALL", "rsfn", "0"]), b":7\r\n", "engine {e} library");
     }
     assert!(f.staged().is_empty());
     eprintln!("{from}→{to}: {KEYS} keys re-sharded, fleet up and staged files gone in {took:?}");

@@ -227,10 +227,8 @@ pub fn prepare(
                 done.insert(*port);
                 continue;
             }
-            let aside = path.with_file_name(format!(
-                "dump-{port}{EXT}.interrupted-{}",
-                now_ms / 1000
-            ));
+            let aside =
+                path.with_file_name(format!("dump-{port}{EXT}.interrupted-{}", now_ms / 1000));
             fs::rename(path, &aside)?;
             log::warn!(
                 "re-shard: {} was written by an interrupted re-shard into another layout; \
@@ -300,7 +298,8 @@ mod tests {
     use super::*;
 
     fn tmp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("recached-reshard-{name}-{}", std::process::id()));
+        let d =
+            std::env::temp_dir().join(format!("recached-reshard-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
         d
@@ -327,7 +326,10 @@ mod tests {
 
     fn topo(n: u16) -> (Vec<String>, Vec<u16>) {
         let ports: Vec<u16> = (0..n).map(|i| 7000 + i).collect();
-        (ports.iter().map(|p| format!("127.0.0.1:{p}")).collect(), ports)
+        (
+            ports.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+            ports,
+        )
     }
 
     #[test]
@@ -346,7 +348,13 @@ mod tests {
         assert!(plan.active);
         assert_eq!(plan.split, p3.iter().copied().collect());
         assert_eq!(names(&d), ["reshard-7000.rcs", "reshard-7001.rcs"]);
-        assert_eq!(read_layout(&d).unwrap(), Layout { nodes: t3.clone(), staged_ms: 200 });
+        assert_eq!(
+            read_layout(&d).unwrap(),
+            Layout {
+                nodes: t3.clone(),
+                staged_ms: 200
+            }
+        );
         // Not finished until every splitting engine saved after staging.
         dump(&d, "dump-7000.rcs", 250);
         dump(&d, "dump-7001.rcs", 250);
@@ -354,7 +362,10 @@ mod tests {
         dump(&d, "dump-7002.rcs", 260);
         assert!(all_saved(&d, &plan.split, plan.staged_ms));
         assert_eq!(finish(&d, &t3).unwrap(), 2);
-        assert_eq!(names(&d), ["dump-7000.rcs", "dump-7001.rcs", "dump-7002.rcs"]);
+        assert_eq!(
+            names(&d),
+            ["dump-7000.rcs", "dump-7001.rcs", "dump-7002.rcs"]
+        );
         assert_eq!(read_layout(&d).unwrap().staged_ms, 0);
         assert!(!prepare(&d, &t3, &p3, false, 300).unwrap().active);
         // --reshard stages even a matching layout.
@@ -368,7 +379,14 @@ mod tests {
         let (t3, p3) = topo(3);
         dump(&d, "reshard-7000.rcs", 10);
         dump(&d, "reshard-7001.rcs", 10);
-        write_layout(&d, &Layout { nodes: t3.clone(), staged_ms: 100 }).unwrap();
+        write_layout(
+            &d,
+            &Layout {
+                nodes: t3.clone(),
+                staged_ms: 100,
+            },
+        )
+        .unwrap();
         // Engine 1 had saved its split; a dump older than staging was copied in later.
         dump(&d, "dump-7001.rcs", 150);
         dump(&d, "dump-7002.rcs", 50);
@@ -378,7 +396,12 @@ mod tests {
         assert_eq!(plan.staged_ms, 100);
         assert_eq!(
             names(&d),
-            ["dump-7001.rcs", "reshard-7000.rcs", "reshard-7001.rcs", "reshard-7002.rcs"]
+            [
+                "dump-7001.rcs",
+                "reshard-7000.rcs",
+                "reshard-7001.rcs",
+                "reshard-7002.rcs"
+            ]
         );
         // Restarted with another count instead: the finished engine's dump is kept aside,
         // never loaded, and everything splits again from the staged files.
@@ -388,7 +411,12 @@ mod tests {
         assert_eq!(plan.staged_ms, 9_000);
         assert_eq!(
             names(&d),
-            ["dump-7001.rcs.interrupted-9", "reshard-7000.rcs", "reshard-7001.rcs", "reshard-7002.rcs"]
+            [
+                "dump-7001.rcs.interrupted-9",
+                "reshard-7000.rcs",
+                "reshard-7001.rcs",
+                "reshard-7002.rcs"
+            ]
         );
         // A staged name is never replaced.
         dump(&d, "dump-7000.rcs", 1);

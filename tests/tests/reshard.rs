@@ -68,7 +68,10 @@ impl Fleet {
     fn start(&mut self, engines: usize) {
         self.spawn(engines);
         let sup = self.sup.as_mut().expect("spawned");
-        for p in (0..engines).map(|i| self.base + i as u16).chain([self.base + MAX_ENGINES]) {
+        for p in (0..engines)
+            .map(|i| self.base + i as u16)
+            .chain([self.base + MAX_ENGINES])
+        {
             sup.wait_port(p, FLEET_START);
         }
         sup.wait_proxy_reaches_engines(self.base + MAX_ENGINES, FLEET_START);
@@ -107,7 +110,10 @@ impl Fleet {
         while (0..=MAX_ENGINES)
             .any(|i| std::net::TcpListener::bind(("127.0.0.1", self.base + i)).is_err())
         {
-            assert!(Instant::now() < deadline, "ports still busy after the crash");
+            assert!(
+                Instant::now() < deadline,
+                "ports still busy after the crash"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -124,7 +130,11 @@ impl Fleet {
         let mut sup = self.sup.take().expect("running");
         let deadline = Instant::now() + Duration::from_secs(20);
         while sup.is_running() {
-            assert!(Instant::now() < deadline, "supervisor did not exit:\n{}", sup.log());
+            assert!(
+                Instant::now() < deadline,
+                "supervisor did not exit:\n{}",
+                sup.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = std::fs::copy(&sup.log_path, self.dir.join("logs/supervisor-run.log"));
@@ -191,7 +201,7 @@ struct Key {
 
 fn key(i: usize) -> Key {
     let db = usize::from(i % 10 == 3);
-    let name = if i % 13 == 0 {
+    let name = if i.is_multiple_of(13) {
         format!("{{tag{}}}:r{i}", i % 97)
     } else {
         format!("r:{i}")
@@ -215,7 +225,13 @@ fn key(i: usize) -> Key {
             args(&["ZRANGE", n, "0", "-1", "WITHSCORES"]),
         ),
         5 => (
-            vec![args(&["XADD", n, &format!("{}-1", i + 1), "f", &format!("v{i}")])],
+            vec![args(&[
+                "XADD",
+                n,
+                &format!("{}-1", i + 1),
+                "f",
+                &format!("v{i}"),
+            ])],
             args(&["XRANGE", n, "-", "+"]),
         ),
         _ => (
@@ -223,7 +239,7 @@ fn key(i: usize) -> Key {
             args(&["GET", n]),
         ),
     };
-    let ttl = i % 7 == 0;
+    let ttl = i.is_multiple_of(7);
     if ttl {
         writes.push(args(&["PEXPIRE", n, &(600_000 + i).to_string()]));
     }
@@ -246,13 +262,13 @@ fn conns(port: u16) -> [Resp; 2] {
 
 fn fill(port: u16) {
     let mut c = conns(port);
-    for db in 0..2 {
+    for (db, conn) in c.iter_mut().enumerate() {
         let cmds: Vec<Vec<Vec<u8>>> = (0..KEYS)
             .map(key)
             .filter(|k| k.db == db)
             .flat_map(|k| k.writes)
             .collect();
-        for r in pipeline(&mut c[db], &cmds) {
+        for r in pipeline(conn, &cmds) {
             assert!(!r.starts_with(b"-"), "write failed: {}", escape(&r));
         }
     }
@@ -261,17 +277,23 @@ fn fill(port: u16) {
 }
 
 /// Every key's read reply and PEXPIRETIME through the proxy, in key order.
-fn snapshot_of(port: u16) -> Vec<(Vec<u8>, Vec<u8>)> {
+/// Each key's read reply and PEXPIRETIME reply.
+type Replies = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn snapshot_of(port: u16) -> Replies {
     let mut c = conns(port);
     let mut out = vec![(Vec::new(), Vec::new()); KEYS];
-    for db in 0..2 {
-        let keys: Vec<(usize, Key)> = (0..KEYS).map(|i| (i, key(i))).filter(|(_, k)| k.db == db).collect();
+    for (db, conn) in c.iter_mut().enumerate() {
+        let keys: Vec<(usize, Key)> = (0..KEYS)
+            .map(|i| (i, key(i)))
+            .filter(|(_, k)| k.db == db)
+            .collect();
         let mut cmds = Vec::new();
         for (_, k) in &keys {
             cmds.push(k.read.clone());
             cmds.push(args(&["PEXPIRETIME", &k.name]));
         }
-        let replies = pipeline(&mut c[db], &cmds);
+        let replies = pipeline(conn, &cmds);
         for (j, (i, _)) in keys.iter().enumerate() {
             out[*i] = (replies[2 * j].clone(), replies[2 * j + 1].clone());
         }
@@ -299,7 +321,10 @@ fn restart(from: usize, to: usize) {
     fill(f.proxy_port());
     let before = snapshot_of(f.proxy_port());
     for (i, (val, at)) in before.iter().enumerate() {
-        assert!(!val.starts_with(b"$-1") && !val.starts_with(b"*0"), "key {i} missing before");
+        assert!(
+            !val.starts_with(b"$-1") && !val.starts_with(b"*0"),
+            "key {i} missing before"
+        );
         assert_eq!(int(at) > 0, key(i).ttl, "key {i} expiry before");
     }
     f.stop();
@@ -315,11 +340,14 @@ fn restart(from: usize, to: usize) {
     f.stop();
     f.start(to);
     assert!(f.staged().is_empty());
-    assert!(snapshot_of(f.proxy_port()) == before, "{from}→{to}: keys differ after a plain restart");
+    assert!(
+        snapshot_of(f.proxy_port()) == before,
+        "{from}→{to}: keys differ after a plain restart"
+    );
 }
 
 /// A 2-engine fleet with the keys, stopped; returns it and what the keys read.
-fn stopped_fleet(name: &str) -> (Fleet, Vec<(Vec<u8>, Vec<u8>)>) {
+fn stopped_fleet(name: &str) -> (Fleet, Replies) {
     let mut f = Fleet::new(name);
     f.start(2);
     fill(f.proxy_port());
@@ -354,9 +382,12 @@ fn check(f: &Fleet, before: &[(Vec<u8>, Vec<u8>)], from: usize, to: usize) {
     );
     // DBSIZE through the proxy = the keys of each database.
     let per_db = |db: usize| (0..KEYS).filter(|&i| key(i).db == db).count() as i64;
-    let mut c = conns(f.proxy_port());
-    for db in 0..2 {
-        assert_eq!(int(&c[db].cmd_str(&["DBSIZE"])), per_db(db), "proxy DBSIZE db {db}");
+    for (db, conn) in conns(f.proxy_port()).iter_mut().enumerate() {
+        assert_eq!(
+            int(&conn.cmd_str(&["DBSIZE"])),
+            per_db(db),
+            "proxy DBSIZE db {db}"
+        );
     }
     // Each engine holds exactly the keys of its slots, in each database.
     for (e, port) in f.engine_ports().into_iter().enumerate() {
@@ -364,7 +395,9 @@ fn check(f: &Fleet, before: &[(Vec<u8>, Vec<u8>)], from: usize, to: usize) {
         for db in 0..2 {
             let want = (0..KEYS)
                 .map(key)
-                .filter(|k| k.db == db && instance_for_key(k.name.as_bytes(), to as u32) == e as u32)
+                .filter(|k| {
+                    k.db == db && instance_for_key(k.name.as_bytes(), to as u32) == e as u32
+                })
                 .count() as i64;
             assert_eq!(c.cmd_str(&["SELECT", &db.to_string()]), b"+OK\r\n");
             assert_eq!(
@@ -374,7 +407,11 @@ fn check(f: &Fleet, before: &[(Vec<u8>, Vec<u8>)], from: usize, to: usize) {
             );
         }
         assert_eq!(c.cmd_str(&["SELECT", "0"]), b"+OK\r\n");
-        assert_eq!(c.cmd_str(&["FCALL", "rsfn", "0"]), b":7\r\n", "engine {e} library");
+        assert_eq!(
+            c.cmd_str(&["FCALL", "rsfn", "0"]),
+            b":7\r\n",
+            "engine {e} library"
+        );
     }
     assert!(f.staged().is_empty());
 }
@@ -397,7 +434,9 @@ fn a_reshard_interrupted_by_a_crash_is_redone_on_the_next_start() {
             .filter_map(|e| e.ok())
             .filter(|e| e.file_name().to_string_lossy().contains(".interrupted-"))
             .count();
-        eprintln!("crash after {delay_ms} ms of 2→3, then {next}: ok ({aside} interrupted file(s) kept aside)");
+        eprintln!(
+            "crash after {delay_ms} ms of 2→3, then {next}: ok ({aside} interrupted file(s) kept aside)"
+        );
     }
 }
 

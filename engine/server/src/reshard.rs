@@ -117,9 +117,9 @@ pub fn split_at_start(
             }
         }
     }
-    let st = split.finish(engine).map_err(|e| {
-        StartError::Corrupt(format!("re-sharded snapshots refused: {e}"))
-    })?;
+    let st = split
+        .finish(engine)
+        .map_err(|e| StartError::Corrupt(format!("re-sharded snapshots refused: {e}")))?;
     let secs = t0.elapsed().as_secs_f64();
     info!(
         "re-sharded in {secs:.3}s: {} keys kept (slots of instance {index} of {count}), {} left \

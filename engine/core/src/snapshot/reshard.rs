@@ -88,9 +88,7 @@ impl Split {
         owns: impl Fn(u16) -> bool,
     ) -> Result<LoadStats, LoadError> {
         let mut ks = Keyspace::new(self.seed);
-        let mut dbs: Vec<Db> = (0..self.dbs.len())
-            .map(|n| Db::new(n, self.seed))
-            .collect();
+        let mut dbs: Vec<Db> = (0..self.dbs.len()).map(|n| Db::new(n, self.seed)).collect();
         let mut libs = Libs::default();
         let st = load_into(&mut ks, &mut dbs, &mut libs, now_ms, input)?;
         self.stats.files += 1;
@@ -227,7 +225,13 @@ mod tests {
             let key = format!("k{k}");
             let owner = crate::slot::instance_for_key(key.as_bytes(), 2) as usize;
             let db = k % 4 / 3; // one in four in database 1
-            set(&mut old[owner], db, &key, &format!("v{k}"), (k % 5 == 0).then_some(9_000));
+            set(
+                &mut old[owner],
+                db,
+                &key,
+                &format!("v{k}"),
+                (k % 5 == 0).then_some(9_000),
+            );
         }
         let files: Vec<Vec<u8>> = old.iter().map(|e| snap(e, 100)).collect();
         let mut total = 0;
@@ -247,7 +251,8 @@ mod tests {
                 let key = format!("k{k}");
                 let db = k % 4 / 3;
                 let mine = crate::slot::instance_for_key(key.as_bytes(), 3) == me;
-                let want = mine.then(|| (format!("v{k}").into_bytes(), (k % 5 == 0).then_some(9_000)));
+                let want =
+                    mine.then(|| (format!("v{k}").into_bytes(), (k % 5 == 0).then_some(9_000)));
                 assert_eq!(get(&mut e, db, &key), want, "{key} on {me}");
             }
         }

@@ -197,7 +197,7 @@ pub fn prepare(
             },
         )?;
         log::warn!(
-            "re-sharding {} snapshot(s) written for {} into {} engines (was: {})",
+            "re-sharding {} snapshot(s) written for {} into {} engines ({})",
             dumps.len(),
             layout
                 .as_ref()

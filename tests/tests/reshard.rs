@@ -44,6 +44,8 @@ struct Fleet {
     dir: PathBuf,
     base: u16,
     engines: usize,
+    /// More `recached start` arguments (e.g. `--reshard`).
+    extra: Vec<&'static str>,
 }
 
 impl Fleet {
@@ -53,6 +55,7 @@ impl Fleet {
             dir: test_dir(name),
             base: free_port_run(MAX_ENGINES as usize + 1),
             engines: 0,
+            extra: Vec::new(),
         }
     }
 
@@ -96,6 +99,7 @@ impl Fleet {
         cmd.arg("start")
             .arg("--config")
             .arg(&config)
+            .args(&self.extra)
             .env("RUST_LOG", "info");
         self.sup = Some(Proc::spawn(&format!("fleet-{engines}"), cmd));
     }
@@ -458,4 +462,34 @@ fn restart_four_to_one_engine_keeps_every_key() {
 #[test]
 fn restart_one_to_four_engines_keeps_every_key() {
     restart(1, 4);
+}
+
+/// A snapshot under the wrong name (the two engines' files swapped, as a copy could do): the
+/// layout matches, so the start is ordinary, and each engine reports the keys it does not own
+/// instead of keeping them silently; `recached start --reshard` then moves every key to its
+/// owner.
+#[test]
+fn keys_on_the_wrong_engine_are_reported_and_start_reshard_moves_them() {
+    let (mut f, before) = stopped_fleet("swapped");
+    let dump = |i: u16| f.dir.join(format!("dump-{}.rcs", f.base + i));
+    let tmp = f.dir.join("swap.rcs");
+    std::fs::rename(dump(0), &tmp).unwrap();
+    std::fs::rename(dump(1), dump(0)).unwrap();
+    std::fs::rename(&tmp, dump(1)).unwrap();
+    f.start(2);
+    assert!(f.staged().is_empty());
+    for (i, port) in f.engine_ports().into_iter().enumerate() {
+        let mut c = Resp::connect(port);
+        let held = int(&c.cmd_str(&["DBSIZE"]));
+        let log = std::fs::read_to_string(f.dir.join(format!("logs/engine-{i}.log"))).unwrap();
+        assert!(
+            log.contains("belong to slots of other instances"),
+            "engine {i} holds {held} keys of db 0 and did not report foreign keys:\n{log}"
+        );
+    }
+    f.stop();
+    f.extra = vec!["--reshard"];
+    f.start(2);
+    wait_no_staged(&f);
+    check(&f, &before, 2, 2);
 }

@@ -9,6 +9,11 @@
 //! whose slot it owns, every engine has the library, and no staged `reshard-*.rcs` remains.
 //! Before the change, the keys whose slot moved were unreadable (issue 21).
 //!
+//! Also: a crash (SIGKILL of the supervisor and its engines) 0, 30 or 120 ms into a 2→3
+//! re-shard, then a start with 3, 4 or 1 engines, keeps every key; and swapped snapshots
+//! (each engine's file under the other's name) are reported by both engines and moved to
+//! their owners by `recached start --reshard`.
+//!
 //! Cleanup: [`Fleet`]'s Drop SIGKILLs the supervisor and every child pid in `state.toml`;
 //! every wait is bounded.
 

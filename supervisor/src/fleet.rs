@@ -468,11 +468,13 @@ impl Supervisor {
             args.push("--dir".into());
             args.push(self.dir.display().to_string());
         }
+        // An engine that already saved its split restarts from its own snapshot, which may
+        // hold writes made since.
         if slot.role == Role::Engine
-            && self
-                .reshard
-                .as_ref()
-                .is_some_and(|r| r.split.contains(&slot.port))
+            && self.reshard.as_ref().is_some_and(|r| {
+                r.split.contains(&slot.port)
+                    && !crate::reshard::saved(&self.dir, slot.port, r.staged_ms)
+            })
         {
             args.push("--reshard-split".into());
             args.push(format!("{}/{}", slot.index, self.cfg.topology().len()));

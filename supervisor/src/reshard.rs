@@ -37,7 +37,8 @@
 //! A splitting engine saves `dump-<port>.rcs` before it serves. Once every splitting engine's
 //! dump is newer than `staged_ms` ([`all_saved`]), the supervisor deletes the staged files,
 //! fsyncs the directory and writes `staged_ms = 0`. An engine that crashes before saving is
-//! restarted with the same flag and splits again.
+//! restarted with the same flag and splits again; one that crashes after saving restarts from
+//! its own snapshot, like any engine.
 //!
 //! A topology with engines on other hosts is not re-sharded here (each host sees only its own
 //! files; item 4 of issue 21): the start is ordinary and the engines log keys they do not own.
@@ -269,11 +270,15 @@ pub fn prepare(
     })
 }
 
-/// Whether every port in `split` has saved its snapshot since `staged_ms`.
+/// Whether the engine on `port` has saved its snapshot since `staged_ms` (so it has finished
+/// its split).
+pub fn saved(dir: &Path, port: u16, staged_ms: u64) -> bool {
+    file_created_ms(&dir.join(format!("dump-{port}{EXT}"))).is_some_and(|c| c >= staged_ms)
+}
+
+/// Whether every port in `split` has [`saved`].
 pub fn all_saved(dir: &Path, split: &BTreeSet<u16>, staged_ms: u64) -> bool {
-    split.iter().all(|port| {
-        file_created_ms(&dir.join(format!("dump-{port}{EXT}"))).is_some_and(|c| c >= staged_ms)
-    })
+    split.iter().all(|&port| saved(dir, port, staged_ms))
 }
 
 /// Deletes the staged files and marks the layout settled; returns how many were deleted.

@@ -314,6 +314,7 @@ impl FileConfig {
             save_changes: e.save_changes,
             on_corrupt: recached_server::snapshot::OnCorrupt::parse(&e.on_corrupt_snapshot)
                 .unwrap_or_default(),
+            split: None,
         }
     }
 

@@ -62,6 +62,8 @@ pub struct Split {
     /// The newest file's libraries, once one was added.
     libs: Option<Libs>,
     seed: u64,
+    /// The encoding thresholds in force: loaded values are built under them.
+    limits: crate::types::EncodingLimits,
     pub stats: SplitStats,
 }
 
@@ -74,6 +76,7 @@ impl Split {
             dbs: (0..e.databases()).map(|n| Db::new(n, seed)).collect(),
             libs: None,
             seed,
+            limits: e.config.encoding,
             stats: SplitStats::default(),
         }
     }
@@ -90,7 +93,7 @@ impl Split {
         let mut ks = Keyspace::new(self.seed);
         let mut dbs: Vec<Db> = (0..self.dbs.len()).map(|n| Db::new(n, self.seed)).collect();
         let mut libs = Libs::default();
-        let st = load_into(&mut ks, &mut dbs, &mut libs, now_ms, input)?;
+        let st = load_into(&mut ks, &mut dbs, &mut libs, now_ms, input, &self.limits)?;
         self.stats.files += 1;
         self.stats.expired += st.expired;
         self.stats.bytes += st.bytes;

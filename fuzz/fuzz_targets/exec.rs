@@ -273,6 +273,17 @@ fuzz_target!(|data: &[u8]| {
         config.maxmemory = 64 * 1024;
         config.maxmemory_policy = "allkeys-lru";
     }
+    // Half the runs with tiny encoding thresholds, so values cross from listpack/intset to
+    // hashtable/skiplist within a few commands (CONFIG SET may move them again).
+    if data.first().is_some_and(|b| b & 2 == 2) {
+        config.encoding = engine_core::types::EncodingLimits {
+            hash_max_listpack_entries: 4,
+            hash_max_listpack_value: 8,
+            set_max_intset_entries: 4,
+            zset_max_listpack_entries: 4,
+            zset_max_listpack_value: 8,
+        };
+    }
     let mut engine = Engine::new(config);
     let mut clients = [
         Client {

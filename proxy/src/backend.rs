@@ -5,6 +5,13 @@
 //! (RESP3 links) and `SELECT db` (databases other than 0) first, so that every request
 //! written on it runs in that protocol and database as written ([`link_index`]).
 //!
+//! Each of those has [`SCRIPT_LINKS`] **script links** that carry only EVAL/EVALSHA/FCALL
+//! (and their `_RO` forms), a script taking an idle one: a script that runs past
+//! `busy-reply-threshold` then holds only its script link, and the other clients' requests,
+//! ordinary ones and scripts alike, reach the instance on other links and get its `-BUSY` at
+//! once, as clients of a single Redis do, instead of queueing behind the script on the same
+//! connection (`crate::exec`, "Scripts").
+//!
 //! Requests from all clients are appended to `out` and written once per loop iteration;
 //! each gets a [`Waiter`] at the back of `inflight`. Redis answers a connection's requests
 //! in order, so the n-th complete reply frame read (delimited with
@@ -93,9 +100,14 @@ pub struct Backend {
 /// RESP3 for each database, so database 0's RESP2 links (the ones that decide whether an
 /// instance is up) are `0..n`.
 #[inline]
-pub fn link_index(n: usize, db: usize, resp3: bool, instance: usize) -> usize {
-    (db * 2 + usize::from(resp3)) * n + instance
+pub fn link_index(n: usize, db: usize, resp3: bool, kind: usize, instance: usize) -> usize {
+    debug_assert!(kind <= SCRIPT_LINKS);
+    ((db * 2 + usize::from(resp3)) * (1 + SCRIPT_LINKS) + kind) * n + instance
 }
+
+/// Script links per (protocol, database) pair and instance; a link's `kind` in
+/// [`link_index`] is 0 for the ordinary link, `1..=SCRIPT_LINKS` for the script links.
+pub const SCRIPT_LINKS: usize = 4;
 
 /// `SELECT db` as a request.
 pub fn select_request(db: usize) -> Vec<u8> {

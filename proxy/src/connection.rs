@@ -184,21 +184,44 @@ pub(crate) fn client<A: Args + ?Sized>(
         // so any one answers GETREDIR and TRACKINGINFO.
         "tracking" => {
             let all: Vec<&[u8]> = (2..argc).map(|i| args.arg(i)).collect();
-            if all.iter().any(|a| a.eq_ignore_ascii_case(b"redirect")) {
-                return not_supported(
-                    sub_spec,
-                    "REDIRECT would name a proxy client on the instances; use RESP3 \
-                     (HELLO 3) and tracking on the connection itself",
-                );
+            let on = all[0].eq_ignore_ascii_case(b"on");
+            // REDIRECT names a proxy client: each instance gets that client's own
+            // connection to it instead (`crate::exec`, "Client-side caching"). A value that
+            // is not an id is left for the instances to refuse with Redis's text.
+            let redirect = all
+                .iter()
+                .position(|a| a.eq_ignore_ascii_case(b"redirect"))
+                .filter(|&r| r + 1 < all.len());
+            if on
+                && let Some(r) = redirect
+                && let Some(target) = resp::parse_i64(all[r + 1]).filter(|n| *n > 0)
+            {
+                return Plan::TrackingRedirect {
+                    args: (0..argc).map(|i| args.arg(i).to_vec()).collect(),
+                    at: r + 3,
+                    target: target as u64,
+                };
             }
-            if all[0].eq_ignore_ascii_case(b"on") {
+            if on {
                 session.tracking = true;
+                session.redirect = None;
             } else if all[0].eq_ignore_ascii_case(b"off") {
                 session.tracking = false;
+                session.redirect = None;
             }
             Plan::DedicatedFanOut(crate::split::Merge::AllOk)
         }
         "caching" => Plan::DedicatedFanOut(crate::split::Merge::AllOk),
+        // A redirect names a proxy client, which the instances know by other ids.
+        "getredir" if session.tracking && session.redirect.is_some() => {
+            let mut out = Vec::new();
+            resp::ReplyWriter::new(&mut out, session.proto)
+                .integer(session.redirect.unwrap_or(0) as i64);
+            Plan::Reply(out.into())
+        }
+        "trackinginfo" if session.tracking && session.redirect.is_some() => {
+            Plan::DedicatedFanOut(crate::split::Merge::Redirect(session.redirect.unwrap_or(0)))
+        }
         "getredir" | "trackinginfo" => Plan::DedicatedFanOut(crate::split::Merge::First),
         _ => not_supported(
             sub_spec,

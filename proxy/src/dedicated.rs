@@ -91,6 +91,9 @@ pub fn limit_error(per_client: bool) -> Vec<u8> {
 pub enum Lane {
     #[default]
     Shared,
+    /// Script link `k` (`1..=SCRIPT_LINKS`, `crate::backend`): EVAL/EVALSHA/FCALL and their
+    /// `_RO` forms.
+    Script(usize),
     /// The client's dedicated connection to this instance.
     Dedicated(usize),
     /// The client's dedicated connections in subscribed mode.
@@ -193,6 +196,28 @@ pub fn relay_pmessage(frame: &[u8], instance: usize, n: usize) -> bool {
         || crate::route::instance_of(channel, n) == instance
 }
 
+/// Whether a message frame read from `instance`'s connection is relayed, when every one of
+/// `n` instances delivers each PUBLISH: a `pmessage` as [`relay_pmessage`] says; a
+/// `message` on `__redis__:invalidate`, which the client is subscribed to on every instance
+/// (`crate::pubsub::INVALIDATE`), only from the channel's instance when it is a PUBLISH (a
+/// bulk payload), from any when it is an invalidation (an array of keys, or nil).
+pub fn relay_message(frame: &[u8], instance: usize, n: usize) -> bool {
+    let channel = crate::pubsub::INVALIDATE;
+    // `*3` (RESP2) or `>3` (a RESP3 push), then `message`, the channel and a bulk payload.
+    let mut head = b"3\r\n$7\r\nmessage\r\n$20\r\n".to_vec();
+    head.extend_from_slice(channel);
+    head.extend_from_slice(b"\r\n$");
+    // (`$-1` is the nil of a flush's invalidation, not a PUBLISH.)
+    if frame
+        .get(1..)
+        .and_then(|f| f.strip_prefix(head.as_slice()))
+        .is_some_and(|rest| !rest.starts_with(b"-1\r\n"))
+    {
+        return crate::route::instance_of(channel, n) == instance;
+    }
+    relay_pmessage(frame, instance, n)
+}
+
 /// One `$<len>\r\n<bytes>\r\n` at the start of `b`: the bytes and what follows.
 fn bulk(b: &[u8]) -> Option<(&[u8], &[u8])> {
     let b = b.strip_prefix(b"$")?;
@@ -280,7 +305,7 @@ impl Dedicated {
             }
             // A RESP3 push is never a reply, whatever ran since the last SUBSCRIBE.
             if (*pubsub || frame.first() == Some(&b'>')) && is_message(frame) {
-                if *instances < 2 || relay_pmessage(frame, *instance, *instances) {
+                if *instances < 2 || relay_message(frame, *instance, *instances) {
                     each(Incoming::Message(frame));
                 }
                 return Ok(());

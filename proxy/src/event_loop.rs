@@ -174,19 +174,21 @@ impl Proxy {
         let mut fleet = Fleet::new(backends.iter().map(|(n, _)| n.clone()).collect(), port);
         fleet.cluster_publish = limits.cluster_publish;
         fleet.databases = limits.databases.max(1);
-        // The link table (`crate::backend::link_index`): per database and protocol, one link
-        // per instance; database 0's RESP2 links connect at start, the others are dormant
-        // until the first client on them (`crate::exec`, "RESP3 clients", "Databases").
+        // The link table (`crate::backend::link_index`): per database, protocol and kind
+        // (ordinary or script), one link per instance; database 0's ordinary RESP2 links
+        // connect at start, the others are dormant until the first client on them
+        // (`crate::exec`, "RESP3 clients", "Databases", "Scripts").
         let n = backends.len();
-        let backends: Vec<Backend> = (0..fleet.databases * 2)
+        let kinds = 1 + crate::backend::SCRIPT_LINKS;
+        let backends: Vec<Backend> = (0..fleet.databases * 2 * kinds)
             .flat_map(|link| {
                 backends.iter().enumerate().map(move |(i, (name, addr))| {
                     let mut b = Backend::new(i, name.clone(), *addr);
-                    b.db = link / 2;
-                    b.resp3 = link % 2 == 1;
+                    b.db = link / (2 * kinds);
+                    b.resp3 = (link / kinds) % 2 == 1;
                     b.dormant = link != 0;
                     debug_assert_eq!(
-                        crate::backend::link_index(n, b.db, b.resp3, i),
+                        crate::backend::link_index(n, b.db, b.resp3, link % kinds, i),
                         link * n + i
                     );
                     b
@@ -393,6 +395,7 @@ impl Proxy {
                     if let Ok(local) = client.stream.local_addr() {
                         client.session.laddr = local.to_string();
                     }
+                    self.fleet.client_ids.insert(id);
                     let token = self.clients.insert(client);
                     let c = self.clients.get_mut(token).expect("just inserted");
                     if let Err(e) = self.poll.registry().register(
@@ -402,6 +405,7 @@ impl Proxy {
                     ) {
                         log::warn!("proxy: register client: {e}");
                         self.clients.try_remove(token);
+                        self.fleet.client_ids.remove(&id);
                         continue;
                     }
                     self.fleet.clients = self.clients.len();
@@ -728,7 +732,8 @@ impl Proxy {
         self.clients.get(token).is_some_and(|c| {
             !c.conns.is_empty()
                 && (c.session.subs.active()
-                    || (c.lane != Lane::Shared && c.replies.pending_len() > 0))
+                    || (!matches!(c.lane, Lane::Shared | Lane::Script(_))
+                        && c.replies.pending_len() > 0))
         })
     }
 
@@ -1126,6 +1131,7 @@ impl Proxy {
     fn close_finished(&mut self) {
         for token in std::mem::take(&mut self.to_close) {
             if let Some(mut c) = self.clients.try_remove(token) {
+                self.fleet.client_ids.remove(&c.id);
                 let _ = self.poll.registry().deregister(&mut c.stream);
                 // In-flight waiters for this client are dropped on delivery (id check).
                 // Its dedicated connections close with it: an instance unblocks a BLPOP

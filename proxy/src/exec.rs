@@ -31,8 +31,16 @@
 //! the client like pub/sub messages (`crate::dedicated::is_message`). Requests split over
 //! several instances (MGET of keys on different instances…) send each part on the client's
 //! dedicated connection to its instance ([`dedicated_split`]); fan-outs (KEYS, SCAN, DBSIZE)
-//! read no value and keep the shared links. REDIRECT is refused (it would name a proxy client
-//! on the instances).
+//! read no value and keep the shared links.
+//!
+//! REDIRECT names a proxy client (the id CLIENT ID answers through the proxy). A client that
+//! subscribes to `__redis__:invalidate` is subscribed on every instance, and the proxy asks
+//! each instance its id for that connection (`crate::pubsub::INVALIDATE`); a tracking
+//! client's `REDIRECT <proxy id>` reaches each instance naming the target's connection to it
+//! ([`tracking_redirect`]), so each instance sends the invalidations of its keys there and
+//! the proxy relays them to the target (a PUBLISH on the channel, which every instance
+//! delivers, is relayed once: `crate::dedicated::relay_message`). GETREDIR and TRACKINGINFO
+//! answer the proxy id.
 //!
 //! # MONITOR
 //!
@@ -52,6 +60,19 @@
 //! costs nothing per request. A dedicated connection gets `SELECT db` (reply dropped) before
 //! a request whenever its owner's database changed since the last one ([`sync_db`]); a
 //! subscription does not depend on the database and sends none.
+//!
+//! # Scripts
+//!
+//! EVAL, EVALSHA, FCALL and their `_RO` forms ([`Plan::Script`]) take one of the **script
+//! links** of their (protocol, database) pair ([`Lane::Script`]): the client's current one
+//! while its earlier scripts are unanswered, else an idle one ([`script_link`]). A script
+//! that runs past `busy-reply-threshold` then holds only its link: other clients' requests,
+//! ordinary ones on the ordinary links and scripts on other script links, reach the
+//! instance, which answers them `-BUSY` as a single Redis would (and `SCRIPT KILL`/`FUNCTION
+//! KILL` go on the client's dedicated connections). Only when every script link of an
+//! instance is taken does a script queue behind another. Like any lane switch, a client's
+//! script after its ordinary requests (or the other way round) waits until the earlier
+//! replies are in, so a pipeline mixing them still runs in order.
 
 use std::time::Instant;
 
@@ -335,10 +356,24 @@ fn subscription<A: Args + ?Sized>(
     if !nothing_to_send && !me.enter_lane(Lane::PubSub) {
         return Flow::Wait;
     }
+    // A redirect target for client-side caching: every instance learns of it, and the
+    // proxy learns each instance's id for it (`tracking_redirect`).
+    let invalidate = kind == Kind::Subscribe && names.contains(&crate::pubsub::INVALIDATE);
     for i in me.session.subs.instances_needed(kind, &names, n) {
-        if let Err(error) = conn_for(i, me, ctx) {
-            me.replies.push_local(&error, false);
-            return Flow::Continue;
+        match conn_for(i, me, ctx) {
+            Ok(id) => {
+                let d = ctx.dedicated.get_mut(id).expect("just looked up");
+                // Asked before the connection is subscribed (a RESP2 subscriber may not
+                // run CLIENT ID).
+                if invalidate && d.engine_id.is_none() && (!d.pubsub || d.resp3) {
+                    d.ask_id();
+                    mark(&mut d.dirty, ctx.dirty_dedicated, id);
+                }
+            }
+            Err(error) => {
+                me.replies.push_local(&error, false);
+                return Flow::Continue;
+            }
         }
     }
     let change = me.session.subs.apply_in(kind, &names, n, me.session.proto);
@@ -548,7 +583,10 @@ fn run_plan<A: Args + ?Sized>(
     // Client-side caching: the instance tracks what it serves this client on the client's
     // own connection, where its invalidations then arrive (see the module docs).
     let plan = match plan {
-        Plan::Forward(i) if me.session.tracking => Plan::Blocking(i),
+        Plan::Forward(i) | Plan::Script(Some(i)) if me.session.tracking => Plan::Blocking(i),
+        Plan::Script(None) if me.session.tracking => {
+            Plan::Blocking(ctx.fleet.up.iter().position(|&up| up).unwrap_or(0))
+        }
         Plan::Split { parts, merge } if me.session.tracking => {
             return dedicated_split(parts, merge, me, ctx);
         }
@@ -594,6 +632,15 @@ fn run_plan<A: Args + ?Sized>(
         }
         Plan::BlockingSplit { parts, merge } => blocking_split(parts, merge, me, ctx),
         Plan::DedicatedFanOut(merge) => dedicated_fan_out(raw, merge, me, ctx),
+        Plan::TrackingRedirect { args, at, target } => tracking_redirect(args, at, target, me, ctx),
+        Plan::Script(target) => {
+            let k = script_link(target, me, ctx);
+            if !me.enter_lane(Lane::Script(k)) {
+                return Flow::Wait;
+            }
+            execute(plan, raw, me, ctx);
+            Flow::Continue
+        }
         shared => {
             if !me.enter_lane(Lane::Shared) {
                 return Flow::Wait;
@@ -618,6 +665,67 @@ fn dedicated_fan_out(raw: &[u8], merge: Merge, me: &mut Me<'_>, ctx: &mut Ctx<'_
                 let d = ctx.dedicated.get_mut(id).expect("just looked up");
                 d.pubsub = false;
                 d.send(raw, Some(me.waiter(seq, i as u32)), 1);
+                mark(&mut d.dirty, ctx.dirty_dedicated, id);
+            }
+            Err(error) => me.replies.fill(seq, i as u32, &error),
+        }
+    }
+    Flow::Continue
+}
+
+/// `CLIENT TRACKING ON … REDIRECT <target>` (a proxy client id): to each instance on the
+/// client's dedicated connection, naming instead the target's subscribed connection to that
+/// instance by that instance's id for it (asked when the target subscribed to
+/// `__redis__:invalidate`, `crate::pubsub::INVALIDATE`), so each instance sends the
+/// invalidations of its keys there and the proxy relays them to the target. An instance the
+/// target has no subscribed connection to gets the request without REDIRECT: like Redis
+/// redirecting to a client that is not subscribed, nothing reaches the target from it.
+fn tracking_redirect(
+    args: Vec<Vec<u8>>,
+    at: usize,
+    target: u64,
+    me: &mut Me<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Flow {
+    if !ctx.fleet.client_ids.contains(&target) {
+        // redis `clientCommand` "tracking".
+        me.replies.push_local(
+            b"-ERR The client ID you want redirect to does not exist\r\n",
+            false,
+        );
+        return Flow::Continue;
+    }
+    if !me.enter_lane(Lane::Spread) {
+        return Flow::Wait;
+    }
+    let n = ctx.fleet.instances();
+    let ids: Vec<Option<u64>> = (0..n)
+        .map(|i| {
+            ctx.dedicated
+                .iter()
+                .find(|(_, d)| d.owner_id == target && d.instance == i && d.pubsub)
+                .and_then(|(_, d)| d.engine_id)
+        })
+        .collect();
+    me.session.tracking = true;
+    me.session.redirect = Some(target);
+    let seq = me.replies.push_parts(n, Merge::AllOk);
+    for (i, id) in ids.into_iter().enumerate() {
+        let mut a = args.clone();
+        match id {
+            Some(id) => a[at] = itoa::Buffer::new().format(id).as_bytes().to_vec(),
+            None => {
+                a.drain(at - 1..=at);
+            }
+        }
+        let refs: Vec<&[u8]> = a.iter().map(Vec::as_slice).collect();
+        let mut request = Vec::new();
+        resp::encode_request(&mut request, &refs);
+        match conn_for(i, me, ctx) {
+            Ok(id) => {
+                let d = ctx.dedicated.get_mut(id).expect("just looked up");
+                d.pubsub = false;
+                d.send(&request, Some(me.waiter(seq, i as u32)), 1);
                 mark(&mut d.dirty, ctx.dirty_dedicated, id);
             }
             Err(error) => me.replies.fill(seq, i as u32, &error),
@@ -695,12 +803,35 @@ fn dedicated_split(parts: Vec<Part>, merge: Merge, me: &mut Me<'_>, ctx: &mut Ct
     Flow::Continue
 }
 
+/// The script link a script for `target` takes (`crate::backend`, "script links"): the
+/// client's current one while it has replies pending (its scripts run in order), else the
+/// first idle one of the instance (a busy script then never holds up another client's), else
+/// the one with the fewest requests in flight.
+fn script_link(target: Option<usize>, me: &Me<'_>, ctx: &Ctx<'_>) -> usize {
+    if let Lane::Script(k) = *me.lane
+        && me.replies.pending_len() > 0
+    {
+        return k;
+    }
+    let n = ctx.fleet.instances();
+    let i = target.unwrap_or_else(|| ctx.fleet.up.iter().position(|&up| up).unwrap_or(0));
+    let resp3 = me.session.proto == resp::Proto::Resp3;
+    let link = |k| &ctx.backends[crate::backend::link_index(n, me.session.db, resp3, k, i)];
+    (1..=crate::backend::SCRIPT_LINKS)
+        .min_by_key(|&k| link(k).inflight.len())
+        .unwrap_or(1)
+}
+
 /// Carries out a plan on the shared backend connections.
 fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
     let n = ctx.fleet.instances();
     // The links of the client's protocol and database (see the module docs).
     let resp3 = me.session.proto == resp::Proto::Resp3;
-    let link_base = crate::backend::link_index(n, me.session.db, resp3, 0);
+    let kind = match (&plan, *me.lane) {
+        (Plan::Script(_), Lane::Script(k)) => k,
+        _ => 0,
+    };
+    let link_base = crate::backend::link_index(n, me.session.db, resp3, kind, 0);
     let (token, client_id) = (me.token, me.id);
     let replies = &mut *me.replies;
     let registry = ctx.registry;
@@ -736,7 +867,11 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
             let seq = replies.push_plain();
             send(i, raw, seq, 0, replies);
         }
-        Plan::ForwardAny => {
+        Plan::Script(Some(i)) => {
+            let seq = replies.push_plain();
+            send(i, raw, seq, 0, replies);
+        }
+        Plan::ForwardAny | Plan::Script(None) => {
             let i = ctx.fleet.up.iter().position(|&up| up).unwrap_or(0);
             let seq = replies.push_plain();
             send(i, raw, seq, 0, replies);
@@ -776,6 +911,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         | Plan::Blocking(_)
         | Plan::BlockingSplit { .. }
         | Plan::DedicatedFanOut(_)
+        | Plan::TrackingRedirect { .. }
         | Plan::Watch(_)
         | Plan::Multi
         | Plan::Clients(_)

@@ -44,6 +44,12 @@
 
 use std::collections::BTreeSet;
 
+/// The channel on which Redis sends a RESP2 redirect target the invalidations of client-side
+/// caching. A client subscribed to it through the proxy is subscribed on every instance
+/// (each sends the invalidations of its own keys), and a tracking client's REDIRECT to it
+/// names those connections (`crate::exec`, "Client-side caching").
+pub const INVALIDATE: &[u8] = b"__redis__:invalidate";
+
 use crate::route::instance_of;
 use crate::split::{push_array_header, push_bulk};
 use resp::{Proto, ReplyWriter};
@@ -176,7 +182,10 @@ impl Subscriptions {
             Kind::Subscribe => names
                 .iter()
                 .filter(|c| !self.channels.contains(**c))
-                .map(|c| instance_of(c, n))
+                .flat_map(|c| match *c == INVALIDATE {
+                    true => (0..n).collect(),
+                    false => vec![instance_of(c, n)],
+                })
                 .collect(),
             Kind::Ssubscribe => names
                 .iter()
@@ -237,7 +246,7 @@ impl Subscriptions {
                 set.remove(name)
             };
             if changed {
-                if kind.is_pattern() {
+                if kind.is_pattern() || (!kind.is_shard() && name == INVALIDATE) {
                     for list in per_instance.iter_mut() {
                         list.push(name.to_vec());
                     }

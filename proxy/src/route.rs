@@ -15,7 +15,7 @@
 //! | blocking (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, BRPOPLPUSH) | keys on one instance → [`Plan::Blocking`]: the client's dedicated connection to it ([`crate::dedicated`]); else `-CROSSSLOT` |
 //! | WATCH, MULTI, EXEC, DISCARD, UNWATCH | [`Plan::Watch`] / [`Plan::Multi`], then [`crate::tx`] decides while the transaction lasts; EXEC/DISCARD without MULTI get Redis's errors |
 //! | SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE, PUNSUBSCRIBE, SSUBSCRIBE, SUNSUBSCRIBE | [`Plan::PubSub`]: [`crate::pubsub`] (shard channels of several slots: `-CROSSSLOT`) |
-//! | EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL, FCALL_RO | forwarded to the instance of their declared keys (none: any instance; several instances: `-CROSSSLOT`) |
+//! | EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL, FCALL_RO | [`Plan::Script`]: the script link of the instance of their declared keys (none: any instance; several instances: `-CROSSSLOT`) |
 //! | SCRIPT LOAD / FLUSH / EXISTS; FUNCTION LOAD / DELETE / RESTORE / FLUSH | every instance: the first reply if none failed (else the first error) / `+OK` from all / the AND; the other SCRIPT and FUNCTION subcommands (LIST, DUMP, STATS, KILL, HELP) go to one instance |
 //! | PUBLISH, SPUBLISH | forwarded to the channel's instance (channels are routed like keys) |
 //! | PUBSUB CHANNELS / SHARDCHANNELS / NUMPAT | every instance: channels concatenated / the largest count (each proxy pattern subscription is held by every instance) ; NUMSUB / SHARDNUMSUB forwarded when their channels share an instance |
@@ -118,6 +118,8 @@ pub struct Session {
     /// CLIENT TRACKING ON sent: its keyed requests take its own connections to the
     /// instances, where the instances track them (`crate::exec`, "Client-side caching").
     pub tracking: bool,
+    /// The proxy client id its tracking redirects to (CLIENT TRACKING … REDIRECT id).
+    pub redirect: Option<u64>,
 }
 
 /// `CLIENT REPLY ON|OFF|SKIP`.
@@ -161,6 +163,8 @@ pub struct Fleet {
     /// Per instance, a connected dedicated connection nobody owns yet (`crate::exec`'s
     /// `conn_for`): its slab id.
     pub spares: Vec<Option<usize>>,
+    /// Ids of the connected clients (CLIENT TRACKING … REDIRECT checks its target exists).
+    pub client_ids: std::collections::HashSet<u64>,
 }
 
 impl Fleet {
@@ -179,6 +183,7 @@ impl Fleet {
             cluster_publish: false,
             databases: 16,
             spares: Vec::new(),
+            client_ids: Default::default(),
         }
     }
 
@@ -207,6 +212,9 @@ pub enum Plan {
         request: Vec<u8>,
         merge: Merge,
     },
+    /// A script (EVAL, EVALSHA, FCALL and their `_RO` forms) for this instance (`None`: its
+    /// `numkeys` is 0, any instance), sent on its script link (`crate::backend`).
+    Script(Option<usize>),
     /// Answer with these bytes.
     Reply(Cow<'static, [u8]>),
     /// Answer with these bytes, then close the connection (QUIT).
@@ -228,6 +236,14 @@ pub enum Plan {
     Multi,
     /// A subscription command ([`crate::pubsub`]).
     PubSub(pubsub::Kind),
+    /// `CLIENT TRACKING ON … REDIRECT <id>`: `args` the request's arguments, `at` the index
+    /// of the proxy client id to redirect to, rewritten per instance (`crate::exec`,
+    /// "Client-side caching").
+    TrackingRedirect {
+        args: Vec<Vec<u8>>,
+        at: usize,
+        target: u64,
+    },
     /// CLIENT LIST / INFO / KILL: the event loop answers it, as it alone sees every client.
     Clients(crate::clients::Op),
     /// CONFIG SET: `get` (`CONFIG GET` of its names) then the request, to every instance;
@@ -313,6 +329,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "quit" => Plan::ReplyThenClose(Cow::Borrowed(b"+OK\r\n")),
         "reset" => {
             session.tracking = false;
+            session.redirect = None;
             session.name = None;
             session.proto = resp::Proto::Resp2;
             session.db = 0;
@@ -375,6 +392,14 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             "kill" => Plan::DedicatedFanOut(Merge::Kill),
             _ => Plan::ForwardAny,
         },
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => {
+            match keys_instance(row, args, n) {
+                Ok(Some(i)) => Plan::Script(Some(i)),
+                // No key, or a malformed `numkeys`: any instance gives the right reply.
+                Ok(None) => Plan::Script(None),
+                Err(()) => reply_static(CROSSSLOT),
+            }
+        }
         "dbsize" => fan_out(Merge::Sum),
         "flushall" | "flushdb" => fan_out(Merge::AllOk),
         "keys" => fan_out(Merge::Concat),
@@ -775,9 +800,9 @@ mod tests {
         let s = b"return 1".as_slice();
         assert_eq!(
             run(&[b"EVAL", s, b"1", &a, b"x"], 2),
-            Plan::Forward(instance_of(&a, 2))
+            Plan::Script(Some(instance_of(&a, 2)))
         );
-        assert_eq!(run(&[b"EVALSHA_RO", s, b"0", b"x"], 2), Plan::ForwardAny);
+        assert_eq!(run(&[b"EVALSHA_RO", s, b"0", b"x"], 2), Plan::Script(None));
         assert_eq!(
             reply(run(&[b"EVAL", s, b"2", &a, &b], 2)),
             CROSSSLOT.to_vec()
@@ -809,9 +834,9 @@ mod tests {
         ));
         assert_eq!(
             run(&[b"FCALL", b"f", b"1", &a, b"x"], 2),
-            Plan::Forward(instance_of(&a, 2))
+            Plan::Script(Some(instance_of(&a, 2)))
         );
-        assert_eq!(run(&[b"FCALL_RO", b"f", b"0", b"x"], 2), Plan::ForwardAny);
+        assert_eq!(run(&[b"FCALL_RO", b"f", b"0", b"x"], 2), Plan::Script(None));
         assert_eq!(
             reply(run(&[b"FCALL", b"f", b"2", &a, &b], 2)),
             CROSSSLOT.to_vec()

@@ -65,6 +65,9 @@ pub enum Merge {
     Min,
     /// BGSAVE, SCRIPT LOAD: the first part's reply when no part answered an error.
     First,
+    /// CLIENT TRACKINGINFO of a client redirecting to this proxy client id: the first reply,
+    /// its `redirect` field (the instance's id of the target's connection) set to the id.
+    Redirect(u64),
     /// SCRIPT EXISTS: arrays of `:0`/`:1`, merged element by element: `:1` where every part
     /// answered `:1` (the script is usable whatever instance the keys land on).
     AllOf,
@@ -218,6 +221,27 @@ pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
         Merge::First => match replies.first() {
             Some(r) => {
                 out.extend_from_slice(r);
+                true
+            }
+            None => false,
+        },
+        Merge::Redirect(id) => match replies.first() {
+            Some(r) => {
+                const FIELD: &[u8] = b"$8\r\nredirect\r\n:";
+                match r.windows(FIELD.len()).position(|w| w == FIELD) {
+                    Some(at) => {
+                        let start = at + FIELD.len();
+                        let end = start
+                            + r[start..]
+                                .iter()
+                                .position(|&b| b == b'\r')
+                                .unwrap_or(r.len() - start);
+                        out.extend_from_slice(&r[..start]);
+                        out.extend_from_slice(itoa::Buffer::new().format(*id).as_bytes());
+                        out.extend_from_slice(&r[end..]);
+                    }
+                    None => out.extend_from_slice(r),
+                }
                 true
             }
             None => false,

@@ -100,6 +100,31 @@ pub struct EngineSection {
     pub lfu_log_factor: u32,
     /// Minutes per LFU counter decay step (Redis `lfu-decay-time`).
     pub lfu_decay_time: u32,
+    /// Most fields a hash keeps in a listpack (Redis `hash-max-listpack-entries`, alias
+    /// `hash_max_ziplist_entries`; default 512).
+    #[serde(alias = "hash_max_ziplist_entries")]
+    pub hash_max_listpack_entries: u64,
+    /// Longest field or value a listpack hash keeps, bytes (`hash-max-listpack-value`; 64).
+    #[serde(alias = "hash_max_ziplist_value")]
+    pub hash_max_listpack_value: Size,
+    /// Most integers a set keeps in an intset (`set-max-intset-entries`; 512).
+    pub set_max_intset_entries: u64,
+    /// Most members a sorted set keeps in a listpack (`zset-max-listpack-entries`; 128).
+    #[serde(alias = "zset_max_ziplist_entries")]
+    pub zset_max_listpack_entries: u64,
+    /// Longest member a listpack sorted set keeps, bytes (`zset-max-listpack-value`; 64).
+    #[serde(alias = "zset_max_ziplist_value")]
+    pub zset_max_listpack_value: Size,
+    /// Quicklist node size (`list-max-listpack-size`: entries if > 0, -1..-5 = 4..64 KB; -2).
+    #[serde(alias = "list_max_ziplist_size")]
+    pub list_max_listpack_size: i64,
+    /// Quicklist nodes left uncompressed at each end (`list-compress-depth`; 0). Accepted;
+    /// recached does not compress lists.
+    pub list_compress_depth: i64,
+    /// Entries per stream node, 0 = no limit (`stream-node-max-entries`; 100).
+    pub stream_node_max_entries: u64,
+    /// Bytes per stream node, 0 = no limit (`stream-node-max-bytes`; 4096).
+    pub stream_node_max_bytes: Size,
     /// Seconds between periodic snapshots (BGSAVE); 0 = none (docs/persistence.md).
     pub save_interval: u64,
     /// Changes needed since the last snapshot for a periodic one (0 counts as 1).
@@ -170,6 +195,15 @@ impl Default for EngineSection {
             databases: core.databases,
             lfu_log_factor: core.lfu_log_factor,
             lfu_decay_time: core.lfu_decay_time,
+            hash_max_listpack_entries: core.encoding.hash_max_listpack_entries,
+            hash_max_listpack_value: Size(core.encoding.hash_max_listpack_value),
+            set_max_intset_entries: core.encoding.set_max_intset_entries,
+            zset_max_listpack_entries: core.encoding.zset_max_listpack_entries,
+            zset_max_listpack_value: Size(core.encoding.zset_max_listpack_value),
+            list_max_listpack_size: core.list_max_listpack_size,
+            list_compress_depth: core.list_compress_depth,
+            stream_node_max_entries: core.stream_node_max_entries,
+            stream_node_max_bytes: Size(core.stream_node_max_bytes),
             save_interval: 300,
             save_changes: 100,
             on_corrupt_snapshot: "start-empty".into(),
@@ -210,9 +244,55 @@ impl FileConfig {
             databases: e.databases,
             lfu_log_factor: e.lfu_log_factor,
             lfu_decay_time: e.lfu_decay_time,
+            encoding: engine_core::types::EncodingLimits {
+                hash_max_listpack_entries: e.hash_max_listpack_entries,
+                hash_max_listpack_value: e.hash_max_listpack_value.0,
+                set_max_intset_entries: e.set_max_intset_entries,
+                zset_max_listpack_entries: e.zset_max_listpack_entries,
+                zset_max_listpack_value: e.zset_max_listpack_value.0,
+            },
+            list_max_listpack_size: e.list_max_listpack_size,
+            list_compress_depth: e.list_compress_depth,
+            stream_node_max_entries: e.stream_node_max_entries,
+            stream_node_max_bytes: e.stream_node_max_bytes.0,
             acl: crate::auth::engine_acl(self),
             ..core
         }
+    }
+
+    /// The encoding settings' ranges, as Redis's CONFIG SET checks them (`config.c`).
+    fn validate_encoding(&self) -> Result<(), String> {
+        let e = &self.engine;
+        let max = i64::MAX as u64;
+        let counts = [
+            ("hash_max_listpack_entries", e.hash_max_listpack_entries),
+            ("hash_max_listpack_value", e.hash_max_listpack_value.0),
+            ("set_max_intset_entries", e.set_max_intset_entries),
+            ("zset_max_listpack_entries", e.zset_max_listpack_entries),
+            ("zset_max_listpack_value", e.zset_max_listpack_value.0),
+            ("stream_node_max_entries", e.stream_node_max_entries),
+            ("stream_node_max_bytes", e.stream_node_max_bytes.0),
+        ];
+        for (name, v) in counts {
+            if v > max {
+                return Err(format!("engine.{name} must be between 0 and {max}"));
+            }
+        }
+        let int = i64::from(i32::MIN)..=i64::from(i32::MAX);
+        if !int.contains(&e.list_max_listpack_size) {
+            return Err(format!(
+                "engine.list_max_listpack_size must be between {} and {}",
+                i32::MIN,
+                i32::MAX
+            ));
+        }
+        if !(0..=i64::from(i32::MAX)).contains(&e.list_compress_depth) {
+            return Err(format!(
+                "engine.list_compress_depth must be between 0 and {}",
+                i32::MAX
+            ));
+        }
+        Ok(())
     }
 
     /// Each engine's `maxmemory`: `[engine] maxmemory` if set, else the fleet total divided by
@@ -237,6 +317,7 @@ impl FileConfig {
             save_changes: e.save_changes,
             on_corrupt: recached_server::snapshot::OnCorrupt::parse(&e.on_corrupt_snapshot)
                 .unwrap_or_default(),
+            split: None,
         }
     }
 
@@ -342,6 +423,7 @@ impl FileConfig {
         if self.engine.maxmemory_samples == 0 || self.engine.maxmemory_samples > i32::MAX as u32 {
             return Err("engine.maxmemory_samples must be at least 1".into());
         }
+        self.validate_encoding()?;
         if self.engines > MAX_ENGINES {
             return Err(format!(
                 "engines must be at most {MAX_ENGINES}, got {}",
@@ -598,5 +680,44 @@ mod tests {
         assert_eq!(c.engine_config().maxmemory_samples, 10);
         let c = parse("[engine]\nmaxmemory_policy = \"lru\"\n").unwrap();
         assert!(c.validate().unwrap_err().contains("allkeys-lru"));
+    }
+
+    #[test]
+    fn encoding_settings_reach_the_engine_with_redis_aliases() {
+        let d = parse("").unwrap().engine_config();
+        assert_eq!(d.encoding, engine_core::types::EncodingLimits::DEFAULT);
+        assert_eq!((d.list_max_listpack_size, d.list_compress_depth), (-2, 0));
+        let c = parse(
+            "[engine]\nhash_max_ziplist_entries = 10\nhash_max_listpack_value = \"1kb\"\n\
+             set_max_intset_entries = 3\nzset_max_listpack_entries = 0\n\
+             zset_max_ziplist_value = 7\nlist_max_ziplist_size = 5\nlist_compress_depth = 2\n\
+             stream_node_max_bytes = \"8kb\"\nstream_node_max_entries = 50\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let e = c.engine_config();
+        assert_eq!(
+            e.encoding,
+            engine_core::types::EncodingLimits {
+                hash_max_listpack_entries: 10,
+                hash_max_listpack_value: 1024,
+                set_max_intset_entries: 3,
+                zset_max_listpack_entries: 0,
+                zset_max_listpack_value: 7,
+            }
+        );
+        assert_eq!((e.list_max_listpack_size, e.list_compress_depth), (5, 2));
+        assert_eq!(
+            (e.stream_node_max_bytes, e.stream_node_max_entries),
+            (8192, 50)
+        );
+        let bad = parse("[engine]\nlist_compress_depth = -1\n").unwrap();
+        assert!(bad.validate().unwrap_err().contains("list_compress_depth"));
+        let bad = parse("[engine]\nlist_max_listpack_size = 3000000000\n").unwrap();
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .contains("list_max_listpack_size")
+        );
     }
 }

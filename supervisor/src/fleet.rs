@@ -44,6 +44,10 @@
 //!    An engine that exits with status 78 (it refused a corrupt snapshot, see
 //!    docs/persistence.md) is not restarted: its state stays `failed`. Engines get
 //!    `--dir DIR`, so each keeps `DIR/dump-<port>.rcs`.
+//!    **Re-shard** (`crate::reshard`): before the engines start, snapshots written for
+//!    another layout (another engine count) are staged as `reshard-*.rcs`; the engines start
+//!    with `--reshard-split I/N`, load their slots from all of them and save; then the staged
+//!    files are deleted. docs/operations.md, "Changing the number of engines".
 //! 8. **Stop.** On SIGTERM/SIGINT (`recached stop` sends SIGTERM): SIGTERM to every child,
 //!    wait up to `stop_timeout_ms`, SIGKILL what is left, reap all, remove the state and pid
 //!    files, exit 0.
@@ -164,8 +168,13 @@ pub fn start(args: StartArgs) -> Result<ExitCode> {
         log::error!("metrics {}:{}: {e}", cfg.metrics_bind, cfg.metrics_port);
     }
 
+    // Before any engine starts: snapshots of another layout are staged (crate::reshard).
+    let local: Vec<u16> = cfg.local_engines().iter().map(|e| e.2).collect();
+    let plan = crate::reshard::prepare(&dir, &cfg.topology(), &local, args.reshard, unix_ms())
+        .map_err(|e| format!("re-shard in {}: {e}", dir.display()))?;
     let signals = Signals::install().map_err(|e| format!("signal handlers: {e}"))?;
     let mut sup = Supervisor::new(cfg, dir.clone(), exe, config_file, signals);
+    sup.reshard = plan.active.then_some(plan);
     log::info!(
         "supervisor pid {} on {}: {} engines ({}) of a {}-instance {}, proxy on {}:{}",
         std::process::id(),
@@ -363,6 +372,9 @@ struct Supervisor {
     readiness: Option<Readiness>,
     /// When the next round of PING health checks is due.
     next_health_check: Instant,
+    /// A re-shard in progress: its engines start with `--reshard-split` until it is finished
+    /// (`crate::reshard`).
+    reshard: Option<crate::reshard::Plan>,
 }
 
 /// The start-up readiness check (see `check_readiness`).
@@ -403,6 +415,7 @@ impl Supervisor {
             started_unix_ms: unix_ms(),
             readiness: None,
             next_health_check: Instant::now(),
+            reshard: None,
         }
     }
 
@@ -463,6 +476,17 @@ impl Supervisor {
         if slot.role == Role::Engine {
             args.push("--dir".into());
             args.push(self.dir.display().to_string());
+        }
+        // An engine that already saved its split restarts from its own snapshot, which may
+        // hold writes made since.
+        if slot.role == Role::Engine
+            && self.reshard.as_ref().is_some_and(|r| {
+                r.split.contains(&slot.port)
+                    && !crate::reshard::saved(&self.dir, slot.port, r.staged_ms)
+            })
+        {
+            args.push("--reshard-split".into());
+            args.push(format!("{}/{}", slot.index, self.cfg.topology().len()));
         }
         if slot.role == Role::Engine && self.cfg.cluster {
             args.push("--cluster-nodes".into());
@@ -655,6 +679,7 @@ impl Supervisor {
             if self.health_checks() {
                 changed = true;
             }
+            self.check_reshard();
             if changed {
                 self.write_state();
             }
@@ -674,6 +699,27 @@ impl Supervisor {
                 .unwrap_or(tick)
                 .min(tick);
             self.signals.wait(next);
+        }
+    }
+
+    /// Once every splitting engine has saved its snapshot, deletes the staged files
+    /// (`crate::reshard::finish`); from then on restarts load `dump-<port>.rcs` as usual.
+    fn check_reshard(&mut self) {
+        let Some(plan) = &self.reshard else {
+            return;
+        };
+        if !crate::reshard::all_saved(&self.dir, &plan.split, plan.staged_ms) {
+            return;
+        }
+        match crate::reshard::finish(&self.dir, &self.cfg.topology()) {
+            Ok(n) => {
+                log::info!(
+                    "re-shard finished: every engine saved its slots; {n} staged snapshot(s) deleted"
+                );
+                self.reshard = None;
+            }
+            // Tried again next turn; a restart would redo the split from the staged files.
+            Err(e) => log::error!("re-shard: deleting the staged snapshots: {e}"),
         }
     }
 

@@ -4,6 +4,7 @@
 //! ```text
 //! recached server  --port P --bind ADDR [--config FILE] [--dir DIR]  one engine, foreground
 //!                  [--cluster-nodes H:P,H:P,… --cluster-index I] [--cluster-announce-host H]
+//!                  [--reshard-split I/N]   (set by start: load the staged snapshots, reshard.rs)
 //! recached proxy   --port P --bind ADDR --backends H:P,H:P,… [--config FILE]
 //!   (server, proxy) [--tls-port P --tls-cert-file F --tls-key-file F [--tls-ca-cert-file F]
 //!                   [--tls-auth-clients no|yes|optional]] [--maxclients N] [--timeout S]
@@ -14,6 +15,7 @@
 //!                  [--engine-port-base P] [--dir DIR] [--daemonize]   the supervisor
 //!                  [--fanout-port P]                   (default proxy port + 100; 0 = none)
 //!                  [--metrics-port P]                  (Prometheus at /metrics, metrics.rs)
+//!                  [--reshard]                         (re-shard the snapshots, reshard.rs)
 //! recached stop    [--dir DIR | --config FILE]
 //! recached status  [--dir DIR | --config FILE] [--json] [--user U] [--pass P]
 //!                  (or $REDISCLI_AUTH, else the config's requirepass)
@@ -50,6 +52,7 @@ mod health;
 mod metrics;
 mod pidfile;
 mod reply;
+mod reshard;
 mod state;
 mod status;
 mod tls_limits;
@@ -174,6 +177,10 @@ pub struct StartArgs {
     /// Detach from the terminal; returns once the fleet is started.
     #[arg(long)]
     pub daemonize: bool,
+    /// Re-shard the snapshots in `dir` even if they match the layout (e.g. one copied in
+    /// from another fleet): every key goes to the engine that owns its slot.
+    #[arg(long)]
+    pub reshard: bool,
     /// Port of the Prometheus endpoint (`/metrics`); 0 = disabled. Default: the config's
     /// `metrics_port` (6490).
     #[arg(long)]
@@ -194,6 +201,22 @@ pub struct ClusterArgs {
     /// Host announced for wildcard (0.0.0.0) nodes; default: the address the client connected to.
     #[arg(long)]
     pub cluster_announce_host: Option<String>,
+    /// Set by `recached start` after a change of engine count: load every staged snapshot
+    /// (`DIR/reshard-*.rcs`) keeping the slots of instance I of N, save, then serve
+    /// (docs/operations.md, "Changing the number of engines").
+    #[arg(long, value_name = "I/N", value_parser = parse_split)]
+    pub reshard_split: Option<(u32, u32)>,
+}
+
+/// `I/N` with I < N.
+fn parse_split(s: &str) -> std::result::Result<(u32, u32), String> {
+    let (i, n) = s.split_once('/').ok_or("expected INDEX/COUNT")?;
+    let i: u32 = i.trim().parse().map_err(|_| "bad INDEX")?;
+    let n: u32 = n.trim().parse().map_err(|_| "bad COUNT")?;
+    if i >= n {
+        return Err(format!("index {i} is not below the count {n}"));
+    }
+    Ok((i, n))
 }
 
 /// Which fleet `stop`/`status` address: its data dir, given directly or through the config file.
@@ -263,7 +286,11 @@ fn run_server(
 ) -> Result<ExitCode> {
     let file = config::load(config.as_deref())?;
     let snapshot_dir = dir.or_else(|| config.is_some().then(|| file.dir.clone()));
-    let snapshot = file.snapshot_options(snapshot_dir);
+    if cluster.reshard_split.is_some() && snapshot_dir.is_none() {
+        return Err("server: --reshard-split needs a snapshot dir (--dir)".into());
+    }
+    let mut snapshot = file.snapshot_options(snapshot_dir);
+    snapshot.split = cluster.reshard_split;
     let port = port.unwrap_or(file.engine_port_base);
     let bind = bind.unwrap_or(file.bind.clone());
     let mut engine = file.engine_config();

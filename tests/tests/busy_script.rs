@@ -319,3 +319,87 @@ fn script_kill_and_function_kill_through_the_proxy() {
         b"-NOTBUSY No scripts in execution right now.\r\n"
     );
 }
+
+/// Through the proxy (issue 15, item 3): scripts take their own link to the engine, so while
+/// one runs past the threshold, other clients' ordinary commands for that engine reach it
+/// and get its `-BUSY` at once (a single Redis's answer) instead of waiting behind the
+/// script, and so do other clients' scripts (another script link); a pipeline that mixes a
+/// script with other commands, or of scripts alone, still runs in order; and the fleet
+/// serves again once the script is killed.
+#[test]
+fn other_clients_get_busy_through_the_proxy() {
+    let f = Fleet::start("busy-proxy-other", 2);
+    let mut c = Resp::connect(f.proxy_port);
+    assert_eq!(
+        c.cmd_str(&["CONFIG", "SET", "busy-reply-threshold", "10"]),
+        b"+OK\r\n"
+    );
+    // In order on one client: SET, a script reading it, GET after it.
+    let mut pipeline = Resp::encode(&[b"SET", b"{busy}k", b"1"]);
+    pipeline.extend(Resp::encode(&[
+        b"EVAL",
+        b"return redis.call('INCR', KEYS[1])",
+        b"1",
+        b"{busy}k",
+    ]));
+    pipeline.extend(Resp::encode(&[b"GET", b"{busy}k"]));
+    c.send_raw(&pipeline);
+    assert_eq!(c.read_frame(), b"+OK\r\n");
+    assert_eq!(c.read_frame(), b":2\r\n");
+    assert_eq!(c.read_frame(), b"$1\r\n2\r\n");
+
+    let mut runner = Resp::connect(f.proxy_port);
+    let mut other = Resp::connect(f.proxy_port);
+    send(&mut runner, &["EVAL", "while true do end", "1", "{busy}k"]);
+    // The other client's reads of that engine: -BUSY within the bound, not a hang.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let r = loop {
+        let r = other.cmd_str(&["GET", "{busy}k"]);
+        if r.starts_with(b"-BUSY") || Instant::now() >= deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(r, BUSY_EVAL);
+    // Another client's script for that engine takes another script link: -BUSY too, at once.
+    let mut third = Resp::connect(f.proxy_port);
+    assert_eq!(
+        third.cmd_str(&["EVAL", "return redis.call('GET', KEYS[1])", "1", "{busy}k"]),
+        BUSY_EVAL
+    );
+    assert_eq!(
+        third.cmd_str(&["FCALL", "nosuch", "1", "{busy}k"]),
+        BUSY_EVAL
+    );
+    assert_eq!(other.cmd_str(&["SCRIPT", "KILL"]), b"+OK\r\n");
+    let r = runner.read_frame();
+    assert!(r.starts_with(b"-ERR Script killed by user"), "{r:?}");
+    assert_eq!(other.cmd_str(&["GET", "{busy}k"]), b"$1\r\n2\r\n");
+    assert_eq!(runner.cmd_str(&["EVAL", "return 7", "0"]), b":7\r\n");
+    // A pipeline of scripts from one client runs in order on one script link.
+    let mut pipeline = Vec::new();
+    for i in 0..50 {
+        let n = i.to_string();
+        pipeline.extend(Resp::encode(&[
+            b"EVAL",
+            b"redis.call('RPUSH', KEYS[1], ARGV[1]) return redis.call('LLEN', KEYS[1])",
+            b"1",
+            b"{busy}order",
+            n.as_bytes(),
+        ]));
+    }
+    third.send_raw(&pipeline);
+    for i in 0..50 {
+        assert_eq!(third.read_frame(), format!(":{}\r\n", i + 1).into_bytes());
+    }
+    let r = third.cmd_str(&["LRANGE", "{busy}order", "0", "-1"]);
+    let want: Vec<String> = (0..50).map(|i| i.to_string()).collect();
+    let refs: Vec<&[u8]> = want.iter().map(|s| s.as_bytes()).collect();
+    let mut expect = format!("*{}\r\n", refs.len()).into_bytes();
+    for r in &refs {
+        expect.extend(format!("${}\r\n", r.len()).into_bytes());
+        expect.extend_from_slice(r);
+        expect.extend_from_slice(b"\r\n");
+    }
+    assert_eq!(r, expect);
+}

@@ -376,6 +376,22 @@ const GENERATORS: &[(&str, Gen)] = &[
     ("del", |r| exact(keys_n(vec![s("DEL")], r, 2))),
     ("exists", |r| exact(keys_n(vec![s("EXISTS")], r, 2))),
     ("type", |r| exact(vec![s("TYPE"), key(r)])),
+    ("object encoding", |r| {
+        exact(vec![s("OBJECT"), s("ENCODING"), key(r)])
+    }),
+    // Encoding thresholds move while the keys grow and shrink (OBJECT ENCODING must follow
+    // redis-server's conversions). Sorted-set thresholds stay at their defaults: a lex range
+    // over mixed scores is undefined in Redis once a zset is a skiplist (see zset/cmd.rs).
+    ("config set encoding", |r| {
+        let (name, values): (&str, &[&str]) = match r.below(5) {
+            0 => ("hash-max-listpack-entries", &["0", "1", "2", "3", "512"]),
+            1 => ("hash-max-ziplist-entries", &["1", "4", "512"]),
+            2 => ("hash-max-listpack-value", &["0", "1", "2", "64"]),
+            3 => ("hash-max-ziplist-value", &["1", "64"]),
+            _ => ("set-max-intset-entries", &["0", "1", "2", "3", "512"]),
+        };
+        exact(vec![s("CONFIG"), s("SET"), s(name), s(r.pick(values))])
+    }),
     ("rename", |r| exact(vec![s("RENAME"), key(r), key(r)])),
     ("renamenx", |r| exact(vec![s("RENAMENX"), key(r), key(r)])),
     ("copy", |r| {
@@ -894,6 +910,19 @@ fn random_commands_match_redis() {
         }
     }
     engine.cmd_str(&["FLUSHALL"]);
+    // The probe ran a CONFIG SET on the engine alone: both start from the defaults.
+    let defaults = [
+        "CONFIG",
+        "SET",
+        "hash-max-listpack-entries",
+        "512",
+        "hash-max-listpack-value",
+        "64",
+        "set-max-intset-entries",
+        "512",
+    ];
+    engine.cmd_str(&defaults);
+    redis.cmd_str(&defaults);
     if !missing.is_empty() {
         eprintln!(
             "random_differential: skipping {} command(s) the engine does not implement yet: {}",

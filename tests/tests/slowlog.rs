@@ -149,6 +149,16 @@ fn slowlog_entries_have_redis_shape_on_both_servers() {
     }
 }
 
+/// Loads `l`, a list of 50,000 numbers out of order (a SORT of it takes well over a
+/// microsecond on either server), then zeroes the INFO counters.
+fn sortable_list_then_resetstat(c: &mut Resp) {
+    let mut push: Vec<String> = vec!["RPUSH".into(), "l".into()];
+    push.extend((0..50_000).map(|i| ((i * 7919) % 50_000).to_string()));
+    let refs: Vec<&str> = push.iter().map(String::as_str).collect();
+    assert_eq!(c.cmd_str(&refs), b":50000\r\n");
+    assert_eq!(c.cmd_str(&["CONFIG", "RESETSTAT"]), b"+OK\r\n");
+}
+
 /// Commands are timed: INFO commandstats `usec` grows with the work done (a SORT of 50,000
 /// elements takes well over a microsecond on either server), and `usec_per_call` is the
 /// quotient with two decimals.
@@ -156,11 +166,7 @@ fn slowlog_entries_have_redis_shape_on_both_servers() {
 fn commandstats_usec_is_measured() {
     for (name, _p, port) in servers() {
         let mut c = Resp::connect(port);
-        let mut push: Vec<String> = vec!["RPUSH".into(), "l".into()];
-        push.extend((0..50_000).map(|i| ((i * 7919) % 50_000).to_string()));
-        let refs: Vec<&str> = push.iter().map(String::as_str).collect();
-        assert_eq!(c.cmd_str(&refs), b":50000\r\n");
-        assert_eq!(c.cmd_str(&["CONFIG", "RESETSTAT"]), b"+OK\r\n");
+        sortable_list_then_resetstat(&mut c);
         for _ in 0..3 {
             assert!(c.cmd_str(&["SORT", "l"]).starts_with(b"*50000\r\n"));
         }
@@ -218,7 +224,7 @@ fn latency_histogram_and_events() {
         assert_eq!(set[2], Value::Bulk(b"histogram_usec".to_vec()), "{name}");
         let points = set[3].array().expect("buckets");
         assert!(
-            !points.is_empty() && points.len() % 2 == 0,
+            !points.is_empty() && points.len().is_multiple_of(2),
             "{name}: {points:?}"
         );
         assert_eq!(
@@ -256,5 +262,100 @@ fn latency_histogram_and_events() {
             "{name}: {reset:?}"
         );
         assert_eq!(c.cmd_str(&["LATENCY", "LATEST"]), b"*0\r\n", "{name}");
+    }
+}
+
+/// INFO latencystats by shape on both servers (issue 19): per command timed, percentiles of
+/// its durations in µs with 3 decimals, labelled as `latency-tracking-info-percentiles` says;
+/// not in the default INFO; only the header while `latency-tracking` is off; CONFIG SET of bad
+/// percentiles gets Redis's texts.
+#[test]
+fn info_latencystats() {
+    for (name, _p, port) in servers() {
+        let mut c = Resp::connect(port);
+        sortable_list_then_resetstat(&mut c);
+        for _ in 0..3 {
+            assert!(c.cmd_str(&["SORT", "l"]).starts_with(b"*50000\r\n"));
+            assert_eq!(c.cmd_str(&["SET", "k", "v"]), b"+OK\r\n");
+        }
+        let section = |c: &mut Resp, arg: &str| {
+            let r = c.cmd_str(&["INFO", arg]);
+            parse_value(&r).str().unwrap_or_default().to_string()
+        };
+        let info = section(&mut c, "latencystats");
+        assert!(info.starts_with("# Latencystats\r\n"), "{name}: {info}");
+        let values = |info: &str, cmd: &str, labels: &[&str]| -> Vec<f64> {
+            let line = info
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("latency_percentiles_usec_{cmd}:")))
+                .unwrap_or_else(|| panic!("{name}: no {cmd} in {info}"));
+            let kv: Vec<&str> = line.split(',').collect();
+            assert_eq!(kv.len(), labels.len(), "{name}: {line}");
+            kv.iter()
+                .zip(labels)
+                .map(|(kv, label)| {
+                    let v = kv
+                        .strip_prefix(&format!("{label}="))
+                        .unwrap_or_else(|| panic!("{name}: {label} in {line}"));
+                    assert_eq!(v.split('.').nth(1).map(str::len), Some(3), "{name}: {line}");
+                    v.parse().unwrap()
+                })
+                .collect()
+        };
+        let sort = values(&info, "sort", &["p50", "p99", "p99.9"]);
+        assert!(
+            sort[0] >= 1.0 && sort[0] <= sort[1] && sort[1] <= sort[2],
+            "{name}: {sort:?}"
+        );
+        values(&info, "set", &["p50", "p99", "p99.9"]);
+        assert!(
+            !section(&mut c, "default").contains("Latencystats"),
+            "{name}"
+        );
+        assert!(
+            section(&mut c, "everything").contains("latency_percentiles_usec_sort:"),
+            "{name}"
+        );
+
+        assert_eq!(
+            c.cmd_str(&[
+                "CONFIG",
+                "SET",
+                "latency-tracking-info-percentiles",
+                "0 50 100"
+            ]),
+            b"+OK\r\n"
+        );
+        let r = c.cmd_str(&["CONFIG", "GET", "latency-tracking-info-percentiles"]);
+        assert!(r.ends_with(b"$8\r\n0 50 100\r\n"), "{name}: {}", escape(&r));
+        let p = values(
+            &section(&mut c, "latencystats"),
+            "sort",
+            &["p0", "p50", "p100"],
+        );
+        assert!(p[0] <= p[1] && p[1] <= p[2], "{name}: {p:?}");
+        for (bad, text) in [
+            (
+                "101",
+                "latency-tracking-info-percentiles parameters should sit between [0.0,100.0]",
+            ),
+            ("x", "Invalid latency-tracking-info-percentiles parameters"),
+        ] {
+            let r = c.cmd_str(&["CONFIG", "SET", "latency-tracking-info-percentiles", bad]);
+            let want = format!(
+                "-ERR CONFIG SET failed (possibly related to argument \
+                 'latency-tracking-info-percentiles') - {text}\r\n"
+            );
+            assert_eq!(escape(&r), escape(want.as_bytes()), "{name}");
+        }
+        assert_eq!(
+            c.cmd_str(&["CONFIG", "SET", "latency-tracking", "no"]),
+            b"+OK\r\n"
+        );
+        assert_eq!(
+            section(&mut c, "latencystats").trim_end(),
+            "# Latencystats",
+            "{name}"
+        );
     }
 }

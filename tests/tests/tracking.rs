@@ -255,7 +255,8 @@ fn optin_caching_and_the_table_limit() {
 
 /// Through the proxy of a 2-engine fleet: a RESP3 client's tracking is on at every engine
 /// (its own connections), keys on both engines are told by push on the client's connection,
-/// FLUSHALL's null comes from every engine, and REDIRECT is refused with a clear error.
+/// FLUSHALL's null comes from every engine, and REDIRECT to a client that is not connected
+/// gets Redis's error.
 #[test]
 fn through_the_proxy_resp3() {
     let fleet = Fleet::start("tracking", 2);
@@ -298,13 +299,84 @@ fn through_the_proxy_resp3() {
     for _ in 0..2 {
         assert_eq!(next(&mut t), ">2\\r\\n$10\\r\\ninvalidate\\r\\n_\\r\\n");
     }
-    let r = cmd(&mut t, &["CLIENT", "TRACKING", "ON", "REDIRECT", "1"]);
-    assert!(
-        r.starts_with("-ERR CLIENT TRACKING is not supported by the recached proxy"),
-        "{r}"
+    // REDIRECT names a proxy client; one that is not connected gets Redis's error.
+    assert_eq!(
+        cmd(&mut t, &["CLIENT", "TRACKING", "ON", "REDIRECT", "999999"]),
+        "-ERR The client ID you want redirect to does not exist\\r\\n"
     );
     assert_eq!(cmd(&mut t, &["CLIENT", "TRACKING", "OFF"]), "+OK\\r\\n");
     cmd(&mut t, &["GET", "k1"]);
     cmd(&mut w, &["SET", "k1", "4"]);
     assert_quiet(&mut t, "proxy");
+}
+
+/// Through the proxy of a 2-engine fleet, a RESP2 client tracks with REDIRECT to another
+/// proxy client subscribed to `__redis__:invalidate` (issue 19: "a RESP2 redirect client"):
+/// the ids are the proxy's (CLIENT ID, GETREDIR, TRACKINGINFO), invalidations of keys on both
+/// engines reach the redirect client once each, FLUSHDB's null comes from every engine, and a
+/// PUBLISH on that channel is delivered once.
+#[test]
+fn through_the_proxy_resp2_redirect() {
+    let fleet = Fleet::start("tracking-redirect", 2);
+    let port = fleet.proxy_port;
+    let mut r = Resp::connect(port);
+    let id = client_id(&mut r);
+    assert_eq!(
+        cmd(&mut r, &["SUBSCRIBE", "__redis__:invalidate"]),
+        "*3\\r\\n$9\\r\\nsubscribe\\r\\n$20\\r\\n__redis__:invalidate\\r\\n:1\\r\\n"
+    );
+    let mut t = Resp::connect(port);
+    let mut w = Resp::connect(port);
+    assert_eq!(
+        cmd(&mut t, &["CLIENT", "TRACKING", "ON", "REDIRECT", &id]),
+        "+OK\\r\\n"
+    );
+    assert_eq!(cmd(&mut t, &["CLIENT", "GETREDIR"]), format!(":{id}\\r\\n"));
+    assert_eq!(
+        cmd(&mut t, &["CLIENT", "TRACKINGINFO"]),
+        format!(
+            "*6\\r\\n$5\\r\\nflags\\r\\n*1\\r\\n$2\\r\\non\\r\\n\
+             $8\\r\\nredirect\\r\\n:{id}\\r\\n$8\\r\\nprefixes\\r\\n*0\\r\\n"
+        )
+    );
+    let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        cmd(&mut w, &["SET", k, "1"]);
+        assert_eq!(cmd(&mut t, &["GET", k]), "$1\\r\\n1\\r\\n");
+    }
+    for &p in &fleet.engine_ports {
+        let n = cmd(&mut Resp::connect(p), &["DBSIZE"]);
+        assert_ne!(n, ":0\\r\\n", "keys on both engines");
+    }
+    for k in &keys {
+        cmd(&mut w, &["SET", k, "2"]);
+    }
+    let mut told: Vec<String> = (0..keys.len()).map(|_| next(&mut r)).collect();
+    told.sort();
+    let mut want: Vec<String> = keys.iter().map(|k| inv_msg(&[k])).collect();
+    want.sort();
+    assert_eq!(told, want);
+    assert_quiet(&mut r, "redirect client");
+    assert_quiet(&mut t, "tracking client");
+    // FLUSHDB: a null from each engine.
+    cmd(&mut t, &["GET", "k1"]);
+    cmd(&mut w, &["FLUSHDB"]);
+    for _ in 0..2 {
+        assert_eq!(
+            next(&mut r),
+            "*3\\r\\n$7\\r\\nmessage\\r\\n$20\\r\\n__redis__:invalidate\\r\\n$-1\\r\\n"
+        );
+    }
+    // A PUBLISH on the channel: once, although the client listens on every engine.
+    assert_eq!(
+        cmd(&mut w, &["PUBLISH", "__redis__:invalidate", "hi"]),
+        ":1\\r\\n"
+    );
+    assert_eq!(
+        next(&mut r),
+        "*3\\r\\n$7\\r\\nmessage\\r\\n$20\\r\\n__redis__:invalidate\\r\\n$2\\r\\nhi\\r\\n"
+    );
+    assert_quiet(&mut r, "redirect client after PUBLISH");
+    assert_eq!(cmd(&mut t, &["CLIENT", "TRACKING", "OFF"]), "+OK\\r\\n");
+    assert_eq!(cmd(&mut t, &["CLIENT", "GETREDIR"]), ":-1\\r\\n");
 }

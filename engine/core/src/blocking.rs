@@ -425,7 +425,7 @@ fn rerun(e: &mut Engine, id: u64, now_us: u64) {
 /// its command then, as Redis counts it when it unblocks (`updateStatsOnUnblock`).
 fn count_answered(e: &mut Engine, p: &Parked, failed: bool) {
     if let Some(spec) = p.argv.first().and_then(|name| crate::command::lookup(name)) {
-        e.cmdstats.called(spec, failed, 0);
+        e.cmdstats.called(spec, failed, 0, false);
         if failed {
             e.stats.failed_calls += 1;
             *e.stats.errors.entry("UNBLOCKED".to_string()).or_insert(0) += 1;

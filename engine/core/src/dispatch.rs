@@ -306,7 +306,9 @@ fn exec_inner(
             }
             _ => 0,
         };
-        e.cmdstats.called(spec, failed, duration);
+        // Durations are only known where the host has a clock (not in a browser replica).
+        let track = e.config.latency_tracking && started.is_some();
+        e.cmdstats.called(spec, failed, duration, track);
         if started.is_some() {
             crate::latency::after_command(e, spec.has_flag(Flags::FAST), duration, now_us);
             slow = e.slowlog.wants(duration).then_some(duration);

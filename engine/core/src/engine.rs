@@ -20,13 +20,19 @@ pub struct Config {
     /// `hll-sparse-max-bytes`: the largest sparse HyperLogLog before it turns dense
     /// (`types::hyperloglog`; Redis default 3000).
     pub hll_sparse_max_bytes: u64,
-    /// `list-max-listpack-size` (alias `list-max-ziplist-size`), Redis default -2: accepted
-    /// and reported; Redis 7.0 reports every list as `quicklist` whatever its value, and so
-    /// does `types::list`.
+    /// `list-max-listpack-size` (alias `list-max-ziplist-size`), Redis default -2: the size
+    /// of a quicklist node (entries if positive, 4/8/16/32/64 KB for -1…-5). Redis 7.0
+    /// reports every list as `quicklist` whatever its value, and so does `types::list`; DUMP
+    /// splits a list into nodes by it (`crate::dump`).
     pub list_max_listpack_size: i64,
-    /// `set-max-intset-entries`, Redis default 512: accepted and reported; `types::set`
-    /// keeps its fixed threshold (`SET_MAX_INTSET_ENTRIES`).
-    pub set_max_intset_entries: u64,
+    /// `list-compress-depth`, Redis default 0: quicklist nodes left uncompressed at each end.
+    /// Accepted and reported with Redis's range (0..=2^31-1); recached does not compress list
+    /// nodes (nothing a client can observe depends on it: replies and OBJECT ENCODING are the
+    /// same either way).
+    pub list_compress_depth: i64,
+    /// The listpack/intset thresholds of hashes, sets and sorted sets
+    /// (`hash-max-listpack-entries`…, `set-max-intset-entries`; see `types::encoding`).
+    pub encoding: crate::types::EncodingLimits,
     /// `sanitize-dump-payload` (`no`, `yes`, `clients`; Redis default `no`): accepted and
     /// reported; RESTORE always checks a payload as deeply as `yes` would (`crate::dump`).
     pub sanitize_dump_payload: &'static str,
@@ -87,6 +93,13 @@ pub struct Config {
     /// `tracking-table-max-keys`: keys the client-side caching table may hold before random
     /// ones are invalidated, 0 = no limit (Redis default 1000000; `crate::tracking`).
     pub tracking_table_max_keys: u64,
+    /// `latency-tracking` (default yes): per-command latency histograms for INFO
+    /// latencystats; `latency-tracking-info-percentiles` (default 50 99 99.9).
+    pub latency_tracking: bool,
+    pub latency_tracking_percentiles: Vec<f64>,
+    /// Parameters stored without effect, by name, where set to other than their default
+    /// (`crate::cmd::config_stored`).
+    pub stored: std::collections::BTreeMap<&'static str, String>,
 }
 
 /// Values `maxmemory-policy` accepts, in Redis's order (its error text lists them so).
@@ -108,7 +121,8 @@ impl Default for Config {
             hz: 10,
             hll_sparse_max_bytes: 3000,
             list_max_listpack_size: -2,
-            set_max_intset_entries: 512,
+            list_compress_depth: 0,
+            encoding: crate::types::EncodingLimits::DEFAULT,
             sanitize_dump_payload: "no",
             hash_seed: 0,
             maxclients: 10000,
@@ -133,6 +147,9 @@ impl Default for Config {
             stream_node_max_entries: crate::types::stream::NODE_MAX_ENTRIES,
             stream_node_max_bytes: crate::types::stream::NODE_MAX_BYTES,
             tracking_table_max_keys: crate::tracking::DEFAULT_MAX_KEYS,
+            stored: Default::default(),
+            latency_tracking: true,
+            latency_tracking_percentiles: vec![50.0, 99.0, 99.9],
         }
     }
 }
@@ -485,6 +502,8 @@ impl Engine {
         // its databases the same way), each with the full budget; the database in use before
         // is back in `ks` at the end.
         crate::pause::cron(self, now_us);
+        // The cycle is timed for LATENCY's `expire-cycle` event (redis `activeExpireCycle`).
+        let started = self.host.clock.map(|clock| clock());
         let prev = self.current_db();
         // Nothing expires or is evicted while clients are paused (`crate::pause`).
         for n in 0..self.dbs.len() {
@@ -501,6 +520,9 @@ impl Engine {
             m.cron();
         }
         self.ks.lazy_free_step(expire::LAZY_FREE_PER_CRON);
+        if let (Some(t0), Some(clock)) = (started, self.host.clock) {
+            crate::latency::after_expire_cycle(self, clock().saturating_sub(t0), now_us);
+        }
         if !self.pause.active() {
             crate::evict::cron(self, now_us / 1000);
         }

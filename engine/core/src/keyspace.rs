@@ -119,6 +119,9 @@ pub struct KeyspaceStats {
     pub keyspace_hits: u64,
     pub keyspace_misses: u64,
     pub expired_keys: u64,
+    /// Values and flushed keys freed by [`Keyspace::lazy_free_step`] (INFO
+    /// `lazyfreed_objects`).
+    pub lazyfreed_objects: u64,
 }
 
 type Map = IndexMap<Box<[u8]>, Entry, foldhash::fast::FixedState>;
@@ -148,9 +151,13 @@ impl KsEvent {
     }
 }
 
-/// Owned remains of a flushed keyspace, freed a slice at a time by
-/// [`Keyspace::lazy_free_step`] (FLUSHALL ASYNC).
-pub type Graveyard = indexmap::map::IntoIter<Box<[u8]>, Entry>;
+/// What waits to be freed by [`Keyspace::lazy_free_step`] (`crate::lazyfree`): the remains of
+/// a flushed keyspace (FLUSHALL/FLUSHDB ASYNC), a slice at a time, or one value UNLINK
+/// removed.
+pub enum Graveyard {
+    Keys(indexmap::map::IntoIter<Box<[u8]>, Entry>),
+    Value(Value),
+}
 
 /// One database's data (SELECT, MOVE, SWAPDB): the part of a [`Keyspace`] that is per
 /// database. The engine keeps every database's `Db` and swaps the running client's one into
@@ -537,6 +544,18 @@ impl Keyspace {
         r
     }
 
+    /// Changes how the value at position `i` is encoded without changing its contents (SORT
+    /// turning a listpack zset into a skiplist, as Redis does): not a write, so `dirty` and
+    /// the accounted bytes stay.
+    pub fn reencode(&mut self, i: usize, f: impl FnOnce(&mut Value)) {
+        let (_, e) = self
+            .data
+            .map
+            .get_index_mut(i)
+            .expect("position from a lookup");
+        f(&mut e.value);
+    }
+
     /// Stores `value` at `key`. `existing` is the key's position from a lookup made just
     /// before (None = absent). Returns the key's position.
     pub fn set(&mut self, key: &[u8], value: Value, keep: Keep, existing: Option<usize>) -> usize {
@@ -820,30 +839,56 @@ impl Keyspace {
         self.data.volatile = Vec::new();
         self.data.used_bytes = 0;
         if lazy && !old.is_empty() {
-            self.graveyard.push(old.into_iter());
+            self.graveyard.push(Graveyard::Keys(old.into_iter()));
         }
     }
 
-    /// Drops up to `budget` flushed entries; returns how many were dropped.
+    /// Drops up to `budget` flushed entries or unlinked values; returns how many were dropped.
     pub fn lazy_free_step(&mut self, budget: usize) -> usize {
         let mut freed = 0;
         while freed < budget {
             let Some(g) = self.graveyard.last_mut() else {
                 break;
             };
-            match g.next() {
-                Some(_) => freed += 1,
-                None => {
+            match g {
+                Graveyard::Keys(keys) => match keys.next() {
+                    Some(_) => freed += 1,
+                    None => {
+                        self.graveyard.pop();
+                    }
+                },
+                Graveyard::Value(_) => {
                     self.graveyard.pop();
+                    freed += 1;
                 }
             }
         }
+        self.stats.lazyfreed_objects += freed as u64;
         freed
     }
 
-    /// Entries still waiting in the graveyard.
+    /// Entries and values still waiting in the graveyard.
     pub fn lazy_free_pending(&self) -> usize {
-        self.graveyard.iter().map(|g| g.len()).sum()
+        self.graveyard
+            .iter()
+            .map(|g| match g {
+                Graveyard::Keys(keys) => keys.len(),
+                Graveyard::Value(_) => 1,
+            })
+            .sum()
+    }
+
+    /// UNLINK of one key: as [`delete`](Self::delete), but a value that is costly to free
+    /// goes to the graveyard instead of being freed now (`crate::lazyfree`).
+    pub fn unlink(&mut self, key: &[u8], now_ms: u64) -> bool {
+        let Some(i) = self.lookup(key, now_ms) else {
+            return false;
+        };
+        let (_, entry) = self.remove_at(i);
+        if crate::lazyfree::free_effort(&entry.value) > crate::lazyfree::LAZYFREE_THRESHOLD {
+            self.graveyard.push(Graveyard::Value(entry.value));
+        }
+        true
     }
 
     /// Makes room for `n` more keys (snapshot load).

@@ -64,6 +64,103 @@ pub fn after_command(e: &mut Engine, fast: bool, usec: u64, now_us: u64) {
     );
 }
 
+/// After an active expiry cycle (with the step of freeing what expired: an expired key's
+/// value is freed in bounded steps, so a big one does not stall this cycle as it can stall
+/// Redis's, where `lazyfree-lazy-expire` is `no` by default) that took `usec` µs: a sample
+/// of `expire-cycle` when it reached the threshold.
+pub fn after_expire_cycle(e: &mut Engine, usec: u64, now_us: u64) {
+    let t = e.latency.threshold_ms;
+    if t != 0 && usec / 1000 >= t {
+        add_sample(e, "expire-cycle", usec / 1000, now_us);
+    }
+}
+
+/// A command's latency histogram for INFO latencystats: ns, 1 ns to 1 s, 2 significant
+/// digits (redis `LATENCY_HISTOGRAM_MIN_VALUE`, `…_MAX_VALUE`, `…_PRECISION`), so its
+/// percentiles are the values redis-server reports for the same durations.
+pub type Hdr = hdrhistogram::Histogram<u64>;
+
+const HDR_MAX_NS: u64 = 1_000_000_000;
+
+/// Records a command's `usec` into its histogram, made on first use; durations outside the
+/// range are clamped to it (redis `updateCommandLatencyHistogram`).
+pub fn record(hdr: &mut Option<Box<Hdr>>, usec: u64) {
+    let h = hdr.get_or_insert_with(|| {
+        Box::new(Hdr::new_with_bounds(1, HDR_MAX_NS, 2).expect("valid HDR bounds"))
+    });
+    h.saturating_record(usec.saturating_mul(1000).clamp(1, HDR_MAX_NS));
+}
+
+/// INFO latencystats lines: `latency_percentiles_usec_<command>:p50=1.003,p99=…` per tracked
+/// command, µs with 3 decimals (redis `fillPercentileDistributionLatencies`).
+pub fn write_latencystats(e: &Engine, s: &mut String) {
+    use std::fmt::Write as _;
+    let ps = &e.config.latency_tracking_percentiles;
+    for (name, h) in e.cmdstats.latency_histograms() {
+        let _ = write!(
+            s,
+            "latency_percentiles_usec_{}:",
+            name.replace(['#', ':', '\n', '\r'], "_")
+        );
+        for (i, p) in ps.iter().enumerate() {
+            let sep = if i + 1 < ps.len() { "," } else { "" };
+            let v = value_at_percentile(h, *p) as f64 / 1000.0;
+            let _ = write!(s, "p{}={v:.3}{sep}", trim_double(*p));
+        }
+        s.push_str("\r\n");
+    }
+}
+
+/// hdr_histogram's `hdr_value_at_percentile` (the C library Redis bundles): the highest value
+/// equivalent to the one where the count reaches `percentile` % of the total (rounded half
+/// up, at least 1).
+fn value_at_percentile(h: &Hdr, percentile: f64) -> u64 {
+    let total = h.len();
+    let p = percentile.min(100.0);
+    let want = (((p / 100.0) * total as f64) + 0.5) as u64;
+    let want = want.max(1);
+    let mut seen = 0;
+    for v in h.iter_recorded() {
+        seen += v.count_since_last_iteration();
+        if seen >= want {
+            return h.highest_equivalent(v.value_iterated_to());
+        }
+    }
+    0
+}
+
+/// `%f` then redis `trimDoubleString`: `50` → "50", `99.9` → "99.9".
+fn trim_double(p: f64) -> String {
+    let s = format!("{p:.6}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// CONFIG GET `latency-tracking-info-percentiles`: space-separated, trimmed.
+pub fn format_percentiles(ps: &[f64]) -> String {
+    ps.iter()
+        .map(|p| trim_double(*p))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// CONFIG SET `latency-tracking-info-percentiles`: numbers in 0..=100 separated by spaces
+/// (`""`: none), with redis's texts (`setConfigLatencyTrackingInfoPercentilesOutputOption`).
+pub fn parse_percentiles(v: &[u8]) -> Result<Vec<f64>, &'static str> {
+    let mut out = Vec::new();
+    for w in v.split(|b| *b == b' ').filter(|w| !w.is_empty()) {
+        // redis `string2d` (strtod over the whole argument), as a score is parsed.
+        let p = crate::types::zset::score::parse_score(w)
+            .ok_or("Invalid latency-tracking-info-percentiles parameters")?;
+        if !(0.0..=100.0).contains(&p) {
+            return Err(
+                "latency-tracking-info-percentiles parameters should sit between [0.0,100.0]",
+            );
+        }
+        out.push(p);
+    }
+    Ok(out)
+}
+
 /// redis `latencyAddSample`.
 fn add_sample(e: &mut Engine, event: &'static str, ms: u64, now_us: u64) {
     let now = now_us / 1_000_000;

@@ -79,6 +79,7 @@ pub mod feed;
 pub mod glob;
 pub mod keyspace;
 pub mod latency;
+pub mod lazyfree;
 pub mod monitor;
 pub mod notify;
 pub mod pause;
@@ -133,6 +134,38 @@ pub struct Client {
     /// Bytes in the connection's query buffer when its current command started, that command
     /// included (CLIENT LIST `qbuf=`; the server sets it).
     pub qbuf: usize,
+    /// The connection's buffers as CLIENT LIST/INFO print them (the server sets them; all 0
+    /// where there is no connection, as in a browser replica).
+    pub buffers: Buffers,
+}
+
+/// A connection's buffer figures, bytes (CLIENT LIST `qbuf-free`, `rbs`, `rbp`, `obl`,
+/// `oll`, `omem`, `tot-mem`; redis `networking.c` `catClientInfoString`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Buffers {
+    /// Free space in the query buffer after its unparsed bytes.
+    pub qbuf_free: usize,
+    /// Size of the reply buffer (allocated), and the most of it ever filled.
+    pub reply_size: usize,
+    pub reply_peak: usize,
+    /// Reply bytes not yet written to the socket.
+    pub reply_pending: usize,
+    /// Everything the connection holds: its state, query buffer and reply buffer.
+    pub total: usize,
+}
+
+impl Buffers {
+    /// Redis's reply chunk: its static reply buffer holds this much, more goes to a list of
+    /// blocks of this size (`PROTO_REPLY_CHUNK_BYTES`). recached keeps one buffer; `obl`, `oll`
+    /// and `omem` describe its unwritten bytes as Redis's buffer and list would hold them.
+    pub const CHUNK: usize = 16 * 1024;
+
+    /// `(obl, oll, omem)`.
+    pub fn reply_shape(&self) -> (usize, usize, usize) {
+        let obl = self.reply_pending.min(Self::CHUNK);
+        let rest = self.reply_pending - obl;
+        (obl, rest.div_ceil(Self::CHUNK), rest)
+    }
 }
 
 /// CLIENT REPLY's state (redis `CLIENT_REPLY_OFF`, `CLIENT_REPLY_SKIP`, `…_SKIP_NEXT`).

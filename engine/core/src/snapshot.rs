@@ -650,7 +650,14 @@ pub fn load<R: Read>(e: &mut Engine, now_ms: u64, input: R) -> Result<LoadStats,
         .map(|n| Db::new(n, e.config.hash_seed))
         .collect();
     let mut libs = Libs::default();
-    let stats = load_into(&mut ks, &mut dbs, &mut libs, now_ms, input)?;
+    let stats = load_into(
+        &mut ks,
+        &mut dbs,
+        &mut libs,
+        now_ms,
+        input,
+        &e.config.encoding,
+    )?;
     if !libs.codes.is_empty() {
         let loaded = match e.scripting.as_mut() {
             Some(host) => host.load_libraries(&libs.codes),
@@ -682,12 +689,16 @@ struct Libs {
 
 /// Loads into `ks` (database 0 at first) and `dbs` (the other databases, see
 /// `keyspace::switch`), and the library codes into `libs`; `ks` may end on any database.
+///
+/// Collections are built again element by element under `lim`, the encoding thresholds in
+/// force now (as redis `rdbLoadObject` builds a value stored element by element).
 fn load_into<R: Read>(
     ks: &mut Keyspace,
     dbs: &mut [Db],
     libs: &mut Libs,
     now_ms: u64,
     input: R,
+    lim: &crate::types::EncodingLimits,
 ) -> LResult<LoadStats> {
     let mut src = Src {
         inner: input,
@@ -752,7 +763,8 @@ fn load_into<R: Read>(
         };
         let key = src.blob_vec()?.into_boxed_slice();
         let value = match tag & !TAG_EXPIRE {
-            TAG_STR_RAW => Value::Str(StrValue::Raw(src.blob_vec()?)),
+            // As redis `rdbLoadObject` (`tryObjectEncoding`): int, embstr or raw by the bytes alone.
+            TAG_STR_RAW => Value::Str(StrValue::from_vec(src.blob_vec()?)),
             TAG_STR_INT => Value::Str(StrValue::Int(i64::from_le_bytes(src.take::<8>()?))),
             TAG_LIST => {
                 let n = src.len(u64::from(u32::MAX), "list length")?;
@@ -769,7 +781,7 @@ fn load_into<R: Read>(
                 for _ in 0..n {
                     src.blob_scratch(&mut scratch2)?;
                     let v = src.blob_ref(&mut scratch)?;
-                    h.set(&scratch2, v);
+                    h.set(&scratch2, v, lim);
                 }
                 Value::Hash(Box::new(h))
             }
@@ -778,7 +790,7 @@ fn load_into<R: Read>(
                 let mut s = SetValue::with_seed(ks.next_random());
                 for _ in 0..n {
                     let m = src.blob_ref(&mut scratch)?;
-                    s.insert(m);
+                    s.insert(m, lim);
                 }
                 Value::Set(Box::new(s))
             }
@@ -789,7 +801,7 @@ fn load_into<R: Read>(
                     src.blob_scratch(&mut scratch2)?;
                     let at = src.offset();
                     let score = f64::from_bits(src.u64()?);
-                    if !z.insert(&scratch2, score) {
+                    if !z.insert(&scratch2, score, lim) {
                         return Err(LoadError {
                             offset: at,
                             reason: "NaN score in a sorted set".into(),
@@ -797,7 +809,7 @@ fn load_into<R: Read>(
                         });
                     }
                 }
-                Value::ZSet(Box::new(z.from_result()))
+                Value::ZSet(Box::new(z.from_result(lim)))
             }
             TAG_STREAM => Value::Stream(Box::new(load_stream(
                 &mut src,
@@ -1130,18 +1142,22 @@ mod tests {
         let l: ListValue = [&b"a"[..], b"", b"ccc"].into_iter().collect();
         ks.set(b"l", Value::List(Box::new(l)), Keep::Nothing, None);
         let mut h = HashValue::new();
-        h.set(b"f1", b"v1");
-        h.set(b"f2", &[0u8; 300]);
+        h.set(b"f1", b"v1", &crate::types::EncodingLimits::DEFAULT);
+        h.set(b"f2", &[0u8; 300], &crate::types::EncodingLimits::DEFAULT);
         ks.set(b"h", Value::Hash(Box::new(h)), Keep::Nothing, None);
         let mut s = SetValue::new();
         for m in [&b"1"[..], b"2", b"x"] {
-            s.insert(m);
+            s.insert(m, &crate::types::EncodingLimits::DEFAULT);
         }
         ks.set(b"set", Value::Set(Box::new(s)), Keep::Nothing, None);
         let mut z = ZSetValue::new(1);
-        z.insert(b"m1", 1.5);
-        z.insert(b"m2", f64::NEG_INFINITY);
-        z.insert(b"m3", -0.0);
+        z.insert(b"m1", 1.5, &crate::types::EncodingLimits::DEFAULT);
+        z.insert(
+            b"m2",
+            f64::NEG_INFINITY,
+            &crate::types::EncodingLimits::DEFAULT,
+        );
+        z.insert(b"m3", -0.0, &crate::types::EncodingLimits::DEFAULT);
         ks.set(b"z", Value::ZSet(Box::new(z)), Keep::Nothing, None);
         ks.set(
             b"big",
@@ -1288,7 +1304,7 @@ mod tests {
             None,
         );
         let mut h = HashValue::new();
-        h.set(b"f", b"v");
+        h.set(b"f", b"v", &crate::types::EncodingLimits::DEFAULT);
         a.ks.set(b"h", Value::Hash(Box::new(h)), Keep::Nothing, None);
         let bytes = snapshot(&a, 1);
         for i in 0..bytes.len() {
@@ -1413,3 +1429,7 @@ mod tests {
         assert!(err.reason.contains("unknown entry type 0x7e"), "{err}");
     }
 }
+
+// Loading another fleet's snapshots (a restart with another engine count) is a module of its
+// own, below this one so it reuses the loader above without changing it.
+pub mod reshard;

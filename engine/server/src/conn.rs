@@ -140,6 +140,27 @@ pub struct Conn {
     /// Since when (Unix µs) the unsent output has been over its class's soft
     /// `client-output-buffer-limit`; `None` while under it.
     pub obuf_soft_since: Option<u64>,
+    /// The last tick found the query buffer empty and over `BUF_SHRINK_ABOVE`: this tick
+    /// may free it (Redis too shrinks a burst's query buffer only once a cron pass saw a
+    /// lower peak, `clientsCronResizeQueryBuffer`).
+    big_empty_rbuf: bool,
+}
+
+/// [`Conn::refresh_buffers`] over the fields (callable while the query buffer is borrowed).
+fn refresh_buffers(
+    b: &mut engine_core::Buffers,
+    rbuf: &Vec<u8>,
+    qbuf: usize,
+    out: &Vec<u8>,
+    out_pos: usize,
+) {
+    // As Redis's `sdsavail`: the rest of the query buffer's allocation (ours keeps consumed
+    // bytes at the front until it compacts; Redis moves the unparsed ones down at once).
+    b.qbuf_free = rbuf.len().saturating_sub(qbuf);
+    b.reply_size = out.capacity();
+    b.reply_peak = b.reply_peak.max(out.len()).min(b.reply_size);
+    b.reply_pending = out.len() - out_pos;
+    b.total = std::mem::size_of::<Conn>() + rbuf.capacity() + out.capacity();
 }
 
 /// Reuses the allocation of a `Vec` of slices for slices of another lifetime: the vector is
@@ -181,6 +202,7 @@ impl Conn {
             bytes_out: 0,
             tls: None,
             obuf_soft_since: None,
+            big_empty_rbuf: false,
         }
     }
 
@@ -192,6 +214,23 @@ impl Conn {
     /// Reply bytes waiting to be written.
     pub fn out_pending(&self) -> usize {
         self.out.len() - self.out_pos
+    }
+
+    /// Sets the buffer figures CLIENT LIST/INFO print (`engine_core::Buffers`): before each
+    /// command, and for every connection before a CLIENT LIST.
+    pub fn refresh_buffers(&mut self, running: bool) {
+        // A connection whose command is running keeps the `qbuf` its command started with
+        // (the request included, as Redis counts it until the command ends).
+        if !running {
+            self.client.qbuf = self.rend - self.rstart;
+        }
+        refresh_buffers(
+            &mut self.client.buffers,
+            &self.rbuf,
+            self.client.qbuf,
+            &self.out,
+            self.out_pos,
+        );
     }
 
     /// Received bytes not yet consumed by a complete request.
@@ -310,6 +349,13 @@ impl Conn {
                     }
                     self.client.last_cmd_us = now_us;
                     self.client.qbuf = self.rend - self.rstart;
+                    refresh_buffers(
+                        &mut self.client.buffers,
+                        &self.rbuf,
+                        self.rend - self.rstart,
+                        &self.out,
+                        self.out_pos,
+                    );
                     let reply_start = self.out.len();
                     let flow = engine.exec_with_poller(
                         &mut self.client,
@@ -425,7 +471,9 @@ impl Conn {
     /// need (called from the timer).
     pub fn shrink_idle_buffers(&mut self, now_us: u64) {
         let idle = now_us.saturating_sub(self.client.last_cmd_us) >= IDLE_BUF_FREE_US;
-        if self.rstart == self.rend && (idle || self.rbuf.len() > BUF_SHRINK_ABOVE) {
+        let big_empty = self.rstart == self.rend && self.rbuf.len() > BUF_SHRINK_ABOVE;
+        let seen = std::mem::replace(&mut self.big_empty_rbuf, big_empty);
+        if self.rstart == self.rend && (idle || (big_empty && seen)) {
             self.rbuf = Vec::new();
             self.rstart = 0;
             self.rend = 0;

@@ -668,8 +668,13 @@ impl Net {
     fn reply_client_list(&mut self, engine: &mut Engine, key: usize, now: u64) {
         let mut lines: Vec<(u64, String)> = self
             .conns
-            .iter()
-            .map(|(_, c)| (c.client.id, engine.client_info_line(&c.client, now)))
+            .iter_mut()
+            .map(|(k, c)| {
+                // The caller's query buffer as its command found it (Redis trims it after the
+                // command): `qbuf` counts the CLIENT LIST request itself.
+                c.refresh_buffers(k == key);
+                (c.client.id, engine.client_info_line(&c.client, now))
+            })
             .collect();
         lines.sort_unstable_by_key(|&(id, _)| id);
         let mut text = String::with_capacity(lines.iter().map(|(_, l)| l.len() + 1).sum());

@@ -19,6 +19,8 @@
 //!   (docs/security-tls.md). Listeners and their queue are `recached_net::listen`'s too.
 //! - [`snapshot`]: load at start, SAVE/BGSAVE (fork), periodic and shutdown saves
 //!   (docs/persistence.md).
+//! - [`reshard`]: loading the staged snapshots of a fleet of another size, keeping this
+//!   engine's slots (docs/operations.md, "Changing the number of engines").
 //! - [`migrate`]: MIGRATE's cached blocking connections to other servers.
 //!
 //! The engine (`engine-core`) is pure; everything that touches sockets, the clock or the
@@ -32,6 +34,7 @@ mod conns;
 pub mod event_loop;
 pub mod host;
 pub mod migrate;
+pub mod reshard;
 pub mod snapshot;
 pub use recached_net::tls;
 

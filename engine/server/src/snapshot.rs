@@ -90,6 +90,10 @@ pub struct SnapshotOptions {
     /// Changes needed for a periodic save (0 is taken as 1).
     pub save_changes: u64,
     pub on_corrupt: OnCorrupt,
+    /// `Some((index, count))`: the supervisor staged the snapshots of a fleet of another size
+    /// (`reshard-*.rcs`); load all of them keeping instance `index` of `count`'s slots, and
+    /// save before serving, instead of loading `dump-<port>.rcs` (`crate::reshard`).
+    pub split: Option<(u32, u32)>,
 }
 
 /// Why [`load_at_start`] stops the start.
@@ -163,6 +167,9 @@ pub fn load_at_start(
     engine.persist.save_interval = opts.save_interval;
     engine.persist.save_changes = opts.save_changes;
     engine.persistence = Some(Box::new(snaps));
+    if let Some(split) = opts.split {
+        return crate::reshard::split_at_start(engine, opts, split, now_us);
+    }
     let file = match File::open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -192,6 +199,7 @@ pub fn load_at_start(
             );
             engine.persist.last_snapshot_bytes = st.bytes;
             engine.persist.last_save_time = st.created_ms / 1000;
+            crate::reshard::report_foreign(engine, &path);
             Ok(())
         }
         Err(e) => {

@@ -503,12 +503,14 @@ pub fn client_info_line_with(client: &Client, now_us: u64, tracking: (&str, i64)
         flags.push('N');
     }
     let multi = client.tx.queued().map_or(-1, |n| n as i64);
+    let b = &client.buffers;
+    let (obl, oll, omem) = b.reply_shape();
     let mut s = String::with_capacity(256);
     let _ = write!(
         s,
         "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={flags} db={} sub={} psub={} \
-         ssub={} multi={multi} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
-         omem=0 tot-mem=0 events=r cmd={} user={} redir={} resp={}",
+         ssub={} multi={multi} qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs={} rbp={} \
+         obl={obl} oll={oll} omem={omem} tot-mem={} events=r cmd={} user={} redir={} resp={}",
         client.id,
         client.addr,
         client.laddr,
@@ -521,6 +523,10 @@ pub fn client_info_line_with(client: &Client, now_us: u64, tracking: (&str, i64)
         client.subs.patterns(),
         client.subs.shard_channels(),
         client.qbuf,
+        b.qbuf_free,
+        b.reply_size,
+        b.reply_peak,
+        b.total,
         cmd,
         client.auth.name(),
         tracking.1,

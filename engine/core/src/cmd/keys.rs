@@ -12,14 +12,29 @@ use crate::args::{self, int_arg};
 use crate::call::Call;
 use crate::error::CmdError;
 use crate::glob;
+use crate::keyspace::Keyspace;
 use crate::notify::{class, notify};
 
-/// `DEL|UNLINK key [key …]` → number of keys removed. (UNLINK frees in the background in
-/// Redis; values here are flat buffers, freed in O(1), so both delete now.)
+/// `DEL key [key …]` → number of keys removed.
 pub fn del(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    remove_keys(e, c, Keyspace::delete)
+}
+
+/// `UNLINK key [key …]` → how many of the keys existed; as DEL, but values that are costly to
+/// free are freed later by the cron (`crate::lazyfree`).
+pub fn unlink(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    remove_keys(e, c, Keyspace::unlink)
+}
+
+/// DEL / UNLINK: `remove` each key, a `del` event per key removed, the count as the reply.
+fn remove_keys(
+    e: &mut Engine,
+    c: &mut Call,
+    remove: fn(&mut Keyspace, &[u8], u64) -> bool,
+) -> Result<(), CmdError> {
     let mut n = 0;
     for k in &c.argv[1..] {
-        if e.ks.delete(k, c.now_ms) {
+        if remove(&mut e.ks, k, c.now_ms) {
             notify(e, class::GENERIC, "del", k);
             n += 1;
         }

@@ -3,7 +3,7 @@
 //! - [`keys`]: generic keyspace commands (DEL, EXPIRE, TTL, RENAME, KEYS, SCAN, FLUSHALL…),
 //!   redis `db.c` / `expire.c`.
 //! - [`connection`]: per-connection commands (PING, ECHO, SELECT, HELLO, RESET, QUIT, CLIENT).
-//! - [`server`]: INFO, TIME, CONFIG.
+//! - [`server`]: INFO, TIME, CONFIG; [`config_encoding`]: CONFIG's encoding parameters.
 //! - [`replication`]: ROLE; [`lolwut`]: LOLWUT.
 //! - [`command`]: COMMAND and its subcommands, from the command table (GETKEYS from its key
 //!   extractor).
@@ -13,6 +13,10 @@
 
 pub mod cluster;
 pub mod command;
+pub mod config_encoding;
+pub mod config_stored;
+#[rustfmt::skip]
+pub mod config_table;
 pub mod connection;
 pub mod keys;
 pub mod lolwut;

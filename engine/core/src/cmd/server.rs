@@ -7,6 +7,7 @@ use crate::Engine;
 use crate::args;
 use crate::call::Call;
 use crate::call::help;
+use crate::cmd::config_stored;
 use crate::cmd::connection::REDIS_VERSION;
 use crate::command::CommandSpec;
 use crate::engine::MAXMEMORY_POLICIES;
@@ -41,11 +42,12 @@ const SECTIONS: &[&str] = &[
     "modules",
     "commandstats",
     "errorstats",
+    "latencystats",
     "cluster",
     "keyspace",
 ];
-/// The section only `all`/`everything`/its name select.
-const NOT_DEFAULT: &str = "commandstats";
+/// The sections only `all`/`everything`/their names select.
+const NOT_DEFAULT: &[&str] = &["commandstats", "latencystats"];
 
 /// INFO `commandstats` counters per table row (redis `cmdstat_*`). The core has no clock, so
 /// `usec` is not measured and reads 0.
@@ -61,7 +63,7 @@ pub struct CommandStats {
     >,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default)]
 struct CmdStat {
     calls: u64,
     usec: u64,
@@ -70,6 +72,9 @@ struct CmdStat {
     /// LATENCY HISTOGRAM: calls by duration, bucket `i` holding durations up to 2^i µs
     /// (`crate::latency`).
     hist: [u32; crate::latency::BUCKETS],
+    /// INFO latencystats: durations in ns, kept while `latency-tracking` is on (created on
+    /// first use, as Redis does).
+    hdr: Option<Box<crate::latency::Hdr>>,
 }
 
 impl CommandStats {
@@ -82,14 +87,27 @@ impl CommandStats {
             .2
     }
 
-    /// A command ran for `usec` µs (`failed`: it answered an error).
-    pub fn called(&mut self, spec: &'static CommandSpec, failed: bool, usec: u64) {
+    /// A command ran for `usec` µs (`failed`: it answered an error); `track`:
+    /// `latency-tracking` is on.
+    pub fn called(&mut self, spec: &'static CommandSpec, failed: bool, usec: u64, track: bool) {
         let r = self.row(spec);
         r.calls += 1;
         r.usec += usec;
         r.failed += u64::from(failed);
         let b = crate::latency::bucket(usec);
         r.hist[b] = r.hist[b].saturating_add(1);
+        if track {
+            crate::latency::record(&mut r.hdr, usec);
+        }
+    }
+
+    /// `(command name, its latency histogram)` of every command tracked, in first-use order.
+    pub fn latency_histograms(&self) -> Vec<(&'static str, &crate::latency::Hdr)> {
+        let mut rows: Vec<_> = self.rows.values().filter(|r| r.2.hdr.is_some()).collect();
+        rows.sort_by_key(|r| r.0);
+        rows.iter()
+            .filter_map(|(_, name, st)| Some((*name, st.hdr.as_deref()?)))
+            .collect()
     }
 
     /// `(command name, calls, duration buckets)` of every command that ran, in first-use order.
@@ -137,7 +155,7 @@ pub fn info(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut want = [false; SECTIONS.len()];
     let defaults = |want: &mut [bool]| {
         for (w, s) in want.iter_mut().zip(SECTIONS) {
-            *w |= *s != NOT_DEFAULT;
+            *w |= !NOT_DEFAULT.contains(s);
         }
     };
     if c.argv.len() == 1 {
@@ -266,6 +284,7 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("mem_not_counted_for_evict", &0);
                 line("mem_allocator", &"libc");
                 line("lazyfree_pending_objects", &e.ks.lazy_free_pending());
+                line("lazyfreed_objects", &e.ks.stats.lazyfreed_objects);
             }
             "persistence" => crate::snapshot::info_lines(e, now_us, &mut line),
             "stats" => {
@@ -347,6 +366,10 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 }
             }
             "commandstats" => e.cmdstats.write(&mut s),
+            // Only the header while `latency-tracking` is off, as Redis.
+            "latencystats" if e.config.latency_tracking => {
+                crate::latency::write_latencystats(e, &mut s)
+            }
             _ => {}
         }
     }
@@ -358,14 +381,20 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
 // ---------------------------------------------------------------------------------------------
 
 /// Applies a CONFIG SET value, or gives the reason it is refused (Redis's wording).
-type Setter = fn(&mut Engine, &[u8]) -> Result<(), &'static str>;
+pub(crate) type Setter = fn(&mut Engine, &[u8]) -> Result<(), &'static str>;
 
 /// A parameter CONFIG GET/SET knows.
-struct Param {
-    name: &'static str,
-    get: fn(&Engine) -> String,
+pub(crate) struct Param {
+    pub(crate) name: &'static str,
+    pub(crate) get: fn(&Engine) -> String,
     /// None = immutable (`can't set immutable config`), unless the value equals the current one.
-    set: Option<Setter>,
+    pub(crate) set: Option<Setter>,
+}
+
+/// Every parameter: [`PARAMS`], then the encoding thresholds
+/// ([`super::config_encoding::PARAMS`]).
+fn all_params() -> impl Iterator<Item = &'static Param> {
+    PARAMS.iter().chain(super::config_encoding::PARAMS)
 }
 
 /// The parameters, in a fixed order (Redis answers in its hash order).
@@ -520,30 +549,6 @@ const PARAMS: &[Param] = &[
         }),
     },
     Param {
-        name: "list-max-listpack-size",
-        get: |e| e.config.list_max_listpack_size.to_string(),
-        set: Some(|e, v| {
-            e.config.list_max_listpack_size = int_in(v, i64::from(i32::MIN), i64::from(i32::MAX))?;
-            Ok(())
-        }),
-    },
-    Param {
-        name: "list-max-ziplist-size",
-        get: |e| e.config.list_max_listpack_size.to_string(),
-        set: Some(|e, v| {
-            e.config.list_max_listpack_size = int_in(v, i64::from(i32::MIN), i64::from(i32::MAX))?;
-            Ok(())
-        }),
-    },
-    Param {
-        name: "set-max-intset-entries",
-        get: |e| e.config.set_max_intset_entries.to_string(),
-        set: Some(|e, v| {
-            e.config.set_max_intset_entries = int_in(v, 0, i64::MAX)? as u64;
-            Ok(())
-        }),
-    },
-    Param {
         name: "maxmemory",
         get: |e| e.config.maxmemory.to_string(),
         set: Some(|e, v| {
@@ -611,6 +616,33 @@ const PARAMS: &[Param] = &[
         get: |e| e.latency.threshold_ms.to_string(),
         set: Some(|e, v| {
             e.latency.threshold_ms = int_in(v, 0, i64::MAX)? as u64;
+            Ok(())
+        }),
+    },
+    Param {
+        name: "latency-tracking",
+        get: |e| {
+            if e.config.latency_tracking {
+                "yes"
+            } else {
+                "no"
+            }
+            .into()
+        },
+        set: Some(|e, v| {
+            e.config.latency_tracking = match () {
+                _ if args::is(v, "yes") => true,
+                _ if args::is(v, "no") => false,
+                _ => return Err("argument must be 'yes' or 'no'"),
+            };
+            Ok(())
+        }),
+    },
+    Param {
+        name: "latency-tracking-info-percentiles",
+        get: |e| crate::latency::format_percentiles(&e.config.latency_tracking_percentiles),
+        set: Some(|e, v| {
+            e.config.latency_tracking_percentiles = crate::latency::parse_percentiles(v)?;
             Ok(())
         }),
     },
@@ -849,7 +881,7 @@ impl OutputLimits {
 
 /// An integer config value within `lo..=hi`, with Redis's error texts (static, as setters
 /// return `&'static str`: only the ranges the parameters use are spelled out).
-fn int_in(v: &[u8], lo: i64, hi: i64) -> Result<i64, &'static str> {
+pub(crate) fn int_in(v: &[u8], lo: i64, hi: i64) -> Result<i64, &'static str> {
     let n = args::parse_i64(v).ok_or("argument couldn't be parsed into an integer")?;
     if n < lo || n > hi {
         return Err(match (lo, hi) {
@@ -868,7 +900,7 @@ fn int_in(v: &[u8], lo: i64, hi: i64) -> Result<i64, &'static str> {
 
 /// redis `memtoull`: a non-negative integer with an optional b/k/kb/m/mb/g/gb unit (any case);
 /// an empty number is 0, as in Redis.
-fn parse_memory(v: &[u8]) -> Option<u64> {
+pub(crate) fn parse_memory(v: &[u8]) -> Option<u64> {
     let split = v
         .iter()
         .position(|b| !b.is_ascii_digit())
@@ -896,31 +928,58 @@ fn parse_memory(v: &[u8]) -> Option<u64> {
 }
 
 fn find_param(name: &[u8]) -> Option<&'static Param> {
-    PARAMS.iter().find(|p| args::is(name, p.name))
+    all_params().find(|p| args::is(name, p.name))
 }
 
 /// `CONFIG GET pattern [pattern …]` → map of matching parameters. A pattern without glob
 /// characters is looked up by name and answered under the name as given.
 pub fn config_get(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
-    let mut found: Vec<(std::borrow::Cow<'static, [u8]>, &'static Param)> = Vec::new();
+    let mut found: Vec<(std::borrow::Cow<'static, [u8]>, Source)> = Vec::new();
+    let add = |found: &mut Vec<(std::borrow::Cow<'static, [u8]>, Source)>, name, src: Source| {
+        if !found.iter().any(|(_, s)| s.same(&src)) {
+            found.push((name, src));
+        }
+    };
     for pat in &c.argv[2..] {
         if !pat.iter().any(|b| matches!(b, b'[' | b'*' | b'?')) {
-            if let Some(p) = find_param(pat)
-                && !found.iter().any(|(_, q)| std::ptr::eq(*q, p))
-            {
-                found.push((pat.to_vec().into(), p));
+            if let Some(p) = find_param(pat) {
+                add(&mut found, pat.to_vec().into(), Source::Param(p));
+            } else if let Some(s) = config_stored::find(pat) {
+                add(
+                    &mut found,
+                    pat.to_vec().into(),
+                    Source::Stored(s, pat.to_ascii_lowercase()),
+                );
             }
             continue;
         }
-        for p in PARAMS {
-            if !found.iter().any(|(_, q)| std::ptr::eq(*q, p))
-                && glob::matches(pat, p.name.as_bytes(), true)
+        for p in all_params() {
+            if glob::matches(pat, p.name.as_bytes(), true) {
+                add(&mut found, p.name.as_bytes().into(), Source::Param(p));
+            }
+        }
+        // A stored parameter and each of its names once (Redis lists an alias beside its
+        // name); hidden ones only by exact name; those PARAMS acts on are listed above.
+        for (name, s) in config_stored::names() {
+            if !s.hidden
+                && find_param(name.as_bytes()).is_none()
+                && glob::matches(pat, name.as_bytes(), true)
             {
-                found.push((p.name.as_bytes().into(), p));
+                add(
+                    &mut found,
+                    name.as_bytes().into(),
+                    Source::Stored(s, name.as_bytes().to_vec()),
+                );
             }
         }
     }
-    let values: Vec<String> = found.iter().map(|(_, p)| (p.get)(e)).collect();
+    let values: Vec<String> = found
+        .iter()
+        .map(|(_, src)| match src {
+            Source::Param(p) => (p.get)(e),
+            Source::Stored(s, _) => s.get(&e.config.stored).to_string(),
+        })
+        .collect();
     let mut w = c.w();
     w.map(found.len());
     for ((name, _), v) in found.iter().zip(&values) {
@@ -928,6 +987,24 @@ pub fn config_get(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         w.bulk(v.as_bytes());
     }
     Ok(())
+}
+
+/// Where a CONFIG GET row comes from: a parameter recached acts on, or a stored one under
+/// one of its names.
+enum Source {
+    Param(&'static Param),
+    Stored(&'static config_stored::Stored, Vec<u8>),
+}
+
+impl Source {
+    /// The same row: a parameter once, a stored one once per name.
+    fn same(&self, other: &Source) -> bool {
+        match (self, other) {
+            (Source::Param(a), Source::Param(b)) => std::ptr::eq(*a, *b),
+            (Source::Stored(a, x), Source::Stored(b, y)) => std::ptr::eq(*a, *b) && x == y,
+            _ => false,
+        }
+    }
 }
 
 /// Parameters Redis 7.0 marks `IMMUTABLE_CONFIG` (config.c): CONFIG SET refuses them even
@@ -952,32 +1029,59 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             c_str_lossy(name, usize::MAX)
         ))
     };
-    let mut params: Vec<&'static Param> = Vec::new();
+    let mut params: Vec<Source> = Vec::new();
     for (name, value) in &pairs {
-        let Some(p) = find_param(name) else {
-            return Err(CmdError::Other(format!(
-                "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
-                c_str_lossy(name, usize::MAX)
-            )));
+        let src = match (find_param(name), config_stored::find(name)) {
+            (Some(p), _) => {
+                if IMMUTABLE.contains(&p.name)
+                    || (p.set.is_none() && (p.get)(e).as_bytes() != *value)
+                {
+                    return Err(fail(name, "can't set immutable config"));
+                }
+                Source::Param(p)
+            }
+            (None, Some(s)) => {
+                if s.immutable {
+                    return Err(fail(name, "can't set immutable config"));
+                }
+                Source::Stored(s, Vec::new())
+            }
+            (None, None) => {
+                return Err(CmdError::Other(format!(
+                    "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
+                    c_str_lossy(name, usize::MAX)
+                )));
+            }
         };
-        if IMMUTABLE.contains(&p.name) || (p.set.is_none() && (p.get)(e).as_bytes() != *value) {
-            return Err(fail(name, "can't set immutable config"));
-        }
-        if params.iter().any(|q| std::ptr::eq(*q, p)) {
+        if params.iter().any(|q| q.same(&src)) {
             return Err(fail(name, "duplicate parameter"));
         }
-        params.push(p);
+        params.push(src);
     }
     let saved = e.config.clone();
     let saved_notify = e.pubsub.notify_flags();
-    for (p, (_, value)) in params.iter().zip(&pairs) {
-        if let Some(set) = p.set
-            && let Err(why) = set(e, value)
-        {
+    for (src, (_, value)) in params.iter().zip(&pairs) {
+        let (name, result) = match src {
+            Source::Param(p) => match p.set {
+                Some(set) => (p.name, set(e, value).map_err(String::from)),
+                None => continue,
+            },
+            Source::Stored(s, _) => (
+                s.name,
+                s.parse(value).map(|v| {
+                    if v == s.default {
+                        e.config.stored.remove(s.name);
+                    } else {
+                        e.config.stored.insert(s.name, v);
+                    }
+                }),
+            ),
+        };
+        if let Err(why) = result {
             e.config = saved;
             crate::notify::restore_notify_flags(e, saved_notify);
             crate::evict::apply_config(e);
-            return Err(fail(p.name.as_bytes(), why));
+            return Err(fail(name.as_bytes(), &why));
         }
     }
     // The policy and LFU settings decide how lookups stamp keys.

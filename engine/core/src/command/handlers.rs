@@ -251,7 +251,7 @@ pub use crate::cmd::server::time;
 pub use crate::cmd::keys::touch;
 pub use crate::cmd::keys::ttl;
 pub use crate::cmd::keys::type_;
-pub use crate::cmd::keys::del as unlink;
+pub use crate::cmd::keys::unlink;
 pub use crate::cmd::pubsub::unsubscribe;
 pub use crate::cmd::tx::unwatch;
 pub use crate::cmd::keys::wait;

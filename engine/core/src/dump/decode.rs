@@ -16,10 +16,23 @@ use super::listpack::{Elem, parse, parse_intset, parse_ziplist};
 use super::rdb::Rd;
 use super::types::*;
 use crate::types::stream::{Nack, StreamId, StreamValue};
-use crate::types::{HashValue, ListValue, SetValue, StrValue, Value, ZSetValue};
+use crate::types::{EncodingLimits, HashValue, ListValue, SetValue, StrValue, Value, ZSetValue};
 
-/// Reads one object of type `ty`; `seed` gives the hash seeds of new collections.
-pub fn object(ty: u8, r: &mut Rd<'_>, seed: &mut dyn FnMut() -> u64) -> Result<Value, Bad> {
+/// Reads one object of type `ty`; `seed` gives the hash seeds of new collections, `lim` the
+/// encoding thresholds. As in redis `rdbLoadObject`, a value stored element by element is
+/// built under every threshold, and one stored as a listpack or intset blob stays one unless
+/// it has too many entries (its element sizes are not looked at).
+pub fn object(
+    ty: u8,
+    r: &mut Rd<'_>,
+    seed: &mut dyn FnMut() -> u64,
+    lim: &EncodingLimits,
+) -> Result<Value, Bad> {
+    let blob = EncodingLimits {
+        hash_max_listpack_value: u64::MAX,
+        zset_max_listpack_value: u64::MAX,
+        ..*lim
+    };
     let v = match ty {
         STRING => Value::Str(StrValue::from_vec(r.string()?.into_owned())),
         LIST => {
@@ -34,7 +47,7 @@ pub fn object(ty: u8, r: &mut Rd<'_>, seed: &mut dyn FnMut() -> u64) -> Result<V
             let n = r.count()?;
             let mut s = SetValue::with_seed(seed());
             for _ in 0..n {
-                if !s.insert(&r.string()?) {
+                if !s.insert(&r.string()?, lim) {
                     return Err(Bad);
                 }
             }
@@ -50,11 +63,11 @@ pub fn object(ty: u8, r: &mut Rd<'_>, seed: &mut dyn FnMut() -> u64) -> Result<V
                 } else {
                     r.f64_text()?
                 };
-                if z.score(&m).is_some() || !z.insert(&m, score) {
+                if z.score(&m).is_some() || !z.insert(&m, score, lim) {
                     return Err(Bad);
                 }
             }
-            Value::ZSet(Box::new(z.from_result()))
+            Value::ZSet(Box::new(z.from_result(lim)))
         }
         HASH => {
             let n = r.count()?;
@@ -62,7 +75,7 @@ pub fn object(ty: u8, r: &mut Rd<'_>, seed: &mut dyn FnMut() -> u64) -> Result<V
             for _ in 0..n {
                 let f = r.string()?;
                 let v = r.string()?;
-                if !h.set(&f, &v) {
+                if !h.set(&f, &v, lim) {
                     return Err(Bad);
                 }
             }
@@ -111,7 +124,7 @@ pub fn object(ty: u8, r: &mut Rd<'_>, seed: &mut dyn FnMut() -> u64) -> Result<V
             let mut s = SetValue::with_seed(seed());
             let mut buf = itoa::Buffer::new();
             for v in parse_intset(&data)? {
-                s.insert(buf.format(v).as_bytes());
+                s.insert(buf.format(v).as_bytes(), &blob);
             }
             Value::Set(Box::new(s))
         }
@@ -127,7 +140,7 @@ pub fn object(ty: u8, r: &mut Rd<'_>, seed: &mut dyn FnMut() -> u64) -> Result<V
             }
             let mut h = HashValue::with_seed(seed());
             for p in elems.chunks_exact(2) {
-                if !h.set(&p[0].bytes(), &p[1].bytes()) {
+                if !h.set(&p[0].bytes(), &p[1].bytes(), &blob) {
                     return Err(Bad);
                 }
             }
@@ -153,11 +166,11 @@ pub fn object(ty: u8, r: &mut Rd<'_>, seed: &mut dyn FnMut() -> u64) -> Result<V
                         .and_then(|t| t.parse::<f64>().ok())
                         .ok_or(Bad)?,
                 };
-                if z.score(&m).is_some() || !z.insert(&m, score) {
+                if z.score(&m).is_some() || !z.insert(&m, score, &blob) {
                     return Err(Bad);
                 }
             }
-            Value::ZSet(Box::new(z.from_result()))
+            Value::ZSet(Box::new(z.from_result(&blob)))
         }
         STREAM_LISTPACKS | STREAM_LISTPACKS_2 => {
             Value::Stream(Box::new(stream(r, ty == STREAM_LISTPACKS_2)?))

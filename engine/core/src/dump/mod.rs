@@ -93,8 +93,13 @@ pub fn verify(p: &[u8]) -> bool {
     rdb::crc64(&p[..p.len() - 8]).to_le_bytes() == footer[2..]
 }
 
-/// The value in payload `p`; `seed` gives hash seeds for the new collections.
-pub fn deserialize(p: &[u8], seed: &mut dyn FnMut() -> u64) -> Result<Value, PayloadError> {
+/// The value in payload `p`; `seed` gives hash seeds for the new collections, `lim` the
+/// encoding thresholds the value is built under (redis `rdbLoadObject` reads the server's).
+pub fn deserialize(
+    p: &[u8],
+    seed: &mut dyn FnMut() -> u64,
+    lim: &crate::types::EncodingLimits,
+) -> Result<Value, PayloadError> {
     if !verify(p) {
         return Err(PayloadError::VersionOrChecksum);
     }
@@ -102,7 +107,7 @@ pub fn deserialize(p: &[u8], seed: &mut dyn FnMut() -> u64) -> Result<Value, Pay
     // included) are not looked at.
     let mut r = rdb::Rd::new(p);
     let ty = r.u8().map_err(|_| PayloadError::BadData)?;
-    decode::object(ty, &mut r, seed).map_err(|_| PayloadError::BadData)
+    decode::object(ty, &mut r, seed, lim).map_err(|_| PayloadError::BadData)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -169,7 +174,8 @@ pub fn restore(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     }
     let value = {
         let ks = &mut e.ks;
-        deserialize(argv[3], &mut || ks.next_random()).map_err(PayloadError::cmd_error)?
+        deserialize(argv[3], &mut || ks.next_random(), &e.config.encoding)
+            .map_err(PayloadError::cmd_error)?
     };
     let mut deleted = false;
     if replace && let Some(i) = e.ks.lookup_write(key, c.now_ms) {

@@ -6,6 +6,8 @@ use super::*;
 use crate::types::stream::{NodeLimits, StreamId, StreamValue};
 use crate::types::{HashValue, ListValue, SetValue, StrValue, ZSetValue};
 
+const LIM: crate::types::EncodingLimits = crate::types::EncodingLimits::DEFAULT;
+
 fn seed() -> impl FnMut() -> u64 {
     let mut n = 0;
     move || {
@@ -17,7 +19,7 @@ fn seed() -> impl FnMut() -> u64 {
 fn round_trip(v: &Value) -> Value {
     let p = serialize(v);
     assert!(verify(&p));
-    deserialize(&p, &mut seed()).expect("decodes")
+    deserialize(&p, &mut seed(), &LIM).expect("decodes")
 }
 
 /// DUMPs of redis-server 7.0.15: `SET str hello`, `RPUSH list a 1 hello`,
@@ -36,10 +38,10 @@ const REDIS_STR: &[u8] = REDIS[0].1;
 #[test]
 fn redis_payloads_decode_and_dump_to_the_same_bytes() {
     for (name, p) in REDIS {
-        let v = deserialize(p, &mut seed()).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let v = deserialize(p, &mut seed(), &LIM).unwrap_or_else(|e| panic!("{name}: {e:?}"));
         assert_eq!(&serialize(&v), p, "{name}");
     }
-    let v = deserialize(REDIS_STR, &mut seed()).unwrap();
+    let v = deserialize(REDIS_STR, &mut seed(), &LIM).unwrap();
     assert_eq!(v, Value::Str(StrValue::from_slice(b"hello")));
 }
 
@@ -75,7 +77,7 @@ fn collections_round_trip() {
     for n in [3, 600] {
         let mut s = SetValue::with_seed(1);
         for i in 0..n {
-            s.insert(format!("{}", i * 7 - 5).as_bytes());
+            s.insert(format!("{}", i * 7 - 5).as_bytes(), &LIM);
         }
         let v = Value::Set(Box::new(s));
         let back = round_trip(&v);
@@ -84,15 +86,15 @@ fn collections_round_trip() {
         assert_eq!(b.encoding(), if n == 3 { "intset" } else { "hashtable" });
     }
     let mut s = SetValue::with_seed(1);
-    s.insert(b"a");
-    s.insert(b"b");
+    s.insert(b"a", &LIM);
+    s.insert(b"b", &LIM);
     let v = Value::Set(Box::new(s));
     assert_eq!(round_trip(&v), v);
 
     for n in [2, 200] {
         let mut h = HashValue::with_seed(1);
         for i in 0..n {
-            h.set(format!("f{i}").as_bytes(), format!("{i}").as_bytes());
+            h.set(format!("f{i}").as_bytes(), format!("{i}").as_bytes(), &LIM);
         }
         let v = Value::Hash(Box::new(h));
         assert_eq!(round_trip(&v), v);
@@ -101,10 +103,10 @@ fn collections_round_trip() {
     for n in [2, 200] {
         let mut z = ZSetValue::new_skiplist(1);
         for i in 0..n {
-            z.insert(format!("m{i}").as_bytes(), f64::from(i) * 1.5 - 3.0);
+            z.insert(format!("m{i}").as_bytes(), f64::from(i) * 1.5 - 3.0, &LIM);
         }
-        z.insert(b"inf", f64::INFINITY);
-        let z = z.from_result();
+        z.insert(b"inf", f64::INFINITY, &LIM);
+        let z = z.from_result(&LIM);
         let enc = z.encoding();
         let v = Value::ZSet(Box::new(z));
         let back = round_trip(&v);
@@ -171,13 +173,13 @@ fn stream_with_groups_round_trips() {
 #[test]
 fn bad_payloads_are_refused_never_panic() {
     assert_eq!(
-        deserialize(b"short", &mut seed()),
+        deserialize(b"short", &mut seed(), &LIM),
         Err(PayloadError::VersionOrChecksum)
     );
     let mut p = REDIS_STR.to_vec();
     p[3] ^= 1;
     assert_eq!(
-        deserialize(&p, &mut seed()),
+        deserialize(&p, &mut seed(), &LIM),
         Err(PayloadError::VersionOrChecksum)
     );
     // A newer RDB version with a right CRC.
@@ -186,7 +188,7 @@ fn bad_payloads_are_refused_never_panic() {
     let crc = rdb::crc64(&p);
     p.extend_from_slice(&crc.to_le_bytes());
     assert_eq!(
-        deserialize(&p, &mut seed()),
+        deserialize(&p, &mut seed(), &LIM),
         Err(PayloadError::VersionOrChecksum)
     );
     // Every truncation and byte flip of real payloads, re-checksummed: no panic.
@@ -201,14 +203,14 @@ fn bad_payloads_are_refused_never_panic() {
     st.create_group(b"g", StreamId::MIN, 0);
     st.group_mut(b"g", |g| g.deliver(StreamId::new(5, 5), b"c", 1));
     let mut z = ZSetValue::new_skiplist(1);
-    z.insert(b"m", 1.5);
+    z.insert(b"m", 1.5, &LIM);
     let mut h = HashValue::with_seed(1);
-    h.set(b"f", b"v");
+    h.set(b"f", b"v", &LIM);
     let mut l = ListValue::new();
     l.push(b"x", crate::types::list::End::Tail);
     for v in [
         Value::Stream(Box::new(st)),
-        Value::ZSet(Box::new(z.from_result())),
+        Value::ZSet(Box::new(z.from_result(&LIM))),
         Value::Hash(Box::new(h)),
         Value::List(Box::new(l)),
     ] {
@@ -225,7 +227,7 @@ fn bad_payloads_are_refused_never_panic() {
                 b.extend_from_slice(&RDB_VERSION.to_le_bytes());
                 let crc = rdb::crc64(&b);
                 b.extend_from_slice(&crc.to_le_bytes());
-                let _ = deserialize(&b, &mut seed());
+                let _ = deserialize(&b, &mut seed(), &LIM);
             }
         }
     }
@@ -246,6 +248,6 @@ fn list_nodes_split_as_redis_fill_says() {
             (types::LIST_QUICKLIST_2, nodes),
             "fill {fill}"
         );
-        assert_eq!(deserialize(&p, &mut seed()).unwrap(), v);
+        assert_eq!(deserialize(&p, &mut seed(), &LIM).unwrap(), v);
     }
 }

@@ -188,7 +188,7 @@ pub(crate) fn string_for_bits(
         None => {
             let i = e.ks.set(
                 key,
-                Value::Str(StrValue::Raw(vec![0; need])),
+                Value::Str(StrValue::raw(vec![0; need])),
                 Keep::Nothing,
                 None,
             );
@@ -196,19 +196,21 @@ pub(crate) fn string_for_bits(
         }
         Some(i) => {
             let s = as_str(e.ks.value(i))?;
-            if s.len() >= need && matches!(s, StrValue::Raw(_)) {
+            if s.len() >= need && s.is_raw() {
                 return Ok((i, false));
             }
+            // Made raw (and grown), as redis `dbUnshareStringValue` does.
             let grown = e.ks.update(i, |v| {
                 let Value::Str(s) = v else {
                     unreachable!("checked above")
                 };
-                let raw = s.make_raw();
-                let grown = raw.len() < need;
-                if grown {
-                    raw.resize(need, 0);
-                }
-                grown
+                s.modify(|raw| {
+                    let grown = raw.len() < need;
+                    if grown {
+                        raw.resize(need, 0);
+                    }
+                    grown
+                })
             });
             Ok((i, grown))
         }
@@ -216,10 +218,11 @@ pub(crate) fn string_for_bits(
 }
 
 /// The raw bytes of the string at position `i` (made raw by [`string_for_bits`]).
+/// Changing bytes in place keeps the length, so the string stays marked raw.
 pub(crate) fn raw_mut(v: &mut Value) -> &mut Vec<u8> {
     match v {
-        Value::Str(s) => s.make_raw(),
-        _ => unreachable!("a string by string_for_bits"),
+        Value::Str(StrValue::Raw(b)) => b,
+        _ => unreachable!("a raw string by string_for_bits"),
     }
 }
 
@@ -244,6 +247,17 @@ pub fn setbit(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             let bytes = s.bytes(&mut buf);
             let old = get_bit(bytes, off);
             if old == on && ((off >> 3) as usize) < bytes.len() {
+                // Redis unshares the value before looking at the bit: raw even so (not a
+                // change: `dirty` stays).
+                if !s.is_raw() {
+                    let dirty = e.ks.dirty;
+                    e.ks.update(i, |v| {
+                        if let Value::Str(s) = v {
+                            s.modify(|_| ());
+                        }
+                    });
+                    e.ks.dirty = dirty;
+                }
                 c.w().integer(i64::from(old));
                 return Ok(());
             }
@@ -435,7 +449,7 @@ pub fn bitop(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let existing = e.ks.lookup_write(dest, c.now_ms);
     e.ks.set(
         dest,
-        Value::Str(StrValue::Raw(res)),
+        Value::Str(StrValue::raw(res)),
         Keep::Nothing,
         existing,
     );

@@ -824,7 +824,9 @@ fn search_generic(
             }
         }
         Some(dst) => {
-            let mut out = ZSetValue::new(seed);
+            // Built as a skiplist, then a listpack if it fits (redis `georadiusGeneric`).
+            let lim = e.config.encoding;
+            let mut out = ZSetValue::new_skiplist(seed);
             for p in ga {
                 out.insert(
                     p.member,
@@ -833,9 +835,10 @@ fn search_generic(
                     } else {
                         p.score
                     },
+                    &lim,
                 );
             }
-            let out = out.from_result();
+            let out = out.from_result(&lim);
             let dst = dst.to_vec();
             let existing = e.ks.lookup_write(&dst, now);
             if returned > 0 {
@@ -944,6 +947,7 @@ mod tests {
                 z.insert(
                     format!("m{i}").as_bytes(),
                     geohash::score_of(lon, lat) as f64,
+                    &crate::types::EncodingLimits::DEFAULT,
                 );
             }
             for _ in 0..20 {

@@ -9,9 +9,11 @@
 //!   on every change, so [`HashValue::mem_size`] is O(1) (recomputing it per HSET made building
 //!   an N-field hash O(N²) once; never walk a collection to account memory).
 //! - **Encoding.** Redis 7.0 keeps a hash as a *listpack* while it has at most
-//!   [`HASH_MAX_LISTPACK_ENTRIES`] fields and no field or value longer than
-//!   [`HASH_MAX_LISTPACK_VALUE`] bytes, and converts it to a *hashtable* for good otherwise
-//!   (`hashTypeTryConversion`, `hashTypeSet`). We track the same rule as a sticky flag, for
+//!   `hash-max-listpack-entries` fields and no field or value longer than
+//!   `hash-max-listpack-value` bytes ([`EncodingLimits`], read when the hash grows), and
+//!   converts it to a *hashtable* for good otherwise (`hashTypeTryConversion`, `hashTypeSet`;
+//!   a snapshot load or RESTORE builds the hash again under the limits then in force, as
+//!   `rdbLoadObject` does). We track the same rule as a sticky flag, for
 //!   OBJECT ENCODING and because it decides reply order: a listpack replies in insertion order
 //!   (HSET of a new field appends, HDEL closes the gap), so while the flag says listpack, fields
 //!   are removed with `shift_remove` (O(n), n ≤ 512, like the listpack's memmove) and every
@@ -46,14 +48,9 @@ use crate::error::CmdError;
 use crate::glob;
 use crate::keyspace::Keep;
 use crate::notify::{class, notify};
-use crate::types::Value;
 use crate::types::ldouble::LongDouble;
+use crate::types::{EncodingLimits, Value};
 
-/// redis `hash-max-listpack-entries` (default 512 in 7.0's `config.c`, unlike the sorted
-/// set's 128): more fields convert to a hashtable.
-pub const HASH_MAX_LISTPACK_ENTRIES: usize = 512;
-/// redis `hash-max-listpack-value` (default): a longer field or value converts to a hashtable.
-pub const HASH_MAX_LISTPACK_VALUE: usize = 64;
 /// Bytes accounted per field beyond its field and value bytes: the entry (hash + two boxed
 /// slices, 40 bytes) and its index slot (8).
 pub const FIELD_OVERHEAD: usize = 48;
@@ -122,9 +119,11 @@ impl HashValue {
     }
 
     /// Sets `field` to `value`; returns true if the field is new. An existing field keeps its
-    /// position (the listpack replaces in place).
-    pub fn set(&mut self, field: &[u8], value: &[u8]) -> bool {
-        if field.len() > HASH_MAX_LISTPACK_VALUE || value.len() > HASH_MAX_LISTPACK_VALUE {
+    /// position (the listpack replaces in place). Converts to a hashtable when the field or
+    /// value is longer than `hash-max-listpack-value` or the hash grows past
+    /// `hash-max-listpack-entries` (redis `hashTypeSet`).
+    pub fn set(&mut self, field: &[u8], value: &[u8], lim: &EncodingLimits) -> bool {
+        if !lim.hash_fits_value(field.len()) || !lim.hash_fits_value(value.len()) {
             self.hashtable = true;
         }
         // One probe of the index whether the field is new or not (`entry` needs an owned key,
@@ -142,10 +141,23 @@ impl HashValue {
                 true
             }
         };
-        if self.map.len() > HASH_MAX_LISTPACK_ENTRIES {
+        if !lim.hash_fits_entries(self.map.len()) {
             self.hashtable = true;
         }
         new
+    }
+
+    /// Converts to a hashtable if any of `args` (the fields and values a command is about to
+    /// set) is longer than `hash-max-listpack-value`, before any is set (redis
+    /// `hashTypeTryConversion`: `HSET h f <long> f short` ends a hashtable).
+    pub fn try_conversion<'a>(
+        &mut self,
+        args: impl IntoIterator<Item = &'a [u8]>,
+        lim: &EncodingLimits,
+    ) {
+        if !self.hashtable && args.into_iter().any(|a| !lim.hash_fits_value(a.len())) {
+            self.hashtable = true;
+        }
     }
 
     /// Removes `field`; returns whether it was there.
@@ -381,8 +393,13 @@ fn hset_generic(e: &mut Engine, c: &mut Call, name: &'static str) -> Result<i64,
     let key = c.argv[1];
     let existing = write_hash(e, key, c.now_ms)?;
     let pairs = &c.argv[2..];
+    let lim = e.config.encoding;
     let created = modify_or_create(e, key, existing, |h| {
-        pairs.chunks_exact(2).filter(|p| h.set(p[0], p[1])).count()
+        h.try_conversion(pairs.iter().copied(), &lim);
+        pairs
+            .chunks_exact(2)
+            .filter(|p| h.set(p[0], p[1], &lim))
+            .count()
     });
     notify(e, class::HASH, "hset", key);
     Ok(created as i64)
@@ -412,7 +429,8 @@ pub fn hsetnx(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         c.w().integer(0);
         return Ok(());
     }
-    modify_or_create(e, key, existing, |h| h.set(field, value));
+    let lim = e.config.encoding;
+    modify_or_create(e, key, existing, |h| h.set(field, value, &lim));
     notify(e, class::HASH, "hset", key);
     c.w().integer(1);
     Ok(())
@@ -579,7 +597,8 @@ pub fn hincrby(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     };
     let new = old.checked_add(incr).ok_or(CmdError::Overflow)?;
     let text = itoa::Buffer::new().format(new).as_bytes().to_vec();
-    modify_or_create(e, key, existing, |h| h.set(field, &text));
+    let lim = e.config.encoding;
+    modify_or_create(e, key, existing, |h| h.set(field, &text, &lim));
     notify(e, class::HASH, "hincrby", key);
     c.w().integer(new);
     Ok(())
@@ -606,7 +625,8 @@ pub fn hincrbyfloat(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     }
     let mut text = Vec::new();
     sum.format_human(&mut text);
-    modify_or_create(e, key, existing, |h| h.set(field, &text));
+    let lim = e.config.encoding;
+    modify_or_create(e, key, existing, |h| h.set(field, &text, &lim));
     notify(e, class::HASH, "hincrbyfloat", key);
     c.w().bulk(&text);
     Ok(())
@@ -726,6 +746,7 @@ pub fn hscan(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 #[cfg(test)]
 mod tests {
+    const LIM: crate::types::EncodingLimits = crate::types::EncodingLimits::DEFAULT;
     use super::*;
 
     fn rng(seed: u64) -> impl FnMut() -> u64 {
@@ -750,9 +771,9 @@ mod tests {
     fn set_get_remove_and_bytes() {
         let mut h = HashValue::with_seed(7);
         assert!(h.is_empty());
-        assert!(h.set(b"a", b"1"));
-        assert!(h.set(b"b", b"22"));
-        assert!(!h.set(b"a", b"333"));
+        assert!(h.set(b"a", b"1", &LIM));
+        assert!(h.set(b"b", b"22", &LIM));
+        assert!(!h.set(b"a", b"333", &LIM));
         assert_eq!(h.get(b"a"), Some(&b"333"[..]));
         assert_eq!(h.get(b"zz"), None);
         assert_eq!(h.len(), 2);
@@ -770,11 +791,11 @@ mod tests {
     fn listpack_keeps_insertion_order_through_deletes() {
         let mut h = HashValue::new();
         for f in ["a", "b", "c", "d", "e"] {
-            h.set(f.as_bytes(), b"v");
+            h.set(f.as_bytes(), b"v", &LIM);
         }
         h.remove(b"b");
-        h.set(b"c", b"w"); // update in place
-        h.set(b"f", b"v");
+        h.set(b"c", b"w", &LIM); // update in place
+        h.set(b"f", b"v", &LIM);
         let order: Vec<&[u8]> = h.iter().map(|(f, _)| f).collect();
         assert_eq!(order, [&b"a"[..], b"c", b"d", b"e", b"f"]);
         assert_eq!(h.encoding(), "listpack");
@@ -783,22 +804,30 @@ mod tests {
     #[test]
     fn encoding_thresholds_are_sticky() {
         let mut h = HashValue::new();
-        for i in 0..HASH_MAX_LISTPACK_ENTRIES {
-            h.set(format!("f{i}").as_bytes(), b"v");
+        for i in 0..LIM.hash_max_listpack_entries as usize {
+            h.set(format!("f{i}").as_bytes(), b"v", &LIM);
         }
         assert_eq!(h.encoding(), "listpack");
-        h.set(b"one-more", b"v");
+        h.set(b"one-more", b"v", &LIM);
         assert_eq!(h.encoding(), "hashtable");
         h.remove(b"one-more");
         assert_eq!(h.encoding(), "hashtable", "Redis never converts back");
 
         let mut h = HashValue::new();
-        h.set(b"f", &[b'x'; HASH_MAX_LISTPACK_VALUE]);
+        h.set(b"f", &[b'x'; LIM.hash_max_listpack_value as usize], &LIM);
         assert_eq!(h.encoding(), "listpack");
-        h.set(b"f", &[b'x'; HASH_MAX_LISTPACK_VALUE + 1]);
+        h.set(
+            b"f",
+            &[b'x'; LIM.hash_max_listpack_value as usize + 1],
+            &LIM,
+        );
         assert_eq!(h.encoding(), "hashtable");
         let mut h = HashValue::new();
-        h.set(&[b'k'; HASH_MAX_LISTPACK_VALUE + 1], b"v");
+        h.set(
+            &[b'k'; LIM.hash_max_listpack_value as usize + 1],
+            b"v",
+            &LIM,
+        );
         assert_eq!(h.encoding(), "hashtable");
     }
 
@@ -812,7 +841,7 @@ mod tests {
             if r().is_multiple_of(3) {
                 h.remove(f.as_bytes());
             } else {
-                h.set(f.as_bytes(), &v);
+                h.set(f.as_bytes(), &v, &LIM);
             }
             assert_eq!(h.mem_size(), recount(&h));
         }
@@ -822,7 +851,7 @@ mod tests {
     fn listpack_scan_returns_everything_at_once() {
         let mut h = HashValue::new();
         for i in 0..50 {
-            h.set(format!("f{i}").as_bytes(), b"v");
+            h.set(format!("f{i}").as_bytes(), b"v", &LIM);
         }
         let mut n = 0;
         assert_eq!(h.scan(0, 1, |_, _| n += 1), 0);
@@ -839,10 +868,10 @@ mod tests {
             let mut r = rng(seed);
             let mut h = HashValue::with_seed(seed);
             for i in 0..500 {
-                h.set(format!("stable{i}").as_bytes(), b"v");
+                h.set(format!("stable{i}").as_bytes(), b"v", &LIM);
             }
             for i in 0..200 {
-                h.set(format!("churn{i}").as_bytes(), b"v");
+                h.set(format!("churn{i}").as_bytes(), b"v", &LIM);
             }
             assert_eq!(h.encoding(), "hashtable");
             let mut seen = std::collections::HashSet::new();
@@ -855,7 +884,7 @@ mod tests {
                 // Churn between calls: delete and add non-stable fields.
                 let victim = format!("churn{}", r() % 200);
                 h.remove(victim.as_bytes());
-                h.set(format!("new{}", r() % 1000).as_bytes(), b"v");
+                h.set(format!("new{}", r() % 1000).as_bytes(), b"v", &LIM);
                 steps += 1;
                 assert!(steps < 10_000, "scan must end");
                 if cursor == 0 {

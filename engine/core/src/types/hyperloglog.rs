@@ -577,7 +577,7 @@ pub fn pfadd(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         None => (
             e.ks.set(
                 key,
-                Value::Str(StrValue::Raw(new_hll())),
+                Value::Str(StrValue::raw(new_hll())),
                 Keep::Nothing,
                 None,
             ),
@@ -599,6 +599,8 @@ pub fn pfadd(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         if updated > 0 {
             invalidate_cache(v);
         }
+        // PFADD unshares the value (redis `dbUnshareStringValue`): raw from now on.
+        crate::types::string::mark_raw(v);
         Ok::<_, Corrupt>(())
     });
     // Elements added before a corruption was found stay added, unannounced (as in Redis).
@@ -664,7 +666,7 @@ pub fn pfmerge(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         Some(i) => i,
         None => e.ks.set(
             key,
-            Value::Str(StrValue::Raw(new_hll())),
+            Value::Str(StrValue::raw(new_hll())),
             Keep::Nothing,
             None,
         ),
@@ -681,6 +683,7 @@ pub fn pfmerge(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             }
         }
         invalidate_cache(v);
+        crate::types::string::mark_raw(v);
         Ok::<_, Corrupt>(())
     })
     .map_err(|_| ERR_INVALID)?;

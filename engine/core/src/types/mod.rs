@@ -8,10 +8,12 @@
 //! - [`lcs`]: LCS, the longest common subsequence of two strings.
 //! - [`sort`]: SORT / SORT_RO over lists, sets and sorted sets.
 //! - [`stream`]: streams and consumer groups (a folder: entry store, groups, commands).
+//! - [`encoding`]: the listpack/intset thresholds (`hash-max-listpack-entries`…).
 //! - [`ldouble`]: 80-bit x87 long double arithmetic and Redis's formatting, for INCRBYFLOAT.
 
 pub mod bitfield;
 pub mod bitmap;
+pub mod encoding;
 pub mod geo;
 pub mod geohash;
 pub mod hash;
@@ -25,6 +27,7 @@ pub mod stream;
 pub mod string;
 pub mod zset;
 
+pub use encoding::EncodingLimits;
 pub use hash::HashValue;
 pub use list::ListValue;
 pub use set::SetValue;

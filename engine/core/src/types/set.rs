@@ -9,7 +9,7 @@
 //!   every change, so [`SetValue::mem_size`] is O(1).
 //! - **Encoding.** Redis 7.0 has two set encodings (listpack sets came in 7.2): an *intset*
 //!   while every member is an integer in `string2ll` form and there are at most
-//!   [`SET_MAX_INTSET_ENTRIES`] of them, else a *hashtable*, for good (`setTypeAdd`; verified on
+//!   `set-max-intset-entries` ([`EncodingLimits`], read when the set grows) of them, else a *hashtable*, for good (`setTypeAdd`; verified on
 //!   redis-server 7.0.15: `SADD s a b` → `hashtable`). We track the same rule as a sticky flag,
 //!   for OBJECT ENCODING and for reply order: an intset is sorted by value, so an intset-encoded
 //!   set (and an intset-shaped result of SUNION/SINTER/SDIFF, which Redis builds from an empty
@@ -43,14 +43,12 @@ use crate::error::CmdError;
 use crate::glob;
 use crate::keyspace::Keep;
 use crate::notify::{class, notify};
-use crate::types::Value;
 use crate::types::hash::{
     check_random_reply_len, parse_random_count, parse_scan_opts, sample_distinct, scan_range,
     write_scan_reply,
 };
+use crate::types::{EncodingLimits, Value};
 
-/// redis `set-max-intset-entries` (default): more integers convert an intset to a hashtable.
-pub const SET_MAX_INTSET_ENTRIES: usize = 512;
 /// Bytes accounted per member beyond its bytes: the entry (hash + boxed slice, 24 bytes) and
 /// its index slot (8).
 pub const MEMBER_OVERHEAD: usize = 32;
@@ -109,13 +107,15 @@ impl SetValue {
         self.members.contains(member)
     }
 
-    /// Adds `member`; returns true if it was new.
-    pub fn insert(&mut self, member: &[u8]) -> bool {
+    /// Adds `member`; returns true if it was new. A member that is not an integer, or one
+    /// more than `set-max-intset-entries`, converts an intset to a hashtable (redis
+    /// `setTypeAdd`).
+    pub fn insert(&mut self, member: &[u8], lim: &EncodingLimits) -> bool {
         if self.members.contains(member) {
             return false;
         }
         if self.intset
-            && (args::parse_i64(member).is_none() || self.members.len() >= SET_MAX_INTSET_ENTRIES)
+            && (args::parse_i64(member).is_none() || self.members.len() >= lim.intset_entries())
         {
             self.intset = false;
         }
@@ -161,6 +161,15 @@ impl SetValue {
             v.sort_by_key(|m| args::parse_i64(m).unwrap_or(0));
         }
         v
+    }
+
+    /// Decides the encoding again as for a set built from scratch out of these members: an
+    /// intset if every member is an integer and there are at most `set-max-intset-entries`
+    /// (SPOP with a count near the size, which Redis answers by building a new set of the
+    /// members that stay: `spopWithCountCommand`, case 3).
+    pub fn reencode(&mut self, lim: &EncodingLimits) {
+        self.intset = self.members.len() <= lim.intset_entries()
+            && self.members.iter().all(|m| args::parse_i64(m).is_some());
     }
 
     /// OBJECT ENCODING: `intset` or `hashtable` (Redis 7.0 names and thresholds).
@@ -258,7 +267,8 @@ fn write_members(c: &mut Call, members: &[&[u8]]) {
 pub fn sadd(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let key = c.argv[1];
     let members = &c.argv[2..];
-    let add = |s: &mut SetValue| members.iter().filter(|m| s.insert(m)).count();
+    let lim = e.config.encoding;
+    let add = |s: &mut SetValue| members.iter().filter(|m| s.insert(m, &lim)).count();
     let added = match write_set(e, key, c.now_ms)? {
         Some(i) => e.ks.update(i, |v| add(set_mut(v))),
         None => {
@@ -420,12 +430,26 @@ fn spop_count(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     // Highest first: `swap_remove` moves the last member into the hole, and every position
     // above the current one has already been taken out, so no chosen member moves.
     positions.sort_unstable_by(|a, b| b.cmp(a));
+    // redis `SPOP_MOVE_STRATEGY_MUL`: when few members stay, Redis builds a new set of them
+    // (case 3), whose encoding is decided afresh.
+    let rebuilt = (size as u64 - count) * 5 <= count;
+    let lim = e.config.encoding;
     let popped: Vec<Box<[u8]>> = e.ks.update(i, |v| {
         let s = set_mut(v);
-        positions
+        let was_intset = s.intset;
+        let mut popped: Vec<Box<[u8]>> = positions
             .iter()
             .map(|&p| s.swap_remove_index(p).expect("in range"))
-            .collect()
+            .collect();
+        if rebuilt {
+            // Case 3 replies with what is left of the old set, in its order: ascending for
+            // an intset.
+            if was_intset {
+                popped.sort_by_key(|m| args::parse_i64(m).unwrap_or(0));
+            }
+            s.reencode(&lim);
+        }
+        popped
     });
     let refs: Vec<&[u8]> = popped.iter().map(|m| &**m).collect();
     write_members(c, &refs);
@@ -522,11 +546,12 @@ pub fn smove(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         notify(e, class::GENERIC, "del", src);
     }
     // Positions may have moved with the removal: look the destination up again.
+    let lim = e.config.encoding;
     let added = match e.ks.lookup_write(dst, c.now_ms) {
-        Some(di) => e.ks.update(di, |v| set_mut(v).insert(member)),
+        Some(di) => e.ks.update(di, |v| set_mut(v).insert(member, &lim)),
         None => {
             let mut s = SetValue::with_seed(e.ks.next_random());
-            s.insert(member);
+            s.insert(member, &lim);
             e.ks.set(dst, Value::Set(Box::new(s)), Keep::Nothing, None);
             true
         }
@@ -576,7 +601,7 @@ fn inter_card(sets: &[&SetValue], limit: usize) -> usize {
 
 /// Computes `op` over `sets` (`None` = missing key = empty set) into a new set, built like
 /// Redis builds it (from an empty intset), so its encoding and reply order match.
-fn compute(op: SetOp, sets: &[Option<&SetValue>], seed: u64) -> SetValue {
+fn compute(op: SetOp, sets: &[Option<&SetValue>], seed: u64, lim: &EncodingLimits) -> SetValue {
     let mut out = SetValue::with_seed(seed);
     match op {
         SetOp::Inter => {
@@ -590,14 +615,14 @@ fn compute(op: SetOp, sets: &[Option<&SetValue>], seed: u64) -> SetValue {
                 .expect("at least one key");
             for m in smallest.ordered() {
                 if sets.iter().all(|s| s.contains(m)) {
-                    out.insert(m);
+                    out.insert(m, lim);
                 }
             }
         }
         SetOp::Union => {
             for s in sets.iter().flatten() {
                 for m in s.iter() {
-                    out.insert(m);
+                    out.insert(m, lim);
                 }
             }
         }
@@ -608,7 +633,7 @@ fn compute(op: SetOp, sets: &[Option<&SetValue>], seed: u64) -> SetValue {
             let rest: Vec<&SetValue> = sets[1..].iter().flatten().copied().collect();
             for m in first.iter() {
                 if !rest.iter().any(|s| s.contains(m)) {
-                    out.insert(m);
+                    out.insert(m, lim);
                 }
             }
         }
@@ -625,7 +650,7 @@ fn setop_reply(e: &mut Engine, c: &mut Call, op: SetOp) -> Result<(), CmdError> 
         .iter()
         .map(|p| p.map(|i| as_set(e.ks.value(i)).expect("type checked")))
         .collect();
-    let result = compute(op, &sets, seed);
+    let result = compute(op, &sets, seed, &e.config.encoding);
     write_members(c, &result.ordered());
     Ok(())
 }
@@ -641,7 +666,7 @@ fn setop_store(e: &mut Engine, c: &mut Call, op: SetOp) -> Result<(), CmdError> 
             .iter()
             .map(|p| p.map(|i| as_set(e.ks.value(i)).expect("type checked")))
             .collect();
-        compute(op, &sets, seed)
+        compute(op, &sets, seed, &e.config.encoding)
     };
     let n = result.len();
     if n > 0 {
@@ -753,12 +778,13 @@ pub fn sscan(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 #[cfg(test)]
 mod tests {
+    const LIM: crate::types::EncodingLimits = crate::types::EncodingLimits::DEFAULT;
     use super::*;
 
     fn set_of(members: &[&str]) -> SetValue {
         let mut s = SetValue::with_seed(5);
         for m in members {
-            s.insert(m.as_bytes());
+            s.insert(m.as_bytes(), &LIM);
         }
         s
     }
@@ -776,9 +802,9 @@ mod tests {
     #[test]
     fn insert_remove_contains_and_bytes() {
         let mut s = SetValue::new();
-        assert!(s.insert(b"a"));
-        assert!(!s.insert(b"a"));
-        assert!(s.insert(b"bb"));
+        assert!(s.insert(b"a", &LIM));
+        assert!(!s.insert(b"a", &LIM));
+        assert!(s.insert(b"bb", &LIM));
         assert!(s.contains(b"a") && !s.contains(b"c"));
         assert_eq!(s.len(), 2);
         assert_eq!(s.mem_size(), 3 + 2 * MEMBER_OVERHEAD);
@@ -798,19 +824,19 @@ mod tests {
         // Not string2ll form: hashtable, and it stays one.
         for odd in ["01", "-0", "+1", " 1", "1.0", "a", "9223372036854775808"] {
             let mut s = set_of(&["1"]);
-            s.insert(odd.as_bytes());
+            s.insert(odd.as_bytes(), &LIM);
             assert_eq!(s.encoding(), "hashtable", "{odd}");
             s.remove(odd.as_bytes());
             assert_eq!(s.encoding(), "hashtable", "sticky after removing {odd}");
         }
         let mut s = SetValue::new();
-        for i in 0..SET_MAX_INTSET_ENTRIES {
-            s.insert(i.to_string().as_bytes());
+        for i in 0..LIM.intset_entries() {
+            s.insert(i.to_string().as_bytes(), &LIM);
         }
         assert_eq!(s.encoding(), "intset");
-        s.insert(b"0"); // already there: no conversion
+        s.insert(b"0", &LIM); // already there: no conversion
         assert_eq!(s.encoding(), "intset");
-        s.insert(b"100000");
+        s.insert(b"100000", &LIM);
         assert_eq!(s.encoding(), "hashtable");
     }
 
@@ -831,7 +857,7 @@ mod tests {
                     s.swap_remove_index(((x >> 40) as usize) % s.len());
                 }
                 _ => {
-                    s.insert(m.as_bytes());
+                    s.insert(m.as_bytes(), &LIM);
                 }
             }
             assert_eq!(s.mem_size(), recount(&s));
@@ -843,18 +869,18 @@ mod tests {
         let a = set_of(&["1", "2", "3", "x"]);
         let b = set_of(&["2", "3", "4"]);
         let c = set_of(&["3", "x"]);
-        let inter = compute(SetOp::Inter, &[Some(&a), Some(&b)], 0);
+        let inter = compute(SetOp::Inter, &[Some(&a), Some(&b)], 0, &LIM);
         assert_eq!(strs(inter.ordered()), ["2", "3"]);
         assert_eq!(inter.encoding(), "intset");
-        assert!(compute(SetOp::Inter, &[Some(&a), None], 0).is_empty());
-        let mut u = strs(compute(SetOp::Union, &[Some(&a), None, Some(&b)], 0).ordered());
+        assert!(compute(SetOp::Inter, &[Some(&a), None], 0, &LIM).is_empty());
+        let mut u = strs(compute(SetOp::Union, &[Some(&a), None, Some(&b)], 0, &LIM).ordered());
         u.sort();
         assert_eq!(u, ["1", "2", "3", "4", "x"]);
-        let mut d = strs(compute(SetOp::Diff, &[Some(&a), Some(&b), Some(&c)], 0).ordered());
+        let mut d = strs(compute(SetOp::Diff, &[Some(&a), Some(&b), Some(&c)], 0, &LIM).ordered());
         d.sort();
         assert_eq!(d, ["1"]);
-        assert!(compute(SetOp::Diff, &[None, Some(&a)], 0).is_empty());
-        assert!(compute(SetOp::Diff, &[Some(&a), Some(&a)], 0).is_empty());
+        assert!(compute(SetOp::Diff, &[None, Some(&a)], 0, &LIM).is_empty());
+        assert!(compute(SetOp::Diff, &[Some(&a), Some(&a)], 0, &LIM).is_empty());
         assert_eq!(inter_card(&[&a, &b, &c], 0), 1);
         assert_eq!(inter_card(&[&a, &b], 0), 2);
         assert_eq!(inter_card(&[&a, &b], 1), 1);
@@ -870,7 +896,7 @@ mod tests {
 
         let mut s = SetValue::with_seed(3);
         for i in 0..300 {
-            s.insert(format!("m{i}").as_bytes());
+            s.insert(format!("m{i}").as_bytes(), &LIM);
         }
         let mut seen = std::collections::HashSet::new();
         let mut cursor = 0;

@@ -254,6 +254,15 @@ fn sort_generic(e: &mut Engine, c: &mut Call, read_only: bool) -> Result<(), Cmd
     {
         return Err(CmdError::WrongType);
     }
+    // redis `sortCommandGeneric` converts the sorted set it sorts to a skiplist for good
+    // (SORT_RO too): OBJECT ENCODING shows it.
+    if let Some(i) = found {
+        e.ks.reencode(i, |v| {
+            if let Value::ZSet(z) = v {
+                z.to_skiplist();
+            }
+        });
+    }
     let is_set = found.is_some_and(|i| matches!(e.ks.value(i), Value::Set(_)));
     // Scripts run as a client whose address is "lua" (crate::script::ScriptRun).
     let in_script = c.client.addr == "lua";

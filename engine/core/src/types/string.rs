@@ -20,8 +20,20 @@ use crate::notify::{class, notify};
 use crate::types::Value;
 use crate::types::ldouble::LongDouble;
 
+/// redis `OBJ_ENCODING_EMBSTR_SIZE_LIMIT`: the longest string a SET stores `embstr`.
+pub const EMBSTR_SIZE_LIMIT: usize = 44;
+
 /// A string value.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// OBJECT ENCODING tells three kinds apart, as Redis does: `int`, `embstr` (a string of at
+/// most 44 bytes stored whole by SET, INCRBYFLOAT, RESTORE…) and `raw` (a longer one, or any
+/// string created or changed in place by APPEND, SETRANGE, SETBIT, BITFIELD, BITOP, PFADD…:
+/// redis `dbUnshareStringValue` / `createRawStringObject`). The enum must stay 24 bytes (see
+/// `types::Value`), so the difference lives in the buffer's spare capacity: a string stored
+/// whole has none ([`from_slice`](Self::from_slice), [`from_vec`](Self::from_vec)); one made
+/// raw keeps at least one spare byte ([`raw`](Self::raw), [`modify`](Self::modify)), and
+/// cloning (COPY) keeps it.
+#[derive(Debug)]
 pub enum StrValue {
     /// Canonical decimal integer (what `INCR` works on without parsing).
     Int(i64),
@@ -29,21 +41,97 @@ pub enum StrValue {
     Raw(Vec<u8>),
 }
 
+/// Equal bytes, encoding aside (`Int(3)` equals an `embstr` "3", as a replica that got the
+/// value from a SET holds the first while the server's INCRBYFLOAT made the second).
+impl PartialEq for StrValue {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (StrValue::Int(a), StrValue::Int(b)) => a == b,
+            (StrValue::Raw(a), StrValue::Raw(b)) => a == b,
+            _ => {
+                let (mut x, mut y) = (itoa::Buffer::new(), itoa::Buffer::new());
+                self.bytes(&mut x) == other.bytes(&mut y)
+            }
+        }
+    }
+}
+
+impl Eq for StrValue {}
+
+/// Keeps the spare capacity that marks a raw string (see [`StrValue`]).
+impl Clone for StrValue {
+    fn clone(&self) -> Self {
+        match self {
+            StrValue::Int(n) => StrValue::Int(*n),
+            StrValue::Raw(v) => {
+                let mut c = Vec::with_capacity(v.capacity());
+                c.extend_from_slice(v);
+                StrValue::Raw(c)
+            }
+        }
+    }
+}
+
+/// Gives `v` the spare byte that marks a raw string.
+pub(crate) fn mark_raw(v: &mut Vec<u8>) {
+    if v.capacity() == v.len() {
+        v.reserve_exact(1);
+    }
+}
+
 impl StrValue {
     /// Stores `bytes`, integer-encoded when they are a canonical i64.
     pub fn from_slice(bytes: &[u8]) -> StrValue {
         match args::parse_i64(bytes) {
             Some(n) => StrValue::Int(n),
+            // `to_vec` allocates exactly: no spare byte, so `embstr` when short.
             None => StrValue::Raw(bytes.to_vec()),
         }
     }
 
     /// Like [`from_slice`](Self::from_slice) but takes ownership of the buffer.
-    pub fn from_vec(bytes: Vec<u8>) -> StrValue {
+    pub fn from_vec(mut bytes: Vec<u8>) -> StrValue {
         match args::parse_i64(&bytes) {
             Some(n) => StrValue::Int(n),
-            None => StrValue::Raw(bytes),
+            None => {
+                if bytes.len() <= EMBSTR_SIZE_LIMIT && bytes.capacity() != bytes.len() {
+                    bytes.shrink_to_fit();
+                }
+                StrValue::Raw(bytes)
+            }
         }
+    }
+
+    /// A string stored whole and never integer-encoded: `embstr` up to 44 bytes even when it
+    /// reads as an integer (INCRBYFLOAT's result: redis `createStringObjectFromLongDouble`
+    /// skips `tryObjectEncoding`, so `INCRBYFLOAT k 1` on "2" leaves an `embstr` "3").
+    pub fn whole(mut bytes: Vec<u8>) -> StrValue {
+        if bytes.capacity() != bytes.len() {
+            bytes.shrink_to_fit();
+        }
+        StrValue::Raw(bytes)
+    }
+
+    /// A string Redis creates `raw` whatever its length (SETRANGE or SETBIT on a new key,
+    /// BITOP's result, a new HyperLogLog).
+    pub fn raw(mut bytes: Vec<u8>) -> StrValue {
+        mark_raw(&mut bytes);
+        StrValue::Raw(bytes)
+    }
+
+    /// Whether this is a raw string (see [`StrValue`]).
+    pub fn is_raw(&self) -> bool {
+        matches!(self, StrValue::Raw(v) if v.capacity() != v.len() || v.len() > EMBSTR_SIZE_LIMIT)
+    }
+
+    /// Changes the bytes in place (APPEND, SETRANGE, SETBIT…): an integer turns into its
+    /// digits first, and the result is `raw`, as Redis unshares the value
+    /// (`dbUnshareStringValue`).
+    pub fn modify<R>(&mut self, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        let v = self.make_raw();
+        let r = f(v);
+        mark_raw(v);
+        r
     }
 
     /// The bytes a client sees; `buf` holds the digits of an integer.
@@ -83,19 +171,19 @@ impl StrValue {
     }
 
     /// OBJECT ENCODING, by redis `tryObjectEncoding`'s rules: `int` for a canonical i64,
-    /// `embstr` up to 44 bytes (`OBJ_ENCODING_EMBSTR_SIZE_LIMIT`), `raw` beyond. (Redis also
-    /// answers `raw` for a short string changed in place by APPEND/SETRANGE and `embstr` for an
-    /// INCRBYFLOAT result; those histories are not kept here.)
+    /// `embstr` up to 44 bytes ([`EMBSTR_SIZE_LIMIT`]) stored whole, `raw` beyond and for a
+    /// string created or changed in place (see [`StrValue`]).
     pub fn encoding(&self) -> &'static str {
         match self {
             StrValue::Int(_) => "int",
-            StrValue::Raw(v) if v.len() <= 44 => "embstr",
-            StrValue::Raw(_) => "raw",
+            _ if self.is_raw() => "raw",
+            StrValue::Raw(_) => "embstr",
         }
     }
 
-    /// The raw buffer, converting an integer to its digits first (APPEND, SETRANGE).
-    pub fn make_raw(&mut self) -> &mut Vec<u8> {
+    /// The buffer, converting an integer to its digits first; callers that change it go
+    /// through [`modify`](Self::modify), which marks the result raw.
+    fn make_raw(&mut self) -> &mut Vec<u8> {
         if let StrValue::Int(n) = *self {
             *self = StrValue::Raw(itoa::Buffer::new().format(n).as_bytes().to_vec());
         }
@@ -557,7 +645,7 @@ pub fn incrbyfloat(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut text = Vec::new();
     sum.format_human(&mut text);
     c.w().bulk(&text);
-    let value = Value::Str(StrValue::from_vec(text));
+    let value = Value::Str(StrValue::whole(text));
     match existing {
         Some(i) => e.ks.update(i, |v| *v = value),
         None => {
@@ -593,9 +681,10 @@ pub fn append(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             let cur = as_str(e.ks.value(i))?.len();
             check_len(e, (cur + tail.len()) as u64)?;
             e.ks.update(i, |v| {
-                let s = as_str_mut(v).expect("checked above").make_raw();
-                s.extend_from_slice(tail);
-                s.len()
+                as_str_mut(v).expect("checked above").modify(|s| {
+                    s.extend_from_slice(tail);
+                    s.len()
+                })
             })
         }
     };
@@ -671,7 +760,7 @@ pub fn setrange(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             let mut v = vec![0u8; offset as usize + val.len()];
             v[offset as usize..].copy_from_slice(val);
             let n = v.len();
-            e.ks.set(key, Value::Str(StrValue::Raw(v)), Keep::Nothing, None);
+            e.ks.set(key, Value::Str(StrValue::raw(v)), Keep::Nothing, None);
             n
         }
         Some(i) => {
@@ -682,13 +771,14 @@ pub fn setrange(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             }
             new_len(e)?;
             e.ks.update(i, |v| {
-                let s = as_str_mut(v).expect("checked above").make_raw();
-                let end = offset as usize + val.len();
-                if s.len() < end {
-                    s.resize(end, 0);
-                }
-                s[offset as usize..end].copy_from_slice(val);
-                s.len()
+                as_str_mut(v).expect("checked above").modify(|s| {
+                    let end = offset as usize + val.len();
+                    if s.len() < end {
+                        s.resize(end, 0);
+                    }
+                    s[offset as usize..end].copy_from_slice(val);
+                    s.len()
+                })
             })
         }
     };

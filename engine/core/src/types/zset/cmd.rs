@@ -246,6 +246,7 @@ fn zadd_generic(e: &mut Engine, c: &mut Call, incr: bool) -> Result<(), CmdError
         .map(|p| Ok((parse_score(p[0]).ok_or(CmdError::NotFloat)?, p[1])))
         .collect::<Result<Vec<(f64, &[u8])>, CmdError>>()?;
     let mut t = Tally::default();
+    let lim = e.config.encoding;
     let pos = write_pos(e, key, c.now_ms)?;
     let dirty = e.ks.dirty;
     match pos {
@@ -253,7 +254,7 @@ fn zadd_generic(e: &mut Engine, c: &mut Call, incr: bool) -> Result<(), CmdError
         None => {
             let mut z = ZSetValue::new(e.ks.next_random());
             for &(s, m) in &pairs {
-                t.count(z.add(m, s, f));
+                t.count(z.add(m, s, f, &lim));
             }
             e.ks.set(key, Value::ZSet(Box::new(z)), Keep::Nothing, None);
         }
@@ -280,7 +281,7 @@ fn zadd_generic(e: &mut Engine, c: &mut Call, incr: bool) -> Result<(), CmdError
                     let z = as_zset_mut(v)?;
                     let mut t = Tally::default();
                     for &(s, m) in &pairs {
-                        t.count(z.add(m, s, f));
+                        t.count(z.add(m, s, f, &lim));
                     }
                     Ok(t)
                 })?;
@@ -799,7 +800,11 @@ mod tests {
         assert_eq!(clamp_ranks(0, -1, 0), None);
         let mut z = ZSetValue::new(1);
         for i in 0..10 {
-            z.insert(format!("m{i}").as_bytes(), i as f64);
+            z.insert(
+                format!("m{i}").as_bytes(),
+                i as f64,
+                &crate::types::EncodingLimits::DEFAULT,
+            );
         }
         let all = Range::Score(ScoreRange::parse(b"-inf", b"+inf").unwrap());
         let sel = |r: &Range, rev, off, lim| select(&z, r, rev, off, lim);

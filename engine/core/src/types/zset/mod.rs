@@ -18,8 +18,12 @@
 //!
 //! # Encoding
 //! Redis 7.0 keeps a small zset in a listpack (`zset-max-listpack-entries` 128,
-//! `zset-max-listpack-value` 64) and converts it to a skiplist for good once either limit is
-//! passed. Clients see the difference in three places, all reproduced here by tracking the
+//! `zset-max-listpack-value` 64 by default; [`EncodingLimits`], read when the zset grows) and
+//! converts it to a skiplist for good once either limit is passed (`zsetAdd`). Stored results
+//! (ZUNIONSTORE…, GEOSEARCHSTORE, snapshots, RESTORE) are built as a skiplist and turned into
+//! a listpack when they fit ([`ZSetValue::from_result`], redis
+//! `zsetConvertToListpackIfNeeded`); SORT turns its source into a skiplist
+//! ([`ZSetValue::to_skiplist`]). Clients see the difference in three places, all reproduced here by tracking the
 //! same state ([`ZSetValue::encoding`]):
 //! - OBJECT ENCODING says `listpack` or `skiplist`;
 //! - a listpack stores scores as text (`d2string`), so `-0` is kept as `0`;
@@ -35,7 +39,7 @@ pub mod skiplist;
 use indexmap::IndexMap;
 
 use crate::error::CmdError;
-use crate::types::Value;
+use crate::types::{EncodingLimits, Value};
 use skiplist::{Members, NIL, SkipList};
 
 pub use score::{LexRange, ScoreRange};
@@ -43,10 +47,6 @@ pub use score::{LexRange, ScoreRange};
 /// Approximate bytes per member beyond its own bytes: table slot and hash index, skiplist
 /// node with its average 1.33 levels, allocator rounding.
 pub const MEMBER_OVERHEAD: usize = 64;
-/// redis `zset-max-listpack-entries` default.
-pub const MAX_LISTPACK_ENTRIES: usize = 128;
-/// redis `zset-max-listpack-value` default (bytes of one member).
-pub const MAX_LISTPACK_VALUE: usize = 64;
 
 type Table = IndexMap<Box<[u8]>, u32, foldhash::fast::FixedState>;
 
@@ -197,11 +197,17 @@ impl ZSetValue {
     }
 
     /// Adds or updates one member under ZADD's rules; returns what happened.
-    pub fn add(&mut self, member: &[u8], score: f64, f: AddFlags) -> AddOutcome {
+    pub fn add(
+        &mut self,
+        member: &[u8],
+        score: f64,
+        f: AddFlags,
+        lim: &EncodingLimits,
+    ) -> AddOutcome {
         let o = self.plan_add(member, score, f);
         match o {
             AddOutcome::Added(s) => {
-                self.insert(member, s);
+                self.insert(member, s, lim);
             }
             AddOutcome::Updated(s) => self.set_score(member, s),
             _ => {}
@@ -220,7 +226,9 @@ impl ZSetValue {
 
     /// Inserts a member with its score; a member already present gets the new score. A NaN
     /// score (which no command produces; a corrupt snapshot might) is refused: returns false.
-    pub fn insert(&mut self, member: &[u8], score: f64) -> bool {
+    /// A listpack that would pass `zset-max-listpack-entries`, or a member longer than
+    /// `zset-max-listpack-value`, converts to a skiplist first (redis `zsetAdd`).
+    pub fn insert(&mut self, member: &[u8], score: f64, lim: &EncodingLimits) -> bool {
         if score.is_nan() {
             return false;
         }
@@ -234,7 +242,7 @@ impl ZSetValue {
         }
         debug_assert_eq!(i as u32, pos);
         if self.listpack
-            && (self.table.len() > MAX_LISTPACK_ENTRIES || member.len() > MAX_LISTPACK_VALUE)
+            && (!lim.zset_fits_entries(self.table.len()) || !lim.zset_fits_value(member.len()))
         {
             self.listpack = false;
         }
@@ -488,9 +496,9 @@ impl ZSetValue {
 
     /// A zset built from a result (ZUNIONSTORE, ZRANGESTORE…): listpack-encoded when it fits
     /// the limits, as Redis converts a stored result (`zsetConvertToListpackIfNeeded`).
-    pub fn from_result(mut self) -> ZSetValue {
-        let fits = self.len() <= MAX_LISTPACK_ENTRIES
-            && self.table.keys().all(|m| m.len() <= MAX_LISTPACK_VALUE);
+    pub fn from_result(mut self, lim: &EncodingLimits) -> ZSetValue {
+        let fits = lim.zset_fits_entries(self.len())
+            && self.table.keys().all(|m| lim.zset_fits_value(m.len()));
         if fits && !self.listpack {
             self.listpack = true;
             // d2string text of -0 is "0".
@@ -504,6 +512,12 @@ impl ZSetValue {
             }
         }
         self
+    }
+
+    /// Converts to a skiplist for good (SORT does so to the zset it sorts: redis
+    /// `sortCommandGeneric` calls `zsetConvert(sortval, OBJ_ENCODING_SKIPLIST)`).
+    pub fn to_skiplist(&mut self) {
+        self.listpack = false;
     }
 
     /// A zset whose encoding is `skiplist` from the start (the unstored result of
@@ -551,6 +565,7 @@ pub fn as_zset_mut(v: &mut Value) -> Result<&mut ZSetValue, CmdError> {
 
 #[cfg(test)]
 mod tests {
+    const LIM: crate::types::EncodingLimits = crate::types::EncodingLimits::DEFAULT;
     use super::*;
 
     #[test]
@@ -559,18 +574,18 @@ mod tests {
         let f = AddFlags::default();
         for (i, m) in ["c", "a", "b", "d"].iter().enumerate() {
             assert_eq!(
-                z.add(m.as_bytes(), i as f64, f),
+                z.add(m.as_bytes(), i as f64, f, &LIM),
                 AddOutcome::Added(i as f64)
             );
         }
-        assert_eq!(z.add(b"a", 1.0, f), AddOutcome::Same(1.0));
-        assert_eq!(z.add(b"a", 5.0, f), AddOutcome::Updated(5.0));
+        assert_eq!(z.add(b"a", 1.0, f, &LIM), AddOutcome::Same(1.0));
+        assert_eq!(z.add(b"a", 5.0, f, &LIM), AddOutcome::Updated(5.0));
         assert_eq!(
-            z.add(b"a", 1.0, AddFlags { gt: true, ..f }),
+            z.add(b"a", 1.0, AddFlags { gt: true, ..f }, &LIM),
             AddOutcome::Nop
         );
         assert_eq!(
-            z.add(b"a", f64::NEG_INFINITY, AddFlags { incr: true, ..f }),
+            z.add(b"a", f64::NEG_INFINITY, AddFlags { incr: true, ..f }, &LIM),
             AddOutcome::Updated(f64::NEG_INFINITY)
         );
         assert_eq!(
@@ -589,7 +604,7 @@ mod tests {
         );
         z.check();
         assert_eq!(z.encoding(), "listpack");
-        z.add(&[b'x'; 65], 1.0, f);
+        z.add(&[b'x'; 65], 1.0, f, &LIM);
         assert_eq!(z.encoding(), "skiplist");
         z.remove(&[b'x'; 65]);
         assert_eq!(z.encoding(), "skiplist", "conversion is for good");
@@ -599,10 +614,10 @@ mod tests {
     #[test]
     fn insert_refuses_nan_and_updates_duplicates() {
         let mut z = ZSetValue::new(4);
-        assert!(!z.insert(b"a", f64::NAN));
+        assert!(!z.insert(b"a", f64::NAN, &LIM));
         assert!(z.is_empty());
-        assert!(z.insert(b"a", 1.0));
-        assert!(z.insert(b"a", 2.0));
+        assert!(z.insert(b"a", 1.0, &LIM));
+        assert!(z.insert(b"a", 2.0, &LIM));
         assert_eq!((z.len(), z.score(b"a")), (1, Some(2.0)));
         z.set_score(b"a", f64::NAN);
         assert_eq!(z.score(b"a"), Some(2.0));
@@ -613,16 +628,16 @@ mod tests {
     #[test]
     fn listpack_keeps_minus_zero_as_zero() {
         let mut z = ZSetValue::new(1);
-        z.add(b"a", -0.0, AddFlags::default());
+        z.add(b"a", -0.0, AddFlags::default(), &LIM);
         assert!(z.score(b"a").unwrap().is_sign_positive());
         let mut big = ZSetValue::new(1);
-        big.add(&[b'y'; 70], 1.0, AddFlags::default());
-        big.add(b"a", -0.0, AddFlags::default());
+        big.add(&[b'y'; 70], 1.0, AddFlags::default(), &LIM);
+        big.add(b"a", -0.0, AddFlags::default(), &LIM);
         assert!(big.score(b"a").unwrap().is_sign_negative());
         let small = big.clone();
         let mut small = small;
         small.remove(&[b'y'; 70]);
-        let stored = small.from_result();
+        let stored = small.from_result(&LIM);
         assert_eq!(stored.encoding(), "listpack");
         assert!(stored.score(b"a").unwrap().is_sign_positive());
         stored.check();
@@ -632,7 +647,7 @@ mod tests {
     fn many_members_convert_and_memory_is_exact() {
         let mut z = ZSetValue::new(5);
         for i in 0..129 {
-            z.insert(format!("m{i}").as_bytes(), i as f64);
+            z.insert(format!("m{i}").as_bytes(), i as f64, &LIM);
             assert_eq!(z.encoding(), if i < 128 { "listpack" } else { "skiplist" });
         }
         let before = z.mem_size();
@@ -669,7 +684,7 @@ mod tests {
                 let sc = if equal { 0.0 } else { rand(7) as f64 };
                 match rand(4) {
                     0 | 1 => {
-                        z.insert(m.as_bytes(), sc);
+                        z.insert(m.as_bytes(), sc, &LIM);
                     }
                     2 => {
                         z.remove(m.as_bytes());
@@ -711,7 +726,7 @@ mod tests {
     fn scan_visits_everything_under_deletes() {
         let mut z = ZSetValue::new(2);
         for i in 0..500 {
-            z.insert(format!("m{i}").as_bytes(), i as f64);
+            z.insert(format!("m{i}").as_bytes(), i as f64, &LIM);
         }
         let mut seen = std::collections::HashSet::new();
         let mut cursor = 0;

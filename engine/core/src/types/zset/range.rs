@@ -8,7 +8,7 @@ use super::cmd::{
     write_pos,
 };
 use super::score::{LexRange, ScoreRange};
-use super::{MAX_LISTPACK_ENTRIES, ZSetValue, as_zset};
+use super::{ZSetValue, as_zset};
 use crate::Engine;
 use crate::args::{self, int_arg};
 use crate::call::Call;
@@ -277,6 +277,7 @@ fn range_generic(
         By::Lex => Range::Lex(LexRange::parse(argv[minidx], argv[maxidx]).ok_or(ERR_LEX_RANGE)?),
         _ => Range::Rank(int_arg(argv[minidx])?, int_arg(argv[maxidx])?),
     };
+    let lim = e.config.encoding;
     // The seed of a ZRANGESTORE destination (drawn before the source is borrowed).
     let seed = if store.is_some() {
         e.ks.next_random()
@@ -297,13 +298,13 @@ fn range_generic(
         Some(dst) => {
             // Redis creates the destination as a skiplist when a rank range is known to
             // exceed the listpack limit, else as a listpack that converts while filling.
-            let mut out = if matches!(range, Range::Rank(..)) && sel.count > MAX_LISTPACK_ENTRIES {
+            let mut out = if matches!(range, Range::Rank(..)) && !lim.zset_fits_entries(sel.count) {
                 ZSetValue::new_skiplist(seed)
             } else {
                 ZSetValue::new(seed)
             };
             for (m, s) in items {
-                out.insert(m, s);
+                out.insert(m, s, &lim);
             }
             store_result(e, c, dst, out, "zrangestore");
         }

@@ -232,6 +232,7 @@ fn setop_generic(
         // scores are summed, so results match Redis to the last bit.
         srcs.sort_by_key(|(s, _)| s.len());
     }
+    let lim = e.config.encoding;
     let mut out = ZSetValue::new_skiplist(seed);
     let mut card: u64 = 0;
     match op {
@@ -252,7 +253,7 @@ fn setop_generic(
                     card += 1;
                     return limit == 0 || card < limit;
                 }
-                out.insert(m, score);
+                out.insert(m, score, &lim);
                 true
             });
         }
@@ -278,14 +279,14 @@ fn setop_generic(
                 });
             }
             for (m, s) in acc {
-                out.insert(m, s);
+                out.insert(m, s, &lim);
             }
         }
         SetOp::Diff => {
             let (first, _) = srcs[0];
             first.for_each(|m, s| {
                 if !srcs[1..].iter().any(|(src, _)| src.score(m).is_some()) {
-                    out.insert(m, s);
+                    out.insert(m, s, &lim);
                 }
                 true
             });
@@ -300,7 +301,7 @@ fn setop_generic(
             SetOp::Inter => "zinterstore",
             SetOp::Diff => "zdiffstore",
         };
-        store_result(e, c, dst, out.from_result(), event);
+        store_result(e, c, dst, out.from_result(&lim), event);
     } else {
         write_entries(&mut c.w(), out.len(), withscores, out.iter());
     }

@@ -159,3 +159,73 @@ fn a_failed_bgsave_refuses_writes_until_a_save_succeeds() {
     let _ = std::fs::remove_dir_all(&rdir);
     let _ = std::fs::remove_dir_all(&edir);
 }
+
+/// `rdb-key-save-delay` (issue 19, item 5: Redis's test knob, µs per key written) holds a
+/// BGSAVE open on redis-server and an engine alike: with 1 ms per key and 1,000 keys the save
+/// is still running after a round trip, a second BGSAVE is refused with Redis's text, and the
+/// save completes no sooner than the 1,000 sleeps allow; at 0 a save succeeds again.
+#[test]
+fn rdb_key_save_delay_holds_a_bgsave_open() {
+    let (rp, ep) = (free_port(), free_port());
+    let base = std::env::temp_dir().join(format!("save-delay-{}", std::process::id()));
+    let (rdir, edir) = (base.join("redis"), base.join("engine"));
+    for d in [&rdir, &edir] {
+        let _ = std::fs::remove_dir_all(d);
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let mut cmd = Command::new("redis-server");
+    cmd.args([
+        "--port",
+        &rp.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+    ])
+    .args(["--appendonly", "no", "--dir", rdir.to_str().unwrap()]);
+    let mut redis = Proc::spawn("save-delay-redis", cmd);
+    redis.wait_port(rp, Duration::from_secs(10));
+    let mut cmd = Command::new(recached_bin());
+    cmd.args(["server", "--port", &ep.to_string(), "--bind", "127.0.0.1"])
+        .args(["--dir", edir.to_str().unwrap()]);
+    let mut engine = Proc::spawn("save-delay-engine", cmd);
+    engine.wait_port(ep, Duration::from_secs(10));
+    for (who, port) in [("redis", rp), ("recached", ep)] {
+        let mut c = Resp::connect(port);
+        for i in 0..1000 {
+            assert_eq!(c.cmd_str(&["SET", &format!("k{i}"), "v"]), b"+OK\r\n");
+        }
+        assert_eq!(
+            c.cmd_str(&["CONFIG", "SET", "rdb-key-save-delay", "1000"]),
+            b"+OK\r\n",
+            "{who}"
+        );
+        let started = Instant::now();
+        let r = c.cmd_str(&["BGSAVE"]);
+        assert!(r.starts_with(b"+Background saving started"), "{who}: {r:?}");
+        assert_eq!(info_field(&mut c, "rdb_bgsave_in_progress"), "1", "{who}");
+        assert_eq!(
+            c.cmd_str(&["BGSAVE"]),
+            b"-ERR Background save already in progress\r\n",
+            "{who}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while info_field(&mut c, "rdb_bgsave_in_progress") != "0" {
+            assert!(Instant::now() < deadline, "{who}: BGSAVE did not finish");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(info_field(&mut c, "rdb_last_bgsave_status"), "ok", "{who}");
+        // 1,000 sleeps of 1 ms: a lower bound the delay guarantees (not a speed check).
+        assert!(
+            started.elapsed() >= Duration::from_millis(900),
+            "{who}: the save took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            c.cmd_str(&["CONFIG", "SET", "rdb-key-save-delay", "0"]),
+            b"+OK\r\n"
+        );
+        assert_eq!(bgsave(&mut c), "ok", "{who}");
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -319,12 +319,23 @@ impl<W: Write> Sink<W> {
 /// Serializes every live key of `e` (live at `now_ms`, Unix ms) to `out`, then flushes it.
 /// Allocates one output buffer up front and nothing per key, so a forked child can run it.
 pub fn write<W: Write>(e: &Engine, now_ms: u64, out: W) -> io::Result<WriteStats> {
+    write_paced(e, now_ms, out, &mut || {})
+}
+
+/// [`write`], calling `per_key` after each key written: the server's `rdb-key-save-delay`
+/// (Redis's test knob that slows a save down key by key, so tests can hold a save open).
+pub fn write_paced<W: Write>(
+    e: &Engine,
+    now_ms: u64,
+    out: W,
+    per_key: &mut dyn FnMut(),
+) -> io::Result<WriteStats> {
     let dbs: Vec<&Db> = (0..e.databases()).map(|n| e.db(n)).collect();
     let mut libs: Vec<Vec<u8>> = Vec::new();
     if let Some(host) = &e.scripting {
         host.library_codes(&mut |code| libs.push(code.to_vec()));
     }
-    write_dbs(&dbs, &libs, now_ms, out)
+    write_dbs(&dbs, &libs, now_ms, out, per_key)
 }
 
 fn write_dbs<W: Write>(
@@ -332,6 +343,7 @@ fn write_dbs<W: Write>(
     libs: &[Vec<u8>],
     now_ms: u64,
     out: W,
+    per_key: &mut dyn FnMut(),
 ) -> io::Result<WriteStats> {
     let mut s = Sink {
         inner: out,
@@ -416,6 +428,7 @@ fn write_dbs<W: Write>(
             Value::Stream(st) => write_stream(&mut s, st)?,
         }
         keys += 1;
+        per_key();
     }
     s.u8(TAG_END)?;
     s.u64(keys)?;

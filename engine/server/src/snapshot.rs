@@ -266,7 +266,21 @@ fn write_file(
         .create(true)
         .truncate(true)
         .open(tmp)?;
-    let st = format::write(engine, now_ms, &mut f)?;
+    // Redis's `rdb-key-save-delay` (`debugDelay`): tests hold a save open with it.
+    let delay = engine_core::cmd::config_stored::integer(&engine.config, "rdb-key-save-delay");
+    let mut n = 0u64;
+    let st = format::write_paced(engine, now_ms, &mut f, &mut || {
+        n += 1;
+        let usec = match delay {
+            0 => return,
+            d if d > 0 => d as u64,
+            // 1 µs for one key in -d (a cheap counter instead of Redis's rand()).
+            d => u64::from(n.is_multiple_of(d.unsigned_abs())),
+        };
+        if usec > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(usec));
+        }
+    })?;
     f.sync_all()?;
     drop(f);
     fs::rename(tmp, path)?;

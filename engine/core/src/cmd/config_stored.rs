@@ -10,7 +10,10 @@
 //! running redis-server's defaults (`scripts/gen-config-table.py`).
 //!
 //! Values differing from the default live in `Config::stored` (cloned with the rest of the
-//! configuration, so a failed multi-parameter CONFIG SET rolls them back too).
+//! configuration, so a failed multi-parameter CONFIG SET rolls them back too). One of them is
+//! read where it matters: `rdb-key-save-delay` (µs of sleep per key written by a save, a
+//! negative value -N meaning 1 µs for one key in N, as redis `debugDelay`), which the engine
+//! server applies to SAVE and BGSAVE ([`integer`]).
 
 use super::config_table::TABLE;
 use crate::args;
@@ -62,6 +65,13 @@ pub fn find(name: &[u8]) -> Option<&'static Stored> {
     TABLE
         .iter()
         .find(|s| args::is(name, s.name) || s.alias.is_some_and(|a| args::is(name, a)))
+}
+
+/// The current value of the integer parameter `name` (0 when unknown or not an integer).
+pub fn integer(config: &crate::Config, name: &str) -> i64 {
+    find(name.as_bytes())
+        .and_then(|s| crate::args::parse_i64(s.get(&config.stored).as_bytes()))
+        .unwrap_or(0)
 }
 
 /// Every name (and alias) of the table, in table order.

@@ -146,23 +146,10 @@ pub fn split_at_start(
 /// Hard-links a bad staged file to `<path>.corrupt-<ts>` (or `-N`); the file itself stays
 /// for the other engines. Returns what happened, for the log line.
 fn keep_aside(path: &Path, ts: u64) -> String {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    for n in 0..1000 {
-        let aside = if n == 0 {
-            path.with_file_name(format!("{name}.corrupt-{ts}"))
-        } else {
-            path.with_file_name(format!("{name}.corrupt-{ts}-{n}"))
-        };
-        match fs::hard_link(path, &aside) {
-            Ok(()) => return format!("kept as {}", aside.display()),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return format!("could not be kept aside: {e}"),
-        }
+    match crate::snapshot::link_aside(path, ts) {
+        Ok(aside) => format!("kept as {}", aside.display()),
+        Err(e) => format!("could not be kept aside: {e}"),
     }
-    "could not be kept aside: too many corrupt copies".into()
 }
 
 /// After an ordinary load: logs keys this engine holds but does not own (see the module docs).

@@ -230,6 +230,14 @@ pub fn load_at_start(
 
 /// Renames `path` to `path.corrupt-<ts>` (or `…-<ts>-N`), never replacing an existing file.
 fn move_aside(path: &Path, ts: u64) -> io::Result<PathBuf> {
+    let aside = link_aside(path, ts)?;
+    fs::remove_file(path)?;
+    Ok(aside)
+}
+
+/// Hard-links `path` to `path.corrupt-<ts>` (or `…-<ts>-N`, the first name free): a hard
+/// link fails if the target exists, where a rename would silently replace it.
+pub(crate) fn link_aside(path: &Path, ts: u64) -> io::Result<PathBuf> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -240,12 +248,8 @@ fn move_aside(path: &Path, ts: u64) -> io::Result<PathBuf> {
         } else {
             path.with_file_name(format!("{name}.corrupt-{ts}-{n}"))
         };
-        // A hard link fails if the target exists (rename would silently replace it).
         match fs::hard_link(path, &aside) {
-            Ok(()) => {
-                fs::remove_file(path)?;
-                return Ok(aside);
-            }
+            Ok(()) => return Ok(aside),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
         }

@@ -155,25 +155,7 @@ impl Fleet {
 
     /// `recached stop --dir DIR`, bounded; the supervisor must then have exited.
     fn stop(&mut self) {
-        let out = Command::new(recached_bin())
-            .args(["stop", "--dir"])
-            .arg(&self.dir)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "recached stop: {out:?}");
-        let mut sup = self.sup.take().expect("running");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while sup.is_running() {
-            assert!(
-                Instant::now() < deadline,
-                "supervisor did not exit:\n{}",
-                sup.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // Keep the supervisor log (engines' logs are in dir/logs).
-        let _ = std::fs::copy(&sup.log_path, self.dir.join("logs/supervisor-run.log"));
+        stop_fleet_and_wait(&self.dir, self.sup.take().expect("running"));
     }
 
     fn engine_log(&self, i: usize) -> String {

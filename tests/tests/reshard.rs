@@ -21,7 +21,7 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -129,24 +129,7 @@ impl Fleet {
 
     /// `recached stop --dir DIR`, bounded; the supervisor must then have exited.
     fn stop(&mut self) {
-        let out = Command::new(recached_bin())
-            .args(["stop", "--dir"])
-            .arg(&self.dir)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "recached stop: {out:?}");
-        let mut sup = self.sup.take().expect("running");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while sup.is_running() {
-            assert!(
-                Instant::now() < deadline,
-                "supervisor did not exit:\n{}",
-                sup.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = std::fs::copy(&sup.log_path, self.dir.join("logs/supervisor-run.log"));
+        stop_fleet_and_wait(&self.dir, self.sup.take().expect("running"));
     }
 
     fn staged(&self) -> Vec<String> {

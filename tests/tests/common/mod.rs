@@ -1003,3 +1003,26 @@ impl ClusterWithProxy {
         }
     }
 }
+
+/// `recached stop --dir DIR`, which must succeed; then waits (at most 20 s) for the
+/// supervisor `sup` to exit, and keeps its log as `DIR/logs/supervisor-run.log` (the engines'
+/// logs are already in `DIR/logs`).
+pub fn stop_fleet_and_wait(dir: &Path, mut sup: Proc) {
+    let out = Command::new(recached_bin())
+        .args(["stop", "--dir"])
+        .arg(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "recached stop: {out:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sup.is_running() {
+        assert!(
+            Instant::now() < deadline,
+            "supervisor did not exit:\n{}",
+            sup.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::copy(&sup.log_path, dir.join("logs/supervisor-run.log"));
+}

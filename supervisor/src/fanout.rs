@@ -57,6 +57,11 @@ pub struct FanoutArgs {
     /// arriving meanwhile share one write (default 2000; 0 = every loop iteration).
     #[arg(long)]
     pub flush_delay_us: Option<u64>,
+    /// How long the fan-out stays subscribed to the engines' keychange feeds after the last
+    /// browser left, in milliseconds (default 30000; 0 = leave at once). With no browser it
+    /// follows no feed, so the engines compute no effects.
+    #[arg(long)]
+    pub feed_linger_ms: Option<u64>,
 }
 
 pub fn run(args: FanoutArgs) -> Result<ExitCode> {
@@ -81,6 +86,7 @@ pub fn run(args: FanoutArgs) -> Result<ExitCode> {
         tls,
         total_queue_bytes: args.total_queue_bytes.unwrap_or(defaults.total_queue_bytes),
         flush_delay_us: args.flush_delay_us.unwrap_or(defaults.flush_delay_us),
+        feed_linger_ms: args.feed_linger_ms.unwrap_or(defaults.feed_linger_ms),
         ..defaults
     };
     recached_fanout::run_fanout(opts).map_err(|e| format!("fanout: {e}"))?;

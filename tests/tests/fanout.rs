@@ -12,6 +12,9 @@
 //! - bad input (malformed JSON, binary, oversized, invalid UTF-8 frames, unknown types, HTTP
 //!   garbage) gets an error or a close and the fan-out keeps serving;
 //! - 1,000 browsers connecting and dropping (some mid-handshake, some mid-snapshot);
+//! - no browser, no feed: the engines compute no effect until a browser subscribes, and again
+//!   once the last one left; a browser resuming after changes made meanwhile refetches, one
+//!   resuming when nothing changed is replayed from the ring;
 //! - databases: a browser subscribed with `db: 1` replicates database 1 only (snapshot,
 //!   keychanges, MOVE, SWAPDB, FLUSHDB, a resume), one without `db` database 0 only.
 //!
@@ -35,6 +38,8 @@ struct Fleet {
     fanout: Proc,
     proxy_port: u16,
     fanout_port: u16,
+    /// The engines' ports, in instance order.
+    engine_ports: Vec<u16>,
 }
 
 impl Fleet {
@@ -48,8 +53,14 @@ impl Fleet {
             .args(extra);
         let mut fanout = Proc::spawn("fanout", cmd);
         fanout.wait_port(fanout_port, START_TIMEOUT);
+        let engine_ports = cluster
+            .nodes
+            .split(',')
+            .map(|n| n.rsplit(':').next().unwrap().parse().unwrap())
+            .collect();
         Fleet {
             proxy_port: cluster.proxy_port,
+            engine_ports,
             _cluster: cluster,
             fanout,
             fanout_port,
@@ -985,6 +996,138 @@ fn a_thousand_browsers_connect_and_drop() {
         assert!(Instant::now() < deadline, "connections still open: {info}");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// `field` of `INFO` (default sections) on `port` (an engine, or the fan-out's RESP probe).
+fn info_u64(port: u16, field: &str) -> u64 {
+    let info = redis_cli(port, &["INFO"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("INFO on {port} has no {field}: {info}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Waits (bounded) until every engine reports `n` feed subscribers.
+fn wait_feed_subscribers(f: &Fleet, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while f
+        .engine_ports
+        .iter()
+        .any(|&p| info_u64(p, "feed_subscribers") != n)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "engines do not report {n} feed subscriber(s)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The browsers' positions as `resume` values.
+fn resume_of(pos: &[Option<(String, u64)>]) -> Vec<Value> {
+    pos.iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let (run, seq) = p.clone().unwrap();
+            json!({"instance": i, "run": run, "seq": seq})
+        })
+        .collect()
+}
+
+/// Issue 14 (the proxy's unpipelined SET paid for a feed nobody read): while no browser is
+/// subscribed the fan-out follows no feed, so the engines compute no effect (INFO
+/// `feed_subscribers` 0, `feed_effects` still); the first browser makes it subscribe and
+/// converges; once the last one left (`--feed-linger-ms 0`) it leaves the feeds again. A
+/// browser resuming when nothing changed meanwhile is replayed from the ring (no refetch);
+/// one resuming after writes nobody heard gets `must-refetch`, never a silent gap.
+#[test]
+fn no_feed_without_browsers_and_late_browsers_converge() {
+    let f = Fleet::start(&["--feed-linger-ms", "0"]);
+    for r in 0..5 {
+        write_mix(&f, "late:", r);
+    }
+    for &p in &f.engine_ports {
+        assert_eq!(info_u64(p, "feed_subscribers"), 0, "engine {p}");
+        assert_eq!(info_u64(p, "feed_effects"), 0, "engine {p}");
+    }
+    assert_eq!(info_u64(f.fanout_port, "browsers"), 0);
+    assert_eq!(info_u64(f.fanout_port, "engines_idle"), 2);
+    assert_eq!(info_u64(f.fanout_port, "feed_effects"), 0);
+
+    // The first browser: the fan-out subscribes, a snapshot, then keychanges.
+    let mut c = Client::subscribe(f.fanout_port, &["late:"], None);
+    c.sync(T);
+    assert_converged(&f, &mut c, "late:");
+    wait_feed_subscribers(&f, 1);
+    assert_eq!(info_u64(f.fanout_port, "engines_idle"), 0);
+    for r in 5..10 {
+        write_mix(&f, "late:", r);
+    }
+    c.drain(Duration::from_millis(300));
+    assert_converged(&f, &mut c, "late:");
+    assert!(
+        c.refetches.iter().all(|r| r == "initial"),
+        "{:?}",
+        c.refetches
+    );
+    assert!(info_u64(f.fanout_port, "feed_effects") > 0);
+
+    // The browser leaves (a new connection that has not subscribed does not count): the
+    // fan-out leaves the feeds. Nothing changes meanwhile: the resume joins the ring.
+    let pos = c.pos.clone();
+    drop(std::mem::replace(&mut c.ws, Ws::connect(f.fanout_port)));
+    wait_feed_subscribers(&f, 0);
+    assert_eq!(info_u64(f.fanout_port, "engines_idle"), 2);
+    c.refetches.clear();
+    c.pos = vec![None; 2];
+    c.send_subscribe(&["late:"], None, &resume_of(&pos));
+    c.sync(T);
+    c.drain(Duration::from_millis(300));
+    assert!(
+        c.refetches.is_empty(),
+        "resumed without refetch: {:?}",
+        c.refetches
+    );
+    write_mix(&f, "late:", 10);
+    c.drain(Duration::from_millis(300));
+    assert_converged(&f, &mut c, "late:");
+
+    // It leaves again and writes happen while nobody listens: no effect is computed, and the
+    // resume cannot join (the engines skipped a number): must-refetch, then converged.
+    let pos = c.pos.clone();
+    drop(std::mem::replace(&mut c.ws, Ws::connect(f.fanout_port)));
+    wait_feed_subscribers(&f, 0);
+    let effects: Vec<u64> = f
+        .engine_ports
+        .iter()
+        .map(|&p| info_u64(p, "feed_effects"))
+        .collect();
+    for r in 11..16 {
+        write_mix(&f, "late:", r);
+    }
+    for (&p, &n) in f.engine_ports.iter().zip(&effects) {
+        assert_eq!(
+            info_u64(p, "feed_effects"),
+            n,
+            "engine {p}: effects while unsubscribed"
+        );
+    }
+    c.refetches.clear();
+    c.pos = vec![None; 2];
+    c.send_subscribe(&["late:"], None, &resume_of(&pos));
+    c.sync(T);
+    c.drain(Duration::from_millis(300));
+    assert!(
+        !c.refetches.is_empty() && c.refetches.iter().all(|r| r == "cannot-resume"),
+        "{:?}",
+        c.refetches
+    );
+    assert_converged(&f, &mut c, "late:");
+    write_mix(&f, "late:", 16);
+    c.drain(Duration::from_millis(300));
+    assert_converged(&f, &mut c, "late:");
 }
 
 // ---------------------------------------------------------------------------------------

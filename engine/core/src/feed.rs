@@ -65,6 +65,9 @@ pub struct Feed {
     subs: Vec<Subscriber>,
     /// Sequence number of the last effect produced.
     seq: u64,
+    /// Effects produced (encoded) since start (INFO `feed_effects`): stays put while nobody
+    /// subscribes.
+    effects: u64,
     /// `Keyspace::dirty` when the last subscriber left (see *Sequence numbers*).
     dirty_when_deaf: u64,
     /// The frame being encoded (reused).
@@ -91,6 +94,11 @@ impl Feed {
         self.seq
     }
 
+    /// Effects produced since start.
+    pub fn effects(&self) -> u64 {
+        self.effects
+    }
+
     /// Number of subscribed connections.
     pub fn subscribers(&self) -> usize {
         self.subs.len()
@@ -113,6 +121,7 @@ impl Feed {
         args: &[&[u8]],
     ) {
         self.seq += 1;
+        self.effects += 1;
         let mut seq_buf = itoa::Buffer::new();
         let seq = seq_buf.format(self.seq).as_bytes();
         let frame = &mut self.scratch;

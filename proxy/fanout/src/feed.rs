@@ -3,8 +3,9 @@
 //!
 //! # Wire (engine side: docs/feed.md)
 //!
-//! The fan-out sends `FEED SUBSCRIBE` once per connection; the engine answers
-//! `["subscribed", <run_id>, <seq>]` and then streams every effect as
+//! A link connects only while some browser needs the feed ([`Link::wake`], [`Link::sleep`]:
+//! the server's *Idle feeds*). The fan-out sends `FEED SUBSCRIBE` once per connection; the
+//! engine answers `["subscribed", <run_id>, <seq>]` and then streams every effect as
 //! `["effect", <seq>, <arg0>, …]` (database 0) or `["effect-db", <seq>, <db>, <arg0>, …]`
 //! (any other database), RESP2 arrays of bulk strings, `seq` decimal, contiguous across all
 //! databases. `FEED SNAPSHOT <id> <prefix>…` (database 0) and
@@ -259,6 +260,9 @@ impl Ring {
 /// Connection state of a feed link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkState {
+    /// Not connected on purpose: no browser needs this feed (see *Idle feeds* in the server's
+    /// module doc). Nothing is scheduled until [`Link::wake`].
+    Idle,
     /// Not connected; the next attempt is due at this time.
     Down(Instant),
     /// Connecting; abandoned at this deadline.
@@ -292,7 +296,7 @@ impl Link {
     pub fn new(addr: SocketAddr) -> Link {
         Link {
             addr,
-            state: LinkState::Down(Instant::now()),
+            state: LinkState::Idle,
             stream: None,
             rbuf: Vec::new(),
             wbuf: Vec::new(),
@@ -336,6 +340,33 @@ impl Link {
                 self.down(registry, now);
             }
         }
+    }
+
+    /// Someone needs the feed: an idle link connects at once (a link in any other state is
+    /// already connecting or connected).
+    pub fn wake(&mut self, registry: &Registry, token: Token, now: Instant) {
+        if self.state == LinkState::Idle {
+            self.backoff = BACKOFF_MIN;
+            self.state = LinkState::Down(now);
+            self.maybe_connect(registry, token, now);
+        }
+    }
+
+    /// Nobody needs the feed: closes the connection (the engine unsubscribes it and stops
+    /// computing effects once it has no subscriber left) and schedules nothing. `run`, `seq`
+    /// and the ring are kept: if the engine's keyspace does not change meanwhile, its next
+    /// `subscribed` carries the same run and seq and the ring still joins (docs/feed.md: a
+    /// change while nobody subscribes makes the engine skip a number, so the ring is cleared
+    /// then).
+    pub fn sleep(&mut self, registry: &Registry) {
+        if let Some(mut s) = self.stream.take() {
+            let _ = registry.deregister(&mut s);
+        }
+        self.rbuf = Vec::new();
+        self.wbuf = Vec::new();
+        self.pending = false;
+        self.backoff = BACKOFF_MIN;
+        self.state = LinkState::Idle;
     }
 
     /// Closes the connection and schedules a reconnect.
@@ -664,7 +695,12 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut poll = mio::Poll::new().unwrap();
         let mut link = Link::new(listener.local_addr().unwrap());
-        link.maybe_connect(poll.registry(), Token(0), Instant::now());
+        assert_eq!(
+            link.state,
+            LinkState::Idle,
+            "a link connects only when woken"
+        );
+        link.wake(poll.registry(), Token(0), Instant::now());
         // Room for the whole burst in the link's socket, so that reads can hit the budget.
         let sock = link.stream.as_ref().unwrap();
         nix::sys::socket::setsockopt(sock, nix::sys::socket::sockopt::RcvBuf, &(8 << 20)).unwrap();

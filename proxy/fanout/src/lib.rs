@@ -11,6 +11,10 @@
 //!                  HTTP GET / , /recached.js, /recached.wasm, /demo.*  (same port)
 //! ```
 //!
+//! The links are connected (subscribed) only while at least one browser is subscribed, and
+//! for `feed_linger_ms` after the last one left: with no browser the engines compute no
+//! effects at all (server.rs, *Idle feeds*).
+//!
 //! # Layout
 //!
 //! - [`protocol`]: the browser wire protocol (JSON text frames; docs/browser-protocol.md):
@@ -101,6 +105,11 @@ pub struct FanoutOptions {
     /// Most browser and HTTP connections at once (both ports together); more are closed on
     /// accept.
     pub max_connections: usize,
+    /// How long the feed links stay subscribed after the last browser left, ms (0 = leave
+    /// at once). While no browser is subscribed the fan-out follows no feed, so the engines
+    /// compute no effects; a browser that reconnects within this time resumes from the ring
+    /// without a refetch. See server.rs, *Idle feeds*.
+    pub feed_linger_ms: u64,
     /// HTTPS + wss:// (`--tls-port`, `--tls-cert-file`, …, the engines' names); `port` 0 =
     /// none. Client certificates are checked as on the engines (`tls_auth_clients`).
     pub tls: recached_net::tls::TlsOptions,
@@ -121,6 +130,7 @@ impl Default for FanoutOptions {
             total_queue_bytes: 1 << 30,
             flush_delay_us: 2_000,
             max_connections: 16_000,
+            feed_linger_ms: 30_000,
             tls: recached_net::tls::TlsOptions::default(),
         }
     }

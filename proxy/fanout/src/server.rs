@@ -15,6 +15,24 @@
 //! 4. Timers: feed reconnects, heartbeats, stale HTTP/handshake/closing connections, retries
 //!    of snapshots that could not be requested.
 //!
+//! # Idle feeds
+//!
+//! The fan-out follows the engines' feeds only while some browser needs them: a feed link
+//! connects (`FEED SUBSCRIBE`) when the first browser subscribes, and is closed once no
+//! subscribed browser has been connected for `--feed-linger-ms` (default 30 s, so that a
+//! reload or a reconnect within that time still resumes from the ring). An engine with no
+//! feed subscriber computes no effect at all (docs/feed.md, *Costs when nobody subscribes*),
+//! so a fleet whose fan-out serves nobody pays nothing for the feed, in the engines or here.
+//!
+//! Nothing is lost by this. A browser that subscribes while the links are idle waits
+//! (`Waiting`/`Resume`) for its link to be live like after any feed reconnect, then gets a
+//! snapshot, or a replay from the ring. The ring, `run` and `seq` outlive the idle time: if the
+//! engine's keyspace did not change meanwhile, its `subscribed` repeats the same run and seq
+//! and the ring still joins; if it changed, the engine skips one sequence number at the
+//! subscribe (docs/feed.md), the position no longer joins, the ring is cleared and resumes
+//! get `must-refetch`. INFO on the port reports `browsers` (subscribed browsers),
+//! `engines_idle` and `feed_effects` (effects received since start).
+//!
 //! Connections come from the plain port, the TLS port ([`crate::tls::Sock`]: HTTPS and
 //! wss://), or both; past `accept` the two are handled by the same code.
 //!
@@ -151,6 +169,13 @@ pub struct Server {
     stats: Stats,
     next_heartbeat: Instant,
     feed_msgs: Vec<FeedMsg>,
+    /// Browsers that sent `subscribe` and are not closed yet: the feed links are needed
+    /// while this is not zero (module doc, *Idle feeds*).
+    subscribed: usize,
+    /// When `subscribed` last fell to zero (`None` while it is not zero).
+    unneeded_since: Option<Instant>,
+    /// How long the links stay subscribed after the last browser left.
+    feed_linger: Duration,
 }
 
 /// Counters for the RESP `INFO` probe (and benchmarks: µs per write = CPU time / `writes`).
@@ -164,6 +189,8 @@ struct Stats {
     bytes: u64,
     /// Browsers resynced because the total queued bytes passed the cap.
     shed: u64,
+    /// Effects received from the engines' feeds.
+    effects: u64,
 }
 
 impl Server {
@@ -221,6 +248,10 @@ impl Server {
             stats: Stats::default(),
             next_heartbeat: Instant::now() + heartbeat,
             feed_msgs: Vec::new(),
+            subscribed: 0,
+            // No browser yet: the links stay idle (they start so) until one subscribes.
+            unneeded_since: Some(Instant::now()),
+            feed_linger: Duration::from_millis(opts.feed_linger_ms),
         })
     }
 
@@ -367,6 +398,12 @@ impl Server {
             }
             Conn::Ws(mut b) => {
                 let _ = self.poll.registry().deregister(&mut b.ws.get_mut().inner);
+                if b.prefixes.is_some() {
+                    self.subscribed -= 1;
+                    if self.subscribed == 0 {
+                        self.unneeded_since = Some(Instant::now());
+                    }
+                }
                 if let Some(p) = &b.prefixes
                     && let Some(index) = self.index.get_mut(&b.db)
                 {
@@ -441,15 +478,22 @@ impl Server {
         if http::is_resp(&h.buf) {
             // A supervisor health check or `recached status` probe: answer in RESP.
             let info = format!(
-                "# Fanout\r\nconnections:{}\r\nengines:{}\r\nengines_live:{}\r\n\
+                "# Fanout\r\nconnections:{}\r\nbrowsers:{}\r\nengines:{}\r\nengines_live:{}\r\n\
+                 engines_idle:{}\r\nfeed_effects:{}\r\n\
                  flush_rounds:{}\r\nwire_writes:{}\r\nwire_bytes:{}\r\nqueued_bytes:{}\r\n\
                  queue_shed:{}\r\n",
                 self.conns.len(),
+                self.subscribed,
                 self.links.len(),
                 self.links
                     .iter()
                     .filter(|l| l.state == LinkState::Live)
                     .count(),
+                self.links
+                    .iter()
+                    .filter(|l| l.state == LinkState::Idle)
+                    .count(),
+                self.stats.effects,
                 self.stats.rounds,
                 self.stats.writes,
                 self.stats.bytes,
@@ -710,6 +754,10 @@ impl Server {
                 b.prefixes = Some(effective.clone());
                 b.db = db;
                 self.index.entry(db).or_default().insert(&effective, idx);
+                self.subscribed += 1;
+                if self.subscribed == 1 {
+                    self.wake_links();
+                }
                 self.push(
                     idx,
                     protocol::subscribed(&effective, db).into(),
@@ -743,7 +791,12 @@ impl Server {
 
     fn link_down(&mut self, i: usize) {
         let now = Instant::now();
-        self.links[i].down(self.poll.registry(), now);
+        if self.subscribed == 0 {
+            // Nobody to reconnect for (module doc, *Idle feeds*).
+            self.links[i].sleep(self.poll.registry());
+        } else {
+            self.links[i].down(self.poll.registry(), now);
+        }
         self.pending_snaps[i].clear();
         // Snapshots in flight died with the connection; partial entries may have been
         // relayed, so those browsers refetch once the link is back.
@@ -790,7 +843,10 @@ impl Server {
                     }
                 }
             }
-            FeedMsg::Effect { seq, db, args } => self.relay_effect(i, seq, db, args),
+            FeedMsg::Effect { seq, db, args } => {
+                self.stats.effects += 1;
+                self.relay_effect(i, seq, db, args);
+            }
             FeedMsg::Overflow { seq } => {
                 log::warn!(
                     "fanout: instance {i}: the engine dropped effects for us (overflow at {seq}): browsers refetch"
@@ -814,10 +870,49 @@ impl Server {
         }
     }
 
+    /// The first browser subscribed: every idle link connects and subscribes (module doc,
+    /// *Idle feeds*). Browsers wait for their links as after a feed reconnect.
+    fn wake_links(&mut self) {
+        self.unneeded_since = None;
+        let now = Instant::now();
+        for (i, l) in self.links.iter_mut().enumerate() {
+            if l.state == LinkState::Idle {
+                log::info!(
+                    "fanout: instance {i}: a browser subscribed: following {}",
+                    l.addr
+                );
+            }
+            l.wake(self.poll.registry(), Token(LINK_BASE + i), now);
+        }
+    }
+
+    /// No browser for `feed_linger`: every link unsubscribes (closes), so the engines stop
+    /// computing effects.
+    fn sleep_links(&mut self) {
+        debug_assert_eq!(self.subscribed, 0);
+        for i in 0..self.links.len() {
+            if self.links[i].state == LinkState::Idle {
+                continue;
+            }
+            log::info!(
+                "fanout: instance {i}: no browser subscribed: leaving the feed of {}",
+                self.links[i].addr
+            );
+            self.links[i].sleep(self.poll.registry());
+            // Nothing waits on this link's replies any more (no browser is left to own them).
+            self.pending_snaps[i].clear();
+        }
+    }
+
     // -----------------------------------------------------------------------------------
     // Timers
 
     fn tick(&mut self, now: Instant) {
+        if let Some(since) = self.unneeded_since
+            && now.saturating_duration_since(since) >= self.feed_linger
+        {
+            self.sleep_links();
+        }
         for i in 0..self.links.len() {
             self.links[i].tick(self.poll.registry(), now);
             self.links[i].maybe_connect(self.poll.registry(), Token(LINK_BASE + i), now);

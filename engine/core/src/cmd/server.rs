@@ -253,6 +253,9 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 );
                 line("tracking_clients", &e.tracking.clients());
                 line("clients_in_timeout_table", &0);
+                // recached: keychange feed connections (docs/feed.md; the fan-out while it
+                // serves browsers).
+                line("feed_subscribers", &e.feed.subscribers());
             }
             "memory" => {
                 let rss = e.host.rss_bytes;
@@ -308,6 +311,8 @@ fn info_text(e: &mut Engine, now_us: u64, want: &[bool]) -> String {
                 line("tracking_total_keys", &e.tracking.total_keys());
                 line("tracking_total_items", &e.tracking.total_items());
                 line("tracking_total_prefixes", &e.tracking.total_prefixes());
+                // recached: keychange feed effects produced (none while nobody subscribes).
+                line("feed_effects", &e.feed.effects());
                 line(
                     "migrate_cached_sockets",
                     &e.migrate.as_ref().map_or(0, |m| m.cached()),

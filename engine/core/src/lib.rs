@@ -83,6 +83,7 @@ pub mod lazyfree;
 pub mod monitor;
 pub mod notify;
 pub mod pause;
+pub mod txlock;
 pub mod script;
 pub mod slot;
 pub mod slowlog;

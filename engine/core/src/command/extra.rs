@@ -9,6 +9,8 @@
 //! - `FEED`: the keychange feed (docs/feed.md, `crate::feed`).
 //! - `PUBLISHLOCAL`: a PUBLISH another engine of the cluster forwards (docs/cluster.md,
 //!   `crate::cmd::pubsub`): delivered to this engine's subscribers only, never forwarded.
+//! - `TXLOCK`, `TXUNLOCK`: key locks of a transaction spanning engines, taken by the proxy
+//!   (docs/transactions.md, `crate::txlock`).
 
 use super::handlers as h;
 use super::{CommandSpec, Flags, Val};
@@ -214,6 +216,67 @@ pub static EXTRA: &[CommandSpec] = &[
                     "O(N+M) where N is the number of clients subscribed to the receiving channel and M is the total amount of subscribed patterns (by any client).",
                 ),
             ),
+        ]),
+    },
+    CommandSpec {
+        name: "txlock",
+        arity: 2,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::FAST),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@fast", "@dangerous", "@transaction"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txlock),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Lock the keys of this connection's queued transaction and WATCH for at most \
+                     timeout milliseconds (internal: sent by the proxy for transactions spanning \
+                     engines, docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("transactions")),
+            ("complexity", Val::Str("O(N) where N is the number of keys to lock.")),
+        ]),
+    },
+    CommandSpec {
+        name: "txunlock",
+        arity: 1,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::FAST),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@fast", "@dangerous", "@transaction"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txunlock),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Release the keys this connection locked with TXLOCK (internal, \
+                     docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("transactions")),
+            ("complexity", Val::Str("O(N) where N is the number of keys locked.")),
         ]),
     },
 ];

@@ -192,6 +192,7 @@ pub use crate::cmd::pubsub::psubscribe;
 pub use crate::cmd::keys::pttl;
 pub use crate::cmd::pubsub::publish_cmd as publish;
 pub use crate::cmd::pubsub::publishlocal;
+pub use crate::txlock::{txlock, txunlock};
 pub use crate::cmd::pubsub::pubsub_channels;
 pub use crate::cmd::pubsub::pubsub_help;
 pub use crate::cmd::pubsub::pubsub_numpat;

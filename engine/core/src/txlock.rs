@@ -1,0 +1,258 @@
+//! Key locks for transactions that span engines (docs/transactions.md).
+//!
+//! The proxy runs a `MULTI` whose commands live on several engines as one transaction per
+//! engine, each on the client's own connection to that engine. To make the whole atomic it
+//! first takes, engine by engine in ascending engine order, a lock on every key that engine's
+//! part reads or writes, then sends every `EXEC` and releases each engine's locks right after
+//! its `EXEC` (two-phase locking: no lock is taken after the first is released, so any
+//! interleaving with other clients is equivalent to a serial one).
+//!
+//! | command | does | reply |
+//! |---|---|---|
+//! | `TXLOCK timeout-ms` | locks the keys of this connection's queued transaction (their key specs, in its database) and of its WATCH; waits while another connection holds one of them | `:flags`: 1 = a watched key changed (EXEC would answer a null), 2 = the transaction is flagged by a queueing error (EXEC would answer EXECABORT); 0 = EXEC will run |
+//! | `TXUNLOCK` | releases this connection's locks | `+OK` |
+//!
+//! Both run at once inside MULTI (like WATCH), need `@admin`, and are refused in scripts.
+//!
+//! **While a key is locked** by a connection, another connection's command is not run but
+//! postponed (as under CLIENT PAUSE: it stays in its input and the connection counts as
+//! blocked) until the lock is released, if it would touch a locked key: its own keys, the
+//! queued commands' keys for EXEC, and — because their keys are not all known —
+//! any script (EVAL, EVALSHA, FCALL) and any keyless write (FLUSHALL, FLUSHDB, SWAPDB).
+//! Keys are locked per (database, key), as WATCH watches them.
+//!
+//! **Bounds.** A lock lasts at most `timeout-ms` (the proxy asks for seconds, where a
+//! transaction takes microseconds): past it the engine releases it and refuses the holder's
+//! next command, whatever it is, with [`EXPIRED`] (its MULTI and WATCH are dropped) until it
+//! sends `TXUNLOCK`, so a late `EXEC` never runs unprotected. A holder's connection closing
+//! releases its locks.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::call::Call;
+use crate::command::{CommandSpec, Flags};
+use crate::error::CmdError;
+use crate::{Client, Delivery, Engine};
+
+/// The error a connection whose lock expired gets until it sends `TXUNLOCK`.
+pub const EXPIRED: &str =
+    "ERR transaction lock expired before the transaction ran (TXLOCK timeout); send TXUNLOCK";
+
+/// Longest lock a `TXLOCK` may ask for, in milliseconds.
+pub const MAX_TIMEOUT_MS: i64 = 60_000;
+
+#[derive(Debug, Default)]
+pub struct Locks {
+    /// Qualified key (`keyspace::qualify`) → holding connection.
+    by_key: HashMap<Box<[u8]>, u64>,
+    holders: HashMap<u64, Holder>,
+    /// Connections postponed by a lock, in the order they were postponed.
+    postponed: Vec<u64>,
+    /// Holders whose lock expired: refused until `TXUNLOCK`.
+    expired: HashSet<u64>,
+}
+
+#[derive(Debug)]
+struct Holder {
+    keys: Vec<Box<[u8]>>,
+    deadline_us: u64,
+}
+
+impl Locks {
+    /// Whether any lock is held or any holder must be told its lock expired: the
+    /// dispatcher's one test on the hot path.
+    #[inline]
+    pub fn active(&self) -> bool {
+        !self.holders.is_empty() || !self.expired.is_empty()
+    }
+
+    /// Number of keys locked.
+    pub fn locked_keys(&self) -> usize {
+        self.by_key.len()
+    }
+
+    fn locked_by_other(&self, q: &[u8], me: u64) -> bool {
+        self.by_key.get(q).is_some_and(|&h| h != me)
+    }
+
+    fn other_holder(&self, me: u64) -> bool {
+        self.holders.keys().any(|&h| h != me)
+    }
+}
+
+/// What the dispatcher does with a command while [`Locks::active`].
+pub enum Verdict {
+    Run,
+    /// Wait for a lock to be released.
+    Postpone,
+    /// This connection's lock expired: refuse with [`EXPIRED`].
+    Expired,
+}
+
+/// The dispatcher's check, before MULTI queueing (commands run by EXEC and scripts are never
+/// checked: their transaction or script already passed).
+pub fn check(
+    e: &mut Engine,
+    client: &mut Client,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    now_us: u64,
+) -> Verdict {
+    expire(e, now_us);
+    if e.locks.expired.contains(&client.id) {
+        if spec.name == "txunlock" {
+            return Verdict::Run;
+        }
+        crate::cmd::tx::reset_client(e, client);
+        return Verdict::Expired;
+    }
+    if e.locks.holders.is_empty() {
+        return Verdict::Run;
+    }
+    // Queued, not run: checked at EXEC.
+    if client.tx.in_multi() && !crate::cmd::tx::runs_inside_multi(spec.name) {
+        return Verdict::Run;
+    }
+    let me = client.id;
+    let conflicts = match spec.name {
+        "txlock" => wanted_keys(e, client)
+            .iter()
+            .any(|q| e.locks.locked_by_other(q, me)),
+        "exec" => client.tx.queued_commands().any(|cmd| {
+            let args: Vec<&[u8]> = cmd.iter().map(Vec::as_slice).collect();
+            crate::dispatch::resolve(&args)
+                .is_ok_and(|(spec, _)| touches_locked(e, spec, &args, client.db, me))
+        }),
+        _ => touches_locked(e, spec, argv, client.db, me),
+    };
+    if conflicts {
+        if !e.locks.postponed.contains(&me) {
+            e.locks.postponed.push(me);
+        }
+        Verdict::Postpone
+    } else {
+        Verdict::Run
+    }
+}
+
+/// Whether running `argv` could read or write a key another connection holds locked.
+fn touches_locked(e: &Engine, spec: &CommandSpec, argv: &[&[u8]], db: usize, me: u64) -> bool {
+    if matches!(
+        spec.name,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
+    ) {
+        return e.locks.other_holder(me);
+    }
+    if !spec.has_keys() {
+        return spec.has_flag(Flags::WRITE) && e.locks.other_holder(me);
+    }
+    crate::command::keys(spec, argv)
+        .positions()
+        .any(|pos| e.locks.locked_by_other(&crate::keyspace::qualify(db, argv[pos]), me))
+}
+
+/// The keys `TXLOCK` locks for `client`: its watched keys and its queued commands' keys.
+fn wanted_keys(e: &Engine, client: &Client) -> Vec<Box<[u8]>> {
+    let mut keys = crate::cmd::tx::watched_keys(e, client.id);
+    for cmd in client.tx.queued_commands() {
+        let args: Vec<&[u8]> = cmd.iter().map(Vec::as_slice).collect();
+        let Ok((spec, _)) = crate::dispatch::resolve(&args) else {
+            continue;
+        };
+        if !spec.has_keys() {
+            continue;
+        }
+        for pos in crate::command::keys(spec, &args[..]).positions() {
+            keys.push(crate::keyspace::qualify(client.db, args[pos]));
+        }
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// `TXLOCK timeout-ms` (module docs). The dispatcher has postponed it while a key it wants
+/// is held by another connection.
+pub fn txlock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let timeout = resp::parse_i64(c.argv[1])
+        .filter(|t| (1..=MAX_TIMEOUT_MS).contains(t))
+        .ok_or(CmdError::Static(
+            "ERR TXLOCK timeout must be an integer of milliseconds from 1 to 60000",
+        ))?;
+    let keys = wanted_keys(e, c.client);
+    let me = c.client.id;
+    let deadline_us = c.now_us + timeout as u64 * 1000;
+    let holder = e.locks.holders.entry(me).or_insert(Holder {
+        keys: Vec::new(),
+        deadline_us,
+    });
+    holder.deadline_us = deadline_us;
+    for q in keys {
+        if e.locks.by_key.insert(q.clone(), me).is_none() {
+            holder.keys.push(q);
+        }
+    }
+    let mut flags = 0;
+    if crate::cmd::tx::watch_would_fail(e, c.client, c.now_ms) {
+        flags |= 1;
+    }
+    if c.client.tx.flagged() {
+        flags |= 2;
+    }
+    c.w().integer(flags);
+    Ok(())
+}
+
+/// `TXUNLOCK` → `+OK`: releases this connection's locks (and forgets an expired one).
+pub fn txunlock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    e.locks.expired.remove(&c.client.id);
+    release(e, c.client.id);
+    c.w().ok();
+    Ok(())
+}
+
+/// Releases `client_id`'s locks and hands every postponed connection back to the server.
+fn release(e: &mut Engine, client_id: u64) {
+    let Some(h) = e.locks.holders.remove(&client_id) else {
+        return;
+    };
+    for q in h.keys {
+        e.locks.by_key.remove(&q);
+    }
+    for id in std::mem::take(&mut e.locks.postponed) {
+        e.deliveries.push(Delivery {
+            client_id: id,
+            bytes: Vec::new(),
+            unblock: true,
+        });
+    }
+}
+
+/// Locks past their deadline are released; their holders are refused until `TXUNLOCK`.
+fn expire(e: &mut Engine, now_us: u64) {
+    let late: Vec<u64> = e
+        .locks
+        .holders
+        .iter()
+        .filter(|(_, h)| now_us >= h.deadline_us)
+        .map(|(&id, _)| id)
+        .collect();
+    for id in late {
+        e.locks.expired.insert(id);
+        release(e, id);
+    }
+}
+
+/// Each cron tick.
+pub fn cron(e: &mut Engine, now_us: u64) {
+    if !e.locks.holders.is_empty() {
+        expire(e, now_us);
+    }
+}
+
+/// The connection is gone: its locks are released.
+pub fn client_closed(e: &mut Engine, client_id: u64) {
+    e.locks.postponed.retain(|&id| id != client_id);
+    e.locks.expired.remove(&client_id);
+    release(e, client_id);
+}

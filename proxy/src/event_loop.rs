@@ -712,7 +712,7 @@ impl Proxy {
             return;
         }
         c.conns.retain(|&(_, cid)| cid != id);
-        if c.session.subs.active() || c.session.monitor || c.session.tx.pinned == Some(d.instance) {
+        if c.session.subs.active() || c.session.monitor || c.session.tx.involves(d.instance) {
             log::warn!(
                 "client {}: lost its dedicated connection to instance {} ({why}); \
                  closing it (its transaction or subscriptions are gone)",
@@ -894,6 +894,7 @@ impl Proxy {
             conns,
             lane,
             spread,
+            coord,
             wait_lane,
             last_request,
             ..
@@ -914,6 +915,7 @@ impl Proxy {
             conns,
             lane,
             spread,
+            coord,
         };
         let out_before = me.replies.unsent();
         let mut parsed = false;
@@ -1058,6 +1060,20 @@ impl Proxy {
             let Some(c) = self.clients.get_mut(token) else {
                 continue;
             };
+            if let Some(co) = c.coord.as_mut()
+                && !co.outbox.is_empty()
+                && let Some(done) = crate::exec::send_outbox(
+                    co,
+                    token,
+                    c.id,
+                    &mut self.dedicated,
+                    &mut self.dirty_dedicated,
+                )
+            {
+                let seq = co.seq;
+                c.coord = None;
+                c.replies.fill(seq, 0, &done);
+            }
             for f in std::mem::take(&mut c.replies.followups) {
                 let b = &mut self.backends[f.instance];
                 if b.accepts() {
@@ -1159,6 +1175,23 @@ fn deliver(
         return;
     };
     if c.id != w.client_id {
+        return;
+    }
+    // A step of an EXEC spanning instances (`crate::coord`): the slot is filled once the
+    // coordinator has the reply.
+    if let Some(co) = c.coord.as_mut()
+        && co.seq == w.seq
+        && (crate::coord::COORD_PART..UNBLOCK_PART).contains(&w.part)
+    {
+        match co.answered(w.part, reply) {
+            Some(done) => {
+                c.coord = None;
+                c.replies.fill(w.seq, 0, &done);
+                mark(&mut c.dirty, dirty_clients, w.token);
+            }
+            None if !co.outbox.is_empty() => followups.push(w.token),
+            None => {}
+        }
         return;
     }
     // A part (or a `CLIENT UNBLOCK`) of a blocking read over several instances.

@@ -79,6 +79,7 @@ use std::time::Instant;
 use mio::Registry;
 
 use crate::auth::Gate;
+use crate::coord::Coord;
 use crate::backend::Backend;
 use crate::client::{Replies, Waiter};
 use crate::dedicated::{self, Dedicated, Lane};
@@ -112,6 +113,8 @@ pub(crate) struct Me<'a> {
     pub(crate) lane: &'a mut Lane,
     /// Its blocking read over several instances in progress (`crate::spread`).
     pub(crate) spread: &'a mut Option<Spread>,
+    /// Its EXEC spanning instances in progress (`crate::coord`).
+    pub(crate) coord: &'a mut Option<Coord>,
 }
 
 impl Me<'_> {
@@ -250,12 +253,20 @@ fn in_transaction<A: Args + ?Sized>(
     // state kept to be restored.
     let before = (me.replies.pending_len() > 0).then(|| me.session.tx.clone());
     let step = me.session.tx.step(args, raw, &ctx.fleet.up);
-    let target = match &step {
-        Step::Send { instance, .. } | Step::ExecAbort { instance } => Some(*instance),
+    // A transaction on one instance takes its dedicated connection; one spanning instances
+    // takes the connections to each (`crate::coord`).
+    let lane = match &step {
+        Step::Send { .. } if me.session.tx.spans_many() => Some(Lane::Spread),
+        Step::Send { instance, .. } | Step::ExecAbort { instance } => {
+            Some(Lane::Dedicated(*instance))
+        }
+        Step::SendParts { .. } | Step::Coordinate { .. } | Step::EndAll { .. } => {
+            Some(Lane::Spread)
+        }
         _ => None,
     };
-    if let Some(i) = target
-        && !me.enter_lane(Lane::Dedicated(i))
+    if let Some(lane) = lane
+        && !me.enter_lane(lane)
     {
         if let Some(before) = before {
             me.session.tx = before; // decided again once the lane is free
@@ -273,7 +284,7 @@ fn in_transaction<A: Args + ?Sized>(
             // Between WATCH and MULTI, requests for the watched instance use its
             // connection (no lane switch, and reads see what WATCH saw).
             let plan = match plan {
-                Plan::Forward(i) if me.session.tx.pinned == Some(i) => Plan::Blocking(i),
+                Plan::Forward(i) if me.session.tx.involves(i) => Plan::Blocking(i),
                 other => other,
             };
             return run_plan(plan, args, raw, me, ctx);
@@ -295,6 +306,50 @@ fn in_transaction<A: Args + ?Sized>(
                 me.replies.push_local(&error, false);
             }
         },
+        Step::SendParts { parts, merge } => {
+            let seq = me.replies.push_parts(parts.len(), merge);
+            for (p, part) in parts.iter().enumerate() {
+                match conn_for(part.instance, me, ctx) {
+                    Ok(id) => {
+                        let d = ctx.dedicated.get_mut(id).expect("just looked up");
+                        d.pubsub = false;
+                        sync_db(d, id, me.session.db, ctx.dirty_dedicated);
+                        for request in &part.prelude {
+                            d.send(request, None, 1);
+                        }
+                        d.send(&part.request, Some(me.waiter(seq, p as u32)), 1);
+                        mark(&mut d.dirty, ctx.dirty_dedicated, id);
+                    }
+                    Err(error) => {
+                        if me.session.tx.multi {
+                            me.session.tx.aborted = true;
+                        }
+                        me.replies.fill(seq, p as u32, &error);
+                    }
+                }
+            }
+        }
+        Step::Coordinate { engines, order } => coordinate(engines, order, me, ctx),
+        Step::EndAll { engines, reply } => {
+            let seq = me
+                .replies
+                .push_parts(engines.len(), Merge::Fixed(reply.into_owned()));
+            for (p, &(instance, multi)) in engines.iter().enumerate() {
+                let request: &[u8] = if multi {
+                    b"*1\r\n$7\r\nDISCARD\r\n"
+                } else {
+                    b"*1\r\n$7\r\nUNWATCH\r\n"
+                };
+                match me.conns.iter().find(|(i, _)| *i == instance) {
+                    Some(&(_, id)) if ctx.dedicated.get(id).is_some() => {
+                        let d = ctx.dedicated.get_mut(id).expect("just looked up");
+                        d.send(request, Some(me.waiter(seq, p as u32)), 1);
+                        mark(&mut d.dirty, ctx.dirty_dedicated, id);
+                    }
+                    _ => me.replies.fill(seq, p as u32, b"+OK\r\n"),
+                }
+            }
+        }
         Step::ExecAbort { instance } => match conn_for(instance, me, ctx) {
             Ok(id) => {
                 let d = ctx.dedicated.get_mut(id).expect("just looked up");
@@ -308,6 +363,79 @@ fn in_transaction<A: Args + ?Sized>(
         },
     }
     Flow::Continue
+}
+
+/// EXEC of a transaction spanning instances: the coordinator starts on the client's
+/// dedicated connections to them (`crate::coord`); its reply fills one slot.
+fn coordinate(
+    engines: Vec<(usize, bool)>,
+    order: Vec<crate::coord::Entry>,
+    me: &mut Me<'_>,
+    ctx: &mut Ctx<'_>,
+) {
+    let seq = me.replies.push_plain();
+    let mut parts = Vec::with_capacity(engines.len());
+    for (instance, multi) in engines {
+        match me.conns.iter().find(|(i, _)| *i == instance) {
+            Some(&(_, id)) if ctx.dedicated.get(id).is_some() => {
+                parts.push(Coord::engine(instance, id, multi));
+            }
+            _ => {
+                // The connection holding this part is gone (the instance failed): nothing
+                // ran; the others' parts are dropped with their connections' state.
+                let error = ctx.backends[instance].unavailable.clone();
+                for &(i, id) in me.conns.iter() {
+                    if i != instance
+                        && let Some(d) = ctx.dedicated.get_mut(id)
+                    {
+                        d.send(b"*1\r\n$7\r\nDISCARD\r\n", None, 1);
+                        mark(&mut d.dirty, ctx.dirty_dedicated, id);
+                    }
+                }
+                me.replies.fill(seq, 0, &error);
+                return;
+            }
+        }
+    }
+    let resp3 = me.session.proto == resp::Proto::Resp3;
+    let mut coord = Coord::start(seq, parts, order, resp3);
+    let (token, client_id) = (me.token, me.id);
+    if let Some(reply) = send_outbox(&mut coord, token, client_id, ctx.dedicated, ctx.dirty_dedicated)
+    {
+        me.replies.fill(seq, 0, &reply);
+        return;
+    }
+    *me.coord = Some(coord);
+}
+
+/// Sends what the coordinator asks for on the client's dedicated connections; a connection
+/// that is gone answers the instance's unavailable error at once. `Some`: the EXEC's reply.
+pub(crate) fn send_outbox(
+    coord: &mut Coord,
+    token: usize,
+    client_id: u64,
+    dedicated: &mut Slab<Dedicated>,
+    dirty_dedicated: &mut Vec<usize>,
+) -> Option<Vec<u8>> {
+    while !coord.outbox.is_empty() {
+        for (conn, request, part) in std::mem::take(&mut coord.outbox) {
+            if let Some(d) = dedicated.get_mut(conn) {
+                let w = Waiter {
+                    token,
+                    client_id,
+                    seq: coord.seq,
+                    part,
+                };
+                d.send(&request, Some(w), 1);
+                mark(&mut d.dirty, dirty_dedicated, conn);
+            } else if let Some(reply) =
+                coord.answered(part, b"-ERR proxy: instance connection lost\r\n")
+            {
+                return Some(reply);
+            }
+        }
+    }
+    None
 }
 
 /// A request of a subscribed client ([`crate::pubsub`]).
@@ -609,6 +737,10 @@ fn run_plan<A: Args + ?Sized>(
         Plan::PubSub(kind) => subscription(kind, args, me, ctx),
         Plan::Monitor => monitor(me, ctx),
         Plan::Clients(op) => Flow::Clients(Box::new(op)),
+        Plan::WatchMany => {
+            me.session.tx.watching = true;
+            return in_transaction(args, raw, me, ctx);
+        }
         Plan::Blocking(i) | Plan::Watch(i) => {
             if !me.enter_lane(Lane::Dedicated(i)) {
                 return Flow::Wait;
@@ -913,6 +1045,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         | Plan::DedicatedFanOut(_)
         | Plan::TrackingRedirect { .. }
         | Plan::Watch(_)
+        | Plan::WatchMany
         | Plan::Multi
         | Plan::Clients(_)
         | Plan::Monitor

@@ -232,6 +232,9 @@ pub enum Plan {
     BlockingSplit { parts: Vec<Part>, merge: Merge },
     /// `WATCH` with every key on this instance: pin the client to it ([`crate::tx`]).
     Watch(usize),
+    /// `WATCH` of keys on several instances: each instance's keys on the client's
+    /// connection to it ([`crate::tx`], docs/transactions.md).
+    WatchMany,
     /// `MULTI`: the client enters a transaction ([`crate::tx`]).
     Multi,
     /// A subscription command ([`crate::pubsub`]).
@@ -433,7 +436,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "unwatch" => reply_static(b"+OK\r\n"),
         "watch" => match keys_instance(spec, args, n) {
             Ok(Some(i)) => Plan::Watch(i),
-            _ => reply_static(CROSSSLOT),
+            _ => Plan::WatchMany,
         },
         "publish" | "spublish" => Plan::Forward(instance_of(args.arg(1), n)),
         "pubsub" => pubsub_introspection(args, spec, n),
@@ -1327,7 +1330,8 @@ mod tests {
         // Transactions.
         assert_eq!(run(&[b"MULTI"], 2), Plan::Multi);
         assert_eq!(run(&[b"WATCH", &a, &a], 2), Plan::Watch(ia));
-        assert_eq!(run(&[b"WATCH", &a, &b], 2), reply_static(CROSSSLOT));
+        // Keys on two instances: each instance's keys are watched there (crate::tx).
+        assert_eq!(run(&[b"WATCH", &a, &b], 2), Plan::WatchMany);
         assert_eq!(reply(run(&[b"EXEC"], 2)), b"-ERR EXEC without MULTI\r\n");
         assert_eq!(reply(run(&[b"UNWATCH"], 2)), b"+OK\r\n");
         // Pub/sub: channels route like keys.

@@ -26,7 +26,9 @@ use std::borrow::Cow;
 
 use engine_core::command::{self, CommandSpec};
 
+use crate::coord::Entry;
 use crate::route::{self, Args, CROSSSLOT};
+use crate::split::{self, Merge};
 
 /// Keyless commands held before a transaction has an instance: at most this many, and
 /// this many bytes; past either the transaction is pinned to the first instance up.
@@ -51,6 +53,16 @@ pub struct Tx {
     pub held: Vec<Vec<u8>>,
     /// Their total size in bytes.
     pub held_bytes: usize,
+    /// Instances besides `pinned` holding a WATCH of the client (docs/transactions.md).
+    pub watch_on: Vec<usize>,
+    /// Instances besides `pinned` that were sent MULTI: their part of the transaction.
+    pub multi_on: Vec<usize>,
+    /// Commands queued per instance so far (instance, count): a command's index in its
+    /// instance's EXEC reply.
+    pub counts: Vec<(usize, usize)>,
+    /// Where each queued command's reply comes from, in the client's order
+    /// (`crate::coord`; used when the transaction spans instances).
+    pub order: Vec<Entry>,
 }
 
 /// What to do with one request of a client in a transaction.
@@ -67,10 +79,33 @@ pub enum Step {
     },
     /// Send `DISCARD` to `instance` and answer EXECABORT once it is done.
     ExecAbort { instance: usize },
+    /// Send each part's prelude then request to its instance's dedicated connection; one
+    /// reply, merged (a command split over instances inside MULTI, a WATCH of keys on
+    /// several instances).
+    SendParts { parts: Vec<SendPart>, merge: Merge },
+    /// EXEC of a transaction spanning instances (`crate::coord`): (instance, MULTI sent).
+    Coordinate {
+        engines: Vec<(usize, bool)>,
+        order: Vec<Entry>,
+    },
+    /// DISCARD (where MULTI was sent) or UNWATCH on each instance, then answer `reply`: a
+    /// DISCARD, UNWATCH or aborted EXEC of a transaction spanning instances.
+    EndAll {
+        engines: Vec<(usize, bool)>,
+        reply: Cow<'static, [u8]>,
+    },
     /// Not a transaction matter (WATCH without MULTI): route as usual.
     Route,
     /// QUIT: answer `+OK` and close (the dedicated connection closes with the client).
     Quit,
+}
+
+/// One part of [`Step::SendParts`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct SendPart {
+    pub instance: usize,
+    pub prelude: Vec<Vec<u8>>,
+    pub request: Vec<u8>,
 }
 
 impl Tx {
@@ -79,10 +114,183 @@ impl Tx {
         self.multi || self.watching
     }
 
+    /// The transaction (or WATCH) involves more than one instance: its requests take the
+    /// client's dedicated connections to several instances (`Lane::Spread`).
+    pub fn spans_many(&self) -> bool {
+        !self.watch_on.is_empty() || !self.multi_on.is_empty()
+    }
+
+    /// Whether the transaction or WATCH lives (partly) on `instance`.
+    pub fn involves(&self, instance: usize) -> bool {
+        self.pinned == Some(instance)
+            || self.watch_on.contains(&instance)
+            || self.multi_on.contains(&instance)
+    }
+
+    /// Every instance involved: (instance, MULTI was sent there).
+    fn engines(&self) -> Vec<(usize, bool)> {
+        let mut v: Vec<(usize, bool)> = Vec::new();
+        if let Some(p) = self.pinned {
+            v.push((p, self.multi));
+        }
+        for &i in &self.multi_on {
+            v.push((i, true));
+        }
+        for &i in &self.watch_on {
+            if !v.iter().any(|&(j, _)| j == i) {
+                v.push((i, false));
+            }
+        }
+        v
+    }
+
+    /// Records one command queued on `instance`; its EXEC reply element index.
+    fn queued_on(&mut self, instance: usize) -> usize {
+        match self.counts.iter_mut().find(|(i, _)| *i == instance) {
+            Some((_, n)) => {
+                *n += 1;
+                *n - 1
+            }
+            None => {
+                self.counts.push((instance, 1));
+                0
+            }
+        }
+    }
+
+    fn record(&mut self, instance: usize) {
+        let index = self.queued_on(instance);
+        self.order.push(Entry::One { instance, index });
+    }
+
+    /// A request for `instance` inside MULTI, once pinned elsewhere: it joins the
+    /// transaction's part there (MULTI first if it has none yet).
+    fn send_to_part(&mut self, instance: usize) -> Step {
+        let prelude = self.part_prelude(instance);
+        self.record(instance);
+        Step::Send { instance, prelude }
+    }
+
+    fn part_prelude(&mut self, instance: usize) -> Vec<Vec<u8>> {
+        if Some(instance) == self.pinned || self.multi_on.contains(&instance) {
+            return Vec::new();
+        }
+        self.multi_on.push(instance);
+        with_multi(Vec::new())
+    }
+
     fn end(&mut self) -> (Option<usize>, bool, Vec<Vec<u8>>) {
         let r = (self.pinned, self.aborted, std::mem::take(&mut self.held));
         *self = Tx::default();
         r
+    }
+
+    /// Ends a transaction (or WATCH) spanning instances: EXEC coordinated, or DISCARD /
+    /// UNWATCH everywhere.
+    fn end_many(&mut self, name: &str) -> Step {
+        let engines = self.engines();
+        let aborted = self.aborted;
+        let order = std::mem::take(&mut self.order);
+        *self = Tx::default();
+        match name {
+            "exec" if !aborted => Step::Coordinate { engines, order },
+            "exec" => Step::EndAll {
+                engines,
+                reply: Cow::Borrowed(EXECABORT),
+            },
+            _ => Step::EndAll {
+                engines,
+                reply: Cow::Borrowed(b"+OK\r\n"),
+            },
+        }
+    }
+
+    /// WATCH of keys on several instances: each instance's keys on its connection.
+    fn watch_many<A: Args + ?Sized>(&mut self, args: &A, n: usize) -> Step {
+        let all: Vec<&[u8]> = (0..args.argc()).map(|i| args.arg(i)).collect();
+        let s = split::split(&all, 1, |k| route::instance_of(k, n));
+        let parts = s
+            .parts
+            .into_iter()
+            .map(|p| {
+                if self.pinned.is_none() {
+                    self.pinned = Some(p.instance);
+                } else if Some(p.instance) != self.pinned && !self.watch_on.contains(&p.instance)
+                {
+                    self.watch_on.push(p.instance);
+                }
+                SendPart {
+                    instance: p.instance,
+                    prelude: Vec::new(),
+                    request: p.request,
+                }
+            })
+            .collect();
+        self.watching = true;
+        Step::SendParts {
+            parts,
+            merge: Merge::AllOk,
+        }
+    }
+
+    /// A command whose keys are on several instances, inside MULTI: split as outside a
+    /// transaction when it is one of the key-list commands, else `None`.
+    fn split_in_multi<A: Args + ?Sized>(&mut self, spec: &CommandSpec, args: &A, n: usize) -> Option<Step> {
+        let (step, merge) = match spec.name {
+            "mget" => (1, Merge::Values(Vec::new())),
+            "del" | "unlink" | "exists" | "touch" => (1, Merge::Sum),
+            "mset" => (2, Merge::AllOk),
+            _ => return None,
+        };
+        if self.pinned.is_none() {
+            // The held keyless commands go to the first part's instance.
+            let first = route::instance_of(args.arg(1), n);
+            self.pin(first);
+        }
+        let all: Vec<&[u8]> = (0..args.argc()).map(|i| args.arg(i)).collect();
+        let s = split::split(&all, step, |k| route::instance_of(k, n));
+        let merge = match merge {
+            Merge::Values(_) => Merge::Values(s.seq),
+            other => other,
+        };
+        let mut entry_parts = Vec::new();
+        let mut parts = Vec::new();
+        for p in s.parts {
+            // The pinned instance's part carries MULTI and the held commands when this
+            // command pinned the transaction (it is the first key's instance).
+            let mut prelude = if Some(p.instance) == self.pinned {
+                std::mem::take(&mut self.held)
+            } else {
+                Vec::new()
+            };
+            prelude.extend(self.part_prelude(p.instance));
+            entry_parts.push((p.instance, self.queued_on(p.instance)));
+            parts.push(SendPart {
+                instance: p.instance,
+                prelude,
+                request: p.request,
+            });
+        }
+        self.order.push(Entry::Split {
+            parts: entry_parts,
+            merge,
+        });
+        Some(Step::SendParts {
+            parts,
+            merge: Merge::Fixed(b"+QUEUED\r\n".to_vec()),
+        })
+    }
+
+    /// Pins the transaction to `instance`, its held keyless commands becoming the first
+    /// queued there (sent by the caller as the prelude `with_multi(held)`).
+    fn pin(&mut self, instance: usize) {
+        self.pinned = Some(instance);
+        self.held_bytes = 0;
+        let held = std::mem::take(&mut self.held);
+        for _ in 0..held.len() {
+            self.record(instance);
+        }
+        self.held = with_multi(held);
     }
 
     /// Decides one request while [`Self::active`]. `raw` is the request as sent to an
@@ -119,6 +327,7 @@ impl Tx {
                     b"-ERR DISCARD without MULTI\r\n"
                 });
             }
+            "exec" | "discard" if self.spans_many() => return self.end_many(spec.name),
             "exec" | "discard" => {
                 let exec = spec.name == "exec";
                 let (pinned, aborted, held) = self.end();
@@ -138,6 +347,7 @@ impl Tx {
                 };
             }
             "watch" if self.multi => return reply(b"-ERR WATCH inside MULTI is not allowed\r\n"),
+            "unwatch" if !self.multi && self.spans_many() => return self.end_many("unwatch"),
             "unwatch" if !self.multi => {
                 let pinned = self.pinned;
                 self.end();
@@ -166,7 +376,18 @@ impl Tx {
                         instance: i,
                         prelude: Vec::new(),
                     },
-                    _ => reply(CROSSSLOT),
+                    Target::One(i) if self.watch_on.contains(&i) => Step::Send {
+                        instance: i,
+                        prelude: Vec::new(),
+                    },
+                    Target::One(i) => {
+                        self.watch_on.push(i);
+                        Step::Send {
+                            instance: i,
+                            prelude: Vec::new(),
+                        }
+                    }
+                    _ => self.watch_many(args, n),
                 },
                 _ if subscription => not_supported(spec, "while WATCH is active"),
                 _ => Step::Route,
@@ -177,33 +398,39 @@ impl Tx {
             return not_supported(spec, "inside MULTI");
         }
         match keyed_instance(spec, args, n) {
-            Target::Cross => {
-                self.aborted = true;
-                reply(CROSSSLOT)
-            }
-            Target::One(i) => match self.pinned {
-                Some(p) if p == i => Step::Send {
-                    instance: i,
-                    prelude: Vec::new(),
-                },
-                Some(_) => {
+            Target::Cross => match self.split_in_multi(spec, args, n) {
+                Some(step) => step,
+                None => {
                     self.aborted = true;
                     reply(CROSSSLOT)
                 }
-                None => {
-                    self.pinned = Some(i);
-                    self.held_bytes = 0;
+            },
+            Target::One(i) => match self.pinned {
+                Some(p) if p == i => {
+                    self.record(i);
                     Step::Send {
                         instance: i,
-                        prelude: with_multi(std::mem::take(&mut self.held)),
+                        prelude: Vec::new(),
+                    }
+                }
+                Some(_) => self.send_to_part(i),
+                None => {
+                    self.pin(i);
+                    self.record(i);
+                    Step::Send {
+                        instance: i,
+                        prelude: std::mem::take(&mut self.held),
                     }
                 }
             },
             Target::None => match self.pinned {
-                Some(instance) => Step::Send {
-                    instance,
-                    prelude: Vec::new(),
-                },
+                Some(instance) => {
+                    self.record(instance);
+                    Step::Send {
+                        instance,
+                        prelude: Vec::new(),
+                    }
+                }
                 None if self.held.len() < MAX_HELD
                     && self.held_bytes + raw.len() <= MAX_HELD_BYTES =>
                 {
@@ -213,11 +440,11 @@ impl Tx {
                 }
                 None => {
                     let instance = first_up(up);
-                    self.pinned = Some(instance);
-                    self.held_bytes = 0;
+                    self.pin(instance);
+                    self.record(instance);
                     Step::Send {
                         instance,
-                        prelude: with_multi(std::mem::take(&mut self.held)),
+                        prelude: std::mem::take(&mut self.held),
                     }
                 }
             },
@@ -334,7 +561,7 @@ mod tests {
     }
 
     #[test]
-    fn another_instance_aborts_the_transaction() {
+    fn another_instance_joins_the_transaction() {
         let mut tx = Tx {
             multi: true,
             ..Tx::default()
@@ -344,11 +571,58 @@ mod tests {
             step(&mut tx, &["INCR", &a]),
             Step::Send { instance: 0, .. }
         ));
-        assert_eq!(step(&mut tx, &["INCR", &b]), reply(CROSSSLOT));
-        assert!(tx.aborted);
-        assert_eq!(step(&mut tx, &["EXEC"]), Step::ExecAbort { instance: 0 });
+        // The second instance gets MULTI before its first command.
+        match step(&mut tx, &["INCR", &b]) {
+            Step::Send { instance, prelude } => {
+                assert_eq!(instance, 1);
+                assert_eq!(prelude, vec![b"*1\r\n$5\r\nMULTI\r\n".to_vec()]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            step(&mut tx, &["INCR", &b]),
+            Step::Send { instance: 1, ref prelude } if prelude.is_empty()
+        ));
+        assert!(!tx.aborted);
+        match step(&mut tx, &["EXEC"]) {
+            Step::Coordinate { engines, order } => {
+                assert_eq!(engines, vec![(0, true), (1, true)]);
+                assert_eq!(
+                    order,
+                    vec![
+                        Entry::One { instance: 0, index: 0 },
+                        Entry::One { instance: 1, index: 0 },
+                        Entry::One { instance: 1, index: 1 },
+                    ]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(!tx.active());
-        // Keys on two instances in one command, before any pin.
+        // A key-list command over two instances is split; its parts merge at EXEC.
+        let mut tx = Tx {
+            multi: true,
+            ..Tx::default()
+        };
+        assert_eq!(step(&mut tx, &["PING"]), reply(b"+QUEUED\r\n"));
+        match step(&mut tx, &["MGET", &a, &b, &a]) {
+            Step::SendParts { parts, merge } => {
+                assert_eq!(parts.len(), 2);
+                assert_eq!(parts[0].instance, 0);
+                assert_eq!(parts[0].prelude.len(), 2, "MULTI and the held PING");
+                assert_eq!(parts[1].prelude.len(), 1, "MULTI");
+                assert_eq!(merge, Merge::Fixed(b"+QUEUED\r\n".to_vec()));
+            }
+            other => panic!("{other:?}"),
+        }
+        match step(&mut tx, &["DISCARD"]) {
+            Step::EndAll { engines, reply } => {
+                assert_eq!(engines, vec![(0, true), (1, true)]);
+                assert_eq!(&*reply, b"+OK\r\n");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Other commands over several instances still abort the transaction.
         let mut tx = Tx {
             multi: true,
             ..Tx::default()
@@ -424,7 +698,21 @@ mod tests {
             step(&mut tx, &["WATCH", &a]),
             Step::Send { instance: 0, .. }
         ));
-        assert_eq!(step(&mut tx, &["WATCH", &key_on(1, "w")]), reply(CROSSSLOT));
+        // A key of another instance is watched there.
+        assert!(matches!(
+            step(&mut tx, &["WATCH", &key_on(1, "w")]),
+            Step::Send { instance: 1, .. }
+        ));
+        assert!(tx.spans_many());
+        assert!(matches!(
+            step(&mut tx, &["UNWATCH"]),
+            Step::EndAll { .. }
+        ));
+        let mut tx = Tx {
+            watching: true,
+            pinned: Some(0),
+            ..Tx::default()
+        };
         assert!(matches!(
             step(&mut tx, &["MULTI"]),
             Step::Send { instance: 0, .. }

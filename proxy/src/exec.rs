@@ -302,7 +302,7 @@ fn in_transaction<A: Args + ?Sized>(
                 mark(&mut d.dirty, ctx.dirty_dedicated, id);
             }
             Err(error) => {
-                me.session.tx.pin_failed();
+                me.session.tx.pin_failed(instance);
                 me.replies.push_local(&error, false);
             }
         },

@@ -457,11 +457,15 @@ impl Tx {
         }
     }
 
-    /// The dedicated connection for a transaction's instance could not be had (limit,
-    /// instance down): the transaction can no longer run.
-    pub fn pin_failed(&mut self) {
+    /// The dedicated connection to `instance` could not be had (limit, instance down): the
+    /// transaction can no longer run. The parts already queued on OTHER instances stay known,
+    /// so that EXEC/DISCARD still discards them there (else their queued commands would stay
+    /// in the connection's MULTI and run with the client's next transaction).
+    pub fn pin_failed(&mut self, instance: usize) {
         if self.multi {
-            self.pinned = None;
+            if self.pinned == Some(instance) {
+                self.pinned = None;
+            }
             self.aborted = true;
         } else {
             *self = Tx::default();
@@ -528,6 +532,27 @@ mod tests {
             .map(|k| format!("{prefix}{k}"))
             .find(|k| instance_of(k.as_bytes(), 2) == i)
             .unwrap()
+    }
+
+    #[test]
+    fn a_part_that_cannot_be_sent_keeps_the_other_parts_for_discard() {
+        let mut tx = Tx {
+            multi: true,
+            ..Tx::default()
+        };
+        let (k0, k1) = (key_on(0, "k"), key_on(1, "k"));
+        assert!(matches!(step(&mut tx, &["SET", &k0, "v"]), Step::Send { instance: 0, .. }));
+        assert!(matches!(step(&mut tx, &["SET", &k1, "v"]), Step::Send { instance: 1, .. }));
+        tx.pin_failed(1); // instance 1 is down: its connection could not be had
+        // EXEC discards instance 0's part (queued there) instead of leaving it to run with
+        // the client's next transaction.
+        match step(&mut tx, &["EXEC"]) {
+            Step::EndAll { engines, reply } => {
+                assert!(engines.contains(&(0, true)), "{engines:?}");
+                assert_eq!(&reply[..], EXECABORT);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

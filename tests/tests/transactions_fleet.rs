@@ -1572,3 +1572,160 @@ fn bank_over_2_engines_one_killed() {
 fn bank_over_4_engines_one_killed() {
     bank_with_a_killed_engine(4);
 }
+
+// ---------------------------------------------------------------------------------------------
+// A browser replica following the bank
+
+/// A browser's side of the fan-out protocol (docs/browser-protocol.md) with the replica the
+/// wasm module runs (`recached_wasm::Replica`, natively): what tests/tests/fanout.rs's client
+/// does, reduced to what this test needs.
+struct Browser {
+    ws: tungstenite::WebSocket<std::net::TcpStream>,
+    replica: recached_wasm::Replica,
+    instances: usize,
+    /// Per instance: up to date at least once.
+    synced: Vec<bool>,
+}
+
+impl Browser {
+    fn subscribe(port: u16, prefixes: &[&str]) -> Browser {
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the fan-out");
+        stream.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        let req = tungstenite::client::IntoClientRequest::into_client_request(format!(
+            "ws://127.0.0.1:{port}/ws"
+        ))
+        .unwrap();
+        let (ws, _) = tungstenite::client(req, stream).expect("WebSocket handshake");
+        let mut b = Browser {
+            ws,
+            replica: recached_wasm::Replica::new(),
+            instances: 0,
+            synced: Vec::new(),
+        };
+        let sub = serde_json::json!({"type": "subscribe", "prefixes": prefixes});
+        b.ws.send(tungstenite::Message::text(sub.to_string())).unwrap();
+        b
+    }
+
+    /// Applies the next message, if one arrives within the socket's 200 ms: `Ok(false)` if none.
+    fn step(&mut self) -> Result<bool, String> {
+        let text = match self.ws.read() {
+            Ok(tungstenite::Message::Text(t)) => t,
+            Ok(tungstenite::Message::Close(c)) => return Err(format!("closed: {c:?}")),
+            Ok(_) => return Ok(true),
+            Err(tungstenite::Error::Io(e))
+                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+            {
+                return Ok(false);
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        let m: serde_json::Value = serde_json::from_str(text.as_str()).map_err(|e| e.to_string())?;
+        let i = m["instance"].as_u64().unwrap_or(0) as usize;
+        match m["type"].as_str().unwrap_or("") {
+            "hello" => {
+                self.instances = m["instances"].as_u64().unwrap() as usize;
+                self.synced = vec![false; self.instances];
+            }
+            "must-refetch" | "flush" => {
+                self.replica.drop_instance(i as u32, self.instances as u32);
+            }
+            "entry" | "keychange" => {
+                let args: Vec<Vec<u8>> = m["args"]
+                    .as_array()
+                    .ok_or("args")?
+                    .iter()
+                    .map(|a| a.as_str().expect("ASCII keys and values").as_bytes().to_vec())
+                    .collect();
+                let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+                self.replica.apply(&argv).map_err(|e| format!("apply {m}: {e}"))?;
+            }
+            "up-to-date" => self.synced[i] = true,
+            "error" => return Err(format!("fan-out error: {m}")),
+            _ => {}
+        }
+        Ok(true)
+    }
+
+    /// Applies messages for `how_long`, or until `done` (checked after each quiet 200 ms).
+    fn follow(&mut self, how_long: Duration, mut done: impl FnMut(&mut Self) -> bool) -> bool {
+        let deadline = Instant::now() + how_long;
+        while Instant::now() < deadline {
+            if !self.step().unwrap_or_else(|e| panic!("browser: {e}")) && done(self) {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn get(&mut self, key: &str) -> Option<i64> {
+        let r = self.replica.read(&[b"GET", key.as_bytes()], 0).to_vec();
+        match parse_value(&r) {
+            Value::Null => None,
+            v => Some(int_of(&v).unwrap_or_else(|| panic!("replica GET {key}: {v:?}"))),
+        }
+    }
+}
+
+/// A browser replica subscribed to `bank:` through the fleet's fan-out (started by
+/// `recached start`) before a 3 s bank run over 4 engines converges, after it, to the
+/// engines' final values: every account, both CAS counters. (A replica applies each engine's
+/// changes in that engine's order, not transactions across engines at once, so only the
+/// convergence is asserted, not the totals of its intermediate states.)
+#[test]
+fn a_browser_replica_converges_after_the_bank_run() {
+    let _serial = serial();
+    let n = 4;
+    let fanout_port = free_port_run(1);
+    let fp = fanout_port.to_string();
+    let fleet = Fleet::start_with("bank-replica", n, None, &["--fanout-port", &fp]);
+    fleet_wait_port(&fleet, fanout_port);
+    let bank = Bank::new(n);
+    seed_bank(&bank, fleet.proxy_port);
+    let mut browser = Browser::subscribe(fanout_port, &["bank:"]);
+    assert!(
+        browser.follow(Duration::from_secs(15), |b| b.instances == n && b.synced.iter().all(|&s| s)),
+        "the replica did not catch up with every engine"
+    );
+    assert_eq!(browser.get(&bank.accounts[0]), Some(INITIAL));
+
+    // The browser follows while the bank runs (on this thread, between the run's ticks: the
+    // replica is not Send).
+    let log = run_bank(
+        &bank,
+        fleet.proxy_port,
+        (0, fleet.engine_ports[0]),
+        Duration::from_secs(3),
+        |_| {
+            let until = Instant::now() + Duration::from_millis(40);
+            while Instant::now() < until && browser.step().unwrap_or_else(|e| panic!("browser: {e}")) {}
+        },
+    );
+    eprintln!("bank for the replica: {}", summary(&log));
+    assert!(log.transfers.len() >= 100, "{}", summary(&log));
+
+    let want = balances_on_engines(&bank, &fleet.engine_ports);
+    let mut d0 = Resp::connect(fleet.engine_ports[0]);
+    let mut dn = Resp::connect(fleet.engine_ports[n - 1]);
+    let cas = [
+        int_of(&parse_value(&d0.cmd_str(&["GET", &bank.cas[0]]))),
+        int_of(&parse_value(&dn.cmd_str(&["GET", &bank.cas[1]]))),
+    ];
+    let converged = browser.follow(Duration::from_secs(15), |b| {
+        bank.accounts.iter().zip(&want).all(|(a, w)| b.get(a) == *w)
+            && b.get(&bank.cas[0]) == cas[0]
+            && b.get(&bank.cas[1]) == cas[1]
+    });
+    let got: Vec<Option<i64>> = bank.accounts.iter().map(|a| browser.get(a)).collect();
+    assert!(converged, "replica {got:?}\nengines {want:?}");
+    assert_eq!(got.iter().map(|b| b.unwrap()).sum::<i64>(), TOTAL);
+}
+
+/// Waits (bounded) until the fleet's process on `port` listens.
+fn fleet_wait_port(fleet: &Fleet, port: u16) {
+    let deadline = Instant::now() + FLEET_START_TIMEOUT;
+    while !pings(port) {
+        assert!(Instant::now() < deadline, "nothing answers PING on {port}:\n{}", fleet.sup.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

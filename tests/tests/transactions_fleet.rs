@@ -188,7 +188,12 @@ fn multi_exec_over_engines_resp2() {
             expect(&mut c, &args, "+QUEUED\\r\\n", who);
         }
         // Nothing ran yet: another client sees none of it.
-        expect(&mut other, &["MGET", &k0, &k1, &k2], "*3\\r\\n$-1\\r\\n$-1\\r\\n$-1\\r\\n", who);
+        expect(
+            &mut other,
+            &["MGET", &k0, &k1, &k2],
+            "*3\\r\\n$-1\\r\\n$-1\\r\\n$-1\\r\\n",
+            who,
+        );
         expect(
             &mut c,
             &["EXEC"],
@@ -220,7 +225,12 @@ fn multi_exec_over_engines_resp2() {
              +OK\\r\\n:5\\r\\n",
             who,
         );
-        expect(&mut c, &["MGET", &k0, &k2, &k3], "*3\\r\\n$1\\r\\n5\\r\\n$4\\r\\ntext\\r\\n$2\\r\\nv3\\r\\n", who);
+        expect(
+            &mut c,
+            &["MGET", &k0, &k2, &k3],
+            "*3\\r\\n$1\\r\\n5\\r\\n$4\\r\\ntext\\r\\n$2\\r\\nv3\\r\\n",
+            who,
+        );
         expect(&mut c, &["DEL", &k0, &k1, &k2, &k3], ":4\\r\\n", who);
     });
 }
@@ -233,7 +243,11 @@ fn multi_exec_over_engines_resp3() {
         let (h, s, z) = (t.key("r3h:", 1), t.key("r3s:", 2), t.key("r3z:", 3));
         let mut c = t.connect();
         let hello = c.cmd_str(&["HELLO", "3"]);
-        assert!(hello.starts_with(b"%"), "{who}: HELLO 3 -> {}", escape(&hello));
+        assert!(
+            hello.starts_with(b"%"),
+            "{who}: HELLO 3 -> {}",
+            escape(&hello)
+        );
         expect(&mut c, &["MULTI"], "+OK\\r\\n", who);
         for args in [
             vec!["GET", &k0],
@@ -280,11 +294,21 @@ fn discard_and_execabort_over_engines() {
         // DISCARD drops every engine's part.
         expect(&mut c, &["MULTI"], "+OK\\r\\n", who);
         expect(&mut c, &["SET", &k0, "d"], "+QUEUED\\r\\n", who);
-        expect(&mut c, &["MSET", &k1, "d", &k2, "d", &k3, "d"], "+QUEUED\\r\\n", who);
+        expect(
+            &mut c,
+            &["MSET", &k1, "d", &k2, "d", &k3, "d"],
+            "+QUEUED\\r\\n",
+            who,
+        );
         expect(&mut c, &["DISCARD"], "+OK\\r\\n", who);
         expect(&mut c, &["EXISTS", &k0, &k1, &k2, &k3], ":0\\r\\n", who);
         expect(&mut c, &["EXEC"], "-ERR EXEC without MULTI\\r\\n", who);
-        expect(&mut c, &["DISCARD"], "-ERR DISCARD without MULTI\\r\\n", who);
+        expect(
+            &mut c,
+            &["DISCARD"],
+            "-ERR DISCARD without MULTI\\r\\n",
+            who,
+        );
         // DISCARD drops the WATCHes too: a later change does not fail the next transaction.
         expect(&mut c, &["WATCH", &k0, &k1], "+OK\\r\\n", who);
         expect(&mut c, &["MULTI"], "+OK\\r\\n", who);
@@ -297,7 +321,12 @@ fn discard_and_execabort_over_engines() {
         expect(&mut c, &["EXEC"], "*2\\r\\n+OK\\r\\n+OK\\r\\n", who);
 
         // A queueing error on any engine aborts the whole: nothing runs anywhere.
-        expect(&mut c, &["MSET", &k0, "old", &k1, "old", &k2, "old", &k3, "old"], "+OK\\r\\n", who);
+        expect(
+            &mut c,
+            &["MSET", &k0, "old", &k1, "old", &k2, "old", &k3, "old"],
+            "+OK\\r\\n",
+            who,
+        );
         expect(&mut c, &["MULTI"], "+OK\\r\\n", who);
         expect(&mut c, &["SET", &k0, "new"], "+QUEUED\\r\\n", who);
         expect(&mut c, &["SET", &k1, "new"], "+QUEUED\\r\\n", who);
@@ -334,15 +363,30 @@ fn discard_and_execabort_over_engines() {
         );
         // The error first, the keyed commands after it: aborted all the same.
         expect(&mut c, &["MULTI"], "+OK\\r\\n", who);
-        expect(&mut c, &["GET"], "-ERR wrong number of arguments for 'get' command\\r\\n", who);
+        expect(
+            &mut c,
+            &["GET"],
+            "-ERR wrong number of arguments for 'get' command\\r\\n",
+            who,
+        );
         expect(&mut c, &["SET", &k0, "new"], "+QUEUED\\r\\n", who);
         expect(&mut c, &["SET", &k3, "new"], "+QUEUED\\r\\n", who);
         expect(&mut c, &["EXEC"], EXECABORT, who);
-        expect(&mut c, &["MGET", &k0, &k3], "*2\\r\\n$3\\r\\nold\\r\\n$3\\r\\nold\\r\\n", who);
+        expect(
+            &mut c,
+            &["MGET", &k0, &k3],
+            "*2\\r\\n$3\\r\\nold\\r\\n$3\\r\\nold\\r\\n",
+            who,
+        );
         // Nested MULTI is refused without aborting.
         expect(&mut c, &["MULTI"], "+OK\\r\\n", who);
         expect(&mut c, &["SET", &k0, "n"], "+QUEUED\\r\\n", who);
-        expect(&mut c, &["MULTI"], "-ERR MULTI calls can not be nested\\r\\n", who);
+        expect(
+            &mut c,
+            &["MULTI"],
+            "-ERR MULTI calls can not be nested\\r\\n",
+            who,
+        );
         expect(&mut c, &["SET", &k2, "n"], "+QUEUED\\r\\n", who);
         expect(&mut c, &["EXEC"], "*2\\r\\n+OK\\r\\n+OK\\r\\n", who);
         expect(&mut c, &["DEL", &k0, &k1, &k2, &k3], ":4\\r\\n", who);
@@ -369,13 +413,23 @@ fn watch_over_engines() {
         expect(&mut c, &["WATCH", &k0, &k1, &k2], "+OK\\r\\n", who);
         expect(&mut other, &["SET", &k1, "theirs"], "+OK\\r\\n", who);
         exec_two(&mut c, &k0, &k2, ABORTED);
-        expect(&mut c, &["MGET", &k0, &k1, &k2], "*3\\r\\n$-1\\r\\n$6\\r\\ntheirs\\r\\n$-1\\r\\n", who);
+        expect(
+            &mut c,
+            &["MGET", &k0, &k1, &k2],
+            "*3\\r\\n$-1\\r\\n$6\\r\\ntheirs\\r\\n$-1\\r\\n",
+            who,
+        );
 
         // Changed directly on its engine (a smart client), each engine in turn.
         expect(&mut c, &["DEL", &k1], ":1\\r\\n", who);
         for k in [&k0, &k1, &k2, &k3] {
             expect(&mut c, &["WATCH", &k0, &k1, &k2, &k3], "+OK\\r\\n", who);
-            expect(&mut t.direct(k), &["INCR", k], &format!(":{}\\r\\n", 1), who);
+            expect(
+                &mut t.direct(k),
+                &["INCR", k],
+                &format!(":{}\\r\\n", 1),
+                who,
+            );
             exec_two(&mut c, &k0, &k3, ABORTED);
             expect(&mut t.direct(k), &["DEL", k], ":1\\r\\n", who);
         }
@@ -432,7 +486,12 @@ fn watch_over_engines() {
         expect(&mut other, &["SET", &k1, "again"], "+OK\\r\\n", who);
         exec_two(&mut d, &k2, &k3, RAN);
         exec_two(&mut c, &k0, &k3, ABORTED);
-        expect(&mut c, &["DEL", &k0, &k1, &k2, &k3, "w:missing"], ":5\\r\\n", who);
+        expect(
+            &mut c,
+            &["DEL", &k0, &k1, &k2, &k3, "w:missing"],
+            ":5\\r\\n",
+            who,
+        );
     });
 }
 
@@ -558,14 +617,25 @@ fn multi_key_commands_across_engines() {
         let mut c = t.connect();
         expect(&mut c, &["SET", &k0, "v"], "+OK\\r\\n", who);
         expect(&mut c, &["RENAME", &k0, &k1], "+OK\\r\\n", who);
-        expect(&mut c, &["MGET", &k0, &k1], "*2\\r\\n$-1\\r\\n$1\\r\\nv\\r\\n", who);
+        expect(
+            &mut c,
+            &["MGET", &k0, &k1],
+            "*2\\r\\n$-1\\r\\n$1\\r\\nv\\r\\n",
+            who,
+        );
         let (s0, s1) = (t.key("mks:", 0), t.key("mks:", 1));
         expect(&mut c, &["SADD", &s0, "m"], ":1\\r\\n", who);
         expect(&mut c, &["SMOVE", &s0, &s1, "m"], ":1\\r\\n", who);
         expect(&mut c, &["SMEMBERS", &s1], "*1\\r\\n$1\\r\\nm\\r\\n", who);
         expect(
             &mut c,
-            &["EVAL", "redis.call('DECRBY', KEYS[1], 1) return redis.call('INCRBY', KEYS[2], 1)", "2", &k0, &k1],
+            &[
+                "EVAL",
+                "redis.call('DECRBY', KEYS[1], 1) return redis.call('INCRBY', KEYS[2], 1)",
+                "2",
+                &k0,
+                &k1,
+            ],
             "-ERR value is not an integer or out of range script: …\\r\\n",
             who,
         );
@@ -619,7 +689,12 @@ fn txlock_postpones_conflicting_commands_until_unlock() {
         "-ERR transaction lock expired before the transaction ran (TXLOCK timeout); send TXUNLOCK\\r\\n",
         who,
     );
-    expect(&mut holder, &["GET", "k"], "-ERR transaction lock expired before the transaction ran (TXLOCK timeout); send TXUNLOCK\\r\\n", who);
+    expect(
+        &mut holder,
+        &["GET", "k"],
+        "-ERR transaction lock expired before the transaction ran (TXLOCK timeout); send TXUNLOCK\\r\\n",
+        who,
+    );
     expect(&mut holder, &["TXUNLOCK"], "+OK\\r\\n", who);
     expect(&mut holder, &["GET", "k"], "$6\\r\\nwriter\\r\\n", who);
 
@@ -679,12 +754,19 @@ fn kill_engine_and_wait(fleet: &Fleet, i: usize, key: &str) {
     kill(Pid::from_raw(old as i32), Signal::SIGKILL).expect("kill -9");
     let deadline = Instant::now() + Duration::from_secs(10);
     while !(engine_pid(fleet, i).is_some_and(|p| p != old) && pings(fleet.engine_ports[i])) {
-        assert!(Instant::now() < deadline, "engine {i} not restarted:\n{}", fleet.sup.log());
+        assert!(
+            Instant::now() < deadline,
+            "engine {i} not restarted:\n{}",
+            fleet.sup.log()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut c = Resp::connect(fleet.proxy_port);
     while c.cmd_str(&["GET", key]).starts_with(b"-") {
-        assert!(Instant::now() < deadline, "the proxy does not reach the new engine {i}");
+        assert!(
+            Instant::now() < deadline,
+            "the proxy does not reach the new engine {i}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -723,7 +805,12 @@ fn an_engine_killed_before_exec_runs_nothing() {
     let fleet = Fleet::start_with("tx-kill", 2, Some("[engine]\nsave_interval = 0\n"), &[]);
     let (k0, k1) = (key_on("kx:", 0, 2), key_on("kx:", 1, 2));
     let mut c = Resp::connect(fleet.proxy_port);
-    expect(&mut c, &["MSET", &k0, "old", &k1, "old"], "+OK\\r\\n", "setup");
+    expect(
+        &mut c,
+        &["MSET", &k0, "old", &k1, "old"],
+        "+OK\\r\\n",
+        "setup",
+    );
 
     // Queued on both engines, engine 1 dies and comes back: nothing runs.
     expect(&mut c, &["MULTI"], "+OK\\r\\n", "queued");
@@ -732,14 +819,31 @@ fn an_engine_killed_before_exec_runs_nothing() {
     kill_engine_and_wait(&fleet, 1, &k1);
     let t0 = Instant::now();
     let exec = exec_or_closed(&mut c, &["EXEC"]);
-    assert!(exec.starts_with("-") || exec == CLOSED, "EXEC after engine 1 died: {exec}");
-    assert!(t0.elapsed() < Duration::from_secs(1), "EXEC took {:?}", t0.elapsed());
+    assert!(
+        exec.starts_with("-") || exec == CLOSED,
+        "EXEC after engine 1 died: {exec}"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "EXEC took {:?}",
+        t0.elapsed()
+    );
     eprintln!("EXEC after the engine died: {exec}");
     if exec == CLOSED {
         c = Resp::connect(fleet.proxy_port);
     }
-    expect(&mut c, &["GET", &k0], "$3\\r\\nold\\r\\n", "engine 0's part did not run");
-    expect(&mut c, &["GET", &k1], "$-1\\r\\n", "engine 1 restarted empty");
+    expect(
+        &mut c,
+        &["GET", &k0],
+        "$3\\r\\nold\\r\\n",
+        "engine 0's part did not run",
+    );
+    expect(
+        &mut c,
+        &["GET", &k1],
+        "$-1\\r\\n",
+        "engine 1 restarted empty",
+    );
 
     // WATCH on both engines, engine 1 dies and comes back: the EXEC does not commit.
     expect(&mut c, &["SET", &k1, "watched"], "+OK\\r\\n", "watch");
@@ -763,7 +867,12 @@ fn an_engine_killed_before_exec_runs_nothing() {
     } else {
         c = Resp::connect(fleet.proxy_port);
     }
-    expect(&mut c, &["GET", &k0], "$3\\r\\nold\\r\\n", "engine 0's part did not run");
+    expect(
+        &mut c,
+        &["GET", &k0],
+        "$3\\r\\nold\\r\\n",
+        "engine 0's part did not run",
+    );
 
     // The client goes on: a transaction over both engines, then one watching both.
     expect(&mut c, &["MULTI"], "+OK\\r\\n", "after");
@@ -773,7 +882,12 @@ fn an_engine_killed_before_exec_runs_nothing() {
     expect(&mut c, &["WATCH", &k0, &k1], "+OK\\r\\n", "after");
     expect(&mut c, &["MULTI"], "+OK\\r\\n", "after");
     expect(&mut c, &["INCR", &k0], "+QUEUED\\r\\n", "after");
-    expect(&mut c, &["EXEC"], "*1\\r\\n-ERR value is not an integer or out of range\\r\\n", "after");
+    expect(
+        &mut c,
+        &["EXEC"],
+        "*1\\r\\n-ERR value is not an integer or out of range\\r\\n",
+        "after",
+    );
 }
 
 /// An engine that is down (killed, not restarted: two engines and a proxy without a
@@ -787,7 +901,12 @@ fn a_command_for_a_down_engine_aborts_the_whole_transaction() {
     let (k0, k1) = (key_on("dn:", 0, 2), key_on("dn:", 1, 2));
     let c0 = key_on("dn:count:", 0, 2);
     let mut c = Resp::connect(cluster.proxy_port);
-    expect(&mut c, &["MSET", &k0, "old", &k1, "old"], "+OK\\r\\n", "setup");
+    expect(
+        &mut c,
+        &["MSET", &k0, "old", &k1, "old"],
+        "+OK\\r\\n",
+        "setup",
+    );
     cluster.engines[1].kill();
     // The proxy notices (its link to engine 1 drops): wait until engine 1's keys fail fast.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -810,7 +929,12 @@ fn a_command_for_a_down_engine_aborts_the_whole_transaction() {
         // The next transaction, on the live engine only, runs just its own commands.
         expect(&mut c, &["MULTI"], "+OK\\r\\n", &who);
         expect(&mut c, &["INCR", &c0], "+QUEUED\\r\\n", &who);
-        expect(&mut c, &["EXEC"], &format!("*1\\r\\n:{}\\r\\n", round + 1), &who);
+        expect(
+            &mut c,
+            &["EXEC"],
+            &format!("*1\\r\\n:{}\\r\\n", round + 1),
+            &who,
+        );
         expect(&mut c, &["GET", &k0], "$3\\r\\nold\\r\\n", &who);
     }
     // DISCARD too.
@@ -868,7 +992,9 @@ impl Bank {
     fn new(n: usize) -> Bank {
         Bank {
             n,
-            accounts: (0..ACCOUNTS).map(|i| key_on(&format!("bank:acct:{i}:"), i % n, n)).collect(),
+            accounts: (0..ACCOUNTS)
+                .map(|i| key_on(&format!("bank:acct:{i}:"), i % n, n))
+                .collect(),
             cas: [key_on("bank:cas:a", 0, n), key_on("bank:cas:b", n - 1, n)],
             sentinel: key_on("bank:sentinel", n - 1, n),
         }
@@ -931,9 +1057,17 @@ fn pipelined_frames(c: &mut Resp, cmds: &[Vec<String>]) -> Result<Vec<Vec<u8>>, 
         match c.try_read_frame() {
             Ok(f) => frames.push(f),
             Err(e) if e.starts_with("EOF") || e.starts_with("read error") => {
-                return Err(Outcome::Closed(format!("after {} replies: {e}", frames.len())));
+                return Err(Outcome::Closed(format!(
+                    "after {} replies: {e}",
+                    frames.len()
+                )));
             }
-            Err(e) => return Err(Outcome::NoAnswer(format!("after {} replies: {e}", frames.len()))),
+            Err(e) => {
+                return Err(Outcome::NoAnswer(format!(
+                    "after {} replies: {e}",
+                    frames.len()
+                )));
+            }
         }
     }
     Ok(frames)
@@ -1093,7 +1227,9 @@ fn run_bank(
         let (bank, log, stop) = (bank.clone(), log.clone(), stop.clone());
         let (engine, port) = direct;
         threads.push(std::thread::spawn(move || {
-            let mine: Vec<usize> = (0..ACCOUNTS).filter(|&i| bank.engine_of(i) == engine).collect();
+            let mine: Vec<usize> = (0..ACCOUNTS)
+                .filter(|&i| bank.engine_of(i) == engine)
+                .collect();
             let mut rng = Rng::new(seed0 + 99);
             let mut conn = None;
             let mut local = Vec::new();
@@ -1285,7 +1421,9 @@ fn expected_balances(bank: &Bank, log: &Log) -> Vec<i64> {
 
 /// A short account of a run, printed with the test's output.
 fn summary(log: &Log) -> String {
-    let count = |v: &[(usize, usize, i64, Outcome)], f: fn(&Outcome) -> bool| v.iter().filter(|t| f(&t.3)).count();
+    let count = |v: &[(usize, usize, i64, Outcome)], f: fn(&Outcome) -> bool| {
+        v.iter().filter(|t| f(&t.3)).count()
+    };
     let mut errors: HashMap<String, usize> = HashMap::new();
     for (_, _, _, o) in log.transfers.iter().chain(&log.direct) {
         if let Outcome::NotRun(e) | Outcome::NoAnswer(e) | Outcome::Closed(e) = o {
@@ -1321,7 +1459,10 @@ fn assert_no_hang(log: &Log) {
         .chain(log.cas.iter().map(|c| &c.0))
         .filter(|o| matches!(o, Outcome::NoAnswer(_)))
         .collect();
-    assert!(unanswered.is_empty(), "requests not answered within {OP_BOUND:?}: {unanswered:?}");
+    assert!(
+        unanswered.is_empty(),
+        "requests not answered within {OP_BOUND:?}: {unanswered:?}"
+    );
     assert!(
         !log.failed_reads.iter().any(|f| f.starts_with("NoAnswer")),
         "reads not answered: {:?}",
@@ -1342,7 +1483,11 @@ fn assert_cas_values_distinct(log: &Log, which: usize, ran: impl Fn(&Outcome) ->
     let n = vals.len();
     vals.sort_unstable();
     vals.dedup();
-    assert_eq!(vals.len(), n, "two successful CAS rounds wrote the same value of counter {which}");
+    assert_eq!(
+        vals.len(),
+        n,
+        "two successful CAS rounds wrote the same value of counter {which}"
+    );
     n
 }
 
@@ -1378,25 +1523,50 @@ fn bank_run(n: usize) {
 
     // Every read saw every account and the initial total.
     for (i, &(sentinel, sum, missing)) in log.reads.iter().enumerate() {
-        assert!(sentinel && missing == 0, "read {i}: sentinel {sentinel}, {missing} missing");
-        assert_eq!(sum, TOTAL, "read {i} of {} summed to {sum}", log.reads.len());
+        assert!(
+            sentinel && missing == 0,
+            "read {i}: sentinel {sentinel}, {missing} missing"
+        );
+        assert_eq!(
+            sum,
+            TOTAL,
+            "read {i} of {} summed to {sum}",
+            log.reads.len()
+        );
     }
     // The exact ledger, on the engines themselves.
     let got = balances_on_engines(&bank, &fleet.engine_ports);
     let want = expected_balances(&bank, &log);
-    let got: Vec<i64> = got.iter().map(|b| b.expect("every account exists")).collect();
-    assert_eq!(got, want, "balances on the engines vs the ledger of committed transfers");
+    let got: Vec<i64> = got
+        .iter()
+        .map(|b| b.expect("every account exists"))
+        .collect();
+    assert_eq!(
+        got, want,
+        "balances on the engines vs the ledger of committed transfers"
+    );
     assert_eq!(got.iter().sum::<i64>(), TOTAL);
 
     // The CAS counters: no lost update.
     let ok = assert_cas_values_distinct(&log, 0, |o| *o == Outcome::Committed);
     assert_cas_values_distinct(&log, 1, |o| *o == Outcome::Committed);
-    assert!(log.cas.iter().all(|c| c.0 == Outcome::Committed), "{}", summary(&log));
+    assert!(
+        log.cas.iter().all(|c| c.0 == Outcome::Committed),
+        "{}",
+        summary(&log)
+    );
     assert!(ok > 0, "no CAS round succeeded");
     let mut c = Resp::connect(fleet.proxy_port);
     let counters = c.cmd_str(&["MGET", &bank.cas[0], &bank.cas[1]]);
-    let want = format!("*2\r\n${len}\r\n{ok}\r\n${len}\r\n{ok}\r\n", len = ok.to_string().len());
-    assert_eq!(escape(&counters), escape(want.as_bytes()), "CAS counters vs {ok} successes");
+    let want = format!(
+        "*2\r\n${len}\r\n{ok}\r\n${len}\r\n{ok}\r\n",
+        len = ok.to_string().len()
+    );
+    assert_eq!(
+        escape(&counters),
+        escape(want.as_bytes()),
+        "CAS counters vs {ok} successes"
+    );
 }
 
 #[test]
@@ -1493,9 +1663,15 @@ fn bank_with_a_killed_engine(n: usize) {
         summary(&log)
     );
     let back_at = back_at.unwrap_or_else(|| {
-        panic!("engine {victim} not restarted within the run; supervisor log:\n{}", fleet.sup.log())
+        panic!(
+            "engine {victim} not restarted within the run; supervisor log:\n{}",
+            fleet.sup.log()
+        )
     });
-    assert!(back_at < Duration::from_millis(4500), "restarted late: {back_at:?}");
+    assert!(
+        back_at < Duration::from_millis(4500),
+        "restarted late: {back_at:?}"
+    );
     assert_no_hang(&log);
 
     // Reads.
@@ -1503,7 +1679,11 @@ fn bank_with_a_killed_engine(n: usize) {
     let after: Vec<_> = log.reads.iter().filter(|r| !r.0).collect();
     assert!(!before.is_empty() && !after.is_empty(), "{}", summary(&log));
     for (i, &&(_, sum, missing)) in before.iter().enumerate() {
-        assert_eq!((sum, missing), (TOTAL, 0), "read {i} of the victim's first life");
+        assert_eq!(
+            (sum, missing),
+            (TOTAL, 0),
+            "read {i} of the victim's first life"
+        );
     }
     let settled = after[0].1;
     for (i, &&(_, sum, _)) in after.iter().enumerate() {
@@ -1513,8 +1693,16 @@ fn bank_with_a_killed_engine(n: usize) {
         );
     }
     // Transfers were refused while the victim was down, and succeeded before and after.
-    let committed = log.transfers.iter().filter(|t| t.3 == Outcome::Committed).count();
-    let refused = log.transfers.iter().filter(|t| matches!(t.3, Outcome::NotRun(_))).count();
+    let committed = log
+        .transfers
+        .iter()
+        .filter(|t| t.3 == Outcome::Committed)
+        .count();
+    let refused = log
+        .transfers
+        .iter()
+        .filter(|t| matches!(t.3, Outcome::NotRun(_)))
+        .count();
     assert!(committed > 50 && refused > 0, "{}", summary(&log));
     for (_, _, _, o) in &log.transfers {
         if let Outcome::Partial(i) = o {
@@ -1555,12 +1743,19 @@ fn bank_with_a_killed_engine(n: usize) {
     let frames = pipelined_frames(&mut c, &tx).expect("a transaction over every account");
     let exec = parse_value(frames.last().unwrap());
     assert_eq!(exec.array().map(<[Value]>::len), Some(ACCOUNTS), "{exec:?}");
-    for (i, b) in balances_on_engines(&bank, &fleet.engine_ports).iter().enumerate() {
+    for (i, b) in balances_on_engines(&bank, &fleet.engine_ports)
+        .iter()
+        .enumerate()
+    {
         if bank.engine_of(i) != victim {
             assert_eq!(*b, got[i]);
         }
     }
-    assert!(t0.elapsed() < Duration::from_secs(1), "took {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        t0.elapsed()
+    );
 }
 
 #[test]
@@ -1589,8 +1784,11 @@ struct Browser {
 
 impl Browser {
     fn subscribe(port: u16, prefixes: &[&str]) -> Browser {
-        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the fan-out");
-        stream.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        let stream =
+            std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the fan-out");
+        stream
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
         let req = tungstenite::client::IntoClientRequest::into_client_request(format!(
             "ws://127.0.0.1:{port}/ws"
         ))
@@ -1603,7 +1801,8 @@ impl Browser {
             synced: Vec::new(),
         };
         let sub = serde_json::json!({"type": "subscribe", "prefixes": prefixes});
-        b.ws.send(tungstenite::Message::text(sub.to_string())).unwrap();
+        b.ws.send(tungstenite::Message::text(sub.to_string()))
+            .unwrap();
         b
     }
 
@@ -1614,13 +1813,17 @@ impl Browser {
             Ok(tungstenite::Message::Close(c)) => return Err(format!("closed: {c:?}")),
             Ok(_) => return Ok(true),
             Err(tungstenite::Error::Io(e))
-                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
             {
                 return Ok(false);
             }
             Err(e) => return Err(e.to_string()),
         };
-        let m: serde_json::Value = serde_json::from_str(text.as_str()).map_err(|e| e.to_string())?;
+        let m: serde_json::Value =
+            serde_json::from_str(text.as_str()).map_err(|e| e.to_string())?;
         let i = m["instance"].as_u64().unwrap_or(0) as usize;
         match m["type"].as_str().unwrap_or("") {
             "hello" => {
@@ -1635,10 +1838,17 @@ impl Browser {
                     .as_array()
                     .ok_or("args")?
                     .iter()
-                    .map(|a| a.as_str().expect("ASCII keys and values").as_bytes().to_vec())
+                    .map(|a| {
+                        a.as_str()
+                            .expect("ASCII keys and values")
+                            .as_bytes()
+                            .to_vec()
+                    })
                     .collect();
                 let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-                self.replica.apply(&argv).map_err(|e| format!("apply {m}: {e}"))?;
+                self.replica
+                    .apply(&argv)
+                    .map_err(|e| format!("apply {m}: {e}"))?;
             }
             "up-to-date" => self.synced[i] = true,
             "error" => return Err(format!("fan-out error: {m}")),
@@ -1684,7 +1894,8 @@ fn a_browser_replica_converges_after_the_bank_run() {
     seed_bank(&bank, fleet.proxy_port);
     let mut browser = Browser::subscribe(fanout_port, &["bank:"]);
     assert!(
-        browser.follow(Duration::from_secs(15), |b| b.instances == n && b.synced.iter().all(|&s| s)),
+        browser.follow(Duration::from_secs(15), |b| b.instances == n
+            && b.synced.iter().all(|&s| s)),
         "the replica did not catch up with every engine"
     );
     assert_eq!(browser.get(&bank.accounts[0]), Some(INITIAL));
@@ -1698,7 +1909,9 @@ fn a_browser_replica_converges_after_the_bank_run() {
         Duration::from_secs(3),
         |_| {
             let until = Instant::now() + Duration::from_millis(40);
-            while Instant::now() < until && browser.step().unwrap_or_else(|e| panic!("browser: {e}")) {}
+            while Instant::now() < until
+                && browser.step().unwrap_or_else(|e| panic!("browser: {e}"))
+            {}
         },
     );
     eprintln!("bank for the replica: {}", summary(&log));
@@ -1725,7 +1938,11 @@ fn a_browser_replica_converges_after_the_bank_run() {
 fn fleet_wait_port(fleet: &Fleet, port: u16) {
     let deadline = Instant::now() + FLEET_START_TIMEOUT;
     while !pings(port) {
-        assert!(Instant::now() < deadline, "nothing answers PING on {port}:\n{}", fleet.sup.log());
+        assert!(
+            Instant::now() < deadline,
+            "nothing answers PING on {port}:\n{}",
+            fleet.sup.log()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

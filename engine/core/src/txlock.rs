@@ -88,6 +88,11 @@ impl Locks {
         !self.guests.is_empty() && self.guests.contains_key(&crate::keyspace::qualify(db, key))
     }
 
+    /// Whether connection `client` has restored guests (runs gathered commands).
+    pub fn holds_guests(&self, client: u64) -> bool {
+        !self.guests.is_empty() && self.guests.values().any(|&c| c == client)
+    }
+
     fn locked_by_other(&self, q: &[u8], me: u64) -> bool {
         self.by_key.get(q).is_some_and(|&h| h != me)
     }

@@ -288,8 +288,8 @@ pub struct Client {
     pub lane: Lane,
     /// Its blocking read over several instances in progress (`crate::spread`).
     pub spread: Option<crate::spread::Spread>,
-    /// Its EXEC spanning instances in progress (`crate::coord`).
-    pub coord: Option<crate::coord::Coord>,
+    /// Its execution spanning instances in progress (`crate::coord`).
+    pub coord: Option<crate::coord::Coordinator>,
     /// Paused until its pending replies are in, to switch lanes.
     pub wait_lane: bool,
     /// TLS state, for a client of the TLS port.

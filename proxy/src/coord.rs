@@ -79,8 +79,8 @@ pub struct Coord {
     abort: Option<Vec<u8>>,
     /// Frames still awaited while ending.
     awaiting: usize,
-    /// Requests to send: (dedicated connection, request, part).
-    pub outbox: Vec<(usize, Vec<u8>, u32)>,
+    /// Requests to send: (dedicated connection, request, part; `None`: reply dropped).
+    pub outbox: Vec<(usize, Vec<u8>, Option<u32>)>,
 }
 
 fn request(args: &[&str]) -> Vec<u8> {
@@ -123,7 +123,7 @@ impl Coord {
         self.outbox.push((
             e.conn,
             request(&["TXLOCK", &timeout]),
-            COORD_PART + 4 * self.locked as u32 + STEP_LOCK,
+            Some(COORD_PART + 4 * self.locked as u32 + STEP_LOCK),
         ));
     }
 
@@ -140,9 +140,9 @@ impl Coord {
             };
             let base = COORD_PART + 4 * i as u32;
             self.outbox
-                .push((e.conn, request(&[end]), base + STEP_END));
+                .push((e.conn, request(&[end]), Some(base + STEP_END)));
             self.outbox
-                .push((e.conn, request(&["TXUNLOCK"]), base + STEP_UNLOCK));
+                .push((e.conn, request(&["TXUNLOCK"]), Some(base + STEP_UNLOCK)));
             self.awaiting += 2;
         }
     }
@@ -280,6 +280,37 @@ pub fn array_elements(reply: &[u8]) -> Option<Vec<&[u8]>> {
     Some(items)
 }
 
+/// A client's coordinated execution in progress (at most one: its lane holds later
+/// requests until it is answered).
+#[derive(Debug)]
+pub enum Coordinator {
+    Exec(Coord),
+    Gather(Gather),
+}
+
+impl Coordinator {
+    pub fn seq(&self) -> u64 {
+        match self {
+            Coordinator::Exec(c) => c.seq,
+            Coordinator::Gather(g) => g.seq,
+        }
+    }
+
+    pub fn answered(&mut self, part: u32, frame: &[u8]) -> Option<Vec<u8>> {
+        match self {
+            Coordinator::Exec(c) => c.answered(part, frame),
+            Coordinator::Gather(g) => g.answered(part, frame),
+        }
+    }
+
+    pub fn outbox(&mut self) -> &mut Vec<(usize, Vec<u8>, Option<u32>)> {
+        match self {
+            Coordinator::Exec(c) => &mut c.outbox,
+            Coordinator::Gather(g) => &mut g.outbox,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,7 +318,7 @@ mod tests {
     fn sent(c: &mut Coord) -> Vec<(usize, String, u32)> {
         c.outbox
             .drain(..)
-            .map(|(conn, r, p)| (conn, String::from_utf8_lossy(&r).into_owned(), p))
+            .map(|(conn, r, p)| (conn, String::from_utf8_lossy(&r).into_owned(), p.unwrap()))
             .collect()
     }
 
@@ -362,4 +393,348 @@ mod tests {
         assert!(array_elements(b"*-1\r\n").is_none());
         assert!(array_elements(b"-ERR x\r\n").is_none());
     }
+}
+
+/// The execution of commands whose keys live on several instances and cannot be split
+/// (RENAME, SMOVE, SINTERSTORE, a script…, or a transaction holding one): **gathered** on one
+/// instance (docs/transactions.md).
+///
+/// 1. **Locks** instance by instance in ascending order (`TXLOCK … KEYS … [DUMP]`): each
+///    instance locks its keys of the unit (and its queued/watched keys), and every instance
+///    but the target also returns its keys' payloads and expiries.
+/// 2. **Runs** on the target (the highest instance owning a key): `TXGUEST` for the other
+///    instances' keys, then one `MULTI`: each guest restored (`RESTORE … ABSTTL`), the unit's
+///    commands as the client sent them, each guest dumped (`DUMP`, `PEXPIRETIME`) and deleted;
+///    `EXEC`, `TXUNLOCK`. Streamed parts of a transaction are discarded first (their WATCH was
+///    checked by `TXLOCK`, under the lock).
+/// 3. **Writes back** each guest whose value or expiry changed to its owner (`RESTORE …
+///    REPLACE ABSTTL`, or `DEL`), then `TXUNLOCK` there; the owner's write is what the feed,
+///    keyspace notifications, WATCH and client-side caching see.
+#[derive(Debug)]
+pub struct Gather {
+    pub seq: u64,
+    engines: Vec<GatherEngine>,
+    /// Index in `engines` of the instance that runs the unit.
+    target: usize,
+    unit: Vec<Vec<u8>>,
+    /// A transaction's EXEC (the reply is the array of the unit's replies), else one command.
+    in_multi: bool,
+    resp3: bool,
+    phase: GatherPhase,
+    locked: usize,
+    abort: Option<Vec<u8>>,
+    /// The other instances' keys: (engine index, key, payload, expiry) as fetched.
+    guests: Vec<(usize, Vec<u8>, Option<Vec<u8>>, i64)>,
+    result: Option<Vec<u8>>,
+    write_failed: Option<(usize, Vec<u8>)>,
+    awaiting: usize,
+    pub outbox: Vec<(usize, Vec<u8>, Option<u32>)>,
+}
+
+#[derive(Debug)]
+pub struct GatherEngine {
+    pub instance: usize,
+    pub conn: usize,
+    /// MULTI was sent there (a streamed part of the transaction).
+    pub multi: bool,
+    /// The unit's keys it owns.
+    pub keys: Vec<Vec<u8>>,
+}
+
+#[derive(Debug, PartialEq)]
+enum GatherPhase {
+    Locking,
+    Aborting,
+    Running,
+    Writing,
+}
+
+const STEP_RUN: u32 = 1;
+const STEP_WRITE: u32 = 3;
+
+impl Gather {
+    pub fn start(
+        seq: u64,
+        mut engines: Vec<GatherEngine>,
+        unit: Vec<Vec<u8>>,
+        in_multi: bool,
+        resp3: bool,
+    ) -> Gather {
+        engines.sort_by_key(|e| e.instance);
+        let target = engines
+            .iter()
+            .rposition(|e| !e.keys.is_empty())
+            .unwrap_or(engines.len() - 1);
+        let mut g = Gather {
+            seq,
+            engines,
+            target,
+            unit,
+            in_multi,
+            resp3,
+            phase: GatherPhase::Locking,
+            locked: 0,
+            abort: None,
+            guests: Vec::new(),
+            result: None,
+            write_failed: None,
+            awaiting: 0,
+            outbox: Vec::new(),
+        };
+        g.lock_next();
+        g
+    }
+
+    fn lock_next(&mut self) {
+        let i = self.locked;
+        let e = &self.engines[i];
+        let timeout = LOCK_TIMEOUT_MS.to_string();
+        let n = e.keys.len().to_string();
+        let mut args: Vec<&[u8]> = vec![b"TXLOCK", timeout.as_bytes()];
+        if !e.keys.is_empty() {
+            args.push(b"KEYS");
+            args.push(n.as_bytes());
+            args.extend(e.keys.iter().map(Vec::as_slice));
+            if i != self.target {
+                args.push(b"DUMP");
+            }
+        }
+        let mut req = Vec::new();
+        resp::encode_request(&mut req, &args);
+        self.outbox
+            .push((e.conn, req, Some(COORD_PART + 4 * i as u32 + STEP_LOCK)));
+    }
+
+    fn part(i: usize, step: u32) -> Option<u32> {
+        Some(COORD_PART + 4 * i as u32 + step)
+    }
+
+    /// Every instance drops its part and unlocks: the reply is `abort`.
+    fn abort_all(&mut self) {
+        self.phase = GatherPhase::Aborting;
+        for (i, e) in self.engines.iter().enumerate() {
+            let end = if e.multi { "DISCARD" } else { "UNWATCH" };
+            self.outbox.push((e.conn, request(&[end]), Self::part(i, STEP_END)));
+            self.outbox
+                .push((e.conn, request(&["TXUNLOCK"]), Self::part(i, STEP_UNLOCK)));
+            self.awaiting += 2;
+        }
+    }
+
+    /// Every lock is held: run the unit on the target.
+    fn run(&mut self) {
+        self.phase = GatherPhase::Running;
+        for (i, e) in self.engines.iter().enumerate() {
+            if i != self.target && self.in_multi {
+                let end = if e.multi { "DISCARD" } else { "UNWATCH" };
+                self.outbox.push((e.conn, request(&[end]), None));
+            }
+        }
+        let t = &self.engines[self.target];
+        let conn = t.conn;
+        let mut out: Vec<(Vec<u8>, Option<u32>)> = Vec::new();
+        if t.multi {
+            out.push((request(&["DISCARD"]), None));
+        }
+        if !self.guests.is_empty() {
+            let mut args: Vec<&[u8]> = vec![b"TXGUEST"];
+            args.extend(self.guests.iter().map(|g| g.1.as_slice()));
+            let mut req = Vec::new();
+            resp::encode_request(&mut req, &args);
+            out.push((req, None));
+        }
+        out.push((request(&["MULTI"]), None));
+        for (_, key, payload, expiry) in &self.guests {
+            out.push((encode(&[b"DEL", key]), None));
+            if let Some(p) = payload {
+                let at = (*expiry).max(0).to_string();
+                out.push((
+                    encode(&[b"RESTORE", key, at.as_bytes(), p, b"ABSTTL"]),
+                    None,
+                ));
+            }
+        }
+        for raw in &self.unit {
+            out.push((raw.clone(), None));
+        }
+        for (_, key, _, _) in &self.guests {
+            out.push((encode(&[b"DUMP", key]), None));
+            out.push((encode(&[b"PEXPIRETIME", key]), None));
+            out.push((encode(&[b"DEL", key]), None));
+        }
+        out.push((request(&["EXEC"]), Self::part(self.target, STEP_RUN)));
+        out.push((request(&["TXUNLOCK"]), None));
+        for (req, part) in out {
+            self.outbox.push((conn, req, part));
+        }
+        self.awaiting = 1;
+    }
+
+    /// The target's EXEC reply: the client's reply, and the guests written back.
+    fn ran(&mut self, reply: &[u8]) {
+        let restores: usize = self.guests.iter().map(|g| 1 + usize::from(g.2.is_some())).sum();
+        let Some(items) = array_elements(reply) else {
+            // Not run (a command refused while queued there, or the instance failed):
+            // nothing changed anywhere.
+            self.result = Some(reply.to_vec());
+            return self.write_back(Vec::new());
+        };
+        let unit = &items[restores.min(items.len())..];
+        let (replies, dumps) = unit.split_at(self.unit.len().min(unit.len()));
+        let mut out = Vec::new();
+        if self.in_multi {
+            split::push_array_header(&mut out, replies.len());
+            for r in replies {
+                out.extend_from_slice(r);
+            }
+        } else {
+            out.extend_from_slice(replies.first().copied().unwrap_or(b"-ERR proxy: no reply\r\n"));
+        }
+        self.result = Some(out);
+        let mut writes = Vec::new();
+        for (g, triple) in self.guests.iter().zip(dumps.chunks(3)) {
+            let (owner, key, payload, expiry) = g;
+            let new_payload = bulk_payload(triple[0]);
+            let new_expiry = int_of(triple.get(1).copied().unwrap_or(b":-2\r\n")).unwrap_or(-2);
+            if new_payload.as_deref() == payload.as_deref()
+                && (new_payload.is_none() || new_expiry == *expiry)
+            {
+                continue; // unchanged: nothing to write
+            }
+            let req = match new_payload {
+                None => encode(&[b"DEL", key]),
+                Some(p) => {
+                    let at = new_expiry.max(0).to_string();
+                    encode(&[b"RESTORE", key, at.as_bytes(), &p, b"REPLACE", b"ABSTTL"])
+                }
+            };
+            writes.push((*owner, req));
+        }
+        self.write_back(writes);
+    }
+
+    fn write_back(&mut self, writes: Vec<(usize, Vec<u8>)>) {
+        self.phase = GatherPhase::Writing;
+        self.awaiting = 0;
+        for (owner, req) in writes {
+            let conn = self.engines[owner].conn;
+            self.outbox.push((conn, req, Self::part(owner, STEP_WRITE)));
+            self.awaiting += 1;
+        }
+        for (i, e) in self.engines.iter().enumerate() {
+            if i != self.target {
+                self.outbox
+                    .push((e.conn, request(&["TXUNLOCK"]), Self::part(i, STEP_UNLOCK)));
+                self.awaiting += 1;
+            }
+        }
+    }
+
+    /// A frame for `part`: `Some(reply)` once everything is over.
+    pub fn answered(&mut self, part: u32, frame: &[u8]) -> Option<Vec<u8>> {
+        let rel = part.checked_sub(COORD_PART)?;
+        let (engine, step) = ((rel / 4) as usize, rel % 4);
+        match (&self.phase, step) {
+            (GatherPhase::Locking, STEP_LOCK) if engine == self.locked => {
+                self.locked_reply(engine, frame);
+                self.locked += 1;
+                if self.abort.is_some() {
+                    self.abort_all();
+                } else if self.locked < self.engines.len() {
+                    self.lock_next();
+                } else {
+                    self.run();
+                }
+                None
+            }
+            (GatherPhase::Running, STEP_RUN) => {
+                self.ran(frame);
+                (self.awaiting == 0).then(|| self.finish())
+            }
+            (GatherPhase::Aborting | GatherPhase::Writing, _) => {
+                if step == STEP_WRITE && frame.first() == Some(&b'-') && self.write_failed.is_none() {
+                    self.write_failed = Some((self.engines[engine].instance, frame.to_vec()));
+                }
+                self.awaiting = self.awaiting.saturating_sub(1);
+                (self.awaiting == 0).then(|| self.finish())
+            }
+            _ => None,
+        }
+    }
+
+    fn locked_reply(&mut self, engine: usize, frame: &[u8]) {
+        let (flags, items) = match int_of(frame) {
+            Some(f) => (f, Vec::new()),
+            None => match array_elements(frame) {
+                Some(items) if !items.is_empty() => match int_of(items[0]) {
+                    Some(f) => (f, items[1..].to_vec()),
+                    None => {
+                        self.abort = Some(frame.to_vec());
+                        return;
+                    }
+                },
+                _ if frame.starts_with(b"-ERR unknown command") => {
+                    self.abort = Some(no_txlock(self.engines[engine].instance));
+                    return;
+                }
+                _ => {
+                    self.abort = Some(frame.to_vec());
+                    return;
+                }
+            },
+        };
+        if self.in_multi && flags & 2 != 0 {
+            self.abort = Some(crate::tx::EXECABORT.to_vec());
+            return;
+        }
+        if self.in_multi && flags & 1 != 0 {
+            self.abort = Some(if self.resp3 {
+                b"_\r\n".to_vec()
+            } else {
+                b"*-1\r\n".to_vec()
+            });
+            return;
+        }
+        if engine != self.target {
+            let keys = &self.engines[engine].keys;
+            for (k, pair) in keys.iter().zip(items.chunks(2)) {
+                let payload = bulk_payload(pair[0]);
+                let expiry = pair.get(1).and_then(|f| int_of(f)).unwrap_or(-2);
+                self.guests.push((engine, k.clone(), payload, expiry));
+            }
+        }
+    }
+
+    fn finish(&self) -> Vec<u8> {
+        if let Some(abort) = &self.abort {
+            return abort.clone();
+        }
+        if let Some((instance, err)) = &self.write_failed {
+            return partial_failure(&[(*instance, err.as_slice())], 1);
+        }
+        self.result
+            .clone()
+            .unwrap_or_else(|| b"-ERR proxy: no reply\r\n".to_vec())
+    }
+}
+
+fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    resp::encode_request(&mut out, args);
+    out
+}
+
+fn int_of(frame: &[u8]) -> Option<i64> {
+    frame
+        .strip_prefix(b":")
+        .and_then(|f| f.strip_suffix(b"\r\n"))
+        .and_then(resp::parse_i64)
+}
+
+/// A bulk string's bytes; `None` for a nil (RESP2 `$-1` or RESP3 `_`) or anything else.
+fn bulk_payload(frame: &[u8]) -> Option<Vec<u8>> {
+    let rest = frame.strip_prefix(b"$")?;
+    let end = rest.iter().position(|&b| b == b'\r')?;
+    let len = usize::try_from(resp::parse_i64(&rest[..end])?).ok()?;
+    rest.get(end + 2..end + 2 + len).map(<[u8]>::to_vec)
 }

@@ -1061,7 +1061,7 @@ impl Proxy {
                 continue;
             };
             if let Some(co) = c.coord.as_mut()
-                && !co.outbox.is_empty()
+                && !co.outbox().is_empty()
                 && let Some(done) = crate::exec::send_outbox(
                     co,
                     token,
@@ -1070,7 +1070,7 @@ impl Proxy {
                     &mut self.dirty_dedicated,
                 )
             {
-                let seq = co.seq;
+                let seq = co.seq();
                 c.coord = None;
                 c.replies.fill(seq, 0, &done);
             }
@@ -1180,7 +1180,7 @@ fn deliver(
     // A step of an EXEC spanning instances (`crate::coord`): the slot is filled once the
     // coordinator has the reply.
     if let Some(co) = c.coord.as_mut()
-        && co.seq == w.seq
+        && co.seq() == w.seq
         && (crate::coord::COORD_PART..UNBLOCK_PART).contains(&w.part)
     {
         match co.answered(w.part, reply) {
@@ -1189,7 +1189,7 @@ fn deliver(
                 c.replies.fill(w.seq, 0, &done);
                 mark(&mut c.dirty, dirty_clients, w.token);
             }
-            None if !co.outbox.is_empty() => followups.push(w.token),
+            None if !co.outbox().is_empty() => followups.push(w.token),
             None => {}
         }
         return;

@@ -79,7 +79,7 @@ use std::time::Instant;
 use mio::Registry;
 
 use crate::auth::Gate;
-use crate::coord::Coord;
+use crate::coord::{Coord, Coordinator, Gather, GatherEngine};
 use crate::backend::Backend;
 use crate::client::{Replies, Waiter};
 use crate::dedicated::{self, Dedicated, Lane};
@@ -114,7 +114,7 @@ pub(crate) struct Me<'a> {
     /// Its blocking read over several instances in progress (`crate::spread`).
     pub(crate) spread: &'a mut Option<Spread>,
     /// Its EXEC spanning instances in progress (`crate::coord`).
-    pub(crate) coord: &'a mut Option<Coord>,
+    pub(crate) coord: &'a mut Option<Coordinator>,
 }
 
 impl Me<'_> {
@@ -260,9 +260,10 @@ fn in_transaction<A: Args + ?Sized>(
         Step::Send { instance, .. } | Step::ExecAbort { instance } => {
             Some(Lane::Dedicated(*instance))
         }
-        Step::SendParts { .. } | Step::Coordinate { .. } | Step::EndAll { .. } => {
-            Some(Lane::Spread)
-        }
+        Step::SendParts { .. }
+        | Step::Coordinate { .. }
+        | Step::Gather { .. }
+        | Step::EndAll { .. } => Some(Lane::Spread),
         _ => None,
     };
     if let Some(lane) = lane
@@ -330,6 +331,11 @@ fn in_transaction<A: Args + ?Sized>(
             }
         }
         Step::Coordinate { engines, order } => coordinate(engines, order, me, ctx),
+        Step::Gather {
+            unit,
+            keys,
+            engines,
+        } => gather(unit, keys, engines, true, me, ctx),
         Step::EndAll { engines, reply } => {
             let seq = me
                 .replies
@@ -398,7 +404,73 @@ fn coordinate(
         }
     }
     let resp3 = me.session.proto == resp::Proto::Resp3;
-    let mut coord = Coord::start(seq, parts, order, resp3);
+    let coord = Coordinator::Exec(Coord::start(seq, parts, order, resp3));
+    begin_coordinator(coord, me, ctx);
+}
+
+/// Commands whose keys span instances and cannot be split, run gathered on one instance
+/// (`crate::coord::Gather`): `unit` the requests, `keys` their keys, `engines` the
+/// instances already taking part in the client's transaction (MULTI sent there or not).
+pub(crate) fn gather(
+    unit: Vec<Vec<u8>>,
+    keys: Vec<Vec<u8>>,
+    engines: Vec<(usize, bool)>,
+    in_multi: bool,
+    me: &mut Me<'_>,
+    ctx: &mut Ctx<'_>,
+) {
+    let n = ctx.fleet.instances();
+    let seq = me.replies.push_plain();
+    let mut parts: Vec<GatherEngine> = Vec::new();
+    let mut keys = keys;
+    keys.sort_unstable();
+    keys.dedup();
+    let mut wanted: Vec<(usize, bool)> = engines;
+    for k in &keys {
+        let i = crate::route::instance_of(k, n);
+        if !wanted.iter().any(|&(j, _)| j == i) {
+            wanted.push((i, false));
+        }
+    }
+    for (instance, multi) in wanted {
+        let conn = match conn_for(instance, me, ctx) {
+            Ok(id) => id,
+            Err(error) => {
+                // Nothing ran; a transaction's streamed parts are dropped with DISCARD.
+                for p in &parts {
+                    if p.multi
+                        && let Some(d) = ctx.dedicated.get_mut(p.conn)
+                    {
+                        d.send(b"*1\r\n$7\r\nDISCARD\r\n", None, 1);
+                        mark(&mut d.dirty, ctx.dirty_dedicated, p.conn);
+                    }
+                }
+                me.replies.fill(seq, 0, &error);
+                return;
+            }
+        };
+        let d = ctx.dedicated.get_mut(conn).expect("just looked up");
+        d.pubsub = false;
+        sync_db(d, conn, me.session.db, ctx.dirty_dedicated);
+        let own = keys
+            .iter()
+            .filter(|k| crate::route::instance_of(k, n) == instance)
+            .cloned()
+            .collect();
+        parts.push(GatherEngine {
+            instance,
+            conn,
+            multi,
+            keys: own,
+        });
+    }
+    let resp3 = me.session.proto == resp::Proto::Resp3;
+    let coord = Coordinator::Gather(Gather::start(seq, parts, unit, in_multi, resp3));
+    begin_coordinator(coord, me, ctx);
+}
+
+fn begin_coordinator(mut coord: Coordinator, me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
+    let seq = coord.seq();
     let (token, client_id) = (me.token, me.id);
     if let Some(reply) = send_outbox(&mut coord, token, client_id, ctx.dedicated, ctx.dirty_dedicated)
     {
@@ -409,27 +481,29 @@ fn coordinate(
 }
 
 /// Sends what the coordinator asks for on the client's dedicated connections; a connection
-/// that is gone answers the instance's unavailable error at once. `Some`: the EXEC's reply.
+/// that is gone answers the instance's unavailable error at once. `Some`: the reply.
 pub(crate) fn send_outbox(
-    coord: &mut Coord,
+    coord: &mut Coordinator,
     token: usize,
     client_id: u64,
     dedicated: &mut Slab<Dedicated>,
     dirty_dedicated: &mut Vec<usize>,
 ) -> Option<Vec<u8>> {
-    while !coord.outbox.is_empty() {
-        for (conn, request, part) in std::mem::take(&mut coord.outbox) {
+    let seq = coord.seq();
+    while !coord.outbox().is_empty() {
+        for (conn, request, part) in std::mem::take(coord.outbox()) {
             if let Some(d) = dedicated.get_mut(conn) {
-                let w = Waiter {
+                let w = part.map(|part| Waiter {
                     token,
                     client_id,
-                    seq: coord.seq,
+                    seq,
                     part,
-                };
-                d.send(&request, Some(w), 1);
+                });
+                d.send(&request, w, 1);
                 mark(&mut d.dirty, dirty_dedicated, conn);
-            } else if let Some(reply) =
-                coord.answered(part, b"-ERR proxy: instance connection lost\r\n")
+            } else if let Some(part) = part
+                && let Some(reply) =
+                    coord.answered(part, b"-ERR proxy: instance connection lost\r\n")
             {
                 return Some(reply);
             }
@@ -737,6 +811,21 @@ fn run_plan<A: Args + ?Sized>(
         Plan::PubSub(kind) => subscription(kind, args, me, ctx),
         Plan::Monitor => monitor(me, ctx),
         Plan::Clients(op) => Flow::Clients(Box::new(op)),
+        Plan::Gather => {
+            if !me.enter_lane(Lane::Spread) {
+                return Flow::Wait;
+            }
+            let keys = route::known_row(args)
+                .map(|spec| {
+                    route::request_keys(spec, args)
+                        .into_iter()
+                        .map(|pos| args.arg(pos).to_vec())
+                        .collect()
+                })
+                .unwrap_or_default();
+            gather(vec![raw.to_vec()], keys, Vec::new(), false, me, ctx);
+            Flow::Continue
+        }
         Plan::WatchMany => {
             me.session.tx.watching = true;
             return in_transaction(args, raw, me, ctx);
@@ -1046,6 +1135,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         | Plan::TrackingRedirect { .. }
         | Plan::Watch(_)
         | Plan::WatchMany
+        | Plan::Gather
         | Plan::Multi
         | Plan::Clients(_)
         | Plan::Monitor

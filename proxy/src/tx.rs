@@ -27,7 +27,7 @@ use std::borrow::Cow;
 use engine_core::command::{self, CommandSpec};
 
 use crate::coord::Entry;
-use crate::route::{self, Args, CROSSSLOT};
+use crate::route::{self, Args};
 use crate::split::{self, Merge};
 
 /// Keyless commands held before a transaction has an instance: at most this many, and
@@ -63,6 +63,13 @@ pub struct Tx {
     /// Where each queued command's reply comes from, in the client's order
     /// (`crate::coord`; used when the transaction spans instances).
     pub order: Vec<Entry>,
+    /// Every queued request as sent, and their keys: run gathered on one instance at EXEC
+    /// when [`Self::gather`] (`crate::coord::Gather`).
+    pub unit: Vec<Vec<u8>>,
+    pub unit_keys: Vec<Vec<u8>>,
+    /// A queued command has keys on several instances and cannot be split (RENAME, a
+    /// script…): the whole transaction runs gathered.
+    pub gather: bool,
 }
 
 /// What to do with one request of a client in a transaction.
@@ -87,6 +94,13 @@ pub enum Step {
     Coordinate {
         engines: Vec<(usize, bool)>,
         order: Vec<Entry>,
+    },
+    /// Run `unit` gathered on one instance (`crate::coord::Gather`): the EXEC of a
+    /// transaction holding a command that spans instances and cannot be split.
+    Gather {
+        unit: Vec<Vec<u8>>,
+        keys: Vec<Vec<u8>>,
+        engines: Vec<(usize, bool)>,
     },
     /// DISCARD (where MULTI was sent) or UNWATCH on each instance, then answer `reply`: a
     /// DISCARD, UNWATCH or aborted EXEC of a transaction spanning instances.
@@ -327,6 +341,17 @@ impl Tx {
                     b"-ERR DISCARD without MULTI\r\n"
                 });
             }
+            "exec" if self.gather && !self.aborted => {
+                let engines = self.engines();
+                let unit = std::mem::take(&mut self.unit);
+                let keys = std::mem::take(&mut self.unit_keys);
+                *self = Tx::default();
+                return Step::Gather {
+                    unit,
+                    keys,
+                    engines,
+                };
+            }
             "exec" | "discard" if self.spans_many() => return self.end_many(spec.name),
             "exec" | "discard" => {
                 let exec = spec.name == "exec";
@@ -397,12 +422,22 @@ impl Tx {
             self.aborted = true;
             return not_supported(spec, "inside MULTI");
         }
+        // Kept for a gathered run at EXEC (`crate::coord::Gather`).
+        self.unit.push(raw.to_vec());
+        for pos in route::request_keys(spec, args) {
+            self.unit_keys.push(args.arg(pos).to_vec());
+        }
+        if self.gather {
+            return reply(b"+QUEUED\r\n");
+        }
         match keyed_instance(spec, args, n) {
             Target::Cross => match self.split_in_multi(spec, args, n) {
                 Some(step) => step,
+                // Blocking commands would not block inside MULTI anyway; the whole
+                // transaction runs gathered on one instance.
                 None => {
-                    self.aborted = true;
-                    reply(CROSSSLOT)
+                    self.gather = true;
+                    reply(b"+QUEUED\r\n")
                 }
             },
             Target::One(i) => match self.pinned {
@@ -647,16 +682,25 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        // Other commands over several instances still abort the transaction.
+        // Other commands over several instances make the whole transaction run gathered.
         let mut tx = Tx {
             multi: true,
             ..Tx::default()
         };
+        assert_eq!(step(&mut tx, &["INCR", &a]), Step::Send { instance: 0, prelude: with_multi(Vec::new()) });
         assert_eq!(
             step(&mut tx, &["SINTERSTORE", &a, &a, &b]),
-            reply(CROSSSLOT)
+            reply(b"+QUEUED\r\n")
         );
-        assert_eq!(step(&mut tx, &["EXEC"]), reply(EXECABORT));
+        assert_eq!(step(&mut tx, &["INCR", &b]), reply(b"+QUEUED\r\n"));
+        match step(&mut tx, &["EXEC"]) {
+            Step::Gather { unit, keys, engines } => {
+                assert_eq!(unit.len(), 3);
+                assert_eq!(keys, vec![a.as_bytes().to_vec(), a.as_bytes().to_vec(), a.as_bytes().to_vec(), b.as_bytes().to_vec(), b.as_bytes().to_vec()]);
+                assert_eq!(engines, vec![(0, true)]);
+            }
+            other => panic!("{other:?}"),
+        }
         // Movable keys are found from the key specs.
         let mut tx = Tx {
             multi: true,
@@ -669,8 +713,9 @@ mod tests {
         let other = key_on(1 - instance_of(b"t", 2), "o");
         assert_eq!(
             step(&mut tx, &["ZUNIONSTORE", "{t}d", "1", &other]),
-            reply(CROSSSLOT)
+            reply(b"+QUEUED\r\n")
         );
+        assert!(tx.gather);
     }
 
     #[test]

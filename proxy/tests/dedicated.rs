@@ -45,8 +45,18 @@ fn multi_key_commands_need_one_instance() {
         // The destination alone decides nothing: its sources are on another instance.
         vec!["ZUNIONSTORE", &a, "1", &b],
     ] {
-        assert_eq!(c.cmd(&cmd), CROSSSLOT, "{cmd:?}");
+        // In front of redis-servers, which cannot lock keys for the proxy, the gathered run
+        // is refused before anything changes (with recached engines these commands run:
+        // tests/tests/transactions.rs).
+        let reply = c.cmd(&cmd);
+        assert!(
+            reply.starts_with(b"-CROSSSLOT Keys in request don't hash to the same slot"),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&reply)
+        );
     }
+    assert_eq!(c.cmd(&["SCARD", &a]), int(2));
+    assert_eq!(c.cmd(&["SCARD", &b]), int(1));
     // Hash tags keep keys together: every form runs.
     let t = tag_on(1);
     let (x, y, d) = (format!("{t}x"), format!("{t}y"), format!("{t}d"));
@@ -234,13 +244,11 @@ fn a_transaction_spanning_two_redis_servers_is_refused_at_exec() {
     assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["MSET", &a, "1", &b, "2"]), b"+QUEUED\r\n");
     assert_eq!(c.cmd(&["DISCARD"]), b"+OK\r\n");
-    // Other commands over several instances abort the transaction (for now).
+    // Other commands over several instances make the transaction run gathered, which
+    // redis-servers cannot do either.
     assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
-    assert_eq!(c.cmd(&["SINTERSTORE", &a, &a, &b]), CROSSSLOT);
-    assert_eq!(
-        c.cmd(&["EXEC"]),
-        b"-EXECABORT Transaction discarded because of previous errors.\r\n"
-    );
+    assert_eq!(c.cmd(&["SINTERSTORE", &a, &a, &b]), b"+QUEUED\r\n");
+    assert!(c.cmd(&["EXEC"]).starts_with(b"-CROSSSLOT "));
     // The connection is back to normal.
     assert_eq!(c.cmd(&["SET", &b, "ok"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["GET", &b]), bulk("ok"));

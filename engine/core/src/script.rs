@@ -400,15 +400,20 @@ fn cluster_check(
 ) -> Result<(), &'static str> {
     let keys = crate::command::keys(spec, argv);
     let mut first = None;
+    let db = run.client.db;
     for pos in keys.positions() {
         let s = slot::key_slot(argv[pos]);
-        if !e.cluster.owns(s) {
+        // A guest (a key of another engine brought here to run a script spanning engines,
+        // `crate::txlock`) counts as local.
+        if !e.cluster.owns(s) && !e.locks.is_guest(db, argv[pos]) {
             return Err("Script attempted to access a non local key in a cluster node");
         }
         first.get_or_insert(s);
     }
+    // A gathered run is the proxy's "one Redis": any slots, as on a single server.
     if let Some(s) = first
         && !run.flags.allow_cross_slot
+        && !e.locks.holds_guests(run.client.id)
     {
         match run.slot {
             None => run.slot = Some(s),

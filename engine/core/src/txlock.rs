@@ -10,7 +10,16 @@
 //! | command | does | reply |
 //! |---|---|---|
 //! | `TXLOCK timeout-ms` | locks the keys of this connection's queued transaction (their key specs, in its database) and of its WATCH; waits while another connection holds one of them | `:flags`: 1 = a watched key changed (EXEC would answer a null), 2 = the transaction is flagged by a queueing error (EXEC would answer EXECABORT); 0 = EXEC will run |
-//! | `TXUNLOCK` | releases this connection's locks | `+OK` |
+//! | `TXLOCK timeout-ms KEYS n key… [DUMP]` | also locks the `n` keys named; with `DUMP`, reads them too | with `DUMP`: `[flags, payload₁, expiry₁, …]`: each key's `DUMP` payload (nil if missing) and `PEXPIRETIME` (-1: none, -2: missing) |
+//! | `TXGUEST key…` | marks keys of other engines, restored here for the gathered execution of a command spanning engines, as **guests** until `TXUNLOCK` | `+OK` |
+//! | `TXUNLOCK` | releases this connection's locks and guests | `+OK` |
+//!
+//! **Guests.** A command whose keys live on several engines (RENAME, SMOVE, a script…) runs on
+//! one engine: the proxy restores the other engines' keys there as guests, runs it in one
+//! MULTI/EXEC that ends by dumping and deleting the guests, and writes their new values back
+//! to their owners. A guest counts as owned here by the cluster check (no `-MOVED`), and its
+//! changes reach neither the keychange feed nor keyspace notifications: its owner's write-back
+//! does (docs/transactions.md).
 //!
 //! Both run at once inside MULTI (like WATCH), need `@admin`, and are refused in scripts.
 //!
@@ -50,6 +59,8 @@ pub struct Locks {
     postponed: Vec<u64>,
     /// Holders whose lock expired: refused until `TXUNLOCK`.
     expired: HashSet<u64>,
+    /// Guest keys (qualified) → the connection that restored them.
+    guests: HashMap<Box<[u8]>, u64>,
 }
 
 #[derive(Debug)]
@@ -69,6 +80,17 @@ impl Locks {
     /// Number of keys locked.
     pub fn locked_keys(&self) -> usize {
         self.by_key.len()
+    }
+
+    /// Whether `key` of database `db` is a guest here (one test while there is none).
+    #[inline]
+    pub fn is_guest(&self, db: usize, key: &[u8]) -> bool {
+        !self.guests.is_empty() && self.guests.contains_key(&crate::keyspace::qualify(db, key))
+    }
+
+    /// Whether connection `client` has restored guests (runs gathered commands).
+    pub fn holds_guests(&self, client: u64) -> bool {
+        !self.guests.is_empty() && self.guests.values().any(|&c| c == client)
     }
 
     fn locked_by_other(&self, q: &[u8], me: u64) -> bool {
@@ -179,7 +201,9 @@ pub fn txlock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         .ok_or(CmdError::Static(
             "ERR TXLOCK timeout must be an integer of milliseconds from 1 to 60000",
         ))?;
-    let keys = wanted_keys(e, c.client);
+    let (named, dump) = named_keys(c.argv).ok_or(CmdError::Static("ERR syntax error"))?;
+    let mut keys = wanted_keys(e, c.client);
+    keys.extend(named.iter().map(|k| crate::keyspace::qualify(c.client.db, k)));
     let me = c.client.id;
     let deadline_us = c.now_us + timeout as u64 * 1000;
     let holder = e.locks.holders.entry(me).or_insert(Holder {
@@ -199,7 +223,65 @@ pub fn txlock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     if c.client.tx.flagged() {
         flags |= 2;
     }
-    c.w().integer(flags);
+    if !dump {
+        c.w().integer(flags);
+        return Ok(());
+    }
+    // Each named key's payload and absolute expiry, read as DUMP and PEXPIRETIME would.
+    let mut payloads = Vec::with_capacity(named.len());
+    for key in &named {
+        payloads.push(match e.ks.lookup_read_notouch(key, c.now_ms) {
+            None => (None, -2),
+            Some(i) => (
+                Some(crate::dump::serialize_with(
+                    e.ks.value(i),
+                    e.config.list_max_listpack_size,
+                )),
+                e.ks.expire_at(i).map_or(-1, |t| t as i64),
+            ),
+        });
+    }
+    let mut w = c.w();
+    w.array(1 + 2 * payloads.len());
+    w.integer(flags);
+    for (payload, expiry) in &payloads {
+        match payload {
+            Some(p) => w.bulk(p),
+            None => w.null(),
+        }
+        w.integer(*expiry);
+    }
+    Ok(())
+}
+
+/// `[KEYS n key…] [DUMP]` after the timeout: the keys and whether to dump them.
+fn named_keys<'a>(argv: &[&'a [u8]]) -> Option<(Vec<&'a [u8]>, bool)> {
+    let mut keys = Vec::new();
+    let mut dump = false;
+    let mut i = 2;
+    while i < argv.len() {
+        if argv[i].eq_ignore_ascii_case(b"keys") && keys.is_empty() {
+            let n = usize::try_from(resp::parse_i64(argv.get(i + 1)?)?).ok()?;
+            keys.extend_from_slice(argv.get(i + 2..i + 2 + n)?);
+            i += 2 + n;
+        } else if argv[i].eq_ignore_ascii_case(b"dump") {
+            dump = true;
+            i += 1;
+        } else {
+            return None;
+        }
+    }
+    Some((keys, dump))
+}
+
+/// `TXGUEST key…` → `+OK` (module docs).
+pub fn txguest(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    for key in &c.argv[1..] {
+        e.locks
+            .guests
+            .insert(crate::keyspace::qualify(c.client.db, key), c.client.id);
+    }
+    c.w().ok();
     Ok(())
 }
 
@@ -213,6 +295,9 @@ pub fn txunlock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 
 /// Releases `client_id`'s locks and hands every postponed connection back to the server.
 fn release(e: &mut Engine, client_id: u64) {
+    if !e.locks.guests.is_empty() {
+        e.locks.guests.retain(|_, &mut h| h != client_id);
+    }
     let Some(h) = e.locks.holders.remove(&client_id) else {
         return;
     };

@@ -9,7 +9,7 @@
 //! - `FEED`: the keychange feed (docs/feed.md, `crate::feed`).
 //! - `PUBLISHLOCAL`: a PUBLISH another engine of the cluster forwards (docs/cluster.md,
 //!   `crate::cmd::pubsub`): delivered to this engine's subscribers only, never forwarded.
-//! - `TXLOCK`, `TXUNLOCK`: key locks of a transaction spanning engines, taken by the proxy
+//! - `TXGUEST`, `TXLOCK`, `TXUNLOCK`: key locks and guests of a transaction spanning engines, taken by the proxy
 //!   (docs/transactions.md, `crate::txlock`).
 
 use super::handlers as h;
@@ -219,8 +219,38 @@ pub static EXTRA: &[CommandSpec] = &[
         ]),
     },
     CommandSpec {
+        name: "txguest",
+        arity: -2,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::FAST),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@fast", "@dangerous", "@transaction"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txguest),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Mark keys of other engines, restored here for a command spanning engines, \
+                     as guests until TXUNLOCK (internal, docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("transactions")),
+            ("complexity", Val::Str("O(N) where N is the number of keys.")),
+        ]),
+    },
+    CommandSpec {
         name: "txlock",
-        arity: 2,
+        arity: -2,
         flags: Flags::ADMIN
             .union(Flags::NOSCRIPT)
             .union(Flags::LOADING)

@@ -28,6 +28,10 @@
 //! blocked) until the lock is released, if it would touch a locked key: its own keys, the
 //! queued commands' keys for EXEC, and — because their keys are not all known —
 //! any script (EVAL, EVALSHA, FCALL) and any keyless write (FLUSHALL, FLUSHDB, SWAPDB).
+//! A script of a connection that itself holds locks (queued in its transaction, or the
+//! gathered unit it runs) waits only for its declared keys: it took its locks in the proxy's
+//! ordered acquisition, and waiting after that for every other holder could deadlock two
+//! such holders on one engine (its undeclared keys are then not isolated).
 //! Keys are locked per (database, key), as WATCH watches them.
 //!
 //! **Bounds.** A lock lasts at most `timeout-ms` (the proxy asks for seconds, where a
@@ -137,9 +141,18 @@ pub fn check(
     }
     let me = client.id;
     let conflicts = match spec.name {
-        "txlock" => wanted_keys(e, client)
-            .iter()
-            .any(|q| e.locks.locked_by_other(q, me)),
+        // Its queued and watched keys, and the keys it names (`KEYS n key…`, a gathered
+        // unit's): any of them held by another connection makes it wait.
+        "txlock" => {
+            let named = named_keys(argv).map(|(keys, _)| keys).unwrap_or_default();
+            wanted_keys(e, client)
+                .iter()
+                .any(|q| e.locks.locked_by_other(q, me))
+                || named.iter().any(|k| {
+                    e.locks
+                        .locked_by_other(&crate::keyspace::qualify(client.db, k), me)
+                })
+        }
         "exec" => client.tx.queued_commands().any(|cmd| {
             let args: Vec<&[u8]> = cmd.iter().map(Vec::as_slice).collect();
             crate::dispatch::resolve(&args)
@@ -163,6 +176,16 @@ fn touches_locked(e: &Engine, spec: &CommandSpec, argv: &[&[u8]], db: usize, me:
         spec.name,
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
     ) {
+        // A lock holder's script (queued in its transaction or gathered unit) is checked by
+        // its declared keys, which it locked with TXLOCK in the proxy's ordered acquisition.
+        // Waiting here for every other holder would be a wait after acquisition: two holders
+        // with scripts on one engine would each wait for the other's unlock (a deadlock until
+        // the locks expire).
+        if e.locks.holders.contains_key(&me) {
+            return crate::command::keys(spec, argv)
+                .positions()
+                .any(|pos| e.locks.locked_by_other(&crate::keyspace::qualify(db, argv[pos]), me));
+        }
         return e.locks.other_holder(me);
     }
     if !spec.has_keys() {

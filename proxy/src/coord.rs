@@ -326,8 +326,14 @@ mod tests {
     fn locks_in_instance_order_then_execs_everywhere() {
         let engines = vec![Coord::engine(1, 11, true), Coord::engine(0, 10, true)];
         let order = vec![
-            Entry::One { instance: 1, index: 0 },
-            Entry::One { instance: 0, index: 0 },
+            Entry::One {
+                instance: 1,
+                index: 0,
+            },
+            Entry::One {
+                instance: 0,
+                index: 0,
+            },
             Entry::Split {
                 parts: vec![(0, 1), (1, 1)],
                 merge: Merge::Sum,
@@ -389,7 +395,14 @@ mod tests {
     fn array_elements_splits_nested_frames() {
         let r = b"*3\r\n*2\r\n$1\r\na\r\n$-1\r\n:5\r\n%1\r\n+k\r\n+v\r\n";
         let items = array_elements(r).unwrap();
-        assert_eq!(items, vec![&b"*2\r\n$1\r\na\r\n$-1\r\n"[..], b":5\r\n", b"%1\r\n+k\r\n+v\r\n"]);
+        assert_eq!(
+            items,
+            vec![
+                &b"*2\r\n$1\r\na\r\n$-1\r\n"[..],
+                b":5\r\n",
+                b"%1\r\n+k\r\n+v\r\n"
+            ]
+        );
         assert!(array_elements(b"*-1\r\n").is_none());
         assert!(array_elements(b"-ERR x\r\n").is_none());
     }
@@ -514,7 +527,8 @@ impl Gather {
         self.phase = GatherPhase::Aborting;
         for (i, e) in self.engines.iter().enumerate() {
             let end = if e.multi { "DISCARD" } else { "UNWATCH" };
-            self.outbox.push((e.conn, request(&[end]), Self::part(i, STEP_END)));
+            self.outbox
+                .push((e.conn, request(&[end]), Self::part(i, STEP_END)));
             self.outbox
                 .push((e.conn, request(&["TXUNLOCK"]), Self::part(i, STEP_UNLOCK)));
             self.awaiting += 2;
@@ -572,7 +586,11 @@ impl Gather {
 
     /// The target's EXEC reply: the client's reply, and the guests written back.
     fn ran(&mut self, reply: &[u8]) {
-        let restores: usize = self.guests.iter().map(|g| 1 + usize::from(g.2.is_some())).sum();
+        let restores: usize = self
+            .guests
+            .iter()
+            .map(|g| 1 + usize::from(g.2.is_some()))
+            .sum();
         let Some(items) = array_elements(reply) else {
             // Not run (a command refused while queued there, or the instance failed):
             // nothing changed anywhere.
@@ -588,7 +606,12 @@ impl Gather {
                 out.extend_from_slice(r);
             }
         } else {
-            out.extend_from_slice(replies.first().copied().unwrap_or(b"-ERR proxy: no reply\r\n"));
+            out.extend_from_slice(
+                replies
+                    .first()
+                    .copied()
+                    .unwrap_or(b"-ERR proxy: no reply\r\n"),
+            );
         }
         self.result = Some(out);
         let mut writes = Vec::new();
@@ -652,7 +675,8 @@ impl Gather {
                 (self.awaiting == 0).then(|| self.finish())
             }
             (GatherPhase::Aborting | GatherPhase::Writing, _) => {
-                if step == STEP_WRITE && frame.first() == Some(&b'-') && self.write_failed.is_none() {
+                if step == STEP_WRITE && frame.first() == Some(&b'-') && self.write_failed.is_none()
+                {
                     self.write_failed = Some((self.engines[engine].instance, frame.to_vec()));
                 }
                 self.awaiting = self.awaiting.saturating_sub(1);

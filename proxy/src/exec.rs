@@ -79,9 +79,9 @@ use std::time::Instant;
 use mio::Registry;
 
 use crate::auth::Gate;
-use crate::coord::{Coord, Coordinator, Gather, GatherEngine};
 use crate::backend::Backend;
 use crate::client::{Replies, Waiter};
+use crate::coord::{Coord, Coordinator, Gather, GatherEngine};
 use crate::dedicated::{self, Dedicated, Lane};
 use recached_net::Slab;
 
@@ -472,8 +472,13 @@ pub(crate) fn gather(
 fn begin_coordinator(mut coord: Coordinator, me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
     let seq = coord.seq();
     let (token, client_id) = (me.token, me.id);
-    if let Some(reply) = send_outbox(&mut coord, token, client_id, ctx.dedicated, ctx.dirty_dedicated)
-    {
+    if let Some(reply) = send_outbox(
+        &mut coord,
+        token,
+        client_id,
+        ctx.dedicated,
+        ctx.dirty_dedicated,
+    ) {
         me.replies.fill(seq, 0, &reply);
         return;
     }

@@ -229,8 +229,7 @@ impl Tx {
             .map(|p| {
                 if self.pinned.is_none() {
                     self.pinned = Some(p.instance);
-                } else if Some(p.instance) != self.pinned && !self.watch_on.contains(&p.instance)
-                {
+                } else if Some(p.instance) != self.pinned && !self.watch_on.contains(&p.instance) {
                     self.watch_on.push(p.instance);
                 }
                 SendPart {
@@ -249,7 +248,12 @@ impl Tx {
 
     /// A command whose keys are on several instances, inside MULTI: split as outside a
     /// transaction when it is one of the key-list commands, else `None`.
-    fn split_in_multi<A: Args + ?Sized>(&mut self, spec: &CommandSpec, args: &A, n: usize) -> Option<Step> {
+    fn split_in_multi<A: Args + ?Sized>(
+        &mut self,
+        spec: &CommandSpec,
+        args: &A,
+        n: usize,
+    ) -> Option<Step> {
         let (step, merge) = match spec.name {
             "mget" => (1, Merge::Values(Vec::new())),
             "del" | "unlink" | "exists" | "touch" => (1, Merge::Sum),
@@ -625,9 +629,18 @@ mod tests {
                 assert_eq!(
                     order,
                     vec![
-                        Entry::One { instance: 0, index: 0 },
-                        Entry::One { instance: 1, index: 0 },
-                        Entry::One { instance: 1, index: 1 },
+                        Entry::One {
+                            instance: 0,
+                            index: 0
+                        },
+                        Entry::One {
+                            instance: 1,
+                            index: 0
+                        },
+                        Entry::One {
+                            instance: 1,
+                            index: 1
+                        },
                     ]
                 );
             }
@@ -662,16 +675,35 @@ mod tests {
             multi: true,
             ..Tx::default()
         };
-        assert_eq!(step(&mut tx, &["INCR", &a]), Step::Send { instance: 0, prelude: with_multi(Vec::new()) });
+        assert_eq!(
+            step(&mut tx, &["INCR", &a]),
+            Step::Send {
+                instance: 0,
+                prelude: with_multi(Vec::new())
+            }
+        );
         assert_eq!(
             step(&mut tx, &["SINTERSTORE", &a, &a, &b]),
             reply(b"+QUEUED\r\n")
         );
         assert_eq!(step(&mut tx, &["INCR", &b]), reply(b"+QUEUED\r\n"));
         match step(&mut tx, &["EXEC"]) {
-            Step::Gather { unit, keys, engines } => {
+            Step::Gather {
+                unit,
+                keys,
+                engines,
+            } => {
                 assert_eq!(unit.len(), 3);
-                assert_eq!(keys, vec![a.as_bytes().to_vec(), a.as_bytes().to_vec(), a.as_bytes().to_vec(), b.as_bytes().to_vec(), b.as_bytes().to_vec()]);
+                assert_eq!(
+                    keys,
+                    vec![
+                        a.as_bytes().to_vec(),
+                        a.as_bytes().to_vec(),
+                        a.as_bytes().to_vec(),
+                        b.as_bytes().to_vec(),
+                        b.as_bytes().to_vec()
+                    ]
+                );
                 assert_eq!(engines, vec![(0, true)]);
             }
             other => panic!("{other:?}"),
@@ -749,10 +781,7 @@ mod tests {
             Step::Send { instance: 1, .. }
         ));
         assert!(tx.spans_many());
-        assert!(matches!(
-            step(&mut tx, &["UNWATCH"]),
-            Step::EndAll { .. }
-        ));
+        assert!(matches!(step(&mut tx, &["UNWATCH"]), Step::EndAll { .. }));
         let mut tx = Tx {
             watching: true,
             pinned: Some(0),

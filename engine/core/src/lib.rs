@@ -83,12 +83,12 @@ pub mod lazyfree;
 pub mod monitor;
 pub mod notify;
 pub mod pause;
-pub mod txlock;
 pub mod script;
 pub mod slot;
 pub mod slowlog;
 pub mod snapshot;
 pub mod tracking;
+pub mod txlock;
 pub mod types;
 
 pub use resp::Proto;

@@ -137,9 +137,12 @@ pub fn check(
     }
     let me = client.id;
     let conflicts = match spec.name {
-        "txlock" => wanted_keys(e, client)
-            .iter()
-            .any(|q| e.locks.locked_by_other(q, me)),
+        "txlock" => {
+            let mut wanted = wanted_keys(e, client);
+            let named = named_keys(argv).map(|(k, _)| k).unwrap_or_default();
+            wanted.extend(named.iter().map(|k| crate::keyspace::qualify(client.db, k)));
+            wanted.iter().any(|q| e.locks.locked_by_other(q, me))
+        }
         "exec" => client.tx.queued_commands().any(|cmd| {
             let args: Vec<&[u8]> = cmd.iter().map(Vec::as_slice).collect();
             crate::dispatch::resolve(&args)
@@ -168,9 +171,10 @@ fn touches_locked(e: &Engine, spec: &CommandSpec, argv: &[&[u8]], db: usize, me:
     if !spec.has_keys() {
         return spec.has_flag(Flags::WRITE) && e.locks.other_holder(me);
     }
-    crate::command::keys(spec, argv)
-        .positions()
-        .any(|pos| e.locks.locked_by_other(&crate::keyspace::qualify(db, argv[pos]), me))
+    crate::command::keys(spec, argv).positions().any(|pos| {
+        e.locks
+            .locked_by_other(&crate::keyspace::qualify(db, argv[pos]), me)
+    })
 }
 
 /// The keys `TXLOCK` locks for `client`: its watched keys and its queued commands' keys.
@@ -203,7 +207,11 @@ pub fn txlock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         ))?;
     let (named, dump) = named_keys(c.argv).ok_or(CmdError::Static("ERR syntax error"))?;
     let mut keys = wanted_keys(e, c.client);
-    keys.extend(named.iter().map(|k| crate::keyspace::qualify(c.client.db, k)));
+    keys.extend(
+        named
+            .iter()
+            .map(|k| crate::keyspace::qualify(c.client.db, k)),
+    );
     let me = c.client.id;
     let deadline_us = c.now_us + timeout as u64 * 1000;
     let holder = e.locks.holders.entry(me).or_insert(Holder {
@@ -340,4 +348,57 @@ pub fn client_closed(e: &mut Engine, client_id: u64) {
     e.locks.postponed.retain(|&id| id != client_id);
     e.locks.expired.remove(&client_id);
     release(e, client_id);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Client, Config, Engine, Flow};
+
+    fn run(e: &mut Engine, c: &mut Client, args: &[&str]) -> (Flow, Vec<u8>) {
+        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        let mut out = Vec::new();
+        let flow = e.exec(c, &argv, 1_000_000, &mut out);
+        (flow, out)
+    }
+
+    fn client(id: u64) -> Client {
+        Client {
+            id,
+            ..Client::default()
+        }
+    }
+
+    #[test]
+    fn named_keys_conflict_and_guests_stay_out_of_other_holders() {
+        let mut e = Engine::new(Config::default());
+        let (mut a, mut b, mut c) = (client(1), client(2), client(3));
+        run(&mut e, &mut c, &["SET", "k", "v"]);
+        let (_, out) = run(
+            &mut e,
+            &mut a,
+            &["TXLOCK", "5000", "KEYS", "1", "k", "DUMP"],
+        );
+        assert!(
+            out.starts_with(b"*3\r\n:0\r\n$"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        assert!(out.ends_with(b":-1\r\n"));
+        // Another TXLOCK naming the same key waits; so does any command on it.
+        let (flow, _) = run(&mut e, &mut b, &["TXLOCK", "5000", "KEYS", "1", "k"]);
+        assert_eq!(flow, Flow::Postpone);
+        let (flow, _) = run(&mut e, &mut c, &["GET", "k"]);
+        assert_eq!(flow, Flow::Postpone);
+        let (flow, _) = run(&mut e, &mut c, &["GET", "other"]);
+        assert_eq!(flow, Flow::Continue);
+        // Guests belong to their connection and go with its TXUNLOCK.
+        run(&mut e, &mut a, &["TXGUEST", "g"]);
+        assert!(e.locks.is_guest(0, b"g"));
+        assert!(e.locks.holds_guests(1) && !e.locks.holds_guests(2));
+        let (_, out) = run(&mut e, &mut a, &["TXUNLOCK"]);
+        assert_eq!(out, b"+OK\r\n");
+        assert!(!e.locks.is_guest(0, b"g"));
+        let (flow, out) = run(&mut e, &mut b, &["TXLOCK", "5000", "KEYS", "1", "k"]);
+        assert_eq!((flow, out), (Flow::Continue, b":0\r\n".to_vec()));
+    }
 }

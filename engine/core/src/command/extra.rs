@@ -245,7 +245,10 @@ pub static EXTRA: &[CommandSpec] = &[
             ),
             ("since", Val::Str("1.0.0")),
             ("group", Val::Str("transactions")),
-            ("complexity", Val::Str("O(N) where N is the number of keys.")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys."),
+            ),
         ]),
     },
     CommandSpec {
@@ -276,7 +279,10 @@ pub static EXTRA: &[CommandSpec] = &[
             ),
             ("since", Val::Str("1.0.0")),
             ("group", Val::Str("transactions")),
-            ("complexity", Val::Str("O(N) where N is the number of keys to lock.")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys to lock."),
+            ),
         ]),
     },
     CommandSpec {
@@ -306,7 +312,10 @@ pub static EXTRA: &[CommandSpec] = &[
             ),
             ("since", Val::Str("1.0.0")),
             ("group", Val::Str("transactions")),
-            ("complexity", Val::Str("O(N) where N is the number of keys locked.")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys locked."),
+            ),
         ]),
     },
 ];

@@ -140,6 +140,9 @@ pub struct Proxy {
     paused: Vec<usize>,
     /// Clients to close at the end of this iteration.
     to_close: Vec<usize>,
+    /// Clients gone while a run spanning instances was under way for them: closed once it
+    /// is over, so its locks are released and its writes all made (`crate::coord`).
+    close_after_coord: Vec<usize>,
     /// Clients with requests to send on their behalf (`Replies::followups`).
     followups: Vec<usize>,
     shutdown: Arc<AtomicBool>,
@@ -224,6 +227,7 @@ impl Proxy {
             dirty_dedicated: Vec::new(),
             paused: Vec::new(),
             to_close: Vec::new(),
+            close_after_coord: Vec::new(),
             followups: Vec::new(),
             shutdown,
         })
@@ -1145,7 +1149,20 @@ impl Proxy {
     }
 
     fn close_finished(&mut self) {
-        for token in std::mem::take(&mut self.to_close) {
+        let mut tokens = std::mem::take(&mut self.to_close);
+        tokens.append(&mut self.close_after_coord);
+        tokens.sort_unstable();
+        tokens.dedup();
+        for token in tokens {
+            // A run spanning instances finishes first: closing its connections now could
+            // leave it done on some instances and not on others.
+            if let Some(c) = self.clients.get_mut(token)
+                && c.coord.is_some()
+            {
+                c.read_closed = true;
+                self.close_after_coord.push(token);
+                continue;
+            }
             if let Some(mut c) = self.clients.try_remove(token) {
                 self.fleet.client_ids.remove(&c.id);
                 let _ = self.poll.registry().deregister(&mut c.stream);

@@ -35,6 +35,9 @@ use crate::split::{self, Merge};
 pub const MAX_HELD: usize = 1024;
 pub const MAX_HELD_BYTES: usize = 1 << 20;
 
+/// Most bytes of queued requests kept for a gathered run (see [`Tx::unit`]).
+pub const MAX_UNIT_BYTES: usize = 64 << 20;
+
 /// `-EXECABORT …`, Redis 7's text.
 pub const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
 
@@ -67,6 +70,10 @@ pub struct Tx {
     /// when [`Self::gather`] (`crate::coord::Gather`).
     pub unit: Vec<Vec<u8>>,
     pub unit_keys: Vec<Vec<u8>>,
+    /// Bytes kept in `unit` and `unit_keys`; past [`MAX_UNIT_BYTES`] they are dropped and a
+    /// command spanning instances aborts the transaction (`-CROSSSLOT`).
+    pub unit_bytes: usize,
+    pub unit_dropped: bool,
     /// A queued command has keys on several instances and cannot be split (RENAME, a
     /// script…): the whole transaction runs gathered.
     pub gather: bool,
@@ -426,10 +433,19 @@ impl Tx {
             self.aborted = true;
             return not_supported(spec, "inside MULTI");
         }
-        // Kept for a gathered run at EXEC (`crate::coord::Gather`).
-        self.unit.push(raw.to_vec());
-        for pos in route::request_keys(spec, args) {
-            self.unit_keys.push(args.arg(pos).to_vec());
+        // Kept for a gathered run at EXEC (`crate::coord::Gather`), within a bound.
+        if !self.unit_dropped {
+            self.unit_bytes += raw.len();
+            self.unit.push(raw.to_vec());
+            for pos in route::request_keys(spec, args) {
+                self.unit_bytes += args.arg(pos).len();
+                self.unit_keys.push(args.arg(pos).to_vec());
+            }
+            if self.unit_bytes > MAX_UNIT_BYTES {
+                self.unit_dropped = true;
+                self.unit = Vec::new();
+                self.unit_keys = Vec::new();
+            }
         }
         if self.gather {
             return reply(b"+QUEUED\r\n");
@@ -439,9 +455,13 @@ impl Tx {
                 Some(step) => step,
                 // Blocking commands would not block inside MULTI anyway; the whole
                 // transaction runs gathered on one instance.
-                None => {
+                None if !self.unit_dropped => {
                     self.gather = true;
                     reply(b"+QUEUED\r\n")
+                }
+                None => {
+                    self.aborted = true;
+                    reply(route::CROSSSLOT)
                 }
             },
             Target::One(i) => match self.pinned {

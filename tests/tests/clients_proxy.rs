@@ -21,19 +21,16 @@
 //!
 //! - Django's `RedisCache` (tests/clients/django_cache_proxy.py): set/get/add/has_key/delete,
 //!   incr/decr, touch, get_or_set, get_many/delete_many over 64 keys on both engines, set_many of
-//!   one engine's keys, clear; the `dj:spread:*` keys it leaves are read back from their engines.
-//!   set_many over keys on several engines is a MULTI/EXEC (redis-py's default pipeline()) and
-//!   waits for issue 20;
-//! - rq (tests/clients/rq_proxy.py, jobs in rq_jobs.py): a job enqueued and run by a burst
-//!   worker (each job result is a stream: XADD, XREVRANGE), which needs issue 20 when enqueue is
-//!   a MULTI/EXEC over keys on both engines.
+//!   one engine's keys and over keys on several engines (redis-py's default pipeline(), a
+//!   MULTI/EXEC spanning engines: issue 20), clear; the `dj:spread:*` keys it leaves are read back
+//!   from their engines;
+//! - rq (tests/clients/rq_proxy.py, jobs in rq_jobs.py): a job enqueued (a MULTI/EXEC over keys
+//!   on both engines) and run by a burst worker (each job result is a stream: XADD, XREVRANGE).
 //!
-//! A part that waits for an issue is run anyway, and must fail with exactly today's error (the
-//! script prints `DEFERRED (issue N): …`; a pass fails the script, so the part is moved out of
-//! DEFERRED when the issue lands). The same scripts with `--all` (every part must pass) run
-//! against a real redis-server 7.0 (the control: the scripts are right), behind a proxy in front
-//! of ONE engine (Django and rq pass whole), and in two `#[ignore]`d tests
-//! naming the issues they wait for, to un-ignore when those land.
+//! The scripts run with `--all` (every part must pass); a mode without it (parts waiting for an
+//! issue must fail with exactly today's error, `DEFERRED (issue N): …`) is there for the next
+//! such part. The same scripts run against a real redis-server 7.0 (the control: the scripts are
+//! right) and behind a proxy in front of ONE engine.
 //!
 //! The exact versions are pinned in tests/clients/requirements.txt and package-lock.json;
 //! scripts/test.sh installs them. Cleanup: [`Fleet`]'s Drop SIGKILLs the supervisor by PID,
@@ -313,41 +310,18 @@ fn django_spread_keys() -> impl Iterator<Item = (String, String)> {
     (0..64).map(|i| (format!(":1:dj:spread:{i}"), i.to_string()))
 }
 
-/// Django's RedisCache (issue 14), settings as Django's docs give them, over keys on both
-/// engines: everything but set_many over several engines passes today; that part is run too and
-/// must fail with today's -CROSSSLOT (issue 20), so the day it passes this test says so.
+/// Django's RedisCache (issues 14 and 20), settings as Django's docs give them, over keys on
+/// both engines: every part passes, set_many over keys on several engines (redis-py's default
+/// pipeline(), a MULTI/EXEC spanning engines) included.
 #[test]
 fn django_cache_default_settings_through_the_proxy() {
     let fleet = Fleet::start("django", ENGINES);
     let out = run_client(
         &fleet,
-        "django",
-        &mut py_script("django_cache_proxy.py", fleet.proxy_port, None),
-    );
-    assert!(out.starts_with("django "), "{out}");
-    assert_lines(&out, "django", DJANGO_PASSING);
-    let deferred = deferred_lines(&out);
-    assert_eq!(deferred.len(), 1, "{out}");
-    assert!(
-        deferred[0].starts_with(
-            "DEFERRED (issue 20): set_many over keys on several engines (64 keys): fails today with \
-             ClusterCrossSlotError: "
-        ),
-        "{out}"
-    );
-    fleet.check_keys_on_every_engine(django_spread_keys(), "Django");
-}
-
-/// Every part of the Django script, set_many over keys on both engines included.
-#[test]
-#[ignore = "needs issue 20: MULTI/EXEC over keys on several engines (Django's set_many is redis-py's default pipeline(), a MULTI/EXEC transaction)"]
-fn django_cache_every_part_through_the_proxy() {
-    let fleet = Fleet::start("django-all", ENGINES);
-    let out = run_client(
-        &fleet,
         "django --all",
         &mut py_script("django_cache_proxy.py", fleet.proxy_port, Some("--all")),
     );
+    assert!(out.starts_with("django "), "{out}");
     assert_lines(&out, "django --all", DJANGO_PASSING);
     assert_lines(
         &out,
@@ -377,9 +351,9 @@ fn django_cache_every_part_through_a_one_engine_proxy() {
     assert_eq!(deferred_lines(&out), Vec::<&str>::new(), "{out}");
 }
 
-/// rq at default settings (issue 14): what rq reads before any job passes today; enqueue is
-/// one MULTI/EXEC over the job hash, the queue list and the queue set, keys on both engines,
-/// and must fail with today's -CROSSSLOT (issue 20); the burst worker has no job to run then.
+/// rq at default settings (issues 14 and 20): enqueue is one MULTI/EXEC over the job hash, the
+/// queue list and the queue set, keys on both engines; a burst worker runs both jobs and
+/// stores their results (a stream per job).
 #[test]
 fn rq_default_settings_through_the_proxy() {
     let fleet = Fleet::start("rq", ENGINES);
@@ -393,8 +367,8 @@ fn rq_default_settings_through_the_proxy() {
         .collect();
     let out = run_client(
         &fleet,
-        "rq",
-        py_script("rq_proxy.py", fleet.proxy_port, None).env("RQ_JOB_IDS", ids.join(",")),
+        "rq --all",
+        py_script("rq_proxy.py", fleet.proxy_port, Some("--all")).env("RQ_JOB_IDS", ids.join(",")),
     );
     assert!(out.starts_with("rq 3."), "{out}");
     assert!(
@@ -402,17 +376,15 @@ fn rq_default_settings_through_the_proxy() {
             && l.ends_with("), empty queue, no workers: ok")),
         "{out}"
     );
-    let deferred = deferred_lines(&out);
-    assert_eq!(deferred.len(), 2, "{out}");
-    assert!(
-        deferred[0]
-            .starts_with("DEFERRED (issue 20): enqueue: fails today with ClusterCrossSlotError: "),
-        "{out}"
+    assert_lines(
+        &out,
+        "rq --all",
+        &[
+            "enqueue: ok",
+            "burst worker ran add(2, 3) = 5 and a failing job: ok",
+        ],
     );
-    assert!(
-        deferred[1].starts_with("DEFERRED (issue 20): burst worker ran add(2, 3) = 5"),
-        "{out}"
-    );
+    assert_eq!(deferred_lines(&out), Vec::<&str>::new(), "{out}");
 }
 
 /// rq through the proxy in front of ONE engine (no transaction spans engines): enqueue, and a
@@ -437,27 +409,6 @@ fn rq_through_a_one_engine_proxy() {
     );
     assert!(deferred_lines(out).is_empty(), "{out}");
     assert!(!all.text().contains("unknown command"), "{}", all.text());
-}
-
-/// An rq job enqueued and run by a burst worker through the proxy, keys on both engines.
-#[test]
-#[ignore = "needs issue 20 (MULTI/EXEC over keys on several engines: rq's enqueue and worker use redis-py's default transactional pipeline())"]
-fn rq_burst_worker_through_the_proxy() {
-    let fleet = Fleet::start("rq-all", ENGINES);
-    let out = run_client(
-        &fleet,
-        "rq --all",
-        &mut py_script("rq_proxy.py", fleet.proxy_port, Some("--all")),
-    );
-    assert_lines(
-        &out,
-        "rq --all",
-        &[
-            "enqueue: ok",
-            "burst worker ran add(2, 3) = 5 and a failing job: ok",
-        ],
-    );
-    assert_eq!(deferred_lines(&out), Vec::<&str>::new(), "{out}");
 }
 
 /// The control: against a real redis-server 7.0 every part of both scripts passes, so a part

@@ -5,8 +5,8 @@
 //! - Every multi-key command of the issue, with its keys spread over the engines of a 2- and a
 //!   4-engine fleet, gets byte for byte the reply a single redis-server 7.0 gives for the same
 //!   steps, and leaves the same values and TTLs (read back through the proxy and compared).
-//! - A script moving a value between keys on two engines, a function doing the same, and a
-//!   MULTI holding such commands.
+//! - A script moving a value between keys on two engines, scripts touching keys of other
+//!   engines they did not declare (run again gathered), and a MULTI holding such commands.
 //! - Isolation: members moved between two sets on different engines by several clients with
 //!   SMOVE while readers sum the cardinalities in MULTI: the total never changes.
 //! - The engines hold no guest afterwards: each key is on its own engine only.
@@ -159,6 +159,30 @@ const STEPS: &[&[&str]] = &[
         "{1}to",
     ],
     &["GET", "{2}e"],
+    // Scripts touching keys they did not declare, on other engines, before writing
+    // (job-queue libraries build key names inside their scripts): run again gathered.
+    &["SET", "{1}undeclared", "42"],
+    &[
+        "EVAL",
+        "local v = redis.call('GET', ARGV[1]); redis.call('SET', KEYS[1], v); \
+         redis.call('DEL', ARGV[1]); return {v, redis.call('EXISTS', ARGV[1])}",
+        "1",
+        "{0}declared",
+        "{1}undeclared",
+    ],
+    &["GET", "{0}declared"],
+    &["EXISTS", "{1}undeclared"],
+    &[
+        "EVAL",
+        "local n = redis.call('EXISTS', ARGV[2]) + redis.call('EXISTS', ARGV[3]); \
+         return {n, redis.call('INCR', ARGV[1]), redis.call('INCR', ARGV[2]), \
+         redis.call('INCR', ARGV[3])}",
+        "0",
+        "{0}n",
+        "{1}n",
+        "{2}n",
+    ],
+    &["MGET", "{0}n", "{1}n", "{2}n"],
     // Errors are the commands' own.
     &["SET", "{0}str", "x"],
     &["SMOVE", "{0}str", "{1}y", "b"],
@@ -375,4 +399,55 @@ fn members_moved_between_engines_are_never_seen_twice_or_lost() {
     let mut c = Resp::connect(fleet.proxy_port);
     let r = c.cmd_str(&["SUNION", &a, &b]);
     assert_eq!(common::parse_value(&r).array().unwrap().len(), 20);
+}
+
+/// A script that touches an undeclared key of another engine only after writing gets Redis
+/// Cluster's error (it cannot be run again: its first write is done), and its write stays,
+/// as on a cluster node (docs/transactions.md, "Limits").
+#[test]
+fn a_script_touching_an_undeclared_key_after_a_write_gets_redis_clusters_error() {
+    let fleet = Fleet::start("gatherlate", 2);
+    let mut c = Resp::connect(fleet.proxy_port);
+    let (a, b) = (key_on(0, 2, "late-a"), key_on(1, 2, "late-b"));
+    let reply = c.cmd_str(&[
+        "EVAL",
+        "redis.call('SET', KEYS[1], 'w'); return redis.call('GET', ARGV[1])",
+        "1",
+        &a,
+        &b,
+    ]);
+    assert!(
+        reply.starts_with(
+            b"-ERR Script attempted to access a non local key in a cluster node script: "
+        ),
+        "{}",
+        text(&reply)
+    );
+    assert_eq!(c.cmd_str(&["GET", &a]), b"$1\r\nw\r\n");
+    // Pipelined scripts that each need another engine's key all get their replies, in order.
+    let sha = c.cmd_str(&["SCRIPT", "LOAD", "return redis.call('INCR', ARGV[1])"]);
+    let sha = common::parse_value(&sha).str().unwrap();
+    let a2 = key_on(0, 2, "late-n");
+    let mut batch = Vec::new();
+    for k in [&b, &b, &a2, &b] {
+        batch.extend(Resp::encode(&[
+            b"EVALSHA",
+            sha.as_bytes(),
+            b"0",
+            k.as_bytes(),
+        ]));
+    }
+    c.send_raw(&batch);
+    let replies: Vec<Vec<u8>> = (0..4).map(|_| c.read_frame()).collect();
+    assert_eq!(
+        replies,
+        vec![
+            b":1\r\n".to_vec(),
+            b":2\r\n".to_vec(),
+            b":1\r\n".to_vec(),
+            b":3\r\n".to_vec()
+        ],
+        "{:?}",
+        replies.iter().map(|r| text(r)).collect::<Vec<_>>()
+    );
 }

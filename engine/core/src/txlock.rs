@@ -13,6 +13,7 @@
 //! | `TXLOCK timeout-ms KEYS n key… [DUMP]` | also locks the `n` keys named; with `DUMP`, reads them too | with `DUMP`: `[flags, payload₁, expiry₁, …]`: each key's `DUMP` payload (nil if missing) and `PEXPIRETIME` (-1: none, -2: missing) |
 //! | `TXGUEST key…` | marks keys of other engines, restored here for the gathered execution of a command spanning engines, as **guests** until `TXUNLOCK` | `+OK` |
 //! | `TXUNLOCK` | releases this connection's locks and guests | `+OK` |
+//! | `TXDISCOVER ON\|OFF` | on this connection, a script touching a key of another engine it did not declare, **before any write**, fails with `-TXNEEDKEY <key in hex>` instead of Redis Cluster's error, so the proxy can run it again with that key brought here | `+OK` |
 //!
 //! **Guests.** A command whose keys live on several engines (RENAME, SMOVE, a script…) runs on
 //! one engine: the proxy restores the other engines' keys there as guests, runs it in one
@@ -280,6 +281,27 @@ fn named_keys<'a>(argv: &[&'a [u8]]) -> Option<(Vec<&'a [u8]>, bool)> {
         }
     }
     Some((keys, dump))
+}
+
+/// The script error asking the proxy to run a script again with `key` brought to the
+/// engine: `-TXNEEDKEY <key in hex>` (module docs, `TXDISCOVER`).
+pub fn need_key(key: &[u8]) -> String {
+    let mut msg = String::from("-TXNEEDKEY ");
+    for b in key {
+        msg.push_str(&format!("{b:02x}"));
+    }
+    msg
+}
+
+/// `TXDISCOVER ON|OFF` → `+OK` (module docs).
+pub fn txdiscover(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    c.client.txdiscover = match c.argv[1] {
+        a if a.eq_ignore_ascii_case(b"on") => true,
+        a if a.eq_ignore_ascii_case(b"off") => false,
+        _ => return Err(CmdError::Static("ERR syntax error")),
+    };
+    c.w().ok();
+    Ok(())
 }
 
 /// `TXGUEST key…` → `+OK` (module docs).

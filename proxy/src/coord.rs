@@ -311,6 +311,113 @@ impl Coordinator {
     }
 }
 
+/// Most times a script is run again for undeclared keys of other instances before it gets
+/// Redis Cluster's error.
+pub const SCRIPT_RETRIES: u32 = 8;
+
+/// A client's scripts on script links, in request order, and the one to run again.
+///
+/// Through the proxy a script goes to the instance of its declared keys (any instance when
+/// it declares none). When it touches a key of another instance it did not declare, before
+/// writing anything, the instance answers `-TXNEEDKEY <key in hex>` (engine `TXDISCOVER`,
+/// set on the script links); the proxy then runs it gathered (`Gather`) with its declared
+/// keys and every key discovered so far, as many times as it discovers new ones, up to
+/// [`SCRIPT_RETRIES`]. A script that touches such a key after its first write gets Redis
+/// Cluster's error, as on a cluster node.
+#[derive(Debug, Default)]
+pub struct Scripts {
+    /// (reply slot, request, declared keys) of each script in flight on a script link.
+    pub inflight: std::collections::VecDeque<(u64, Vec<u8>, Vec<Vec<u8>>)>,
+    /// Scripts to run again, one at a time, in request order (the front one runs).
+    pub retries: std::collections::VecDeque<ScriptRetry>,
+}
+
+#[derive(Debug)]
+pub struct ScriptRetry {
+    pub seq: u64,
+    pub request: Vec<u8>,
+    pub keys: Vec<Vec<u8>>,
+    pub attempts: u32,
+    /// The gathered run is under way.
+    pub started: bool,
+}
+
+/// The key a `-TXNEEDKEY <hex> …` reply asks for.
+pub fn needed_key(reply: &[u8]) -> Option<Vec<u8>> {
+    let rest = reply.strip_prefix(b"-TXNEEDKEY ")?;
+    let hex = &rest[..rest.iter().position(|&b| b == b' ' || b == b'\r')?];
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    hex.chunks(2)
+        .map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
+        .collect()
+}
+
+/// Redis Cluster's error for a script that touched an undeclared key of another instance
+/// too late (after a write) or too often: the `-TXNEEDKEY …` text rewritten.
+pub fn non_local_error(reply: &[u8]) -> Vec<u8> {
+    let tail = reply
+        .windows(8)
+        .position(|w| w == b" script:")
+        .map_or(&b"\r\n"[..], |i| &reply[i..]);
+    let mut out = b"-ERR Script attempted to access a non local key in a cluster node".to_vec();
+    out.extend_from_slice(tail);
+    out
+}
+
+impl Scripts {
+    /// A reply for slot `seq` arrived: whether it asks to run a script again (then
+    /// [`Self::retry`] is set and the slot must not be filled yet).
+    pub fn answered(&mut self, seq: u64, reply: &[u8]) -> bool {
+        while self.inflight.front().is_some_and(|f| f.0 < seq) {
+            self.inflight.pop_front();
+        }
+        if self.inflight.front().is_none_or(|f| f.0 != seq) {
+            return false;
+        }
+        let (seq, request, mut keys) = self.inflight.pop_front().expect("front checked");
+        let Some(key) = needed_key(reply) else {
+            return false;
+        };
+        keys.push(key);
+        self.retries.push_back(ScriptRetry {
+            seq,
+            request,
+            keys,
+            attempts: 1,
+            started: false,
+        });
+        true
+    }
+
+    /// The script to start running again now, if any.
+    pub fn next_retry(&mut self) -> Option<&mut ScriptRetry> {
+        self.retries.front_mut().filter(|r| !r.started)
+    }
+
+    /// The gathered run of the script being retried answered `reply`: `Ok(true)` if it
+    /// runs again (another key discovered), `Ok(false)` if `reply` is the answer; `Err`
+    /// holds the answer to give instead (Redis Cluster's error, once retries are used up).
+    pub fn retried(&mut self, seq: u64, reply: &[u8]) -> Result<bool, Vec<u8>> {
+        let Some(r) = self.retries.front_mut().filter(|r| r.seq == seq) else {
+            return Ok(false);
+        };
+        let Some(key) = needed_key(reply) else {
+            self.retries.pop_front();
+            return Ok(false);
+        };
+        if r.attempts >= SCRIPT_RETRIES || r.keys.contains(&key) {
+            self.retries.pop_front();
+            return Err(non_local_error(reply));
+        }
+        r.keys.push(key);
+        r.attempts += 1;
+        r.started = false;
+        Ok(true)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,8 +433,14 @@ mod tests {
     fn locks_in_instance_order_then_execs_everywhere() {
         let engines = vec![Coord::engine(1, 11, true), Coord::engine(0, 10, true)];
         let order = vec![
-            Entry::One { instance: 1, index: 0 },
-            Entry::One { instance: 0, index: 0 },
+            Entry::One {
+                instance: 1,
+                index: 0,
+            },
+            Entry::One {
+                instance: 0,
+                index: 0,
+            },
             Entry::Split {
                 parts: vec![(0, 1), (1, 1)],
                 merge: Merge::Sum,
@@ -386,10 +499,42 @@ mod tests {
     }
 
     #[test]
+    fn scripts_discover_keys_until_the_retries_are_used_up() {
+        assert_eq!(
+            needed_key(b"-TXNEEDKEY 6230 script: x\r\n"),
+            Some(b"b0".to_vec())
+        );
+        assert_eq!(needed_key(b"-ERR x\r\n"), None);
+        let mut s = Scripts::default();
+        s.inflight
+            .push_back((3, b"req".to_vec(), vec![b"a".to_vec()]));
+        s.inflight.push_back((5, b"req2".to_vec(), vec![]));
+        assert!(!s.answered(3, b":1\r\n"));
+        assert!(s.answered(5, b"-TXNEEDKEY 6230 script: x\r\n"));
+        let r = s.retries.front().unwrap();
+        assert_eq!((r.seq, r.keys.clone()), (5, vec![b"b0".to_vec()]));
+        assert_eq!(s.retried(5, b"-TXNEEDKEY 6231 script: x\r\n"), Ok(true));
+        // The same key again: it is not the key's absence that fails the script.
+        let e = s.retried(5, b"-TXNEEDKEY 6231 script: sha, on @user_script:1.\r\n");
+        assert_eq!(
+            e,
+            Err(b"-ERR Script attempted to access a non local key in a cluster node script: sha, on @user_script:1.\r\n".to_vec())
+        );
+        assert!(s.retries.is_empty());
+    }
+
+    #[test]
     fn array_elements_splits_nested_frames() {
         let r = b"*3\r\n*2\r\n$1\r\na\r\n$-1\r\n:5\r\n%1\r\n+k\r\n+v\r\n";
         let items = array_elements(r).unwrap();
-        assert_eq!(items, vec![&b"*2\r\n$1\r\na\r\n$-1\r\n"[..], b":5\r\n", b"%1\r\n+k\r\n+v\r\n"]);
+        assert_eq!(
+            items,
+            vec![
+                &b"*2\r\n$1\r\na\r\n$-1\r\n"[..],
+                b":5\r\n",
+                b"%1\r\n+k\r\n+v\r\n"
+            ]
+        );
         assert!(array_elements(b"*-1\r\n").is_none());
         assert!(array_elements(b"-ERR x\r\n").is_none());
     }
@@ -514,7 +659,8 @@ impl Gather {
         self.phase = GatherPhase::Aborting;
         for (i, e) in self.engines.iter().enumerate() {
             let end = if e.multi { "DISCARD" } else { "UNWATCH" };
-            self.outbox.push((e.conn, request(&[end]), Self::part(i, STEP_END)));
+            self.outbox
+                .push((e.conn, request(&[end]), Self::part(i, STEP_END)));
             self.outbox
                 .push((e.conn, request(&["TXUNLOCK"]), Self::part(i, STEP_UNLOCK)));
             self.awaiting += 2;
@@ -536,6 +682,12 @@ impl Gather {
         if t.multi {
             out.push((request(&["DISCARD"]), None));
         }
+        // A lone script may discover undeclared keys (`Scripts`); inside a transaction it
+        // gets Redis Cluster's error.
+        out.push((
+            request(&["TXDISCOVER", if self.in_multi { "OFF" } else { "ON" }]),
+            None,
+        ));
         if !self.guests.is_empty() {
             let mut args: Vec<&[u8]> = vec![b"TXGUEST"];
             args.extend(self.guests.iter().map(|g| g.1.as_slice()));
@@ -572,7 +724,11 @@ impl Gather {
 
     /// The target's EXEC reply: the client's reply, and the guests written back.
     fn ran(&mut self, reply: &[u8]) {
-        let restores: usize = self.guests.iter().map(|g| 1 + usize::from(g.2.is_some())).sum();
+        let restores: usize = self
+            .guests
+            .iter()
+            .map(|g| 1 + usize::from(g.2.is_some()))
+            .sum();
         let Some(items) = array_elements(reply) else {
             // Not run (a command refused while queued there, or the instance failed):
             // nothing changed anywhere.
@@ -588,7 +744,12 @@ impl Gather {
                 out.extend_from_slice(r);
             }
         } else {
-            out.extend_from_slice(replies.first().copied().unwrap_or(b"-ERR proxy: no reply\r\n"));
+            out.extend_from_slice(
+                replies
+                    .first()
+                    .copied()
+                    .unwrap_or(b"-ERR proxy: no reply\r\n"),
+            );
         }
         self.result = Some(out);
         let mut writes = Vec::new();
@@ -652,7 +813,8 @@ impl Gather {
                 (self.awaiting == 0).then(|| self.finish())
             }
             (GatherPhase::Aborting | GatherPhase::Writing, _) => {
-                if step == STEP_WRITE && frame.first() == Some(&b'-') && self.write_failed.is_none() {
+                if step == STEP_WRITE && frame.first() == Some(&b'-') && self.write_failed.is_none()
+                {
                     self.write_failed = Some((self.engines[engine].instance, frame.to_vec()));
                 }
                 self.awaiting = self.awaiting.saturating_sub(1);

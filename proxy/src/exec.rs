@@ -79,9 +79,9 @@ use std::time::Instant;
 use mio::Registry;
 
 use crate::auth::Gate;
-use crate::coord::{Coord, Coordinator, Gather, GatherEngine};
 use crate::backend::Backend;
 use crate::client::{Replies, Waiter};
+use crate::coord::{Coord, Coordinator, Gather, GatherEngine};
 use crate::dedicated::{self, Dedicated, Lane};
 use recached_net::Slab;
 
@@ -113,8 +113,10 @@ pub(crate) struct Me<'a> {
     pub(crate) lane: &'a mut Lane,
     /// Its blocking read over several instances in progress (`crate::spread`).
     pub(crate) spread: &'a mut Option<Spread>,
-    /// Its EXEC spanning instances in progress (`crate::coord`).
+    /// Its execution spanning instances in progress (`crate::coord`).
     pub(crate) coord: &'a mut Option<Coordinator>,
+    /// Its scripts in flight (`crate::coord::Scripts`).
+    pub(crate) scripts: &'a mut crate::coord::Scripts,
 }
 
 impl Me<'_> {
@@ -335,7 +337,7 @@ fn in_transaction<A: Args + ?Sized>(
             unit,
             keys,
             engines,
-        } => gather(unit, keys, engines, true, me, ctx),
+        } => gather(None, unit, keys, engines, true, me, ctx),
         Step::EndAll { engines, reply } => {
             let seq = me
                 .replies
@@ -412,6 +414,7 @@ fn coordinate(
 /// (`crate::coord::Gather`): `unit` the requests, `keys` their keys, `engines` the
 /// instances already taking part in the client's transaction (MULTI sent there or not).
 pub(crate) fn gather(
+    slot: Option<u64>,
     unit: Vec<Vec<u8>>,
     keys: Vec<Vec<u8>>,
     engines: Vec<(usize, bool)>,
@@ -420,7 +423,8 @@ pub(crate) fn gather(
     ctx: &mut Ctx<'_>,
 ) {
     let n = ctx.fleet.instances();
-    let seq = me.replies.push_plain();
+    // A new reply slot, or the one of a script run again (`crate::coord::Scripts`).
+    let seq = slot.unwrap_or_else(|| me.replies.push_plain());
     let mut parts: Vec<GatherEngine> = Vec::new();
     let mut keys = keys;
     keys.sort_unstable();
@@ -472,8 +476,13 @@ pub(crate) fn gather(
 fn begin_coordinator(mut coord: Coordinator, me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
     let seq = coord.seq();
     let (token, client_id) = (me.token, me.id);
-    if let Some(reply) = send_outbox(&mut coord, token, client_id, ctx.dedicated, ctx.dirty_dedicated)
-    {
+    if let Some(reply) = send_outbox(
+        &mut coord,
+        token,
+        client_id,
+        ctx.dedicated,
+        ctx.dirty_dedicated,
+    ) {
         me.replies.fill(seq, 0, &reply);
         return;
     }
@@ -823,7 +832,7 @@ fn run_plan<A: Args + ?Sized>(
                         .collect()
                 })
                 .unwrap_or_default();
-            gather(vec![raw.to_vec()], keys, Vec::new(), false, me, ctx);
+            gather(None, vec![raw.to_vec()], keys, Vec::new(), false, me, ctx);
             Flow::Continue
         }
         Plan::WatchMany => {
@@ -858,6 +867,20 @@ fn run_plan<A: Args + ?Sized>(
             let k = script_link(target, me, ctx);
             if !me.enter_lane(Lane::Script(k)) {
                 return Flow::Wait;
+            }
+            // Kept in case it touches undeclared keys of other instances
+            // (`crate::coord::Scripts`).
+            if ctx.fleet.instances() > 1 {
+                let keys = route::known_row(args)
+                    .map(|spec| {
+                        route::request_keys(spec, args)
+                            .into_iter()
+                            .map(|pos| args.arg(pos).to_vec())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let seq = me.replies.next_seq();
+                me.scripts.inflight.push_back((seq, raw.to_vec(), keys));
             }
             execute(plan, raw, me, ctx);
             Flow::Continue

@@ -35,6 +35,9 @@ use crate::split::{self, Merge};
 pub const MAX_HELD: usize = 1024;
 pub const MAX_HELD_BYTES: usize = 1 << 20;
 
+/// Most bytes of queued requests kept for a gathered run (see [`Tx::unit`]).
+pub const MAX_UNIT_BYTES: usize = 64 << 20;
+
 /// `-EXECABORT …`, Redis 7's text.
 pub const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
 
@@ -67,6 +70,10 @@ pub struct Tx {
     /// when [`Self::gather`] (`crate::coord::Gather`).
     pub unit: Vec<Vec<u8>>,
     pub unit_keys: Vec<Vec<u8>>,
+    /// Bytes kept in `unit` and `unit_keys`; past [`MAX_UNIT_BYTES`] they are dropped and a
+    /// command spanning instances aborts the transaction (`-CROSSSLOT`).
+    pub unit_bytes: usize,
+    pub unit_dropped: bool,
     /// A queued command has keys on several instances and cannot be split (RENAME, a
     /// script…): the whole transaction runs gathered.
     pub gather: bool,
@@ -229,8 +236,7 @@ impl Tx {
             .map(|p| {
                 if self.pinned.is_none() {
                     self.pinned = Some(p.instance);
-                } else if Some(p.instance) != self.pinned && !self.watch_on.contains(&p.instance)
-                {
+                } else if Some(p.instance) != self.pinned && !self.watch_on.contains(&p.instance) {
                     self.watch_on.push(p.instance);
                 }
                 SendPart {
@@ -249,7 +255,12 @@ impl Tx {
 
     /// A command whose keys are on several instances, inside MULTI: split as outside a
     /// transaction when it is one of the key-list commands, else `None`.
-    fn split_in_multi<A: Args + ?Sized>(&mut self, spec: &CommandSpec, args: &A, n: usize) -> Option<Step> {
+    fn split_in_multi<A: Args + ?Sized>(
+        &mut self,
+        spec: &CommandSpec,
+        args: &A,
+        n: usize,
+    ) -> Option<Step> {
         let (step, merge) = match spec.name {
             "mget" => (1, Merge::Values(Vec::new())),
             "del" | "unlink" | "exists" | "touch" => (1, Merge::Sum),
@@ -422,10 +433,19 @@ impl Tx {
             self.aborted = true;
             return not_supported(spec, "inside MULTI");
         }
-        // Kept for a gathered run at EXEC (`crate::coord::Gather`).
-        self.unit.push(raw.to_vec());
-        for pos in route::request_keys(spec, args) {
-            self.unit_keys.push(args.arg(pos).to_vec());
+        // Kept for a gathered run at EXEC (`crate::coord::Gather`), within a bound.
+        if !self.unit_dropped {
+            self.unit_bytes += raw.len();
+            self.unit.push(raw.to_vec());
+            for pos in route::request_keys(spec, args) {
+                self.unit_bytes += args.arg(pos).len();
+                self.unit_keys.push(args.arg(pos).to_vec());
+            }
+            if self.unit_bytes > MAX_UNIT_BYTES {
+                self.unit_dropped = true;
+                self.unit = Vec::new();
+                self.unit_keys = Vec::new();
+            }
         }
         if self.gather {
             return reply(b"+QUEUED\r\n");
@@ -435,9 +455,13 @@ impl Tx {
                 Some(step) => step,
                 // Blocking commands would not block inside MULTI anyway; the whole
                 // transaction runs gathered on one instance.
-                None => {
+                None if !self.unit_dropped => {
                     self.gather = true;
                     reply(b"+QUEUED\r\n")
+                }
+                None => {
+                    self.aborted = true;
+                    reply(route::CROSSSLOT)
                 }
             },
             Target::One(i) => match self.pinned {
@@ -650,9 +674,18 @@ mod tests {
                 assert_eq!(
                     order,
                     vec![
-                        Entry::One { instance: 0, index: 0 },
-                        Entry::One { instance: 1, index: 0 },
-                        Entry::One { instance: 1, index: 1 },
+                        Entry::One {
+                            instance: 0,
+                            index: 0
+                        },
+                        Entry::One {
+                            instance: 1,
+                            index: 0
+                        },
+                        Entry::One {
+                            instance: 1,
+                            index: 1
+                        },
                     ]
                 );
             }
@@ -687,16 +720,35 @@ mod tests {
             multi: true,
             ..Tx::default()
         };
-        assert_eq!(step(&mut tx, &["INCR", &a]), Step::Send { instance: 0, prelude: with_multi(Vec::new()) });
+        assert_eq!(
+            step(&mut tx, &["INCR", &a]),
+            Step::Send {
+                instance: 0,
+                prelude: with_multi(Vec::new())
+            }
+        );
         assert_eq!(
             step(&mut tx, &["SINTERSTORE", &a, &a, &b]),
             reply(b"+QUEUED\r\n")
         );
         assert_eq!(step(&mut tx, &["INCR", &b]), reply(b"+QUEUED\r\n"));
         match step(&mut tx, &["EXEC"]) {
-            Step::Gather { unit, keys, engines } => {
+            Step::Gather {
+                unit,
+                keys,
+                engines,
+            } => {
                 assert_eq!(unit.len(), 3);
-                assert_eq!(keys, vec![a.as_bytes().to_vec(), a.as_bytes().to_vec(), a.as_bytes().to_vec(), b.as_bytes().to_vec(), b.as_bytes().to_vec()]);
+                assert_eq!(
+                    keys,
+                    vec![
+                        a.as_bytes().to_vec(),
+                        a.as_bytes().to_vec(),
+                        a.as_bytes().to_vec(),
+                        b.as_bytes().to_vec(),
+                        b.as_bytes().to_vec()
+                    ]
+                );
                 assert_eq!(engines, vec![(0, true)]);
             }
             other => panic!("{other:?}"),
@@ -774,10 +826,7 @@ mod tests {
             Step::Send { instance: 1, .. }
         ));
         assert!(tx.spans_many());
-        assert!(matches!(
-            step(&mut tx, &["UNWATCH"]),
-            Step::EndAll { .. }
-        ));
+        assert!(matches!(step(&mut tx, &["UNWATCH"]), Step::EndAll { .. }));
         let mut tx = Tx {
             watching: true,
             pinned: Some(0),

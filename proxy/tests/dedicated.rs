@@ -237,7 +237,10 @@ fn a_transaction_spanning_two_redis_servers_is_refused_at_exec() {
     assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["SET", &a, "1"]), b"+QUEUED\r\n");
     assert_eq!(c.cmd(&["SET", &b, "1"]), b"+QUEUED\r\n");
-    assert!(c.cmd(&["EXEC"]).starts_with(b"-CROSSSLOT Keys in request don't hash to the same slot"));
+    assert!(
+        c.cmd(&["EXEC"])
+            .starts_with(b"-CROSSSLOT Keys in request don't hash to the same slot")
+    );
     assert_eq!(c.cmd(&["EXISTS", &a]), int(0));
     assert_eq!(c.cmd(&["EXISTS", &b]), int(0));
     // A command with keys on both instances, split, before any other; DISCARD drops both.

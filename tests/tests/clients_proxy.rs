@@ -21,9 +21,9 @@
 //!
 //! - Django's `RedisCache` (tests/clients/django_cache_proxy.py): set/get/add/has_key/delete,
 //!   incr/decr, touch, get_or_set, get_many/delete_many over 64 keys on both engines, set_many of
-//!   one engine's keys and of keys on both engines (a MULTI/EXEC spanning engines: redis-py's
-//!   default pipeline(), issue 20), clear; the `dj:spread:*` keys it leaves are read back from
-//!   their engines;
+//!   one engine's keys and over keys on several engines (redis-py's default pipeline(), a
+//!   MULTI/EXEC spanning engines: issue 20), clear; the `dj:spread:*` keys it leaves are read back
+//!   from their engines;
 //! - rq (tests/clients/rq_proxy.py, jobs in rq_jobs.py): a job enqueued (a MULTI/EXEC over keys
 //!   on both engines) and run by a burst worker (each job result is a stream: XADD, XREVRANGE).
 //!
@@ -31,11 +31,10 @@
 //! tests/clients/redis_py_transactions.py): `pipeline()`, WATCH, `r.transaction()` from 3
 //! threads and a small bank, against a redis-server, a 2-engine and a 4-engine fleet.
 //!
-//! A part that waits for an issue is run anyway, and must fail with exactly today's error (the
-//! script prints `DEFERRED (issue N): …`; a pass fails the script, so the part is moved out of
-//! DEFERRED when the issue lands); none is deferred today. The same scripts with `--all` (every
-//! part must pass) run against a real redis-server 7.0 (the control: the scripts are right) and
-//! behind a proxy in front of ONE engine.
+//! The scripts run with `--all` (every part must pass); a mode without it (parts waiting for an
+//! issue must fail with exactly today's error, `DEFERRED (issue N): …`) is there for the next
+//! such part. The same scripts run against a real redis-server 7.0 (the control: the scripts are
+//! right) and behind a proxy in front of ONE engine.
 //!
 //! The exact versions are pinned in tests/clients/requirements.txt and package-lock.json;
 //! scripts/test.sh installs them. Cleanup: [`Fleet`]'s Drop SIGKILLs the supervisor by PID,
@@ -315,22 +314,22 @@ fn django_spread_keys() -> impl Iterator<Item = (String, String)> {
     (0..64).map(|i| (format!(":1:dj:spread:{i}"), i.to_string()))
 }
 
-/// Django's RedisCache (issue 14), settings as Django's docs give them, over keys on both
-/// engines: every part passes, set_many over keys on several engines included (a MULTI/EXEC
-/// spanning engines, redis-py's default pipeline(): issue 20).
+/// Django's RedisCache (issues 14 and 20), settings as Django's docs give them, over keys on
+/// both engines: every part passes, set_many over keys on several engines (redis-py's default
+/// pipeline(), a MULTI/EXEC spanning engines) included.
 #[test]
 fn django_cache_default_settings_through_the_proxy() {
     let fleet = Fleet::start("django", ENGINES);
     let out = run_client(
         &fleet,
-        "django",
-        &mut py_script("django_cache_proxy.py", fleet.proxy_port, None),
+        "django --all",
+        &mut py_script("django_cache_proxy.py", fleet.proxy_port, Some("--all")),
     );
     assert!(out.starts_with("django "), "{out}");
-    assert_lines(&out, "django", DJANGO_PASSING);
+    assert_lines(&out, "django --all", DJANGO_PASSING);
     assert_lines(
         &out,
-        "django",
+        "django --all",
         &["set_many over keys on several engines (64 keys): ok"],
     );
     assert_eq!(deferred_lines(&out), Vec::<&str>::new(), "{out}");
@@ -338,7 +337,7 @@ fn django_cache_default_settings_through_the_proxy() {
 }
 
 /// The proxy in front of ONE engine, where no transaction spans engines: every part of the
-/// Django script passes.
+/// Django script passes today, so cross-engine MULTI/EXEC (issue 20) is all Django lacks.
 #[test]
 fn django_cache_every_part_through_a_one_engine_proxy() {
     let fleet = Fleet::start("django-1", 1);
@@ -356,10 +355,9 @@ fn django_cache_every_part_through_a_one_engine_proxy() {
     assert_eq!(deferred_lines(&out), Vec::<&str>::new(), "{out}");
 }
 
-/// rq at default settings (issue 14): what rq reads before any job; enqueue, one MULTI/EXEC
-/// over the job hash, the queue list and the queue set, keys on both engines (issue 20); a
-/// burst worker running both jobs (more such transactions) and storing their results, a stream
-/// per job (issue 17).
+/// rq at default settings (issues 14 and 20): enqueue is one MULTI/EXEC over the job hash, the
+/// queue list and the queue set, keys on both engines; a burst worker runs both jobs and
+/// stores their results (a stream per job).
 #[test]
 fn rq_default_settings_through_the_proxy() {
     let fleet = Fleet::start("rq", ENGINES);
@@ -373,8 +371,8 @@ fn rq_default_settings_through_the_proxy() {
         .collect();
     let out = run_client(
         &fleet,
-        "rq",
-        py_script("rq_proxy.py", fleet.proxy_port, None).env("RQ_JOB_IDS", ids.join(",")),
+        "rq --all",
+        py_script("rq_proxy.py", fleet.proxy_port, Some("--all")).env("RQ_JOB_IDS", ids.join(",")),
     );
     assert!(out.starts_with("rq 3."), "{out}");
     assert!(
@@ -384,7 +382,7 @@ fn rq_default_settings_through_the_proxy() {
     );
     assert_lines(
         &out,
-        "rq",
+        "rq --all",
         &[
             "enqueue: ok",
             "burst worker ran add(2, 3) = 5 and a failing job: ok",
@@ -418,7 +416,7 @@ fn rq_through_a_one_engine_proxy() {
 }
 
 /// The control: against a real redis-server 7.0 every part of both scripts passes, so a part
-/// failing above fails because of recached, not because of the script.
+/// deferred above fails because of recached, not because of the script.
 #[test]
 fn django_and_rq_scripts_pass_every_part_against_redis_server() {
     let port = free_port();

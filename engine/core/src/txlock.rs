@@ -13,6 +13,7 @@
 //! | `TXLOCK timeout-ms KEYS n key… [DUMP]` | also locks the `n` keys named; with `DUMP`, reads them too | with `DUMP`: `[flags, payload₁, expiry₁, …]`: each key's `DUMP` payload (nil if missing) and `PEXPIRETIME` (-1: none, -2: missing) |
 //! | `TXGUEST key…` | marks keys of other engines, restored here for the gathered execution of a command spanning engines, as **guests** until `TXUNLOCK` | `+OK` |
 //! | `TXUNLOCK` | releases this connection's locks and guests | `+OK` |
+//! | `TXDISCOVER ON\|OFF` | on this connection, a script touching a key of another engine it did not declare, **before any write**, fails with `-TXNEEDKEY <key in hex>` instead of Redis Cluster's error, so the proxy can run it again with that key brought here | `+OK` |
 //!
 //! **Guests.** A command whose keys live on several engines (RENAME, SMOVE, a script…) runs on
 //! one engine: the proxy restores the other engines' keys there as guests, runs it in one
@@ -141,17 +142,11 @@ pub fn check(
     }
     let me = client.id;
     let conflicts = match spec.name {
-        // Its queued and watched keys, and the keys it names (`KEYS n key…`, a gathered
-        // unit's): any of them held by another connection makes it wait.
         "txlock" => {
-            let named = named_keys(argv).map(|(keys, _)| keys).unwrap_or_default();
-            wanted_keys(e, client)
-                .iter()
-                .any(|q| e.locks.locked_by_other(q, me))
-                || named.iter().any(|k| {
-                    e.locks
-                        .locked_by_other(&crate::keyspace::qualify(client.db, k), me)
-                })
+            let mut wanted = wanted_keys(e, client);
+            let named = named_keys(argv).map(|(k, _)| k).unwrap_or_default();
+            wanted.extend(named.iter().map(|k| crate::keyspace::qualify(client.db, k)));
+            wanted.iter().any(|q| e.locks.locked_by_other(q, me))
         }
         "exec" => client.tx.queued_commands().any(|cmd| {
             let args: Vec<&[u8]> = cmd.iter().map(Vec::as_slice).collect();
@@ -191,9 +186,10 @@ fn touches_locked(e: &Engine, spec: &CommandSpec, argv: &[&[u8]], db: usize, me:
     if !spec.has_keys() {
         return spec.has_flag(Flags::WRITE) && e.locks.other_holder(me);
     }
-    crate::command::keys(spec, argv)
-        .positions()
-        .any(|pos| e.locks.locked_by_other(&crate::keyspace::qualify(db, argv[pos]), me))
+    crate::command::keys(spec, argv).positions().any(|pos| {
+        e.locks
+            .locked_by_other(&crate::keyspace::qualify(db, argv[pos]), me)
+    })
 }
 
 /// The keys `TXLOCK` locks for `client`: its watched keys and its queued commands' keys.
@@ -226,7 +222,11 @@ pub fn txlock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         ))?;
     let (named, dump) = named_keys(c.argv).ok_or(CmdError::Static("ERR syntax error"))?;
     let mut keys = wanted_keys(e, c.client);
-    keys.extend(named.iter().map(|k| crate::keyspace::qualify(c.client.db, k)));
+    keys.extend(
+        named
+            .iter()
+            .map(|k| crate::keyspace::qualify(c.client.db, k)),
+    );
     let me = c.client.id;
     let deadline_us = c.now_us + timeout as u64 * 1000;
     let holder = e.locks.holders.entry(me).or_insert(Holder {
@@ -297,6 +297,27 @@ fn named_keys<'a>(argv: &[&'a [u8]]) -> Option<(Vec<&'a [u8]>, bool)> {
     Some((keys, dump))
 }
 
+/// The script error asking the proxy to run a script again with `key` brought to the
+/// engine: `-TXNEEDKEY <key in hex>` (module docs, `TXDISCOVER`).
+pub fn need_key(key: &[u8]) -> String {
+    let mut msg = String::from("-TXNEEDKEY ");
+    for b in key {
+        msg.push_str(&format!("{b:02x}"));
+    }
+    msg
+}
+
+/// `TXDISCOVER ON|OFF` → `+OK` (module docs).
+pub fn txdiscover(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    c.client.txdiscover = match c.argv[1] {
+        a if a.eq_ignore_ascii_case(b"on") => true,
+        a if a.eq_ignore_ascii_case(b"off") => false,
+        _ => return Err(CmdError::Static("ERR syntax error")),
+    };
+    c.w().ok();
+    Ok(())
+}
+
 /// `TXGUEST key…` → `+OK` (module docs).
 pub fn txguest(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     for key in &c.argv[1..] {
@@ -363,4 +384,57 @@ pub fn client_closed(e: &mut Engine, client_id: u64) {
     e.locks.postponed.retain(|&id| id != client_id);
     e.locks.expired.remove(&client_id);
     release(e, client_id);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Client, Config, Engine, Flow};
+
+    fn run(e: &mut Engine, c: &mut Client, args: &[&str]) -> (Flow, Vec<u8>) {
+        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        let mut out = Vec::new();
+        let flow = e.exec(c, &argv, 1_000_000, &mut out);
+        (flow, out)
+    }
+
+    fn client(id: u64) -> Client {
+        Client {
+            id,
+            ..Client::default()
+        }
+    }
+
+    #[test]
+    fn named_keys_conflict_and_guests_stay_out_of_other_holders() {
+        let mut e = Engine::new(Config::default());
+        let (mut a, mut b, mut c) = (client(1), client(2), client(3));
+        run(&mut e, &mut c, &["SET", "k", "v"]);
+        let (_, out) = run(
+            &mut e,
+            &mut a,
+            &["TXLOCK", "5000", "KEYS", "1", "k", "DUMP"],
+        );
+        assert!(
+            out.starts_with(b"*3\r\n:0\r\n$"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        assert!(out.ends_with(b":-1\r\n"));
+        // Another TXLOCK naming the same key waits; so does any command on it.
+        let (flow, _) = run(&mut e, &mut b, &["TXLOCK", "5000", "KEYS", "1", "k"]);
+        assert_eq!(flow, Flow::Postpone);
+        let (flow, _) = run(&mut e, &mut c, &["GET", "k"]);
+        assert_eq!(flow, Flow::Postpone);
+        let (flow, _) = run(&mut e, &mut c, &["GET", "other"]);
+        assert_eq!(flow, Flow::Continue);
+        // Guests belong to their connection and go with its TXUNLOCK.
+        run(&mut e, &mut a, &["TXGUEST", "g"]);
+        assert!(e.locks.is_guest(0, b"g"));
+        assert!(e.locks.holds_guests(1) && !e.locks.holds_guests(2));
+        let (_, out) = run(&mut e, &mut a, &["TXUNLOCK"]);
+        assert_eq!(out, b"+OK\r\n");
+        assert!(!e.locks.is_guest(0, b"g"));
+        let (flow, out) = run(&mut e, &mut b, &["TXLOCK", "5000", "KEYS", "1", "k"]);
+        assert_eq!((flow, out), (Flow::Continue, b":0\r\n".to_vec()));
+    }
 }

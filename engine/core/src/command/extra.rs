@@ -9,7 +9,7 @@
 //! - `FEED`: the keychange feed (docs/feed.md, `crate::feed`).
 //! - `PUBLISHLOCAL`: a PUBLISH another engine of the cluster forwards (docs/cluster.md,
 //!   `crate::cmd::pubsub`): delivered to this engine's subscribers only, never forwarded.
-//! - `TXGUEST`, `TXLOCK`, `TXUNLOCK`: key locks and guests of a transaction spanning engines, taken by the proxy
+//! - `TXDISCOVER`, `TXGUEST`, `TXLOCK`, `TXUNLOCK`: key locks, guests and undeclared keys of a transaction spanning engines, taken by the proxy
 //!   (docs/transactions.md, `crate::txlock`).
 
 use super::handlers as h;
@@ -219,6 +219,37 @@ pub static EXTRA: &[CommandSpec] = &[
         ]),
     },
     CommandSpec {
+        name: "txdiscover",
+        arity: 2,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::FAST),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@fast", "@dangerous", "@scripting"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txdiscover),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "On this connection, a script touching an undeclared key of another engine \
+                     before any write fails with TXNEEDKEY so the proxy can run it again with the \
+                     key (internal, docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("scripting")),
+            ("complexity", Val::Str("O(1)")),
+        ]),
+    },
+    CommandSpec {
         name: "txguest",
         arity: -2,
         flags: Flags::ADMIN
@@ -245,7 +276,10 @@ pub static EXTRA: &[CommandSpec] = &[
             ),
             ("since", Val::Str("1.0.0")),
             ("group", Val::Str("transactions")),
-            ("complexity", Val::Str("O(N) where N is the number of keys.")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys."),
+            ),
         ]),
     },
     CommandSpec {
@@ -276,7 +310,10 @@ pub static EXTRA: &[CommandSpec] = &[
             ),
             ("since", Val::Str("1.0.0")),
             ("group", Val::Str("transactions")),
-            ("complexity", Val::Str("O(N) where N is the number of keys to lock.")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys to lock."),
+            ),
         ]),
     },
     CommandSpec {
@@ -306,7 +343,10 @@ pub static EXTRA: &[CommandSpec] = &[
             ),
             ("since", Val::Str("1.0.0")),
             ("group", Val::Str("transactions")),
-            ("complexity", Val::Str("O(N) where N is the number of keys locked.")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys locked."),
+            ),
         ]),
     },
 ];

@@ -17,6 +17,8 @@ Checks, each with a clear message on failure (exit status 1):
   collected with raise_on_error=False; a queueing error (unknown command): nothing ran;
 - WATCH through a pipeline: `WatchError` when another client changes a watched key, through
   the proxy or directly on its engine, none when nothing changed;
+- a script (`register_script`: EVALSHA, EVAL on a cache miss) moving a value between keys on
+  two engines, alone and inside a transaction;
 - `r.transaction(fn, *keys)` (WATCH / reads / MULTI / EXEC, retried on WatchError): 3
   threads incrementing a pair of counters on two engines 150 times each: both end at 450 (no
   lost update; the retries are counted and printed);
@@ -119,6 +121,21 @@ check(watched_update(lambda: direct.set(K1, "direct")) is False, "WATCH: a chang
 check(watched_update(lambda: other.get(K0)) is True, "WATCH: a read aborted the transaction")
 check(r.mget(K0, K1) == [b"x++", b"direct+"], f"after the WATCH checks: {r.mget(K0, K1)!r}")
 print("watch (through the proxy and on the engine): ok", flush=True)
+
+# --- a script moving a value between keys on two engines (register_script: EVALSHA, EVAL) ----
+move = r.register_script(
+    "local v = redis.call('GET', KEYS[1]) redis.call('DEL', KEYS[1]) redis.call('SET', KEYS[2], v) return v"
+)
+r.delete(K2, K3)
+r.set(K2, "payload")
+check(move(keys=[K2, K3]) == b"payload", "script move K2 -> K3")
+check(r.mget(K2, K3) == [None, b"payload"], f"after the move: {r.mget(K2, K3)!r}")
+check(move(keys=[K3, K2]) == b"payload", "script move K3 -> K2")
+check(r.mget(K2, K3) == [b"payload", None], f"after the move back: {r.mget(K2, K3)!r}")
+with r.pipeline() as p:
+    got = p.set(K0, "in-tx").execute_command("EVALSHA", move.sha, 2, K0, K1).get(K1).execute()
+check(got == [True, b"in-tx", b"in-tx"], f"EVALSHA inside a transaction: {got!r}")
+print("script moving a value between engines (EVALSHA, in MULTI too): ok", flush=True)
 
 # --- r.transaction(fn, *keys): optimistic locking from 3 threads --------------------------------
 calls = [0]

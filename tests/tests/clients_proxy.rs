@@ -455,7 +455,8 @@ fn django_and_rq_scripts_pass_every_part_against_redis_server() {
 /// redis-py at default settings, transactions over keys on several engines (issue 20;
 /// tests/clients/redis_py_transactions.py): `pipeline()` (MULTI/EXEC by default) with replies
 /// from every engine, runtime and queueing errors, WATCH aborted by a change through the proxy
-/// and directly on an engine, `r.transaction(fn, *keys)` from 3 threads on a counter pair on two
+/// and directly on an engine, a script moving a value between engines (alone and in a
+/// transaction), `r.transaction(fn, *keys)` from 3 threads on a counter pair on two
 /// engines (no lost update), and a small bank (every read sums to the total, final balances
 /// match the transfers). First against a real redis-server 7.0 (the control: the script is
 /// right), then through the proxy of a 2-engine and a 4-engine fleet.
@@ -487,6 +488,7 @@ fn redis_py_transactions_over_engines() {
         "pipeline (MULTI/EXEC over several engines): ok",
         "pipeline errors (runtime, EXECABORT): ok",
         "watch (through the proxy and on the engine): ok",
+        "script moving a value between engines (EVALSHA, in MULTI too): ok",
     ];
     let check = |out: &str, what: &str| {
         assert_lines(out, what, &lines);

@@ -9,8 +9,12 @@
 #   (d) GET/SET  unrelated single-key traffic through the same proxy (redis-benchmark -t set,get,
 #                -P 16 and -P 1), alone and while cross-engine transactions run in the background
 #                at BENCH_BG_RATE (1,000) per second
-#   (e) cross-engine RENAME and EVALSHA: NOT MEASURED YET (issue 20's second part, multi-key
-#       commands and scripts over engines, is being built); add them here when it lands.
+#   (e) RENAME of a key between engines through the proxy (gathered on one engine:
+#       docs/transactions.md), on one engine through the proxy, and on one redis-server:
+#       `recached-bench tx-loop --op rename`, each connection renaming its own key back and forth
+#   (f) EVALSHA of a transfer script (DECRBY KEYS[1], INCRBY KEYS[2]) with its keys on two
+#       engines through the proxy, on one engine through the proxy, and on one redis-server:
+#       redis-benchmark, unpipelined (BENCH_CLIENTS clients)
 #
 #   scripts/bench-transactions.sh
 #   BENCH_ROUNDS=5 scripts/bench-transactions.sh
@@ -26,8 +30,8 @@
 # any other answer fails the script. The hash tags are found by asking engine 0 which tags it
 # owns (-MOVED for the others).
 #
-# Each round runs every part from an empty keyspace (FLUSHALL), the order of (a)(b)(c)
-# reversed every other round, and (d) alone/with-background alternating. Prints the medians of
+# Each round runs every part from an empty keyspace (FLUSHALL), the order of (a)(b)(c) (and of
+# (e), (f)) reversed every other round, and (d) alone/with-background alternating. Prints the medians of
 # the rounds, the ratio (b)/(c) (target >= 0.3) and (a)/(c), and the reduction of (d)'s
 # throughput with the background transactions (target <= 10 %). A figure off its target does
 # not fail the script (a noisy shared machine); an error does.
@@ -79,6 +83,12 @@ declare -A KEY_B=([single]="{$TAG0}:b:__rand_int__" [cross]="{$TAG1}:b:__rand_in
 # The open-loop generator's key prefixes (the key number is appended).
 declare -A PREFIX_A=([cross]="{$TAG0}:a:" [redis]="a:")
 declare -A PREFIX_B=([cross]="{$TAG1}:b:" [redis]="b:")
+# (e) RENAME and (f) EVALSHA keys.
+declare -A RKEY_A=([rename-single]="{$TAG0}:ra:__rand_int__" [rename-cross]="{$TAG0}:ra:__rand_int__" [rename-redis]="ra:__rand_int__")
+declare -A RKEY_B=([rename-single]="{$TAG0}:rb:__rand_int__" [rename-cross]="{$TAG1}:rb:__rand_int__" [rename-redis]="rb:__rand_int__")
+declare -A SKEY_A=([script-single]="{$TAG0}:sa:__rand_int__" [script-cross]="{$TAG0}:sa:__rand_int__" [script-redis]="sa:__rand_int__")
+declare -A SKEY_B=([script-single]="{$TAG0}:sb:__rand_int__" [script-cross]="{$TAG1}:sb:__rand_int__" [script-redis]="sb:__rand_int__")
+TRANSFER="redis.call('DECRBY', KEYS[1], ARGV[1]) return redis.call('INCRBY', KEYS[2], ARGV[1])"
 echo "transactions: $ROUNDS rounds, recached $RECACHED_VERSION, redis $REDIS_VERSION, tags {$TAG0} (engine 0) {$TAG1} (engine 1), $CPU_PLACEMENT" >&2
 
 : >"$TMP/rows.csv"
@@ -162,6 +172,21 @@ for round in $(seq "$ROUNDS"); do
         tx_run "$s" "$w" "$round" "${PORT_OF[$s]}" "${KEY_A[$w]}" "${KEY_B[$w]}"
         PEAK[$w]=$TPS
     done
+    # (e) RENAME and (f) EVALSHA: one engine, two engines, redis-server.
+    if [ $((round % 2)) = 1 ]; then ef=(single cross redis); else ef=(redis cross single); fi
+    for v in "${ef[@]}"; do
+        flush "$FP" "$RP"
+        if [ "$v" = redis ]; then s=redis; else s=proxy; fi
+        tx_run "$s" "rename-$v" "$round" "${PORT_OF[$s]}" "${RKEY_A[rename-$v]}" "${RKEY_B[rename-$v]}" --op rename
+    done
+    for v in "${ef[@]}"; do
+        flush "$FP" "$RP"
+        if [ "$v" = redis ]; then s=redis; else s=proxy; fi
+        sha=$(redis-cli -p "${PORT_OF[$s]}" SCRIPT LOAD "$TRANSFER")
+        [ "${#sha}" = 40 ] || { echo "$0: $s: SCRIPT LOAD answered: $sha" >&2; exit 1; }
+        rb_run transactions "$s" "script-$v" "$round" EVALSHA 1 $((N / 5)) -r 10000 \
+            EVALSHA "$sha" 2 "${SKEY_A[script-$v]}" "${SKEY_B[script-$v]}" 1
+    done
     # (b) and (c) at half of this round's peak, open loop.
     for w in cross redis; do
         flush "$FP" "$RP"
@@ -221,6 +246,20 @@ awk -F, -v bg="$BG_RATE" 'NR > 1 { med[$1 "," $2 "," $3] = $4 }
         ra = (c > 0) ? m("proxy,single,tps") / c : 0
         printf "\n(b)/(c) = %.2fx  (target >= 0.30x: %s)\n", rb, (rb >= 0.3) ? "PASS" : "BELOW"
         printf "(a)/(c) = %.2fx  (reported)\n", ra
+        printf "\n%-44s %10s %10s %10s\n", "(e) RENAME of a key, back and forth", "ops/s", "p50 ms", "p99 ms"
+        split("one engine, through the proxy|two engines, through the proxy|one redis-server", E, "|")
+        split("proxy,rename-single proxy,rename-cross redis,rename-redis", RE, " ")
+        for (i = 1; i <= 3; i++)
+            printf "%-44s %10s %10.2f %10.2f\n", E[i], m(RE[i] ",tps"), m(RE[i] ",p50_us") / 1000, m(RE[i] ",p99_us") / 1000
+        rr = m("redis,rename-redis,tps")
+        printf "RENAME two engines / redis-server = %.2fx (reported)\n", (rr > 0) ? m("proxy,rename-cross,tps") / rr : 0
+        printf "\n%-44s %10s\n", "(f) EVALSHA transfer script (2 keys), -P 1", "ops/s"
+        split("proxy,script-single proxy,script-cross redis,script-redis", SE, " ")
+        for (i = 1; i <= 3; i++)
+            printf "%-44s %10s\n", E[i], m(SE[i] ",EVALSHA")
+        sr = m("redis,script-redis,EVALSHA")
+        printf "EVALSHA two engines / redis-server = %.2fx, one engine / redis-server = %.2fx (reported)\n",
+            (sr > 0) ? m("proxy,script-cross,EVALSHA") / sr : 0, (sr > 0) ? m("proxy,script-single,EVALSHA") / sr : 0
         printf "\n%-28s %12s %12s %10s\n", "GET/SET through the proxy", "alone", "with tx", "reduction"
         split("P16 P1", P, " "); split("SET GET", T, " ")
         worst = 0
@@ -234,5 +273,4 @@ awk -F, -v bg="$BG_RATE" 'NR > 1 { med[$1 "," $2 "," $3] = $4 }
             m("proxy,background,tps"), bg, worst, (worst <= 10) ? "PASS" : "ABOVE"
     }' "$MEDIANS"
 echo "(medians over $ROUNDS interleaved rounds; $CLIENTS connections, one transaction in flight each; a fleet of 2 engines; $CPU_PLACEMENT)"
-echo "(e) cross-engine RENAME / EVALSHA: not measured yet (issue 20's multi-key commands and scripts over engines)"
 echo "results: $MEDIANS and transactions-$RUN_ID-*.json"

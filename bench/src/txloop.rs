@@ -16,7 +16,11 @@
 //!   counted from the intended start, so a late answer also charges the transactions queued
 //!   behind it (no coordinated omission); a connection that falls behind sends at once.
 //!
-//! Every EXEC must answer an array of two integers; anything else is counted under its first
+//! `--op rename`: instead, each connection `i` renames its own key back and forth between
+//! `--key-a` and `--key-b` (with `__rand_int__` = `i`, set first), one `RENAME` per operation
+//! (no conflicts between connections: the cost of the command spanning engines alone).
+//!
+//! Every EXEC must answer an array of two integers (every RENAME `+OK`); anything else is counted under its first
 //! word (`EXECABORT`, `ERR`, `null`, …). A broken connection ends the run with an error.
 //! `--warmup W`: the first W seconds are not counted. `--stop-file F`: every connection stops
 //! as soon as F exists (for a background load whose end another measurement decides).
@@ -61,6 +65,9 @@ pub struct TxLoopArgs {
     /// Stop (and report) as soon as this file exists.
     #[arg(long)]
     pub stop_file: Option<PathBuf>,
+    /// `transfer` (MULTI DECRBY INCRBY EXEC) or `rename` (RENAME a b, then b a, …).
+    #[arg(long, default_value = "transfer")]
+    pub op: String,
 }
 
 /// Largest latency kept (60 s in µs).
@@ -139,6 +146,20 @@ fn tx_loop(
     let mut next = t0 + interval.map_or(Duration::ZERO, |iv| iv.mul_f64(i as f64 / clients));
     let mut req = Vec::with_capacity(256);
     let mut checked_stop = Instant::now();
+    let rename = a.op == "rename";
+    let (ra, rb) = (
+        a.key_a.replace("__rand_int__", &i.to_string()),
+        a.key_b.replace("__rand_int__", &i.to_string()),
+    );
+    if rename {
+        req.clear();
+        resp::encode_request(&mut req, &[b"DEL", ra.as_bytes(), rb.as_bytes()]);
+        resp::encode_request(&mut req, &[b"SET", ra.as_bytes(), b"value"]);
+        s.write_all(&req).map_err(|e| e.to_string())?;
+        read_frame(&mut s, &mut buf)?;
+        read_frame(&mut s, &mut buf)?;
+    }
+    let mut forth = true;
     loop {
         let now = Instant::now();
         if now >= until {
@@ -163,6 +184,36 @@ fn tx_loop(
             }
             None => now,
         };
+        if rename {
+            let (from, to) = if forth { (&ra, &rb) } else { (&rb, &ra) };
+            req.clear();
+            resp::encode_request(&mut req, &[b"RENAME", from.as_bytes(), to.as_bytes()]);
+            s.write_all(&req).map_err(|e| e.to_string())?;
+            let reply = read_frame(&mut s, &mut buf)?;
+            let done = Instant::now();
+            let failure = match &reply {
+                resp::Value::Simple(v) if v == b"OK" => None,
+                other => Some(exec_failure(other).unwrap_or_else(|| "unexpected".into())),
+            };
+            if failure.is_none() {
+                forth = !forth;
+            }
+            if intended < counted_from {
+                continue;
+            }
+            match failure {
+                None => {
+                    tally.transactions += 1;
+                    let us = done.saturating_duration_since(intended).as_micros() as u64;
+                    tally
+                        .hist
+                        .record(us.clamp(1, HIST_MAX_US))
+                        .expect("clamped");
+                }
+                Some(kind) => *tally.errors.entry(kind).or_default() += 1,
+            }
+            continue;
+        }
         let ka = a
             .key_a
             .replace("__rand_int__", &(rng.next_u64() % keys).to_string());
@@ -252,7 +303,7 @@ pub fn run(a: &TxLoopArgs, out: &crate::OutArgs) -> Result<ExitCode, String> {
     }
     if out.out.is_some() {
         let labels = crate::doc::parse_labels(&out.labels)?;
-        let params = json!({ "target": a.target, "clients": a.clients, "key_a": a.key_a,
+        let params = json!({ "target": a.target, "clients": a.clients, "op": a.op, "key_a": a.key_a,
             "key_b": a.key_b, "keys": a.keys, "seconds": a.seconds, "warmup": a.warmup,
             "rate": a.rate });
         let results = json!({ "transactions": total.transactions, "seconds": secs, "tps": tps,

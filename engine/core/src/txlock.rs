@@ -307,8 +307,7 @@ pub fn txwait(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let deadline = crate::blocking::parse_timeout(c.argv[2], c.now_us)?;
     let keys: Vec<&[u8]> = c.argv[3..].to_vec();
     let ready = keys.iter().any(|k| {
-        e.ks
-            .lookup_read_notouch(k, c.now_ms)
+        e.ks.lookup_read_notouch(k, c.now_ms)
             .is_some_and(|i| e.ks.value(i).type_name() == kind)
     });
     if ready {

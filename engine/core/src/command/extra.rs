@@ -352,9 +352,7 @@ pub static EXTRA: &[CommandSpec] = &[
     CommandSpec {
         name: "txwait",
         arity: -4,
-        flags: Flags::ADMIN
-            .union(Flags::NOSCRIPT)
-            .union(Flags::BLOCKING),
+        flags: Flags::ADMIN.union(Flags::NOSCRIPT).union(Flags::BLOCKING),
         first_key: 0,
         last_key: 0,
         step: 0,
@@ -375,7 +373,10 @@ pub static EXTRA: &[CommandSpec] = &[
             ),
             ("since", Val::Str("1.0.0")),
             ("group", Val::Str("transactions")),
-            ("complexity", Val::Str("O(N) where N is the number of keys.")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys."),
+            ),
         ]),
     },
 ];

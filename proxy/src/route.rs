@@ -1316,14 +1316,15 @@ mod tests {
         assert_eq!(run(&[b"SMOVE", &b, &b, b"m"], 2), Plan::Forward(ib));
         // Blocking commands get the client's dedicated connection to their instance.
         assert_eq!(run(&[b"BLPOP", &a, &a, b"0"], 2), Plan::Blocking(ia));
-        assert_eq!(run(&[b"BLPOP", &a, &b, b"0"], 2), reply_static(CROSSSLOT));
+        // Over several instances: tried gathered, waiting between tries.
+        assert_eq!(run(&[b"BLPOP", &a, &b, b"0"], 2), Plan::GatherBlocking);
         assert_eq!(
             run(&[b"BLMPOP", b"0", b"1", &b, b"LEFT"], 2),
             Plan::Blocking(ib)
         );
         assert_eq!(
             run(&[b"BRPOPLPUSH", &a, &b, b"0"], 2),
-            reply_static(CROSSSLOT)
+            Plan::GatherBlocking
         );
         assert_eq!(run(&[b"BZPOPMIN", &b, b"0"], 2), Plan::Blocking(ib));
         // Transactions.

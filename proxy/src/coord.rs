@@ -280,12 +280,139 @@ pub fn array_elements(reply: &[u8]) -> Option<Vec<&[u8]>> {
     Some(items)
 }
 
+/// A blocking command whose keys span instances (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP,
+/// BZPOPMIN, BZPOPMAX, BZMPOP): tried gathered (`Gather`: inside the target's MULTI it does
+/// not block, and answers its null when nothing is there); while nothing is there and time
+/// remains, the proxy waits on every instance of the keys it pops from with `TXWAIT` (which
+/// reads and changes nothing) for at most [`WAIT_SLICE_MS`], then tries again. So it is
+/// served within one slice of data arriving on another instance than the one that woke it,
+/// and at once when it wakes the only one; a timeout answers the command's own null.
+#[derive(Debug)]
+pub struct Wait {
+    pub seq: u64,
+    engines: Vec<(usize, usize, Vec<Vec<u8>>)>,
+    /// Per instance: its connection and the keys to wait on there.
+    sources: Vec<(usize, Vec<Vec<u8>>)>,
+    request: Vec<u8>,
+    kind: &'static str,
+    resp3: bool,
+    deadline: Option<std::time::Instant>,
+    attempt: Option<Gather>,
+    waiting: usize,
+    pub outbox: Vec<(usize, Vec<u8>, Option<u32>)>,
+}
+
+/// Longest single wait on one instance before trying again.
+pub const WAIT_SLICE_MS: u64 = 100;
+
+/// Parts of a wait's `TXWAIT`s (the gathered attempts use `COORD_PART` + …).
+const WAIT_PART: u32 = COORD_PART + (1 << 29);
+
+impl Wait {
+    /// `engines`: (instance, connection, the command's keys there); `sources`: the
+    /// (connection, keys) to wait on; `timeout_ms` 0 = forever.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        seq: u64,
+        engines: Vec<(usize, usize, Vec<Vec<u8>>)>,
+        sources: Vec<(usize, Vec<Vec<u8>>)>,
+        request: Vec<u8>,
+        zset: bool,
+        timeout_ms: u64,
+        resp3: bool,
+    ) -> Wait {
+        let deadline = (timeout_ms > 0)
+            .then(|| std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms));
+        let mut w = Wait {
+            seq,
+            engines,
+            sources,
+            request,
+            kind: if zset { "ZSET" } else { "LIST" },
+            resp3,
+            deadline,
+            attempt: None,
+            waiting: 0,
+            outbox: Vec::new(),
+        };
+        w.try_once();
+        w
+    }
+
+    fn try_once(&mut self) {
+        let engines = self
+            .engines
+            .iter()
+            .map(|(instance, conn, keys)| GatherEngine {
+                instance: *instance,
+                conn: *conn,
+                multi: false,
+                keys: keys.clone(),
+            })
+            .collect();
+        let mut g = Gather::start(
+            self.seq,
+            engines,
+            vec![self.request.clone()],
+            false,
+            self.resp3,
+        );
+        self.outbox.append(&mut g.outbox);
+        self.attempt = Some(g);
+    }
+
+    fn wait(&mut self) {
+        let slice = match self.deadline {
+            None => WAIT_SLICE_MS,
+            Some(d) => (d
+                .saturating_duration_since(std::time::Instant::now())
+                .as_millis() as u64)
+                .clamp(1, WAIT_SLICE_MS),
+        };
+        let secs = format!("{}.{:03}", slice / 1000, slice % 1000);
+        for (conn, keys) in &self.sources {
+            let mut args: Vec<&[u8]> = vec![b"TXWAIT", self.kind.as_bytes(), secs.as_bytes()];
+            args.extend(keys.iter().map(Vec::as_slice));
+            self.outbox.push((*conn, encode(&args), Some(WAIT_PART)));
+        }
+        self.waiting = self.sources.len();
+    }
+
+    fn is_null(reply: &[u8]) -> bool {
+        matches!(reply, b"*-1\r\n" | b"$-1\r\n" | b"_\r\n")
+    }
+
+    pub fn answered(&mut self, part: u32, frame: &[u8]) -> Option<Vec<u8>> {
+        if part == WAIT_PART {
+            self.waiting = self.waiting.saturating_sub(1);
+            if self.waiting == 0 {
+                self.try_once();
+            }
+            return None;
+        }
+        let g = self.attempt.as_mut()?;
+        let done = g.answered(part, frame);
+        self.outbox.append(&mut g.outbox);
+        let reply = done?;
+        self.attempt = None;
+        let timed_out = self
+            .deadline
+            .is_some_and(|d| std::time::Instant::now() >= d);
+        if Self::is_null(&reply) && !timed_out {
+            self.wait();
+            return None;
+        }
+        Some(reply)
+    }
+}
+
 /// A client's coordinated execution in progress (at most one: its lane holds later
 /// requests until it is answered).
 #[derive(Debug)]
 pub enum Coordinator {
     Exec(Coord),
     Gather(Gather),
+    Wait(Wait),
 }
 
 impl Coordinator {
@@ -293,6 +420,7 @@ impl Coordinator {
         match self {
             Coordinator::Exec(c) => c.seq,
             Coordinator::Gather(g) => g.seq,
+            Coordinator::Wait(w) => w.seq,
         }
     }
 
@@ -300,6 +428,7 @@ impl Coordinator {
         match self {
             Coordinator::Exec(c) => c.answered(part, frame),
             Coordinator::Gather(g) => g.answered(part, frame),
+            Coordinator::Wait(w) => w.answered(part, frame),
         }
     }
 
@@ -307,6 +436,7 @@ impl Coordinator {
         match self {
             Coordinator::Exec(c) => &mut c.outbox,
             Coordinator::Gather(g) => &mut g.outbox,
+            Coordinator::Wait(w) => &mut w.outbox,
         }
     }
 }

@@ -473,6 +473,70 @@ pub(crate) fn gather(
     begin_coordinator(coord, me, ctx);
 }
 
+/// A blocking command whose keys span instances (`crate::coord::Wait`).
+fn gather_blocking<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
+    let n = ctx.fleet.instances();
+    let seq = me.replies.push_plain();
+    let Some(spec) = route::known_row(args) else {
+        me.replies.fill(seq, 0, route::CROSSSLOT);
+        return;
+    };
+    let keys: Vec<Vec<u8>> = route::request_keys(spec, args)
+        .into_iter()
+        .map(|pos| args.arg(pos).to_vec())
+        .collect();
+    // The keys it pops from, and its timeout (seconds; 0 = forever; a bad one is reported
+    // by the first try).
+    let (sources, timeout_at): (Vec<Vec<u8>>, usize) = match spec.name {
+        "blmove" | "brpoplpush" => (vec![args.arg(1).to_vec()], args.argc() - 1),
+        "blmpop" | "bzmpop" => (keys.clone(), 1),
+        _ => (keys.clone(), args.argc() - 1),
+    };
+    let timeout_ms = std::str::from_utf8(args.arg(timeout_at))
+        .ok()
+        .and_then(|t| t.parse::<f64>().ok())
+        .filter(|t| t.is_finite() && *t > 0.0)
+        .map_or(0, |t| ((t * 1000.0) as u64).max(1));
+    let mut engines: Vec<(usize, usize, Vec<Vec<u8>>)> = Vec::new();
+    let mut waits: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+    let mut instances: Vec<usize> = keys.iter().map(|k| route::instance_of(k, n)).collect();
+    instances.sort_unstable();
+    instances.dedup();
+    for instance in instances {
+        let conn = match conn_for(instance, me, ctx) {
+            Ok(id) => id,
+            Err(error) => {
+                me.replies.fill(seq, 0, &error);
+                return;
+            }
+        };
+        let d = ctx.dedicated.get_mut(conn).expect("just looked up");
+        d.pubsub = false;
+        sync_db(d, conn, me.session.db, ctx.dirty_dedicated);
+        let mut own: Vec<Vec<u8>> = keys
+            .iter()
+            .filter(|k| route::instance_of(k, n) == instance)
+            .cloned()
+            .collect();
+        own.sort_unstable();
+        own.dedup();
+        engines.push((instance, conn, own));
+        let here: Vec<Vec<u8>> = sources
+            .iter()
+            .filter(|k| route::instance_of(k, n) == instance)
+            .cloned()
+            .collect();
+        if !here.is_empty() {
+            waits.push((conn, here));
+        }
+    }
+    let zset = spec.name.starts_with("bz");
+    let resp3 = me.session.proto == resp::Proto::Resp3;
+    let wait =
+        crate::coord::Wait::start(seq, engines, waits, raw.to_vec(), zset, timeout_ms, resp3);
+    begin_coordinator(Coordinator::Wait(wait), me, ctx);
+}
+
 fn begin_coordinator(mut coord: Coordinator, me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
     let seq = coord.seq();
     let (token, client_id) = (me.token, me.id);
@@ -835,6 +899,13 @@ fn run_plan<A: Args + ?Sized>(
             gather(None, vec![raw.to_vec()], keys, Vec::new(), false, me, ctx);
             Flow::Continue
         }
+        Plan::GatherBlocking => {
+            if !me.enter_lane(Lane::Spread) {
+                return Flow::Wait;
+            }
+            gather_blocking(args, raw, me, ctx);
+            Flow::Continue
+        }
         Plan::WatchMany => {
             me.session.tx.watching = true;
             return in_transaction(args, raw, me, ctx);
@@ -1159,6 +1230,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         | Plan::Watch(_)
         | Plan::WatchMany
         | Plan::Gather
+        | Plan::GatherBlocking
         | Plan::Multi
         | Plan::Clients(_)
         | Plan::Monitor

@@ -12,7 +12,7 @@
 //! | MGET, DEL, UNLINK, EXISTS, TOUCH, MSET | one part per instance, merged in key order ([`crate::split`]); forwarded unsplit when every key is on one instance |
 //! | MSETNX, RENAME, RENAMENX, SINTER, SMOVE, LMOVE, other multi-key | forwarded if every key is on one instance; else [`Plan::Gather`]: run atomically on one instance with the others' keys brought there (`crate::coord::Gather`, docs/transactions.md); MIGRATE `-CROSSSLOT` |
 //! | movable keys (ZUNIONSTORE, ZINTER, SINTERCARD, LMPOP, ZMPOP, … with `numkeys`) | keys found by the one key extractor (`engine_core::command::keys`), then as above; a malformed `numkeys` is forwarded to any instance, which answers the syntax error |
-//! | blocking (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, BRPOPLPUSH) | keys on one instance → [`Plan::Blocking`]: the client's dedicated connection to it ([`crate::dedicated`]); else `-CROSSSLOT` |
+//! | blocking (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, BRPOPLPUSH) | keys on one instance → [`Plan::Blocking`]: the client's dedicated connection to it ([`crate::dedicated`]); else [`Plan::GatherBlocking`] (`crate::coord::Wait`) |
 //! | WATCH, MULTI, EXEC, DISCARD, UNWATCH | [`Plan::Watch`] / [`Plan::Multi`], then [`crate::tx`] decides while the transaction lasts; EXEC/DISCARD without MULTI get Redis's errors |
 //! | SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE, PUNSUBSCRIBE, SSUBSCRIBE, SUNSUBSCRIBE | [`Plan::PubSub`]: [`crate::pubsub`] (shard channels of several slots: `-CROSSSLOT`) |
 //! | EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL, FCALL_RO | [`Plan::Script`]: the script link of the instance of their declared keys (none: any instance; several instances: [`Plan::Gather`]) |
@@ -236,6 +236,8 @@ pub enum Plan {
     /// MSETNX, a script…): run gathered on one instance (`crate::coord::Gather`,
     /// docs/transactions.md).
     Gather,
+    /// A blocking command whose keys live on several instances (`crate::coord::Wait`).
+    GatherBlocking,
     /// `WATCH` of keys on several instances: each instance's keys on the client's
     /// connection to it ([`crate::tx`], docs/transactions.md).
     WatchMany,
@@ -470,7 +472,9 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         _ if spec.has_flag(Flags::BLOCKING) => match keys_instance(spec, args, n) {
             Ok(Some(i)) => Plan::Blocking(i),
             Ok(None) => not_supported(spec, "it has no key to route by"),
-            Err(()) => reply_static(CROSSSLOT),
+            // Keys on several instances: tried gathered, waiting between tries
+            // (`crate::coord::Wait`, docs/transactions.md).
+            Err(()) => Plan::GatherBlocking,
         },
         _ if row.has_keys() => {
             match keys_instance(row, args, n) {
@@ -1312,14 +1316,15 @@ mod tests {
         assert_eq!(run(&[b"SMOVE", &b, &b, b"m"], 2), Plan::Forward(ib));
         // Blocking commands get the client's dedicated connection to their instance.
         assert_eq!(run(&[b"BLPOP", &a, &a, b"0"], 2), Plan::Blocking(ia));
-        assert_eq!(run(&[b"BLPOP", &a, &b, b"0"], 2), reply_static(CROSSSLOT));
+        // Over several instances: tried gathered, waiting between tries.
+        assert_eq!(run(&[b"BLPOP", &a, &b, b"0"], 2), Plan::GatherBlocking);
         assert_eq!(
             run(&[b"BLMPOP", b"0", b"1", &b, b"LEFT"], 2),
             Plan::Blocking(ib)
         );
         assert_eq!(
             run(&[b"BRPOPLPUSH", &a, &b, b"0"], 2),
-            reply_static(CROSSSLOT)
+            Plan::GatherBlocking
         );
         assert_eq!(run(&[b"BZPOPMIN", &b, b"0"], 2), Plan::Blocking(ib));
         // Transactions.

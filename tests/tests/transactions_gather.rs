@@ -451,3 +451,68 @@ fn a_script_touching_an_undeclared_key_after_a_write_gets_redis_clusters_error()
         replies.iter().map(|r| text(r)).collect::<Vec<_>>()
     );
 }
+
+/// Blocking commands whose keys span engines: served at once when a key has data, woken when
+/// another client (through the proxy, or straight on an engine) pushes, and their own null at
+/// the timeout, in RESP2 and RESP3.
+#[test]
+fn blocking_commands_over_several_engines_wait_and_wake() {
+    let fleet = Fleet::start("gatherblock", 2);
+    let mut c = Resp::connect(fleet.proxy_port);
+    let (a, b) = (key_on(0, 2, "bl-a"), key_on(1, 2, "bl-b"));
+    // Timeout: BLPOP's null array, BLMOVE's null bulk.
+    let started = Instant::now();
+    assert_eq!(c.cmd_str(&["BLPOP", &a, &b, "0.2"]), b"*-1\r\n");
+    assert!(started.elapsed() >= Duration::from_millis(190));
+    assert_eq!(
+        c.cmd_str(&["BLMOVE", &a, &b, "LEFT", "RIGHT", "0.1"]),
+        b"$-1\r\n"
+    );
+    // Data already there: served at once, from the first non-empty key.
+    assert_eq!(c.cmd_str(&["RPUSH", &b, "x"]), b":1\r\n");
+    assert_eq!(
+        c.cmd_str(&["BLPOP", &a, &b, "1"]),
+        format!("*2\r\n${}\r\n{b}\r\n$1\r\nx\r\n", b.len()).into_bytes()
+    );
+    // Woken by another client through the proxy.
+    let port = fleet.proxy_port;
+    let b2 = b.clone();
+    let pusher = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(300));
+        Resp::connect(port).cmd_str(&["RPUSH", &b2, "y"]);
+    });
+    assert_eq!(
+        c.cmd_str(&["BLPOP", &a, &b, "5"]),
+        format!("*2\r\n${}\r\n{b}\r\n$1\r\ny\r\n", b.len()).into_bytes()
+    );
+    pusher.join().unwrap();
+    // Woken by a client straight on the engine that owns the source; BLMOVE moves across.
+    let engine0 = fleet.engine_ports[0];
+    let a2 = a.clone();
+    let pusher = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(300));
+        Resp::connect(engine0).cmd_str(&["RPUSH", &a2, "m"]);
+    });
+    assert_eq!(
+        c.cmd_str(&["BLMOVE", &a, &b, "LEFT", "RIGHT", "5"]),
+        b"$1\r\nm\r\n"
+    );
+    pusher.join().unwrap();
+    assert_eq!(c.cmd_str(&["LRANGE", &b, "0", "-1"]), b"*1\r\n$1\r\nm\r\n");
+    assert_eq!(c.cmd_str(&["EXISTS", &a]), b":0\r\n");
+    // Sorted sets, and RESP3's null.
+    let (a, b) = (key_on(0, 2, "bz-a"), key_on(1, 2, "bz-b"));
+    let mut r3 = Resp::connect(fleet.proxy_port);
+    assert!(r3.cmd_str(&["HELLO", "3"]).starts_with(b"%"));
+    assert_eq!(r3.cmd_str(&["BZPOPMIN", &a, &b, "0.1"]), b"_\r\n");
+    assert_eq!(r3.cmd_str(&["ZADD", &a, "1", "q"]), b":1\r\n");
+    assert_eq!(
+        r3.cmd_str(&["BZMPOP", "1", "2", &b, &a, "MIN"]),
+        format!("*2\r\n${}\r\n{a}\r\n*1\r\n*2\r\n$1\r\nq\r\n,1\r\n", a.len()).into_bytes()
+    );
+    // A bad timeout is the command's own error.
+    assert_eq!(
+        c.cmd_str(&["BLPOP", &a, &b, "x"]),
+        b"-ERR timeout is not a float or out of range\r\n"
+    );
+}

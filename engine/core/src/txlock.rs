@@ -13,6 +13,7 @@
 //! | `TXLOCK timeout-ms KEYS n key… [DUMP]` | also locks the `n` keys named; with `DUMP`, reads them too | with `DUMP`: `[flags, payload₁, expiry₁, …]`: each key's `DUMP` payload (nil if missing) and `PEXPIRETIME` (-1: none, -2: missing) |
 //! | `TXGUEST key…` | marks keys of other engines, restored here for the gathered execution of a command spanning engines, as **guests** until `TXUNLOCK` | `+OK` |
 //! | `TXUNLOCK` | releases this connection's locks and guests | `+OK` |
+//! | `TXWAIT LIST\|ZSET timeout key…` | waits, without reading or changing anything, until one of the keys holds a list (sorted set): the proxy's wait for a blocking command whose keys span engines | `:1`, or a null array at the timeout |
 //! | `TXDISCOVER ON\|OFF` | on this connection, a script touching a key of another engine it did not declare, **before any write**, fails with `-TXNEEDKEY <key in hex>` instead of Redis Cluster's error, so the proxy can run it again with that key brought here | `+OK` |
 //!
 //! **Guests.** A command whose keys live on several engines (RENAME, SMOVE, a script…) runs on
@@ -305,6 +306,32 @@ pub fn need_key(key: &[u8]) -> String {
         msg.push_str(&format!("{b:02x}"));
     }
     msg
+}
+
+/// `TXWAIT LIST|ZSET timeout key…` → `:1` once one of the keys holds a list (a sorted set),
+/// a null array at the timeout (seconds, as BLPOP's; 0 = forever). Reads and changes
+/// nothing: the proxy waits so for a blocking command whose keys span engines, then runs it
+/// gathered (module docs).
+pub fn txwait(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let kind = match c.argv[1] {
+        a if a.eq_ignore_ascii_case(b"list") => "list",
+        a if a.eq_ignore_ascii_case(b"zset") => "zset",
+        _ => return Err(CmdError::Static("ERR syntax error")),
+    };
+    let deadline = crate::blocking::parse_timeout(c.argv[2], c.now_us)?;
+    let keys: Vec<&[u8]> = c.argv[3..].to_vec();
+    let ready = keys.iter().any(|k| {
+        e.ks.lookup_read_notouch(k, c.now_ms)
+            .is_some_and(|i| e.ks.value(i).type_name() == kind)
+    });
+    if ready {
+        c.w().integer(1);
+        return Ok(());
+    }
+    if !crate::blocking::block_for(e, c, &keys, deadline, None, Some(kind)) {
+        c.w().null_array();
+    }
+    Ok(())
 }
 
 /// `TXDISCOVER ON|OFF` → `+OK` (module docs).

@@ -349,4 +349,34 @@ pub static EXTRA: &[CommandSpec] = &[
             ),
         ]),
     },
+    CommandSpec {
+        name: "txwait",
+        arity: -4,
+        flags: Flags::ADMIN.union(Flags::NOSCRIPT).union(Flags::BLOCKING),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@slow", "@dangerous", "@blocking"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txwait),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Wait until one of the keys holds a list or a sorted set, reading and \
+                     changing nothing (internal: the proxy's wait for a blocking command whose \
+                     keys span engines, docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("transactions")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys."),
+            ),
+        ]),
+    },
 ];

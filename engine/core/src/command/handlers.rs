@@ -196,6 +196,7 @@ pub use crate::txlock::txdiscover;
 pub use crate::txlock::txguest;
 pub use crate::txlock::txlock;
 pub use crate::txlock::txunlock;
+pub use crate::txlock::txwait;
 pub use crate::cmd::pubsub::pubsub_channels;
 pub use crate::cmd::pubsub::pubsub_help;
 pub use crate::cmd::pubsub::pubsub_numpat;

@@ -32,8 +32,8 @@
 //! - multi-key commands over engines (RENAME, COPY, MSETNX, SMOVE, S*STORE, LMOVE, LMPOP,
 //!   SORT … STORE, Z*STORE, ZMPOP, BITOP, PFMERGE, GEOSEARCHSTORE, XREAD) and scripts moving
 //!   values between engines (EVAL, EVALSHA), alone and inside MULTI, results read back from
-//!   their owners. The blocking ones over engines (BLPOP, BLMOVE, BLMPOP, BZMPOP…) are an
-//!   `#[ignore]`d test: `-CROSSSLOT` today (docs/transactions.md, Limits).
+//!   their owners; the blocking ones (BLPOP, BRPOPLPUSH, BLMOVE, BLMPOP, BZPOPMIN, BZMPOP)
+//!   answering at once, timing out, and woken by another client's push.
 //!
 //! **Faults, deterministically**: an engine SIGKILLed (and restarted) while a transaction is
 //! queued on it, or while a key of it is watched: nothing runs; an engine down while a
@@ -1147,12 +1147,11 @@ fn multi_key_commands_across_engines() {
     });
 }
 
-/// The blocking multi-key commands over keys on several engines, with data already there (so
-/// they answer at once, as their non-blocking forms) and without (they time out with a null):
-/// today the proxy answers all of them -CROSSSLOT when the keys span engines (issue 20 lists
-/// them). Passes against redis-server.
+/// The blocking multi-key commands over keys on several engines (gathered, waiting on the
+/// source keys' engines: docs/transactions.md), with data already there (they answer at once,
+/// as their non-blocking forms), without (a null after the timeout), and woken by a push to
+/// another engine's key, compared with redis-server.
 #[test]
-#[ignore = "issue 20: BLPOP/BRPOPLPUSH/BLMOVE/BLMPOP/BZMPOP/BZPOPMIN over keys on several engines answer -CROSSSLOT through the proxy"]
 fn blocking_multi_key_commands_across_engines() {
     on_redis_and_fleets("tx-blocking", |t| {
         let who = &t.who;

@@ -481,10 +481,7 @@ fn gather_blocking<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx:
         me.replies.fill(seq, 0, route::CROSSSLOT);
         return;
     };
-    let keys: Vec<Vec<u8>> = route::request_keys(spec, args)
-        .into_iter()
-        .map(|pos| args.arg(pos).to_vec())
-        .collect();
+    let keys = route::key_args(args);
     // The keys it pops from, and its timeout (seconds; 0 = forever; a bad one is reported
     // by the first try).
     let (sources, timeout_at): (Vec<Vec<u8>>, usize) = match spec.name {
@@ -888,14 +885,7 @@ fn run_plan<A: Args + ?Sized>(
             if !me.enter_lane(Lane::Spread) {
                 return Flow::Wait;
             }
-            let keys = route::known_row(args)
-                .map(|spec| {
-                    route::request_keys(spec, args)
-                        .into_iter()
-                        .map(|pos| args.arg(pos).to_vec())
-                        .collect()
-                })
-                .unwrap_or_default();
+            let keys = route::key_args(args);
             gather(None, vec![raw.to_vec()], keys, Vec::new(), false, me, ctx);
             Flow::Continue
         }
@@ -942,14 +932,7 @@ fn run_plan<A: Args + ?Sized>(
             // Kept in case it touches undeclared keys of other instances
             // (`crate::coord::Scripts`).
             if ctx.fleet.instances() > 1 {
-                let keys = route::known_row(args)
-                    .map(|spec| {
-                        route::request_keys(spec, args)
-                            .into_iter()
-                            .map(|pos| args.arg(pos).to_vec())
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let keys = route::key_args(args);
                 let seq = me.replies.next_seq();
                 me.scripts.inflight.push_back((seq, raw.to_vec(), keys));
             }

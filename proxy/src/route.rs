@@ -558,6 +558,18 @@ pub fn request_keys<A: Args + ?Sized>(spec: &CommandSpec, args: &A) -> Vec<usize
     command::keys(spec, args).positions().collect()
 }
 
+/// The keys of a request, copied (none when the router answers it: unknown command, arity).
+pub fn key_args<A: Args + ?Sized>(args: &A) -> Vec<Vec<u8>> {
+    known_row(args)
+        .map(|spec| {
+            request_keys(spec, args)
+                .into_iter()
+                .map(|pos| args.arg(pos).to_vec())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The implemented row a request names (a container's subcommand row when it has one), if
 /// its arity is right; `None` when the router answers it (unknown command, arity error).
 pub fn known_row<A: Args + ?Sized>(args: &A) -> Option<&'static CommandSpec> {
@@ -1322,10 +1334,7 @@ mod tests {
             run(&[b"BLMPOP", b"0", b"1", &b, b"LEFT"], 2),
             Plan::Blocking(ib)
         );
-        assert_eq!(
-            run(&[b"BRPOPLPUSH", &a, &b, b"0"], 2),
-            Plan::GatherBlocking
-        );
+        assert_eq!(run(&[b"BRPOPLPUSH", &a, &b, b"0"], 2), Plan::GatherBlocking);
         assert_eq!(run(&[b"BZPOPMIN", &b, b"0"], 2), Plan::Blocking(ib));
         // Transactions.
         assert_eq!(run(&[b"MULTI"], 2), Plan::Multi);

@@ -254,6 +254,8 @@ fn in_transaction<A: Args + ?Sized>(
     // A lane switch can only have to wait while replies are pending; only then is the
     // state kept to be restored.
     let before = (me.replies.pending_len() > 0).then(|| me.session.tx.clone());
+    // A transaction already under way on its instances (not its first command).
+    let in_multi = me.session.tx.multi && me.session.tx.pinned.is_some();
     let step = me.session.tx.step(args, raw, &ctx.fleet.up);
     // A transaction on one instance takes its dedicated connection; one spanning instances
     // takes the connections to each (`crate::coord`).
@@ -268,7 +270,18 @@ fn in_transaction<A: Args + ?Sized>(
         | Step::EndAll { .. } => Some(Lane::Spread),
         _ => None,
     };
-    if let Some(lane) = lane
+    // Inside MULTI nothing runs before EXEC, and EXEC (or DISCARD) follows the queued
+    // commands on each of the transaction's connections: moving between them needs no wait
+    // for earlier replies (the first queued command waited for those of the commands before
+    // MULTI).
+    let between_parts = in_multi
+        && me.coord.is_none()
+        && me.spread.is_none()
+        && matches!(*me.lane, Lane::Dedicated(_) | Lane::Spread)
+        && matches!(lane, Some(Lane::Dedicated(_) | Lane::Spread));
+    if between_parts {
+        *me.lane = lane.expect("matched");
+    } else if let Some(lane) = lane
         && !me.enter_lane(lane)
     {
         if let Some(before) = before {

@@ -60,6 +60,8 @@ pub struct Engine {
 
 #[derive(Debug, PartialEq)]
 enum Phase {
+    /// Every instance at once, `TXLOCK … NOWAIT`: the replies so far.
+    Trying(Vec<Option<Vec<u8>>>),
     Locking,
     Ending,
 }
@@ -104,8 +106,77 @@ impl Coord {
             awaiting: 0,
             outbox: Vec::new(),
         };
-        c.lock_next();
+        if c.engines.len() > 1 {
+            c.try_all();
+        } else {
+            c.lock_next();
+        }
         c
+    }
+
+    /// Every instance's locks at once, without waiting: one round trip when no other
+    /// transaction holds a key; else the locks taken are given back and taken again in
+    /// instance order, waiting.
+    fn try_all(&mut self) {
+        let timeout = LOCK_TIMEOUT_MS.to_string();
+        for (i, e) in self.engines.iter().enumerate() {
+            self.outbox.push((
+                e.conn,
+                request(&["TXLOCK", &timeout, "NOWAIT"]),
+                Some(COORD_PART + 4 * i as u32 + STEP_LOCK),
+            ));
+        }
+        self.phase = Phase::Trying(vec![None; self.engines.len()]);
+    }
+
+    /// Every `TXLOCK … NOWAIT` answered: commit, abort, or take the locks in order.
+    fn tried(&mut self, replies: Vec<Option<Vec<u8>>>) {
+        let mut busy = false;
+        for (i, r) in replies.iter().enumerate() {
+            let frame = r.as_deref().unwrap_or(b"-ERR no reply\r\n");
+            match int_of(frame) {
+                None if frame.starts_with(b"-ERR unknown command") => {
+                    self.abort
+                        .get_or_insert_with(|| no_txlock(self.engines[i].instance));
+                }
+                None => {
+                    self.abort.get_or_insert_with(|| frame.to_vec());
+                }
+                Some(4) => busy = true,
+                Some(f) => self.flags(f),
+            }
+        }
+        if self.abort.is_some() || !busy {
+            self.locked = self.engines.len();
+            return self.end();
+        }
+        // Give back what was taken, then lock in order (the TXUNLOCKs go first on each
+        // connection).
+        for (i, r) in replies.iter().enumerate() {
+            if r.as_deref().and_then(int_of) != Some(4) {
+                let conn = self.engines[i].conn;
+                self.outbox.push((conn, request(&["TXUNLOCK"]), None));
+            }
+        }
+        self.phase = Phase::Locking;
+        self.locked = 0;
+        self.lock_next();
+    }
+
+    /// Records a `TXLOCK` reply's flags: the transaction's outcome if it cannot run.
+    fn flags(&mut self, f: i64) {
+        if self.abort.is_some() {
+            return;
+        }
+        if f & 2 != 0 {
+            self.abort = Some(crate::tx::EXECABORT.to_vec());
+        } else if f & 1 != 0 {
+            self.abort = Some(if self.resp3 {
+                b"_\r\n".to_vec()
+            } else {
+                b"*-1\r\n".to_vec()
+            });
+        }
     }
 
     pub fn engine(instance: usize, conn: usize, multi: bool) -> Engine {
@@ -152,6 +223,18 @@ impl Coord {
     pub fn answered(&mut self, part: u32, frame: &[u8]) -> Option<Vec<u8>> {
         let rel = part.checked_sub(COORD_PART)?;
         let (engine, step) = ((rel / 4) as usize, rel % 4);
+        if let Phase::Trying(replies) = &mut self.phase {
+            if step == STEP_LOCK
+                && let Some(slot) = replies.get_mut(engine)
+            {
+                *slot = Some(frame.to_vec());
+            }
+            if replies.iter().all(Option::is_some) {
+                let replies = std::mem::take(replies);
+                self.tried(replies);
+            }
+            return None;
+        }
         match (&self.phase, step) {
             (Phase::Locking, STEP_LOCK) if engine == self.locked => {
                 let flags = frame
@@ -559,8 +642,16 @@ mod tests {
             .collect()
     }
 
+    fn answer_all(c: &mut Coord, s: &[(usize, String, u32)], frame: &[u8]) -> Option<Vec<u8>> {
+        let mut out = None;
+        for (_, _, p) in s {
+            out = c.answered(*p, frame);
+        }
+        out
+    }
+
     #[test]
-    fn locks_in_instance_order_then_execs_everywhere() {
+    fn locks_everywhere_at_once_then_execs_everywhere() {
         let engines = vec![Coord::engine(1, 11, true), Coord::engine(0, 10, true)];
         let order = vec![
             Entry::One {
@@ -578,17 +669,16 @@ mod tests {
         ];
         let mut c = Coord::start(5, engines, order, false);
         let s = sent(&mut c);
-        assert_eq!(s.len(), 1);
-        assert_eq!(s[0].0, 10, "instance 0 is locked first");
-        assert!(s[0].1.contains("TXLOCK"));
-        assert_eq!(c.answered(s[0].2, b":0\r\n"), None);
-        let s = sent(&mut c);
-        assert_eq!(s.len(), 1);
-        assert_eq!(s[0].0, 11);
-        assert_eq!(c.answered(s[0].2, b":0\r\n"), None);
+        assert_eq!(s.len(), 2, "both instances at once");
+        assert!(
+            s.iter()
+                .all(|x| x.1.contains("TXLOCK") && x.1.contains("NOWAIT"))
+        );
+        assert_eq!(answer_all(&mut c, &s, b":0\r\n"), None);
         let s = sent(&mut c);
         assert_eq!(s.len(), 4);
         assert!(s[0].1.contains("EXEC") && s[1].1.contains("TXUNLOCK"));
+        assert_eq!(s[0].0, 10, "instance 0 first");
         assert_eq!(c.answered(s[0].2, b"*2\r\n$1\r\na\r\n:1\r\n"), None);
         assert_eq!(c.answered(s[1].2, b"+OK\r\n"), None);
         assert_eq!(c.answered(s[2].2, b"*2\r\n:7\r\n:2\r\n"), None);
@@ -597,19 +687,43 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_watched_key_aborts_before_locking_further() {
+    fn a_busy_key_falls_back_to_locking_in_instance_order() {
+        let engines = vec![Coord::engine(0, 10, true), Coord::engine(1, 11, true)];
+        let mut c = Coord::start(5, engines, vec![], false);
+        let s = sent(&mut c);
+        c.answered(s[0].2, b":0\r\n");
+        assert_eq!(c.answered(s[1].2, b":4\r\n"), None);
+        // Instance 0's lock is given back (reply dropped), then it is locked again, waiting.
+        let out: Vec<_> = c.outbox.drain(..).collect();
+        assert_eq!(out.len(), 2);
+        assert_eq!((out[0].0, out[0].2), (10, None));
+        assert!(String::from_utf8_lossy(&out[0].1).contains("TXUNLOCK"));
+        let s: Vec<(usize, String, u32)> = out[1..]
+            .iter()
+            .map(|(conn, r, p)| (*conn, String::from_utf8_lossy(r).into_owned(), p.unwrap()))
+            .collect();
+        assert_eq!(s[0].0, 10);
+        assert!(s[0].1.contains("TXLOCK") && !s[0].1.contains("NOWAIT"));
+        assert_eq!(c.answered(s[0].2, b":0\r\n"), None);
+        let s = sent(&mut c);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].0, 11);
+        assert_eq!(c.answered(s[0].2, b":0\r\n"), None);
+        let s = sent(&mut c);
+        assert_eq!(s.len(), 4, "EXEC and TXUNLOCK on both");
+    }
+
+    #[test]
+    fn a_changed_watched_key_aborts() {
         let engines = vec![Coord::engine(0, 10, false), Coord::engine(1, 11, true)];
         let mut c = Coord::start(1, engines, vec![], true);
         let s = sent(&mut c);
-        assert_eq!(c.answered(s[0].2, b":1\r\n"), None);
+        c.answered(s[0].2, b":1\r\n");
+        assert_eq!(c.answered(s[1].2, b":0\r\n"), None);
         let s = sent(&mut c);
-        assert_eq!(s.len(), 4, "ends on both, locks no more");
+        assert_eq!(s.len(), 4, "ends on both");
         assert!(s[0].1.contains("UNWATCH") && s[2].1.contains("DISCARD"));
-        let mut out = None;
-        for (_, _, p) in &s {
-            out = c.answered(*p, b"+OK\r\n");
-        }
-        assert_eq!(out.unwrap(), b"_\r\n");
+        assert_eq!(answer_all(&mut c, &s, b"+OK\r\n").unwrap(), b"_\r\n");
     }
 
     #[test]
@@ -618,14 +732,12 @@ mod tests {
         let mut c = Coord::start(1, engines, vec![], false);
         let s = sent(&mut c);
         c.answered(s[0].2, b":0\r\n");
+        c.answered(s[1].2, b":2\r\n");
         let s = sent(&mut c);
-        c.answered(s[0].2, b":2\r\n");
-        let s = sent(&mut c);
-        let mut out = None;
-        for (_, _, p) in &s {
-            out = c.answered(*p, b"+OK\r\n");
-        }
-        assert_eq!(out.unwrap(), crate::tx::EXECABORT);
+        assert_eq!(
+            answer_all(&mut c, &s, b"+OK\r\n").unwrap(),
+            crate::tx::EXECABORT
+        );
     }
 
     #[test]

@@ -600,8 +600,14 @@ mod tests {
             ..Tx::default()
         };
         let (k0, k1) = (key_on(0, "k"), key_on(1, "k"));
-        assert!(matches!(step(&mut tx, &["SET", &k0, "v"]), Step::Send { instance: 0, .. }));
-        assert!(matches!(step(&mut tx, &["SET", &k1, "v"]), Step::Send { instance: 1, .. }));
+        assert!(matches!(
+            step(&mut tx, &["SET", &k0, "v"]),
+            Step::Send { instance: 0, .. }
+        ));
+        assert!(matches!(
+            step(&mut tx, &["SET", &k1, "v"]),
+            Step::Send { instance: 1, .. }
+        ));
         tx.pin_failed(1); // instance 1 is down: its connection could not be had
         // EXEC discards instance 0's part (queued there) instead of leaving it to run with
         // the client's next transaction.

@@ -481,7 +481,9 @@ fn redis_py_transactions_over_engines() {
             key_on("pytx:ca:", 0, n),
             key_on("pytx:cb:", 1, n),
         ];
-        let accounts: Vec<String> = (0..12).map(|i| key_on(&format!("pytx:acct{i}:"), i, n)).collect();
+        let accounts: Vec<String> = (0..12)
+            .map(|i| key_on(&format!("pytx:acct{i}:"), i, n))
+            .collect();
         (keys.join(","), accounts.join(","))
     };
     let lines = [
@@ -493,10 +495,14 @@ fn redis_py_transactions_over_engines() {
     let check = |out: &str, what: &str| {
         assert_lines(out, what, &lines);
         assert!(
-            out.lines().any(|l| l.starts_with("transaction() from 3 threads: ok")),
+            out.lines()
+                .any(|l| l.starts_with("transaction() from 3 threads: ok")),
             "{what}: {out}"
         );
-        assert!(out.lines().any(|l| l.starts_with("bank: ok")), "{what}: {out}");
+        assert!(
+            out.lines().any(|l| l.starts_with("bank: ok")),
+            "{what}: {out}"
+        );
     };
     {
         let port = free_port();

@@ -10,7 +10,7 @@
 //! | command | does | reply |
 //! |---|---|---|
 //! | `TXLOCK timeout-ms` | locks the keys of this connection's queued transaction (their key specs, in its database) and of its WATCH; waits while another connection holds one of them | `:flags`: 1 = a watched key changed (EXEC would answer a null), 2 = the transaction is flagged by a queueing error (EXEC would answer EXECABORT); 0 = EXEC will run |
-//! | `TXLOCK timeout-ms KEYS n key… [DUMP]` | also locks the `n` keys named; with `DUMP`, reads them too | with `DUMP`: `[flags, payload₁, expiry₁, …]`: each key's `DUMP` payload (nil if missing) and `PEXPIRETIME` (-1: none, -2: missing) |
+//! | `TXLOCK timeout-ms [KEYS n key…] [DUMP] [NOWAIT]` | also locks the `n` keys named; with `DUMP`, reads them too; with `NOWAIT`, answers `:4` and locks nothing when another connection holds one of the keys, instead of waiting | with `DUMP`: `[flags, payload₁, expiry₁, …]`: each key's `DUMP` payload (nil if missing) and `PEXPIRETIME` (-1: none, -2: missing) |
 //! | `TXGUEST key…` | marks keys of other engines, restored here for the gathered execution of a command spanning engines, as **guests** until `TXUNLOCK` | `+OK` |
 //! | `TXUNLOCK` | releases this connection's locks and guests | `+OK` |
 //! | `TXWAIT LIST\|ZSET timeout key…` | waits, without reading or changing anything, until one of the keys holds a list (sorted set): the proxy's wait for a blocking command whose keys span engines | `:1`, or a null array at the timeout |
@@ -143,9 +143,11 @@ pub fn check(
     }
     let me = client.id;
     let conflicts = match spec.name {
+        // NOWAIT answers at once (its handler reports a held key).
+        "txlock" if named_keys(argv).is_some_and(|o| o.nowait) => false,
         "txlock" => {
             let mut wanted = wanted_keys(e, client);
-            let named = named_keys(argv).map(|(k, _)| k).unwrap_or_default();
+            let named = named_keys(argv).map(|o| o.keys).unwrap_or_default();
             wanted.extend(named.iter().map(|k| crate::keyspace::qualify(client.db, k)));
             wanted.iter().any(|q| e.locks.locked_by_other(q, me))
         }
@@ -178,9 +180,10 @@ fn touches_locked(e: &Engine, spec: &CommandSpec, argv: &[&[u8]], db: usize, me:
         // with scripts on one engine would each wait for the other's unlock (a deadlock until
         // the locks expire).
         if e.locks.holders.contains_key(&me) {
-            return crate::command::keys(spec, argv)
-                .positions()
-                .any(|pos| e.locks.locked_by_other(&crate::keyspace::qualify(db, argv[pos]), me));
+            return crate::command::keys(spec, argv).positions().any(|pos| {
+                e.locks
+                    .locked_by_other(&crate::keyspace::qualify(db, argv[pos]), me)
+            });
         }
         return e.locks.other_holder(me);
     }
@@ -221,7 +224,8 @@ pub fn txlock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         .ok_or(CmdError::Static(
             "ERR TXLOCK timeout must be an integer of milliseconds from 1 to 60000",
         ))?;
-    let (named, dump) = named_keys(c.argv).ok_or(CmdError::Static("ERR syntax error"))?;
+    let o = named_keys(c.argv).ok_or(CmdError::Static("ERR syntax error"))?;
+    let (named, dump) = (o.keys, o.dump);
     let mut keys = wanted_keys(e, c.client);
     keys.extend(
         named
@@ -229,6 +233,11 @@ pub fn txlock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             .map(|k| crate::keyspace::qualify(c.client.db, k)),
     );
     let me = c.client.id;
+    // NOWAIT: a key another connection holds → `:4`, nothing locked.
+    if o.nowait && keys.iter().any(|q| e.locks.locked_by_other(q, me)) {
+        c.w().integer(4);
+        return Ok(());
+    }
     let deadline_us = c.now_us + timeout as u64 * 1000;
     let holder = e.locks.holders.entry(me).or_insert(Holder {
         keys: Vec::new(),
@@ -279,23 +288,33 @@ pub fn txlock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 /// `[KEYS n key…] [DUMP]` after the timeout: the keys and whether to dump them.
-fn named_keys<'a>(argv: &[&'a [u8]]) -> Option<(Vec<&'a [u8]>, bool)> {
-    let mut keys = Vec::new();
-    let mut dump = false;
+fn named_keys<'a>(argv: &[&'a [u8]]) -> Option<Options<'a>> {
+    let mut o = Options::default();
     let mut i = 2;
     while i < argv.len() {
-        if argv[i].eq_ignore_ascii_case(b"keys") && keys.is_empty() {
+        if argv[i].eq_ignore_ascii_case(b"keys") && o.keys.is_empty() {
             let n = usize::try_from(resp::parse_i64(argv.get(i + 1)?)?).ok()?;
-            keys.extend_from_slice(argv.get(i + 2..i + 2 + n)?);
+            o.keys.extend_from_slice(argv.get(i + 2..i + 2 + n)?);
             i += 2 + n;
         } else if argv[i].eq_ignore_ascii_case(b"dump") {
-            dump = true;
+            o.dump = true;
+            i += 1;
+        } else if argv[i].eq_ignore_ascii_case(b"nowait") {
+            o.nowait = true;
             i += 1;
         } else {
             return None;
         }
     }
-    Some((keys, dump))
+    Some(o)
+}
+
+/// `TXLOCK`'s options after the timeout.
+#[derive(Default)]
+struct Options<'a> {
+    keys: Vec<&'a [u8]>,
+    dump: bool,
+    nowait: bool,
 }
 
 /// The script error asking the proxy to run a script again with `key` brought to the
@@ -447,6 +466,14 @@ mod tests {
             String::from_utf8_lossy(&out)
         );
         assert!(out.ends_with(b":-1\r\n"));
+        // NOWAIT: answered at once, nothing locked.
+        let (flow, out) = run(
+            &mut e,
+            &mut b,
+            &["TXLOCK", "5000", "KEYS", "1", "k", "NOWAIT"],
+        );
+        assert_eq!((flow, out), (Flow::Continue, b":4\r\n".to_vec()));
+        assert!(!e.locks.holders.contains_key(&2));
         // Another TXLOCK naming the same key waits; so does any command on it.
         let (flow, _) = run(&mut e, &mut b, &["TXLOCK", "5000", "KEYS", "1", "k"]);
         assert_eq!(flow, Flow::Postpone);

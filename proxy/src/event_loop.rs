@@ -722,7 +722,18 @@ impl Proxy {
             return;
         }
         c.conns.retain(|&(_, cid)| cid != id);
-        if c.session.subs.active() || c.session.monitor || c.session.tx.involves(d.instance) {
+        if !c.session.subs.active() && !c.session.monitor && c.session.tx.involves(d.instance) {
+            // Only the transaction fails: its EXEC answers EXECABORT (docs/transactions.md).
+            log::warn!(
+                "client {}: lost its dedicated connection to instance {} ({why}); its \
+                 transaction will answer EXECABORT",
+                d.owner_id,
+                d.instance
+            );
+            c.session.tx.instance_lost(d.instance);
+            return;
+        }
+        if c.session.subs.active() || c.session.monitor {
             log::warn!(
                 "client {}: lost its dedicated connection to instance {} ({why}); \
                  closing it (its transaction or subscriptions are gone)",

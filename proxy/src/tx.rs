@@ -1,26 +1,33 @@
 //! Transactions through the proxy: WATCH / MULTI / EXEC / DISCARD / UNWATCH. Pure: decides
 //! what each request of a client in a transaction does; the event loop owns the connections.
 //!
-//! A transaction runs on **one instance**, over the client's dedicated connection to it
-//! (`crate::dedicated`), as in Redis Cluster where a transaction's keys must share a slot
-//! (here: an instance, so hash tags such as `{user1}.balance` keep keys together).
+//! A transaction's part on each instance is queued on the client's dedicated connection to
+//! it (`crate::dedicated`), so each instance answers `+QUEUED` or its queueing error itself.
+//! A transaction on **one instance** (hash tags such as `{user1}.balance` keep keys together)
+//! ends with its EXEC forwarded there, as before; one on **several** ends with a coordinated
+//! EXEC (`crate::coord::Coord`); one holding a command that spans instances and cannot be
+//! split runs **gathered** on one instance (`crate::coord::Gather`). docs/transactions.md has
+//! the design.
 //!
 //! | client sends | proxy does |
 //! |---|---|
-//! | `WATCH k…` (not in MULTI) | keys on one instance `i` → pin the client to `i` and forward; else `-CROSSSLOT` |
-//! | `MULTI` | `+OK` at once; the instance is decided later (unless WATCH already pinned it, then MULTI is forwarded) |
+//! | `WATCH k…` | each instance's keys on the client's connection to it |
+//! | `MULTI` | `+OK` at once; forwarded to the instance WATCH pinned, else sent before the first command for each instance |
 //! | first keyed command after MULTI | pins the client to its keys' instance: `MULTI`, the held keyless commands and this one are sent there (the replies to `MULTI` and the held commands are dropped: the client already got `+OK` / `+QUEUED`) |
 //! | keyless command before any keyed one (PING, …) | held by the proxy, answered `+QUEUED` (at most [`MAX_HELD`] commands and [`MAX_HELD_BYTES`]; then the transaction is pinned to the first instance that is up) |
-//! | keyed command for another instance, or keys on several | `-CROSSSLOT Keys in request don't hash to the same slot`, and the transaction is **aborted** as Redis does on a queue-time error (Redis Cluster flags the transaction the same way): `EXEC` → `-EXECABORT Transaction discarded because of previous errors.` (the proxy sends `DISCARD` to the instance) |
+//! | keyed command for another instance | `MULTI` there first, then the command ([`Step::Send`]) |
+//! | MGET, MSET, DEL, UNLINK, EXISTS, TOUCH over several instances | split, one `+QUEUED` ([`Step::SendParts`]); merged at EXEC |
+//! | any other command over several instances | `+QUEUED`; the transaction will run gathered ([`Tx::gather`]) |
 //! | unknown command, wrong arity | Redis's error, transaction aborted (as Redis) |
 //! | (P)SUBSCRIBE, SELECT, HELLO, CLIENT, … inside MULTI | `-ERR … not supported inside MULTI by the recached proxy`, transaction aborted |
-//! | `EXEC` / `DISCARD` | forwarded; the client leaves the transaction. Never pinned: `EXEC` → `*0` (or the held commands run on the first instance up), `DISCARD` → `+OK` |
-//! | `UNWATCH` (not in MULTI) | forwarded to the pinned instance; the client leaves the pin |
-//! | between WATCH and MULTI | commands are routed as usual; those for the pinned instance use its dedicated connection |
+//! | `EXEC` | one instance: forwarded; several: [`Step::Coordinate`]; gathered: [`Step::Gather`]; aborted: DISCARD everywhere, `-EXECABORT` |
+//! | `DISCARD` / `UNWATCH` | to every instance involved |
+//! | between WATCH and MULTI | commands are routed as usual; those for a watched instance use its dedicated connection |
 //!
-//! Keyless commands inside a pinned transaction (DBSIZE, KEYS, FLUSHDB, …) run on the
-//! transaction's instance only. A nested `MULTI` and `WATCH` inside MULTI get Redis's errors
-//! without aborting, as in Redis.
+//! Keyless commands inside a transaction (DBSIZE, KEYS, FLUSHDB, …) run on its first instance
+//! only. A nested `MULTI` and `WATCH` inside MULTI get Redis's errors without aborting, as in
+//! Redis. A dedicated connection lost while it holds a part of the transaction aborts it
+//! ([`Tx::instance_lost`]): EXEC answers EXECABORT, the client keeps its connection.
 
 use std::borrow::Cow;
 
@@ -155,7 +162,9 @@ impl Tx {
             v.push((p, self.multi));
         }
         for &i in &self.multi_on {
-            v.push((i, true));
+            if !v.iter().any(|&(j, _)| j == i) {
+                v.push((i, true));
+            }
         }
         for &i in &self.watch_on {
             if !v.iter().any(|&(j, _)| j == i) {
@@ -529,6 +538,20 @@ impl Tx {
         } else {
             *self = Tx::default();
         }
+    }
+}
+
+impl Tx {
+    /// The client's dedicated connection to `instance` failed while the transaction (or
+    /// WATCH) had a part there: that part is gone, so the transaction fails — its EXEC answers
+    /// EXECABORT after the other parts are discarded — and the client keeps its connection.
+    pub fn instance_lost(&mut self, instance: usize) {
+        self.watch_on.retain(|&i| i != instance);
+        self.multi_on.retain(|&i| i != instance);
+        if self.pinned == Some(instance) {
+            self.pinned = None;
+        }
+        self.aborted = true;
     }
 }
 

@@ -1394,9 +1394,6 @@ fn an_engine_killed_before_exec_runs_nothing() {
         t0.elapsed()
     );
     eprintln!("EXEC after the engine died: {exec}");
-    if exec == CLOSED {
-        c = Resp::connect(fleet.proxy_port);
-    }
     expect(
         &mut c,
         &["GET", &k0],

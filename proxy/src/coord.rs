@@ -382,6 +382,8 @@ pub struct Wait {
     deadline: Option<std::time::Instant>,
     attempt: Option<Gather>,
     waiting: usize,
+    /// A `TXWAIT` of this round answered that a key holds data.
+    woken: bool,
     pub outbox: Vec<(usize, Vec<u8>, Option<u32>)>,
 }
 
@@ -416,6 +418,7 @@ impl Wait {
             deadline,
             attempt: None,
             waiting: 0,
+            woken: false,
             outbox: Vec::new(),
         };
         w.try_once();
@@ -468,8 +471,19 @@ impl Wait {
     pub fn answered(&mut self, part: u32, frame: &[u8]) -> Option<Vec<u8>> {
         if part == WAIT_PART {
             self.waiting = self.waiting.saturating_sub(1);
+            self.woken |= frame == b":1\r\n";
             if self.waiting == 0 {
-                self.try_once();
+                let timed_out = self
+                    .deadline
+                    .is_some_and(|d| std::time::Instant::now() >= d);
+                // Nothing arrived during the slice: wait again without trying (a key that
+                // fills between a try and the next wait is seen by TXWAIT at once).
+                if self.woken || timed_out || frame.first() == Some(&b'-') {
+                    self.woken = false;
+                    self.try_once();
+                } else {
+                    self.wait();
+                }
             }
             return None;
         }

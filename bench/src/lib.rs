@@ -23,6 +23,7 @@
 //! memory            one memory-per-data-shape sample of a server (DBSIZE, RSS, used_memory)
 //! report            renders bench/results/*.json into docs/BENCHMARKS.md + SVG charts
 //! check             records the outcome of a script's check (e.g. a restarted engine) as JSON
+//! tx-loop           transfers as MULTI/DECRBY/INCRBY/EXEC transactions, closed loop or paced
 //! validate          checks result files (schema; --no-errors: no error counted)
 //! ```
 //!
@@ -40,6 +41,7 @@ pub mod report;
 pub mod rng;
 pub mod schedule;
 pub mod svg;
+pub mod txloop;
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -134,6 +136,14 @@ pub enum BenchCommand {
         #[command(flatten)]
         out: OutArgs,
     },
+    /// Transfers as transactions (MULTI DECRBY INCRBY EXEC), closed loop or paced
+    /// (scripts/bench-transactions.sh).
+    TxLoop {
+        #[command(flatten)]
+        args: txloop::TxLoopArgs,
+        #[command(flatten)]
+        out: OutArgs,
+    },
     /// Check result files: valid JSON of this schema; with --no-errors, no error counted.
     Validate {
         #[arg(long)]
@@ -211,6 +221,7 @@ pub fn main(cmd: BenchCommand) -> Result<ExitCode, String> {
         }
         BenchCommand::StreamConsume { args, out } => consume::run(&args, &out),
         BenchCommand::GetLoop { args, out } => getloop::run(&args, &out),
+        BenchCommand::TxLoop { args, out } => txloop::run(&args, &out),
         BenchCommand::Validate { no_errors, files } => {
             let mut bad = 0;
             for f in &files {

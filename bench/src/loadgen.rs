@@ -42,7 +42,10 @@
 //! # Modes
 //!
 //! - `plain`: each request is one command from the mix (`get`, `set`, `mget`, `incr`). Keys are
-//!   `<prefix><n>`; INCR uses `<prefix><n>:n` so it never meets a SET's string value.
+//!   `<prefix><n>`; INCR uses `<prefix><n>:n` so it never meets a SET's string value. `tx` is a
+//!   transfer as one transaction, `MULTI / DECRBY <prefix><n> 1 / INCRBY <tx-key-b-prefix><m> 1
+//!   / EXEC`, written in one go and answered by its EXEC (an array; anything else counts as an
+//!   error under its first word, `null` for a nil; an error queueing a command counts once).
 //! - `cache-aside` (needs `--origin`; pipeline forced to 1): `GET key` at the cache; on a nil,
 //!   `GET key` at the origin, then `SET key <value> [PX ttl]` at the cache. The latency is taken
 //!   when the value is in hand (after the origin reply), as an application would return it; the
@@ -124,9 +127,13 @@ pub struct LoadParams {
     /// Value size in bytes of SET (and of the cache fill in cache-aside mode).
     #[arg(long, default_value_t = 64)]
     pub value_size: usize,
-    /// Command mix as weights, e.g. `get:90,set:10` (get, set, mget, incr).
+    /// Command mix as weights, e.g. `get:90,set:10` (get, set, mget, incr, tx).
     #[arg(long, default_value = "get:90,set:10")]
     pub mix: String,
+    /// Key prefix of the credited key of a `tx` (the debited one has --key-prefix); a hash tag
+    /// here and one in --key-prefix choose the engines the transaction spans.
+    #[arg(long, default_value = "txb:")]
+    pub tx_key_b_prefix: String,
     /// Keys per MGET.
     #[arg(long, default_value_t = 10)]
     pub mget: usize,
@@ -168,6 +175,7 @@ impl Default for LoadParams {
             zipf_s: 0.99,
             value_size: 64,
             mix: "get:90,set:10".into(),
+            tx_key_b_prefix: "txb:".into(),
             mget: 10,
             ttl_ms: 0,
             mode: "plain".into(),
@@ -186,6 +194,8 @@ pub enum Op {
     Set,
     Mget,
     Incr,
+    /// MULTI / DECRBY / INCRBY / EXEC.
+    Tx,
 }
 
 /// Parses `get:90,set:10` into cumulative weights.
@@ -199,9 +209,10 @@ pub fn parse_mix(mix: &str) -> Result<Vec<(Op, u64)>, String> {
             "set" => Op::Set,
             "mget" => Op::Mget,
             "incr" => Op::Incr,
+            "tx" => Op::Tx,
             other => {
                 return Err(format!(
-                    "mix: unknown command {other:?} (get, set, mget, incr)"
+                    "mix: unknown command {other:?} (get, set, mget, incr, tx)"
                 ));
             }
         };
@@ -388,6 +399,10 @@ struct Req {
     key: u64,
     stage: Stage,
     recorded: bool,
+    /// Replies still to come for it (4 for a `tx`: MULTI, two QUEUED, EXEC).
+    frames: u8,
+    /// A `tx` whose queueing failed: counted once, its EXECABORT not again.
+    failed: bool,
 }
 
 /// One socket with its buffers.
@@ -684,6 +699,20 @@ impl<'a> Worker<'a> {
             }
             (Stage::Fill, _) | (Stage::Cache, Op::Set) => &[b"SET", &key, value],
             (Stage::Cache, Op::Incr) => &[b"INCR", &key],
+            (Stage::Cache, Op::Tx) => {
+                let b = format!(
+                    "{}{}",
+                    self.params.tx_key_b_prefix,
+                    self.plan.keys.pick(&mut self.rng)
+                );
+                let multi: &[&[u8]] = &[b"MULTI"];
+                let exec: &[&[u8]] = &[b"EXEC"];
+                resp::encode_request(&mut buf, multi);
+                resp::encode_request(&mut buf, &[b"DECRBY".as_slice(), &key, b"1"]);
+                resp::encode_request(&mut buf, &[b"INCRBY".as_slice(), b.as_bytes(), b"1"]);
+                resp::encode_request(&mut buf, exec);
+                &[]
+            }
             (Stage::Cache, Op::Mget) => {
                 let mut args: Vec<Vec<u8>> = vec![b"MGET".to_vec(), key];
                 for _ in 1..self.params.mget {
@@ -758,6 +787,18 @@ impl<'a> Worker<'a> {
             if (r.stage == Stage::Origin) != origin_side {
                 return Err("reply on the wrong connection".into());
             }
+            if r.frames > 1 {
+                // MULTI's +OK and the +QUEUED of a `tx`: the EXEC reply decides.
+                r.frames -= 1;
+                if let Reply::Error(word) = &reply
+                    && !r.failed
+                {
+                    r.failed = true;
+                    self.out.add_error(word, r.recorded);
+                }
+                self.conns[i].inflight.push_front(r);
+                continue;
+            }
             let now = self.now_ns();
             self.conns[i].replies_since_dial += 1;
             let done = |out: &mut Outcome, r: &Req| {
@@ -770,6 +811,10 @@ impl<'a> Worker<'a> {
                 }
             };
             match (&reply, r.stage) {
+                (_, _) if r.failed => {}
+                (Reply::Nil, Stage::Cache) if r.op == Op::Tx => {
+                    self.out.add_error("null", r.recorded)
+                }
                 (Reply::Error(word), Stage::Fill) => {
                     // The value was already returned; a failed fill only shows as a later miss.
                     let _ = word;
@@ -839,6 +884,8 @@ impl<'a> Worker<'a> {
             key,
             stage: Stage::Cache,
             recorded,
+            frames: if op == Op::Tx { 4 } else { 1 },
+            failed: false,
         });
     }
 

@@ -110,7 +110,7 @@ impl Replies {
         self.out.len() - self.out_pos
     }
 
-    fn next_seq(&self) -> u64 {
+    pub(crate) fn next_seq(&self) -> u64 {
         self.base_seq + self.pending.len() as u64
     }
 
@@ -288,6 +288,11 @@ pub struct Client {
     pub lane: Lane,
     /// Its blocking read over several instances in progress (`crate::spread`).
     pub spread: Option<crate::spread::Spread>,
+    /// Its execution spanning instances in progress (`crate::coord`).
+    pub coord: Option<crate::coord::Coordinator>,
+    /// Its scripts in flight on script links, and a script to run again gathered with the
+    /// undeclared keys it touched (`crate::coord::ScriptRetry`).
+    pub scripts: crate::coord::Scripts,
     /// Paused until its pending replies are in, to switch lanes.
     pub wait_lane: bool,
     /// TLS state, for a client of the TLS port.
@@ -360,6 +365,8 @@ impl Client {
             conns: Vec::new(),
             lane: Lane::Shared,
             spread: None,
+            coord: None,
+            scripts: Default::default(),
             wait_lane: false,
             tls: None,
             last_request: Instant::now(),

@@ -140,6 +140,9 @@ pub struct Proxy {
     paused: Vec<usize>,
     /// Clients to close at the end of this iteration.
     to_close: Vec<usize>,
+    /// Clients gone while a run spanning instances was under way for them: closed once it
+    /// is over, so its locks are released and its writes all made (`crate::coord`).
+    close_after_coord: Vec<usize>,
     /// Clients with requests to send on their behalf (`Replies::followups`).
     followups: Vec<usize>,
     shutdown: Arc<AtomicBool>,
@@ -187,6 +190,12 @@ impl Proxy {
                     b.db = link / (2 * kinds);
                     b.resp3 = (link / kinds) % 2 == 1;
                     b.dormant = link != 0;
+                    // Script links: scripts may discover undeclared keys of other instances
+                    // (`crate::coord::Scripts`).
+                    if link % kinds != 0 && n > 1 {
+                        b.preamble
+                            .push(b"*2\r\n$10\r\nTXDISCOVER\r\n$2\r\nON\r\n".to_vec());
+                    }
                     debug_assert_eq!(
                         crate::backend::link_index(n, b.db, b.resp3, link % kinds, i),
                         link * n + i
@@ -224,6 +233,7 @@ impl Proxy {
             dirty_dedicated: Vec::new(),
             paused: Vec::new(),
             to_close: Vec::new(),
+            close_after_coord: Vec::new(),
             followups: Vec::new(),
             shutdown,
         })
@@ -712,7 +722,18 @@ impl Proxy {
             return;
         }
         c.conns.retain(|&(_, cid)| cid != id);
-        if c.session.subs.active() || c.session.monitor || c.session.tx.pinned == Some(d.instance) {
+        if !c.session.subs.active() && !c.session.monitor && c.session.tx.involves(d.instance) {
+            // Only the transaction fails: its EXEC answers EXECABORT (docs/transactions.md).
+            log::warn!(
+                "client {}: lost its dedicated connection to instance {} ({why}); its \
+                 transaction will answer EXECABORT",
+                d.owner_id,
+                d.instance
+            );
+            c.session.tx.instance_lost(d.instance);
+            return;
+        }
+        if c.session.subs.active() || c.session.monitor {
             log::warn!(
                 "client {}: lost its dedicated connection to instance {} ({why}); \
                  closing it (its transaction or subscriptions are gone)",
@@ -894,6 +915,8 @@ impl Proxy {
             conns,
             lane,
             spread,
+            coord,
+            scripts,
             wait_lane,
             last_request,
             ..
@@ -914,6 +937,8 @@ impl Proxy {
             conns,
             lane,
             spread,
+            coord,
+            scripts,
         };
         let out_before = me.replies.unsent();
         let mut parsed = false;
@@ -1054,10 +1079,28 @@ impl Proxy {
     /// Sends the requests merges asked for on clients' behalf (CONFIG SET's restores) on
     /// the instances' RESP2 links; their replies fill the clients' slots as usual.
     fn send_followups(&mut self) {
+        let mut retry = Vec::new();
         for token in std::mem::take(&mut self.followups) {
             let Some(c) = self.clients.get_mut(token) else {
                 continue;
             };
+            if let Some(co) = c.coord.as_mut()
+                && !co.outbox().is_empty()
+                && let Some(done) = crate::exec::send_outbox(
+                    co,
+                    token,
+                    c.id,
+                    &mut self.dedicated,
+                    &mut self.dirty_dedicated,
+                )
+            {
+                let seq = co.seq();
+                c.coord = None;
+                coord_done(c, seq, &done, &mut self.followups, token);
+            }
+            if c.coord.is_none() && c.scripts.retries.front().is_some_and(|r| !r.started) {
+                retry.push(token);
+            }
             for f in std::mem::take(&mut c.replies.followups) {
                 let b = &mut self.backends[f.instance];
                 if b.accepts() {
@@ -1078,6 +1121,78 @@ impl Proxy {
             }
             mark(&mut c.dirty, &mut self.dirty_clients, token);
         }
+        for token in retry {
+            self.retry_script(token);
+        }
+    }
+
+    /// Runs client `token`'s script again, gathered with the undeclared keys it touched
+    /// (`crate::coord::Scripts`); its reply fills the script's slot.
+    fn retry_script(&mut self, token: usize) {
+        let Proxy {
+            clients,
+            poll,
+            backends,
+            dedicated,
+            fleet,
+            dirty_backends,
+            dirty_dedicated,
+            dirty_clients,
+            ..
+        } = self;
+        let Some(c) = clients.get_mut(token) else {
+            return;
+        };
+        if c.coord.is_some() {
+            return;
+        }
+        let Some(r) = c.scripts.next_retry() else {
+            return;
+        };
+        r.started = true;
+        let (seq, request, keys) = (r.seq, r.request.clone(), r.keys.clone());
+        {
+            let Client {
+                id,
+                replies,
+                session,
+                conns,
+                lane,
+                spread,
+                coord,
+                scripts,
+                ..
+            } = &mut *c;
+            let mut ctx = Ctx {
+                registry: poll.registry(),
+                backends,
+                dedicated,
+                fleet,
+                dirty_backends,
+                dirty_dedicated,
+            };
+            let mut me = Me {
+                token,
+                id: *id,
+                replies,
+                session,
+                conns,
+                lane,
+                spread,
+                coord,
+                scripts,
+            };
+            crate::exec::gather(
+                Some(seq),
+                vec![request],
+                keys,
+                Vec::new(),
+                false,
+                &mut me,
+                &mut ctx,
+            );
+        }
+        mark(&mut c.dirty, dirty_clients, token);
     }
 
     fn flush_all(&mut self) {
@@ -1129,7 +1244,20 @@ impl Proxy {
     }
 
     fn close_finished(&mut self) {
-        for token in std::mem::take(&mut self.to_close) {
+        let mut tokens = std::mem::take(&mut self.to_close);
+        tokens.append(&mut self.close_after_coord);
+        tokens.sort_unstable();
+        tokens.dedup();
+        for token in tokens {
+            // A run spanning instances finishes first: closing its connections now could
+            // leave it done on some instances and not on others.
+            if let Some(c) = self.clients.get_mut(token)
+                && c.coord.is_some()
+            {
+                c.read_closed = true;
+                self.close_after_coord.push(token);
+                continue;
+            }
             if let Some(mut c) = self.clients.try_remove(token) {
                 self.fleet.client_ids.remove(&c.id);
                 let _ = self.poll.registry().deregister(&mut c.stream);
@@ -1161,6 +1289,28 @@ fn deliver(
     if c.id != w.client_id {
         return;
     }
+    // A step of an EXEC spanning instances (`crate::coord`): the slot is filled once the
+    // coordinator has the reply.
+    if let Some(co) = c.coord.as_mut()
+        && co.seq() == w.seq
+        && (crate::coord::COORD_PART..UNBLOCK_PART).contains(&w.part)
+    {
+        match co.answered(w.part, reply) {
+            Some(done) => {
+                c.coord = None;
+                coord_done(c, w.seq, &done, followups, w.token);
+                mark(&mut c.dirty, dirty_clients, w.token);
+            }
+            None if !co.outbox().is_empty() => followups.push(w.token),
+            None => {}
+        }
+        return;
+    }
+    // A script that touched an undeclared key of another instance: run again gathered.
+    if !c.scripts.inflight.is_empty() && c.scripts.answered(w.seq, reply) {
+        followups.push(w.token);
+        return;
+    }
     // A part (or a `CLIENT UNBLOCK`) of a blocking read over several instances.
     if let Some(s) = c.spread.as_mut()
         && s.seq == w.seq
@@ -1186,6 +1336,20 @@ fn deliver(
     if !c.dirty {
         c.dirty = true;
         dirty_clients.push(w.token);
+    }
+}
+
+/// A coordinated run of client `c` is over with `done`: its slot is filled, unless it is a
+/// script to run again with one more key (`crate::coord::Scripts`).
+fn coord_done(c: &mut Client, seq: u64, done: &[u8], followups: &mut Vec<usize>, token: usize) {
+    match c.scripts.retried(seq, done) {
+        Ok(true) => {}
+        Ok(false) => c.replies.fill(seq, 0, done),
+        Err(instead) => c.replies.fill(seq, 0, &instead),
+    }
+    // This script again, or the next one waiting.
+    if !c.scripts.retries.is_empty() {
+        followups.push(token);
     }
 }
 

@@ -81,6 +81,7 @@ use mio::Registry;
 use crate::auth::Gate;
 use crate::backend::Backend;
 use crate::client::{Replies, Waiter};
+use crate::coord::{Coord, Coordinator, Gather, GatherEngine};
 use crate::dedicated::{self, Dedicated, Lane};
 use recached_net::Slab;
 
@@ -112,6 +113,10 @@ pub(crate) struct Me<'a> {
     pub(crate) lane: &'a mut Lane,
     /// Its blocking read over several instances in progress (`crate::spread`).
     pub(crate) spread: &'a mut Option<Spread>,
+    /// Its execution spanning instances in progress (`crate::coord`).
+    pub(crate) coord: &'a mut Option<Coordinator>,
+    /// Its scripts in flight (`crate::coord::Scripts`).
+    pub(crate) scripts: &'a mut crate::coord::Scripts,
 }
 
 impl Me<'_> {
@@ -249,13 +254,35 @@ fn in_transaction<A: Args + ?Sized>(
     // A lane switch can only have to wait while replies are pending; only then is the
     // state kept to be restored.
     let before = (me.replies.pending_len() > 0).then(|| me.session.tx.clone());
+    // A transaction already under way on its instances (not its first command).
+    let in_multi = me.session.tx.multi && me.session.tx.pinned.is_some();
     let step = me.session.tx.step(args, raw, &ctx.fleet.up);
-    let target = match &step {
-        Step::Send { instance, .. } | Step::ExecAbort { instance } => Some(*instance),
+    // A transaction on one instance takes its dedicated connection; one spanning instances
+    // takes the connections to each (`crate::coord`).
+    let lane = match &step {
+        Step::Send { .. } if me.session.tx.spans_many() => Some(Lane::Spread),
+        Step::Send { instance, .. } | Step::ExecAbort { instance } => {
+            Some(Lane::Dedicated(*instance))
+        }
+        Step::SendParts { .. }
+        | Step::Coordinate { .. }
+        | Step::Gather { .. }
+        | Step::EndAll { .. } => Some(Lane::Spread),
         _ => None,
     };
-    if let Some(i) = target
-        && !me.enter_lane(Lane::Dedicated(i))
+    // Inside MULTI nothing runs before EXEC, and EXEC (or DISCARD) follows the queued
+    // commands on each of the transaction's connections: moving between them needs no wait
+    // for earlier replies (the first queued command waited for those of the commands before
+    // MULTI).
+    let between_parts = in_multi
+        && me.coord.is_none()
+        && me.spread.is_none()
+        && matches!(*me.lane, Lane::Dedicated(_) | Lane::Spread)
+        && matches!(lane, Some(Lane::Dedicated(_) | Lane::Spread));
+    if between_parts {
+        *me.lane = lane.expect("matched");
+    } else if let Some(lane) = lane
+        && !me.enter_lane(lane)
     {
         if let Some(before) = before {
             me.session.tx = before; // decided again once the lane is free
@@ -273,7 +300,7 @@ fn in_transaction<A: Args + ?Sized>(
             // Between WATCH and MULTI, requests for the watched instance use its
             // connection (no lane switch, and reads see what WATCH saw).
             let plan = match plan {
-                Plan::Forward(i) if me.session.tx.pinned == Some(i) => Plan::Blocking(i),
+                Plan::Forward(i) if me.session.tx.involves(i) => Plan::Blocking(i),
                 other => other,
             };
             return run_plan(plan, args, raw, me, ctx);
@@ -291,10 +318,59 @@ fn in_transaction<A: Args + ?Sized>(
                 mark(&mut d.dirty, ctx.dirty_dedicated, id);
             }
             Err(error) => {
-                me.session.tx.pin_failed();
+                me.session.tx.pin_failed(instance);
                 me.replies.push_local(&error, false);
             }
         },
+        Step::SendParts { parts, merge } => {
+            let seq = me.replies.push_parts(parts.len(), merge);
+            for (p, part) in parts.iter().enumerate() {
+                match conn_for(part.instance, me, ctx) {
+                    Ok(id) => {
+                        let d = ctx.dedicated.get_mut(id).expect("just looked up");
+                        d.pubsub = false;
+                        sync_db(d, id, me.session.db, ctx.dirty_dedicated);
+                        for request in &part.prelude {
+                            d.send(request, None, 1);
+                        }
+                        d.send(&part.request, Some(me.waiter(seq, p as u32)), 1);
+                        mark(&mut d.dirty, ctx.dirty_dedicated, id);
+                    }
+                    Err(error) => {
+                        if me.session.tx.multi {
+                            me.session.tx.aborted = true;
+                        }
+                        me.replies.fill(seq, p as u32, &error);
+                    }
+                }
+            }
+        }
+        Step::Coordinate { engines, order } => coordinate(engines, order, me, ctx),
+        Step::Gather {
+            unit,
+            keys,
+            engines,
+        } => gather(None, unit, keys, engines, true, me, ctx),
+        Step::EndAll { engines, reply } => {
+            let seq = me
+                .replies
+                .push_parts(engines.len(), Merge::Fixed(reply.into_owned()));
+            for (p, &(instance, multi)) in engines.iter().enumerate() {
+                let request: &[u8] = if multi {
+                    b"*1\r\n$7\r\nDISCARD\r\n"
+                } else {
+                    b"*1\r\n$7\r\nUNWATCH\r\n"
+                };
+                match me.conns.iter().find(|(i, _)| *i == instance) {
+                    Some(&(_, id)) if ctx.dedicated.get(id).is_some() => {
+                        let d = ctx.dedicated.get_mut(id).expect("just looked up");
+                        d.send(request, Some(me.waiter(seq, p as u32)), 1);
+                        mark(&mut d.dirty, ctx.dirty_dedicated, id);
+                    }
+                    _ => me.replies.fill(seq, p as u32, b"+OK\r\n"),
+                }
+            }
+        }
         Step::ExecAbort { instance } => match conn_for(instance, me, ctx) {
             Ok(id) => {
                 let d = ctx.dedicated.get_mut(id).expect("just looked up");
@@ -308,6 +384,215 @@ fn in_transaction<A: Args + ?Sized>(
         },
     }
     Flow::Continue
+}
+
+/// EXEC of a transaction spanning instances: the coordinator starts on the client's
+/// dedicated connections to them (`crate::coord`); its reply fills one slot.
+fn coordinate(
+    engines: Vec<(usize, bool)>,
+    order: Vec<crate::coord::Entry>,
+    me: &mut Me<'_>,
+    ctx: &mut Ctx<'_>,
+) {
+    let seq = me.replies.push_plain();
+    let mut parts = Vec::with_capacity(engines.len());
+    for (instance, multi) in engines {
+        match me.conns.iter().find(|(i, _)| *i == instance) {
+            Some(&(_, id)) if ctx.dedicated.get(id).is_some() => {
+                parts.push(Coord::engine(instance, id, multi));
+            }
+            _ => {
+                // The connection holding this part is gone (the instance failed): nothing
+                // ran; the others' parts are dropped with their connections' state.
+                let error = ctx.backends[instance].unavailable.clone();
+                for &(i, id) in me.conns.iter() {
+                    if i != instance
+                        && let Some(d) = ctx.dedicated.get_mut(id)
+                    {
+                        d.send(b"*1\r\n$7\r\nDISCARD\r\n", None, 1);
+                        mark(&mut d.dirty, ctx.dirty_dedicated, id);
+                    }
+                }
+                me.replies.fill(seq, 0, &error);
+                return;
+            }
+        }
+    }
+    let resp3 = me.session.proto == resp::Proto::Resp3;
+    let coord = Coordinator::Exec(Coord::start(seq, parts, order, resp3));
+    begin_coordinator(coord, me, ctx);
+}
+
+/// Commands whose keys span instances and cannot be split, run gathered on one instance
+/// (`crate::coord::Gather`): `unit` the requests, `keys` their keys, `engines` the
+/// instances already taking part in the client's transaction (MULTI sent there or not).
+pub(crate) fn gather(
+    slot: Option<u64>,
+    unit: Vec<Vec<u8>>,
+    keys: Vec<Vec<u8>>,
+    engines: Vec<(usize, bool)>,
+    in_multi: bool,
+    me: &mut Me<'_>,
+    ctx: &mut Ctx<'_>,
+) {
+    let n = ctx.fleet.instances();
+    // A new reply slot, or the one of a script run again (`crate::coord::Scripts`).
+    let seq = slot.unwrap_or_else(|| me.replies.push_plain());
+    let mut parts: Vec<GatherEngine> = Vec::new();
+    let mut keys = keys;
+    keys.sort_unstable();
+    keys.dedup();
+    let mut wanted: Vec<(usize, bool)> = engines;
+    for k in &keys {
+        let i = crate::route::instance_of(k, n);
+        if !wanted.iter().any(|&(j, _)| j == i) {
+            wanted.push((i, false));
+        }
+    }
+    for (instance, multi) in wanted {
+        let conn = match conn_for(instance, me, ctx) {
+            Ok(id) => id,
+            Err(error) => {
+                // Nothing ran; a transaction's streamed parts are dropped with DISCARD.
+                for p in &parts {
+                    if p.multi
+                        && let Some(d) = ctx.dedicated.get_mut(p.conn)
+                    {
+                        d.send(b"*1\r\n$7\r\nDISCARD\r\n", None, 1);
+                        mark(&mut d.dirty, ctx.dirty_dedicated, p.conn);
+                    }
+                }
+                me.replies.fill(seq, 0, &error);
+                return;
+            }
+        };
+        let d = ctx.dedicated.get_mut(conn).expect("just looked up");
+        d.pubsub = false;
+        sync_db(d, conn, me.session.db, ctx.dirty_dedicated);
+        let own = keys
+            .iter()
+            .filter(|k| crate::route::instance_of(k, n) == instance)
+            .cloned()
+            .collect();
+        parts.push(GatherEngine {
+            instance,
+            conn,
+            multi,
+            keys: own,
+        });
+    }
+    let resp3 = me.session.proto == resp::Proto::Resp3;
+    let coord = Coordinator::Gather(Gather::start(seq, parts, unit, in_multi, resp3));
+    begin_coordinator(coord, me, ctx);
+}
+
+/// A blocking command whose keys span instances (`crate::coord::Wait`).
+fn gather_blocking<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
+    let n = ctx.fleet.instances();
+    let seq = me.replies.push_plain();
+    let Some(spec) = route::known_row(args) else {
+        me.replies.fill(seq, 0, route::CROSSSLOT);
+        return;
+    };
+    let keys = route::key_args(args);
+    // The keys it pops from, and its timeout (seconds; 0 = forever; a bad one is reported
+    // by the first try).
+    let (sources, timeout_at): (Vec<Vec<u8>>, usize) = match spec.name {
+        "blmove" | "brpoplpush" => (vec![args.arg(1).to_vec()], args.argc() - 1),
+        "blmpop" | "bzmpop" => (keys.clone(), 1),
+        _ => (keys.clone(), args.argc() - 1),
+    };
+    let timeout_ms = std::str::from_utf8(args.arg(timeout_at))
+        .ok()
+        .and_then(|t| t.parse::<f64>().ok())
+        .filter(|t| t.is_finite() && *t > 0.0)
+        .map_or(0, |t| ((t * 1000.0) as u64).max(1));
+    let mut engines: Vec<(usize, usize, Vec<Vec<u8>>)> = Vec::new();
+    let mut waits: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+    let mut instances: Vec<usize> = keys.iter().map(|k| route::instance_of(k, n)).collect();
+    instances.sort_unstable();
+    instances.dedup();
+    for instance in instances {
+        let conn = match conn_for(instance, me, ctx) {
+            Ok(id) => id,
+            Err(error) => {
+                me.replies.fill(seq, 0, &error);
+                return;
+            }
+        };
+        let d = ctx.dedicated.get_mut(conn).expect("just looked up");
+        d.pubsub = false;
+        sync_db(d, conn, me.session.db, ctx.dirty_dedicated);
+        let mut own: Vec<Vec<u8>> = keys
+            .iter()
+            .filter(|k| route::instance_of(k, n) == instance)
+            .cloned()
+            .collect();
+        own.sort_unstable();
+        own.dedup();
+        engines.push((instance, conn, own));
+        let here: Vec<Vec<u8>> = sources
+            .iter()
+            .filter(|k| route::instance_of(k, n) == instance)
+            .cloned()
+            .collect();
+        if !here.is_empty() {
+            waits.push((conn, here));
+        }
+    }
+    let zset = spec.name.starts_with("bz");
+    let resp3 = me.session.proto == resp::Proto::Resp3;
+    let wait =
+        crate::coord::Wait::start(seq, engines, waits, raw.to_vec(), zset, timeout_ms, resp3);
+    begin_coordinator(Coordinator::Wait(wait), me, ctx);
+}
+
+fn begin_coordinator(mut coord: Coordinator, me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
+    let seq = coord.seq();
+    let (token, client_id) = (me.token, me.id);
+    if let Some(reply) = send_outbox(
+        &mut coord,
+        token,
+        client_id,
+        ctx.dedicated,
+        ctx.dirty_dedicated,
+    ) {
+        me.replies.fill(seq, 0, &reply);
+        return;
+    }
+    *me.coord = Some(coord);
+}
+
+/// Sends what the coordinator asks for on the client's dedicated connections; a connection
+/// that is gone answers the instance's unavailable error at once. `Some`: the reply.
+pub(crate) fn send_outbox(
+    coord: &mut Coordinator,
+    token: usize,
+    client_id: u64,
+    dedicated: &mut Slab<Dedicated>,
+    dirty_dedicated: &mut Vec<usize>,
+) -> Option<Vec<u8>> {
+    let seq = coord.seq();
+    while !coord.outbox().is_empty() {
+        for (conn, request, part) in std::mem::take(coord.outbox()) {
+            if let Some(d) = dedicated.get_mut(conn) {
+                let w = part.map(|part| Waiter {
+                    token,
+                    client_id,
+                    seq,
+                    part,
+                });
+                d.send(&request, w, 1);
+                mark(&mut d.dirty, dirty_dedicated, conn);
+            } else if let Some(part) = part
+                && let Some(reply) =
+                    coord.answered(part, b"-ERR proxy: instance connection lost\r\n")
+            {
+                return Some(reply);
+            }
+        }
+    }
+    None
 }
 
 /// A request of a subscribed client ([`crate::pubsub`]).
@@ -609,6 +894,25 @@ fn run_plan<A: Args + ?Sized>(
         Plan::PubSub(kind) => subscription(kind, args, me, ctx),
         Plan::Monitor => monitor(me, ctx),
         Plan::Clients(op) => Flow::Clients(Box::new(op)),
+        Plan::Gather => {
+            if !me.enter_lane(Lane::Spread) {
+                return Flow::Wait;
+            }
+            let keys = route::key_args(args);
+            gather(None, vec![raw.to_vec()], keys, Vec::new(), false, me, ctx);
+            Flow::Continue
+        }
+        Plan::GatherBlocking => {
+            if !me.enter_lane(Lane::Spread) {
+                return Flow::Wait;
+            }
+            gather_blocking(args, raw, me, ctx);
+            Flow::Continue
+        }
+        Plan::WatchMany => {
+            me.session.tx.watching = true;
+            return in_transaction(args, raw, me, ctx);
+        }
         Plan::Blocking(i) | Plan::Watch(i) => {
             if !me.enter_lane(Lane::Dedicated(i)) {
                 return Flow::Wait;
@@ -637,6 +941,13 @@ fn run_plan<A: Args + ?Sized>(
             let k = script_link(target, me, ctx);
             if !me.enter_lane(Lane::Script(k)) {
                 return Flow::Wait;
+            }
+            // Kept in case it touches undeclared keys of other instances
+            // (`crate::coord::Scripts`).
+            if ctx.fleet.instances() > 1 {
+                let keys = route::key_args(args);
+                let seq = me.replies.next_seq();
+                me.scripts.inflight.push_back((seq, raw.to_vec(), keys));
             }
             execute(plan, raw, me, ctx);
             Flow::Continue
@@ -913,6 +1224,9 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         | Plan::DedicatedFanOut(_)
         | Plan::TrackingRedirect { .. }
         | Plan::Watch(_)
+        | Plan::WatchMany
+        | Plan::Gather
+        | Plan::GatherBlocking
         | Plan::Multi
         | Plan::Clients(_)
         | Plan::Monitor

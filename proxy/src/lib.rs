@@ -66,6 +66,7 @@ mod backend;
 mod client;
 pub mod clients;
 pub mod connection;
+mod coord;
 mod dedicated;
 mod event_loop;
 mod exec;

@@ -10,12 +10,12 @@
 //! |---|---|
 //! | one key (GET, SET, INCR, EXPIRE, …) | forward the original bytes to the key's instance |
 //! | MGET, DEL, UNLINK, EXISTS, TOUCH, MSET | one part per instance, merged in key order ([`crate::split`]); forwarded unsplit when every key is on one instance |
-//! | MSETNX, RENAME, RENAMENX, SINTER, SMOVE, LMOVE, other multi-key | forwarded if every key is on one instance; else MSETNX gets an `-ERR` (it cannot be atomic across instances) and the others `-CROSSSLOT` |
+//! | MSETNX, RENAME, RENAMENX, SINTER, SMOVE, LMOVE, other multi-key | forwarded if every key is on one instance; else [`Plan::Gather`]: run atomically on one instance with the others' keys brought there (`crate::coord::Gather`, docs/transactions.md); MIGRATE `-CROSSSLOT` |
 //! | movable keys (ZUNIONSTORE, ZINTER, SINTERCARD, LMPOP, ZMPOP, … with `numkeys`) | keys found by the one key extractor (`engine_core::command::keys`), then as above; a malformed `numkeys` is forwarded to any instance, which answers the syntax error |
-//! | blocking (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, BRPOPLPUSH) | keys on one instance → [`Plan::Blocking`]: the client's dedicated connection to it ([`crate::dedicated`]); else `-CROSSSLOT` |
+//! | blocking (BLPOP, BRPOP, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP, BRPOPLPUSH) | keys on one instance → [`Plan::Blocking`]: the client's dedicated connection to it ([`crate::dedicated`]); else [`Plan::GatherBlocking`] (`crate::coord::Wait`) |
 //! | WATCH, MULTI, EXEC, DISCARD, UNWATCH | [`Plan::Watch`] / [`Plan::Multi`], then [`crate::tx`] decides while the transaction lasts; EXEC/DISCARD without MULTI get Redis's errors |
 //! | SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE, PUNSUBSCRIBE, SSUBSCRIBE, SUNSUBSCRIBE | [`Plan::PubSub`]: [`crate::pubsub`] (shard channels of several slots: `-CROSSSLOT`) |
-//! | EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL, FCALL_RO | [`Plan::Script`]: the script link of the instance of their declared keys (none: any instance; several instances: `-CROSSSLOT`) |
+//! | EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL, FCALL_RO | [`Plan::Script`]: the script link of the instance of their declared keys (none: any instance; several instances: [`Plan::Gather`]) |
 //! | SCRIPT LOAD / FLUSH / EXISTS; FUNCTION LOAD / DELETE / RESTORE / FLUSH | every instance: the first reply if none failed (else the first error) / `+OK` from all / the AND; the other SCRIPT and FUNCTION subcommands (LIST, DUMP, STATS, KILL, HELP) go to one instance |
 //! | PUBLISH, SPUBLISH | forwarded to the channel's instance (channels are routed like keys) |
 //! | PUBSUB CHANNELS / SHARDCHANNELS / NUMPAT | every instance: channels concatenated / the largest count (each proxy pattern subscription is held by every instance) ; NUMSUB / SHARDNUMSUB forwarded when their channels share an instance |
@@ -232,6 +232,15 @@ pub enum Plan {
     BlockingSplit { parts: Vec<Part>, merge: Merge },
     /// `WATCH` with every key on this instance: pin the client to it ([`crate::tx`]).
     Watch(usize),
+    /// A command whose keys live on several instances and cannot be split (RENAME, SMOVE,
+    /// MSETNX, a script…): run gathered on one instance (`crate::coord::Gather`,
+    /// docs/transactions.md).
+    Gather,
+    /// A blocking command whose keys live on several instances (`crate::coord::Wait`).
+    GatherBlocking,
+    /// `WATCH` of keys on several instances: each instance's keys on the client's
+    /// connection to it ([`crate::tx`], docs/transactions.md).
+    WatchMany,
     /// `MULTI`: the client enters a transaction ([`crate::tx`]).
     Multi,
     /// A subscription command ([`crate::pubsub`]).
@@ -315,10 +324,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "mset" => split_keys(args, 2, Merge::AllOk, n),
         "msetnx" => match same_instance(args, spec, n) {
             Some(i) => Plan::Forward(i),
-            None => reply_static(
-                b"-ERR MSETNX keys live on different instances, so it cannot be atomic \
-                  (use a {hash tag} to keep them together)\r\n",
-            ),
+            None => Plan::Gather,
         },
         "ping" => match argc {
             1 => reply_static(b"+PONG\r\n"),
@@ -397,7 +403,8 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
                 Ok(Some(i)) => Plan::Script(Some(i)),
                 // No key, or a malformed `numkeys`: any instance gives the right reply.
                 Ok(None) => Plan::Script(None),
-                Err(()) => reply_static(CROSSSLOT),
+                // Declared keys on several instances: run gathered (docs/transactions.md).
+                Err(()) => Plan::Gather,
             }
         }
         "dbsize" => fan_out(Merge::Sum),
@@ -433,7 +440,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "unwatch" => reply_static(b"+OK\r\n"),
         "watch" => match keys_instance(spec, args, n) {
             Ok(Some(i)) => Plan::Watch(i),
-            _ => reply_static(CROSSSLOT),
+            _ => Plan::WatchMany,
         },
         "publish" | "spublish" => Plan::Forward(instance_of(args.arg(1), n)),
         "pubsub" => pubsub_introspection(args, spec, n),
@@ -465,14 +472,19 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         _ if spec.has_flag(Flags::BLOCKING) => match keys_instance(spec, args, n) {
             Ok(Some(i)) => Plan::Blocking(i),
             Ok(None) => not_supported(spec, "it has no key to route by"),
-            Err(()) => reply_static(CROSSSLOT),
+            // Keys on several instances: tried gathered, waiting between tries
+            // (`crate::coord::Wait`, docs/transactions.md).
+            Err(()) => Plan::GatherBlocking,
         },
         _ if row.has_keys() => {
             match keys_instance(row, args, n) {
                 Ok(Some(i)) => Plan::Forward(i),
                 // No key, or a malformed `numkeys`: any instance gives the right reply.
                 Ok(None) => Plan::ForwardAny,
-                Err(()) => reply_static(CROSSSLOT),
+                // MIGRATE talks to another server: its keys must be on one instance.
+                Err(()) if spec.name == "migrate" => reply_static(CROSSSLOT),
+                // Keys on several instances: run gathered on one (docs/transactions.md).
+                Err(()) => Plan::Gather,
             }
         }
         _ => not_supported(spec, "it has no key to route by"),
@@ -544,6 +556,18 @@ pub fn request_keys<A: Args + ?Sized>(spec: &CommandSpec, args: &A) -> Vec<usize
         return vec![1];
     }
     command::keys(spec, args).positions().collect()
+}
+
+/// The keys of a request, copied (none when the router answers it: unknown command, arity).
+pub fn key_args<A: Args + ?Sized>(args: &A) -> Vec<Vec<u8>> {
+    known_row(args)
+        .map(|spec| {
+            request_keys(spec, args)
+                .into_iter()
+                .map(|pos| args.arg(pos).to_vec())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The implemented row a request names (a container's subcommand row when it has one), if
@@ -803,10 +827,8 @@ mod tests {
             Plan::Script(Some(instance_of(&a, 2)))
         );
         assert_eq!(run(&[b"EVALSHA_RO", s, b"0", b"x"], 2), Plan::Script(None));
-        assert_eq!(
-            reply(run(&[b"EVAL", s, b"2", &a, &b], 2)),
-            CROSSSLOT.to_vec()
-        );
+        // Declared keys on both instances: run gathered on one.
+        assert_eq!(run(&[b"EVAL", s, b"2", &a, &b], 2), Plan::Gather);
         assert_eq!(
             reply(run(&[b"EVAL"], 2)),
             b"-ERR wrong number of arguments for 'eval' command\r\n".to_vec()
@@ -837,10 +859,7 @@ mod tests {
             Plan::Script(Some(instance_of(&a, 2)))
         );
         assert_eq!(run(&[b"FCALL_RO", b"f", b"0", b"x"], 2), Plan::Script(None));
-        assert_eq!(
-            reply(run(&[b"FCALL", b"f", b"2", &a, &b], 2)),
-            CROSSSLOT.to_vec()
-        );
+        assert_eq!(run(&[b"FCALL", b"f", b"2", &a, &b], 2), Plan::Gather);
         for sub in [&b"LOAD"[..], b"DELETE", b"RESTORE"] {
             assert!(matches!(
                 run(&[b"FUNCTION", sub, b"x"], 2),
@@ -968,9 +987,10 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(reply(run(&[b"RENAME", &a, &b], 2)), CROSSSLOT);
+        // Keys on both instances, not splittable: run gathered on one.
+        assert_eq!(run(&[b"RENAME", &a, &b], 2), Plan::Gather);
         assert_eq!(run(&[b"RENAME", &a, &a], 2), Plan::Forward(ia));
-        assert!(reply(run(&[b"MSETNX", &a, b"1", &b, b"2"], 2)).starts_with(b"-ERR MSETNX"));
+        assert_eq!(run(&[b"MSETNX", &a, b"1", &b, b"2"], 2), Plan::Gather);
         assert_eq!(run(&[b"MSETNX", &a, b"1"], 2), Plan::Forward(ia));
         // Hash tags keep keys together.
         assert_eq!(
@@ -1295,39 +1315,32 @@ mod tests {
         let (a, b) = keys_on_both();
         let (ia, ib) = (instance_of(&a, 2), instance_of(&b, 2));
         // The destination alone must not route ZUNIONSTORE: its sources count too.
-        assert_eq!(
-            run(&[b"ZUNIONSTORE", &a, b"1", &b], 2),
-            reply_static(CROSSSLOT)
-        );
+        assert_eq!(run(&[b"ZUNIONSTORE", &a, b"1", &b], 2), Plan::Gather);
         assert_eq!(run(&[b"ZUNIONSTORE", &a, b"1", &a], 2), Plan::Forward(ia));
         assert_eq!(
             run(&[b"LMPOP", b"2", &b, &b, b"LEFT"], 2),
             Plan::Forward(ib)
         );
-        assert_eq!(
-            run(&[b"SINTERCARD", b"2", &a, &b], 2),
-            reply_static(CROSSSLOT)
-        );
+        assert_eq!(run(&[b"SINTERCARD", b"2", &a, &b], 2), Plan::Gather);
         // A malformed numkeys: any instance answers the syntax error.
         assert_eq!(run(&[b"SINTERCARD", b"x", &a], 2), Plan::ForwardAny);
-        assert_eq!(run(&[b"SINTER", &a, &b], 2), reply_static(CROSSSLOT));
+        assert_eq!(run(&[b"SINTER", &a, &b], 2), Plan::Gather);
         assert_eq!(run(&[b"SMOVE", &b, &b, b"m"], 2), Plan::Forward(ib));
         // Blocking commands get the client's dedicated connection to their instance.
         assert_eq!(run(&[b"BLPOP", &a, &a, b"0"], 2), Plan::Blocking(ia));
-        assert_eq!(run(&[b"BLPOP", &a, &b, b"0"], 2), reply_static(CROSSSLOT));
+        // Over several instances: tried gathered, waiting between tries.
+        assert_eq!(run(&[b"BLPOP", &a, &b, b"0"], 2), Plan::GatherBlocking);
         assert_eq!(
             run(&[b"BLMPOP", b"0", b"1", &b, b"LEFT"], 2),
             Plan::Blocking(ib)
         );
-        assert_eq!(
-            run(&[b"BRPOPLPUSH", &a, &b, b"0"], 2),
-            reply_static(CROSSSLOT)
-        );
+        assert_eq!(run(&[b"BRPOPLPUSH", &a, &b, b"0"], 2), Plan::GatherBlocking);
         assert_eq!(run(&[b"BZPOPMIN", &b, b"0"], 2), Plan::Blocking(ib));
         // Transactions.
         assert_eq!(run(&[b"MULTI"], 2), Plan::Multi);
         assert_eq!(run(&[b"WATCH", &a, &a], 2), Plan::Watch(ia));
-        assert_eq!(run(&[b"WATCH", &a, &b], 2), reply_static(CROSSSLOT));
+        // Keys on two instances: each instance's keys are watched there (crate::tx).
+        assert_eq!(run(&[b"WATCH", &a, &b], 2), Plan::WatchMany);
         assert_eq!(reply(run(&[b"EXEC"], 2)), b"-ERR EXEC without MULTI\r\n");
         assert_eq!(reply(run(&[b"UNWATCH"], 2)), b"+OK\r\n");
         // Pub/sub: channels route like keys.

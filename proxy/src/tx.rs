@@ -1,37 +1,49 @@
 //! Transactions through the proxy: WATCH / MULTI / EXEC / DISCARD / UNWATCH. Pure: decides
 //! what each request of a client in a transaction does; the event loop owns the connections.
 //!
-//! A transaction runs on **one instance**, over the client's dedicated connection to it
-//! (`crate::dedicated`), as in Redis Cluster where a transaction's keys must share a slot
-//! (here: an instance, so hash tags such as `{user1}.balance` keep keys together).
+//! A transaction's part on each instance is queued on the client's dedicated connection to
+//! it (`crate::dedicated`), so each instance answers `+QUEUED` or its queueing error itself.
+//! A transaction on **one instance** (hash tags such as `{user1}.balance` keep keys together)
+//! ends with its EXEC forwarded there, as before; one on **several** ends with a coordinated
+//! EXEC (`crate::coord::Coord`); one holding a command that spans instances and cannot be
+//! split runs **gathered** on one instance (`crate::coord::Gather`). docs/transactions.md has
+//! the design.
 //!
 //! | client sends | proxy does |
 //! |---|---|
-//! | `WATCH k…` (not in MULTI) | keys on one instance `i` → pin the client to `i` and forward; else `-CROSSSLOT` |
-//! | `MULTI` | `+OK` at once; the instance is decided later (unless WATCH already pinned it, then MULTI is forwarded) |
+//! | `WATCH k…` | each instance's keys on the client's connection to it |
+//! | `MULTI` | `+OK` at once; forwarded to the instance WATCH pinned, else sent before the first command for each instance |
 //! | first keyed command after MULTI | pins the client to its keys' instance: `MULTI`, the held keyless commands and this one are sent there (the replies to `MULTI` and the held commands are dropped: the client already got `+OK` / `+QUEUED`) |
 //! | keyless command before any keyed one (PING, …) | held by the proxy, answered `+QUEUED` (at most [`MAX_HELD`] commands and [`MAX_HELD_BYTES`]; then the transaction is pinned to the first instance that is up) |
-//! | keyed command for another instance, or keys on several | `-CROSSSLOT Keys in request don't hash to the same slot`, and the transaction is **aborted** as Redis does on a queue-time error (Redis Cluster flags the transaction the same way): `EXEC` → `-EXECABORT Transaction discarded because of previous errors.` (the proxy sends `DISCARD` to the instance) |
+//! | keyed command for another instance | `MULTI` there first, then the command ([`Step::Send`]) |
+//! | MGET, MSET, DEL, UNLINK, EXISTS, TOUCH over several instances | split, one `+QUEUED` ([`Step::SendParts`]); merged at EXEC |
+//! | any other command over several instances | `+QUEUED`; the transaction will run gathered ([`Tx::gather`]) |
 //! | unknown command, wrong arity | Redis's error, transaction aborted (as Redis) |
 //! | (P)SUBSCRIBE, SELECT, HELLO, CLIENT, … inside MULTI | `-ERR … not supported inside MULTI by the recached proxy`, transaction aborted |
-//! | `EXEC` / `DISCARD` | forwarded; the client leaves the transaction. Never pinned: `EXEC` → `*0` (or the held commands run on the first instance up), `DISCARD` → `+OK` |
-//! | `UNWATCH` (not in MULTI) | forwarded to the pinned instance; the client leaves the pin |
-//! | between WATCH and MULTI | commands are routed as usual; those for the pinned instance use its dedicated connection |
+//! | `EXEC` | one instance: forwarded; several: [`Step::Coordinate`]; gathered: [`Step::Gather`]; aborted: DISCARD everywhere, `-EXECABORT` |
+//! | `DISCARD` / `UNWATCH` | to every instance involved |
+//! | between WATCH and MULTI | commands are routed as usual; those for a watched instance use its dedicated connection |
 //!
-//! Keyless commands inside a pinned transaction (DBSIZE, KEYS, FLUSHDB, …) run on the
-//! transaction's instance only. A nested `MULTI` and `WATCH` inside MULTI get Redis's errors
-//! without aborting, as in Redis.
+//! Keyless commands inside a transaction (DBSIZE, KEYS, FLUSHDB, …) run on its first instance
+//! only. A nested `MULTI` and `WATCH` inside MULTI get Redis's errors without aborting, as in
+//! Redis. A dedicated connection lost while it holds a part of the transaction aborts it
+//! ([`Tx::instance_lost`]): EXEC answers EXECABORT, the client keeps its connection.
 
 use std::borrow::Cow;
 
 use engine_core::command::{self, CommandSpec};
 
-use crate::route::{self, Args, CROSSSLOT};
+use crate::coord::Entry;
+use crate::route::{self, Args};
+use crate::split::{self, Merge};
 
 /// Keyless commands held before a transaction has an instance: at most this many, and
 /// this many bytes; past either the transaction is pinned to the first instance up.
 pub const MAX_HELD: usize = 1024;
 pub const MAX_HELD_BYTES: usize = 1 << 20;
+
+/// Most bytes of queued requests kept for a gathered run (see [`Tx::unit`]).
+pub const MAX_UNIT_BYTES: usize = 64 << 20;
 
 /// `-EXECABORT …`, Redis 7's text.
 pub const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
@@ -51,6 +63,27 @@ pub struct Tx {
     pub held: Vec<Vec<u8>>,
     /// Their total size in bytes.
     pub held_bytes: usize,
+    /// Instances besides `pinned` holding a WATCH of the client (docs/transactions.md).
+    pub watch_on: Vec<usize>,
+    /// Instances besides `pinned` that were sent MULTI: their part of the transaction.
+    pub multi_on: Vec<usize>,
+    /// Commands queued per instance so far (instance, count): a command's index in its
+    /// instance's EXEC reply.
+    pub counts: Vec<(usize, usize)>,
+    /// Where each queued command's reply comes from, in the client's order
+    /// (`crate::coord`; used when the transaction spans instances).
+    pub order: Vec<Entry>,
+    /// Every queued request as sent, and their keys: run gathered on one instance at EXEC
+    /// when [`Self::gather`] (`crate::coord::Gather`).
+    pub unit: Vec<Vec<u8>>,
+    pub unit_keys: Vec<Vec<u8>>,
+    /// Bytes kept in `unit` and `unit_keys`; past [`MAX_UNIT_BYTES`] they are dropped and a
+    /// command spanning instances aborts the transaction (`-CROSSSLOT`).
+    pub unit_bytes: usize,
+    pub unit_dropped: bool,
+    /// A queued command has keys on several instances and cannot be split (RENAME, a
+    /// script…): the whole transaction runs gathered.
+    pub gather: bool,
 }
 
 /// What to do with one request of a client in a transaction.
@@ -67,10 +100,40 @@ pub enum Step {
     },
     /// Send `DISCARD` to `instance` and answer EXECABORT once it is done.
     ExecAbort { instance: usize },
+    /// Send each part's prelude then request to its instance's dedicated connection; one
+    /// reply, merged (a command split over instances inside MULTI, a WATCH of keys on
+    /// several instances).
+    SendParts { parts: Vec<SendPart>, merge: Merge },
+    /// EXEC of a transaction spanning instances (`crate::coord`): (instance, MULTI sent).
+    Coordinate {
+        engines: Vec<(usize, bool)>,
+        order: Vec<Entry>,
+    },
+    /// Run `unit` gathered on one instance (`crate::coord::Gather`): the EXEC of a
+    /// transaction holding a command that spans instances and cannot be split.
+    Gather {
+        unit: Vec<Vec<u8>>,
+        keys: Vec<Vec<u8>>,
+        engines: Vec<(usize, bool)>,
+    },
+    /// DISCARD (where MULTI was sent) or UNWATCH on each instance, then answer `reply`: a
+    /// DISCARD, UNWATCH or aborted EXEC of a transaction spanning instances.
+    EndAll {
+        engines: Vec<(usize, bool)>,
+        reply: Cow<'static, [u8]>,
+    },
     /// Not a transaction matter (WATCH without MULTI): route as usual.
     Route,
     /// QUIT: answer `+OK` and close (the dedicated connection closes with the client).
     Quit,
+}
+
+/// One part of [`Step::SendParts`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct SendPart {
+    pub instance: usize,
+    pub prelude: Vec<Vec<u8>>,
+    pub request: Vec<u8>,
 }
 
 impl Tx {
@@ -79,10 +142,189 @@ impl Tx {
         self.multi || self.watching
     }
 
+    /// The transaction (or WATCH) involves more than one instance: its requests take the
+    /// client's dedicated connections to several instances (`Lane::Spread`).
+    pub fn spans_many(&self) -> bool {
+        !self.watch_on.is_empty() || !self.multi_on.is_empty()
+    }
+
+    /// Whether the transaction or WATCH lives (partly) on `instance`.
+    pub fn involves(&self, instance: usize) -> bool {
+        self.pinned == Some(instance)
+            || self.watch_on.contains(&instance)
+            || self.multi_on.contains(&instance)
+    }
+
+    /// Every instance involved: (instance, MULTI was sent there).
+    fn engines(&self) -> Vec<(usize, bool)> {
+        let mut v: Vec<(usize, bool)> = Vec::new();
+        if let Some(p) = self.pinned {
+            v.push((p, self.multi));
+        }
+        for &i in &self.multi_on {
+            if !v.iter().any(|&(j, _)| j == i) {
+                v.push((i, true));
+            }
+        }
+        for &i in &self.watch_on {
+            if !v.iter().any(|&(j, _)| j == i) {
+                v.push((i, false));
+            }
+        }
+        v
+    }
+
+    /// Records one command queued on `instance`; its EXEC reply element index.
+    fn queued_on(&mut self, instance: usize) -> usize {
+        match self.counts.iter_mut().find(|(i, _)| *i == instance) {
+            Some((_, n)) => {
+                *n += 1;
+                *n - 1
+            }
+            None => {
+                self.counts.push((instance, 1));
+                0
+            }
+        }
+    }
+
+    fn record(&mut self, instance: usize) {
+        let index = self.queued_on(instance);
+        self.order.push(Entry::One { instance, index });
+    }
+
+    /// A request for `instance` inside MULTI, once pinned elsewhere: it joins the
+    /// transaction's part there (MULTI first if it has none yet).
+    fn send_to_part(&mut self, instance: usize) -> Step {
+        let prelude = self.part_prelude(instance);
+        self.record(instance);
+        Step::Send { instance, prelude }
+    }
+
+    fn part_prelude(&mut self, instance: usize) -> Vec<Vec<u8>> {
+        if Some(instance) == self.pinned || self.multi_on.contains(&instance) {
+            return Vec::new();
+        }
+        self.multi_on.push(instance);
+        with_multi(Vec::new())
+    }
+
     fn end(&mut self) -> (Option<usize>, bool, Vec<Vec<u8>>) {
         let r = (self.pinned, self.aborted, std::mem::take(&mut self.held));
         *self = Tx::default();
         r
+    }
+
+    /// Ends a transaction (or WATCH) spanning instances: EXEC coordinated, or DISCARD /
+    /// UNWATCH everywhere.
+    fn end_many(&mut self, name: &str) -> Step {
+        let engines = self.engines();
+        let aborted = self.aborted;
+        let order = std::mem::take(&mut self.order);
+        *self = Tx::default();
+        match name {
+            "exec" if !aborted => Step::Coordinate { engines, order },
+            "exec" => Step::EndAll {
+                engines,
+                reply: Cow::Borrowed(EXECABORT),
+            },
+            _ => Step::EndAll {
+                engines,
+                reply: Cow::Borrowed(b"+OK\r\n"),
+            },
+        }
+    }
+
+    /// WATCH of keys on several instances: each instance's keys on its connection.
+    fn watch_many<A: Args + ?Sized>(&mut self, args: &A, n: usize) -> Step {
+        let all: Vec<&[u8]> = (0..args.argc()).map(|i| args.arg(i)).collect();
+        let s = split::split(&all, 1, |k| route::instance_of(k, n));
+        let parts = s
+            .parts
+            .into_iter()
+            .map(|p| {
+                if self.pinned.is_none() {
+                    self.pinned = Some(p.instance);
+                } else if Some(p.instance) != self.pinned && !self.watch_on.contains(&p.instance) {
+                    self.watch_on.push(p.instance);
+                }
+                SendPart {
+                    instance: p.instance,
+                    prelude: Vec::new(),
+                    request: p.request,
+                }
+            })
+            .collect();
+        self.watching = true;
+        Step::SendParts {
+            parts,
+            merge: Merge::AllOk,
+        }
+    }
+
+    /// A command whose keys are on several instances, inside MULTI: split as outside a
+    /// transaction when it is one of the key-list commands, else `None`.
+    fn split_in_multi<A: Args + ?Sized>(
+        &mut self,
+        spec: &CommandSpec,
+        args: &A,
+        n: usize,
+    ) -> Option<Step> {
+        let (step, merge) = match spec.name {
+            "mget" => (1, Merge::Values(Vec::new())),
+            "del" | "unlink" | "exists" | "touch" => (1, Merge::Sum),
+            "mset" => (2, Merge::AllOk),
+            _ => return None,
+        };
+        if self.pinned.is_none() {
+            // The held keyless commands go to the first part's instance.
+            let first = route::instance_of(args.arg(1), n);
+            self.pin(first);
+        }
+        let all: Vec<&[u8]> = (0..args.argc()).map(|i| args.arg(i)).collect();
+        let s = split::split(&all, step, |k| route::instance_of(k, n));
+        let merge = match merge {
+            Merge::Values(_) => Merge::Values(s.seq),
+            other => other,
+        };
+        let mut entry_parts = Vec::new();
+        let mut parts = Vec::new();
+        for p in s.parts {
+            // The pinned instance's part carries MULTI and the held commands when this
+            // command pinned the transaction (it is the first key's instance).
+            let mut prelude = if Some(p.instance) == self.pinned {
+                std::mem::take(&mut self.held)
+            } else {
+                Vec::new()
+            };
+            prelude.extend(self.part_prelude(p.instance));
+            entry_parts.push((p.instance, self.queued_on(p.instance)));
+            parts.push(SendPart {
+                instance: p.instance,
+                prelude,
+                request: p.request,
+            });
+        }
+        self.order.push(Entry::Split {
+            parts: entry_parts,
+            merge,
+        });
+        Some(Step::SendParts {
+            parts,
+            merge: Merge::Fixed(b"+QUEUED\r\n".to_vec()),
+        })
+    }
+
+    /// Pins the transaction to `instance`, its held keyless commands becoming the first
+    /// queued there (sent by the caller as the prelude `with_multi(held)`).
+    fn pin(&mut self, instance: usize) {
+        self.pinned = Some(instance);
+        self.held_bytes = 0;
+        let held = std::mem::take(&mut self.held);
+        for _ in 0..held.len() {
+            self.record(instance);
+        }
+        self.held = with_multi(held);
     }
 
     /// Decides one request while [`Self::active`]. `raw` is the request as sent to an
@@ -119,6 +361,18 @@ impl Tx {
                     b"-ERR DISCARD without MULTI\r\n"
                 });
             }
+            "exec" if self.gather && !self.aborted => {
+                let engines = self.engines();
+                let unit = std::mem::take(&mut self.unit);
+                let keys = std::mem::take(&mut self.unit_keys);
+                *self = Tx::default();
+                return Step::Gather {
+                    unit,
+                    keys,
+                    engines,
+                };
+            }
+            "exec" | "discard" if self.spans_many() => return self.end_many(spec.name),
             "exec" | "discard" => {
                 let exec = spec.name == "exec";
                 let (pinned, aborted, held) = self.end();
@@ -138,6 +392,7 @@ impl Tx {
                 };
             }
             "watch" if self.multi => return reply(b"-ERR WATCH inside MULTI is not allowed\r\n"),
+            "unwatch" if !self.multi && self.spans_many() => return self.end_many("unwatch"),
             "unwatch" if !self.multi => {
                 let pinned = self.pinned;
                 self.end();
@@ -166,7 +421,18 @@ impl Tx {
                         instance: i,
                         prelude: Vec::new(),
                     },
-                    _ => reply(CROSSSLOT),
+                    Target::One(i) if self.watch_on.contains(&i) => Step::Send {
+                        instance: i,
+                        prelude: Vec::new(),
+                    },
+                    Target::One(i) => {
+                        self.watch_on.push(i);
+                        Step::Send {
+                            instance: i,
+                            prelude: Vec::new(),
+                        }
+                    }
+                    _ => self.watch_many(args, n),
                 },
                 _ if subscription => not_supported(spec, "while WATCH is active"),
                 _ => Step::Route,
@@ -176,34 +442,63 @@ impl Tx {
             self.aborted = true;
             return not_supported(spec, "inside MULTI");
         }
-        match keyed_instance(spec, args, n) {
-            Target::Cross => {
-                self.aborted = true;
-                reply(CROSSSLOT)
+        // Kept for a gathered run at EXEC (`crate::coord::Gather`), within a bound.
+        if !self.unit_dropped {
+            self.unit_bytes += raw.len();
+            self.unit.push(raw.to_vec());
+            for pos in route::request_keys(spec, args) {
+                self.unit_bytes += args.arg(pos).len();
+                self.unit_keys.push(args.arg(pos).to_vec());
             }
-            Target::One(i) => match self.pinned {
-                Some(p) if p == i => Step::Send {
-                    instance: i,
-                    prelude: Vec::new(),
-                },
-                Some(_) => {
-                    self.aborted = true;
-                    reply(CROSSSLOT)
+            if self.unit_bytes > MAX_UNIT_BYTES {
+                self.unit_dropped = true;
+                self.unit = Vec::new();
+                self.unit_keys = Vec::new();
+            }
+        }
+        if self.gather {
+            return reply(b"+QUEUED\r\n");
+        }
+        match keyed_instance(spec, args, n) {
+            Target::Cross => match self.split_in_multi(spec, args, n) {
+                Some(step) => step,
+                // Blocking commands would not block inside MULTI anyway; the whole
+                // transaction runs gathered on one instance.
+                None if !self.unit_dropped => {
+                    self.gather = true;
+                    reply(b"+QUEUED\r\n")
                 }
                 None => {
-                    self.pinned = Some(i);
-                    self.held_bytes = 0;
+                    self.aborted = true;
+                    reply(route::CROSSSLOT)
+                }
+            },
+            Target::One(i) => match self.pinned {
+                Some(p) if p == i => {
+                    self.record(i);
                     Step::Send {
                         instance: i,
-                        prelude: with_multi(std::mem::take(&mut self.held)),
+                        prelude: Vec::new(),
+                    }
+                }
+                Some(_) => self.send_to_part(i),
+                None => {
+                    self.pin(i);
+                    self.record(i);
+                    Step::Send {
+                        instance: i,
+                        prelude: std::mem::take(&mut self.held),
                     }
                 }
             },
             Target::None => match self.pinned {
-                Some(instance) => Step::Send {
-                    instance,
-                    prelude: Vec::new(),
-                },
+                Some(instance) => {
+                    self.record(instance);
+                    Step::Send {
+                        instance,
+                        prelude: Vec::new(),
+                    }
+                }
                 None if self.held.len() < MAX_HELD
                     && self.held_bytes + raw.len() <= MAX_HELD_BYTES =>
                 {
@@ -213,11 +508,11 @@ impl Tx {
                 }
                 None => {
                     let instance = first_up(up);
-                    self.pinned = Some(instance);
-                    self.held_bytes = 0;
+                    self.pin(instance);
+                    self.record(instance);
                     Step::Send {
                         instance,
-                        prelude: with_multi(std::mem::take(&mut self.held)),
+                        prelude: std::mem::take(&mut self.held),
                     }
                 }
             },
@@ -230,15 +525,33 @@ impl Tx {
         }
     }
 
-    /// The dedicated connection for a transaction's instance could not be had (limit,
-    /// instance down): the transaction can no longer run.
-    pub fn pin_failed(&mut self) {
+    /// The dedicated connection to `instance` could not be had (limit, instance down): the
+    /// transaction can no longer run. The parts already queued on OTHER instances stay known,
+    /// so that EXEC/DISCARD still discards them there (else their queued commands would stay
+    /// in the connection's MULTI and run with the client's next transaction).
+    pub fn pin_failed(&mut self, instance: usize) {
         if self.multi {
-            self.pinned = None;
+            if self.pinned == Some(instance) {
+                self.pinned = None;
+            }
             self.aborted = true;
         } else {
             *self = Tx::default();
         }
+    }
+}
+
+impl Tx {
+    /// The client's dedicated connection to `instance` failed while the transaction (or
+    /// WATCH) had a part there: that part is gone, so the transaction fails — its EXEC answers
+    /// EXECABORT after the other parts are discarded — and the client keeps its connection.
+    pub fn instance_lost(&mut self, instance: usize) {
+        self.watch_on.retain(|&i| i != instance);
+        self.multi_on.retain(|&i| i != instance);
+        if self.pinned == Some(instance) {
+            self.pinned = None;
+        }
+        self.aborted = true;
     }
 }
 
@@ -304,6 +617,33 @@ mod tests {
     }
 
     #[test]
+    fn a_part_that_cannot_be_sent_keeps_the_other_parts_for_discard() {
+        let mut tx = Tx {
+            multi: true,
+            ..Tx::default()
+        };
+        let (k0, k1) = (key_on(0, "k"), key_on(1, "k"));
+        assert!(matches!(
+            step(&mut tx, &["SET", &k0, "v"]),
+            Step::Send { instance: 0, .. }
+        ));
+        assert!(matches!(
+            step(&mut tx, &["SET", &k1, "v"]),
+            Step::Send { instance: 1, .. }
+        ));
+        tx.pin_failed(1); // instance 1 is down: its connection could not be had
+        // EXEC discards instance 0's part (queued there) instead of leaving it to run with
+        // the client's next transaction.
+        match step(&mut tx, &["EXEC"]) {
+            Step::EndAll { engines, reply } => {
+                assert!(engines.contains(&(0, true)), "{engines:?}");
+                assert_eq!(&reply[..], EXECABORT);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn first_keyed_command_pins_and_sends_held_commands() {
         let mut tx = Tx {
             multi: true,
@@ -334,7 +674,7 @@ mod tests {
     }
 
     #[test]
-    fn another_instance_aborts_the_transaction() {
+    fn another_instance_joins_the_transaction() {
         let mut tx = Tx {
             multi: true,
             ..Tx::default()
@@ -344,20 +684,104 @@ mod tests {
             step(&mut tx, &["INCR", &a]),
             Step::Send { instance: 0, .. }
         ));
-        assert_eq!(step(&mut tx, &["INCR", &b]), reply(CROSSSLOT));
-        assert!(tx.aborted);
-        assert_eq!(step(&mut tx, &["EXEC"]), Step::ExecAbort { instance: 0 });
+        // The second instance gets MULTI before its first command.
+        match step(&mut tx, &["INCR", &b]) {
+            Step::Send { instance, prelude } => {
+                assert_eq!(instance, 1);
+                assert_eq!(prelude, vec![b"*1\r\n$5\r\nMULTI\r\n".to_vec()]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            step(&mut tx, &["INCR", &b]),
+            Step::Send { instance: 1, ref prelude } if prelude.is_empty()
+        ));
+        assert!(!tx.aborted);
+        match step(&mut tx, &["EXEC"]) {
+            Step::Coordinate { engines, order } => {
+                assert_eq!(engines, vec![(0, true), (1, true)]);
+                assert_eq!(
+                    order,
+                    vec![
+                        Entry::One {
+                            instance: 0,
+                            index: 0
+                        },
+                        Entry::One {
+                            instance: 1,
+                            index: 0
+                        },
+                        Entry::One {
+                            instance: 1,
+                            index: 1
+                        },
+                    ]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(!tx.active());
-        // Keys on two instances in one command, before any pin.
+        // A key-list command over two instances is split; its parts merge at EXEC.
+        let mut tx = Tx {
+            multi: true,
+            ..Tx::default()
+        };
+        assert_eq!(step(&mut tx, &["PING"]), reply(b"+QUEUED\r\n"));
+        match step(&mut tx, &["MGET", &a, &b, &a]) {
+            Step::SendParts { parts, merge } => {
+                assert_eq!(parts.len(), 2);
+                assert_eq!(parts[0].instance, 0);
+                assert_eq!(parts[0].prelude.len(), 2, "MULTI and the held PING");
+                assert_eq!(parts[1].prelude.len(), 1, "MULTI");
+                assert_eq!(merge, Merge::Fixed(b"+QUEUED\r\n".to_vec()));
+            }
+            other => panic!("{other:?}"),
+        }
+        match step(&mut tx, &["DISCARD"]) {
+            Step::EndAll { engines, reply } => {
+                assert_eq!(engines, vec![(0, true), (1, true)]);
+                assert_eq!(&*reply, b"+OK\r\n");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Other commands over several instances make the whole transaction run gathered.
         let mut tx = Tx {
             multi: true,
             ..Tx::default()
         };
         assert_eq!(
-            step(&mut tx, &["SINTERSTORE", &a, &a, &b]),
-            reply(CROSSSLOT)
+            step(&mut tx, &["INCR", &a]),
+            Step::Send {
+                instance: 0,
+                prelude: with_multi(Vec::new())
+            }
         );
-        assert_eq!(step(&mut tx, &["EXEC"]), reply(EXECABORT));
+        assert_eq!(
+            step(&mut tx, &["SINTERSTORE", &a, &a, &b]),
+            reply(b"+QUEUED\r\n")
+        );
+        assert_eq!(step(&mut tx, &["INCR", &b]), reply(b"+QUEUED\r\n"));
+        match step(&mut tx, &["EXEC"]) {
+            Step::Gather {
+                unit,
+                keys,
+                engines,
+            } => {
+                assert_eq!(unit.len(), 3);
+                assert_eq!(
+                    keys,
+                    vec![
+                        a.as_bytes().to_vec(),
+                        a.as_bytes().to_vec(),
+                        a.as_bytes().to_vec(),
+                        b.as_bytes().to_vec(),
+                        b.as_bytes().to_vec()
+                    ]
+                );
+                assert_eq!(engines, vec![(0, true)]);
+            }
+            other => panic!("{other:?}"),
+        }
         // Movable keys are found from the key specs.
         let mut tx = Tx {
             multi: true,
@@ -370,8 +794,9 @@ mod tests {
         let other = key_on(1 - instance_of(b"t", 2), "o");
         assert_eq!(
             step(&mut tx, &["ZUNIONSTORE", "{t}d", "1", &other]),
-            reply(CROSSSLOT)
+            reply(b"+QUEUED\r\n")
         );
+        assert!(tx.gather);
     }
 
     #[test]
@@ -424,7 +849,18 @@ mod tests {
             step(&mut tx, &["WATCH", &a]),
             Step::Send { instance: 0, .. }
         ));
-        assert_eq!(step(&mut tx, &["WATCH", &key_on(1, "w")]), reply(CROSSSLOT));
+        // A key of another instance is watched there.
+        assert!(matches!(
+            step(&mut tx, &["WATCH", &key_on(1, "w")]),
+            Step::Send { instance: 1, .. }
+        ));
+        assert!(tx.spans_many());
+        assert!(matches!(step(&mut tx, &["UNWATCH"]), Step::EndAll { .. }));
+        let mut tx = Tx {
+            watching: true,
+            pinned: Some(0),
+            ..Tx::default()
+        };
         assert!(matches!(
             step(&mut tx, &["MULTI"]),
             Step::Send { instance: 0, .. }

@@ -5,25 +5,21 @@ venv is installed by scripts/test.sh; the job functions are in rq_jobs.py beside
 
     python rq_proxy.py <port> [--all | --one-engine]
 
-Checks that pass today: the protocol (RESP3, redis-py's default), the server version rq reads
-from INFO, an empty queue, no workers. Then two parts that need features of later issues:
+Checks: the protocol (RESP3, redis-py's default), the server version rq reads from INFO, an
+empty queue, no workers; then
 
 - enqueue (`Queue.enqueue`): rq writes the job hash, the queue list and the queue set in one
-  MULTI/EXEC (redis-py's default pipeline()); those keys lie on several engines, so the proxy
-  answers the transaction with -CROSSSLOT: issue 20 (MULTI/EXEC over keys on several engines).
+  MULTI/EXEC (redis-py's default pipeline()); those keys lie on several engines (issue 20:
+  MULTI/EXEC over keys on several engines);
 - burst worker (`Worker([queue]).work(burst=True)`): runs rq_jobs.add(2, 3) and
   rq_jobs.fail_on_purpose(); besides more such transactions (issue 20) rq stores every job
   result in a stream (XADD rq:results:<id>, read back with XREVRANGE): issue 17 (streams).
   Lua is not needed by this path (rq uses EVALSHA only for unique jobs, the scheduler and locks).
 
-How the deferred parts run depends on the flag:
-- none (a fleet of several engines): enqueue must fail with exactly today's -CROSSSLOT, and
-  the worker part cannot run without a job (it is reported, not run);
-- --one-engine (the proxy in front of ONE engine, so no transaction spans engines): every part
-  must pass (enqueue, and the worker storing results in streams);
-- --all (a real redis-server, or recached once issue 20 has landed): every part must pass.
-A deferred part that passes where it is expected to fail makes the script fail and say so, so
-the day an issue lands the part is moved out of DEFERRED. Prints `rq <version>`,
+Every part must pass in every mode (none: a fleet of several engines; --one-engine: the proxy
+in front of ONE engine; --all: a real redis-server); the modes are kept for the callers and for
+parts deferred to a later issue (`deferred(…, expected_error, …)`: must fail with exactly that
+error, so the day the issue lands the part is moved out of DEFERRED). Prints `rq <version>`,
 `redis-py <version>`, `protocol: N`, one line per check or `DEFERRED (issue N): …` line, and
 `ok` last; any failure prints `FAIL: …` and exits 1. SIGALRM ends the run after 60 s.
 """
@@ -135,18 +131,10 @@ def burst_worker():
     check(Worker.all(connection=r) == [], "a burst worker is still registered after it quit")
 
 
-if MODE == "--all":
-    deferred("enqueue", 20, None, enqueue)
-    deferred("burst worker ran add(2, 3) = 5 and a failing job", 17, None, burst_worker)
-elif MODE == "--one-engine":
-    # Streams (issue 17) landed: the worker stores each result with XADD and reads it back with
-    # XREVRANGE, so with no transaction spanning engines every part passes.
-    deferred("enqueue", 20, None, enqueue)
-    deferred("burst worker ran add(2, 3) = 5 and a failing job", 17, None, burst_worker)
-else:
-    deferred("enqueue", 20, CROSSSLOT, enqueue)
-    print("DEFERRED (issue 20): burst worker ran add(2, 3) = 5 and a failing job: not run, "
-          "there is no job to run without enqueue", flush=True)
+# Streams (issue 17) and transactions spanning engines (issue 20) landed: every part passes in
+# every mode.
+deferred("enqueue", 20, None, enqueue)
+deferred("burst worker ran add(2, 3) = 5 and a failing job", 17, None, burst_worker)
 
 r.close()
 print("ok", flush=True)

@@ -21,19 +21,20 @@
 //!
 //! - Django's `RedisCache` (tests/clients/django_cache_proxy.py): set/get/add/has_key/delete,
 //!   incr/decr, touch, get_or_set, get_many/delete_many over 64 keys on both engines, set_many of
-//!   one engine's keys, clear; the `dj:spread:*` keys it leaves are read back from their engines.
-//!   set_many over keys on several engines is a MULTI/EXEC (redis-py's default pipeline()) and
-//!   waits for issue 20;
-//! - rq (tests/clients/rq_proxy.py, jobs in rq_jobs.py): a job enqueued and run by a burst
-//!   worker (each job result is a stream: XADD, XREVRANGE), which needs issue 20 when enqueue is
-//!   a MULTI/EXEC over keys on both engines.
+//!   one engine's keys and over keys on several engines (redis-py's default pipeline(), a
+//!   MULTI/EXEC spanning engines: issue 20), clear; the `dj:spread:*` keys it leaves are read back
+//!   from their engines;
+//! - rq (tests/clients/rq_proxy.py, jobs in rq_jobs.py): a job enqueued (a MULTI/EXEC over keys
+//!   on both engines) and run by a burst worker (each job result is a stream: XADD, XREVRANGE).
 //!
-//! A part that waits for an issue is run anyway, and must fail with exactly today's error (the
-//! script prints `DEFERRED (issue N): …`; a pass fails the script, so the part is moved out of
-//! DEFERRED when the issue lands). The same scripts with `--all` (every part must pass) run
-//! against a real redis-server 7.0 (the control: the scripts are right), behind a proxy in front
-//! of ONE engine (Django and rq pass whole), and in two `#[ignore]`d tests
-//! naming the issues they wait for, to un-ignore when those land.
+//! And redis-py's transactions over keys on several engines (issue 20;
+//! tests/clients/redis_py_transactions.py): `pipeline()`, WATCH, `r.transaction()` from 3
+//! threads and a small bank, against a redis-server, a 2-engine and a 4-engine fleet.
+//!
+//! The scripts run with `--all` (every part must pass); a mode without it (parts waiting for an
+//! issue must fail with exactly today's error, `DEFERRED (issue N): …`) is there for the next
+//! such part. The same scripts run against a real redis-server 7.0 (the control: the scripts are
+//! right) and behind a proxy in front of ONE engine.
 //!
 //! The exact versions are pinned in tests/clients/requirements.txt and package-lock.json;
 //! scripts/test.sh installs them. Cleanup: [`Fleet`]'s Drop SIGKILLs the supervisor by PID,
@@ -313,41 +314,18 @@ fn django_spread_keys() -> impl Iterator<Item = (String, String)> {
     (0..64).map(|i| (format!(":1:dj:spread:{i}"), i.to_string()))
 }
 
-/// Django's RedisCache (issue 14), settings as Django's docs give them, over keys on both
-/// engines: everything but set_many over several engines passes today; that part is run too and
-/// must fail with today's -CROSSSLOT (issue 20), so the day it passes this test says so.
+/// Django's RedisCache (issues 14 and 20), settings as Django's docs give them, over keys on
+/// both engines: every part passes, set_many over keys on several engines (redis-py's default
+/// pipeline(), a MULTI/EXEC spanning engines) included.
 #[test]
 fn django_cache_default_settings_through_the_proxy() {
     let fleet = Fleet::start("django", ENGINES);
     let out = run_client(
         &fleet,
-        "django",
-        &mut py_script("django_cache_proxy.py", fleet.proxy_port, None),
-    );
-    assert!(out.starts_with("django "), "{out}");
-    assert_lines(&out, "django", DJANGO_PASSING);
-    let deferred = deferred_lines(&out);
-    assert_eq!(deferred.len(), 1, "{out}");
-    assert!(
-        deferred[0].starts_with(
-            "DEFERRED (issue 20): set_many over keys on several engines (64 keys): fails today with \
-             ClusterCrossSlotError: "
-        ),
-        "{out}"
-    );
-    fleet.check_keys_on_every_engine(django_spread_keys(), "Django");
-}
-
-/// Every part of the Django script, set_many over keys on both engines included.
-#[test]
-#[ignore = "needs issue 20: MULTI/EXEC over keys on several engines (Django's set_many is redis-py's default pipeline(), a MULTI/EXEC transaction)"]
-fn django_cache_every_part_through_the_proxy() {
-    let fleet = Fleet::start("django-all", ENGINES);
-    let out = run_client(
-        &fleet,
         "django --all",
         &mut py_script("django_cache_proxy.py", fleet.proxy_port, Some("--all")),
     );
+    assert!(out.starts_with("django "), "{out}");
     assert_lines(&out, "django --all", DJANGO_PASSING);
     assert_lines(
         &out,
@@ -377,9 +355,9 @@ fn django_cache_every_part_through_a_one_engine_proxy() {
     assert_eq!(deferred_lines(&out), Vec::<&str>::new(), "{out}");
 }
 
-/// rq at default settings (issue 14): what rq reads before any job passes today; enqueue is
-/// one MULTI/EXEC over the job hash, the queue list and the queue set, keys on both engines,
-/// and must fail with today's -CROSSSLOT (issue 20); the burst worker has no job to run then.
+/// rq at default settings (issues 14 and 20): enqueue is one MULTI/EXEC over the job hash, the
+/// queue list and the queue set, keys on both engines; a burst worker runs both jobs and
+/// stores their results (a stream per job).
 #[test]
 fn rq_default_settings_through_the_proxy() {
     let fleet = Fleet::start("rq", ENGINES);
@@ -393,8 +371,8 @@ fn rq_default_settings_through_the_proxy() {
         .collect();
     let out = run_client(
         &fleet,
-        "rq",
-        py_script("rq_proxy.py", fleet.proxy_port, None).env("RQ_JOB_IDS", ids.join(",")),
+        "rq --all",
+        py_script("rq_proxy.py", fleet.proxy_port, Some("--all")).env("RQ_JOB_IDS", ids.join(",")),
     );
     assert!(out.starts_with("rq 3."), "{out}");
     assert!(
@@ -402,17 +380,15 @@ fn rq_default_settings_through_the_proxy() {
             && l.ends_with("), empty queue, no workers: ok")),
         "{out}"
     );
-    let deferred = deferred_lines(&out);
-    assert_eq!(deferred.len(), 2, "{out}");
-    assert!(
-        deferred[0]
-            .starts_with("DEFERRED (issue 20): enqueue: fails today with ClusterCrossSlotError: "),
-        "{out}"
+    assert_lines(
+        &out,
+        "rq --all",
+        &[
+            "enqueue: ok",
+            "burst worker ran add(2, 3) = 5 and a failing job: ok",
+        ],
     );
-    assert!(
-        deferred[1].starts_with("DEFERRED (issue 20): burst worker ran add(2, 3) = 5"),
-        "{out}"
-    );
+    assert_eq!(deferred_lines(&out), Vec::<&str>::new(), "{out}");
 }
 
 /// rq through the proxy in front of ONE engine (no transaction spans engines): enqueue, and a
@@ -437,27 +413,6 @@ fn rq_through_a_one_engine_proxy() {
     );
     assert!(deferred_lines(out).is_empty(), "{out}");
     assert!(!all.text().contains("unknown command"), "{}", all.text());
-}
-
-/// An rq job enqueued and run by a burst worker through the proxy, keys on both engines.
-#[test]
-#[ignore = "needs issue 20 (MULTI/EXEC over keys on several engines: rq's enqueue and worker use redis-py's default transactional pipeline())"]
-fn rq_burst_worker_through_the_proxy() {
-    let fleet = Fleet::start("rq-all", ENGINES);
-    let out = run_client(
-        &fleet,
-        "rq --all",
-        &mut py_script("rq_proxy.py", fleet.proxy_port, Some("--all")),
-    );
-    assert_lines(
-        &out,
-        "rq --all",
-        &[
-            "enqueue: ok",
-            "burst worker ran add(2, 3) = 5 and a failing job: ok",
-        ],
-    );
-    assert_eq!(deferred_lines(&out), Vec::<&str>::new(), "{out}");
 }
 
 /// The control: against a real redis-server 7.0 every part of both scripts passes, so a part
@@ -495,4 +450,87 @@ fn django_and_rq_scripts_pass_every_part_against_redis_server() {
     );
     assert_eq!(deferred_lines(&django), Vec::<&str>::new(), "{django}");
     assert_eq!(deferred_lines(&rq), Vec::<&str>::new(), "{rq}");
+}
+
+/// redis-py at default settings, transactions over keys on several engines (issue 20;
+/// tests/clients/redis_py_transactions.py): `pipeline()` (MULTI/EXEC by default) with replies
+/// from every engine, runtime and queueing errors, WATCH aborted by a change through the proxy
+/// and directly on an engine, a script moving a value between engines (alone and in a
+/// transaction), `r.transaction(fn, *keys)` from 3 threads on a counter pair on two
+/// engines (no lost update), and a small bank (every read sums to the total, final balances
+/// match the transfers). First against a real redis-server 7.0 (the control: the script is
+/// right), then through the proxy of a 2-engine and a 4-engine fleet.
+#[test]
+fn redis_py_transactions_over_engines() {
+    // Keys for an `n`-instance fleet (1: redis-server): k0…k3 on instances 0…3 mod n, h on
+    // 1, s on 0, the counters on 0 and 1; 12 accounts spread round-robin.
+    let key_on = |prefix: &str, i: usize, n: usize| -> String {
+        (0..10_000)
+            .map(|j| format!("{prefix}{j}"))
+            .find(|k| instance_for_key(k.as_bytes(), n as u32) == (i % n) as u32)
+            .unwrap()
+    };
+    let env = |n: usize| -> (String, String) {
+        let keys = [
+            key_on("pytx:k0:", 0, n),
+            key_on("pytx:k1:", 1, n),
+            key_on("pytx:k2:", 2, n),
+            key_on("pytx:k3:", 3, n),
+            key_on("pytx:h:", 1, n),
+            key_on("pytx:s:", 0, n),
+            key_on("pytx:ca:", 0, n),
+            key_on("pytx:cb:", 1, n),
+        ];
+        let accounts: Vec<String> = (0..12)
+            .map(|i| key_on(&format!("pytx:acct{i}:"), i, n))
+            .collect();
+        (keys.join(","), accounts.join(","))
+    };
+    let lines = [
+        "pipeline (MULTI/EXEC over several engines): ok",
+        "pipeline errors (runtime, EXECABORT): ok",
+        "watch (through the proxy and on the engine): ok",
+        "script moving a value between engines (EVALSHA, in MULTI too): ok",
+    ];
+    let check = |out: &str, what: &str| {
+        assert_lines(out, what, &lines);
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("transaction() from 3 threads: ok")),
+            "{what}: {out}"
+        );
+        assert!(
+            out.lines().any(|l| l.starts_with("bank: ok")),
+            "{what}: {out}"
+        );
+    };
+    {
+        let port = free_port();
+        let redis = start_redis(port);
+        let (keys, accounts) = env(1);
+        let out = run_script(
+            "redis-py transactions (redis-server)",
+            py_script("redis_py_transactions.py", port, None)
+                .env("TX_KEYS", keys)
+                .env("TX_ACCOUNTS", accounts)
+                .env("TX_DIRECT_PORT", port.to_string()),
+            &|| format!("redis-server log:\n{}", redis.log()),
+        );
+        check(&out.stdout, "redis-server");
+    }
+    for n in [2, 4] {
+        let fleet = Fleet::start(&format!("redis-py-tx-{n}"), n);
+        let (keys, accounts) = env(n);
+        let k1 = keys.split(',').nth(1).unwrap().to_string();
+        let direct = fleet.engine_ports[instance_for_key(k1.as_bytes(), n as u32) as usize];
+        let out = run_client(
+            &fleet,
+            &format!("redis-py transactions ({n} engines)"),
+            py_script("redis_py_transactions.py", fleet.proxy_port, None)
+                .env("TX_KEYS", keys)
+                .env("TX_ACCOUNTS", accounts)
+                .env("TX_DIRECT_PORT", direct.to_string()),
+        );
+        check(&out, &format!("{n} engines"));
+    }
 }

@@ -235,6 +235,19 @@ pub fn block_with_argv(
     deadline_us: Option<u64>,
     argv: Option<Vec<Vec<u8>>>,
 ) -> bool {
+    block_for(e, c, keys, deadline_us, argv, None)
+}
+
+/// [`block_with_argv`] waiting for a value of type `kind` (`"list"`, `"zset"`) whatever the
+/// command (`crate::txlock` TXWAIT).
+pub fn block_for(
+    e: &mut Engine,
+    c: &mut Call,
+    keys: &[&[u8]],
+    deadline_us: Option<u64>,
+    argv: Option<Vec<Vec<u8>>>,
+    kind: Option<&'static str>,
+) -> bool {
     let id = c.client.id;
     if e.blocking.rerun_of == Some(id) {
         // A re-run that still finds nothing: the client stays parked as it was.
@@ -264,7 +277,9 @@ pub fn block_with_argv(
     if let Some(d) = deadline_us {
         e.blocking.deadlines.insert((d, id));
     }
-    let kind = if c.spec.acl_categories.contains(&"@sortedset") {
+    let kind = if let Some(kind) = kind {
+        kind
+    } else if c.spec.acl_categories.contains(&"@sortedset") {
         "zset"
     } else if c.spec.acl_categories.contains(&"@stream") {
         "stream"

@@ -217,6 +217,18 @@ fn exec_inner(
         e.pause.postponed.push(client.id);
         return Flow::Postpone;
     }
+    // Key locks of a transaction spanning engines (txlock.rs): one test while none is held.
+    if e.locks.active() && !client.tx.in_exec {
+        match crate::txlock::check(e, client, spec, argv, now_us) {
+            crate::txlock::Verdict::Run => {}
+            crate::txlock::Verdict::Postpone => return Flow::Postpone,
+            crate::txlock::Verdict::Expired => {
+                e.stats.rejected_calls += 1;
+                ReplyWriter::new(out, client.proto).error(crate::txlock::EXPIRED);
+                return Flow::Continue;
+            }
+        }
+    }
     // Subscribed mode and MULTI queueing (redis `processCommand`); commands run by EXEC skip
     // both, as Redis runs them through `call` directly.
     if !client.tx.in_exec {

@@ -127,6 +127,10 @@ fn emit(e: &mut Engine, args: &[&[u8]]) {
 
 /// One effect on database `db`, to every subscriber.
 fn emit_db(e: &mut Engine, db: usize, args: &[&[u8]]) {
+    // A guest's changes reach the feed from its owner (`crate::txlock`).
+    if args.len() > 1 && e.locks.is_guest(db, args[1]) {
+        return;
+    }
     e.feed
         .emit(&mut e.deliveries, e.config.feed_buffer_limit, db, args);
 }

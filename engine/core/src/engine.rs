@@ -230,6 +230,8 @@ pub struct Engine {
     pub(crate) latency: crate::latency::Latency,
     /// CLIENT PAUSE (`crate::pause`).
     pub(crate) pause: crate::pause::Pause,
+    /// Key locks of transactions spanning engines (`crate::txlock`).
+    pub(crate) locks: crate::txlock::Locks,
     /// SLOWLOG (`crate::slowlog`).
     pub(crate) slowlog: crate::slowlog::SlowLog,
     /// `(now_us, timer)` when the last timed command ended (`crate::dispatch`).
@@ -322,6 +324,7 @@ impl Engine {
             cmdstats: Default::default(),
             latency: Default::default(),
             pause: Default::default(),
+            locks: Default::default(),
             slowlog: Default::default(),
             timer_mark: (u64::MAX, 0),
             tracking,
@@ -459,6 +462,7 @@ impl Engine {
         crate::feed::client_closed(self, client_id);
         crate::monitor::stop(self, client_id);
         crate::tracking::client_closed(self, client_id);
+        crate::txlock::client_closed(self, client_id);
     }
 
     /// The server reports the unsent output of connection `client_id` after a write attempt
@@ -502,6 +506,7 @@ impl Engine {
         // its databases the same way), each with the full budget; the database in use before
         // is back in `ks` at the end.
         crate::pause::cron(self, now_us);
+        crate::txlock::cron(self, now_us);
         // The cycle is timed for LATENCY's `expire-cycle` event (redis `activeExpireCycle`).
         let started = self.host.clock.map(|clock| clock());
         let prev = self.current_db();

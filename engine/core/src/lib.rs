@@ -88,6 +88,7 @@ pub mod slot;
 pub mod slowlog;
 pub mod snapshot;
 pub mod tracking;
+pub mod txlock;
 pub mod types;
 
 pub use resp::Proto;
@@ -131,6 +132,9 @@ pub struct Client {
     pub reply: ReplyMode,
     /// CLIENT NO-EVICT on (CLIENT LIST flag `e`; recached never evicts clients for memory).
     pub no_evict: bool,
+    /// `TXDISCOVER ON` (the proxy's script connections, `crate::txlock`): a script touching
+    /// an undeclared key of another engine before any write fails with `-TXNEEDKEY`.
+    pub txdiscover: bool,
     /// Bytes in the connection's query buffer when its current command started, that command
     /// included (CLIENT LIST `qbuf=`; the server sets it).
     pub qbuf: usize,

@@ -166,6 +166,10 @@ fn publish_event(e: &mut Engine, db: usize, class: u32, event: &str, key: &[u8])
     if flags & class == 0 || !e.pubsub.has_subscribers() {
         return;
     }
+    // A guest's events come from its owner's write-back (`crate::txlock`).
+    if e.locks.is_guest(db, key) {
+        return;
+    }
     if flags & class::KEYSPACE != 0 {
         let mut chan = Vec::with_capacity(20 + key.len());
         chan.extend_from_slice(format!("__keyspace@{db}__:").as_bytes());

@@ -228,6 +228,7 @@ impl ScriptRun {
             ..Client::default()
         };
         client.cluster = caller.cluster.clone();
+        client.txdiscover = caller.txdiscover;
         client.tx.in_exec = true;
         let slot = if e.cluster.enabled() {
             declared.first().map(|k| slot::key_slot(k))
@@ -335,11 +336,12 @@ pub fn call(
     if write && crate::snapshot::replicas_missing(e) {
         return Err(format!("-{}", crate::snapshot::NOREPLICAS));
     }
+    let wrote_before = run.write_dirty;
     if write {
         run.write_dirty = true;
     }
     if e.cluster.enabled() {
-        cluster_check(e, run, spec, argv).map_err(|msg| refused(e, spec, msg))?;
+        cluster_check(e, run, spec, argv, wrote_before).map_err(|msg| refused(e, spec, &msg))?;
     }
     let before = out.len();
     match crate::dispatch::exec(e, &mut run.client, argv, now_us, out) {
@@ -397,23 +399,36 @@ fn cluster_check(
     run: &mut ScriptRun,
     spec: &CommandSpec,
     argv: &[&[u8]],
-) -> Result<(), &'static str> {
+    wrote_before: bool,
+) -> Result<(), std::borrow::Cow<'static, str>> {
     let keys = crate::command::keys(spec, argv);
     let mut first = None;
+    let db = run.client.db;
     for pos in keys.positions() {
         let s = slot::key_slot(argv[pos]);
-        if !e.cluster.owns(s) {
-            return Err("Script attempted to access a non local key in a cluster node");
+        // A guest (a key of another engine brought here to run a script spanning engines,
+        // `crate::txlock`) counts as local.
+        if !e.cluster.owns(s) && !e.locks.is_guest(db, argv[pos]) {
+            // Through the proxy, before the script wrote anything: the proxy runs it again
+            // with that key brought here (`crate::txlock`, docs/transactions.md).
+            if run.client.txdiscover && !wrote_before {
+                return Err(crate::txlock::need_key(argv[pos]).into());
+            }
+            return Err("Script attempted to access a non local key in a cluster node".into());
         }
         first.get_or_insert(s);
     }
+    // A gathered run is the proxy's "one Redis": any slots, as on a single server.
     if let Some(s) = first
         && !run.flags.allow_cross_slot
+        && !e.locks.holds_guests(run.client.id)
     {
         match run.slot {
             None => run.slot = Some(s),
             Some(have) if have != s => {
-                return Err("Script attempted to access keys that do not hash to the same slot");
+                return Err(
+                    "Script attempted to access keys that do not hash to the same slot".into(),
+                );
             }
             Some(_) => {}
         }

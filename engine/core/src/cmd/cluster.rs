@@ -273,6 +273,9 @@ enum Verdict {
 /// Accumulates keys: one CRC16 and one table read per key.
 struct KeyCheck<'a> {
     cluster: &'a Cluster,
+    /// Guests of a gathered command spanning engines count as owned here (`crate::txlock`).
+    locks: &'a crate::txlock::Locks,
+    db: usize,
     first_slot: Option<u16>,
     cross: bool,
     remote: bool,
@@ -287,7 +290,7 @@ impl KeyCheck<'_> {
             Some(f) if f != s => self.cross = true,
             Some(_) => {}
         }
-        if self.cluster.owner_of(s) != self.cluster.me {
+        if self.cluster.owner_of(s) != self.cluster.me && !self.locks.is_guest(self.db, key) {
             self.remote = true;
         }
         !(self.cross && self.remote)
@@ -322,6 +325,8 @@ pub fn redirect(
     }
     let mut check = KeyCheck {
         cluster,
+        locks: &e.locks,
+        db: client.db,
         first_slot: None,
         cross: false,
         remote: false,

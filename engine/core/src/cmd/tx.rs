@@ -75,6 +75,11 @@ impl ClientTx {
         self.multi.iter().flat_map(|m| m.queue.iter())
     }
 
+    /// Inside MULTI and flagged by a queueing error: EXEC would answer EXECABORT.
+    pub fn flagged(&self) -> bool {
+        self.multi.as_ref().is_some_and(|m| m.aborted)
+    }
+
     pub fn queued_write(&self) -> bool {
         self.queued_commands().any(|argv| {
             let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
@@ -138,7 +143,7 @@ pub fn denies_blocking(client: &Client) -> bool {
 pub fn runs_inside_multi(name: &str) -> bool {
     matches!(
         name,
-        "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
+        "exec" | "discard" | "multi" | "watch" | "quit" | "reset" | "txlock" | "txunlock"
     )
 }
 
@@ -320,6 +325,20 @@ pub fn unwatch(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     unwatch_client(e, c.client);
     c.w().ok();
     Ok(())
+}
+
+/// The qualified keys `client_id` watches (`crate::txlock`).
+pub fn watched_keys(e: &Engine, client_id: u64) -> Vec<Box<[u8]>> {
+    e.watches
+        .by_client
+        .get(&client_id)
+        .map(|cw| cw.keys.clone())
+        .unwrap_or_default()
+}
+
+/// Whether EXEC would answer a null now because of WATCH (`crate::txlock`).
+pub fn watch_would_fail(e: &mut Engine, client: &Client, now_ms: u64) -> bool {
+    watch_failed(e, client, now_ms)
 }
 
 /// Whether the EXEC of `client` must fail because of WATCH: a watched key changed, or one

@@ -9,6 +9,8 @@
 //! - `FEED`: the keychange feed (docs/feed.md, `crate::feed`).
 //! - `PUBLISHLOCAL`: a PUBLISH another engine of the cluster forwards (docs/cluster.md,
 //!   `crate::cmd::pubsub`): delivered to this engine's subscribers only, never forwarded.
+//! - `TXDISCOVER`, `TXGUEST`, `TXLOCK`, `TXUNLOCK`: key locks, guests and undeclared keys of a transaction spanning engines, taken by the proxy
+//!   (docs/transactions.md, `crate::txlock`).
 
 use super::handlers as h;
 use super::{CommandSpec, Flags, Val};
@@ -213,6 +215,167 @@ pub static EXTRA: &[CommandSpec] = &[
                 Val::Str(
                     "O(N+M) where N is the number of clients subscribed to the receiving channel and M is the total amount of subscribed patterns (by any client).",
                 ),
+            ),
+        ]),
+    },
+    CommandSpec {
+        name: "txdiscover",
+        arity: 2,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::FAST),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@fast", "@dangerous", "@scripting"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txdiscover),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "On this connection, a script touching an undeclared key of another engine \
+                     before any write fails with TXNEEDKEY so the proxy can run it again with the \
+                     key (internal, docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("scripting")),
+            ("complexity", Val::Str("O(1)")),
+        ]),
+    },
+    CommandSpec {
+        name: "txguest",
+        arity: -2,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::FAST),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@fast", "@dangerous", "@transaction"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txguest),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Mark keys of other engines, restored here for a command spanning engines, \
+                     as guests until TXUNLOCK (internal, docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("transactions")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys."),
+            ),
+        ]),
+    },
+    CommandSpec {
+        name: "txlock",
+        arity: -2,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::FAST),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@fast", "@dangerous", "@transaction"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txlock),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Lock the keys of this connection's queued transaction and WATCH for at most \
+                     timeout milliseconds (internal: sent by the proxy for transactions spanning \
+                     engines, docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("transactions")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys to lock."),
+            ),
+        ]),
+    },
+    CommandSpec {
+        name: "txunlock",
+        arity: 1,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::FAST),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@fast", "@dangerous", "@transaction"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txunlock),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Release the keys this connection locked with TXLOCK (internal, \
+                     docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("transactions")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys locked."),
+            ),
+        ]),
+    },
+    CommandSpec {
+        name: "txwait",
+        arity: -4,
+        flags: Flags::ADMIN.union(Flags::NOSCRIPT).union(Flags::BLOCKING),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@slow", "@dangerous", "@blocking"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txwait),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Wait until one of the keys holds a list or a sorted set, reading and \
+                     changing nothing (internal: the proxy's wait for a blocking command whose \
+                     keys span engines, docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("transactions")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys."),
             ),
         ]),
     },

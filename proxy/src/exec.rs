@@ -305,11 +305,9 @@ fn in_transaction<A: Args + ?Sized>(
             };
             return run_plan(plan, args, raw, me, ctx);
         }
-        Step::Send { instance, prelude } => match conn_for(instance, me, ctx) {
+        Step::Send { instance, prelude } => match ready_conn(instance, me, ctx) {
             Ok(id) => {
                 let d = ctx.dedicated.get_mut(id).expect("just looked up");
-                d.pubsub = false;
-                sync_db(d, id, me.session.db, ctx.dirty_dedicated);
                 for request in &prelude {
                     d.send(request, None, 1);
                 }
@@ -325,11 +323,9 @@ fn in_transaction<A: Args + ?Sized>(
         Step::SendParts { parts, merge } => {
             let seq = me.replies.push_parts(parts.len(), merge);
             for (p, part) in parts.iter().enumerate() {
-                match conn_for(part.instance, me, ctx) {
+                match ready_conn(part.instance, me, ctx) {
                     Ok(id) => {
                         let d = ctx.dedicated.get_mut(id).expect("just looked up");
-                        d.pubsub = false;
-                        sync_db(d, id, me.session.db, ctx.dirty_dedicated);
                         for request in &part.prelude {
                             d.send(request, None, 1);
                         }
@@ -450,7 +446,7 @@ pub(crate) fn gather(
         }
     }
     for (instance, multi) in wanted {
-        let conn = match conn_for(instance, me, ctx) {
+        let conn = match ready_conn(instance, me, ctx) {
             Ok(id) => id,
             Err(error) => {
                 // Nothing ran; a transaction's streamed parts are dropped with DISCARD.
@@ -466,9 +462,6 @@ pub(crate) fn gather(
                 return;
             }
         };
-        let d = ctx.dedicated.get_mut(conn).expect("just looked up");
-        d.pubsub = false;
-        sync_db(d, conn, me.session.db, ctx.dirty_dedicated);
         let own = keys
             .iter()
             .filter(|k| crate::route::instance_of(k, n) == instance)
@@ -513,16 +506,13 @@ fn gather_blocking<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx:
     instances.sort_unstable();
     instances.dedup();
     for instance in instances {
-        let conn = match conn_for(instance, me, ctx) {
+        let conn = match ready_conn(instance, me, ctx) {
             Ok(id) => id,
             Err(error) => {
                 me.replies.fill(seq, 0, &error);
                 return;
             }
         };
-        let d = ctx.dedicated.get_mut(conn).expect("just looked up");
-        d.pubsub = false;
-        sync_db(d, conn, me.session.db, ctx.dirty_dedicated);
         let mut own: Vec<Vec<u8>> = keys
             .iter()
             .filter(|k| route::instance_of(k, n) == instance)
@@ -768,6 +758,16 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
     let id = open(instance, me.token, me.id, resp3, ctx)?;
     me.conns.push((instance, id));
     open_spare(instance, ctx);
+    Ok(id)
+}
+
+/// The client's dedicated connection to `instance` ([`conn_for`]), made ready for an ordinary
+/// request: out of subscribed mode, in the client's database.
+fn ready_conn(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize, Vec<u8>> {
+    let id = conn_for(instance, me, ctx)?;
+    let d = ctx.dedicated.get_mut(id).expect("just looked up");
+    d.pubsub = false;
+    sync_db(d, id, me.session.db, ctx.dirty_dedicated);
     Ok(id)
 }
 
@@ -1055,11 +1055,9 @@ fn blocking_split(parts: Vec<Part>, merge: Merge, me: &mut Me<'_>, ctx: &mut Ctx
     let mut spread = Spread::new(seq);
     let mut failed = Vec::new();
     for (p, part) in parts.iter().enumerate() {
-        let conn = match conn_for(part.instance, me, ctx) {
+        let conn = match ready_conn(part.instance, me, ctx) {
             Ok(id) => {
                 let d = ctx.dedicated.get_mut(id).expect("just looked up");
-                d.pubsub = false;
-                sync_db(d, id, me.session.db, ctx.dirty_dedicated);
                 if d.engine_id.is_none() {
                     d.ask_id(); // answered before the part: for its CLIENT UNBLOCK
                 }
@@ -1100,11 +1098,9 @@ fn dedicated_split(parts: Vec<Part>, merge: Merge, me: &mut Me<'_>, ctx: &mut Ct
     }
     let seq = me.replies.push_parts(parts.len(), merge);
     for (p, part) in parts.iter().enumerate() {
-        match conn_for(part.instance, me, ctx) {
+        match ready_conn(part.instance, me, ctx) {
             Ok(id) => {
                 let d = ctx.dedicated.get_mut(id).expect("just looked up");
-                d.pubsub = false;
-                sync_db(d, id, me.session.db, ctx.dirty_dedicated);
                 d.send(&part.request, Some(me.waiter(seq, p as u32)), 1);
                 mark(&mut d.dirty, ctx.dirty_dedicated, id);
             }

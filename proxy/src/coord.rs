@@ -553,8 +553,8 @@ pub const SCRIPT_RETRIES: u32 = 8;
 /// Cluster's error, as on a cluster node.
 #[derive(Debug, Default)]
 pub struct Scripts {
-    /// (reply slot, request, declared keys) of each script in flight on a script link.
-    pub inflight: std::collections::VecDeque<(u64, Vec<u8>, Vec<Vec<u8>>)>,
+    /// (reply slot, request) of each script in flight on a script link.
+    pub inflight: std::collections::VecDeque<(u64, Vec<u8>)>,
     /// Scripts to run again, one at a time, in request order (the front one runs).
     pub retries: std::collections::VecDeque<ScriptRetry>,
 }
@@ -603,10 +603,11 @@ impl Scripts {
         if self.inflight.front().is_none_or(|f| f.0 != seq) {
             return false;
         }
-        let (seq, request, mut keys) = self.inflight.pop_front().expect("front checked");
+        let (seq, request) = self.inflight.pop_front().expect("front checked");
         let Some(key) = needed_key(reply) else {
             return false;
         };
+        let mut keys = crate::route::keys_of_request(&request);
         keys.push(key);
         self.retries.push_back(ScriptRetry {
             seq,
@@ -762,13 +763,21 @@ mod tests {
         );
         assert_eq!(needed_key(b"-ERR x\r\n"), None);
         let mut s = Scripts::default();
-        s.inflight
-            .push_back((3, b"req".to_vec(), vec![b"a".to_vec()]));
-        s.inflight.push_back((5, b"req2".to_vec(), vec![]));
+        let eval = |key: &str| {
+            let mut r = Vec::new();
+            resp::encode_request(&mut r, &["EVAL", "return 1", "1", key]);
+            r
+        };
+        s.inflight.push_back((3, eval("a")));
+        s.inflight.push_back((5, eval("k")));
         assert!(!s.answered(3, b":1\r\n"));
         assert!(s.answered(5, b"-TXNEEDKEY 6230 script: x\r\n"));
         let r = s.retries.front().unwrap();
-        assert_eq!((r.seq, r.keys.clone()), (5, vec![b"b0".to_vec()]));
+        // The declared key, read from the request, then the one the instance asked for.
+        assert_eq!(
+            (r.seq, r.keys.clone()),
+            (5, vec![b"k".to_vec(), b"b0".to_vec()])
+        );
         assert_eq!(s.retried(5, b"-TXNEEDKEY 6231 script: x\r\n"), Ok(true));
         // The same key again: it is not the key's absence that fails the script.
         let e = s.retried(5, b"-TXNEEDKEY 6231 script: sha, on @user_script:1.\r\n");

@@ -945,9 +945,8 @@ fn run_plan<A: Args + ?Sized>(
             // Kept in case it touches undeclared keys of other instances
             // (`crate::coord::Scripts`).
             if ctx.fleet.instances() > 1 {
-                let keys = route::key_args(args);
                 let seq = me.replies.next_seq();
-                me.scripts.inflight.push_back((seq, raw.to_vec(), keys));
+                me.scripts.inflight.push_back((seq, raw.to_vec()));
             }
             execute(plan, raw, me, ctx);
             Flow::Continue

@@ -570,6 +570,23 @@ pub fn key_args<A: Args + ?Sized>(args: &A) -> Vec<Vec<u8>> {
         .unwrap_or_default()
 }
 
+/// The keys of a request as sent (a multibulk), copied; none if it is not one or the router
+/// answers it. For the rare paths that need a kept request's keys (a gathered run, a
+/// script run again), so the hot paths keep the request only.
+pub fn keys_of_request(raw: &[u8]) -> Vec<Vec<u8>> {
+    let Ok(Some((resp::value::Value::Array(items), _))) = resp::value::decode(raw) else {
+        return Vec::new();
+    };
+    let mut args: Vec<&[u8]> = Vec::with_capacity(items.len());
+    for item in &items {
+        match item {
+            resp::value::Value::Bulk(b) => args.push(b),
+            _ => return Vec::new(),
+        }
+    }
+    key_args(&args[..])
+}
+
 /// The implemented row a request names (a container's subcommand row when it has one), if
 /// its arity is right; `None` when the router answers it (unknown command, arity error).
 pub fn known_row<A: Args + ?Sized>(args: &A) -> Option<&'static CommandSpec> {

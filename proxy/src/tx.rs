@@ -73,12 +73,11 @@ pub struct Tx {
     /// Where each queued command's reply comes from, in the client's order
     /// (`crate::coord`; used when the transaction spans instances).
     pub order: Vec<Entry>,
-    /// Every queued request as sent, and their keys: run gathered on one instance at EXEC
-    /// when [`Self::gather`] (`crate::coord::Gather`).
+    /// Every queued request as sent: run gathered on one instance at EXEC when
+    /// [`Self::gather`] (`crate::coord::Gather`; their keys are read from them then).
     pub unit: Vec<Vec<u8>>,
-    pub unit_keys: Vec<Vec<u8>>,
-    /// Bytes kept in `unit` and `unit_keys`; past [`MAX_UNIT_BYTES`] they are dropped and a
-    /// command spanning instances aborts the transaction (`-CROSSSLOT`).
+    /// Bytes kept in `unit`; past [`MAX_UNIT_BYTES`] it is dropped and a command spanning
+    /// instances aborts the transaction (`-CROSSSLOT`).
     pub unit_bytes: usize,
     pub unit_dropped: bool,
     /// A queued command has keys on several instances and cannot be split (RENAME, a
@@ -364,7 +363,10 @@ impl Tx {
             "exec" if self.gather && !self.aborted => {
                 let engines = self.engines();
                 let unit = std::mem::take(&mut self.unit);
-                let keys = std::mem::take(&mut self.unit_keys);
+                let keys = unit
+                    .iter()
+                    .flat_map(|r| route::keys_of_request(r))
+                    .collect();
                 *self = Tx::default();
                 return Step::Gather {
                     unit,
@@ -446,14 +448,9 @@ impl Tx {
         if !self.unit_dropped {
             self.unit_bytes += raw.len();
             self.unit.push(raw.to_vec());
-            for pos in route::request_keys(spec, args) {
-                self.unit_bytes += args.arg(pos).len();
-                self.unit_keys.push(args.arg(pos).to_vec());
-            }
             if self.unit_bytes > MAX_UNIT_BYTES {
                 self.unit_dropped = true;
                 self.unit = Vec::new();
-                self.unit_keys = Vec::new();
             }
         }
         if self.gather {
@@ -606,7 +603,9 @@ mod tests {
 
     fn step(tx: &mut Tx, args: &[&str]) -> Step {
         let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-        tx.step(&a[..], b"raw", &[true, true])
+        let mut raw = Vec::new();
+        resp::encode_request(&mut raw, &a);
+        tx.step(&a[..], &raw, &[true, true])
     }
 
     fn key_on(i: usize, prefix: &str) -> String {
@@ -656,7 +655,7 @@ mod tests {
                 assert_eq!(instance, 1);
                 assert_eq!(prelude.len(), 2);
                 assert_eq!(prelude[0], b"*1\r\n$5\r\nMULTI\r\n");
-                assert_eq!(prelude[1], b"raw");
+                assert_eq!(prelude[1], b"*1\r\n$4\r\nPING\r\n");
             }
             other => panic!("{other:?}"),
         }

@@ -243,6 +243,9 @@ pub struct Engine {
     /// MIGRATE's connections to other servers, installed by the engine process
     /// ([`crate::dump::migrate`]); `None`: MIGRATE cannot connect.
     pub migrate: Option<Box<dyn crate::dump::migrate::Sockets>>,
+    /// The listening sockets, installed by the engine process (CONFIG SET `port`, `bind`;
+    /// [`crate::cmd::config_listen`]); `None`: a new address is only recorded.
+    pub listeners: Option<Box<dyn crate::cmd::config_listen::Listeners>>,
     /// Keychange feed subscribers and sequence numbers (`crate::feed`, `crate::effect`).
     pub(crate) feed: crate::feed::Feed,
     /// Users, permissions, ACL LOG (`crate::acl`).
@@ -311,6 +314,7 @@ impl Engine {
             persist: Default::default(),
             persistence: None,
             migrate: None,
+            listeners: None,
             feed: Default::default(),
             run_id,
             used_memory_peak: crate::cmd::server::USED_MEMORY_STARTUP,
@@ -507,7 +511,9 @@ impl Engine {
         // is back in `ks` at the end.
         crate::pause::cron(self, now_us);
         crate::txlock::cron(self, now_us);
-        // The cycle is timed for LATENCY's `expire-cycle` event (redis `activeExpireCycle`).
+        // The cycle is timed for LATENCY's `expire-cycle` event (redis `activeExpireCycle`):
+        // the expiry of every database, the values it expires freed inside.
+        crate::latency::sync_clock(self);
         let started = self.host.clock.map(|clock| clock());
         let prev = self.current_db();
         // Nothing expires or is evicted while clients are paused (`crate::pause`).
@@ -521,13 +527,13 @@ impl Engine {
             self.stats.active_expired_keys += removed as u64;
         }
         self.use_db(prev);
+        if let (Some(t0), Some(clock)) = (started, self.host.clock) {
+            crate::latency::after_expire_cycle(self, clock().saturating_sub(t0), now_us);
+        }
         if let Some(m) = self.migrate.as_mut() {
             m.cron();
         }
         self.ks.lazy_free_step(expire::LAZY_FREE_PER_CRON);
-        if let (Some(t0), Some(clock)) = (started, self.host.clock) {
-            crate::latency::after_expire_cycle(self, clock().saturating_sub(t0), now_us);
-        }
         if !self.pause.active() {
             crate::evict::cron(self, now_us / 1000);
         }

@@ -291,6 +291,11 @@ pub struct Keyspace {
     /// The keychange feed has subscribers: keys deleted by expiry or eviction are logged in
     /// `feed_dels` (see `crate::effect`). Off = one test per deletion, nothing allocated.
     pub feed_on: bool,
+    /// While LATENCY monitoring is on (`crate::latency::sync_clock`): the clock timing each
+    /// expired key's deletion, value freed included (redis `deleteExpiredKeyAndPropagate`),
+    /// and the slowest such deletion not yet sampled as `expire-del`, µs.
+    pub expire_del_clock: Option<fn() -> u64>,
+    pub expire_del_max_us: u64,
     /// Keys deleted by expiry/eviction not yet recorded as `DEL` effects, with their
     /// database, oldest first.
     pub feed_dels: Vec<(usize, Box<[u8]>)>,
@@ -330,6 +335,8 @@ impl Keyspace {
             replica: false,
             expire_paused: false,
             feed_on: false,
+            expire_del_clock: None,
+            expire_del_max_us: 0,
             feed_dels: Vec::new(),
             feed_del_count: 0,
         }
@@ -737,7 +744,13 @@ impl Keyspace {
         if self.replica || self.expire_paused {
             return;
         }
-        let (k, _) = self.remove_at(i);
+        let t0 = self.expire_del_clock.map(|clock| clock());
+        let (k, entry) = self.remove_at(i);
+        // Freed here, inside the timing, as Redis frees it (`lazyfree-lazy-expire no`).
+        drop(entry);
+        if let (Some(t0), Some(clock)) = (t0, self.expire_del_clock) {
+            self.expire_del_max_us = self.expire_del_max_us.max(clock().saturating_sub(t0));
+        }
         self.tracked_by_server();
         self.stats.expired_keys += 1;
         self.log_event(KsEvent::Expired, &k);

@@ -11,7 +11,13 @@
 //!   an HDR histogram of ns with 2 significant digits and reports it the same way (buckets
 //!   of `1024 ns × 2^i`, printed in µs), so the shapes match and the counts are coarser here.
 //!
-//! Not here: the other events Redis samples (`expire-cycle`, `eviction-cycle`, fork, AOF…).
+//! - **Expiry.** `expire-cycle`: one active expiry cycle over the databases, the values of
+//!   the keys it expires freed inside it (redis `activeExpireCycle`; `Engine::cron`).
+//!   `expire-del`: the slowest deletion of one expired key, value freed included (redis
+//!   `deleteExpiredKeyAndPropagate`), by the cycle or by a command's lookup; timed only
+//!   while the monitor is on, as Redis's `latencyStartMonitor` reads no clock at threshold 0.
+//!
+//! Not here: the other events Redis samples (`eviction-cycle`, fork, AOF…).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -52,6 +58,9 @@ struct Event {
 /// the threshold.
 #[inline]
 pub fn after_command(e: &mut Engine, fast: bool, usec: u64, now_us: u64) {
+    if e.ks.expire_del_max_us != 0 {
+        take_expire_del(e, now_us);
+    }
     let t = e.latency.threshold_ms;
     if t == 0 || usec / 1000 < t {
         return;
@@ -64,15 +73,35 @@ pub fn after_command(e: &mut Engine, fast: bool, usec: u64, now_us: u64) {
     );
 }
 
-/// After an active expiry cycle (with the step of freeing what expired: an expired key's
-/// value is freed in bounded steps, so a big one does not stall this cycle as it can stall
-/// Redis's, where `lazyfree-lazy-expire` is `no` by default) that took `usec` µs: a sample
-/// of `expire-cycle` when it reached the threshold.
+/// After an active expiry cycle that took `usec` µs (the values of the keys it expired are
+/// freed inside it, as in Redis with `lazyfree-lazy-expire no`, its default): a sample of
+/// `expire-cycle` when it reached the threshold, and of `expire-del` for its slowest key.
 pub fn after_expire_cycle(e: &mut Engine, usec: u64, now_us: u64) {
+    take_expire_del(e, now_us);
     let t = e.latency.threshold_ms;
     if t != 0 && usec / 1000 >= t {
         add_sample(e, "expire-cycle", usec / 1000, now_us);
     }
+}
+
+/// The slowest expired key's deletion since the last call, as an `expire-del` sample when
+/// it reached the threshold.
+fn take_expire_del(e: &mut Engine, now_us: u64) {
+    let ms = std::mem::take(&mut e.ks.expire_del_max_us) / 1000;
+    let t = e.latency.threshold_ms;
+    if t != 0 && ms >= t {
+        add_sample(e, "expire-del", ms, now_us);
+    }
+}
+
+/// Deletions of expired keys are timed only while the monitor is on (and the host has a
+/// clock): after `latency-monitor-threshold` changes, and each tick (the host installs its
+/// clock after the engine is made).
+pub fn sync_clock(e: &mut Engine) {
+    e.ks.expire_del_clock = match e.latency.threshold_ms {
+        0 => None,
+        _ => e.host.clock,
+    };
 }
 
 /// A command's latency histogram for INFO latencystats: ns, 1 ns to 1 s, 2 significant
@@ -350,4 +379,48 @@ pub fn latency_help(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         w.simple(line.as_bytes());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Client, Config, Engine};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A clock that moves 5 ms at every read: whatever is timed takes at least 5 ms.
+    fn slow_clock() -> u64 {
+        static NOW: AtomicU64 = AtomicU64::new(1_767_225_600_000_000);
+        NOW.fetch_add(5_000, Ordering::Relaxed)
+    }
+
+    fn run(e: &mut Engine, now_us: u64, args: &[&str]) -> String {
+        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        let mut out = Vec::new();
+        e.exec(&mut Client::default(), &argv, now_us, &mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn expiry_records_expire_cycle_and_expire_del() {
+        let t0 = 1_767_225_600_000_000;
+        let mut e = Engine::new(Config::default());
+        e.host.clock = Some(slow_clock);
+        run(
+            &mut e,
+            t0,
+            &["CONFIG", "SET", "latency-monitor-threshold", "1"],
+        );
+        run(&mut e, t0, &["SET", "k", "v", "PX", "10"]);
+        run(&mut e, t0, &["SET", "lazy", "v", "PX", "10"]);
+        e.cron(t0 + 20_000);
+        let latest = run(&mut e, t0 + 20_000, &["LATENCY", "LATEST"]);
+        assert!(latest.contains("expire-cycle"), "{latest}");
+        assert!(latest.contains("expire-del"), "{latest}");
+        // Off: nothing is timed.
+        run(
+            &mut e,
+            t0,
+            &["CONFIG", "SET", "latency-monitor-threshold", "0"],
+        );
+        assert!(e.ks.expire_del_clock.is_none());
+    }
 }

@@ -277,7 +277,11 @@ pub struct Delivery {
 #[derive(Clone, Debug, Default)]
 pub struct HostInfo {
     pub pid: u32,
+    /// The plain port (0: none), the TLS port (0: none) and the addresses both listen on
+    /// (CONFIG GET/SET `port`, `tls-port`, `bind`).
     pub tcp_port: u16,
+    pub tls_port: u16,
+    pub bind: Vec<String>,
     pub started_us: u64,
     pub executable: String,
     pub config_file: String,

@@ -42,6 +42,94 @@ pub fn bind_on(bind_addr: &str, port: u16) -> io::Result<TcpListener> {
     bind(addr).map_err(|e| io::Error::new(e.kind(), format!("Could not bind {addr}: {e}")))
 }
 
+/// Listeners on `port` at every address of a Redis `bind` list (redis `listenToPort`): an IP
+/// address or host name (IPv6 when it holds a `:`, each such socket `IPV6_V6ONLY` so `*` and
+/// `::*` share a port), `*` for every IPv4 address, `::*` for every IPv6 one, and a `-` prefix
+/// for an optional address, skipped when the host does not have it. An address family the
+/// host lacks is skipped too. Port 0 asks the kernel for one port, then binds the other
+/// addresses to that same port.
+///
+/// Returns the listeners and the skipped addresses' errors (to log); Err: the first address
+/// that could not be bound, as "Could not create server TCP listening socket 127.0.0.1:6400:
+/// Address already in use" (redis-server's log line), with every listener of the call closed.
+pub fn bind_all(addrs: &[String], port: u16) -> io::Result<(Vec<TcpListener>, Vec<io::Error>)> {
+    use nix::errno::Errno;
+    let mut port = port;
+    let (mut bound, mut skipped) = (Vec::new(), Vec::new());
+    for entry in addrs {
+        let optional = entry.starts_with('-');
+        let addr = entry.strip_prefix('-').unwrap_or(entry);
+        let err = match bind_one(addr, port) {
+            Ok(l) => {
+                port = l.local_addr()?.port();
+                bound.push(l);
+                continue;
+            }
+            Err(e) => e,
+        };
+        let errno = err.raw_os_error().map(Errno::from_raw);
+        let skip = match errno {
+            Some(Errno::EADDRNOTAVAIL) => optional,
+            Some(
+                Errno::ENOPROTOOPT
+                | Errno::EPROTONOSUPPORT
+                | Errno::ESOCKTNOSUPPORT
+                | Errno::EPFNOSUPPORT
+                | Errno::EAFNOSUPPORT,
+            ) => true,
+            _ => false,
+        };
+        let err = io::Error::new(
+            err.kind(),
+            format!("Could not create server TCP listening socket {addr}:{port}: {err}"),
+        );
+        if !skip {
+            return Err(err);
+        }
+        skipped.push(err);
+    }
+    Ok((bound, skipped))
+}
+
+/// One listener of [`bind_all`] (redis `anetTcpServer`/`anetTcp6Server`).
+fn bind_one(addr: &str, port: u16) -> io::Result<TcpListener> {
+    use nix::sys::socket::{
+        AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage, setsockopt, socket, sockopt,
+    };
+    // `[::1]` as the rest of recached writes IPv6 hosts.
+    let addr = addr
+        .strip_prefix('[')
+        .and_then(|a| a.strip_suffix(']'))
+        .unwrap_or(addr);
+    let v6 = addr.contains(':');
+    let sa = match addr {
+        "*" => SocketAddr::from(([0u8; 4], port)),
+        "::*" => SocketAddr::from(([0u16; 8], port)),
+        _ => (addr, port)
+            .to_socket_addrs()?
+            .find(|a| a.is_ipv6() == v6)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address of that family"))?,
+    };
+    let family = if v6 {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    };
+    let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
+    let fd = socket(family, SockType::Stream, flags, None)?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    if v6 {
+        setsockopt(&fd, sockopt::Ipv6V6Only, &true)?;
+    }
+    nix::sys::socket::bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrStorage::from(sa),
+    )?;
+    let backlog = Backlog::new(TCP_BACKLOG).unwrap_or(Backlog::MAXCONN);
+    nix::sys::socket::listen(&fd, backlog)?;
+    Ok(TcpListener::from_std(std::net::TcpListener::from(fd)))
+}
+
 /// The addresses a server role (proxy, fan-out) listens on: the plain port, unless it is 0
 /// while TLS is on (Redis's `port 0`: TLS only), and the TLS port with its rustls
 /// configuration when TLS is enabled. Errors: an address that does not resolve, unreadable or
@@ -162,6 +250,25 @@ mod tests {
                 .to_string()
                 .contains("127.0.0.1")
         );
+    }
+
+    #[test]
+    fn binds_a_redis_bind_list() {
+        let list = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // Port 0: one port for every address; an optional address the host lacks is skipped.
+        let (ls, skipped) = bind_all(&list(&["127.0.0.1", "-192.0.2.1"]), 0).unwrap();
+        assert_eq!(ls.len(), 1);
+        assert_eq!(skipped.len(), 1);
+        let port = ls[0].local_addr().unwrap().port();
+        let e = bind_all(&list(&["127.0.0.1"]), port).unwrap_err();
+        assert!(
+            e.to_string().starts_with(&format!(
+                "Could not create server TCP listening socket 127.0.0.1:{port}: "
+            )),
+            "{e}"
+        );
+        assert!(bind_all(&list(&["192.0.2.1"]), 0).is_err());
+        assert!(bind_all(&[], 0).unwrap().0.is_empty());
     }
 
     #[test]

@@ -39,8 +39,9 @@ pub const QUEUE_CAP: usize = 8 << 20;
 pub const BACKOFF_MIN_US: u64 = 100_000;
 /// Longest wait between connection attempts, µs.
 pub const BACKOFF_MAX_US: u64 = 5_000_000;
-/// Peer `i` has token `BUS_TOKEN_TOP - i`: below the listeners' tokens, far above any slab key.
-const BUS_TOKEN_TOP: usize = usize::MAX - 16;
+/// Peer `i` has token `BUS_TOKEN_TOP - i`: below the listeners' tokens
+/// (`crate::listeners::TOKEN_BASE`), far above any slab key.
+pub(crate) const BUS_TOKEN_TOP: usize = usize::MAX - 64;
 
 struct Peer {
     /// `host:port` to connect to (a wildcard host becomes the loopback address).

@@ -6,7 +6,7 @@
 //! ```text
 //! poll(timeout = 0 if work is queued, else time to the next timer tick)
 //! now = clock (once)
-//! for each event:  listener → accept up to ACCEPT_BATCH
+//! for each event:  listener → accept up to ACCEPT_BATCH (per listener)
 //!                  signals  → return (graceful shutdown)
 //!                  conn k   → serve(k)
 //! serve every connection queued last time (read budget spent, or accept backlog)
@@ -24,8 +24,9 @@
 //! are neither read nor executed; the kernel buffers fill and the client's writes block, so a
 //! pipelining client that never reads costs bounded memory.
 //!
-//! Tokens: a connection's token is its slab key; the listeners and signals take tokens at the
-//! top of the range, which the slab never reaches (it holds at most `maxclients` entries).
+//! Tokens: a connection's token is its slab key; the listeners (`crate::listeners`, one per
+//! `bind` address and kind), the bus peers and the signals take tokens at the top of the
+//! range, which the slab never reaches (it holds at most `maxclients` entries).
 //!
 //! Limits (Redis names, `engine.config`, CONFIG SET applies them at once): `maxclients`
 //! (accept, then `-ERR max number of clients reached` and close), `client-query-buffer-limit`
@@ -37,9 +38,11 @@
 //! blocked and replica clients). Connections from the TLS listener are the same `Conn` with a
 //! [`crate::tls::TlsConn`] inside.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
+use std::rc::Rc;
 use std::time::Duration;
 
 use engine_core::cmd::connection::KillFilter;
@@ -47,7 +50,7 @@ use engine_core::cmd::pubsub::BUS_CLIENT_ID;
 use engine_core::{Client, Delivery, Engine};
 use log::{debug, info, warn};
 use mio::event::Event;
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook_mio::v1_0::Signals;
@@ -57,11 +60,10 @@ use crate::bus::Bus;
 use crate::conn::{Batch, CloseReason, Conn, ReadOutcome};
 use crate::conns::Conns;
 use crate::host::{self, RssReader};
+use crate::listeners::{self as listen_set, ListenSet};
 use crate::tls::{self, TlsConn};
 
-const LISTENER: Token = Token(usize::MAX - 1);
 const SIGNALS: Token = Token(usize::MAX - 2);
-const TLS_LISTENER: Token = Token(usize::MAX - 3);
 
 /// The highest `hz` honoured (Redis `CONFIG_MAX_HZ`).
 const MAX_HZ: u32 = 500;
@@ -99,10 +101,9 @@ pub struct EventLoop {
 /// The loop's sockets, connections and scratch state (all but the engine).
 struct Net {
     poll: Poll,
-    /// The plain listener; `None` when only TLS is served (`port 0` with a `tls_port`).
-    listener: Option<TcpListener>,
-    /// The TLS listener and its rustls configuration.
-    tls_listener: Option<(TcpListener, std::sync::Arc<rustls::ServerConfig>)>,
+    /// The plain and TLS listeners, shared with the engine, which re-binds them (CONFIG SET
+    /// `port`, `bind`; `crate::listeners`).
+    listeners: Rc<RefCell<ListenSet>>,
     /// Ciphertext of one TLS socket read (`tls::SCRATCH_LEN`), shared by all connections.
     tls_scratch: Vec<u8>,
     signals: Signals,
@@ -142,21 +143,22 @@ struct Net {
 }
 
 impl EventLoop {
-    /// A loop serving plain RESP on `listener` (if any; see [`EventLoop::add_tls_listener`]).
-    pub fn new(listener: Option<TcpListener>, engine: Engine) -> io::Result<EventLoop> {
-        let poll = Poll::new()?;
-        let mut listener = listener;
-        if let Some(l) = &mut listener {
-            poll.registry().register(l, LISTENER, Interest::READABLE)?;
-        }
+    /// A loop on `poll` serving RESP on `listeners` (bound by [`ListenSet::bind_at_start`]
+    /// with `poll`'s registry); the engine gets them to re-bind (CONFIG SET `port`, `bind`).
+    pub fn new(poll: Poll, listeners: ListenSet, mut engine: Engine) -> io::Result<EventLoop> {
+        let tls_scratch = match listeners.tls_config {
+            Some(_) => vec![0; tls::SCRATCH_LEN],
+            None => Vec::new(),
+        };
+        let listeners = Rc::new(RefCell::new(listeners));
+        engine.listeners = Some(Box::new(listen_set::Shared(listeners.clone())));
         let mut signals = Signals::new([SIGTERM, SIGINT])?;
         poll.registry()
             .register(&mut signals, SIGNALS, Interest::READABLE)?;
         let net = Net {
             poll,
-            listener,
-            tls_listener: None,
-            tls_scratch: Vec::new(),
+            listeners,
+            tls_scratch,
             signals,
             conns: Conns::new(),
             next_client_id: 1,
@@ -175,21 +177,6 @@ impl EventLoop {
             busy_swept: false,
         };
         Ok(EventLoop { engine, net })
-    }
-
-    /// Also serves RESP over TLS on `listener`, with `cfg` (see [`crate::tls`]).
-    pub fn add_tls_listener(
-        &mut self,
-        mut listener: TcpListener,
-        cfg: std::sync::Arc<rustls::ServerConfig>,
-    ) -> io::Result<()> {
-        let net = &mut self.net;
-        net.poll
-            .registry()
-            .register(&mut listener, TLS_LISTENER, Interest::READABLE)?;
-        net.tls_listener = Some((listener, cfg));
-        net.tls_scratch = vec![0; tls::SCRATCH_LEN];
-        Ok(())
     }
 
     /// Forwards clients' PUBLISH to the other engines through `bus` (cluster mode).
@@ -254,9 +241,11 @@ impl Net {
             now = host::now_us();
 
             for event in events.iter() {
+                if let Some(tls) = listen_set::kind_of(event.token()) {
+                    self.accept(engine, now, tls);
+                    continue;
+                }
                 match event.token() {
-                    LISTENER => self.accept(engine, now, false),
-                    TLS_LISTENER => self.accept(engine, now, true),
                     SIGNALS => {
                         if self.take_signal() {
                             return Ok(Stop::Signal);
@@ -355,27 +344,37 @@ impl Net {
         }
     }
 
-    /// One `accept` on the plain or the TLS listener; `None` if that listener does not exist.
-    fn accept_one(&self, tls: bool) -> Option<io::Result<(TcpStream, std::net::SocketAddr)>> {
-        let listener = if tls {
-            &self.tls_listener.as_ref()?.0
-        } else {
-            self.listener.as_ref()?
-        };
-        Some(listener.accept())
+    /// One `accept` on listener `i` of the plain or the TLS set; `None` if there is no such
+    /// listener.
+    fn accept_one(
+        &self,
+        tls: bool,
+        i: usize,
+    ) -> Option<io::Result<(TcpStream, std::net::SocketAddr)>> {
+        Some(self.listeners.borrow().of(tls).get(i)?.accept())
     }
 
+    /// Accepts up to ACCEPT_BATCH connections on each listener of a set (redis
+    /// `MAX_ACCEPTS_PER_CALL` per listening socket).
     fn accept(&mut self, engine: &mut Engine, now: u64, tls: bool) {
+        let n = self.listeners.borrow().of(tls).len();
+        self.accept_backlog[usize::from(tls)] = false;
+        for i in 0..n {
+            if !self.accept_from(engine, now, tls, i) {
+                self.accept_backlog[usize::from(tls)] = true;
+            }
+        }
+    }
+
+    /// Accepts on listener `i`; false if ACCEPT_BATCH ran out (more may be waiting).
+    fn accept_from(&mut self, engine: &mut Engine, now: u64, tls: bool, i: usize) -> bool {
         for _ in 0..ACCEPT_BATCH {
-            let Some(result) = self.accept_one(tls) else {
-                return;
+            let Some(result) = self.accept_one(tls, i) else {
+                return true;
             };
             match result {
                 Ok((stream, _peer)) => self.add_conn(engine, stream, now, tls),
-                Err(e) if would_block(&e) => {
-                    self.accept_backlog[usize::from(tls)] = false;
-                    return;
-                }
+                Err(e) if would_block(&e) => return true,
                 Err(e) if interrupted(&e) => {}
                 // The peer gave up before we accepted: nothing to do.
                 Err(e)
@@ -386,13 +385,12 @@ impl Net {
                 Err(e) => {
                     // EMFILE/ENFILE/ENOBUFS: retrying at once would spin; wait for a tick.
                     warn!("Error accepting a client connection: {e}");
-                    self.accept_backlog[usize::from(tls)] = false;
                     self.accept_retry = true;
-                    return;
+                    return true;
                 }
             }
         }
-        self.accept_backlog[usize::from(tls)] = true;
+        false
     }
 
     fn add_conn(&mut self, engine: &mut Engine, mut stream: TcpStream, now: u64, tls: bool) {
@@ -419,8 +417,13 @@ impl Net {
             }
             return;
         }
-        let tls_conn = match &self.tls_listener {
-            Some((_, cfg)) if tls => match TlsConn::new(cfg) {
+        let tls_cfg = if tls {
+            self.listeners.borrow().tls_config.clone()
+        } else {
+            None
+        };
+        let tls_conn = match &tls_cfg {
+            Some(cfg) => match TlsConn::new(cfg) {
                 Ok(t) => Some(Box::new(t)),
                 Err(e) => {
                     warn!("TLS connection setup: {e}");
@@ -834,9 +837,11 @@ impl engine_core::script::BusyPoll for Net {
         if self.poll.poll(&mut events, Some(Duration::ZERO)).is_ok() {
             let now = host::now_us();
             for event in events.iter() {
+                if let Some(tls) = listen_set::kind_of(event.token()) {
+                    self.accept(engine, now, tls);
+                    continue;
+                }
                 match event.token() {
-                    LISTENER => self.accept(engine, now, false),
-                    TLS_LISTENER => self.accept(engine, now, true),
                     SIGNALS => {
                         if self.take_signal() {
                             self.stop = Some(Stop::Signal);

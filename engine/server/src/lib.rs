@@ -15,6 +15,8 @@
 //! - [`budget`]: every named bound of the loop (accept batch, read budget, query buffer limit,
 //!   output high-water mark) with its reason.
 //! - [`host`]: the clock (Unix µs, read once per iteration) and RSS.
+//! - [`listeners`]: the listening sockets, one per `bind` address, which CONFIG SET `port`
+//!   and `bind` re-bind.
 //! - [`tls`]: the TLS port: `recached-net`'s rustls driver and settings, re-exported
 //!   (docs/security-tls.md). Listeners and their queue are `recached_net::listen`'s too.
 //! - [`snapshot`]: load at start, SAVE/BGSAVE (fork), periodic and shutdown saves
@@ -33,6 +35,7 @@ pub mod conn;
 mod conns;
 pub mod event_loop;
 pub mod host;
+pub mod listeners;
 pub mod migrate;
 pub mod reshard;
 pub mod snapshot;
@@ -43,8 +46,6 @@ use std::path::PathBuf;
 
 use engine_core::{Engine, HostInfo};
 use log::info;
-use mio::net::TcpListener;
-use recached_net::listen;
 
 /// Everything `recached server` needs; the `recached` binary fills it from flags and the
 /// TOML config (config parsing lives in the binary, not here).
@@ -53,7 +54,9 @@ pub struct ServerOptions {
     /// TCP port (`--port`); 0 picks a free port (the chosen port is logged), unless a TLS
     /// port is set: then 0 means no plain listener, TLS only (Redis `port 0`).
     pub port: u16,
-    /// Listen address (`--bind`), default 127.0.0.1.
+    /// Listen addresses (`--bind`), default 127.0.0.1; several separated by spaces, each as
+    /// Redis's `bind` takes it (`-` prefix: optional, `*`: every IPv4 address, `::*`: every
+    /// IPv6 one; see [`recached_net::listen::bind_all`]).
     pub bind: String,
     /// The config file the settings came from, if any (INFO `config_file`).
     pub config_file: Option<PathBuf>,
@@ -97,22 +100,12 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
     } else {
         None
     };
-    let bind = |port: u16| -> io::Result<TcpListener> { listen::bind_on(&opts.bind, port) };
-    let listener = if opts.port == 0 && tls_config.is_some() {
-        None
-    } else {
-        Some(bind(opts.port)?)
-    };
-    let tls_listener = match tls_config {
-        Some(cfg) => Some((bind(opts.tls.port)?, cfg)),
-        None => None,
-    };
-    // The address INFO and the snapshot file name use: the plain port, else the TLS port.
-    let local = match (&listener, &tls_listener) {
-        (Some(l), _) => l.local_addr()?,
-        (None, Some((l, _))) => l.local_addr()?,
-        (None, None) => unreachable!("a listener is always bound"),
-    };
+    // Bound before the snapshot loads, so a second engine on the port fails first.
+    let poll = mio::Poll::new()?;
+    let mut listeners = listeners::ListenSet::new(poll.registry().try_clone()?, tls_config);
+    let bind_addrs = bind_list(&opts.bind);
+    let (tcp_port, tls_port) = listeners.bind_at_start(opts.port, opts.tls.port, &bind_addrs)?;
+    let local = listeners.first_addr().expect("a listener is bound");
 
     let cluster_desc = format!(
         "instance {} of {}",
@@ -132,7 +125,9 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
     let started_us = host::now_us();
     engine.host = HostInfo {
         pid: std::process::id(),
-        tcp_port: local.port(),
+        tcp_port,
+        tls_port,
+        bind: bind_addrs,
         started_us,
         clock: Some(host::now_us),
         cpu: Some(host::cpu_times),
@@ -161,13 +156,12 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
         });
     }
 
-    let plain = listener.is_some();
-    let mut event_loop = event_loop::EventLoop::new(listener, engine)?;
+    let plain = tcp_port != 0;
+    let mut event_loop = event_loop::EventLoop::new(poll, listeners, engine)?;
     let requirepass = event_loop.engine.config.acl.requirepass.clone();
     event_loop.set_bus(bus::Bus::new(&cluster, &requirepass));
-    if let Some((l, cfg)) = tls_listener {
-        info!("TLS listening on {}", l.local_addr()?);
-        event_loop.add_tls_listener(l, cfg)?;
+    if tls_port != 0 {
+        info!("TLS listening on port {tls_port}");
     }
     info!(
         "recached engine pid={} listening on {local}{}",
@@ -187,6 +181,11 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
     }
     info!("recached engine is now ready to exit, bye bye...");
     Ok(())
+}
+
+/// The addresses of a `--bind` value: separated by spaces (`bind a b` in redis.conf).
+fn bind_list(bind: &str) -> Vec<String> {
+    bind.split_ascii_whitespace().map(str::to_string).collect()
 }
 
 /// The error [`run`] returns when `on_corrupt_snapshot = "refuse"` stopped the start; the

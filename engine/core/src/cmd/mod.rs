@@ -14,6 +14,7 @@
 pub mod cluster;
 pub mod command;
 pub mod config_encoding;
+pub mod config_listen;
 pub mod config_stored;
 #[rustfmt::skip]
 pub mod config_table;

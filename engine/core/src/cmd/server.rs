@@ -397,9 +397,13 @@ pub(crate) struct Param {
 }
 
 /// Every parameter: [`PARAMS`], then the encoding thresholds
-/// ([`super::config_encoding::PARAMS`]).
+/// ([`super::config_encoding::PARAMS`]) and the listening address
+/// ([`super::config_listen::PARAMS`]).
 fn all_params() -> impl Iterator<Item = &'static Param> {
-    PARAMS.iter().chain(super::config_encoding::PARAMS)
+    PARAMS
+        .iter()
+        .chain(super::config_encoding::PARAMS)
+        .chain(super::config_listen::PARAMS)
 }
 
 /// The parameters, in a fixed order (Redis answers in its hash order).
@@ -537,11 +541,6 @@ const PARAMS: &[Param] = &[
         set: None,
     },
     Param {
-        name: "port",
-        get: |e| e.host.tcp_port.to_string(),
-        set: None,
-    },
-    Param {
         name: "hll-sparse-max-bytes",
         get: |e| e.config.hll_sparse_max_bytes.to_string(),
         set: Some(|e, v| {
@@ -621,6 +620,7 @@ const PARAMS: &[Param] = &[
         get: |e| e.latency.threshold_ms.to_string(),
         set: Some(|e, v| {
             e.latency.threshold_ms = int_in(v, 0, i64::MAX)? as u64;
+            crate::latency::sync_clock(e);
             Ok(())
         }),
     },
@@ -1065,6 +1065,7 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     }
     let saved = e.config.clone();
     let saved_notify = e.pubsub.notify_flags();
+    let saved_listen = super::config_listen::save(e);
     for (src, (_, value)) in params.iter().zip(&pairs) {
         let (name, result) = match src {
             Source::Param(p) => match p.set {
@@ -1086,8 +1087,17 @@ pub fn config_set(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             e.config = saved;
             crate::notify::restore_notify_flags(e, saved_notify);
             crate::evict::apply_config(e);
+            super::config_listen::restore(e, saved_listen);
             return Err(fail(name.as_bytes(), &why));
         }
+    }
+    // Sockets last (redis applies after every value is set): a port in use rolls all back.
+    let names = pairs.iter().map(|(n, _)| *n);
+    if let Err((name, why)) = super::config_listen::apply(e, names, &saved_listen) {
+        e.config = saved;
+        crate::notify::restore_notify_flags(e, saved_notify);
+        crate::evict::apply_config(e);
+        return Err(fail(name.as_bytes(), why));
     }
     // The policy and LFU settings decide how lookups stamp keys.
     crate::evict::apply_config(e);

@@ -33,6 +33,9 @@ pub(crate) struct Scratch {
     nums: Vec<u8>,
     /// Where each argument's bytes are.
     spans: Vec<Span>,
+    /// The argv of the call in progress; empty between calls (its slices borrow the Lua
+    /// arguments and `nums` only while the call runs).
+    argv: Vec<&'static [u8]>,
     /// The command's reply (RESP, in the script's protocol), or a refusal's error text.
     out: Vec<u8>,
 }
@@ -166,19 +169,23 @@ unsafe fn run_command(l: *mut ffi::lua_State, ctx: &RunCtx) -> Outcome {
             }
         }
     }
-    let argv: Vec<&[u8]> = s
-        .spans
-        .iter()
-        .map(|span| match *span {
+    s.argv.clear();
+    for span in &s.spans {
+        let arg: &[u8] = match *span {
             // SAFETY: see the LUA_TSTRING arm.
             Span::Lua(p, len) => unsafe { std::slice::from_raw_parts(p, len) },
             Span::Num(a, b) => &s.nums[a..b],
-        })
-        .collect();
+        };
+        // SAFETY: the slice is used only by the command below, while the arguments are on
+        // the stack and `nums` is not touched; `argv` is cleared right after, so no slice
+        // outlives its bytes.
+        s.argv.push(unsafe { std::mem::transmute::<&[u8], &'static [u8]>(arg) });
+    }
     s.out.clear();
     let done = ctx.with(|e, run, now_us| {
-        engine_core::script::call(e, run, &argv, now_us, &mut s.out).map(|()| run.proto())
+        engine_core::script::call(e, run, &s.argv, now_us, &mut s.out).map(|()| run.proto())
     });
+    s.argv.clear();
     match done {
         None => Outcome::Static(b"ERR redis.call/pcall can only be called inside a script invocation"),
         Some(Ok(proto)) => Outcome::Reply(proto),

@@ -205,7 +205,8 @@ struct State {
     ctx: Rc<RunCtx>,
     /// The error table a Rust function of the `redis` table raised (see [`raise`]).
     pending: Pending,
-    scripts: HashMap<String, Script>,
+    /// By SHA (hashed with foldhash: SipHash over 40 bytes was a visible part of an EVALSHA).
+    scripts: HashMap<String, Script, foldhash::fast::RandomState>,
     /// The cached scripts' functions, by [`Script::index`].
     compiled: Table,
     /// The functions' state only: switches the globals to FUNCTION LOAD's environment.
@@ -912,7 +913,7 @@ impl State {
             handler,
             ctx,
             pending,
-            scripts: HashMap::new(),
+            scripts: HashMap::default(),
             compiled,
         })
     }

@@ -10,7 +10,8 @@
 //! # Layout
 //! - this file: the host (script cache by SHA-1, EVAL*, SCRIPT *), running a script, and the
 //!   error handler that gives errors their `script: <sha>, on @user_script:<line>.` suffix;
-//! - [`convert`]: RESP ⇄ Lua conversions;
+//! - [`convert`]: RESP ⇄ Lua conversions; `fastcall.rs`: `redis.call`/`redis.pcall` on Lua's
+//!   C API (the hot path: arguments read in place, the reply pushed as it is read);
 //! - `prelude.lua`: the `redis` table, Redis's `pcall`, `math.random` and the sandbox
 //!   (protected globals), run once per Lua state;
 //! - [`shebang`]: `#!lua flags=…`; [`rand`]: Redis's `lrand48`;
@@ -29,8 +30,7 @@
 //! `busy-reply-threshold` lends the instruction hook to the server's poller
 //! ([`engine_core::script::BusyPoll`]): other clients get `-BUSY`, SCRIPT/FUNCTION KILL stop it
 //! (`RunCtx::serve_while_busy`); without a poller it is stopped after [`BUSY_LIMIT`]. Not yet
-//! here: SCRIPT DEBUG and
-//! `redis.acl_check_cmd`.
+//! here: SCRIPT DEBUG.
 
 mod baselib;
 pub mod bit;

@@ -97,13 +97,23 @@ unsafe extern "C-unwind" fn redis_pcall(l: *mut ffi::lua_State) -> c_int {
 unsafe fn generic(l: *mut ffi::lua_State, raise: bool) -> c_int {
     unsafe {
         let ctx = &*(ffi::lua_touserdata(l, ffi::lua_upvalueindex(1)) as *const RunCtx);
-        let outcome = run_command(l, ctx);
+        // Any allocation while the reply is pushed may run a `__gc` finalizer (a `newproxy`'s,
+        // which Redis 7 allows), and so Lua code and a nested redis.call: that one gets a
+        // scratch of its own, freed before it returns (leaked only if an allocation error
+        // jumps out of its push; `LuaHost::run` clears the busy mark at each run).
+        let nested = ctx.scratch_busy.replace(true);
+        let s: *mut Scratch = if nested {
+            Box::into_raw(Box::default())
+        } else {
+            ctx.scratch.get()
+        };
+        // SAFETY: `s` is this call's alone: the shared scratch while no other call is
+        // between here and its release below, else a fresh one.
+        let outcome = run_command(l, ctx, &mut *s);
         // The arguments are done with (the reply is in the scratch): popped, as Redis pops
         // them, so that a call with thousands of them still has room for its reply.
         ffi::lua_settop(l, 0);
-        // Nothing else touches the scratch until this call returns: commands cannot run
-        // scripts (EVAL/FCALL are `noscript`), and the pushes below run no Rust code of ours.
-        let out: &[u8] = &(*ctx.scratch.get()).out;
+        let out: &[u8] = &(*s).out;
         let ok = match outcome {
             Outcome::Reply(proto) => {
                 let top = ffi::lua_gettop(l);
@@ -123,6 +133,11 @@ unsafe fn generic(l: *mut ffi::lua_State, raise: bool) -> c_int {
                 false
             }
         };
+        if nested {
+            drop(Box::from_raw(s));
+        } else {
+            ctx.scratch_busy.set(false);
+        }
         if !ok && raise {
             // The error handler and `pcall` take the table as it is (redis `luaError`).
             ffi::lua_error(l);
@@ -137,14 +152,14 @@ unsafe fn generic(l: *mut ffi::lua_State, raise: bool) -> c_int {
 /// returns.
 ///
 /// SAFETY: `l` is the state of a running C function (see [`generic`]).
-unsafe fn run_command(l: *mut ffi::lua_State, ctx: &RunCtx) -> Outcome {
-    // SAFETY: see `generic`: no other reference to the scratch exists during the call.
-    let s = unsafe { &mut *ctx.scratch.get() };
+unsafe fn run_command(l: *mut ffi::lua_State, ctx: &RunCtx, s: &mut Scratch) -> Outcome {
     s.nums.clear();
     s.spans.clear();
     let n = unsafe { ffi::lua_gettop(l) };
     if n == 0 {
-        return Outcome::Static(b"ERR Please specify at least one argument for this redis lib call");
+        return Outcome::Static(
+            b"ERR Please specify at least one argument for this redis lib call",
+        );
     }
     for i in 1..=n {
         // SAFETY: `i` is a valid index (1..=top).
@@ -179,7 +194,8 @@ unsafe fn run_command(l: *mut ffi::lua_State, ctx: &RunCtx) -> Outcome {
         // SAFETY: the slice is used only by the command below, while the arguments are on
         // the stack and `nums` is not touched; `argv` is cleared right after, so no slice
         // outlives its bytes.
-        s.argv.push(unsafe { std::mem::transmute::<&[u8], &'static [u8]>(arg) });
+        s.argv
+            .push(unsafe { std::mem::transmute::<&[u8], &'static [u8]>(arg) });
     }
     s.out.clear();
     let done = ctx.with(|e, run, now_us| {
@@ -187,11 +203,14 @@ unsafe fn run_command(l: *mut ffi::lua_State, ctx: &RunCtx) -> Outcome {
     });
     s.argv.clear();
     match done {
-        None => Outcome::Static(b"ERR redis.call/pcall can only be called inside a script invocation"),
+        None => {
+            Outcome::Static(b"ERR redis.call/pcall can only be called inside a script invocation")
+        }
         Some(Ok(proto)) => Outcome::Reply(proto),
         Some(Err(msg)) => {
             s.out.clear();
-            s.out.extend_from_slice(&crate::convert::error_text(msg.as_bytes()));
+            s.out
+                .extend_from_slice(&crate::convert::error_text(msg.as_bytes()));
             Outcome::Refused
         }
     }
@@ -203,7 +222,11 @@ fn arg_number(n: f64, out: &mut Vec<u8>) {
     if n.fract() == 0.0 && n.abs() < 1e17 && n != 0.0 {
         out.extend_from_slice(itoa::Buffer::new().format(n as i64).as_bytes());
     } else if n.is_nan() {
-        out.extend_from_slice(if n.is_sign_negative() { b"-nan" } else { b"nan" });
+        out.extend_from_slice(if n.is_sign_negative() {
+            b"-nan"
+        } else {
+            b"nan"
+        });
     } else {
         engine_core::types::zset::score::fmt_reply(n, out);
     }

@@ -103,8 +103,10 @@ struct RunCtx {
     /// (functions) the FCALL's arguments, kept here so a run that never gets busy costs no copy
     /// beyond the FCALL's arguments.
     busy: RefCell<Busy>,
-    /// `redis.call`'s reused buffers ([`fastcall`]; only it touches them, one call at a time).
+    /// `redis.call`'s reused buffers ([`fastcall`]; only it touches them, one call at a time),
+    /// and whether a call is using them (a finalizer's nested call then uses its own).
     scratch: std::cell::UnsafeCell<fastcall::Scratch>,
+    scratch_busy: Cell<bool>,
 }
 
 impl RunCtx {
@@ -117,6 +119,7 @@ impl RunCtx {
             busy_at: Cell::new(None),
             busy: RefCell::new(Busy::default()),
             scratch: Default::default(),
+            scratch_busy: Cell::new(false),
         }
     }
 
@@ -445,6 +448,9 @@ impl LuaHost {
             };
             drop(unlimited);
             st.pending.borrow_mut().take();
+            // No redis.call is in progress (one whose push an allocation error cut short
+            // left the mark set).
+            st.ctx.scratch_busy.set(false);
             // Lent to redis.call/pcall/setresp for the call ([`RunCtx::with`]); `e` and `run`
             // are not used until they are taken back.
             st.ctx.engine.set(&mut *e);

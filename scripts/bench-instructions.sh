@@ -13,7 +13,8 @@
 # counted), to count the proxy's instructions. Prints one line per server and command:
 # `<label> <cmd> <instructions/request>`.
 #
-# CMDS (default "get set incr"; also mget10: MGET of 10 random keys) and P (pipeline depth,
+# CMDS (default "get set incr"; also mget10: MGET of 10 random keys; evalsha: EVALSHA of
+# the INCR + EXPIRE script of scripts/bench-scripting.sh) and P (pipeline depth,
 # default 1) choose the load; with P > 1 the figure is still per request. BACKENDS (default 1)
 # puts that many engines (redis-servers for nutcracker) behind the proxy, so that MGET is
 # split; RB_ARGS adds redis-benchmark flags to every run (e.g. "-3", "--dbnum 1"). STRACE=1 counts
@@ -48,9 +49,16 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 MGET=(mget)
 for _ in 1 2 3 4 5 6 7 8 9 10; do MGET+=("key:__rand_int__"); done
+# evalsha: the scripting clause's script (scripts/bench-scripting.sh), loaded first.
+EVALSHA_BODY="redis.call('incr', KEYS[1]); redis.call('expire', KEYS[1], 100); return 1"
 load() { # load CMD PORT N
     if [ "$1" = mget10 ]; then
         redis-benchmark -p "$2" "${RB_ARGS[@]}" -c 1 -P "$P" -n "$3" -r 100000 -q "${MGET[@]}" >/dev/null
+    elif [ "$1" = evalsha ]; then
+        local sha
+        sha=$(redis-cli -p "$2" SCRIPT LOAD "$EVALSHA_BODY")
+        redis-benchmark -p "$2" "${RB_ARGS[@]}" -c 1 -P "$P" -n "$3" -r 100000 -q \
+            EVALSHA "$sha" 1 'key:__rand_int__' >/dev/null
     else
         redis-benchmark -p "$2" "${RB_ARGS[@]}" -c 1 -P "$P" -n "$3" -r 100000 -t "$1" -q >/dev/null
     fi

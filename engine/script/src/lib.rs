@@ -10,7 +10,8 @@
 //! # Layout
 //! - this file: the host (script cache by SHA-1, EVAL*, SCRIPT *), running a script, and the
 //!   error handler that gives errors their `script: <sha>, on @user_script:<line>.` suffix;
-//! - [`convert`]: RESP ⇄ Lua conversions;
+//! - [`convert`]: RESP ⇄ Lua conversions; `fastcall.rs`: `redis.call`/`redis.pcall` on Lua's
+//!   C API (the hot path: arguments read in place, the reply pushed as it is read);
 //! - `prelude.lua`: the `redis` table, Redis's `pcall`, `math.random` and the sandbox
 //!   (protected globals), run once per Lua state;
 //! - [`shebang`]: `#!lua flags=…`; [`rand`]: Redis's `lrand48`;
@@ -29,16 +30,15 @@
 //! `busy-reply-threshold` lends the instruction hook to the server's poller
 //! ([`engine_core::script::BusyPoll`]): other clients get `-BUSY`, SCRIPT/FUNCTION KILL stop it
 //! (`RunCtx::serve_while_busy`); without a poller it is stopped after [`BUSY_LIMIT`]. Not yet
-//! here: SCRIPT DEBUG and
-//! `redis.acl_check_cmd`.
+//! here: SCRIPT DEBUG.
 
 mod baselib;
 pub mod bit;
-mod callargs;
 pub mod cjson;
 pub mod clib;
 pub mod cmsgpack;
 pub mod convert;
+mod fastcall;
 pub mod functions;
 mod library;
 pub mod rand;
@@ -103,6 +103,10 @@ struct RunCtx {
     /// (functions) the FCALL's arguments, kept here so a run that never gets busy costs no copy
     /// beyond the FCALL's arguments.
     busy: RefCell<Busy>,
+    /// `redis.call`'s reused buffers ([`fastcall`]; only it touches them, one call at a time),
+    /// and whether a call is using them (a finalizer's nested call then uses its own).
+    scratch: std::cell::UnsafeCell<fastcall::Scratch>,
+    scratch_busy: Cell<bool>,
 }
 
 impl RunCtx {
@@ -114,6 +118,8 @@ impl RunCtx {
             poller: Cell::new(None),
             busy_at: Cell::new(None),
             busy: RefCell::new(Busy::default()),
+            scratch: Default::default(),
+            scratch_busy: Cell::new(false),
         }
     }
 
@@ -202,7 +208,8 @@ struct State {
     ctx: Rc<RunCtx>,
     /// The error table a Rust function of the `redis` table raised (see [`raise`]).
     pending: Pending,
-    scripts: HashMap<String, Script>,
+    /// By SHA (hashed with foldhash: SipHash over 40 bytes was a visible part of an EVALSHA).
+    scripts: HashMap<String, Script, foldhash::fast::RandomState>,
     /// The cached scripts' functions, by [`Script::index`].
     compiled: Table,
     /// The functions' state only: switches the globals to FUNCTION LOAD's environment.
@@ -432,31 +439,33 @@ impl LuaHost {
         }
         let result = (|| -> mlua::Result<(bool, Value)> {
             let unlimited = Unlimited::new(&st.lua);
-            let (keys, args) = (array(&st.lua, keys)?, array(&st.lua, args)?);
-            if !fstate {
-                st.globals.raw_set("KEYS", keys.clone())?;
-                st.globals.raw_set("ARGV", args.clone())?;
-            }
+            let fcall_args = match (&st.fcall, fstate) {
+                (Some(_), true) => Some((array(&st.lua, keys)?, array(&st.lua, args)?)),
+                _ => {
+                    set_keys_argv(&st.lua, &st.globals, keys, args)?;
+                    None
+                }
+            };
             drop(unlimited);
             st.pending.borrow_mut().take();
+            // No redis.call is in progress (one whose push an allocation error cut short
+            // left the mark set).
+            st.ctx.scratch_busy.set(false);
             // Lent to redis.call/pcall/setresp for the call ([`RunCtx::with`]); `e` and `run`
             // are not used until they are taken back.
             st.ctx.engine.set(&mut *e);
             st.ctx.run.set(&mut *run);
             st.ctx.now_us.set(now_us);
-            let r = match (&st.fcall, fstate) {
-                (Some(fcall), true) => {
-                    fcall.call::<MultiValue>((func.clone(), st.handler.clone(), keys, args))
+            // xpcall's first two results: whether the run succeeded, and its value or error.
+            let r = match (&st.fcall, fcall_args) {
+                (Some(fcall), Some((keys, args))) => {
+                    fcall.call::<(bool, Value)>((func, &st.handler, keys, args))
                 }
-                _ => st
-                    .xpcall
-                    .call::<MultiValue>((func.clone(), st.handler.clone())),
+                _ => st.xpcall.call::<(bool, Value)>((func, &st.handler)),
             };
             st.ctx.engine.set(std::ptr::null_mut());
             st.ctx.run.set(std::ptr::null_mut());
-            let mut r = r?.into_iter();
-            let ok = matches!(r.next(), Some(Value::Boolean(true)));
-            Ok((ok, r.next().unwrap_or(Value::Nil)))
+            r
         })();
         self.deadline.0.set(None);
         self.deadline.1.set(false);
@@ -523,10 +532,8 @@ impl LuaHost {
                 );
             }
         }
-        if !fstate {
-            let _ = st.globals.raw_set("KEYS", Value::Nil);
-            let _ = st.globals.raw_set("ARGV", Value::Nil);
-        }
+        // KEYS and ARGV stay set until the next EVAL replaces them, as in Redis
+        // (`luaCallFunction` sets them and never clears them).
         self.runs += 1;
         if self.runs.is_multiple_of(GC_PERIOD) {
             let _ = st.lua.gc_step();
@@ -701,39 +708,8 @@ impl State {
         )?;
         let hooks = lua.create_table()?;
         let pending: Pending = Rc::new(RefCell::new(None));
-        // redis.call raises an error table through `pending` (prelude.lua); redis.pcall
-        // returns it. Each has a variant taking its arguments packed in one table, for more
-        // arguments than mlua passes (callargs.rs).
-        let call = |c: Rc<RunCtx>, p: Pending| {
-            move |lua: &Lua, args: CallArgs| {
-                let (ok, v) = redis_call(lua, &c, args)?;
-                match v {
-                    Value::Table(t) if !ok => {
-                        *p.borrow_mut() = Some(t);
-                        Err(mlua::Error::runtime("redis.call failed"))
-                    }
-                    v => Ok(v),
-                }
-            }
-        };
-        let pcall =
-            |c: Rc<RunCtx>| move |lua: &Lua, args: CallArgs| Ok(redis_call(lua, &c, args)?.1);
-        let (call_direct, call_packed) = (
-            call(ctx.clone(), pending.clone()),
-            call(ctx.clone(), pending.clone()),
-        );
-        let (pcall_direct, pcall_packed) = (pcall(ctx.clone()), pcall(ctx.clone()));
-        let (redis_call_fn, redis_pcall_fn) = callargs::install(
-            &lua,
-            lua.create_function(move |lua, args: MultiValue| {
-                call_direct(lua, CallArgs::Values(args))
-            })?,
-            lua.create_function(move |lua, t: Table| call_packed(lua, CallArgs::Packed(t)))?,
-            lua.create_function(move |lua, args: MultiValue| {
-                pcall_direct(lua, CallArgs::Values(args))
-            })?,
-            lua.create_function(move |lua, t: Table| pcall_packed(lua, CallArgs::Packed(t)))?,
-        )?;
+        // redis.call raises its error table, redis.pcall returns it (fastcall.rs).
+        let (redis_call_fn, redis_pcall_fn) = fastcall::install(&lua, &ctx)?;
         hooks.raw_set("call", redis_call_fn)?;
         hooks.raw_set("pcall", redis_pcall_fn)?;
         let p = pending.clone();
@@ -943,7 +919,7 @@ impl State {
             handler,
             ctx,
             pending,
-            scripts: HashMap::new(),
+            scripts: HashMap::default(),
             compiled,
         })
     }
@@ -985,107 +961,6 @@ fn error_handler(lua: &Lua, tostring: &Function, err: Value) -> mlua::Result<Val
         break;
     }
     Ok(Value::Table(t))
-}
-
-/// `redis.call`/`redis.pcall` with the running script's context: [`rcall`], or Redis's error
-/// outside a script run.
-/// The arguments of a `redis.call`: as passed, or packed by `callargs` (too many to pass).
-enum CallArgs {
-    Values(MultiValue),
-    /// `t[1..t.n]`.
-    Packed(Table),
-}
-
-impl CallArgs {
-    /// The argv, or `None` if an argument is not a string or a number. A packed one is read
-    /// element by element, so no more than one Lua value is held at a time (mlua keeps a
-    /// reference per value, and their room is as limited as the stack).
-    fn argv(&self) -> mlua::Result<Option<Vec<Vec<u8>>>> {
-        match self {
-            CallArgs::Values(v) => {
-                let mut argv = Vec::with_capacity(v.len());
-                for a in v.iter() {
-                    match convert::arg_bytes(a) {
-                        Some(b) => argv.push(b),
-                        None => return Ok(None),
-                    }
-                }
-                Ok(Some(argv))
-            }
-            CallArgs::Packed(t) => {
-                let n: usize = t.raw_get("n")?;
-                let mut argv = Vec::with_capacity(n);
-                for i in 1..=n {
-                    match convert::arg_bytes(&t.raw_get::<Value>(i)?) {
-                        Some(b) => argv.push(b),
-                        None => return Ok(None),
-                    }
-                }
-                Ok(Some(argv))
-            }
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        match self {
-            CallArgs::Values(v) => v.is_empty(),
-            CallArgs::Packed(_) => false, // more than callargs::DIRECT_MAX
-        }
-    }
-}
-
-fn redis_call(lua: &Lua, ctx: &RunCtx, args: CallArgs) -> mlua::Result<(bool, Value)> {
-    let _unlimited = Unlimited::new(lua);
-    match ctx.with(|e, run, now_us| rcall(lua, e, run, args, now_us)) {
-        Some(r) => r,
-        None => Ok((
-            false,
-            Value::Table(error_table(
-                lua,
-                b"ERR redis.call/pcall can only be called inside a script invocation",
-                false,
-            )?),
-        )),
-    }
-}
-
-/// `redis.call`'s work: arguments → argv, [`engine_core::script::call`], reply → Lua.
-/// Returns `(ok, value)`: `ok` false with an error table for refusals and error replies.
-fn rcall(
-    lua: &Lua,
-    e: &mut Engine,
-    run: &mut ScriptRun,
-    argv: CallArgs,
-    now_us: u64,
-) -> mlua::Result<(bool, Value)> {
-    if argv.is_empty() {
-        let t = error_table(
-            lua,
-            b"ERR Please specify at least one argument for this redis lib call",
-            false,
-        )?;
-        return Ok((false, Value::Table(t)));
-    }
-    let Some(args) = argv.argv()? else {
-        let t = error_table(
-            lua,
-            b"ERR Lua redis lib command arguments must be strings or integers",
-            false,
-        )?;
-        return Ok((false, Value::Table(t)));
-    };
-    let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-    let mut out = Vec::new();
-    if let Err(msg) = engine_core::script::call(e, run, &refs, now_us, &mut out) {
-        let t = error_table(lua, &convert::error_text(msg.as_bytes()), true)?;
-        return Ok((false, Value::Table(t)));
-    }
-    let is_error = out.first() == Some(&b'-');
-    let value = match resp::decode(&out) {
-        Ok(Some((v, _))) => convert::reply_to_lua(lua, v, run.proto())?,
-        _ => Value::Table(error_table(lua, b"ERR unreadable reply", false)?),
-    };
-    Ok((!is_error, value))
 }
 
 /// Where a Rust function of the `redis` table leaves the error table it raises: mlua raises a
@@ -1144,6 +1019,29 @@ impl<'a> Unlimited<'a> {
 impl Drop for Unlimited<'_> {
     fn drop(&mut self) {
         let _ = self.lua.set_memory_limit(self.limit);
+    }
+}
+
+/// Sets the globals `KEYS` and `ARGV` (in `globals`, the table behind the protected ones) to
+/// arrays of `keys` and `args`, in one pass over Lua's C API: through mlua's handles this
+/// cost more than the commands a typical script runs.
+fn set_keys_argv(lua: &Lua, globals: &Table, keys: &[&[u8]], args: &[&[u8]]) -> mlua::Result<()> {
+    // SAFETY: `exec_raw` runs this in protected mode with `globals` at index 1 and room for 3
+    // more values; each array needs 3 at a time (its name, the table, one string). An error (allocation) jumps out of a closure that holds only borrowed slices,
+    // nothing to drop.
+    unsafe {
+        lua.exec_raw::<()>(globals, |l| {
+            for (name, items) in [(b"KEYS", keys), (b"ARGV", args)] {
+                mlua::ffi::lua_pushlstring(l, name.as_ptr().cast(), name.len());
+                mlua::ffi::lua_createtable(l, items.len().min(1 << 16) as i32, 0);
+                for (i, item) in items.iter().enumerate() {
+                    mlua::ffi::lua_pushlstring(l, item.as_ptr().cast(), item.len());
+                    mlua::ffi::lua_rawseti_(l, -2, (i + 1) as i32);
+                }
+                mlua::ffi::lua_rawset(l, 1);
+            }
+            mlua::ffi::lua_settop(l, 0);
+        })
     }
 }
 

@@ -474,7 +474,10 @@ impl Conn {
         let big_empty = self.rstart == self.rend && self.rbuf.len() > BUF_SHRINK_ABOVE;
         let seen = std::mem::replace(&mut self.big_empty_rbuf, big_empty);
         if self.rstart == self.rend && (idle || (big_empty && seen)) {
-            self.rbuf = Vec::new();
+            // Idle: freed (Redis `sdsRemoveFreeSpace` after 2 s). A burst's buffer that stayed
+            // empty: trimmed to one read's size, not freed, as Redis trims it to about its
+            // recent peak while the client is active.
+            self.rbuf = if idle { Vec::new() } else { vec![0; READ_CHUNK] };
             self.rstart = 0;
             self.rend = 0;
         }

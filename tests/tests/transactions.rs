@@ -63,7 +63,11 @@
 //! asserted and why.
 //!
 //! **Browser replica**: a replica (the wasm module's code, natively) subscribed to the accounts
-//! through the fleet's fan-out converges to the engines' final values after a bank run.
+//! through the fleet's fan-out converges to the engines' final values after a bank run; and the
+//! real one, the wasm module in headless Chromium (tests/browser/bank.test.mjs), over 2 engines:
+//! its local reads end equal to the proxy's, the accounts sum to the total in the page, and it
+//! applied exactly the keychanges the run's ledger predicts for each key (every engine's keys
+//! included: the effects of cross-engine transactions reach the feed), with no resync.
 //!
 //! The proxy's tests of this file run one at a time ([`serial`]): each starts fleets, and the bank
 //! runs measure time on a small shared machine. Every loop is bounded in count and time;
@@ -2540,6 +2544,202 @@ fn a_browser_replica_converges_after_the_bank_run() {
     let got: Vec<Option<i64>> = bank.accounts.iter().map(|a| browser.get(a)).collect();
     assert!(converged, "replica {got:?}\nengines {want:?}");
     assert_eq!(got.iter().map(|b| b.unwrap()).sum::<i64>(), TOTAL);
+}
+
+/// `node <script>` in tests/browser, driving headless Chromium, that talks with the test: its
+/// stdout and stderr go to a log file, which [`NodePage::wait_for`] watches for a line; lines
+/// go to its stdin. It runs in a process group of its own: dropping it SIGKILLs that group by
+/// its id (node, and whatever of its children stayed in it) and reaps node; playwright's
+/// Chromium (its own group) exits when node's end of its pipe closes.
+struct NodePage {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    log: std::path::PathBuf,
+    script: String,
+}
+
+impl NodePage {
+    fn spawn(dir: &std::path::Path, script: &str, envs: &[(&str, String)]) -> NodePage {
+        use std::os::unix::process::CommandExt;
+        use std::process::{Command, Stdio};
+        let log = dir.join(format!("{script}.{}.log", std::process::id()));
+        let file = std::fs::File::create(&log).unwrap();
+        let mut cmd = Command::new("node");
+        cmd.current_dir(dir)
+            .args(["--no-warnings", script])
+            .stdin(Stdio::piped())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .process_group(0);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn node");
+        let stdin = child.stdin.take();
+        NodePage {
+            child,
+            stdin,
+            log,
+            script: script.into(),
+        }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits (bounded) until the script printed `line`; panics with its output if it exited
+    /// or ran out of time first.
+    fn wait_for(&mut self, line: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !self.output().lines().any(|l| l == line) {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                panic!(
+                    "{} exited ({s}) before {line:?}:\n{}",
+                    self.script,
+                    self.output()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not print {line:?} within {limit:?}:\n{}",
+                self.script,
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    fn send_line(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{line}").expect("write to node");
+        stdin.flush().unwrap();
+    }
+
+    /// Waits (bounded) for the script to exit; its output, or a panic if it failed.
+    fn finish(mut self, limit: Duration) -> String {
+        self.stdin = None;
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                let out = self.output();
+                assert!(s.success(), "{} failed ({s}):\n{out}", self.script);
+                return out;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not finish within {limit:?}:\n{}",
+                self.script,
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+impl Drop for NodePage {
+    fn drop(&mut self) {
+        use nix::sys::signal::{Signal, killpg};
+        use nix::unistd::Pid;
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
+        }
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("[{}] log kept at {}", self.script, self.log.display());
+        } else {
+            let _ = std::fs::remove_file(&self.log);
+        }
+    }
+}
+
+/// The same as [`a_browser_replica_converges_after_the_bank_run`] with the real browser
+/// replica: the wasm module in headless Chromium (tests/browser/bank.test.mjs, playwright-core
+/// and Debian's chromium, installed by scripts/test.sh), on the page of a 2-engine fleet's
+/// fan-out, subscribed to `bank:`. A 3 s bank run (cross-engine MULTI/EXEC transfers through
+/// the proxy, transfers straight on engine 0, CAS over both engines) while the page follows;
+/// the run's ledger is checked on the engines. Then the page must (bounded wait) read, locally,
+/// every account and both counters as the proxy does, the accounts summing to the total, and
+/// it must have applied exactly one keychange per effect the ledger predicts for each key
+/// (every committed transfer changes both its accounts; each CAS round both counters), with no
+/// resync in between: a transaction's effects missing from an engine's feed (or applied twice)
+/// fails it, even where final values happen to agree.
+#[test]
+fn a_chromium_replica_converges_after_the_bank_run() {
+    let _serial = serial();
+    let (dir, _wasm) = browser_env(true);
+    let n = 2;
+    let fanout_port = free_port_run(1);
+    let fp = fanout_port.to_string();
+    let fleet = Fleet::start_with("bank-chromium", n, None, &["--fanout-port", &fp]);
+    fleet_wait_port(&fleet, fanout_port);
+    let bank = Bank::new(n);
+    seed_bank(&bank, fleet.proxy_port);
+
+    let spec = serde_json::json!({
+        "accounts": bank.accounts,
+        "engines": (0..ACCOUNTS).map(|i| bank.engine_of(i)).collect::<Vec<_>>(),
+        "cas": bank.cas,
+        "initial": INITIAL,
+        "total": TOTAL,
+    });
+    let mut page = NodePage::spawn(
+        &dir,
+        "bank.test.mjs",
+        &[
+            ("FANOUT_PORT", fanout_port.to_string()),
+            ("PROXY_PORT", fleet.proxy_port.to_string()),
+            ("BANK", spec.to_string()),
+        ],
+    );
+    page.wait_for("ready", Duration::from_secs(40));
+
+    let log = run_bank(
+        &bank,
+        fleet.proxy_port,
+        (0, fleet.engine_ports[0]),
+        Duration::from_secs(3),
+        |_| {},
+    );
+    eprintln!("bank for the Chromium replica: {}", summary(&log));
+    assert_no_hang(&log);
+    let failed: Vec<_> = log
+        .transfers
+        .iter()
+        .chain(&log.direct)
+        .filter(|t| t.3 != Outcome::Committed)
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!(
+        log.cas.iter().all(|c| c.0 == Outcome::Committed),
+        "{}",
+        summary(&log)
+    );
+    assert!(log.transfers.len() >= 100, "{}", summary(&log));
+    let got: Vec<i64> = balances_on_engines(&bank, &fleet.engine_ports)
+        .into_iter()
+        .map(|b| b.expect("every account exists"))
+        .collect();
+    assert_eq!(got, expected_balances(&bank, &log), "engines vs the ledger");
+
+    // The effects each key had: one per committed transfer it took part in (DECRBY, INCRBY),
+    // one per committed CAS round for each counter (SET).
+    let mut keychanges: HashMap<&str, u64> = HashMap::new();
+    for (from, to, _, _) in log.transfers.iter().chain(&log.direct) {
+        *keychanges.entry(&bank.accounts[*from]).or_default() += 1;
+        *keychanges.entry(&bank.accounts[*to]).or_default() += 1;
+    }
+    for key in &bank.cas {
+        keychanges.insert(key, log.cas.len() as u64);
+    }
+    page.send_line(&serde_json::json!({ "keychanges": keychanges }).to_string());
+    let out = page.finish(Duration::from_secs(30));
+    let ok = out
+        .lines()
+        .find(|l| l.starts_with("bank replica: OK"))
+        .unwrap_or_else(|| panic!("{out}"));
+    eprintln!("{ok}");
 }
 
 /// Waits (bounded) until the fleet's process on `port` listens.

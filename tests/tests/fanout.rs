@@ -1153,6 +1153,14 @@ fn chromium_demo_page_updates_and_reads_locally() {
 fn node_and_chromium_replicas_converge_under_random_writes() {
     let (dir, wasm) = browser_env(true);
     let tokens = dir.join(format!("tokens.{}.toml", std::process::id()));
+    // Removed however the test ends (a failed run used to leave it in tests/browser/).
+    struct Removed(std::path::PathBuf);
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _removed = Removed(tokens.clone());
     std::fs::write(
         &tokens,
         "[tokens]\n\"tok-a\" = [\"a:\"]\n\"tok-ab\" = [\"a:\", \"b:\"]\n\"tok-all\" = [\"\"]\n",
@@ -1183,7 +1191,6 @@ fn node_and_chromium_replicas_converge_under_random_writes() {
         ],
         Duration::from_secs(120),
     );
-    let _ = std::fs::remove_file(&tokens);
     assert!(out.contains("converged:"), "{out}");
     eprintln!("{out}");
 }

@@ -43,10 +43,18 @@
 //! it is skipped when the key changes (INFO `tracking_total_items` counts it until then).
 //! The table is bounded by `tracking-table-max-keys` ([`limit_used_slots`]): over it, random
 //! keys are invalidated as if they changed, with an effort that grows while still over.
+//!
+//! # Cost of a tracked read
+//!
+//! A tracking client's GET adds one probe of the table (`table.rs`: keys and up to two ids
+//! inline, no allocation once the key is known, O(log n) for "already tracked by this
+//! client"), one lookup of the client's mode, and a few inline tests before and after the
+//! command (nothing logged, nothing pending, no BCAST prefix, no CLIENT CACHING waiting).
+
+mod table;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use indexmap::IndexMap;
 use resp::{Proto, ReplyWriter};
 
 use crate::call::Call;
@@ -95,20 +103,20 @@ enum Pending {
     Flush,
 }
 
-type Table = IndexMap<Box<[u8]>, Vec<u64>, foldhash::fast::FixedState>;
+use table::Table;
 
 /// The engine's tracking state (see the module docs).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Tracking {
     /// Clients with tracking on (looked up after every command of theirs: a fast hasher).
     clients: HashMap<u64, ClientTracking, foldhash::fast::FixedState>,
     /// Every live connection → its protocol (redirect targets; see the module docs).
     conns: HashMap<u64, Proto, foldhash::fast::FixedState>,
-    /// Key → ids of the clients that may cache it (redis `TrackingTable`); seeded like the
-    /// keyspace ([`Tracking::new`]), positions for the limit's random picks.
+    /// Key → ids of the clients that may cache it (redis `TrackingTable`; `table.rs`).
     table: Table,
-    /// Ids over all keys (redis `TrackingTableTotalItems`).
-    items: u64,
+    /// Clients whose CLIENT CACHING waits for their next command: while 0, a command's end
+    /// looks no client up.
+    caching: usize,
     /// BCAST prefix → its state (redis `PrefixTable`).
     prefixes: BTreeMap<Box<[u8]>, Bcast>,
     /// The client whose command runs now (0 = none: cron).
@@ -126,8 +134,15 @@ impl Tracking {
     /// Empty; `seed` keys the table's hasher (the engine's `hash_seed`).
     pub fn new(seed: u64) -> Tracking {
         Tracking {
-            table: Table::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
-            ..Tracking::default()
+            clients: HashMap::default(),
+            conns: HashMap::default(),
+            table: Table::new(seed),
+            caching: 0,
+            prefixes: BTreeMap::new(),
+            current: 0,
+            pending: Vec::new(),
+            script_read: false,
+            limit_rounds: 0,
         }
     }
 
@@ -149,7 +164,7 @@ impl Tracking {
 
     /// Client ids over all keys (INFO `tracking_total_items`).
     pub fn total_items(&self) -> u64 {
-        self.items
+        self.table.items()
     }
 
     /// BCAST prefixes (INFO `tracking_total_prefixes`).
@@ -206,8 +221,7 @@ fn sync_log(e: &mut Engine) {
     if !on && !e.tracking.table.is_empty() {
         // Every id left names a client that no longer tracks: nothing would ever be sent
         // for them (Redis keeps them until each key changes or a FLUSH).
-        e.tracking.table = Table::with_hasher(e.tracking.table.hasher().clone());
-        e.tracking.items = 0;
+        e.tracking.table.clear();
     }
 }
 
@@ -227,6 +241,9 @@ fn disable(e: &mut Engine, client_id: u64) {
     let Some(t) = e.tracking.clients.remove(&client_id) else {
         return;
     };
+    if t.caching {
+        e.tracking.caching -= 1;
+    }
     for p in &t.prefixes {
         if let Some(bs) = e.tracking.prefixes.get_mut(p) {
             bs.clients.remove(&client_id);
@@ -420,7 +437,10 @@ pub fn client_caching(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     } else {
         return Err(CmdError::Syntax);
     }
-    t.caching = true;
+    if !t.caching {
+        t.caching = true;
+        e.tracking.caching += 1;
+    }
     c.w().ok();
     Ok(())
 }
@@ -496,16 +516,25 @@ pub fn client_trackinginfo(e: &mut Engine, c: &mut Call) -> Result<(), CmdError>
 /// Before a command runs (redis `processCommand`, after `performEvictions`): the table limit,
 /// then invalidations caused so far (evicted keys), which reach the running client before its
 /// reply. `client` is the client about to run.
+#[inline]
 pub fn before_command(e: &mut Engine, client_id: u64, out: &mut Vec<u8>) {
     if e.blocking.rerun_of.is_some() {
         return; // a parked command served inside another client's: that one's hooks run
     }
     e.tracking.current = client_id;
+    let over = e.config.tracking_table_max_keys != 0
+        && e.tracking.table.len() as u64 > e.config.tracking_table_max_keys;
+    // Usually there is nothing to tell: a few tests inline, the work out of line.
+    if over || changes_logged(e) {
+        tell_before(e, client_id, over, out);
+    }
+}
+
+#[inline(never)]
+fn tell_before(e: &mut Engine, client_id: u64, over: bool, out: &mut Vec<u8>) {
     let first = e.deliveries.len();
     drain_changes(e, false);
-    if e.config.tracking_table_max_keys != 0
-        && e.tracking.table.len() as u64 > e.config.tracking_table_max_keys
-    {
+    if over {
         limit_used_slots(e);
     }
     // This client's messages go out now, before whatever reply follows (QUEUED included).
@@ -550,18 +579,14 @@ pub fn after_call(e: &mut Engine, client: &Client, spec: &CommandSpec, argv: &[&
     if spec.has_flag(Flags::PUBSUB) {
         return;
     }
-    let keys = crate::command::keys(spec, argv);
     let id = client.id;
-    for pos in keys.positions() {
-        // Looked up by slice first: a key already tracked costs no allocation.
-        match e.tracking.table.get_mut(argv[pos]) {
-            Some(ids) if ids.contains(&id) => continue,
-            Some(ids) => ids.push(id),
-            None => {
-                e.tracking.table.insert(argv[pos].into(), vec![id]);
-            }
-        }
-        e.tracking.items += 1;
+    // One key at a fixed place (GET, HGET…) needs no key walk.
+    if let Some(pos) = crate::command::fixed_key(spec, argv.len()) {
+        e.tracking.table.remember(argv[pos], id);
+        return;
+    }
+    for pos in crate::command::keys(spec, argv).positions() {
+        e.tracking.table.remember(argv[pos], id);
     }
 }
 
@@ -569,22 +594,47 @@ pub fn after_call(e: &mut Engine, client: &Client, spec: &CommandSpec, argv: &[&
 /// pub/sub messages for the client are in place: invalidations caused by the command, then
 /// BCAST messages; the running client's come after its reply. Clears CLIENT CACHING unless
 /// the command was CLIENT or the client is inside MULTI (redis `resetClient`).
+#[inline]
 pub fn after_command(e: &mut Engine, client: &Client) {
     if e.blocking.rerun_of.is_some() {
         // A parked command served inside another client's command: its invalidations go
         // out with that command's, after this one's reply (queued by `blocking`).
         return;
     }
-    if let Some(t) = e.tracking.clients.get_mut(&client.id)
+    // Usually nothing to do (a read): a few tests inline, the work out of line.
+    if e.tracking.caching != 0
+        || changes_logged(e)
+        || !e.tracking.pending.is_empty()
+        || !e.tracking.prefixes.is_empty()
+    {
+        tell_after(e, client);
+    }
+    e.tracking.current = 0;
+}
+
+#[inline(never)]
+fn tell_after(e: &mut Engine, client: &Client) {
+    if e.tracking.caching != 0
+        && let Some(t) = e.tracking.clients.get_mut(&client.id)
         && t.caching
         && !client.tx.in_multi()
         && !client.last_cmd.starts_with("client|")
     {
         t.caching = false;
+        e.tracking.caching -= 1;
     }
-    drain_changes(e, true);
-    broadcast(e);
-    e.tracking.current = 0;
+    if changes_logged(e) || !e.tracking.pending.is_empty() {
+        drain_changes(e, true);
+    }
+    if !e.tracking.prefixes.is_empty() {
+        broadcast(e);
+    }
+}
+
+/// Whether the keyspace logged a change since the last drain.
+#[inline]
+fn changes_logged(e: &Engine) -> bool {
+    e.ks.tracked.as_ref().is_some_and(|log| !log.is_empty())
 }
 
 /// Timer tick: changes of the expiry cycle and eviction, the table limit, BCAST messages.
@@ -642,12 +692,15 @@ fn invalidate_key(e: &mut Engine, key: &[u8], modifier: u64, bcast: bool, defer_
             }
         }
     }
-    let Some(ids) = e.tracking.table.swap_remove(key) else {
-        return;
-    };
-    e.tracking.items -= ids.len() as u64;
+    if let Some(ids) = e.tracking.table.remove(key) {
+        tell(e, key, &ids, defer_current);
+    }
+}
+
+/// Tells the clients `ids` that `key` changed (the rest of [`invalidate_key`]).
+fn tell(e: &mut Engine, key: &[u8], ids: &table::Ids, defer_current: bool) {
     let current = e.tracking.current;
-    for id in ids {
+    for &id in ids.as_slice() {
         let Some(t) = e.tracking.clients.get(&id) else {
             continue;
         };
@@ -762,8 +815,6 @@ pub fn flushed(e: &mut Engine) {
         }
     }
     e.tracking.table.clear();
-    e.tracking.table.shrink_to_fit();
-    e.tracking.items = 0;
 }
 
 /// redis `trackingLimitUsedSlots`: while the table holds more than `tracking-table-max-keys`
@@ -778,9 +829,11 @@ pub fn limit_used_slots(e: &mut Engine) {
     let mut effort = 100 * (u64::from(e.tracking.limit_rounds) + 1);
     while effort > 0 && !e.tracking.table.is_empty() {
         effort -= 1;
-        let i = (e.ks.next_random() % e.tracking.table.len() as u64) as usize;
-        let key = e.tracking.table.get_index(i).expect("in range").0.clone();
-        invalidate_key(e, &key, 0, false, false);
+        // As if it changed, without BCAST (redis `trackingInvalidateKey(…, 0)`).
+        let r = e.ks.next_random();
+        if let Some((key, ids)) = e.tracking.table.remove_random(r) {
+            tell(e, key.as_bytes(), &ids, false);
+        }
         if e.tracking.table.len() as u64 <= max {
             e.tracking.limit_rounds = 0;
             return;

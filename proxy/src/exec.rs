@@ -220,7 +220,7 @@ fn handle_request<A: Args + ?Sized>(
                 d.wire.close(ctx.registry);
             }
         }
-        me.session.tx = tx::Tx::default();
+        me.session.tx.reset();
         me.session.subs.clear();
         me.session.monitor = false;
         *me.lane = Lane::Shared;
@@ -251,11 +251,17 @@ fn in_transaction<A: Args + ?Sized>(
     me: &mut Me<'_>,
     ctx: &mut Ctx<'_>,
 ) -> Flow {
-    // A lane switch can only have to wait while replies are pending; only then is the
-    // state kept to be restored.
-    let before = (me.replies.pending_len() > 0).then(|| me.session.tx.clone());
     // A transaction already under way on its instances (not its first command).
     let in_multi = me.session.tx.multi && me.session.tx.pinned.is_some();
+    // Moving between the parts of a transaction under way never waits (below).
+    let never_waits = in_multi
+        && me.coord.is_none()
+        && me.spread.is_none()
+        && matches!(*me.lane, Lane::Dedicated(_) | Lane::Spread);
+    // A lane switch can only have to wait while replies are pending; only then is the
+    // state kept to be restored (a clone holds every queued request: not per command).
+    let before =
+        (!never_waits && me.replies.pending_len() > 0).then(|| me.session.tx.clone());
     let step = me.session.tx.step(args, raw, &ctx.fleet.up);
     // A transaction on one instance takes its dedicated connection; one spanning instances
     // takes the connections to each (`crate::coord`).
@@ -274,11 +280,7 @@ fn in_transaction<A: Args + ?Sized>(
     // commands on each of the transaction's connections: moving between them needs no wait
     // for earlier replies (the first queued command waited for those of the commands before
     // MULTI).
-    let between_parts = in_multi
-        && me.coord.is_none()
-        && me.spread.is_none()
-        && matches!(*me.lane, Lane::Dedicated(_) | Lane::Spread)
-        && matches!(lane, Some(Lane::Dedicated(_) | Lane::Spread));
+    let between_parts = never_waits && matches!(lane, Some(Lane::Dedicated(_) | Lane::Spread));
     if between_parts {
         *me.lane = lane.expect("matched");
     } else if let Some(lane) = lane

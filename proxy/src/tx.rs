@@ -73,12 +73,13 @@ pub struct Tx {
     /// Where each queued command's reply comes from, in the client's order
     /// (`crate::coord`; used when the transaction spans instances).
     pub order: Vec<Entry>,
-    /// Every queued request as sent: run gathered on one instance at EXEC when
-    /// [`Self::gather`] (`crate::coord::Gather`; their keys are read from them then).
-    pub unit: Vec<Vec<u8>>,
-    /// Bytes kept in `unit`; past [`MAX_UNIT_BYTES`] it is dropped and a command spanning
-    /// instances aborts the transaction (`-CROSSSLOT`).
-    pub unit_bytes: usize,
+    /// Every queued request as sent, back to back (`unit_ends`: where each ends): run
+    /// gathered on one instance at EXEC when [`Self::gather`] (`crate::coord::Gather`; their
+    /// keys are read from them then). One buffer, kept between transactions, so queueing a
+    /// command allocates nothing once warm. Past [`MAX_UNIT_BYTES`] it is dropped and a
+    /// command spanning instances aborts the transaction (`-CROSSSLOT`).
+    pub unit: Vec<u8>,
+    pub unit_ends: Vec<usize>,
     pub unit_dropped: bool,
     /// A queued command has keys on several instances and cannot be split (RENAME, a
     /// script…): the whole transaction runs gathered.
@@ -210,8 +211,50 @@ impl Tx {
 
     fn end(&mut self) -> (Option<usize>, bool, Vec<Vec<u8>>) {
         let r = (self.pinned, self.aborted, std::mem::take(&mut self.held));
-        *self = Tx::default();
+        self.reset();
         r
+    }
+
+    /// Back to no transaction, keeping the buffers' capacity for the next one.
+    pub fn reset(&mut self) {
+        let Tx {
+            pinned,
+            watching,
+            multi,
+            aborted,
+            held,
+            held_bytes,
+            watch_on,
+            multi_on,
+            counts,
+            order,
+            unit,
+            unit_ends,
+            unit_dropped,
+            gather,
+        } = self;
+        (*pinned, *watching, *multi, *aborted) = (None, false, false, false);
+        (*held_bytes, *unit_dropped, *gather) = (0, false, false);
+        held.clear();
+        watch_on.clear();
+        multi_on.clear();
+        counts.clear();
+        order.clear();
+        unit.clear();
+        unit_ends.clear();
+    }
+
+    /// The queued requests kept for a gathered run, one `Vec` each.
+    fn unit_requests(&self) -> Vec<Vec<u8>> {
+        let mut start = 0;
+        self.unit_ends
+            .iter()
+            .map(|&end| {
+                let r = self.unit[start..end].to_vec();
+                start = end;
+                r
+            })
+            .collect()
     }
 
     /// Ends a transaction (or WATCH) spanning instances: EXEC coordinated, or DISCARD /
@@ -220,7 +263,7 @@ impl Tx {
         let engines = self.engines();
         let aborted = self.aborted;
         let order = std::mem::take(&mut self.order);
-        *self = Tx::default();
+        self.reset();
         match name {
             "exec" if !aborted => Step::Coordinate { engines, order },
             "exec" => Step::EndAll {
@@ -362,12 +405,12 @@ impl Tx {
             }
             "exec" if self.gather && !self.aborted => {
                 let engines = self.engines();
-                let unit = std::mem::take(&mut self.unit);
+                let unit = self.unit_requests();
                 let keys = unit
                     .iter()
                     .flat_map(|r| route::keys_of_request(r))
                     .collect();
-                *self = Tx::default();
+                self.reset();
                 return Step::Gather {
                     unit,
                     keys,
@@ -446,11 +489,12 @@ impl Tx {
         }
         // Kept for a gathered run at EXEC (`crate::coord::Gather`), within a bound.
         if !self.unit_dropped {
-            self.unit_bytes += raw.len();
-            self.unit.push(raw.to_vec());
-            if self.unit_bytes > MAX_UNIT_BYTES {
+            self.unit.extend_from_slice(raw);
+            self.unit_ends.push(self.unit.len());
+            if self.unit.len() > MAX_UNIT_BYTES {
                 self.unit_dropped = true;
                 self.unit = Vec::new();
+                self.unit_ends = Vec::new();
             }
         }
         if self.gather {
@@ -533,7 +577,7 @@ impl Tx {
             }
             self.aborted = true;
         } else {
-            *self = Tx::default();
+            self.reset();
         }
     }
 }
@@ -569,9 +613,7 @@ fn first_up(up: &[bool]) -> usize {
 
 fn with_multi(held: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     let mut prelude = Vec::with_capacity(held.len() + 1);
-    let mut multi = Vec::new();
-    resp::encode_request(&mut multi, &["MULTI"]);
-    prelude.push(multi);
+    prelude.push(b"*1\r\n$5\r\nMULTI\r\n".to_vec());
     prelude.extend(held);
     prelude
 }

@@ -110,6 +110,39 @@ fn conversion_keeps_order_contents_and_recounts_bytes() {
 }
 
 #[test]
+fn listpack_matches_an_ordered_model_under_random_churn() {
+    // The reply order Redis gives: append new fields, update in place, close gaps on delete.
+    let mut h = HashValue::with_seed(2);
+    let mut model: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut r = rng(11);
+    for _ in 0..5000 {
+        let f = format!("f{}", r() % 60).into_bytes();
+        let v = vec![b'v'; (r() % 200) as usize % 65]; // ≤ 64: stays a listpack
+        let at = model.iter().position(|(mf, _)| *mf == f);
+        if r().is_multiple_of(3) {
+            assert_eq!(h.remove(&f), at.is_some());
+            if let Some(i) = at {
+                model.remove(i);
+            }
+        } else {
+            assert_eq!(h.set(&f, &v, &LIM), at.is_none());
+            match at {
+                Some(i) => model[i].1 = v,
+                None => model.push((f, v)),
+            }
+        }
+        assert_eq!(h.encoding(), "listpack");
+        assert_eq!(h.len(), model.len());
+        assert!(
+            h.iter()
+                .map(|(f, v)| (f.to_vec(), v.to_vec()))
+                .eq(model.iter().cloned())
+        );
+        assert_eq!(h.mem_size(), recount(&h));
+    }
+}
+
+#[test]
 fn bytes_stay_exact_under_random_churn() {
     let mut h = HashValue::with_seed(1);
     let mut r = rng(3);
@@ -222,4 +255,10 @@ fn scan_range_steps_down() {
     assert_eq!(scan_range(10, 2, 3), (0, 0..2));
     assert_eq!(scan_range(10, 99, 3), (7, 7..10));
     assert_eq!(scan_range(0, 0, 3), (0, 0..0));
+}
+
+#[test]
+fn the_value_itself_stays_small() {
+    // Boxed per key: the table is boxed again so a listpack hash pays only its buffer's header.
+    assert!(std::mem::size_of::<HashValue>() <= 40);
 }

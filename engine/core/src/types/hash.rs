@@ -1,24 +1,26 @@
 //! The hash type (redis 7.0 `t_hash.c`): the value's API first, then its commands.
 //!
 //! # Value
-//! A [`HashValue`] is an [`IndexMap`] field → value (bytes → bytes) with the keyspace's kind of
-//! hasher (foldhash, seeded per hash from the engine's PRNG so collisions cannot be planned).
-//! The dense entry vector gives O(1) random fields (HRANDFIELD) and a SCAN cursor.
+//! A [`HashValue`] has Redis 7.0's two encodings, for real:
 //!
-//! - **Memory.** The hash keeps its own byte count, `Σ (field + value + FIELD_OVERHEAD)`, updated
-//!   on every change, so [`HashValue::mem_size`] is O(1) (recomputing it per HSET made building
-//!   an N-field hash O(N²) once; never walk a collection to account memory).
-//! - **Encoding.** Redis 7.0 keeps a hash as a *listpack* while it has at most
-//!   `hash-max-listpack-entries` fields and no field or value longer than
-//!   `hash-max-listpack-value` bytes ([`EncodingLimits`], read when the hash grows), and
-//!   converts it to a *hashtable* for good otherwise (`hashTypeTryConversion`, `hashTypeSet`;
-//!   a snapshot load or RESTORE builds the hash again under the limits then in force, as
-//!   `rdbLoadObject` does). We track the same rule as a sticky flag, for
-//!   OBJECT ENCODING and because it decides reply order: a listpack replies in insertion order
-//!   (HSET of a new field appends, HDEL closes the gap), so while the flag says listpack, fields
-//!   are removed with `shift_remove` (O(n), n ≤ 512, like the listpack's memmove) and every
-//!   reply matches Redis byte for byte. A hashtable's order is unspecified in Redis; there we
-//!   remove with `swap_remove` (O(1)).
+//! - **listpack** — while the hash has at most `hash-max-listpack-entries` fields and no field
+//!   or value longer than `hash-max-listpack-value` bytes ([`EncodingLimits`], read when the
+//!   hash grows), field, value, field, value… sit in one contiguous buffer ([`Listpack`]: a
+//!   varint length + bytes per entry) in insertion order. Lookups are linear, as in Redis
+//!   (≤ 512 fields by default). HSET of a new field appends, an update replaces in place, HDEL
+//!   closes the gap, so every reply is in Redis's order byte for byte.
+//! - **hashtable** — past either limit the hash converts for good (`hashTypeTryConversion`,
+//!   `hashTypeSet`; never back, even when it shrinks) to an [`IndexMap`] field → value with the
+//!   keyspace's kind of hasher (foldhash, seeded per hash from the engine's PRNG, kept from
+//!   creation, so collisions cannot be planned). The dense entry vector gives O(1) random
+//!   fields (HRANDFIELD) and a SCAN cursor; deletion is `swap_remove` (O(1)): a hashtable's
+//!   order is unspecified in Redis. A snapshot load or RESTORE builds the hash again under the
+//!   limits then in force, as `rdbLoadObject` does.
+//!
+//! - **Memory.** [`HashValue::mem_size`] is O(1): a listpack accounts its buffer's length (10
+//!   short fields ≈ 200 bytes, against ~700 as a table); a hashtable keeps its own count,
+//!   `Σ (field + value + FIELD_OVERHEAD)`, updated on every change (recomputing it per HSET made
+//!   building an N-field hash O(N²) once; never walk a collection to account memory).
 //! - **SCAN.** A listpack answers everything in one call with cursor 0, as Redis does. A
 //!   hashtable uses the keyspace's downward cursor (see `keyspace.rs`, *SCAN guarantee*): the
 //!   cursor counts positions not yet visited; `swap_remove` only moves the last entry down and
@@ -49,10 +51,11 @@ use crate::glob;
 use crate::keyspace::Keep;
 use crate::notify::{class, notify};
 use crate::types::ldouble::LongDouble;
+use crate::types::listpack::{self, Listpack};
 use crate::types::{EncodingLimits, Value};
 
-/// Bytes accounted per field beyond its field and value bytes: the entry (hash + two boxed
-/// slices, 40 bytes) and its index slot (8).
+/// Bytes accounted per field of a hashtable beyond its field and value bytes: the entry (hash
+/// + two boxed slices, 40 bytes) and its index slot (8). A listpack accounts its buffer instead.
 pub const FIELD_OVERHEAD: usize = 48;
 /// Most elements a random-element reply with a negative count may hold (HRANDFIELD,
 /// SRANDMEMBER). Redis 7.0 has no bound and will stream 2^62 elements until it runs out of
@@ -64,11 +67,23 @@ type Map = IndexMap<Box<[u8]>, Box<[u8]>, FixedState>;
 /// A stored hash. Keeps its own byte count so [`mem_size`](Self::mem_size) is O(1).
 #[derive(Clone, Debug)]
 pub struct HashValue {
+    repr: Repr,
+}
+
+#[derive(Clone, Debug)]
+enum Repr {
+    /// Field, value, field, value… in insertion order. `seed` keys the hasher of the table it
+    /// may become.
+    Listpack { lp: Listpack, seed: u64 },
+    /// Boxed so a listpack hash stays small (the table is the rare, large case).
+    Table(Box<Table>),
+}
+
+#[derive(Clone, Debug)]
+struct Table {
     map: Map,
     /// Accounted bytes (see the module doc, *Memory*).
     bytes: usize,
-    /// Converted to a hashtable (sticky, like Redis's encoding).
-    hashtable: bool,
 }
 
 impl Default for HashValue {
@@ -80,9 +95,36 @@ impl Default for HashValue {
 /// Equal contents (order and encoding aside).
 impl PartialEq for HashValue {
     fn eq(&self, other: &Self) -> bool {
-        self.map == other.map
+        self.len() == other.len() && self.iter().all(|(f, v)| other.get(f) == Some(v))
     }
 }
+
+/// Iterator over a hash's fields and values in reply order.
+pub enum Iter<'a> {
+    Listpack(listpack::Iter<'a>),
+    Table(indexmap::map::Iter<'a, Box<[u8]>, Box<[u8]>>),
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Iter::Listpack(it) => Some((it.next()?, it.next().expect("value after field"))),
+            Iter::Table(it) => it.next().map(|(f, v)| (&**f, &**v)),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = match self {
+            Iter::Listpack(it) => it.len() / 2,
+            Iter::Table(it) => it.len(),
+        };
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
 
 impl HashValue {
     /// An empty hash with an unseeded hasher (tests, snapshots); commands use
@@ -91,31 +133,71 @@ impl HashValue {
         HashValue::with_seed(0)
     }
 
-    /// An empty hash whose hasher is keyed by `seed`.
+    /// An empty hash whose hasher (once it is a hashtable) is keyed by `seed`.
     pub fn with_seed(seed: u64) -> HashValue {
         HashValue {
-            map: Map::with_hasher(FixedState::with_seed(seed)),
-            bytes: 0,
-            hashtable: false,
+            repr: Repr::Listpack {
+                lp: Listpack::new(),
+                seed,
+            },
         }
     }
 
     /// Number of fields (HLEN).
     pub fn len(&self) -> usize {
-        self.map.len()
+        match &self.repr {
+            Repr::Listpack { lp, .. } => lp.len() / 2,
+            Repr::Table(t) => t.map.len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
+    }
+
+    /// Offsets of `field`'s entry and of its value's entry in a listpack (linear, as Redis's
+    /// `lpFind`).
+    fn lp_find(lp: &Listpack, field: &[u8]) -> Option<(usize, usize)> {
+        let end = lp.byte_len();
+        let mut off = 0;
+        while off < end {
+            let (f, voff) = lp.entry_at(off);
+            if f == field {
+                return Some((off, voff));
+            }
+            off = lp.entry_at(voff).1;
+        }
+        None
     }
 
     /// The value of `field`.
     pub fn get(&self, field: &[u8]) -> Option<&[u8]> {
-        self.map.get(field).map(|v| &**v)
+        match &self.repr {
+            Repr::Listpack { lp, .. } => {
+                Self::lp_find(lp, field).map(|(_, voff)| lp.entry_at(voff).0)
+            }
+            Repr::Table(t) => t.map.get(field).map(|v| &**v),
+        }
     }
 
     pub fn contains(&self, field: &[u8]) -> bool {
-        self.map.contains_key(field)
+        self.get(field).is_some()
+    }
+
+    /// Converts a listpack to a hashtable, keeping the order (redis `hashTypeConvert`; never
+    /// converts back).
+    fn convert(&mut self) {
+        let Repr::Listpack { lp, seed } = &self.repr else {
+            return;
+        };
+        let mut map = Map::with_capacity_and_hasher(lp.len() / 2, FixedState::with_seed(*seed));
+        let mut bytes = 0;
+        let mut it = lp.iter();
+        while let (Some(f), Some(v)) = (it.next(), it.next()) {
+            bytes += f.len() + v.len() + FIELD_OVERHEAD;
+            map.insert(f.into(), v.into());
+        }
+        self.repr = Repr::Table(Box::new(Table { map, bytes }));
     }
 
     /// Sets `field` to `value`; returns true if the field is new. An existing field keeps its
@@ -124,27 +206,43 @@ impl HashValue {
     /// `hash-max-listpack-entries` (redis `hashTypeSet`).
     pub fn set(&mut self, field: &[u8], value: &[u8], lim: &EncodingLimits) -> bool {
         if !lim.hash_fits_value(field.len()) || !lim.hash_fits_value(value.len()) {
-            self.hashtable = true;
+            self.convert();
         }
+        let t = match &mut self.repr {
+            Repr::Listpack { lp, .. } => {
+                let new = match Self::lp_find(lp, field) {
+                    Some((_, voff)) => {
+                        lp.replace(voff, value);
+                        false
+                    }
+                    None => {
+                        lp.extend(&[field, value]);
+                        true
+                    }
+                };
+                // Checked after an update too: a lowered limit converts at the next write.
+                if !lim.hash_fits_entries(lp.len() / 2) {
+                    self.convert();
+                }
+                return new;
+            }
+            Repr::Table(t) => t,
+        };
         // One probe of the index whether the field is new or not (`entry` needs an owned key,
         // which a new field needs anyway; an update pays one allocation for it).
-        let new = match self.map.entry(field.into()) {
+        match t.map.entry(field.into()) {
             indexmap::map::Entry::Occupied(mut o) => {
                 let old = o.get_mut();
-                self.bytes = self.bytes - old.len() + value.len();
+                t.bytes = t.bytes - old.len() + value.len();
                 *old = value.into();
                 false
             }
             indexmap::map::Entry::Vacant(v) => {
-                self.bytes += field.len() + value.len() + FIELD_OVERHEAD;
+                t.bytes += field.len() + value.len() + FIELD_OVERHEAD;
                 v.insert(value.into());
                 true
             }
-        };
-        if !lim.hash_fits_entries(self.map.len()) {
-            self.hashtable = true;
         }
-        new
     }
 
     /// Converts to a hashtable if any of `args` (the fields and values a command is about to
@@ -155,49 +253,70 @@ impl HashValue {
         args: impl IntoIterator<Item = &'a [u8]>,
         lim: &EncodingLimits,
     ) {
-        if !self.hashtable && args.into_iter().any(|a| !lim.hash_fits_value(a.len())) {
-            self.hashtable = true;
+        if self.is_listpack() && args.into_iter().any(|a| !lim.hash_fits_value(a.len())) {
+            self.convert();
         }
     }
 
-    /// Removes `field`; returns whether it was there.
+    /// Removes `field`; returns whether it was there. A listpack closes the gap (order kept);
+    /// a hashtable moves its last entry into the hole (O(1), see *SCAN*).
     pub fn remove(&mut self, field: &[u8]) -> bool {
-        let removed = if self.hashtable {
-            self.map.swap_remove_entry(field)
-        } else {
-            self.map.shift_remove_entry(field)
-        };
-        match removed {
-            Some((f, v)) => {
-                self.bytes -= f.len() + v.len() + FIELD_OVERHEAD;
-                true
-            }
-            None => false,
+        match &mut self.repr {
+            Repr::Listpack { lp, .. } => match Self::lp_find(lp, field) {
+                Some((off, _)) => {
+                    lp.remove(off, 2);
+                    true
+                }
+                None => false,
+            },
+            Repr::Table(t) => match t.map.swap_remove_entry(field) {
+                Some((f, v)) => {
+                    t.bytes -= f.len() + v.len() + FIELD_OVERHEAD;
+                    true
+                }
+                None => false,
+            },
         }
     }
 
     /// Fields and values in reply order (insertion order for a listpack).
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&[u8], &[u8])> {
-        self.map.iter().map(|(f, v)| (&**f, &**v))
+    pub fn iter(&self) -> Iter<'_> {
+        match &self.repr {
+            Repr::Listpack { lp, .. } => Iter::Listpack(lp.iter()),
+            Repr::Table(t) => Iter::Table(t.map.iter()),
+        }
     }
 
-    /// The field and value at position `i` (`0..len`).
+    /// The field and value at position `i` (`0..len`): O(1) for a hashtable, a walk for a
+    /// listpack (callers wanting many positions collect [`iter`](Self::iter) once).
     pub fn get_index(&self, i: usize) -> Option<(&[u8], &[u8])> {
-        self.map.get_index(i).map(|(f, v)| (&**f, &**v))
+        match &self.repr {
+            Repr::Listpack { .. } => self.iter().nth(i),
+            Repr::Table(t) => t.map.get_index(i).map(|(f, v)| (&**f, &**v)),
+        }
+    }
+
+    /// Whether the hash is still a listpack (linear lookups, insertion order).
+    pub fn is_listpack(&self) -> bool {
+        matches!(self.repr, Repr::Listpack { .. })
     }
 
     /// OBJECT ENCODING: `listpack` or `hashtable` (Redis 7.0 names and thresholds).
     pub fn encoding(&self) -> &'static str {
-        if self.hashtable {
-            "hashtable"
-        } else {
+        if self.is_listpack() {
             "listpack"
+        } else {
+            "hashtable"
         }
     }
 
-    /// Payload bytes this value accounts for in `used_memory`, kept incrementally (O(1)).
+    /// Payload bytes this value accounts for in `used_memory`, kept incrementally (O(1)): the
+    /// listpack's buffer, or the table's count.
     pub fn mem_size(&self) -> usize {
-        self.bytes
+        match &self.repr {
+            Repr::Listpack { lp, .. } => lp.byte_len(),
+            Repr::Table(t) => t.bytes,
+        }
     }
 
     /// One HSCAN step: calls `f` for up to `count` fields below `cursor` (0 = from the top) and
@@ -209,15 +328,15 @@ impl HashValue {
         count: usize,
         mut f: impl FnMut(&'a [u8], &'a [u8]),
     ) -> u64 {
-        if !self.hashtable {
+        let Repr::Table(t) = &self.repr else {
             for (k, v) in self.iter() {
                 f(k, v);
             }
             return 0;
-        }
-        let (next, range) = scan_range(self.map.len(), cursor, count);
+        };
+        let (next, range) = scan_range(t.map.len(), cursor, count);
         for i in range.rev() {
-            let (k, v) = self.get_index(i).expect("in range");
+            let (k, v) = t.map.get_index(i).expect("in range");
             f(k, v);
         }
         next
@@ -715,10 +834,16 @@ fn hrandfield_count(
         sample_distinct(size, count as usize, &mut || e.ks.next_random())
     };
     let h = as_hash(e.ks.value(i))?;
+    // A listpack has no O(1) positions: index it once (≤ its few entries) rather than walk
+    // it per draw (a negative count may ask for millions).
+    let listed: Option<Vec<(&[u8], &[u8])>> = h.is_listpack().then(|| h.iter().collect());
     let mut w = c.w();
     header(&mut w, positions.len());
     for p in positions {
-        let (f, v) = h.get_index(p).expect("in range");
+        let (f, v) = match &listed {
+            Some(all) => all[p],
+            None => h.get_index(p).expect("in range"),
+        };
         item(&mut w, f, v);
     }
     Ok(())
@@ -745,204 +870,5 @@ pub fn hscan(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 }
 
 #[cfg(test)]
-mod tests {
-    const LIM: crate::types::EncodingLimits = crate::types::EncodingLimits::DEFAULT;
-    use super::*;
-
-    fn rng(seed: u64) -> impl FnMut() -> u64 {
-        let mut s = seed;
-        move || {
-            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-    }
-
-    /// The byte count recomputed from scratch, for checking the incremental one.
-    fn recount(h: &HashValue) -> usize {
-        h.iter()
-            .map(|(f, v)| f.len() + v.len() + FIELD_OVERHEAD)
-            .sum()
-    }
-
-    #[test]
-    fn set_get_remove_and_bytes() {
-        let mut h = HashValue::with_seed(7);
-        assert!(h.is_empty());
-        assert!(h.set(b"a", b"1", &LIM));
-        assert!(h.set(b"b", b"22", &LIM));
-        assert!(!h.set(b"a", b"333", &LIM));
-        assert_eq!(h.get(b"a"), Some(&b"333"[..]));
-        assert_eq!(h.get(b"zz"), None);
-        assert_eq!(h.len(), 2);
-        assert_eq!(h.mem_size(), recount(&h));
-        assert_eq!(h.mem_size(), 1 + 3 + 1 + 2 + 2 * FIELD_OVERHEAD);
-        assert!(h.remove(b"a"));
-        assert!(!h.remove(b"a"));
-        assert_eq!(h.mem_size(), 1 + 2 + FIELD_OVERHEAD);
-        assert!(h.remove(b"b"));
-        assert_eq!(h.mem_size(), 0);
-        assert!(h.is_empty());
-    }
-
-    #[test]
-    fn listpack_keeps_insertion_order_through_deletes() {
-        let mut h = HashValue::new();
-        for f in ["a", "b", "c", "d", "e"] {
-            h.set(f.as_bytes(), b"v", &LIM);
-        }
-        h.remove(b"b");
-        h.set(b"c", b"w", &LIM); // update in place
-        h.set(b"f", b"v", &LIM);
-        let order: Vec<&[u8]> = h.iter().map(|(f, _)| f).collect();
-        assert_eq!(order, [&b"a"[..], b"c", b"d", b"e", b"f"]);
-        assert_eq!(h.encoding(), "listpack");
-    }
-
-    #[test]
-    fn encoding_thresholds_are_sticky() {
-        let mut h = HashValue::new();
-        for i in 0..LIM.hash_max_listpack_entries as usize {
-            h.set(format!("f{i}").as_bytes(), b"v", &LIM);
-        }
-        assert_eq!(h.encoding(), "listpack");
-        h.set(b"one-more", b"v", &LIM);
-        assert_eq!(h.encoding(), "hashtable");
-        h.remove(b"one-more");
-        assert_eq!(h.encoding(), "hashtable", "Redis never converts back");
-
-        let mut h = HashValue::new();
-        h.set(b"f", &[b'x'; LIM.hash_max_listpack_value as usize], &LIM);
-        assert_eq!(h.encoding(), "listpack");
-        h.set(
-            b"f",
-            &[b'x'; LIM.hash_max_listpack_value as usize + 1],
-            &LIM,
-        );
-        assert_eq!(h.encoding(), "hashtable");
-        let mut h = HashValue::new();
-        h.set(
-            &[b'k'; LIM.hash_max_listpack_value as usize + 1],
-            b"v",
-            &LIM,
-        );
-        assert_eq!(h.encoding(), "hashtable");
-    }
-
-    #[test]
-    fn bytes_stay_exact_under_random_churn() {
-        let mut h = HashValue::with_seed(1);
-        let mut r = rng(3);
-        for _ in 0..5000 {
-            let f = format!("f{}", r() % 300);
-            let v = vec![b'v'; (r() % 100) as usize];
-            if r().is_multiple_of(3) {
-                h.remove(f.as_bytes());
-            } else {
-                h.set(f.as_bytes(), &v, &LIM);
-            }
-            assert_eq!(h.mem_size(), recount(&h));
-        }
-    }
-
-    #[test]
-    fn listpack_scan_returns_everything_at_once() {
-        let mut h = HashValue::new();
-        for i in 0..50 {
-            h.set(format!("f{i}").as_bytes(), b"v", &LIM);
-        }
-        let mut n = 0;
-        assert_eq!(h.scan(0, 1, |_, _| n += 1), 0);
-        assert_eq!(n, 50);
-        // Any cursor: a listpack ignores it, like Redis.
-        n = 0;
-        assert_eq!(h.scan(12345, 1, |_, _| n += 1), 0);
-        assert_eq!(n, 50);
-    }
-
-    #[test]
-    fn hashtable_scan_sees_every_stable_field_despite_churn() {
-        for seed in 0..10u64 {
-            let mut r = rng(seed);
-            let mut h = HashValue::with_seed(seed);
-            for i in 0..500 {
-                h.set(format!("stable{i}").as_bytes(), b"v", &LIM);
-            }
-            for i in 0..200 {
-                h.set(format!("churn{i}").as_bytes(), b"v", &LIM);
-            }
-            assert_eq!(h.encoding(), "hashtable");
-            let mut seen = std::collections::HashSet::new();
-            let mut cursor = 0;
-            let mut steps = 0;
-            loop {
-                cursor = h.scan(cursor, 7, |f, _| {
-                    seen.insert(f.to_vec());
-                });
-                // Churn between calls: delete and add non-stable fields.
-                let victim = format!("churn{}", r() % 200);
-                h.remove(victim.as_bytes());
-                h.set(format!("new{}", r() % 1000).as_bytes(), b"v", &LIM);
-                steps += 1;
-                assert!(steps < 10_000, "scan must end");
-                if cursor == 0 {
-                    break;
-                }
-            }
-            for i in 0..500 {
-                assert!(
-                    seen.contains(format!("stable{i}").as_bytes()),
-                    "seed {seed}: stable{i} missed"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn sample_distinct_is_distinct_and_in_range() {
-        let mut r = rng(9);
-        for (len, count) in [(10, 1), (10, 9), (10, 3), (1000, 5), (1000, 400), (2, 1)] {
-            let s = sample_distinct(len, count, &mut r);
-            assert_eq!(s.len(), count);
-            let set: std::collections::HashSet<_> = s.iter().collect();
-            assert_eq!(set.len(), count, "distinct");
-            assert!(s.iter().all(|&p| p < len));
-        }
-        // Every position gets picked sometimes (uniformity, coarsely).
-        let mut hits = [0u32; 10];
-        for _ in 0..2000 {
-            for p in sample_distinct(10, 2, &mut r) {
-                hits[p] += 1;
-            }
-        }
-        assert!(hits.iter().all(|&h| h > 250), "{hits:?}");
-    }
-
-    #[test]
-    fn scan_opts_grammar() {
-        assert_eq!(parse_scan_opts(&[]), Ok((10, None)));
-        assert_eq!(
-            parse_scan_opts(&[b"COUNT", b"5", b"match", b"a*"]),
-            Ok((5, Some(&b"a*"[..])))
-        );
-        assert_eq!(parse_scan_opts(&[b"MATCH", b"*"]), Ok((10, None)));
-        assert_eq!(parse_scan_opts(&[b"COUNT", b"0"]), Err(CmdError::Syntax));
-        assert_eq!(parse_scan_opts(&[b"COUNT"]), Err(CmdError::Syntax));
-        assert_eq!(parse_scan_opts(&[b"TYPE", b"hash"]), Err(CmdError::Syntax));
-        assert_eq!(
-            parse_scan_opts(&[b"COUNT", b"x"]),
-            Err(CmdError::NotInteger)
-        );
-    }
-
-    #[test]
-    fn scan_range_steps_down() {
-        assert_eq!(scan_range(10, 0, 3), (7, 7..10));
-        assert_eq!(scan_range(10, 7, 3), (4, 4..7));
-        assert_eq!(scan_range(10, 2, 3), (0, 0..2));
-        assert_eq!(scan_range(10, 99, 3), (7, 7..10));
-        assert_eq!(scan_range(0, 0, 3), (0, 0..0));
-    }
-}
+#[path = "hash_tests.rs"]
+mod tests;

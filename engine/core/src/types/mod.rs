@@ -21,6 +21,7 @@ pub mod hyperloglog;
 pub mod lcs;
 pub mod ldouble;
 pub mod list;
+pub mod listpack;
 pub mod set;
 pub mod sort;
 pub mod stream;

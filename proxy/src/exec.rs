@@ -260,8 +260,7 @@ fn in_transaction<A: Args + ?Sized>(
         && matches!(*me.lane, Lane::Dedicated(_) | Lane::Spread);
     // A lane switch can only have to wait while replies are pending; only then is the
     // state kept to be restored (a clone holds every queued request: not per command).
-    let before =
-        (!never_waits && me.replies.pending_len() > 0).then(|| me.session.tx.clone());
+    let before = (!never_waits && me.replies.pending_len() > 0).then(|| me.session.tx.clone());
     let step = me.session.tx.step(args, raw, &ctx.fleet.up);
     // A transaction on one instance takes its dedicated connection; one spanning instances
     // takes the connections to each (`crate::coord`).

@@ -477,7 +477,11 @@ impl Conn {
             // Idle: freed (Redis `sdsRemoveFreeSpace` after 2 s). A burst's buffer that stayed
             // empty: trimmed to one read's size, not freed, as Redis trims it to about its
             // recent peak while the client is active.
-            self.rbuf = if idle { Vec::new() } else { vec![0; READ_CHUNK] };
+            self.rbuf = if idle {
+                Vec::new()
+            } else {
+                vec![0; READ_CHUNK]
+            };
             self.rstart = 0;
             self.rend = 0;
         }

@@ -1,7 +1,8 @@
 //! Conversions between RESP replies and Lua values, as Redis 7.0 does them
 //! (`redisProtocolToLuaType_*` and `luaReplyToRedisReply` in `script_lua.c`).
 //!
-//! RESP → Lua (a command's reply, in the script's protocol, `redis.setresp`):
+//! RESP → Lua (a command's reply, in the script's protocol, `redis.setresp`; done as the reply
+//! is read, by `fastcall.rs`):
 //!
 //! | reply | Lua |
 //! |---|---|
@@ -33,9 +34,10 @@ use resp::{Proto, ReplyWriter};
 /// Deepest table nesting converted into a reply.
 pub const MAX_DEPTH: usize = 1000;
 
-/// redis `luaPushErrorBuff`'s text: `-CODE msg` keeps its code, a message without `-` gets
-/// `ERR`; a trailing CR/LF is trimmed.
-pub fn error_text(buf: &[u8]) -> Vec<u8> {
+/// redis `luaPushErrorBuff`'s parts: `-CODE msg` keeps its code, a message without `-` or
+/// without a code gets `ERR`; CR/LF around the message are trimmed. The text is
+/// `code + " " + msg`.
+pub fn error_parts(buf: &[u8]) -> (&[u8], &[u8]) {
     let (code, msg): (&[u8], &[u8]) = match buf.strip_prefix(b"-") {
         Some(rest) => match rest.iter().position(|&b| b == b' ') {
             Some(sp) => (&rest[..sp], &rest[sp + 1..]),
@@ -43,17 +45,17 @@ pub fn error_text(buf: &[u8]) -> Vec<u8> {
         },
         None => (b"ERR", buf),
     };
-    let trim = |s: &[u8]| -> usize {
-        s.iter()
-            .rposition(|&b| b != b'\r' && b != b'\n')
-            .map_or(0, |p| p + 1)
+    let kept = |b: &u8| *b != b'\r' && *b != b'\n';
+    let msg = match (msg.iter().position(kept), msg.iter().rposition(kept)) {
+        (Some(a), Some(z)) => &msg[a..=z],
+        _ => &b""[..],
     };
-    let start = msg
-        .iter()
-        .position(|&b| b != b'\r' && b != b'\n')
-        .unwrap_or(msg.len());
-    let msg = &msg[start..];
-    let msg = &msg[..trim(msg)];
+    (code, msg)
+}
+
+/// [`error_parts`] joined: the error text Redis gives a script.
+pub fn error_text(buf: &[u8]) -> Vec<u8> {
+    let (code, msg) = error_parts(buf);
     let mut out = Vec::with_capacity(code.len() + 1 + msg.len());
     out.extend_from_slice(code);
     out.push(b' ');
@@ -70,67 +72,6 @@ pub fn error_table(lua: &Lua, text: &[u8], counted: bool) -> mlua::Result<Table>
         t.raw_set("ignore_error_stats_update", true)?;
     }
     Ok(t)
-}
-
-/// A command's reply → Lua. `proto` is the protocol it was written in.
-pub fn reply_to_lua(lua: &Lua, v: resp::Value, proto: Proto) -> mlua::Result<Value> {
-    use resp::Value as R;
-    let single = |k: &str, v: Value| -> mlua::Result<Value> {
-        let t = lua.create_table()?;
-        t.raw_set(k, v)?;
-        Ok(Value::Table(t))
-    };
-    Ok(match v {
-        R::Integer(n) => Value::Number(n as f64),
-        R::Bulk(b) => Value::String(lua.create_string(&b)?),
-        R::Null if proto == Proto::Resp2 => Value::Boolean(false),
-        R::Null => Value::Nil,
-        R::Simple(s) => single("ok", Value::String(lua.create_string(&s)?))?,
-        R::Error(e) => {
-            let mut buf = Vec::with_capacity(e.len() + 1);
-            buf.push(b'-');
-            buf.extend_from_slice(&e);
-            Value::Table(error_table(lua, &error_text(&buf), true)?)
-        }
-        R::Array(items) | R::Push(items) => {
-            let t = lua.create_table_with_capacity(items.len(), 0)?;
-            for (i, item) in items.into_iter().enumerate() {
-                t.raw_set(i + 1, reply_to_lua(lua, item, proto)?)?;
-            }
-            Value::Table(t)
-        }
-        R::Map(pairs) => {
-            let m = lua.create_table()?;
-            for (k, v) in pairs {
-                let k = reply_to_lua(lua, k, proto)?;
-                let v = reply_to_lua(lua, v, proto)?;
-                if !k.is_nil() {
-                    m.raw_set(k, v)?;
-                }
-            }
-            single("map", Value::Table(m))?
-        }
-        R::Set(items) => {
-            let s = lua.create_table()?;
-            for item in items {
-                let k = reply_to_lua(lua, item, proto)?;
-                if !k.is_nil() {
-                    s.raw_set(k, true)?;
-                }
-            }
-            single("set", Value::Table(s))?
-        }
-        R::Boolean(b) => Value::Boolean(b),
-        R::Double(d) => single("double", Value::Number(d))?,
-        R::BigNumber(s) => single("big_number", Value::String(lua.create_string(&s)?))?,
-        R::Verbatim { format, text } => {
-            let inner = lua.create_table()?;
-            inner.raw_set("string", lua.create_string(&text)?)?;
-            inner.raw_set("format", lua.create_string(format)?)?;
-            single("verbatim_string", Value::Table(inner))?
-        }
-        R::Attribute { value, .. } => reply_to_lua(lua, *value, proto)?,
-    })
 }
 
 /// The script's return value → a reply in `caller` protocol; `script` is the protocol the
@@ -291,23 +232,36 @@ fn write_table(t: &Table, caller: Proto, script: Proto, out: &mut Vec<u8>, depth
     }
 }
 
-/// A `redis.call` argument: strings as they are, numbers as `%.17g` (redis
-/// `luaArgsToRedisArgv`); anything else is refused.
+/// A number argument as Redis's `luaArgsToRedisArgv` writes it: `%.17g` (an integral value
+/// below 1e17 prints its digits, as `%.17g` does).
+pub fn arg_number(n: f64, out: &mut Vec<u8>) {
+    if n.fract() == 0.0 && n.abs() < 1e17 && n != 0.0 {
+        out.extend_from_slice(itoa::Buffer::new().format(n as i64).as_bytes());
+    } else if n.is_nan() {
+        out.extend_from_slice(if n.is_sign_negative() {
+            b"-nan"
+        } else {
+            b"nan"
+        });
+    } else {
+        engine_core::types::zset::score::fmt_reply(n, out);
+    }
+}
+
+/// A `redis.call`-style argument (`redis.acl_check_cmd`, `redis.sha1hex`): strings as they
+/// are, numbers as [`arg_number`]; anything else is refused.
 pub fn arg_bytes(v: &Value) -> Option<Vec<u8>> {
     match v {
         Value::String(s) => Some(s.as_bytes().to_vec()),
-        Value::Integer(n) => Some(n.to_string().into_bytes()),
+        // mlua gives an integral Lua number as Integer: the same number to Redis.
+        Value::Integer(n) => {
+            let mut out = Vec::new();
+            arg_number(*n as f64, &mut out);
+            Some(out)
+        }
         Value::Number(n) => {
             let mut out = Vec::new();
-            if n.is_nan() {
-                out.extend_from_slice(if n.is_sign_negative() {
-                    b"-nan"
-                } else {
-                    b"nan"
-                });
-            } else {
-                engine_core::types::zset::score::fmt_reply(*n, &mut out);
-            }
+            arg_number(*n, &mut out);
             Some(out)
         }
         _ => None,

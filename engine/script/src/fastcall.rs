@@ -92,7 +92,7 @@ unsafe extern "C-unwind" fn redis_pcall(l: *mut ffi::lua_State) -> c_int {
 
 /// SAFETY (for the C API): Lua calls a C function with at least `LUA_MINSTACK` (20) free
 /// slots above its arguments, which are popped before anything is pushed; this pushes at most
-/// 4 before [`push_reply`], which checks for room per level of nesting. The upvalue is the `RunCtx` pointer `install` stored, alive for
+/// 5 before [`push_reply`], which checks for room per level of nesting. The upvalue is the `RunCtx` pointer `install` stored, alive for
 /// the state's life. This frame and the pushing frames hold nothing to drop (module docs).
 unsafe fn generic(l: *mut ffi::lua_State, raise: bool) -> c_int {
     unsafe {
@@ -120,16 +120,16 @@ unsafe fn generic(l: *mut ffi::lua_State, raise: bool) -> c_int {
                 let mut pos = 0;
                 if !push_reply(l, out, &mut pos, proto) {
                     ffi::lua_settop(l, top);
-                    push_error_table(l, b"", b"ERR reached lua stack limit", false);
+                    push_error_table(l, &[b"ERR reached lua stack limit"], false);
                 }
                 out.first() != Some(&b'-')
             }
             Outcome::Refused => {
-                push_error_table(l, b"", out, true);
+                push_error_table(l, &[out], true);
                 false
             }
             Outcome::Static(text) => {
-                push_error_table(l, b"", text, false);
+                push_error_table(l, &[text], false);
                 false
             }
         };
@@ -174,7 +174,7 @@ unsafe fn run_command(l: *mut ffi::lua_State, ctx: &RunCtx, s: &mut Scratch) -> 
             ffi::LUA_TNUMBER => {
                 let start = s.nums.len();
                 // SAFETY: a number.
-                arg_number(unsafe { ffi::lua_tonumber(l, i) }, &mut s.nums);
+                crate::convert::arg_number(unsafe { ffi::lua_tonumber(l, i) }, &mut s.nums);
                 s.spans.push(Span::Num(start, s.nums.len()));
             }
             _ => {
@@ -216,35 +216,18 @@ unsafe fn run_command(l: *mut ffi::lua_State, ctx: &RunCtx, s: &mut Scratch) -> 
     }
 }
 
-/// A number argument as Redis's `luaArgsToRedisArgv` writes it: `%.17g` (an integral value
-/// below 1e17 prints its digits, as `%.17g` does).
-fn arg_number(n: f64, out: &mut Vec<u8>) {
-    if n.fract() == 0.0 && n.abs() < 1e17 && n != 0.0 {
-        out.extend_from_slice(itoa::Buffer::new().format(n as i64).as_bytes());
-    } else if n.is_nan() {
-        out.extend_from_slice(if n.is_sign_negative() {
-            b"-nan"
-        } else {
-            b"nan"
-        });
-    } else {
-        engine_core::types::zset::score::fmt_reply(n, out);
-    }
-}
-
-/// Pushes `{err = prefix .. text, ignore_error_stats_update = true if counted}`.
+/// Pushes `{err = <parts joined>, ignore_error_stats_update = true if counted}`.
 ///
-/// SAFETY: room for 3 values on the stack; may raise (allocation).
-unsafe fn push_error_table(l: *mut ffi::lua_State, prefix: &[u8], text: &[u8], counted: bool) {
+/// SAFETY: room for 5 values on the stack (table, key, 3 parts); may raise (allocation).
+unsafe fn push_error_table(l: *mut ffi::lua_State, parts: &[&[u8]], counted: bool) {
     unsafe {
         ffi::lua_createtable(l, 0, 2);
         ffi::lua_pushlstring(l, c"err".as_ptr(), 3);
-        if prefix.is_empty() {
-            ffi::lua_pushlstring(l, text.as_ptr().cast(), text.len());
-        } else {
-            ffi::lua_pushlstring(l, prefix.as_ptr().cast(), prefix.len());
-            ffi::lua_pushlstring(l, text.as_ptr().cast(), text.len());
-            ffi::lua_concat(l, 2);
+        for part in parts {
+            ffi::lua_pushlstring(l, part.as_ptr().cast(), part.len());
+        }
+        if parts.len() > 1 {
+            ffi::lua_concat(l, parts.len() as c_int);
         }
         ffi::lua_rawset(l, -3);
         if counted {
@@ -278,11 +261,11 @@ fn bulk<'a>(buf: &'a [u8], pos: &mut usize, len: usize) -> Option<&'a [u8]> {
 /// SAFETY: a running C function's state; may raise (allocation). Holds nothing to drop.
 unsafe fn push_reply(l: *mut ffi::lua_State, buf: &[u8], pos: &mut usize, proto: Proto) -> bool {
     unsafe {
-        if ffi::lua_checkstack(l, 4) == 0 {
+        if ffi::lua_checkstack(l, 6) == 0 {
             return false;
         }
         let Some(head) = line(buf, pos) else {
-            push_error_table(l, b"", b"ERR unreadable reply", false);
+            push_error_table(l, &[b"ERR unreadable reply"], false);
             return true;
         };
         let (kind, rest) = match head.split_first() {
@@ -311,24 +294,15 @@ unsafe fn push_reply(l: *mut ffi::lua_State, buf: &[u8], pos: &mut usize, proto:
             (b'$' | b'*', Some(-1)) | (b'_', _) => null(),
             (b'$', Some(n)) if n >= 0 => match bulk(buf, pos, n as usize) {
                 Some(b) => push_str(b),
-                None => push_error_table(l, b"", b"ERR unreadable reply", false),
+                None => push_error_table(l, &[b"ERR unreadable reply"], false),
             },
             (b'+', _) => {
                 push_str(rest);
                 wrap(c"ok");
             }
             (b'-', _) => {
-                // redis `luaPushErrorBuff`: `CODE msg` keeps its code, else `ERR`; trimmed.
-                let (code, msg): (&[u8], &[u8]) = match rest.iter().position(|&b| b == b' ') {
-                    Some(sp) => (&rest[..sp + 1], &rest[sp + 1..]),
-                    None => (b"ERR ", rest),
-                };
-                let trim = |b: &u8| *b != b'\r' && *b != b'\n';
-                let msg = match (msg.iter().position(trim), msg.iter().rposition(trim)) {
-                    (Some(a), Some(z)) => &msg[a..=z],
-                    _ => &b""[..],
-                };
-                push_error_table(l, code, msg, true);
+                let (code, msg) = crate::convert::error_parts(head);
+                push_error_table(l, &[code, b" ", msg], true);
             }
             (b'*' | b'>', Some(n)) if n >= 0 => {
                 ffi::lua_createtable(l, n.min(1 << 16) as c_int, 0);
@@ -381,7 +355,7 @@ unsafe fn push_reply(l: *mut ffi::lua_State, buf: &[u8], pos: &mut usize, proto:
                     ffi::lua_setfield(l, -2, c"format".as_ptr());
                     wrap(c"verbatim_string");
                 }
-                None => push_error_table(l, b"", b"ERR unreadable reply", false),
+                None => push_error_table(l, &[b"ERR unreadable reply"], false),
             },
             (b'|', Some(n)) if n >= 0 => {
                 // An attribute: read and dropped; the value it annotates follows.
@@ -393,7 +367,7 @@ unsafe fn push_reply(l: *mut ffi::lua_State, buf: &[u8], pos: &mut usize, proto:
                 }
                 return push_reply(l, buf, pos, proto);
             }
-            _ => push_error_table(l, b"", b"ERR unreadable reply", false),
+            _ => push_error_table(l, &[b"ERR unreadable reply"], false),
         }
         true
     }

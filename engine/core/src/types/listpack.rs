@@ -31,12 +31,21 @@ fn varint_len(mut n: usize) -> usize {
     k
 }
 
-fn put_varint(out: &mut Vec<u8>, mut n: usize) {
+/// The LEB128 varint for `n` in a stack buffer: `(bytes, length)`.
+fn varint(mut n: usize) -> ([u8; 10], usize) {
+    let (mut out, mut k) = ([0u8; 10], 0);
     while n >= 0x80 {
-        out.push((n as u8 & 0x7f) | 0x80);
+        out[k] = (n as u8 & 0x7f) | 0x80;
         n >>= 7;
+        k += 1;
     }
-    out.push(n as u8);
+    out[k] = n as u8;
+    (out, k + 1)
+}
+
+fn put_varint(out: &mut Vec<u8>, n: usize) {
+    let (bytes, k) = varint(n);
+    out.extend_from_slice(&bytes[..k]);
 }
 
 impl Listpack {
@@ -114,12 +123,12 @@ impl Listpack {
             self.buf[end - entry.len()..end].copy_from_slice(entry);
             return;
         }
-        let mut enc = Vec::with_capacity(varint_len(entry.len()) + entry.len());
-        put_varint(&mut enc, entry.len());
-        enc.extend_from_slice(entry);
-        let grow = enc.len().saturating_sub(end - off);
+        // The new header and bytes go straight into the buffer (no temporary per update).
+        let (head, k) = varint(entry.len());
+        let grow = (k + entry.len()).saturating_sub(end - off);
         self.buf.reserve_exact(grow);
-        self.buf.splice(off..end, enc);
+        self.buf
+            .splice(off..end, head[..k].iter().chain(entry).copied());
         self.trim();
     }
 

@@ -352,7 +352,7 @@ fn derive(
                 return;
             }
             let left = is(to, "left");
-            let moved = match e.ks.get_entry(dst).map(|en| &en.value) {
+            let moved = match e.ks.get_entry(dst).map(|en| en.value) {
                 Some(Value::List(l)) => if left {
                     l.iter().next()
                 } else {
@@ -456,7 +456,7 @@ fn recreate_keys(e: &mut Engine, keys: &[DbKey]) {
             let feed = &mut e.feed;
             let deliveries = &mut e.deliveries;
             let limit = e.config.feed_buffer_limit;
-            feed::recreate(k, entry, &mut |args| feed.emit(deliveries, limit, db, args));
+            feed::recreate(k, &entry, &mut |args| feed.emit(deliveries, limit, db, args));
         });
     }
 }

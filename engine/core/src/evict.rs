@@ -239,7 +239,9 @@ struct Candidate {
     /// The database the key lives in (one pool for all of them, as in Redis).
     db: usize,
     pos: usize,
-    key_addr: usize,
+    /// The key's seeded hash: the slot at `pos` may hold another key by the time the
+    /// candidate is used (Redis keeps a copy of the key for the same reason).
+    key_hash: u64,
 }
 
 /// `used_memory` as INFO reports it and the limit compares.
@@ -352,7 +354,7 @@ fn pick_victim(e: &mut Engine, policy: Policy, now_ms: u64) -> Option<usize> {
                 while let Some(c) = e.evict.pool.pop() {
                     e.use_db(c.db);
                     if c.pos < e.ks.len()
-                        && e.ks.get_at(c.pos).0.as_ptr() as usize == c.key_addr
+                        && e.ks.key_hash(e.ks.key_at(c.pos)) == c.key_hash
                         && (!volatile || e.ks.expire_at(c.pos).is_some())
                     {
                         return Some(c.pos);
@@ -530,7 +532,7 @@ fn pool_insert(e: &mut Engine, i: usize, s: u64) {
     if pool.len() == EVPOOL_SIZE && s <= pool[0].score {
         return; // worse than everything in a full pool
     }
-    let key_addr = e.ks.get_at(i).0.as_ptr() as usize;
+    let key_hash = e.ks.key_hash(e.ks.key_at(i));
     if let Some(j) = pool.iter().position(|c| c.pos == i && c.db == db) {
         // Same position sampled again: keep the fresher reading.
         pool.remove(j);
@@ -542,7 +544,7 @@ fn pool_insert(e: &mut Engine, i: usize, s: u64) {
             score: s,
             db,
             pos: i,
-            key_addr,
+            key_hash,
         },
     );
     if pool.len() > EVPOOL_SIZE {
@@ -773,10 +775,10 @@ mod tests {
 
     #[test]
     fn entry_layout_stays_small() {
-        // value + u64 expiry + u32 vpos + u32 access: tracking adds no bytes.
+        // key (with the access word in its spare bytes) + value: tracking adds no bytes.
         assert_eq!(
-            std::mem::size_of::<crate::keyspace::Entry>(),
-            std::mem::size_of::<crate::types::Value>() + 16
+            std::mem::size_of::<crate::keytable::Slot>(),
+            std::mem::size_of::<crate::types::Value>() + 24
         );
     }
 

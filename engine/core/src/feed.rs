@@ -35,7 +35,7 @@ use resp::Proto;
 
 use crate::call::Call;
 use crate::error::CmdError;
-use crate::keyspace::Entry;
+use crate::keyspace::EntryRef;
 use crate::types::Value;
 use crate::{Delivery, Engine};
 
@@ -318,9 +318,9 @@ fn recreate_stream(key: &[u8], st: &crate::types::StreamValue, sink: &mut dyn Fn
 /// Calls `sink` with the commands that recreate `key` holding `entry` on an empty replica:
 /// the value in pieces of at most [`ENTRY_MAX_ELEMENTS`] elements, then `PEXPIREAT` when it
 /// has a TTL.
-pub fn recreate(key: &[u8], entry: &Entry, sink: &mut dyn FnMut(&[&[u8]])) {
+pub fn recreate(key: &[u8], entry: &EntryRef<'_>, sink: &mut dyn FnMut(&[&[u8]])) {
     let mut args: Vec<&[u8]> = Vec::new();
-    match &entry.value {
+    match entry.value {
         Value::Str(s) => {
             let mut buf = itoa::Buffer::new();
             sink(&[b"SET", key, s.bytes(&mut buf)]);
@@ -506,7 +506,7 @@ fn snapshot(e: &mut Engine, c: &mut Call, db: usize, at: usize) -> Result<(), Cm
     let proto = c.client.proto;
     let client_id = c.client.id;
     let matches = |k: &[u8]| prefixes.iter().any(|p| k.starts_with(p));
-    let live = |en: &Entry| en.expire_at().is_none_or(|at| now_ms <= at);
+    let live = |en: &EntryRef<'_>| en.expire_at().is_none_or(|at| now_ms <= at);
     let mut seq_buf = itoa::Buffer::new();
     let seq = seq_buf.format(e.feed.seq).as_bytes();
     let (_, out) = c.parts();
@@ -516,11 +516,11 @@ fn snapshot(e: &mut Engine, c: &mut Call, db: usize, at: usize) -> Result<(), Cm
     let mut nkeys = 0usize;
     // The database asked for, whichever one this connection selected.
     for (k, en) in e.db(db).iter_entries() {
-        if !(matches(k) && live(en)) {
+        if !(matches(k) && live(&en)) {
             continue;
         }
         nkeys += 1;
-        recreate(k, en, &mut |args| {
+        recreate(k, &en, &mut |args| {
             write_header(out, proto, args.len() + 2);
             write_bulk(out, b"entry");
             write_bulk(out, id);

@@ -1,13 +1,13 @@
 //! The keyspace: key → [`Entry`] (value + optional expiry), with lazy expiry on lookup.
 //!
 //! # Shape
-//! - `map`: an [`IndexMap`] (insertion-ordered hash map over a dense entry vector) with a
-//!   seeded foldhash hasher. Positions `0..len` make random sampling O(1) (RANDOMKEY) and give
-//!   SCAN a cursor; deletion is `swap_remove` (the last entry moves into the hole).
-//! - `volatile`: the map positions of keys that have a TTL, dense too, for the active expiry
-//!   sampler (Redis keeps a separate `expires` dict for the same reason). Each volatile entry
-//!   stores its own position in `volatile` (`vpos`), so both vectors are fixed up in O(1) on
-//!   every swap_remove.
+//! - `map`: a [`KeyTable`] (`crate::keytable`): a dense vector of slots (key + value + access
+//!   word) indexed by a hash table of positions, with a seeded foldhash hasher. Positions
+//!   `0..len` make random sampling O(1) (RANDOMKEY) and give SCAN a cursor; deletion is
+//!   `swap_remove` (the last entry moves into the hole).
+//! - The keys that have a TTL are kept by the table too, dense, with their expiry, for the
+//!   active expiry sampler (Redis keeps a separate `expires` dict for the same reason); a
+//!   persistent key carries only a flag bit.
 //!
 //! # Databases
 //! The per-database part (map, volatile index, bytes, WATCHed keys) is a [`Db`] in
@@ -42,8 +42,8 @@
 //! keyspace only stores the word and calls it. `clock_ms` is the time of the command running
 //! (the core has no clock), used to stamp keys created without a lookup.
 //!
-//! Entry layout: value + expiry (`u64`, [`NO_EXPIRE`] = none) + `u32` volatile position +
-//! `u32` access word, so access tracking costs no bytes over an `Option<u64>` expiry.
+//! The access word lives in bytes of the slot's key that its layout leaves free, so access
+//! tracking costs no bytes (see `crate::keytable`, *A slot*).
 //!
 //! # Changes
 //! Every mutation bumps `dirty` (redis `server.dirty`), in this one place, so the dispatcher can
@@ -63,44 +63,52 @@
 //!   in `event_mask` (set by `notify-keyspace-events`), so nothing is allocated when disabled.
 //!   `cmd::pubsub` publishes them, before the command's own events (Redis's order).
 
-use indexmap::IndexMap;
-
+use crate::keytable::{KeyTable, Slot};
 use crate::types::Value;
 
-/// Approximate bytes per key beyond key and value bytes: the entry vector slot, the hash index
-/// slot and allocator rounding (Redis's dictEntry + robj + sds headers are about the same).
-pub const ENTRY_OVERHEAD: usize = 72;
-/// Approximate bytes for a key's TTL (its `volatile` slot).
-pub const EXPIRE_OVERHEAD: usize = 8;
+/// Approximate bytes per key beyond key and value bytes: the slot (48) and its index bucket
+/// (5–10), as `crate::keytable` lays them out (Redis's dictEntry + robj + sds headers come to
+/// ~70).
+pub const ENTRY_OVERHEAD: usize = 56;
+/// Approximate bytes for a key's TTL (its volatile entry and index bucket).
+pub const EXPIRE_OVERHEAD: usize = 24;
 
-const NO_VPOS: u32 = u32::MAX;
-/// `Entry::expire_at` of a persistent key (a real expiry is at most `i64::MAX` ms).
-pub const NO_EXPIRE: u64 = u64::MAX;
+/// The largest expiry stored (Redis caps expiries at `i64::MAX` ms).
+const MAX_EXPIRE: u64 = u64::MAX - 1;
 
-/// A stored key's value and expiry.
+/// A stored key's value, expiry and access word: a view of a slot ([`Keyspace::get_at`]) or,
+/// owned, a removed one ([`Keyspace::remove_at`]).
 #[derive(Clone, Debug)]
-pub struct Entry {
-    pub value: Value,
-    /// Absolute Unix ms; [`NO_EXPIRE`] = persistent.
-    expire_at: u64,
-    /// Position in `Keyspace::volatile` when `expire_at` is set (a keyspace holds < 2^32 keys).
-    vpos: u32,
+pub struct Entry<V = Value> {
+    pub value: V,
+    /// Absolute Unix ms.
+    expire_at: Option<u64>,
     /// LRU clock or LFU word (see the module doc, *Access tracking*).
     access: u32,
 }
 
-impl Entry {
-    pub fn expire_at(&self) -> Option<u64> {
-        (self.expire_at != NO_EXPIRE).then_some(self.expire_at)
-    }
+/// A borrowed [`Entry`].
+pub type EntryRef<'a> = Entry<&'a Value>;
 
-    fn has_expire(&self) -> bool {
-        self.expire_at != NO_EXPIRE
+impl<V> Entry<V> {
+    pub fn expire_at(&self) -> Option<u64> {
+        self.expire_at
     }
 
     /// The access word (LRU clock or LFU counter; see `crate::evict`).
     pub fn access(&self) -> u32 {
         self.access
+    }
+}
+
+impl KeyTable {
+    /// The entry at position `i`.
+    fn entry(&self, i: usize) -> EntryRef<'_> {
+        Entry {
+            value: self.value(i),
+            expire_at: self.expire_at(i),
+            access: self.access(i),
+        }
     }
 }
 
@@ -124,7 +132,7 @@ pub struct KeyspaceStats {
     pub lazyfreed_objects: u64,
 }
 
-type Map = IndexMap<Box<[u8]>, Entry, foldhash::fast::FixedState>;
+type Map = KeyTable;
 
 /// A set of keys (the WATCHed keys).
 pub type KeySet = std::collections::HashSet<Box<[u8]>, foldhash::fast::FixedState>;
@@ -155,7 +163,7 @@ impl KsEvent {
 /// a flushed keyspace (FLUSHALL/FLUSHDB ASYNC), a slice at a time, or one value UNLINK
 /// removed.
 pub enum Graveyard {
-    Keys(indexmap::map::IntoIter<Box<[u8]>, Entry>),
+    Keys(std::vec::IntoIter<Slot>),
     Value(Value),
 }
 
@@ -167,7 +175,6 @@ pub struct Db {
     /// The database number (`SELECT n`), stable while the `Db` moves between slots.
     pub(crate) index: usize,
     map: Map,
-    volatile: Vec<usize>,
     used_bytes: usize,
     /// Keys some client WATCHes in this database (maintained by `cmd::tx`).
     pub watched: KeySet,
@@ -178,8 +185,7 @@ impl Db {
     pub fn new(index: usize, seed: u64) -> Db {
         Db {
             index,
-            map: Map::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
-            volatile: Vec::new(),
+            map: Map::with_seed(seed),
             used_bytes: 0,
             watched: Default::default(),
         }
@@ -198,7 +204,7 @@ impl Db {
     }
 
     pub fn volatile_len(&self) -> usize {
-        self.volatile.len()
+        self.map.volatile_len()
     }
 
     pub fn used_bytes(&self) -> usize {
@@ -206,26 +212,27 @@ impl Db {
     }
 
     /// Every stored entry (expired ones included), in position order (snapshots).
-    pub fn iter_entries(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
-        self.map.iter().map(|(k, e)| (&k[..], e))
+    pub fn iter_entries(&self) -> impl Iterator<Item = (&[u8], EntryRef<'_>)> {
+        (0..self.map.len()).map(|i| (self.map.key(i), self.map.entry(i)))
     }
 
     /// Whether `key` is stored (expired or not).
     pub fn contains(&self, key: &[u8]) -> bool {
-        self.map.contains_key(key)
+        self.map.find(key).is_some()
     }
 
     /// Exchanges the data of two databases (SWAPDB); each keeps its index and WATCHed keys,
     /// which belong to the index, as in Redis.
     pub fn swap_data(a: &mut Db, b: &mut Db) {
         std::mem::swap(&mut a.map, &mut b.map);
-        std::mem::swap(&mut a.volatile, &mut b.volatile);
         std::mem::swap(&mut a.used_bytes, &mut b.used_bytes);
     }
 
     /// See [`Keyspace::peek_expired`].
     pub fn peek_expired(&self, key: &[u8], now_ms: u64) -> Option<bool> {
-        self.map.get(key).map(|e| Keyspace::is_expired(e, now_ms))
+        self.map
+            .find(key)
+            .map(|i| Keyspace::is_expired(&self.map, i, now_ms))
     }
 }
 
@@ -308,11 +315,11 @@ pub struct Keyspace {
 pub type Tracked = Option<Vec<(Box<[u8]>, bool)>>;
 
 /// Bytes accounted for one entry.
-fn entry_bytes(key: &[u8], e: &Entry) -> usize {
+fn entry_bytes(key: &[u8], value: &Value, has_expire: bool) -> usize {
     key.len()
-        + e.value.mem_size()
+        + value.mem_size()
         + ENTRY_OVERHEAD
-        + if e.has_expire() { EXPIRE_OVERHEAD } else { 0 }
+        + if has_expire { EXPIRE_OVERHEAD } else { 0 }
 }
 
 impl Keyspace {
@@ -354,13 +361,13 @@ impl Keyspace {
 
     /// The entry of `key`, expired or not, without expiring it or touching its access word
     /// (the feed reads the state a command left).
-    pub fn get_entry(&self, key: &[u8]) -> Option<&Entry> {
-        self.data.map.get(key)
+    pub fn get_entry(&self, key: &[u8]) -> Option<EntryRef<'_>> {
+        self.data.map.find(key).map(|i| self.data.map.entry(i))
     }
 
     /// Every stored entry (expired ones included), in position order (feed snapshots).
-    pub fn iter_entries(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
-        self.data.map.iter().map(|(k, e)| (&k[..], e))
+    pub fn iter_entries(&self) -> impl Iterator<Item = (&[u8], EntryRef<'_>)> {
+        self.data.iter_entries()
     }
 
     /// Records a change of `key` for WATCH (redis `signalModifiedKey`).
@@ -400,12 +407,7 @@ impl Keyspace {
     #[inline]
     fn touch_at(&mut self, i: usize) {
         if !self.data.watched.is_empty() || self.tracked.is_some() {
-            let k = self
-                .data
-                .map
-                .get_index(i)
-                .expect("position from a lookup")
-                .0;
+            let k = self.data.map.key(i);
             Self::touch(&self.data, &mut self.touched, &mut self.tracked, k);
         }
     }
@@ -421,7 +423,7 @@ impl Keyspace {
     /// Whether `key` is stored, without expiring it: `None` absent, `Some(true)` stored but
     /// past its TTL, `Some(false)` live (redis `keyIsExpired`, for WATCH).
     pub fn peek_expired(&self, key: &[u8], now_ms: u64) -> Option<bool> {
-        self.data.map.get(key).map(|e| Self::is_expired(e, now_ms))
+        self.data.peek_expired(key, now_ms)
     }
 
     /// Number of keys, including expired keys not yet reclaimed (like redis DBSIZE).
@@ -435,7 +437,7 @@ impl Keyspace {
 
     /// Number of keys with a TTL.
     pub fn volatile_len(&self) -> usize {
-        self.data.volatile.len()
+        self.data.map.volatile_len()
     }
 
     /// Logical memory estimate of the stored data, bytes.
@@ -452,8 +454,9 @@ impl Keyspace {
         z ^ (z >> 31)
     }
 
-    fn is_expired(e: &Entry, now_ms: u64) -> bool {
-        e.has_expire() && now_ms > e.expire_at
+    #[inline]
+    fn is_expired(map: &Map, i: usize, now_ms: u64) -> bool {
+        map.has_expire(i) && map.expire_at(i).is_some_and(|at| now_ms > at)
     }
 
     /// Position of `key` if present and not expired; an expired key is deleted first. A live
@@ -465,8 +468,8 @@ impl Keyspace {
             crate::evict::AccessMode::Lru => 0,
             crate::evict::AccessMode::Lfu { .. } => self.next_random(),
         };
-        let e = &mut self.data.map[i];
-        e.access = self.access_mode.touch(e.access, now_ms, rand);
+        let word = self.access_mode.touch(self.data.map.access(i), now_ms, rand);
+        self.data.map.set_access(i, word);
         Some(i)
     }
 
@@ -475,8 +478,8 @@ impl Keyspace {
     #[inline]
     pub fn lookup_notouch(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
         self.clock_ms = now_ms;
-        let (i, _, e) = self.data.map.get_full(key)?;
-        if Self::is_expired(e, now_ms) {
+        let i = self.data.map.find(key)?;
+        if Self::is_expired(&self.data.map, i, now_ms) {
             self.expire_now(i);
             return None;
         }
@@ -515,37 +518,45 @@ impl Keyspace {
 
     /// Bytes accounted for the entry at `i` (MEMORY USAGE).
     pub fn entry_bytes_at(&self, i: usize) -> usize {
-        let (k, e) = self.get_at(i);
-        entry_bytes(k, e)
+        let m = &self.data.map;
+        entry_bytes(m.key(i), m.value(i), m.has_expire(i))
     }
 
     /// The key and entry at a position returned by a lookup.
-    pub fn get_at(&self, i: usize) -> (&[u8], &Entry) {
-        let (k, e) = self.data.map.get_index(i).expect("position from a lookup");
-        (k, e)
+    pub fn get_at(&self, i: usize) -> (&[u8], EntryRef<'_>) {
+        (self.data.map.key(i), self.data.map.entry(i))
+    }
+
+    /// The key at a position returned by a lookup.
+    #[inline]
+    pub fn key_at(&self, i: usize) -> &[u8] {
+        self.data.map.key(i)
+    }
+
+    /// The key's seeded hash (the eviction pool's identity of a key).
+    pub fn key_hash(&self, key: &[u8]) -> u64 {
+        self.data.map.hash_key(key)
     }
 
     /// The value at a position returned by a lookup.
+    #[inline]
     pub fn value(&self, i: usize) -> &Value {
-        &self.get_at(i).1.value
+        self.data.map.value(i)
     }
 
     /// Absolute expiry (Unix ms) of the entry at `i`.
+    #[inline]
     pub fn expire_at(&self, i: usize) -> Option<u64> {
-        self.get_at(i).1.expire_at()
+        self.data.map.expire_at(i)
     }
 
     /// Changes the value at `i` in place (INCR, APPEND…), keeping its TTL and the memory
     /// estimate right.
     pub fn update<R>(&mut self, i: usize, f: impl FnOnce(&mut Value) -> R) -> R {
-        let (_, e) = self
-            .data
-            .map
-            .get_index_mut(i)
-            .expect("position from a lookup");
-        let before = e.value.mem_size();
-        let r = f(&mut e.value);
-        let after = e.value.mem_size();
+        let v = self.data.map.value_mut(i);
+        let before = v.mem_size();
+        let r = f(v);
+        let after = v.mem_size();
         self.data.used_bytes = self.data.used_bytes + after - before;
         self.dirty += 1;
         r
@@ -555,12 +566,7 @@ impl Keyspace {
     /// turning a listpack zset into a skiplist, as Redis does): not a write, so `dirty` and
     /// the accounted bytes stay.
     pub fn reencode(&mut self, i: usize, f: impl FnOnce(&mut Value)) {
-        let (_, e) = self
-            .data
-            .map
-            .get_index_mut(i)
-            .expect("position from a lookup");
-        f(&mut e.value);
+        f(self.data.map.value_mut(i));
     }
 
     /// Stores `value` at `key`. `existing` is the key's position from a lookup made just
@@ -573,24 +579,15 @@ impl Keyspace {
                 if keep == Keep::Nothing {
                     self.persist_quiet(i);
                 }
-                let (_, e) = self
-                    .data
-                    .map
-                    .get_index_mut(i)
-                    .expect("position from a lookup");
-                self.data.used_bytes = self.data.used_bytes + value.mem_size() - e.value.mem_size();
-                e.value = value;
+                let v = self.data.map.value_mut(i);
+                self.data.used_bytes = self.data.used_bytes + value.mem_size() - v.mem_size();
+                *v = value;
                 i
             }
             None => {
-                let e = Entry {
-                    value,
-                    expire_at: NO_EXPIRE,
-                    vpos: NO_VPOS,
-                    access: self.access_mode.new_key(self.clock_ms),
-                };
-                self.data.used_bytes += entry_bytes(key, &e);
-                let (i, _) = self.data.map.insert_full(key.into(), e);
+                self.data.used_bytes += entry_bytes(key, &value, false);
+                let access = self.access_mode.new_key(self.clock_ms);
+                let i = self.data.map.insert_new(key, value, access);
                 self.log_event(KsEvent::New, key);
                 i
             }
@@ -598,17 +595,12 @@ impl Keyspace {
     }
 
     /// Inserts an entry that keeps its expiry (RENAME). The key must be absent.
-    fn insert_entry(&mut self, key: Box<[u8]>, value: Value, expire_at: Option<u64>) -> usize {
-        let e = Entry {
-            value,
-            expire_at: NO_EXPIRE,
-            vpos: NO_VPOS,
-            access: self.access_mode.new_key(self.clock_ms),
-        };
-        self.data.used_bytes += entry_bytes(&key, &e);
-        Self::touch(&self.data, &mut self.touched, &mut self.tracked, &key);
-        self.log_event(KsEvent::New, &key);
-        let (i, _) = self.data.map.insert_full(key, e);
+    fn insert_entry(&mut self, key: &[u8], value: Value, expire_at: Option<u64>) -> usize {
+        self.data.used_bytes += entry_bytes(key, &value, false);
+        Self::touch(&self.data, &mut self.touched, &mut self.tracked, key);
+        self.log_event(KsEvent::New, key);
+        let access = self.access_mode.new_key(self.clock_ms);
+        let i = self.data.map.insert_new(key, value, access);
         if let Some(at) = expire_at {
             self.set_expire(i, at);
         }
@@ -618,33 +610,17 @@ impl Keyspace {
     /// Deletes the entry at `i` and returns it.
     pub fn remove_at(&mut self, i: usize) -> (Box<[u8]>, Entry) {
         self.dirty += 1;
-        let (k, e) = self
-            .data
-            .map
-            .swap_remove_index(i)
-            .expect("position from a lookup");
-        self.data.used_bytes -= entry_bytes(&k, &e);
-        Self::touch(&self.data, &mut self.touched, &mut self.tracked, &k);
-        // The former last entry now sits at `i`: repoint its volatile slot first, so every
-        // volatile slot names a valid position before `volatile` itself is compacted.
-        if i < self.data.map.len() {
-            let moved = &self.data.map[i];
-            if moved.has_expire() {
-                self.data.volatile[moved.vpos as usize] = i;
-            }
-        }
-        if e.has_expire() {
-            self.volatile_remove(e.vpos as usize);
-        }
-        (k, e)
-    }
-
-    fn volatile_remove(&mut self, vpos: usize) {
-        self.data.volatile.swap_remove(vpos);
-        if vpos < self.data.volatile.len() {
-            let moved = self.data.volatile[vpos];
-            self.data.map[moved].vpos = vpos as u32;
-        }
+        let r = self.data.map.swap_remove(i);
+        self.data.used_bytes -= entry_bytes(&r.key, &r.value, r.expire_at.is_some());
+        Self::touch(&self.data, &mut self.touched, &mut self.tracked, &r.key);
+        (
+            r.key,
+            Entry {
+                value: r.value,
+                expire_at: r.expire_at,
+                access: r.access,
+            },
+        )
     }
 
     /// Deletes `key` if present (and not expired). Returns whether a live key was deleted.
@@ -661,30 +637,16 @@ impl Keyspace {
     /// Sets the access word (LRU clock or LFU counter) of the entry at `i`: RESTORE's
     /// IDLETIME / FREQ (redis `objectSetLRUOrLFU`).
     pub fn set_access(&mut self, i: usize, word: u32) {
-        let (_, e) = self
-            .data
-            .map
-            .get_index_mut(i)
-            .expect("position from a lookup");
-        e.access = word;
+        self.data.map.set_access(i, word);
     }
 
     /// Sets the absolute expiry of the entry at `i`.
     pub fn set_expire(&mut self, i: usize, at_ms: u64) {
         self.dirty += 1;
         self.touch_at(i);
-        let (_, e) = self
-            .data
-            .map
-            .get_index_mut(i)
-            .expect("position from a lookup");
-        if !e.has_expire() {
-            e.vpos = self.data.volatile.len() as u32;
-            self.data.volatile.push(i);
+        if self.data.map.set_expire(i, at_ms.min(MAX_EXPIRE)) {
             self.data.used_bytes += EXPIRE_OVERHEAD;
         }
-        // A real expiry never equals the sentinel (Redis caps expiries at i64::MAX ms).
-        e.expire_at = at_ms.min(NO_EXPIRE - 1);
     }
 
     /// Removes the TTL of the entry at `i`; returns whether it had one (PERSIST).
@@ -700,18 +662,11 @@ impl Keyspace {
     // Hot in SET of an existing key (the TTL is cleared); kept inlined like before databases.
     #[inline]
     fn persist_quiet(&mut self, i: usize) -> bool {
-        let (_, e) = self
-            .data
-            .map
-            .get_index_mut(i)
-            .expect("position from a lookup");
-        if !e.has_expire() {
+        if !self.data.map.has_expire(i) {
             return false;
         }
-        e.expire_at = NO_EXPIRE;
-        let vpos = std::mem::replace(&mut e.vpos, NO_VPOS) as usize;
+        self.data.map.clear_expire(i);
         self.data.used_bytes -= EXPIRE_OVERHEAD;
-        self.volatile_remove(vpos);
         true
     }
 
@@ -723,7 +678,7 @@ impl Keyspace {
             self.remove_at(j);
         }
         let at = e.expire_at();
-        self.insert_entry(to.into(), e.value, at);
+        self.insert_entry(to, e.value, at);
     }
 
     /// A uniformly random position, or None when empty.
@@ -736,7 +691,7 @@ impl Keyspace {
 
     /// Whether the entry at `i` is past its expiry at `now_ms`.
     pub fn expired_at(&self, i: usize, now_ms: u64) -> bool {
-        Self::is_expired(self.get_at(i).1, now_ms)
+        Self::is_expired(&self.data.map, i, now_ms)
     }
 
     /// Deletes the expired entry at `i`, counting it as expired (active expiry, RANDOMKEY).
@@ -759,16 +714,17 @@ impl Keyspace {
 
     /// The map position of the `v`-th key with a TTL (`v < volatile_len()`), for sampling.
     pub fn volatile_position(&self, v: usize) -> usize {
-        self.data.volatile[v]
+        self.data.map.volatile_position(v)
     }
 
     /// A random volatile key's map position, or None when no key has a TTL.
     pub fn random_volatile(&mut self) -> Option<usize> {
-        if self.data.volatile.is_empty() {
+        let n = self.data.map.volatile_len();
+        if n == 0 {
             return None;
         }
-        let v = (self.next_random() % self.data.volatile.len() as u64) as usize;
-        Some(self.data.volatile[v])
+        let v = (self.next_random() % n as u64) as usize;
+        Some(self.data.map.volatile_position(v))
     }
 
     /// One SCAN step: visits up to `count` positions below `cursor` (0 = start at the top),
@@ -796,17 +752,17 @@ impl Keyspace {
                 self.expire_now(pos);
                 continue;
             }
-            let (k, e) = self.get_at(pos);
-            f(k, &e.value);
+            f(self.data.map.key(pos), self.data.map.value(pos));
         }
         pos as u64
     }
 
     /// Calls `f` for every live key (KEYS). O(n).
     pub fn for_each_live<'a>(&'a self, now_ms: u64, mut f: impl FnMut(&'a [u8], &'a Value)) {
-        for (k, e) in &self.data.map {
-            if !Self::is_expired(e, now_ms) {
-                f(k, &e.value);
+        let m = &self.data.map;
+        for (i, s) in m.slots().iter().enumerate() {
+            if !Self::is_expired(m, i, now_ms) {
+                f(s.key(), s.value());
             }
         }
     }
@@ -814,21 +770,20 @@ impl Keyspace {
     /// Number of keys with a TTL and their average remaining TTL in ms (INFO keyspace
     /// `avg_ttl`), estimated from up to `samples` random volatile keys.
     pub fn avg_ttl_ms(&mut self, now_ms: u64, samples: usize) -> u64 {
-        if self.data.volatile.is_empty() {
+        let len = self.data.map.volatile_len();
+        if len == 0 {
             return 0;
         }
-        let n = samples.min(self.data.volatile.len());
+        let n = samples.min(len);
         let mut sum: u128 = 0;
         for k in 0..n {
             // Evenly spread over the volatile vector when sampling everything, random otherwise.
-            let v = if n == self.data.volatile.len() {
+            let v = if n == len {
                 k
             } else {
-                (self.next_random() % self.data.volatile.len() as u64) as usize
+                (self.next_random() % len as u64) as usize
             };
-            let at = self.data.map[self.data.volatile[v]]
-                .expire_at()
-                .unwrap_or(now_ms);
+            let at = self.data.map.volatile_expire_at(v);
             sum += u128::from(at.saturating_sub(now_ms));
         }
         (sum / n as u128) as u64
@@ -838,18 +793,14 @@ impl Keyspace {
     /// [`lazy_free_step`](Self::lazy_free_step) (FLUSHALL ASYNC), so a huge keyspace never
     /// stalls the loop; otherwise they are dropped now.
     pub fn flush(&mut self, lazy: bool) {
-        let old = std::mem::replace(
-            &mut self.data.map,
-            Map::with_hasher(foldhash::fast::FixedState::with_seed(self.seed)),
-        );
-        self.dirty += old.len() as u64;
         // redis `touchAllWatchedKeysInDb`: only watched keys that existed are touched.
         for k in &self.data.watched {
-            if old.contains_key(k) {
+            if self.data.map.find(k).is_some() {
                 self.touched.push(qualify(self.data.index, k));
             }
         }
-        self.data.volatile = Vec::new();
+        let old = std::mem::replace(&mut self.data.map, Map::with_seed(self.seed)).take_slots();
+        self.dirty += old.len() as u64;
         self.data.used_bytes = 0;
         if lazy && !old.is_empty() {
             self.graveyard.push(Graveyard::Keys(old.into_iter()));
@@ -914,26 +865,25 @@ impl Keyspace {
     /// entry is then replaced without its accounting, so the caller must discard this
     /// keyspace (the loader does: a duplicate key fails the load).
     pub fn insert_loaded(&mut self, key: Box<[u8]>, value: Value, expire_at: Option<u64>) -> bool {
-        let n = self.data.map.len();
-        self.insert_entry(key, value, expire_at);
-        self.data.map.len() > n
+        if self.data.map.find(&key).is_some() {
+            return false;
+        }
+        self.insert_entry(&key, value, expire_at);
+        true
     }
 
     /// Checks internal invariants (tests).
     #[cfg(test)]
     pub fn check(&self) {
+        self.data.map.check();
+        let m = &self.data.map;
         let mut n = 0;
         let mut bytes = 0;
-        for (i, (k, e)) in self.data.map.iter().enumerate() {
-            bytes += entry_bytes(k, e);
-            if e.has_expire() {
-                n += 1;
-                assert_eq!(self.data.volatile[e.vpos as usize], i);
-            } else {
-                assert_eq!(e.vpos, NO_VPOS);
-            }
+        for (i, s) in m.slots().iter().enumerate() {
+            bytes += entry_bytes(s.key(), s.value(), m.has_expire(i));
+            n += usize::from(m.has_expire(i));
         }
-        assert_eq!(n, self.data.volatile.len());
+        assert_eq!(n, m.volatile_len());
         assert_eq!(bytes, self.data.used_bytes);
     }
 }

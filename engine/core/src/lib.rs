@@ -78,6 +78,7 @@ pub mod expire;
 pub mod feed;
 pub mod glob;
 pub mod keyspace;
+pub mod keytable;
 pub mod latency;
 pub mod lazyfree;
 pub mod monitor;

@@ -70,7 +70,7 @@ use crate::types::Value;
 /// (5–10), as `crate::keytable` lays them out (Redis's dictEntry + robj + sds headers come to
 /// ~70).
 pub const ENTRY_OVERHEAD: usize = 56;
-/// Approximate bytes for a key's TTL (its volatile entry and index bucket).
+/// Approximate bytes for a key's TTL (its expiry word, volatile entry and index bucket).
 pub const EXPIRE_OVERHEAD: usize = 24;
 
 /// The largest expiry stored (Redis caps expiries at `i64::MAX` ms).

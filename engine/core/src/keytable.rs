@@ -9,17 +9,22 @@
 //! - `index`: a [`HashTable`] of `u32` positions (4 bytes + 1 control byte per bucket), probed
 //!   with the key's seeded foldhash. The hash is not stored: growing the index hashes every key
 //!   again, as Redis's incremental rehash does (`dictRehash` calls the hash function per entry).
-//! - `volatile`: the keys with a TTL, dense (position + absolute expiry), for the active expiry
-//!   sampler, like Redis's separate `expires` dict; `vindex` finds a position's volatile entry.
-//!   A slot only carries a flag bit saying it has one, so a persistent key pays nothing for TTLs
-//!   and a lookup reads the expiry only for a key that has one.
+//! - `expires`: the absolute expiry of each position (Unix ms), a vector parallel to `slots`,
+//!   allocated when the table's first TTL is set (a keyspace without TTLs pays nothing). A slot
+//!   carries a flag bit saying it has a TTL, so a lookup of a persistent key never reads
+//!   `expires`, and a lookup of a volatile one reads one 8-byte word (one cache miss, as
+//!   Redis's `expires` dict costs at least one).
+//! - `volatile`: the positions of the keys with a TTL, dense, for the active expiry sampler
+//!   (Redis's separate `expires` dict serves it the same way); `vindex` finds a position's
+//!   volatile entry, needed only when a TTL is removed or its key moves.
 //!
 //! # A slot (48 bytes)
 //! The key is stored in the slot when it is at most [`INLINE`] bytes (no allocation, and a
 //! lookup compares it without following a pointer), else in a boxed slice. Either way the key's
 //! 24 bytes also hold the 32-bit access word (LRU clock or LFU counter, `crate::evict`) and the
 //! volatile flag, in bytes the enum's layout leaves free; the value is a [`Value`] (24 bytes).
-//! Per key that is 48 bytes + ~5–10 bytes of index, against IndexMap's 64 + 9–18 with a stored
+//! Per key that is 48 bytes + ~5–10 bytes of index (+ 8 of `expires` once any key has a TTL,
+//! + ~12 of `volatile`/`vindex` for a key with one), against IndexMap's 64 + 9–18 with a stored
 //! hash, a separate key allocation, an 8-byte expiry and a 4-byte volatile position per key.
 
 use std::hash::BuildHasher;
@@ -156,13 +161,6 @@ impl Slot {
     }
 }
 
-/// A key with a TTL: its position and absolute expiry (Unix ms).
-#[derive(Clone, Copy, Debug)]
-struct Volatile {
-    pos: u32,
-    at: u64,
-}
-
 /// What a removed slot held.
 pub struct Removed {
     pub key: Box<[u8]>,
@@ -176,7 +174,9 @@ pub struct Removed {
 pub struct KeyTable {
     slots: Vec<Slot>,
     index: HashTable<u32>,
-    volatile: Vec<Volatile>,
+    /// Empty, or one entry per slot (see the module doc).
+    expires: Vec<u64>,
+    volatile: Vec<u32>,
     vindex: HashTable<u32>,
     hasher: FixedState,
 }
@@ -187,6 +187,7 @@ impl KeyTable {
         KeyTable {
             slots: Vec::new(),
             index: HashTable::new(),
+            expires: Vec::new(),
             volatile: Vec::new(),
             vindex: HashTable::new(),
             hasher: FixedState::with_seed(seed),
@@ -262,9 +263,7 @@ impl KeyTable {
         let volatile = &self.volatile;
         *self
             .vindex
-            .find(self.hash_pos(i as u32), |&v| {
-                volatile[v as usize].pos == i as u32
-            })
+            .find(self.hash_pos(i as u32), |&v| volatile[v as usize] == i as u32)
             .expect("a volatile slot has a volatile entry") as usize
     }
 
@@ -272,7 +271,7 @@ impl KeyTable {
     #[inline]
     pub fn expire_at(&self, i: usize) -> Option<u64> {
         if self.has_expire(i) {
-            Some(self.volatile[self.vpos(i)].at)
+            Some(self.expires[i])
         } else {
             None
         }
@@ -292,22 +291,28 @@ impl KeyTable {
             key: Stored::new(key, access),
             value,
         });
+        if !self.expires.is_empty() {
+            self.expires.push(0);
+        }
         i
     }
 
     /// Sets the expiry of position `i`; returns whether it had none before.
     pub fn set_expire(&mut self, i: usize, at: u64) -> bool {
+        if self.expires.is_empty() {
+            // The first TTL: from now on `expires` runs parallel to `slots`.
+            self.expires = vec![0; self.slots.len()];
+        }
+        self.expires[i] = at;
         if self.has_expire(i) {
-            let v = self.vpos(i);
-            self.volatile[v].at = at;
             return false;
         }
         let v = self.volatile.len() as u32;
-        self.volatile.push(Volatile { pos: i as u32, at });
+        self.volatile.push(i as u32);
         let (volatile, hasher) = (&self.volatile, &self.hasher);
         self.vindex
             .insert_unique(hasher.hash_one(i as u32), v, |&w| {
-                hasher.hash_one(volatile[w as usize].pos)
+                hasher.hash_one(volatile[w as usize])
             });
         self.slots[i].key.set_volatile(true);
         true
@@ -320,14 +325,13 @@ impl KeyTable {
         }
         self.slots[i].key.set_volatile(false);
         let v = self.vpos(i);
-        let at = self.volatile[v].at;
         self.volatile_remove(v);
-        Some(at)
+        Some(self.expires[i])
     }
 
     /// Removes volatile entry `v` (its slot's flag is the caller's business).
     fn volatile_remove(&mut self, v: usize) {
-        let h = self.hash_pos(self.volatile[v].pos);
+        let h = self.hash_pos(self.volatile[v]);
         match self.vindex.find_entry(h, |&w| w as usize == v) {
             Ok(e) => {
                 e.remove();
@@ -338,7 +342,7 @@ impl KeyTable {
         self.volatile.swap_remove(v);
         if v < last {
             // The last entry moved to `v`: repoint its index bucket.
-            let h = self.hash_pos(self.volatile[v].pos);
+            let h = self.hash_pos(self.volatile[v]);
             let w = self
                 .vindex
                 .find_mut(h, |&w| w as usize == last)
@@ -359,6 +363,9 @@ impl KeyTable {
         }
         let last = self.slots.len() - 1;
         let slot = self.slots.swap_remove(i);
+        if !self.expires.is_empty() {
+            self.expires.swap_remove(i);
+        }
         if i < last {
             // The former last slot now sits at `i`: repoint its index bucket, and its volatile
             // entry (re-indexed: `vindex` hashes positions).
@@ -373,15 +380,15 @@ impl KeyTable {
                 let volatile = &self.volatile;
                 let v = match self
                     .vindex
-                    .find_entry(hl, |&v| volatile[v as usize].pos == last as u32)
+                    .find_entry(hl, |&v| volatile[v as usize] == last as u32)
                 {
                     Ok(e) => e.remove().0,
                     Err(_) => unreachable!("a volatile slot has a volatile entry"),
                 };
-                self.volatile[v as usize].pos = i as u32;
+                self.volatile[v as usize] = i as u32;
                 let (volatile, hasher) = (&self.volatile, &self.hasher);
                 self.vindex.insert_unique(hasher.hash_one(i as u32), v, |&w| {
-                    hasher.hash_one(volatile[w as usize].pos)
+                    hasher.hash_one(volatile[w as usize])
                 });
             }
         }
@@ -402,12 +409,12 @@ impl KeyTable {
 
     /// The position of the `v`-th key with a TTL.
     pub fn volatile_position(&self, v: usize) -> usize {
-        self.volatile[v].pos as usize
+        self.volatile[v] as usize
     }
 
     /// The expiry of the `v`-th key with a TTL.
     pub fn volatile_expire_at(&self, v: usize) -> u64 {
-        self.volatile[v].at
+        self.expires[self.volatile[v] as usize]
     }
 
     /// Every slot, in position order.
@@ -418,6 +425,7 @@ impl KeyTable {
     /// Every slot, owned, emptying the table (FLUSHALL ASYNC hands them to the graveyard).
     pub fn take_slots(&mut self) -> Vec<Slot> {
         self.index = HashTable::new();
+        self.expires = Vec::new();
         self.volatile = Vec::new();
         self.vindex = HashTable::new();
         std::mem::take(&mut self.slots)
@@ -426,6 +434,9 @@ impl KeyTable {
     /// Makes room for `n` more keys.
     pub fn reserve(&mut self, n: usize) {
         self.slots.reserve(n);
+        if !self.expires.is_empty() {
+            self.expires.reserve(n);
+        }
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.index
             .reserve(n, |&j| hasher.hash_one(slots[j as usize].key.key()));
@@ -435,16 +446,17 @@ impl KeyTable {
     #[cfg(test)]
     pub fn check(&self) {
         assert_eq!(self.index.len(), self.slots.len());
+        assert!(self.expires.is_empty() || self.expires.len() == self.slots.len());
         for (i, s) in self.slots.iter().enumerate() {
             assert_eq!(self.find(s.key()), Some(i));
             if self.has_expire(i) {
-                assert_eq!(self.volatile[self.vpos(i)].pos as usize, i);
+                assert_eq!(self.volatile[self.vpos(i)] as usize, i);
             }
         }
         assert_eq!(self.vindex.len(), self.volatile.len());
-        for (v, e) in self.volatile.iter().enumerate() {
-            assert!(self.has_expire(e.pos as usize));
-            assert_eq!(self.vpos(e.pos as usize), v);
+        for (v, &pos) in self.volatile.iter().enumerate() {
+            assert!(self.has_expire(pos as usize));
+            assert_eq!(self.vpos(pos as usize), v);
         }
     }
 }

@@ -96,8 +96,29 @@ fn write_entry(out: &mut [u8], e: &[u8]) {
     }
 }
 
+/// Appends the entry of `e` to `buf`.
+fn append_entry(buf: &mut Vec<u8>, e: &[u8]) {
+    if e.len() < 127 {
+        // The common case: a one-byte length and a one-byte back-length (1 + len).
+        buf.push(e.len() as u8);
+        buf.extend_from_slice(e);
+        buf.push(e.len() as u8 + 1);
+    } else {
+        let len = buf.len();
+        buf.resize(len + entry_size(e.len()), 0);
+        write_entry(&mut buf[len..], e);
+    }
+}
+
 /// The entry starting at `off`: `(data start, data end, next entry's offset)`.
+#[inline]
 fn entry_at(buf: &[u8], off: usize) -> (usize, usize, usize) {
+    let b = buf[off];
+    if b < 0x80 {
+        // A one-byte length: the back-length (1 + n ≤ 128) takes two bytes only for 128.
+        let (a, n) = (off + 1, usize::from(b));
+        return (a, a + n, a + n + 1 + usize::from(n == 127));
+    }
     let (mut n, mut shift, mut i) = (0usize, 0, off);
     loop {
         let b = buf[i];
@@ -113,7 +134,12 @@ fn entry_at(buf: &[u8], off: usize) -> (usize, usize, usize) {
 }
 
 /// The start offset of the entry ending at `end`.
+#[inline]
 fn entry_before(buf: &[u8], end: usize) -> usize {
+    let b = buf[end - 1];
+    if b < 0x80 {
+        return end - 1 - usize::from(b);
+    }
     let (mut v, mut shift, mut i) = (0usize, 0, end);
     loop {
         i -= 1;
@@ -160,8 +186,8 @@ struct Node {
 
 impl Node {
     fn with(e: &[u8]) -> Node {
-        let mut buf = vec![0; entry_size(e.len())];
-        write_entry(&mut buf, e);
+        let mut buf = Vec::with_capacity(entry_size(e.len()));
+        append_entry(&mut buf, e);
         Node {
             buf,
             start: 0,
@@ -194,9 +220,7 @@ impl Node {
                 self.buf.reserve_exact(want - len);
             }
         }
-        let len = self.buf.len();
-        self.buf.resize(len + size, 0);
-        write_entry(&mut self.buf[len..], e);
+        append_entry(&mut self.buf, e);
         self.count += 1;
     }
 
@@ -351,15 +375,17 @@ impl ListValue {
     pub fn iter(&self) -> Iter<'_> {
         match self.nodes.back() {
             None => Iter {
-                nodes: &self.nodes,
+                list: self,
                 front: (0, 0),
-                back: (0, 0),
+                back: Some((0, 0)),
+                last: 0,
                 left: 0,
             },
             Some(last) => Iter {
-                nodes: &self.nodes,
+                list: self,
                 front: (0, self.nodes[0].start),
-                back: (self.nodes.len() - 1, last.buf.len()),
+                back: Some((self.nodes.len() - 1, last.buf.len())),
+                last: self.len - 1,
                 left: self.len,
             },
         }
@@ -481,13 +507,12 @@ impl ListValue {
 
     /// The elements at positions `from..=to` (positions from [`clamp_range`](Self::clamp_range)).
     pub fn range(&self, from: usize, to: usize) -> Iter<'_> {
-        let front = self.locate(from);
-        let (bn, boff) = self.locate(to);
-        let back = (bn, entry_at(&self.nodes[bn].buf, boff).2);
         Iter {
-            nodes: &self.nodes,
-            front,
-            back,
+            list: self,
+            front: self.locate(from),
+            // Located on the first `next_back` (LRANGE only walks forward).
+            back: None,
+            last: to,
             left: to - from + 1,
         }
     }
@@ -701,11 +726,13 @@ impl<'a> FromIterator<&'a [u8]> for ListValue {
 
 /// Elements of a list or of a range of it, from either end.
 pub struct Iter<'a> {
-    nodes: &'a VecDeque<Node>,
+    list: &'a ListValue,
     /// Node and offset of the next entry from the front.
     front: (usize, usize),
-    /// Node and end offset of the next entry from the back.
-    back: (usize, usize),
+    /// Node and end offset of the next entry from the back, once known.
+    back: Option<(usize, usize)>,
+    /// Position of the next entry from the back (to locate it).
+    last: usize,
     left: usize,
 }
 
@@ -716,12 +743,13 @@ impl<'a> Iterator for Iter<'a> {
         if self.left == 0 {
             return None;
         }
+        let nodes = &self.list.nodes;
         let (mut ni, mut off) = self.front;
-        while off >= self.nodes[ni].buf.len() {
+        while off >= nodes[ni].buf.len() {
             ni += 1;
-            off = self.nodes[ni].start;
+            off = nodes[ni].start;
         }
-        let buf = &self.nodes[ni].buf;
+        let buf = &nodes[ni].buf;
         let (a, b, next) = entry_at(buf, off);
         self.front = (ni, next);
         self.left -= 1;
@@ -738,15 +766,20 @@ impl DoubleEndedIterator for Iter<'_> {
         if self.left == 0 {
             return None;
         }
-        let (mut ni, mut end) = self.back;
-        while end <= self.nodes[ni].start {
+        let nodes = &self.list.nodes;
+        let (mut ni, mut end) = self.back.unwrap_or_else(|| {
+            let (ni, off) = self.list.locate(self.last);
+            (ni, entry_at(&nodes[ni].buf, off).2)
+        });
+        while end <= nodes[ni].start {
             ni -= 1;
-            end = self.nodes[ni].buf.len();
+            end = nodes[ni].buf.len();
         }
-        let buf = &self.nodes[ni].buf;
+        let buf = &nodes[ni].buf;
         let off = entry_before(buf, end);
         let (a, b, _) = entry_at(buf, off);
-        self.back = (ni, off);
+        self.back = Some((ni, off));
+        self.last = self.last.wrapping_sub(1);
         self.left -= 1;
         Some(&buf[a..b])
     }

@@ -30,4 +30,3 @@ pub fn free_effort(v: &Value) -> usize {
         }
     }
 }
-

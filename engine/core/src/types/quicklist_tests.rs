@@ -123,7 +123,9 @@ fn nodes_follow_the_fill() {
     // Equality ignores how the nodes are cut.
     let a: ListValue = [&b"1"[..], b"2", b"3"].into_iter().collect();
     let mut b = ListValue::with_fill(1);
-    [&b"1"[..], b"2", b"3"].iter().for_each(|x| b.push(x, End::Tail));
+    [&b"1"[..], b"2", b"3"]
+        .iter()
+        .for_each(|x| b.push(x, End::Tail));
     assert_eq!(a, b);
 }
 
@@ -160,7 +162,11 @@ fn model_remove(m: &mut VecDeque<Vec<u8>>, count: i64, v: &[u8]) -> usize {
     let idx: Vec<usize> = if count >= 0 {
         (0..m.len()).filter(|&i| m[i] == v).take(limit).collect()
     } else {
-        (0..m.len()).rev().filter(|&i| m[i] == v).take(limit).collect()
+        (0..m.len())
+            .rev()
+            .filter(|&i| m[i] == v)
+            .take(limit)
+            .collect()
     };
     let mut idx = idx;
     idx.sort_unstable();
@@ -245,7 +251,11 @@ fn run_model(fill: i64, seed: u64, steps: usize) {
                         assert_eq!(l.range(from, to).len(), to - from + 1);
                     }
                     None => {
-                        let s = if index < 0 { (len + index).max(0) } else { index };
+                        let s = if index < 0 {
+                            (len + index).max(0)
+                        } else {
+                            index
+                        };
                         let e = if end < 0 { len + end } else { end };
                         assert!(s > e || s >= len);
                     }

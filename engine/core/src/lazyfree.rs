@@ -18,7 +18,7 @@ pub const LAZYFREE_THRESHOLD: usize = 64;
 pub fn free_effort(v: &Value) -> usize {
     match v {
         Value::Str(_) => 1,
-        Value::List(l) => quicklist_nodes(l.mem_size()),
+        Value::List(l) => l.node_count(),
         Value::Hash(h) if h.encoding() == "hashtable" => h.len(),
         Value::Set(s) if s.encoding() == "hashtable" => s.len(),
         Value::ZSet(z) if z.encoding() == "skiplist" => z.len(),
@@ -29,11 +29,4 @@ pub fn free_effort(v: &Value) -> usize {
             s.node_count() + groups * (1 + first_pel)
         }
     }
-}
-
-/// Quicklist nodes of a list holding `bytes` (accounted) at Redis's default
-/// `list-max-listpack-size` (-2: nodes of up to 8 KB): an estimate, as only the threshold
-/// matters.
-fn quicklist_nodes(bytes: usize) -> usize {
-    bytes.div_ceil(8192)
 }

@@ -1,15 +1,12 @@
 //! The list type (redis 7.0 `t_list.c`): the value's API first, then its commands.
 //!
 //! # Value
-//! A [`ListValue`] is a `VecDeque` of byte strings: O(1) push/pop at both ends and O(1) access
-//! by index (LINDEX, LSET, LRANGE's start), O(n) for LINSERT/LREM/LPOS like Redis.
-//!
-//! - **Memory.** The list keeps its own byte count, `Σ (len + ELEM_OVERHEAD)`, updated on every
-//!   change, so [`ListValue::mem_size`] is O(1) (never walk a collection to account memory).
-//! - **Encoding.** Redis 7.0.15 keeps every list in a *quicklist* (OBJECT ENCODING answers
-//!   `quicklist` even for one element; lists became *listpack* below
-//!   `list-max-listpack-size` = 128 entries / 8 KB only in 7.2), so [`ListValue::encoding`]
-//!   answers `quicklist`, byte-identical to the reference.
+//! A [`ListValue`] lives in [`super::quicklist`]: a deque of contiguous nodes of entries cut by
+//! `list-max-listpack-size` (redis `quicklist.c`): O(1) amortized push/pop at both ends, index
+//! access in O(nodes) (LINDEX, LSET, LRANGE's start), O(n) for LINSERT/LREM/LPOS like Redis,
+//! and an O(1) byte count for `used_memory`. OBJECT ENCODING answers `quicklist`, as Redis
+//! 7.0.15 does for every list (lists became *listpack* when small only in 7.2). A list reads
+//! `list-max-listpack-size` when a command creates it, as Redis does.
 //!
 //! # Commands
 //! LPUSH RPUSH LPUSHX RPUSHX LPOP RPOP (with count) LLEN LRANGE LINDEX LSET LREM LTRIM LINSERT
@@ -27,8 +24,6 @@
 //!   element]` | null array on timeout; `BLMOVE` → bulk | null array on timeout but null bulk
 //!   inside MULTI (redis `blmoveGenericCommand` uses `addReplyNull` there).
 
-use std::collections::VecDeque;
-
 use crate::Engine;
 use crate::args::{self, int_arg};
 use crate::blocking;
@@ -38,18 +33,7 @@ use crate::keyspace::Keep;
 use crate::notify::{class, notify};
 use crate::types::Value;
 
-/// Bytes accounted per element beyond its own bytes: the boxed slice (16) and the allocator's
-/// header (8).
-pub const ELEM_OVERHEAD: usize = 24;
-
-/// An end of a list (redis `LIST_HEAD` / `LIST_TAIL`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum End {
-    /// LEFT: index 0.
-    Head,
-    /// RIGHT: index len-1.
-    Tail,
-}
+pub use super::quicklist::{End, ListValue};
 
 impl End {
     /// The event name of a push at this end.
@@ -66,177 +50,6 @@ impl End {
             End::Head => "lpop",
             End::Tail => "rpop",
         }
-    }
-}
-
-/// A stored list. Keeps its own byte count so [`mem_size`](Self::mem_size) is O(1).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ListValue {
-    items: VecDeque<Box<[u8]>>,
-    /// Accounted bytes (see the module doc, *Memory*).
-    bytes: usize,
-}
-
-fn cost(e: &[u8]) -> usize {
-    e.len() + ELEM_OVERHEAD
-}
-
-impl ListValue {
-    pub fn new() -> ListValue {
-        ListValue::default()
-    }
-
-    /// Payload bytes this value accounts for in `used_memory`, kept incrementally (O(1)).
-    pub fn mem_size(&self) -> usize {
-        self.bytes
-    }
-
-    /// OBJECT ENCODING (see the module doc, *Encoding*).
-    pub fn encoding(&self) -> &'static str {
-        "quicklist"
-    }
-
-    /// LLEN.
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
-    /// The elements, head first.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &[u8]> + ExactSizeIterator {
-        self.items.iter().map(|b| &b[..])
-    }
-
-    /// Adds `elem` at `end`.
-    pub fn push(&mut self, elem: &[u8], end: End) {
-        self.bytes += cost(elem);
-        match end {
-            End::Head => self.items.push_front(elem.into()),
-            End::Tail => self.items.push_back(elem.into()),
-        }
-    }
-
-    /// Removes and returns the element at `end`.
-    pub fn pop(&mut self, end: End) -> Option<Box<[u8]>> {
-        let e = match end {
-            End::Head => self.items.pop_front(),
-            End::Tail => self.items.pop_back(),
-        }?;
-        self.bytes -= cost(&e);
-        Some(e)
-    }
-
-    /// The element at `index` (negative counts from the tail: -1 is the last), if in range.
-    pub fn get(&self, index: i64) -> Option<&[u8]> {
-        self.resolve(index).map(|i| &self.items[i][..])
-    }
-
-    /// Replaces the element at `index` (negative from the tail); false if out of range.
-    pub fn set(&mut self, index: i64, elem: &[u8]) -> bool {
-        let Some(i) = self.resolve(index) else {
-            return false;
-        };
-        self.bytes = self.bytes - cost(&self.items[i]) + cost(elem);
-        self.items[i] = elem.into();
-        true
-    }
-
-    /// A Redis index (negative from the tail) as a position, if in range.
-    fn resolve(&self, index: i64) -> Option<usize> {
-        let len = self.items.len() as i64;
-        let i = if index < 0 { len + index } else { index };
-        (0..len).contains(&i).then_some(i as usize)
-    }
-
-    /// redis `addListRangeReply` clamping of `[start, end]` (negative from the tail): the
-    /// inclusive positions, or `None` for an empty range.
-    pub fn clamp_range(&self, start: i64, end: i64) -> Option<(usize, usize)> {
-        let len = self.items.len() as i64;
-        let mut start = if start < 0 { len + start } else { start };
-        let mut end = if end < 0 { len + end } else { end };
-        if start < 0 {
-            start = 0;
-        }
-        if start > end || start >= len {
-            return None;
-        }
-        if end >= len {
-            end = len - 1;
-        }
-        Some((start as usize, end as usize))
-    }
-
-    /// The elements at positions `from..=to` (positions from [`clamp_range`](Self::clamp_range)).
-    pub fn range(&self, from: usize, to: usize) -> impl DoubleEndedIterator<Item = &[u8]> {
-        self.items.range(from..=to).map(|b| &b[..])
-    }
-
-    /// LINSERT: puts `elem` before or after the first element equal to `pivot`; the new
-    /// length, or `None` when the pivot is absent.
-    pub fn insert(&mut self, pivot: &[u8], elem: &[u8], after: bool) -> Option<usize> {
-        let at = self.items.iter().position(|x| &x[..] == pivot)?;
-        self.bytes += cost(elem);
-        self.items.insert(at + usize::from(after), elem.into());
-        Some(self.items.len())
-    }
-
-    /// LREM: removes up to `|count|` elements equal to `elem`, from the head when `count > 0`,
-    /// from the tail when `count < 0`, all when 0. Returns how many were removed.
-    pub fn remove(&mut self, count: i64, elem: &[u8]) -> usize {
-        let limit = if count == 0 {
-            usize::MAX
-        } else {
-            usize::try_from(count.unsigned_abs()).unwrap_or(usize::MAX)
-        };
-        // From the tail: keep the first `matches - limit` matches, remove the rest.
-        let mut skip = if count < 0 {
-            let matches = self.items.iter().filter(|x| &x[..] == elem).count();
-            matches.saturating_sub(limit)
-        } else {
-            0
-        };
-        let mut removed = 0;
-        let mut freed = 0;
-        self.items.retain(|x| {
-            if removed >= limit || &x[..] != elem {
-                return true;
-            }
-            if skip > 0 {
-                skip -= 1;
-                return true;
-            }
-            removed += 1;
-            freed += cost(x);
-            false
-        });
-        self.bytes -= freed;
-        removed
-    }
-
-    /// Removes `ltrim` elements from the head and `rtrim` from the tail (LTRIM, pops with a
-    /// count). Counts larger than the list are clamped.
-    pub fn trim(&mut self, ltrim: usize, rtrim: usize) {
-        let rtrim = rtrim.min(self.items.len());
-        for x in self.items.drain(self.items.len() - rtrim..) {
-            self.bytes -= cost(&x);
-        }
-        let ltrim = ltrim.min(self.items.len());
-        for x in self.items.drain(..ltrim) {
-            self.bytes -= cost(&x);
-        }
-    }
-}
-
-impl<'a> FromIterator<&'a [u8]> for ListValue {
-    fn from_iter<I: IntoIterator<Item = &'a [u8]>>(iter: I) -> Self {
-        let mut l = ListValue::new();
-        for x in iter {
-            l.push(x, End::Tail);
-        }
-        l
     }
 }
 
@@ -355,7 +168,7 @@ fn push_generic(
             return Ok(());
         }
         None => {
-            let mut l = ListValue::new();
+            let mut l = ListValue::with_fill(e.config.list_max_listpack_size);
             elems.iter().for_each(|x| l.push(x, end));
             let len = l.len();
             e.ks.set(key, Value::List(Box::new(l)), Keep::Nothing, None);
@@ -710,7 +523,7 @@ fn lmove_generic(e: &mut Engine, c: &mut Call, from: End, to: End) -> Result<(),
         match di {
             Some(di) => with_list(e, di, |l| l.push(&value, to)),
             None => {
-                let mut l = ListValue::new();
+                let mut l = ListValue::with_fill(e.config.list_max_listpack_size);
                 l.push(&value, to);
                 // A new key goes to the end of the keyspace: `si` stays valid.
                 e.ks.set(dst, Value::List(Box::new(l)), Keep::Nothing, None);
@@ -891,176 +704,4 @@ pub fn blmove(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 pub fn brpoplpush(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let timeout = c.argv[3];
     blmove_generic(e, c, End::Tail, End::Head, timeout)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn list(items: &[&str]) -> ListValue {
-        items.iter().map(|s| s.as_bytes()).collect()
-    }
-
-    fn items(l: &ListValue) -> Vec<String> {
-        l.iter()
-            .map(|x| String::from_utf8_lossy(x).into_owned())
-            .collect()
-    }
-
-    fn bytes_of(l: &ListValue) -> usize {
-        l.iter().map(cost).sum()
-    }
-
-    #[test]
-    fn push_pop_and_accounting() {
-        let mut l = ListValue::new();
-        l.push(b"b", End::Head);
-        l.push(b"a", End::Head);
-        l.push(b"cc", End::Tail);
-        assert_eq!(items(&l), ["a", "b", "cc"]);
-        assert_eq!(l.mem_size(), 4 + 3 * ELEM_OVERHEAD);
-        assert_eq!(l.pop(End::Tail).as_deref(), Some(&b"cc"[..]));
-        assert_eq!(l.pop(End::Head).as_deref(), Some(&b"a"[..]));
-        assert_eq!(l.mem_size(), bytes_of(&l));
-        assert_eq!(l.pop(End::Head).as_deref(), Some(&b"b"[..]));
-        assert_eq!(l.pop(End::Head), None);
-        assert_eq!(l.mem_size(), 0);
-        assert_eq!(l.encoding(), "quicklist");
-    }
-
-    #[test]
-    fn indexes_and_ranges() {
-        let mut l = list(&["a", "b", "c", "d"]);
-        assert_eq!(l.get(0), Some(&b"a"[..]));
-        assert_eq!(l.get(-1), Some(&b"d"[..]));
-        assert_eq!(l.get(-4), Some(&b"a"[..]));
-        assert_eq!(l.get(-5), None);
-        assert_eq!(l.get(4), None);
-        assert_eq!(l.get(i64::MIN), None);
-        assert!(l.set(-2, b"CCC"));
-        assert!(!l.set(9, b"x"));
-        assert_eq!(items(&l), ["a", "b", "CCC", "d"]);
-        assert_eq!(l.mem_size(), bytes_of(&l));
-        assert_eq!(l.clamp_range(0, -1), Some((0, 3)));
-        assert_eq!(l.clamp_range(-100, 1), Some((0, 1)));
-        assert_eq!(l.clamp_range(2, 100), Some((2, 3)));
-        assert_eq!(l.clamp_range(3, 2), None);
-        assert_eq!(l.clamp_range(4, 10), None);
-        assert_eq!(l.clamp_range(i64::MIN, i64::MAX), Some((0, 3)));
-        assert_eq!(l.clamp_range(-1, -2), None);
-    }
-
-    #[test]
-    fn insert_remove_trim() {
-        let mut l = list(&["a", "x", "b", "x", "c", "x"]);
-        assert_eq!(l.insert(b"b", b"B", false), Some(7));
-        assert_eq!(l.insert(b"c", b"C", true), Some(8));
-        assert_eq!(l.insert(b"zz", b"C", true), None);
-        assert_eq!(items(&l), ["a", "x", "B", "b", "x", "c", "C", "x"]);
-        assert_eq!(l.remove(-2, b"x"), 2);
-        assert_eq!(items(&l), ["a", "x", "B", "b", "c", "C"]);
-        let mut m = list(&["x", "a", "x", "x"]);
-        assert_eq!(m.remove(2, b"x"), 2);
-        assert_eq!(items(&m), ["a", "x"]);
-        let mut m = list(&["x", "a", "x", "x"]);
-        assert_eq!(m.remove(0, b"x"), 3);
-        assert_eq!(items(&m), ["a"]);
-        assert_eq!(m.remove(i64::MIN, b"a"), 1);
-        assert!(m.is_empty());
-        assert_eq!(m.mem_size(), 0);
-        l.trim(1, 2);
-        assert_eq!(items(&l), ["x", "B", "b"]);
-        assert_eq!(l.mem_size(), bytes_of(&l));
-        l.trim(10, 10);
-        assert!(l.is_empty());
-        assert_eq!(l.mem_size(), 0);
-    }
-
-    /// Random operations against a Vec model; accounting checked after each step.
-    #[test]
-    fn model_vs_vec() {
-        let mut l = ListValue::new();
-        let mut m: Vec<Vec<u8>> = Vec::new();
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
-        let mut rand = move |n: u64| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng % n
-        };
-        for _ in 0..20_000 {
-            let v = vec![b'a' + rand(4) as u8; rand(3) as usize + 1];
-            match rand(7) {
-                0 => {
-                    l.push(&v, End::Head);
-                    m.insert(0, v);
-                }
-                1 => {
-                    l.push(&v, End::Tail);
-                    m.push(v);
-                }
-                2 => assert_eq!(
-                    l.pop(End::Head).map(Vec::from),
-                    (!m.is_empty()).then(|| m.remove(0))
-                ),
-                3 => assert_eq!(l.pop(End::Tail).map(Vec::from), m.pop()),
-                4 => {
-                    let count = rand(5) as i64 - 2;
-                    let before = m.len();
-                    let n = l.remove(count, &v);
-                    // Model: remove |count| matches from the chosen side.
-                    let limit = if count == 0 {
-                        usize::MAX
-                    } else {
-                        count.unsigned_abs() as usize
-                    };
-                    let mut removed = 0;
-                    if count >= 0 {
-                        m.retain(|x| {
-                            if removed < limit && *x == v {
-                                removed += 1;
-                                false
-                            } else {
-                                true
-                            }
-                        });
-                    } else {
-                        m.reverse();
-                        m.retain(|x| {
-                            if removed < limit && *x == v {
-                                removed += 1;
-                                false
-                            } else {
-                                true
-                            }
-                        });
-                        m.reverse();
-                    }
-                    assert_eq!(n, before - m.len());
-                }
-                5 => {
-                    let i = rand(10) as i64 - 5;
-                    let r = l.insert(&v, b"ins", i >= 0);
-                    match m.iter().position(|x| *x == v) {
-                        Some(p) => {
-                            m.insert(p + usize::from(i >= 0), b"ins".to_vec());
-                            assert_eq!(r, Some(m.len()));
-                        }
-                        None => assert_eq!(r, None),
-                    }
-                }
-                _ => {
-                    let (a, b) = (rand(4) as usize, rand(4) as usize);
-                    l.trim(a, b);
-                    let b = b.min(m.len());
-                    m.truncate(m.len() - b);
-                    let a = a.min(m.len());
-                    m.drain(..a);
-                }
-            }
-            assert_eq!(l.len(), m.len());
-            assert_eq!(l.mem_size(), bytes_of(&l));
-        }
-        assert!(l.iter().eq(m.iter().map(|x| &x[..])));
-    }
 }

@@ -8,6 +8,7 @@
 //! - [`lcs`]: LCS, the longest common subsequence of two strings.
 //! - [`sort`]: SORT / SORT_RO over lists, sets and sorted sets.
 //! - [`stream`]: streams and consumer groups (a folder: entry store, groups, commands).
+//! - [`list`], [`quicklist`]: lists (LPUSH/LRANGE… handlers) and their node storage.
 //! - [`encoding`]: the listpack/intset thresholds (`hash-max-listpack-entries`…).
 //! - [`ldouble`]: 80-bit x87 long double arithmetic and Redis's formatting, for INCRBYFLOAT.
 
@@ -22,6 +23,7 @@ pub mod lcs;
 pub mod ldouble;
 pub mod list;
 pub mod listpack;
+pub mod quicklist;
 pub mod set;
 pub mod sort;
 pub mod stream;

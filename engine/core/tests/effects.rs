@@ -120,17 +120,52 @@ struct Pair {
 }
 
 fn engine(seed: u64) -> Engine {
-    Engine::new(Config {
+    engine_in(seed, Forms::Default)
+}
+
+/// The encoding limits an engine runs with.
+#[derive(Clone, Copy, PartialEq)]
+enum Forms {
+    /// Redis 7.0's defaults: the model's collections stay compact (listpack, intset, few nodes).
+    Default,
+    /// Tiny limits: collections convert to hashtable/skiplist within a few elements, and lists
+    /// are cut into nodes of two elements.
+    Tiny,
+}
+
+#[allow(clippy::needless_update)] // EncodingLimits may gain fields
+fn engine_in(seed: u64, forms: Forms) -> Engine {
+    let mut config = Config {
         hash_seed: seed,
         ..Config::default()
-    })
+    };
+    if forms == Forms::Tiny {
+        config.encoding = engine_core::types::EncodingLimits {
+            hash_max_listpack_entries: 2,
+            hash_max_listpack_value: 4,
+            set_max_intset_entries: 2,
+            zset_max_listpack_entries: 2,
+            zset_max_listpack_value: 4,
+            ..engine_core::types::EncodingLimits::DEFAULT
+        };
+        config.list_max_listpack_size = 2;
+    }
+    Engine::new(config)
 }
 
 impl Pair {
     fn new(seed: u64) -> Pair {
+        Pair::new_in(seed, Forms::Default, Forms::Default)
+    }
+
+    /// A primary and its replicas with their own encoding limits: the effects carry contents,
+    /// not encodings, so a replica converges whatever form either side holds a value in.
+    fn new_in(seed: u64, primary: Forms, replicas: Forms) -> Pair {
         let mut p = Pair {
-            primary: engine(seed),
-            replicas: (0..16).map(|d| engine(seed ^ 0xdead_beef ^ d)).collect(),
+            primary: engine_in(seed, primary),
+            replicas: (0..16)
+                .map(|d| engine_in(seed ^ 0xdead_beef ^ d, replicas))
+                .collect(),
             clients: (1..=4)
                 .map(|id| Client {
                     id,
@@ -818,7 +853,11 @@ fn run_model(seed: u64, steps: usize) {
 
 /// The model test over databases `0..dbs` (1: database 0 only, the original stream).
 fn run_model_dbs(seed: u64, steps: usize, dbs: u64) {
-    let mut p = Pair::new(seed);
+    run_model_in(seed, steps, dbs, Forms::Default, Forms::Default);
+}
+
+fn run_model_in(seed: u64, steps: usize, dbs: u64, primary: Forms, replicas: Forms) {
+    let mut p = Pair::new_in(seed, primary, replicas);
     let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     for step in 0..steps {
         p.now_us += r.below(40_000);
@@ -916,6 +955,18 @@ fn model_replica_converges_seed_1() {
 fn model_replica_converges_many_seeds() {
     for seed in 2..8 {
         run_model(seed, 1500);
+    }
+}
+
+/// Issue 16: values in the compact and the large forms, on either side, converge alike.
+#[test]
+fn model_replica_converges_across_encodings() {
+    for (seed, primary, replicas) in [
+        (31, Forms::Tiny, Forms::Tiny),
+        (32, Forms::Tiny, Forms::Default),
+        (33, Forms::Default, Forms::Tiny),
+    ] {
+        run_model_in(seed, 2500, 1, primary, replicas);
     }
 }
 

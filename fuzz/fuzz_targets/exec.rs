@@ -274,7 +274,8 @@ fuzz_target!(|data: &[u8]| {
         config.maxmemory_policy = "allkeys-lru";
     }
     // Half the runs with tiny encoding thresholds, so values cross from listpack/intset to
-    // hashtable/skiplist within a few commands (CONFIG SET may move them again).
+    // hashtable/skiplist within a few commands (CONFIG SET may move them again), and lists
+    // span many quicklist nodes.
     if data.first().is_some_and(|b| b & 2 == 2) {
         config.encoding = engine_core::types::EncodingLimits {
             hash_max_listpack_entries: 4,
@@ -283,6 +284,8 @@ fuzz_target!(|data: &[u8]| {
             zset_max_listpack_entries: 4,
             zset_max_listpack_value: 8,
         };
+        // Lists of two-element nodes: pushes, LINSERT, LSET and LREM split and merge nodes.
+        config.list_max_listpack_size = 2;
     }
     let mut engine = Engine::new(config);
     let mut clients = [

@@ -415,7 +415,7 @@ fn write_dbs<W: Write>(
             Value::Set(set) => {
                 s.varint(set.len() as u64)?;
                 for m in set.iter() {
-                    s.blob(m)?;
+                    s.blob(&m)?;
                 }
             }
             Value::ZSet(z) => {

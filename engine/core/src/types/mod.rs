@@ -18,6 +18,7 @@ pub mod geo;
 pub mod geohash;
 pub mod hash;
 pub mod hyperloglog;
+pub mod intset;
 pub mod lcs;
 pub mod ldouble;
 pub mod list;

@@ -145,6 +145,7 @@ impl IntSet {
     }
 
     /// The value at position `i` (ascending order).
+    #[allow(clippy::useless_conversion)] // i64 → i64 in the widest arm of the macro
     pub fn get(&self, i: usize) -> Option<i64> {
         with_slice!(self, s => s.get(i).map(|&x| i64::from(x)))
     }
@@ -229,7 +230,7 @@ mod tests {
                 2 => (x >> 3) as i64,
                 _ => -((x >> 30) as i64),
             };
-            if (x >> 10) % 3 == 0 {
+            if (x >> 10).is_multiple_of(3) {
                 assert_eq!(s.remove(v), model.remove(&v));
             } else {
                 assert_eq!(s.insert(v), model.insert(v));

@@ -9,6 +9,8 @@
 //! - [`sort`]: SORT / SORT_RO over lists, sets and sorted sets.
 //! - [`stream`]: streams and consumer groups (a folder: entry store, groups, commands).
 //! - [`encoding`]: the listpack/intset thresholds (`hash-max-listpack-entries`…).
+//! - [`listpack`], [`intset`]: the compact forms of small hashes and of small integer sets
+//!   (small sorted sets have theirs in `zset::listpack`).
 //! - [`ldouble`]: 80-bit x87 long double arithmetic and Redis's formatting, for INCRBYFLOAT.
 
 pub mod bitfield;

@@ -556,7 +556,7 @@ pub fn smismember(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut w = c.w();
     w.array(members.len());
     for m in members {
-        w.integer(s.is_some_and(|s| s.contains(&m)) as i64);
+        w.integer(s.is_some_and(|s| s.contains(m)) as i64);
     }
     Ok(())
 }

@@ -32,12 +32,16 @@ pub struct ZListpack {
 /// Integral scores below this magnitude use the varint form.
 const INT_LIMIT: f64 = 9_007_199_254_740_992.0; // 2^53
 
-fn put_varint(out: &mut Vec<u8>, mut n: u64) {
+/// The LEB128 varint for `n` in a stack buffer: `(bytes, length)`.
+fn varint(mut n: u64) -> ([u8; 10], usize) {
+    let (mut out, mut k) = ([0u8; 10], 0);
     while n >= 0x80 {
-        out.push((n as u8 & 0x7f) | 0x80);
+        out[k] = (n as u8 & 0x7f) | 0x80;
         n >>= 7;
+        k += 1;
     }
-    out.push(n as u8);
+    out[k] = n as u8;
+    (out, k + 1)
 }
 
 /// The varint at `p` and the offset after it.
@@ -55,15 +59,17 @@ fn get_varint(buf: &[u8], mut p: usize) -> (u64, usize) {
     }
 }
 
-/// Appends `score` in the shortest form (see the module doc).
-fn put_score(out: &mut Vec<u8>, score: f64) {
+/// `score` in the shortest form (see the module doc), in a stack buffer: `(bytes, length)`.
+fn score_bytes(score: f64) -> ([u8; 10], usize) {
     if score.fract() == 0.0 && score.abs() < INT_LIMIT {
         let i = score as i64;
         let zigzag = ((i << 1) ^ (i >> 63)) as u64;
-        put_varint(out, zigzag << 1);
+        varint(zigzag << 1)
     } else {
-        out.push(1);
-        out.extend_from_slice(&score.to_bits().to_le_bytes());
+        let mut out = [0u8; 10];
+        out[0] = 1;
+        out[1..9].copy_from_slice(&score.to_bits().to_le_bytes());
+        (out, 9)
     }
 }
 
@@ -140,20 +146,24 @@ impl ZListpack {
             .iter()
             .find(|&(_, m, s)| before(score, member, s, m))
             .map_or(self.buf.len(), |(off, _, _)| off);
-        let mut pair = Vec::with_capacity(member.len() + 11);
-        put_varint(&mut pair, member.len() as u64);
-        pair.extend_from_slice(member);
-        put_score(&mut pair, score);
-        self.buf.reserve_exact(pair.len());
-        self.buf.splice(at..at, pair);
+        // Header, member and score go straight into the buffer (no temporary per insert).
+        let (head, hn) = varint(member.len() as u64);
+        let (sc, sn) = score_bytes(score);
+        self.buf.reserve_exact(hn + member.len() + sn);
+        self.buf.splice(
+            at..at,
+            head[..hn].iter().chain(member).chain(&sc[..sn]).copied(),
+        );
         self.len += 1;
     }
 
     /// Appends a pair that sorts after every pair present (building from an ordered source).
     pub fn push(&mut self, member: &[u8], score: f64) {
-        put_varint(&mut self.buf, member.len() as u64);
+        let (head, hn) = varint(member.len() as u64);
+        let (sc, sn) = score_bytes(score);
+        self.buf.extend_from_slice(&head[..hn]);
         self.buf.extend_from_slice(member);
-        put_score(&mut self.buf, score);
+        self.buf.extend_from_slice(&sc[..sn]);
         self.len += 1;
     }
 
@@ -224,13 +234,11 @@ mod tests {
             (f64::MIN_POSITIVE, 9),
         ];
         for (s, n) in cases {
-            let mut b = Vec::new();
-            put_score(&mut b, s);
-            assert_eq!(b.len(), n, "{s}");
+            let (b, len) = score_bytes(s);
+            assert_eq!(len, n, "{s}");
             assert_eq!(get_score(&b, 0), (s, n), "{s}");
         }
-        let mut b = Vec::new();
-        put_score(&mut b, -0.0);
+        let (b, _) = score_bytes(-0.0);
         assert!(get_score(&b, 0).0.is_sign_positive());
     }
 

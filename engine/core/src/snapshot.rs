@@ -805,7 +805,7 @@ fn load_into<R: Read>(
                     let m = src.blob_ref(&mut scratch)?;
                     s.insert(m, lim);
                 }
-                Value::Set(Box::new(s))
+                Value::Set(s)
             }
             TAG_ZSET => {
                 let n = src.len(u64::from(u32::MAX), "sorted set length")?;
@@ -1162,7 +1162,7 @@ mod tests {
         for m in [&b"1"[..], b"2", b"x"] {
             s.insert(m, &crate::types::EncodingLimits::DEFAULT);
         }
-        ks.set(b"set", Value::Set(Box::new(s)), Keep::Nothing, None);
+        ks.set(b"set", Value::Set(s), Keep::Nothing, None);
         let mut z = ZSetValue::new(1);
         z.insert(b"m1", 1.5, &crate::types::EncodingLimits::DEFAULT);
         z.insert(

@@ -51,7 +51,7 @@ pub fn object(
                     return Err(Bad);
                 }
             }
-            Value::Set(Box::new(s))
+            Value::Set(s)
         }
         ZSET | ZSET_2 => {
             let n = r.count()?;
@@ -126,7 +126,7 @@ pub fn object(
             for v in parse_intset(&data)? {
                 s.insert(buf.format(v).as_bytes(), &blob);
             }
-            Value::Set(Box::new(s))
+            Value::Set(s)
         }
         HASH_ZIPLIST | HASH_LISTPACK => {
             let data = r.string()?;

@@ -79,7 +79,7 @@ fn collections_round_trip() {
         for i in 0..n {
             s.insert(format!("{}", i * 7 - 5).as_bytes(), &LIM);
         }
-        let v = Value::Set(Box::new(s));
+        let v = Value::Set(s);
         let back = round_trip(&v);
         assert_eq!(back, v);
         let Value::Set(b) = &back else { panic!() };
@@ -88,7 +88,7 @@ fn collections_round_trip() {
     let mut s = SetValue::with_seed(1);
     s.insert(b"a", &LIM);
     s.insert(b"b", &LIM);
-    let v = Value::Set(Box::new(s));
+    let v = Value::Set(s);
     assert_eq!(round_trip(&v), v);
 
     for n in [2, 200] {

@@ -52,7 +52,7 @@ pub enum Value {
     Str(StrValue),
     List(Box<ListValue>),
     Hash(Box<HashValue>),
-    Set(Box<SetValue>),
+    Set(SetValue),
     ZSet(Box<ZSetValue>),
     Stream(Box<StreamValue>),
 }

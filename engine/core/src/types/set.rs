@@ -74,12 +74,22 @@ pub struct SetValue {
     repr: Repr,
 }
 
+/// Both forms boxed, so a `SetValue` is two words and sits unboxed in a keyspace [`Value`]:
+/// a hashtable set is one hop from the keyspace, as before it had an intset form, and an
+/// intset pays one small box (its values and its seed) instead of a table's header.
 #[derive(Clone, Debug)]
 enum Repr {
-    /// Integers, ascending. `seed` keys the hasher of the table it may become.
-    Intset { ints: IntSet, seed: u64 },
-    /// Boxed so an intset set stays small (the table is the rare, large case).
+    Intset(Box<Small>),
     Table(Box<Table>),
+}
+
+/// The intset form.
+#[derive(Clone, Debug)]
+struct Small {
+    /// The members, ascending.
+    ints: IntSet,
+    /// Keys the hasher of the table it may become.
+    seed: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -91,8 +101,9 @@ struct Table {
     seed: u64,
 }
 
-// A keyspace value boxes its set: keep the box in a small size class.
-const _: () = assert!(std::mem::size_of::<SetValue>() <= 32);
+// A keyspace value holds its set inline (see `Repr`); the intset's box is a small size class.
+const _: () = assert!(std::mem::size_of::<SetValue>() <= 16);
+const _: () = assert!(std::mem::size_of::<Small>() <= 32);
 
 /// A member as it goes out: a hashtable's bytes, or an intset's integer as decimal text in a
 /// stack buffer. Derefs to the bytes; hashes and compares like them.
@@ -210,17 +221,17 @@ impl SetValue {
     /// is a hashtable, is keyed by `seed`.
     pub fn with_seed(seed: u64) -> SetValue {
         SetValue {
-            repr: Repr::Intset {
+            repr: Repr::Intset(Box::new(Small {
                 ints: IntSet::new(),
                 seed,
-            },
+            })),
         }
     }
 
     /// Number of members (SCARD).
     pub fn len(&self) -> usize {
         match &self.repr {
-            Repr::Intset { ints, .. } => ints.len(),
+            Repr::Intset(small) => small.ints.len(),
             Repr::Table(t) => t.members.len(),
         }
     }
@@ -231,18 +242,21 @@ impl SetValue {
 
     pub fn contains(&self, member: &[u8]) -> bool {
         match &self.repr {
-            Repr::Intset { ints, .. } => args::parse_i64(member).is_some_and(|v| ints.contains(v)),
+            Repr::Intset(small) => args::parse_i64(member).is_some_and(|v| small.ints.contains(v)),
             Repr::Table(t) => t.members.contains(member),
         }
     }
 
     /// Converts an intset to a hashtable, ascending (redis `setTypeConvert`; never back).
     fn convert(&mut self) {
-        let Repr::Intset { ints, seed } = &self.repr else {
+        let Repr::Intset(small) = &self.repr else {
             return;
         };
-        let mut members =
-            Members::with_capacity_and_hasher(ints.len() + 1, FixedState::with_seed(*seed));
+        let (ints, seed) = (&small.ints, &small.seed);
+        // `reserve`, not `with_capacity`: it sizes the entries to the index's capacity (3 for
+        // a new set), so the next few members do not reallocate them.
+        let mut members = Members::with_hasher(FixedState::with_seed(*seed));
+        members.reserve(ints.len() + 1);
         let mut bytes = 0;
         for v in ints.iter() {
             let m = Member::int(v);
@@ -260,7 +274,8 @@ impl SetValue {
     /// more than `set-max-intset-entries`, converts an intset to a hashtable (redis
     /// `setTypeAdd`).
     pub fn insert(&mut self, member: &[u8], lim: &EncodingLimits) -> bool {
-        if let Repr::Intset { ints, .. } = &mut self.repr {
+        if let Repr::Intset(small) = &mut self.repr {
+            let ints = &mut small.ints;
             if let Some(v) = args::parse_i64(member) {
                 if ints.contains(v) {
                     return false;
@@ -286,7 +301,7 @@ impl SetValue {
     /// Removes `member`; returns whether it was there.
     pub fn remove(&mut self, member: &[u8]) -> bool {
         match &mut self.repr {
-            Repr::Intset { ints, .. } => args::parse_i64(member).is_some_and(|v| ints.remove(v)),
+            Repr::Intset(small) => args::parse_i64(member).is_some_and(|v| small.ints.remove(v)),
             Repr::Table(t) => match t.members.swap_take(member) {
                 Some(m) => {
                     t.bytes -= m.len() + MEMBER_OVERHEAD;
@@ -302,7 +317,8 @@ impl SetValue {
     /// from the highest down never moves a member still to be removed.
     pub fn swap_remove_index(&mut self, i: usize) -> Option<Box<[u8]>> {
         match &mut self.repr {
-            Repr::Intset { ints, .. } => {
+            Repr::Intset(small) => {
+                let ints = &mut small.ints;
                 (i < ints.len()).then(|| (*Member::int(ints.remove_index(i))).into())
             }
             Repr::Table(t) => {
@@ -316,7 +332,7 @@ impl SetValue {
     /// The member at position `i` (ascending for an intset).
     pub fn get_index(&self, i: usize) -> Option<Member<'_>> {
         match &self.repr {
-            Repr::Intset { ints, .. } => ints.get(i).map(Member::int),
+            Repr::Intset(small) => small.ints.get(i).map(Member::int),
             Repr::Table(t) => t.members.get_index(i).map(|m| Member::Bytes(m)),
         }
     }
@@ -325,7 +341,7 @@ impl SetValue {
     /// otherwise.
     pub fn iter(&self) -> Iter<'_> {
         match &self.repr {
-            Repr::Intset { ints, .. } => Iter::Ints(ints.iter()),
+            Repr::Intset(small) => Iter::Ints(small.ints.iter()),
             Repr::Table(t) => Iter::Table(t.members.iter()),
         }
     }
@@ -338,14 +354,14 @@ impl SetValue {
     /// The values of an intset, ascending (the RDB intset encoder); `None` for a hashtable.
     pub fn ints(&self) -> Option<intset::Iter<'_>> {
         match &self.repr {
-            Repr::Intset { ints, .. } => Some(ints.iter()),
+            Repr::Intset(small) => Some(small.ints.iter()),
             Repr::Table(_) => None,
         }
     }
 
     /// Whether the set is still an intset.
     pub fn is_intset(&self) -> bool {
-        matches!(self.repr, Repr::Intset { .. })
+        matches!(self.repr, Repr::Intset(_))
     }
 
     /// Decides the encoding again as for a set built from scratch out of these members: an
@@ -355,7 +371,7 @@ impl SetValue {
     pub fn reencode(&mut self, lim: &EncodingLimits) {
         let fits = self.len() <= lim.intset_entries();
         match &self.repr {
-            Repr::Intset { .. } if !fits => self.convert(),
+            Repr::Intset(_) if !fits => self.convert(),
             Repr::Table(t) if fits => {
                 let mut ints = IntSet::new();
                 for m in &t.members {
@@ -366,7 +382,7 @@ impl SetValue {
                         None => return,
                     }
                 }
-                self.repr = Repr::Intset { ints, seed: t.seed };
+                self.repr = Repr::Intset(Box::new(Small { ints, seed: t.seed }));
             }
             _ => {}
         }
@@ -384,7 +400,7 @@ impl SetValue {
     /// Payload bytes this value accounts for in `used_memory`, kept incrementally (O(1)).
     pub fn mem_size(&self) -> usize {
         match &self.repr {
-            Repr::Intset { ints, .. } => ints.byte_len(),
+            Repr::Intset(small) => small.ints.byte_len(),
             Repr::Table(t) => t.bytes,
         }
     }
@@ -479,7 +495,7 @@ pub fn sadd(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         None => {
             let mut s = SetValue::with_seed(e.ks.next_random());
             let n = add(&mut s);
-            e.ks.set(key, Value::Set(Box::new(s)), Keep::Nothing, None);
+            e.ks.set(key, Value::Set(s), Keep::Nothing, None);
             n
         }
     };
@@ -757,7 +773,7 @@ pub fn smove(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         None => {
             let mut s = SetValue::with_seed(e.ks.next_random());
             s.insert(member, &lim);
-            e.ks.set(dst, Value::Set(Box::new(s)), Keep::Nothing, None);
+            e.ks.set(dst, Value::Set(s), Keep::Nothing, None);
             true
         }
     };
@@ -877,7 +893,7 @@ fn setop_store(e: &mut Engine, c: &mut Call, op: SetOp) -> Result<(), CmdError> 
     if n > 0 {
         // Overwrites a destination of any type and clears its TTL (redis `setKey`).
         let existing = e.ks.lookup_write(dst, c.now_ms);
-        e.ks.set(dst, Value::Set(Box::new(result)), Keep::Nothing, existing);
+        e.ks.set(dst, Value::Set(result), Keep::Nothing, existing);
         notify(e, class::SET, op.store_event(), dst);
     } else if e.ks.delete(dst, c.now_ms) {
         notify(e, class::GENERIC, "del", dst);

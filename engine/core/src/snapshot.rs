@@ -822,7 +822,7 @@ fn load_into<R: Read>(
                         });
                     }
                 }
-                Value::ZSet(Box::new(z.from_result(lim)))
+                Value::ZSet(z.from_result(lim))
             }
             TAG_STREAM => Value::Stream(Box::new(load_stream(
                 &mut src,
@@ -1171,7 +1171,7 @@ mod tests {
             &crate::types::EncodingLimits::DEFAULT,
         );
         z.insert(b"m3", -0.0, &crate::types::EncodingLimits::DEFAULT);
-        ks.set(b"z", Value::ZSet(Box::new(z)), Keep::Nothing, None);
+        ks.set(b"z", Value::ZSet(z), Keep::Nothing, None);
         ks.set(
             b"big",
             Value::Str(StrValue::Raw(vec![7u8; 600_000])),

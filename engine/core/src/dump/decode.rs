@@ -67,7 +67,7 @@ pub fn object(
                     return Err(Bad);
                 }
             }
-            Value::ZSet(Box::new(z.from_result(lim)))
+            Value::ZSet(z.from_result(lim))
         }
         HASH => {
             let n = r.count()?;
@@ -170,7 +170,7 @@ pub fn object(
                     return Err(Bad);
                 }
             }
-            Value::ZSet(Box::new(z.from_result(&blob)))
+            Value::ZSet(z.from_result(&blob))
         }
         STREAM_LISTPACKS | STREAM_LISTPACKS_2 => {
             Value::Stream(Box::new(stream(r, ty == STREAM_LISTPACKS_2)?))

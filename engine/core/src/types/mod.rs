@@ -44,16 +44,18 @@ pub use zset::ZSetValue;
 ///
 /// The collections are boxed: a keyspace slot holds a `Value` inline, and most keys of a
 /// cache are strings, so the enum must be as small as a string (24 bytes) rather than as large
-/// as its largest collection header (`ZSetValue` is 160 bytes). Unboxed, every 64-byte string
-/// key paid ~136 bytes of padding (docs/memory.md, *Where the bytes go*); a collection pays one
-/// extra pointer hop, which is negligible beside its own lookups.
+/// as its largest collection header (a zset's table and skiplist are ~160 bytes). Unboxed,
+/// every 64-byte string key paid ~136 bytes of padding (docs/memory.md, *Where the bytes go*);
+/// a collection pays one extra pointer hop, which is negligible beside its own lookups. Sets
+/// and sorted sets box inside their own value instead (two words: a box of the compact form
+/// or a box of the large one), so each form is one hop from the keyspace.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     Str(StrValue),
     List(Box<ListValue>),
     Hash(Box<HashValue>),
     Set(SetValue),
-    ZSet(Box<ZSetValue>),
+    ZSet(ZSetValue),
     Stream(Box<StreamValue>),
 }
 

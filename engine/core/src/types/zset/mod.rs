@@ -75,12 +75,36 @@ pub struct ZSetValue {
     repr: Repr,
 }
 
+/// Both forms boxed, so a `ZSetValue` is two words and sits unboxed in a keyspace [`Value`]:
+/// a skiplist is one hop from the keyspace, and a listpack pays one small box (its buffer's
+/// header and its seed).
 #[derive(Clone)]
 enum Repr {
-    /// Pairs in order. `seed` keys the table and skiplist it may become.
-    Listpack { lp: ZListpack, seed: u64 },
-    /// Boxed so a listpack zset stays small (the skiplist is the rare, large case).
+    Listpack(Box<Packed>),
     Skiplist(Box<Big>),
+}
+
+/// The listpack form: derefs to its [`ZListpack`].
+#[derive(Clone)]
+struct Packed {
+    /// Pairs in order.
+    lp: ZListpack,
+    /// Keys the table and skiplist it may become.
+    seed: u64,
+}
+
+impl std::ops::Deref for Packed {
+    type Target = ZListpack;
+
+    fn deref(&self) -> &ZListpack {
+        &self.lp
+    }
+}
+
+impl std::ops::DerefMut for Packed {
+    fn deref_mut(&mut self) -> &mut ZListpack {
+        &mut self.lp
+    }
 }
 
 /// The skiplist form.
@@ -96,8 +120,9 @@ struct Big {
     seed: u64,
 }
 
-// A keyspace value boxes its zset: keep the box in a small size class.
-const _: () = assert!(std::mem::size_of::<ZSetValue>() <= 40);
+// A keyspace value holds its zset inline (see `Repr`); the listpack's box is a small size class.
+const _: () = assert!(std::mem::size_of::<ZSetValue>() <= 16);
+const _: () = assert!(std::mem::size_of::<Packed>() <= 40);
 
 impl Default for ZSetValue {
     fn default() -> Self {
@@ -267,7 +292,7 @@ impl<'a> Iterator for Walk<'a> {
                 *x = b.index.prev(*x);
                 e
             }
-            (Repr::Listpack { lp, .. }, WalkAt::Offset(off)) => {
+            (Repr::Listpack(lp), WalkAt::Offset(off)) => {
                 if *off >= lp.byte_len() {
                     return None;
                 }
@@ -275,7 +300,7 @@ impl<'a> Iterator for Walk<'a> {
                 *off = next;
                 (m, s)
             }
-            (Repr::Listpack { lp, .. }, WalkAt::Offsets(back)) => {
+            (Repr::Listpack(lp), WalkAt::Offsets(back)) => {
                 let (m, s, _) = lp.entry(back.pop()?);
                 (m, s)
             }
@@ -291,10 +316,10 @@ impl ZSetValue {
     /// generator should it convert (the commands pass a random value from the engine).
     pub fn new(seed: u64) -> ZSetValue {
         ZSetValue {
-            repr: Repr::Listpack {
+            repr: Repr::Listpack(Box::new(Packed {
                 lp: ZListpack::new(),
                 seed,
-            },
+            })),
         }
     }
 
@@ -311,7 +336,7 @@ impl ZSetValue {
     /// Payload bytes this value accounts for in `used_memory`, kept incrementally (O(1)).
     pub fn mem_size(&self) -> usize {
         match &self.repr {
-            Repr::Listpack { lp, .. } => lp.byte_len(),
+            Repr::Listpack(lp) => lp.byte_len(),
             Repr::Skiplist(b) => b.bytes,
         }
     }
@@ -327,12 +352,12 @@ impl ZSetValue {
 
     /// Whether the zset is listpack-encoded (see [`encoding`](Self::encoding)).
     pub fn is_listpack(&self) -> bool {
-        matches!(self.repr, Repr::Listpack { .. })
+        matches!(self.repr, Repr::Listpack(_))
     }
 
     pub fn len(&self) -> usize {
         match &self.repr {
-            Repr::Listpack { lp, .. } => lp.len(),
+            Repr::Listpack(lp) => lp.len(),
             Repr::Skiplist(b) => b.table.len(),
         }
     }
@@ -344,7 +369,7 @@ impl ZSetValue {
     /// ZSCORE.
     pub fn score(&self, member: &[u8]) -> Option<f64> {
         match &self.repr {
-            Repr::Listpack { lp, .. } => lp.find(member).map(|(_, s)| s),
+            Repr::Listpack(lp) => lp.find(member).map(|(_, s)| s),
             Repr::Skiplist(b) => b.score(member),
         }
     }
@@ -396,10 +421,10 @@ impl ZSetValue {
 
     /// Converts a listpack to a skiplist (redis `zsetConvert`; never back by itself).
     fn convert(&mut self) {
-        let Repr::Listpack { lp, seed } = &self.repr else {
+        let Repr::Listpack(lp) = &self.repr else {
             return;
         };
-        let mut b = Big::new(*seed);
+        let mut b = Big::new(lp.seed);
         b.table.reserve(lp.len() + 1);
         for (_, m, s) in lp.iter() {
             b.insert(m, s);
@@ -415,7 +440,7 @@ impl ZSetValue {
         if score.is_nan() {
             return false;
         }
-        if let Repr::Listpack { lp, .. } = &mut self.repr {
+        if let Repr::Listpack(lp) = &mut self.repr {
             let score = lp_score(score);
             if let Some((off, cur)) = lp.find(member) {
                 if cur != score {
@@ -443,7 +468,7 @@ impl ZSetValue {
             return;
         }
         match &mut self.repr {
-            Repr::Listpack { lp, .. } => {
+            Repr::Listpack(lp) => {
                 // redis `zsetAdd` on a listpack: delete, then insert at the new place.
                 if let Some((off, _)) = lp.find(member) {
                     lp.remove(off, 1);
@@ -457,7 +482,7 @@ impl ZSetValue {
     /// Removes a member; returns its score if it was present.
     pub fn remove(&mut self, member: &[u8]) -> Option<f64> {
         match &mut self.repr {
-            Repr::Listpack { lp, .. } => {
+            Repr::Listpack(lp) => {
                 let (off, s) = lp.find(member)?;
                 lp.remove(off, 1);
                 Some(s)
@@ -472,7 +497,7 @@ impl ZSetValue {
     /// Removes and returns the lowest (`max == false`) or highest member.
     pub fn pop(&mut self, max: bool) -> Option<(Box<[u8]>, f64)> {
         match &mut self.repr {
-            Repr::Listpack { lp, .. } => {
+            Repr::Listpack(lp) => {
                 if lp.is_empty() {
                     return None;
                 }
@@ -492,7 +517,7 @@ impl ZSetValue {
     /// 0-based rank of `member` (from the top when `reverse`) and its score.
     pub fn rank(&self, member: &[u8], reverse: bool) -> Option<(usize, f64)> {
         let (r0, score) = match &self.repr {
-            Repr::Listpack { lp, .. } => lp
+            Repr::Listpack(lp) => lp
                 .iter()
                 .enumerate()
                 .find(|(_, (_, m, _))| *m == member)
@@ -511,7 +536,7 @@ impl ZSetValue {
     /// still answered as "none" rather than trusted.
     pub fn score_span(&self, r: &ScoreRange) -> Option<(usize, usize)> {
         match &self.repr {
-            Repr::Listpack { lp, .. } => {
+            Repr::Listpack(lp) => {
                 if r.is_empty() {
                     return None;
                 }
@@ -544,7 +569,7 @@ impl ZSetValue {
     /// Redis; a skiplist answers as a listpack does).
     pub fn lex_start(&self, r: &LexRange, reverse: bool) -> Option<usize> {
         match &self.repr {
-            Repr::Listpack { lp, .. } => {
+            Repr::Listpack(lp) => {
                 // redis `zzlIsInLexRange`: the range against the lowest and highest members.
                 let (_, first, _) = lp.iter().next()?;
                 let (_, last, _) = lp.iter().last()?;
@@ -622,11 +647,11 @@ impl ZSetValue {
             Repr::Skiplist(_) if none => WalkAt::Up(NIL),
             Repr::Skiplist(b) if reverse => WalkAt::Down(b.index.by_rank(start + 1)),
             Repr::Skiplist(b) => WalkAt::Up(b.index.by_rank(start + 1)),
-            Repr::Listpack { lp, .. } if none => WalkAt::Offset(lp.byte_len()),
-            Repr::Listpack { lp, .. } if reverse => {
+            Repr::Listpack(lp) if none => WalkAt::Offset(lp.byte_len()),
+            Repr::Listpack(lp) if reverse => {
                 WalkAt::Offsets(lp.iter().take(start + 1).map(|(off, _, _)| off).collect())
             }
-            Repr::Listpack { lp, .. } => WalkAt::Offset(lp.offset_of(start)),
+            Repr::Listpack(lp) => WalkAt::Offset(lp.offset_of(start)),
         };
         Walk {
             z: self,
@@ -638,7 +663,7 @@ impl ZSetValue {
     /// Removes `count` members starting at 0-based rank `start`; returns how many.
     pub fn remove_rank_range(&mut self, start: usize, count: usize) -> usize {
         match &mut self.repr {
-            Repr::Listpack { lp, .. } => {
+            Repr::Listpack(lp) => {
                 if start >= lp.len() {
                     return 0;
                 }
@@ -675,7 +700,7 @@ impl ZSetValue {
             maxex: true,
         };
         match &self.repr {
-            Repr::Listpack { lp, .. } => {
+            Repr::Listpack(lp) => {
                 for (off, _, s) in lp.iter() {
                     if !r.gte_min(s) {
                         continue;
@@ -701,7 +726,7 @@ impl ZSetValue {
     /// The member of node `x` (from [`for_each_in_half_open`](Self::for_each_in_half_open)).
     pub fn member_at(&self, x: Node) -> &[u8] {
         match &self.repr {
-            Repr::Listpack { lp, .. } => lp.entry(x.0 as usize).0,
+            Repr::Listpack(lp) => lp.entry(x.0 as usize).0,
             Repr::Skiplist(b) => b.table.member(b.index.pos(x.0)),
         }
     }
@@ -715,7 +740,7 @@ impl ZSetValue {
     /// position, or a rank in a listpack (a walk).
     pub fn at_position(&self, i: usize) -> Option<(&[u8], f64)> {
         match &self.repr {
-            Repr::Listpack { lp, .. } => lp.iter().nth(i).map(|(_, m, s)| (m, s)),
+            Repr::Listpack(lp) => lp.iter().nth(i).map(|(_, m, s)| (m, s)),
             Repr::Skiplist(b) => {
                 let (m, &x) = b.table.get_index(i)?;
                 Some((m, b.index.score(x)))
@@ -770,7 +795,7 @@ impl ZSetValue {
         }
         lp.shrink();
         ZSetValue {
-            repr: Repr::Listpack { lp, seed },
+            repr: Repr::Listpack(Box::new(Packed { lp, seed })),
         }
     }
 
@@ -784,7 +809,7 @@ impl ZSetValue {
     #[cfg(test)]
     pub fn check(&self) {
         match &self.repr {
-            Repr::Listpack { lp, .. } => {
+            Repr::Listpack(lp) => {
                 let all: Vec<(&[u8], f64)> = lp.iter().map(|(_, m, s)| (m, s)).collect();
                 assert_eq!(all.len(), lp.len());
                 for w in all.windows(2) {

@@ -9,20 +9,13 @@
 //! 32,768 costs 20 bytes, not a doubling `Vec`'s spare half. Insertion is O(n) (a copy), which
 //! the entry limit (512 by default) bounds.
 
-/// The values, ascending, at one width; and 32 bits the owner may keep with them for free
-/// ([`spare`](Self::spare): they sit beside the width tag, in what would be padding, so an
-/// `IntSet` is 24 bytes with them or without them).
+/// The values, ascending, at one width.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IntSet(Vals);
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Vals {
-    I16(Box<[i16]>, u32),
-    I32(Box<[i32]>, u32),
-    I64(Box<[i64]>, u32),
+pub enum IntSet {
+    I16(Box<[i16]>),
+    I32(Box<[i32]>),
+    I64(Box<[i64]>),
 }
-
-const _: () = assert!(std::mem::size_of::<IntSet>() <= 24);
 
 impl Default for IntSet {
     fn default() -> Self {
@@ -51,34 +44,21 @@ fn removed<T: Copy>(s: &[T], at: usize) -> Box<[T]> {
 macro_rules! with_slice {
     ($set:expr, $s:ident => $body:expr) => {
         match $set {
-            Vals::I16($s, _) => $body,
-            Vals::I32($s, _) => $body,
-            Vals::I64($s, _) => $body,
+            IntSet::I16($s) => $body,
+            IntSet::I32($s) => $body,
+            IntSet::I64($s) => $body,
         }
     };
 }
 
 impl IntSet {
     pub fn new() -> IntSet {
-        IntSet(Vals::I16(Box::default(), 0))
-    }
-
-    /// The owner's 32 bits (0 in a new set; kept through every change).
-    pub fn spare(&self) -> u32 {
-        match self.0 {
-            Vals::I16(_, k) | Vals::I32(_, k) | Vals::I64(_, k) => k,
-        }
-    }
-
-    pub fn set_spare(&mut self, k: u32) {
-        match &mut self.0 {
-            Vals::I16(_, x) | Vals::I32(_, x) | Vals::I64(_, x) => *x = k,
-        }
+        IntSet::I16(Box::default())
     }
 
     /// Number of values.
     pub fn len(&self) -> usize {
-        with_slice!(&self.0, s => s.len())
+        with_slice!(self, s => s.len())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -87,10 +67,10 @@ impl IntSet {
 
     /// Bytes per value (2, 4 or 8: redis `INTSET_ENC_*`).
     pub fn width(&self) -> usize {
-        match self.0 {
-            Vals::I16(..) => 2,
-            Vals::I32(..) => 4,
-            Vals::I64(..) => 8,
+        match self {
+            IntSet::I16(_) => 2,
+            IntSet::I32(_) => 4,
+            IntSet::I64(_) => 8,
         }
     }
 
@@ -102,16 +82,16 @@ impl IntSet {
     /// Position of `v`, or where it would go (`Err`), by binary search. A value wider than
     /// the set's width is beyond every value, below or above.
     fn search(&self, v: i64) -> Result<usize, usize> {
-        match &self.0 {
-            Vals::I16(s, _) => match i16::try_from(v) {
+        match self {
+            IntSet::I16(s) => match i16::try_from(v) {
                 Ok(x) => s.binary_search(&x),
                 Err(_) => Err(if v < 0 { 0 } else { s.len() }),
             },
-            Vals::I32(s, _) => match i32::try_from(v) {
+            IntSet::I32(s) => match i32::try_from(v) {
                 Ok(x) => s.binary_search(&x),
                 Err(_) => Err(if v < 0 { 0 } else { s.len() }),
             },
-            Vals::I64(s, _) => s.binary_search(&v),
+            IntSet::I64(s) => s.binary_search(&v),
         }
     }
 
@@ -125,20 +105,19 @@ impl IntSet {
             Ok(_) => return false,
             Err(at) => at,
         };
-        let k = self.spare();
-        self.0 = match &self.0 {
-            Vals::I16(s, _) => match i16::try_from(v) {
-                Ok(x) => Vals::I16(inserted(s, at, x), k),
+        *self = match &*self {
+            IntSet::I16(s) => match i16::try_from(v) {
+                Ok(x) => IntSet::I16(inserted(s, at, x)),
                 Err(_) => match i32::try_from(v) {
-                    Ok(x) => Vals::I32(widened(s, at, x), k),
-                    Err(_) => Vals::I64(widened(s, at, v), k),
+                    Ok(x) => IntSet::I32(widened(s, at, x)),
+                    Err(_) => IntSet::I64(widened(s, at, v)),
                 },
             },
-            Vals::I32(s, _) => match i32::try_from(v) {
-                Ok(x) => Vals::I32(inserted(s, at, x), k),
-                Err(_) => Vals::I64(widened(s, at, v), k),
+            IntSet::I32(s) => match i32::try_from(v) {
+                Ok(x) => IntSet::I32(inserted(s, at, x)),
+                Err(_) => IntSet::I64(widened(s, at, v)),
             },
-            Vals::I64(s, _) => Vals::I64(inserted(s, at, v), k),
+            IntSet::I64(s) => IntSet::I64(inserted(s, at, v)),
         };
         true
     }
@@ -157,11 +136,10 @@ impl IntSet {
     /// Removes and returns the value at position `i` (`0..len`); the later ones move down.
     pub fn remove_index(&mut self, i: usize) -> i64 {
         let v = self.get(i).expect("position in range");
-        let k = self.spare();
-        self.0 = match &self.0 {
-            Vals::I16(s, _) => Vals::I16(removed(s, i), k),
-            Vals::I32(s, _) => Vals::I32(removed(s, i), k),
-            Vals::I64(s, _) => Vals::I64(removed(s, i), k),
+        *self = match &*self {
+            IntSet::I16(s) => IntSet::I16(removed(s, i)),
+            IntSet::I32(s) => IntSet::I32(removed(s, i)),
+            IntSet::I64(s) => IntSet::I64(removed(s, i)),
         };
         v
     }
@@ -169,7 +147,7 @@ impl IntSet {
     /// The value at position `i` (ascending order).
     #[allow(clippy::useless_conversion)] // i64 → i64 in the widest arm of the macro
     pub fn get(&self, i: usize) -> Option<i64> {
-        with_slice!(&self.0, s => s.get(i).map(|&x| i64::from(x)))
+        with_slice!(self, s => s.get(i).map(|&x| i64::from(x)))
     }
 
     /// The values, ascending.
@@ -218,7 +196,6 @@ mod tests {
     #[test]
     fn sorted_distinct_and_widening() {
         let mut s = IntSet::new();
-        s.set_spare(77);
         assert!(s.insert(5) && s.insert(-3) && s.insert(100));
         assert!(!s.insert(5));
         assert_eq!(s.width(), 2);
@@ -236,7 +213,6 @@ mod tests {
         assert!(!s.remove(-3));
         assert_eq!(s.iter().collect::<Vec<_>>(), [5, 100, 70_000]);
         assert!(s.contains(100) && !s.contains(101));
-        assert_eq!(s.spare(), 77, "kept through widening and removal");
     }
 
     #[test]

@@ -12,9 +12,8 @@
 //! - **hashtable** — on the first non-integer member or past the entry limit the set converts
 //!   for good (`setTypeAdd`, `setTypeConvert`: ascending first, then in insertion order; never
 //!   back, even when it shrinks; verified on redis-server 7.0.15: `SADD s a b` → `hashtable`)
-//!   to an [`IndexSet`] of boxed members with the keyspace's kind of hasher (foldhash, keyed
-//!   per set by 32 bits drawn from the engine's PRNG when the set is created, kept in the
-//!   intset's spare bits until the conversion).
+//!   to an [`IndexSet`] of boxed members with the keyspace's kind of hasher (foldhash, seeded
+//!   per set from the engine's PRNG when the set is created, kept through the conversion).
 //!   The dense vector gives O(1) random members (SPOP, SRANDMEMBER) and a SCAN cursor. A
 //!   hashtable's order is unspecified in Redis. Results of SUNION/SINTER/SDIFF (and their
 //!   STORE forms) are built like Redis builds them, from an empty intset, so their encoding
@@ -77,18 +76,20 @@ pub struct SetValue {
 
 /// Both forms boxed, so a `SetValue` is two words and sits unboxed in a keyspace [`Value`]:
 /// a hashtable set is one hop from the keyspace, as before it had an intset form, and an
-/// intset pays one 24-byte box (its values' pointer, length and width) instead of a table's
-/// header. The intset keeps the 32-bit key of the table it may become in its spare bits
-/// ([`IntSet::spare`]), which keeps that box in the 24-byte size class.
+/// intset pays one small box (its values and its seed) instead of a table's header.
 #[derive(Clone, Debug)]
 enum Repr {
-    Intset(Box<IntSet>),
+    Intset(Box<Small>),
     Table(Box<Table>),
 }
 
-/// The hasher of a set's table, from the set's 32-bit key.
-fn hasher(seed: u32) -> FixedState {
-    FixedState::with_seed(u64::from(seed).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5EED)
+/// The intset form.
+#[derive(Clone, Debug)]
+struct Small {
+    /// The members, ascending.
+    ints: IntSet,
+    /// Keys the hasher of the table it may become.
+    seed: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -97,12 +98,12 @@ struct Table {
     /// Accounted bytes (see the module doc, *Memory*).
     bytes: usize,
     /// The hasher's key (kept should SPOP's case 3 make the set an intset again).
-    seed: u32,
+    seed: u64,
 }
 
 // A keyspace value holds its set inline (see `Repr`); the intset's box is a small size class.
 const _: () = assert!(std::mem::size_of::<SetValue>() <= 16);
-const _: () = assert!(std::mem::size_of::<IntSet>() <= 24);
+const _: () = assert!(std::mem::size_of::<Small>() <= 32);
 
 /// A member as it goes out: a hashtable's bytes, or an intset's integer as decimal text in a
 /// stack buffer. Derefs to the bytes; hashes and compares like them.
@@ -219,17 +220,18 @@ impl SetValue {
     /// An empty set (an empty intset, as Redis's `createIntsetObject`) whose hasher, once it
     /// is a hashtable, is keyed by `seed`.
     pub fn with_seed(seed: u64) -> SetValue {
-        let mut ints = IntSet::new();
-        ints.set_spare((seed ^ (seed >> 32)) as u32);
         SetValue {
-            repr: Repr::Intset(Box::new(ints)),
+            repr: Repr::Intset(Box::new(Small {
+                ints: IntSet::new(),
+                seed,
+            })),
         }
     }
 
     /// Number of members (SCARD).
     pub fn len(&self) -> usize {
         match &self.repr {
-            Repr::Intset(small) => small.len(),
+            Repr::Intset(small) => small.ints.len(),
             Repr::Table(t) => t.members.len(),
         }
     }
@@ -240,7 +242,7 @@ impl SetValue {
 
     pub fn contains(&self, member: &[u8]) -> bool {
         match &self.repr {
-            Repr::Intset(small) => args::parse_i64(member).is_some_and(|v| small.contains(v)),
+            Repr::Intset(small) => args::parse_i64(member).is_some_and(|v| small.ints.contains(v)),
             Repr::Table(t) => t.members.contains(member),
         }
     }
@@ -250,10 +252,10 @@ impl SetValue {
         let Repr::Intset(small) = &self.repr else {
             return;
         };
-        let (ints, seed) = (&**small, small.spare());
+        let (ints, seed) = (&small.ints, &small.seed);
         // `reserve`, not `with_capacity`: it sizes the entries to the index's capacity (3 for
         // a new set), so the next few members do not reallocate them.
-        let mut members = Members::with_hasher(hasher(seed));
+        let mut members = Members::with_hasher(FixedState::with_seed(*seed));
         members.reserve(ints.len() + 1);
         let mut bytes = 0;
         for v in ints.iter() {
@@ -264,7 +266,7 @@ impl SetValue {
         self.repr = Repr::Table(Box::new(Table {
             members,
             bytes,
-            seed,
+            seed: *seed,
         }));
     }
 
@@ -273,7 +275,7 @@ impl SetValue {
     /// `setTypeAdd`).
     pub fn insert(&mut self, member: &[u8], lim: &EncodingLimits) -> bool {
         if let Repr::Intset(small) = &mut self.repr {
-            let ints = &mut **small;
+            let ints = &mut small.ints;
             if let Some(v) = args::parse_i64(member) {
                 if ints.contains(v) {
                     return false;
@@ -299,7 +301,7 @@ impl SetValue {
     /// Removes `member`; returns whether it was there.
     pub fn remove(&mut self, member: &[u8]) -> bool {
         match &mut self.repr {
-            Repr::Intset(small) => args::parse_i64(member).is_some_and(|v| small.remove(v)),
+            Repr::Intset(small) => args::parse_i64(member).is_some_and(|v| small.ints.remove(v)),
             Repr::Table(t) => match t.members.swap_take(member) {
                 Some(m) => {
                     t.bytes -= m.len() + MEMBER_OVERHEAD;
@@ -316,7 +318,7 @@ impl SetValue {
     pub fn swap_remove_index(&mut self, i: usize) -> Option<Box<[u8]>> {
         match &mut self.repr {
             Repr::Intset(small) => {
-                let ints = &mut **small;
+                let ints = &mut small.ints;
                 (i < ints.len()).then(|| (*Member::int(ints.remove_index(i))).into())
             }
             Repr::Table(t) => {
@@ -330,7 +332,7 @@ impl SetValue {
     /// The member at position `i` (ascending for an intset).
     pub fn get_index(&self, i: usize) -> Option<Member<'_>> {
         match &self.repr {
-            Repr::Intset(small) => small.get(i).map(Member::int),
+            Repr::Intset(small) => small.ints.get(i).map(Member::int),
             Repr::Table(t) => t.members.get_index(i).map(|m| Member::Bytes(m)),
         }
     }
@@ -339,7 +341,7 @@ impl SetValue {
     /// otherwise.
     pub fn iter(&self) -> Iter<'_> {
         match &self.repr {
-            Repr::Intset(small) => Iter::Ints(small.iter()),
+            Repr::Intset(small) => Iter::Ints(small.ints.iter()),
             Repr::Table(t) => Iter::Table(t.members.iter()),
         }
     }
@@ -352,7 +354,7 @@ impl SetValue {
     /// The values of an intset, ascending (the RDB intset encoder); `None` for a hashtable.
     pub fn ints(&self) -> Option<intset::Iter<'_>> {
         match &self.repr {
-            Repr::Intset(small) => Some(small.iter()),
+            Repr::Intset(small) => Some(small.ints.iter()),
             Repr::Table(_) => None,
         }
     }
@@ -380,8 +382,7 @@ impl SetValue {
                         None => return,
                     }
                 }
-                ints.set_spare(t.seed);
-                self.repr = Repr::Intset(Box::new(ints));
+                self.repr = Repr::Intset(Box::new(Small { ints, seed: t.seed }));
             }
             _ => {}
         }
@@ -399,7 +400,7 @@ impl SetValue {
     /// Payload bytes this value accounts for in `used_memory`, kept incrementally (O(1)).
     pub fn mem_size(&self) -> usize {
         match &self.repr {
-            Repr::Intset(small) => small.byte_len(),
+            Repr::Intset(small) => small.ints.byte_len(),
             Repr::Table(t) => t.bytes,
         }
     }

@@ -10,6 +10,8 @@
 #   empty         a fresh process, nothing stored (the fixed cost each process starts with)
 #   strings       1,000,000 keys, 64-byte values
 #   small-hashes  100,000 hashes × 10 fields, 8-byte values (Redis keeps these as listpacks)
+#   small-sets    100,000 sets × 10 integer members (Redis keeps these as intsets)
+#   small-zsets   100,000 sorted sets × 10 members of 8 bytes with integer scores (listpacks)
 #   hashes        100 hashes × 10,000 fields, 8-byte values
 #   sets          100 sets × 10,000 members
 #   zsets         100 sorted sets × 10,000 members
@@ -29,9 +31,9 @@
 source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
 RUNS=${MEM_RUNS:-3}
-SHAPES=${MEM_SHAPES:-"empty strings small-hashes hashes sets zsets lists"}
+SHAPES=${MEM_SHAPES:-"empty strings small-hashes small-sets small-zsets hashes sets zsets lists"}
 WORK=${MEM_WORK:-/tmp/recached-bench-memory-shapes}
-# Sizes: string keys, small hashes, collection keys × elements per collection.
+# Sizes: string keys, small hashes/sets/zsets, collection keys × elements per collection.
 NSTR=1000000 NSMALL=100000 NCOLL=100 NELEM=10000
 if [ "$SMOKE" = 1 ]; then
     RUNS=1 NSTR=20000 NSMALL=2000 NCOLL=10 NELEM=1000
@@ -46,6 +48,8 @@ shape_info() {
     empty) echo "0|0|0|a fresh process, nothing stored" ;;
     strings) echo "$NSTR|$NSTR|64|$NSTR keys, 64-byte values" ;;
     small-hashes) echo "$NSMALL|$((NSMALL * 10))|8|$NSMALL hashes × 10 fields, 8-byte values" ;;
+    small-sets) echo "$NSMALL|$((NSMALL * 10))|0|$NSMALL sets × 10 integer members" ;;
+    small-zsets) echo "$NSMALL|$((NSMALL * 10))|8|$NSMALL sorted sets × 10 members of 8 bytes" ;;
     hashes) echo "$NCOLL|$((NCOLL * NELEM))|8|$NCOLL hashes × $NELEM fields, 8-byte values" ;;
     sets) echo "$NCOLL|$((NCOLL * NELEM))|0|$NCOLL sets × $NELEM members (12 bytes)" ;;
     zsets) echo "$NCOLL|$((NCOLL * NELEM))|0|$NCOLL sorted sets × $NELEM members (12 bytes)" ;;
@@ -78,6 +82,16 @@ elif shape == "small-hashes":
         args = [b"HSET", b"user:%06d" % h]
         for f in range(10):
             args += [b"field%d" % f, b"val%05d" % (h % 100000)]
+        cmd(*args)
+elif shape == "small-sets":
+    # Integers below 100,000 (int32 in a Redis intset), distinct within a set.
+    for h in range(nsmall):
+        cmd(b"SADD", b"set:%06d" % h, *[b"%d" % ((h * 31 + m * 7919) % 100000) for m in range(10)])
+elif shape == "small-zsets":
+    for h in range(nsmall):
+        args = [b"ZADD", b"zset:%06d" % h]
+        for m in range(10):
+            args += [b"%d" % ((h * 7 + m * 101) % 10007), b"mbr%05d" % ((h + m * 1000) % 100000)]
         cmd(*args)
 else:
     for c in range(ncoll):

@@ -349,10 +349,12 @@ pub fn recreate(key: &[u8], entry: &EntryRef<'_>, sink: &mut dyn FnMut(&[&[u8]])
         Value::Set(set) => {
             let mut it = set.iter().peekable();
             while it.peek().is_some() {
-                args.clear();
-                args.extend_from_slice(&[b"SADD", key]);
-                args.extend(it.by_ref().take(ENTRY_MAX_ELEMENTS));
-                sink(&args);
+                // An intset's members are text made on the way out: hold them for the call.
+                let chunk: Vec<_> = it.by_ref().take(ENTRY_MAX_ELEMENTS).collect();
+                let mut sargs: Vec<&[u8]> = Vec::with_capacity(2 + chunk.len());
+                sargs.extend_from_slice(&[b"SADD", key]);
+                sargs.extend(chunk.iter().map(|m| &**m));
+                sink(&sargs);
             }
         }
         Value::ZSet(z) => {

@@ -415,7 +415,7 @@ fn write_dbs<W: Write>(
             Value::Set(set) => {
                 s.varint(set.len() as u64)?;
                 for m in set.iter() {
-                    s.blob(m)?;
+                    s.blob(&m)?;
                 }
             }
             Value::ZSet(z) => {
@@ -805,7 +805,7 @@ fn load_into<R: Read>(
                     let m = src.blob_ref(&mut scratch)?;
                     s.insert(m, lim);
                 }
-                Value::Set(Box::new(s))
+                Value::Set(s)
             }
             TAG_ZSET => {
                 let n = src.len(u64::from(u32::MAX), "sorted set length")?;
@@ -822,7 +822,7 @@ fn load_into<R: Read>(
                         });
                     }
                 }
-                Value::ZSet(Box::new(z.from_result(lim)))
+                Value::ZSet(z.from_result(lim))
             }
             TAG_STREAM => Value::Stream(Box::new(load_stream(
                 &mut src,
@@ -1162,7 +1162,7 @@ mod tests {
         for m in [&b"1"[..], b"2", b"x"] {
             s.insert(m, &crate::types::EncodingLimits::DEFAULT);
         }
-        ks.set(b"set", Value::Set(Box::new(s)), Keep::Nothing, None);
+        ks.set(b"set", Value::Set(s), Keep::Nothing, None);
         let mut z = ZSetValue::new(1);
         z.insert(b"m1", 1.5, &crate::types::EncodingLimits::DEFAULT);
         z.insert(
@@ -1171,7 +1171,7 @@ mod tests {
             &crate::types::EncodingLimits::DEFAULT,
         );
         z.insert(b"m3", -0.0, &crate::types::EncodingLimits::DEFAULT);
-        ks.set(b"z", Value::ZSet(Box::new(z)), Keep::Nothing, None);
+        ks.set(b"z", Value::ZSet(z), Keep::Nothing, None);
         ks.set(
             b"big",
             Value::Str(StrValue::Raw(vec![7u8; 600_000])),

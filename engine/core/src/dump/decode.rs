@@ -51,7 +51,7 @@ pub fn object(
                     return Err(Bad);
                 }
             }
-            Value::Set(Box::new(s))
+            Value::Set(s)
         }
         ZSET | ZSET_2 => {
             let n = r.count()?;
@@ -67,7 +67,7 @@ pub fn object(
                     return Err(Bad);
                 }
             }
-            Value::ZSet(Box::new(z.from_result(lim)))
+            Value::ZSet(z.from_result(lim))
         }
         HASH => {
             let n = r.count()?;
@@ -126,7 +126,7 @@ pub fn object(
             for v in parse_intset(&data)? {
                 s.insert(buf.format(v).as_bytes(), &blob);
             }
-            Value::Set(Box::new(s))
+            Value::Set(s)
         }
         HASH_ZIPLIST | HASH_LISTPACK => {
             let data = r.string()?;
@@ -170,7 +170,7 @@ pub fn object(
                     return Err(Bad);
                 }
             }
-            Value::ZSet(Box::new(z.from_result(&blob)))
+            Value::ZSet(z.from_result(&blob))
         }
         STREAM_LISTPACKS | STREAM_LISTPACKS_2 => {
             Value::Stream(Box::new(stream(r, ty == STREAM_LISTPACKS_2)?))

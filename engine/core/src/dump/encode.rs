@@ -100,7 +100,7 @@ fn list(out: &mut Vec<u8>, l: &ListValue, fill: i64) {
 fn set(out: &mut Vec<u8>, s: &SetValue) {
     if s.encoding() == "intset" {
         out.push(SET_INTSET);
-        let vals = s.iter().filter_map(resp::parse_i64).collect();
+        let vals = s.ints().map_or_else(Vec::new, Iterator::collect);
         let blob = write_intset(vals);
         put_len(out, blob.len() as u64);
         out.extend_from_slice(&blob);
@@ -108,7 +108,7 @@ fn set(out: &mut Vec<u8>, s: &SetValue) {
         out.push(SET);
         put_len(out, s.len() as u64);
         for m in s.iter() {
-            put_string(out, m);
+            put_string(out, &m);
         }
     }
 }

@@ -79,7 +79,7 @@ fn collections_round_trip() {
         for i in 0..n {
             s.insert(format!("{}", i * 7 - 5).as_bytes(), &LIM);
         }
-        let v = Value::Set(Box::new(s));
+        let v = Value::Set(s);
         let back = round_trip(&v);
         assert_eq!(back, v);
         let Value::Set(b) = &back else { panic!() };
@@ -88,7 +88,7 @@ fn collections_round_trip() {
     let mut s = SetValue::with_seed(1);
     s.insert(b"a", &LIM);
     s.insert(b"b", &LIM);
-    let v = Value::Set(Box::new(s));
+    let v = Value::Set(s);
     assert_eq!(round_trip(&v), v);
 
     for n in [2, 200] {
@@ -108,7 +108,7 @@ fn collections_round_trip() {
         z.insert(b"inf", f64::INFINITY, &LIM);
         let z = z.from_result(&LIM);
         let enc = z.encoding();
-        let v = Value::ZSet(Box::new(z));
+        let v = Value::ZSet(z);
         let back = round_trip(&v);
         let Value::ZSet(b) = &back else { panic!() };
         assert_eq!(b.encoding(), enc);
@@ -210,7 +210,7 @@ fn bad_payloads_are_refused_never_panic() {
     l.push(b"x", crate::types::list::End::Tail);
     for v in [
         Value::Stream(Box::new(st)),
-        Value::ZSet(Box::new(z.from_result(&LIM))),
+        Value::ZSet(z.from_result(&LIM)),
         Value::Hash(Box::new(h)),
         Value::List(Box::new(l)),
     ] {

@@ -843,7 +843,7 @@ fn search_generic(
             let existing = e.ks.lookup_write(&dst, now);
             if returned > 0 {
                 let dirty = e.ks.dirty;
-                e.ks.set(&dst, Value::ZSet(Box::new(out)), Keep::Nothing, existing);
+                e.ks.set(&dst, Value::ZSet(out), Keep::Nothing, existing);
                 // Redis counts one change per member stored.
                 e.ks.dirty = dirty + returned as u64;
                 let event = if form.is_search() {

@@ -10,6 +10,8 @@
 //! - [`stream`]: streams and consumer groups (a folder: entry store, groups, commands).
 //! - [`list`], [`quicklist`]: lists (LPUSH/LRANGE… handlers) and their node storage.
 //! - [`encoding`]: the listpack/intset thresholds (`hash-max-listpack-entries`…).
+//! - [`listpack`], [`intset`]: the compact forms of small hashes and of small integer sets
+//!   (small sorted sets have theirs in `zset::listpack`).
 //! - [`ldouble`]: 80-bit x87 long double arithmetic and Redis's formatting, for INCRBYFLOAT.
 
 pub mod bitfield;
@@ -19,6 +21,7 @@ pub mod geo;
 pub mod geohash;
 pub mod hash;
 pub mod hyperloglog;
+pub mod intset;
 pub mod lcs;
 pub mod ldouble;
 pub mod list;
@@ -43,16 +46,18 @@ pub use zset::ZSetValue;
 ///
 /// The collections are boxed: a keyspace slot holds a `Value` inline, and most keys of a
 /// cache are strings, so the enum must be as small as a string (24 bytes) rather than as large
-/// as its largest collection header (`ZSetValue` is 160 bytes). Unboxed, every 64-byte string
-/// key paid ~136 bytes of padding (docs/memory.md, *Where the bytes go*); a collection pays one
-/// extra pointer hop, which is negligible beside its own lookups.
+/// as its largest collection header (a zset's table and skiplist are ~160 bytes). Unboxed,
+/// every 64-byte string key paid ~136 bytes of padding (docs/memory.md, *Where the bytes go*);
+/// a collection pays one extra pointer hop, which is negligible beside its own lookups. Sets
+/// and sorted sets box inside their own value instead (two words: a box of the compact form
+/// or a box of the large one), so each form is one hop from the keyspace.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     Str(StrValue),
     List(Box<ListValue>),
     Hash(Box<HashValue>),
-    Set(Box<SetValue>),
-    ZSet(Box<ZSetValue>),
+    Set(SetValue),
+    ZSet(ZSetValue),
     Stream(Box<StreamValue>),
 }
 

@@ -1,20 +1,27 @@
 //! The set type (redis 7.0 `t_set.c`): the value's API first, then its commands.
 //!
 //! # Value
-//! A [`SetValue`] is an [`IndexSet`] of byte strings with the keyspace's kind of hasher
-//! (foldhash, seeded per set from the engine's PRNG). The dense vector gives O(1) random
-//! members (SPOP, SRANDMEMBER) and a SCAN cursor.
+//! A [`SetValue`] has Redis 7.0's two set encodings, for real (listpack sets came in 7.2):
 //!
-//! - **Memory.** The set keeps its own byte count, `Σ (member + MEMBER_OVERHEAD)`, updated on
-//!   every change, so [`SetValue::mem_size`] is O(1).
-//! - **Encoding.** Redis 7.0 has two set encodings (listpack sets came in 7.2): an *intset*
-//!   while every member is an integer in `string2ll` form and there are at most
-//!   `set-max-intset-entries` ([`EncodingLimits`], read when the set grows) of them, else a *hashtable*, for good (`setTypeAdd`; verified on
-//!   redis-server 7.0.15: `SADD s a b` → `hashtable`). We track the same rule as a sticky flag,
-//!   for OBJECT ENCODING and for reply order: an intset is sorted by value, so an intset-encoded
-//!   set (and an intset-shaped result of SUNION/SINTER/SDIFF, which Redis builds from an empty
-//!   intset) replies in ascending numeric order, byte for byte like Redis; ≤ 512 members, so
-//!   the sort is cheap. A hashtable's order is unspecified in Redis.
+//! - **intset** — while every member is an integer in `string2ll` form ([`args::parse_i64`])
+//!   and there are at most `set-max-intset-entries` of them ([`EncodingLimits`], read when the
+//!   set grows), the members are an [`IntSet`]: a sorted array of `i16`/`i32`/`i64`, widened as
+//!   Redis widens it. Membership is a binary search; replies, SSCAN and SPOP's case 3 come in
+//!   ascending numeric order, byte for byte like Redis. Members are written back as decimal
+//!   text on the way out ([`Member`], a stack buffer: no allocation per member).
+//! - **hashtable** — on the first non-integer member or past the entry limit the set converts
+//!   for good (`setTypeAdd`, `setTypeConvert`: ascending first, then in insertion order; never
+//!   back, even when it shrinks; verified on redis-server 7.0.15: `SADD s a b` → `hashtable`)
+//!   to an [`IndexSet`] of boxed members with the keyspace's kind of hasher (foldhash, seeded
+//!   per set from the engine's PRNG when the set is created, kept through the conversion).
+//!   The dense vector gives O(1) random members (SPOP, SRANDMEMBER) and a SCAN cursor. A
+//!   hashtable's order is unspecified in Redis. Results of SUNION/SINTER/SDIFF (and their
+//!   STORE forms) are built like Redis builds them, from an empty intset, so their encoding
+//!   and order match; SPOP's case 3 decides the encoding afresh ([`SetValue::reencode`]).
+//!
+//! - **Memory.** [`SetValue::mem_size`] is O(1): an intset accounts its values' bytes (10
+//!   members below 32,768: 20 bytes); a hashtable keeps its own count,
+//!   `Σ (member + MEMBER_OVERHEAD)`, updated on every change.
 //! - **SCAN.** An intset answers everything in one call with cursor 0, as Redis does; a
 //!   hashtable uses the keyspace's downward cursor (`keyspace.rs`, *SCAN guarantee*: removal is
 //!   `swap_remove`, which only moves the last member down; inserts go to the top).
@@ -33,6 +40,10 @@
 //! never from the OS. A negative SRANDMEMBER count larger than
 //! [`RANDOM_REPLY_MAX`](super::hash::RANDOM_REPLY_MAX) is refused rather than streamed.
 
+use std::borrow::Borrow;
+use std::hash::{Hash, Hasher};
+use std::ops::Deref;
+
 use foldhash::fast::FixedState;
 use indexmap::IndexSet;
 
@@ -47,23 +58,144 @@ use crate::types::hash::{
     check_random_reply_len, parse_random_count, parse_scan_opts, sample_distinct, scan_range,
     write_scan_reply,
 };
+use crate::types::intset::{self, IntSet};
 use crate::types::{EncodingLimits, Value};
 
-/// Bytes accounted per member beyond its bytes: the entry (hash + boxed slice, 24 bytes) and
-/// its index slot (8).
+/// Bytes accounted per member of a hashtable beyond its bytes: the entry (hash + boxed slice,
+/// 24 bytes) and its index slot (8). An intset accounts its values instead.
 pub const MEMBER_OVERHEAD: usize = 32;
 
 type Members = IndexSet<Box<[u8]>, FixedState>;
 
-/// A stored set. Keeps its own byte count so [`mem_size`](Self::mem_size) is O(1).
+/// A stored set (see the module doc). Keeps its own byte count so
+/// [`mem_size`](Self::mem_size) is O(1).
 #[derive(Clone, Debug)]
 pub struct SetValue {
+    repr: Repr,
+}
+
+/// Both forms boxed, so a `SetValue` is two words and sits unboxed in a keyspace [`Value`]:
+/// a hashtable set is one hop from the keyspace, as before it had an intset form, and an
+/// intset pays one small box (its values and its seed) instead of a table's header.
+#[derive(Clone, Debug)]
+enum Repr {
+    Intset(Box<Small>),
+    Table(Box<Table>),
+}
+
+/// The intset form.
+#[derive(Clone, Debug)]
+struct Small {
+    /// The members, ascending.
+    ints: IntSet,
+    /// Keys the hasher of the table it may become.
+    seed: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Table {
     members: Members,
     /// Accounted bytes (see the module doc, *Memory*).
     bytes: usize,
-    /// Still an intset (sticky once false, like Redis's encoding).
-    intset: bool,
+    /// The hasher's key (kept should SPOP's case 3 make the set an intset again).
+    seed: u64,
 }
+
+// A keyspace value holds its set inline (see `Repr`); the intset's box is a small size class.
+const _: () = assert!(std::mem::size_of::<SetValue>() <= 16);
+const _: () = assert!(std::mem::size_of::<Small>() <= 32);
+
+/// A member as it goes out: a hashtable's bytes, or an intset's integer as decimal text in a
+/// stack buffer. Derefs to the bytes; hashes and compares like them.
+#[derive(Clone, Copy)]
+pub enum Member<'a> {
+    Bytes(&'a [u8]),
+    Int { buf: [u8; 20], len: u8 },
+}
+
+impl Member<'_> {
+    /// `v` in decimal (`string2ll`'s inverse, like Redis's `ll2string`).
+    pub fn int(v: i64) -> Member<'static> {
+        let mut b = itoa::Buffer::new();
+        let s = b.format(v).as_bytes();
+        let mut buf = [0u8; 20];
+        buf[..s.len()].copy_from_slice(s);
+        Member::Int {
+            buf,
+            len: s.len() as u8,
+        }
+    }
+}
+
+impl Deref for Member<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Member::Bytes(b) => b,
+            Member::Int { buf, len } => &buf[..usize::from(*len)],
+        }
+    }
+}
+
+impl AsRef<[u8]> for Member<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Borrow<[u8]> for Member<'_> {
+    fn borrow(&self) -> &[u8] {
+        self
+    }
+}
+
+impl PartialEq for Member<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Member<'_> {}
+
+/// As `[u8]` hashes (a `Borrow<[u8]>` requirement).
+impl Hash for Member<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (**self).hash(state);
+    }
+}
+
+impl std::fmt::Debug for Member<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self))
+    }
+}
+
+/// Iterator over a set's members in reply order.
+pub enum Iter<'a> {
+    Ints(intset::Iter<'a>),
+    Table(indexmap::set::Iter<'a, Box<[u8]>>),
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = Member<'a>;
+
+    fn next(&mut self) -> Option<Member<'a>> {
+        match self {
+            Iter::Ints(it) => it.next().map(Member::int),
+            Iter::Table(it) => it.next().map(|m| Member::Bytes(m)),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            Iter::Ints(it) => it.size_hint(),
+            Iter::Table(it) => it.size_hint(),
+        }
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
 
 impl Default for SetValue {
     fn default() -> Self {
@@ -74,7 +206,7 @@ impl Default for SetValue {
 /// Equal members (order and encoding aside).
 impl PartialEq for SetValue {
     fn eq(&self, other: &Self) -> bool {
-        self.members == other.members
+        self.len() == other.len() && self.iter().all(|m| other.contains(&m))
     }
 }
 
@@ -85,82 +217,151 @@ impl SetValue {
         SetValue::with_seed(0)
     }
 
-    /// An empty set (an empty intset, as Redis's `createIntsetObject`) keyed by `seed`.
+    /// An empty set (an empty intset, as Redis's `createIntsetObject`) whose hasher, once it
+    /// is a hashtable, is keyed by `seed`.
     pub fn with_seed(seed: u64) -> SetValue {
         SetValue {
-            members: Members::with_hasher(FixedState::with_seed(seed)),
-            bytes: 0,
-            intset: true,
+            repr: Repr::Intset(Box::new(Small {
+                ints: IntSet::new(),
+                seed,
+            })),
         }
     }
 
     /// Number of members (SCARD).
     pub fn len(&self) -> usize {
-        self.members.len()
+        match &self.repr {
+            Repr::Intset(small) => small.ints.len(),
+            Repr::Table(t) => t.members.len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
+        self.len() == 0
     }
 
     pub fn contains(&self, member: &[u8]) -> bool {
-        self.members.contains(member)
+        match &self.repr {
+            Repr::Intset(small) => args::parse_i64(member).is_some_and(|v| small.ints.contains(v)),
+            Repr::Table(t) => t.members.contains(member),
+        }
+    }
+
+    /// Converts an intset to a hashtable, ascending (redis `setTypeConvert`; never back).
+    fn convert(&mut self) {
+        let Repr::Intset(small) = &self.repr else {
+            return;
+        };
+        let (ints, seed) = (&small.ints, &small.seed);
+        // `reserve`, not `with_capacity`: it sizes the entries to the index's capacity (3 for
+        // a new set), so the next few members do not reallocate them.
+        let mut members = Members::with_hasher(FixedState::with_seed(*seed));
+        members.reserve(ints.len() + 1);
+        let mut bytes = 0;
+        for v in ints.iter() {
+            let m = Member::int(v);
+            bytes += m.len() + MEMBER_OVERHEAD;
+            members.insert((*m).into());
+        }
+        self.repr = Repr::Table(Box::new(Table {
+            members,
+            bytes,
+            seed: *seed,
+        }));
     }
 
     /// Adds `member`; returns true if it was new. A member that is not an integer, or one
     /// more than `set-max-intset-entries`, converts an intset to a hashtable (redis
     /// `setTypeAdd`).
     pub fn insert(&mut self, member: &[u8], lim: &EncodingLimits) -> bool {
-        if self.members.contains(member) {
+        if let Repr::Intset(small) = &mut self.repr {
+            let ints = &mut small.ints;
+            if let Some(v) = args::parse_i64(member) {
+                if ints.contains(v) {
+                    return false;
+                }
+                if ints.len() < lim.intset_entries() {
+                    ints.insert(v);
+                    return true;
+                }
+            }
+            self.convert();
+        }
+        let Repr::Table(t) = &mut self.repr else {
+            unreachable!("converted above");
+        };
+        if t.members.contains(member) {
             return false;
         }
-        if self.intset
-            && (args::parse_i64(member).is_none() || self.members.len() >= lim.intset_entries())
-        {
-            self.intset = false;
-        }
-        self.bytes += member.len() + MEMBER_OVERHEAD;
-        self.members.insert(member.into());
+        t.bytes += member.len() + MEMBER_OVERHEAD;
+        t.members.insert(member.into());
         true
     }
 
     /// Removes `member`; returns whether it was there.
     pub fn remove(&mut self, member: &[u8]) -> bool {
-        match self.members.swap_take(member) {
-            Some(m) => {
-                self.bytes -= m.len() + MEMBER_OVERHEAD;
-                true
-            }
-            None => false,
+        match &mut self.repr {
+            Repr::Intset(small) => args::parse_i64(member).is_some_and(|v| small.ints.remove(v)),
+            Repr::Table(t) => match t.members.swap_take(member) {
+                Some(m) => {
+                    t.bytes -= m.len() + MEMBER_OVERHEAD;
+                    true
+                }
+                None => false,
+            },
         }
     }
 
-    /// Removes and returns the member at position `i` (`0..len`); the last member moves
-    /// into `i`.
+    /// Removes and returns the member at position `i` (`0..len`). A hashtable moves its last
+    /// member into `i`, an intset moves the later ones down: either way, removing positions
+    /// from the highest down never moves a member still to be removed.
     pub fn swap_remove_index(&mut self, i: usize) -> Option<Box<[u8]>> {
-        let m = self.members.swap_remove_index(i)?;
-        self.bytes -= m.len() + MEMBER_OVERHEAD;
-        Some(m)
+        match &mut self.repr {
+            Repr::Intset(small) => {
+                let ints = &mut small.ints;
+                (i < ints.len()).then(|| (*Member::int(ints.remove_index(i))).into())
+            }
+            Repr::Table(t) => {
+                let m = t.members.swap_remove_index(i)?;
+                t.bytes -= m.len() + MEMBER_OVERHEAD;
+                Some(m)
+            }
+        }
     }
 
-    /// The member at position `i`.
-    pub fn get_index(&self, i: usize) -> Option<&[u8]> {
-        self.members.get_index(i).map(|m| &**m)
-    }
-
-    /// Members in storage order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> {
-        self.members.iter().map(|m| &**m)
+    /// The member at position `i` (ascending for an intset).
+    pub fn get_index(&self, i: usize) -> Option<Member<'_>> {
+        match &self.repr {
+            Repr::Intset(small) => small.ints.get(i).map(Member::int),
+            Repr::Table(t) => t.members.get_index(i).map(|m| Member::Bytes(m)),
+        }
     }
 
     /// Members in Redis's reply order: ascending integers for an intset, storage order
     /// otherwise.
-    pub fn ordered(&self) -> Vec<&[u8]> {
-        let mut v: Vec<&[u8]> = self.iter().collect();
-        if self.intset {
-            v.sort_by_key(|m| args::parse_i64(m).unwrap_or(0));
+    pub fn iter(&self) -> Iter<'_> {
+        match &self.repr {
+            Repr::Intset(small) => Iter::Ints(small.ints.iter()),
+            Repr::Table(t) => Iter::Table(t.members.iter()),
         }
-        v
+    }
+
+    /// [`iter`](Self::iter), collected (a reply writes the count first).
+    pub fn ordered(&self) -> Vec<Member<'_>> {
+        self.iter().collect()
+    }
+
+    /// The values of an intset, ascending (the RDB intset encoder); `None` for a hashtable.
+    pub fn ints(&self) -> Option<intset::Iter<'_>> {
+        match &self.repr {
+            Repr::Intset(small) => Some(small.ints.iter()),
+            Repr::Table(_) => None,
+        }
+    }
+
+    /// Whether the set is still an intset.
+    pub fn is_intset(&self) -> bool {
+        matches!(self.repr, Repr::Intset(_))
     }
 
     /// Decides the encoding again as for a set built from scratch out of these members: an
@@ -168,32 +369,52 @@ impl SetValue {
     /// (SPOP with a count near the size, which Redis answers by building a new set of the
     /// members that stay: `spopWithCountCommand`, case 3).
     pub fn reencode(&mut self, lim: &EncodingLimits) {
-        self.intset = self.members.len() <= lim.intset_entries()
-            && self.members.iter().all(|m| args::parse_i64(m).is_some());
+        let fits = self.len() <= lim.intset_entries();
+        match &self.repr {
+            Repr::Intset(_) if !fits => self.convert(),
+            Repr::Table(t) if fits => {
+                let mut ints = IntSet::new();
+                for m in &t.members {
+                    match args::parse_i64(m) {
+                        Some(v) => {
+                            ints.insert(v);
+                        }
+                        None => return,
+                    }
+                }
+                self.repr = Repr::Intset(Box::new(Small { ints, seed: t.seed }));
+            }
+            _ => {}
+        }
     }
 
     /// OBJECT ENCODING: `intset` or `hashtable` (Redis 7.0 names and thresholds).
     pub fn encoding(&self) -> &'static str {
-        if self.intset { "intset" } else { "hashtable" }
+        if self.is_intset() {
+            "intset"
+        } else {
+            "hashtable"
+        }
     }
 
     /// Payload bytes this value accounts for in `used_memory`, kept incrementally (O(1)).
     pub fn mem_size(&self) -> usize {
-        self.bytes
+        match &self.repr {
+            Repr::Intset(small) => small.ints.byte_len(),
+            Repr::Table(t) => t.bytes,
+        }
     }
 
     /// One SSCAN step: calls `f` for up to `count` members below `cursor` (0 = from the top)
     /// and returns the next cursor (0 = done). An intset returns everything at once, sorted.
-    pub fn scan<'a>(&'a self, cursor: u64, count: usize, mut f: impl FnMut(&'a [u8])) -> u64 {
-        if self.intset {
-            for m in self.ordered() {
-                f(m);
-            }
+    pub fn scan<'a>(&'a self, cursor: u64, count: usize, mut f: impl FnMut(Member<'a>)) -> u64 {
+        let Repr::Table(t) = &self.repr else {
+            self.iter().for_each(f);
             return 0;
-        }
-        let (next, range) = scan_range(self.members.len(), cursor, count);
+        };
+        let (next, range) = scan_range(t.members.len(), cursor, count);
         for i in range.rev() {
-            f(self.get_index(i).expect("in range"));
+            f(Member::Bytes(t.members.get_index(i).expect("in range")));
         }
         next
     }
@@ -255,11 +476,11 @@ fn lookup_sets(
 }
 
 /// Writes `members` as a set reply (`~` in RESP3).
-fn write_members(c: &mut Call, members: &[&[u8]]) {
+fn write_members<M: AsRef<[u8]>>(c: &mut Call, members: &[M]) {
     let mut w = c.w();
     w.set(members.len());
     for m in members {
-        w.bulk(m);
+        w.bulk(m.as_ref());
     }
 }
 
@@ -274,7 +495,7 @@ pub fn sadd(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         None => {
             let mut s = SetValue::with_seed(e.ks.next_random());
             let n = add(&mut s);
-            e.ks.set(key, Value::Set(Box::new(s)), Keep::Nothing, None);
+            e.ks.set(key, Value::Set(s), Keep::Nothing, None);
             n
         }
     };
@@ -322,7 +543,7 @@ pub fn srem(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 /// `SMEMBERS key` → set of members (Redis 7.0 runs it as a one-key SINTER).
 pub fn smembers(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let Some(i) = read_set(e, c.argv[1], c.now_ms)? else {
-        write_members(c, &[]);
+        write_members::<&[u8]>(c, &[]);
         return Ok(());
     };
     let members = as_set(e.ks.value(i))?.ordered();
@@ -407,11 +628,11 @@ fn spop_count(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     };
     let key = c.argv[1];
     let Some(i) = write_set(e, key, c.now_ms)? else {
-        write_members(c, &[]);
+        write_members::<&[u8]>(c, &[]);
         return Ok(());
     };
     if count == 0 {
-        write_members(c, &[]);
+        write_members::<&[u8]>(c, &[]);
         return Ok(());
     }
     let size = as_set(e.ks.value(i))?.len();
@@ -436,7 +657,7 @@ fn spop_count(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let lim = e.config.encoding;
     let popped: Vec<Box<[u8]>> = e.ks.update(i, |v| {
         let s = set_mut(v);
-        let was_intset = s.intset;
+        let was_intset = s.is_intset();
         let mut popped: Vec<Box<[u8]>> = positions
             .iter()
             .map(|&p| s.swap_remove_index(p).expect("in range"))
@@ -471,7 +692,7 @@ pub fn srandmember(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let len = as_set(e.ks.value(i))?.len();
     let r = (e.ks.next_random() % len as u64) as usize;
     let m = as_set(e.ks.value(i))?.get_index(r).expect("in range");
-    c.w().bulk(m);
+    c.w().bulk(&m);
     Ok(())
 }
 
@@ -496,7 +717,7 @@ fn srandmember_count(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         let mut w = c.w();
         w.array(members.len());
         for m in members {
-            w.bulk(m);
+            w.bulk(&m);
         }
         return Ok(());
     } else {
@@ -506,7 +727,7 @@ fn srandmember_count(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let mut w = c.w();
     w.array(positions.len());
     for p in positions {
-        w.bulk(s.get_index(p).expect("in range"));
+        w.bulk(&s.get_index(p).expect("in range"));
     }
     Ok(())
 }
@@ -552,7 +773,7 @@ pub fn smove(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         None => {
             let mut s = SetValue::with_seed(e.ks.next_random());
             s.insert(member, &lim);
-            e.ks.set(dst, Value::Set(Box::new(s)), Keep::Nothing, None);
+            e.ks.set(dst, Value::Set(s), Keep::Nothing, None);
             true
         }
     };
@@ -589,7 +810,7 @@ fn inter_card(sets: &[&SetValue], limit: usize) -> usize {
     };
     let mut n = 0;
     for m in smallest.iter() {
-        if sets.iter().all(|s| s.contains(m)) {
+        if sets.iter().all(|s| s.contains(&m)) {
             n += 1;
             if limit != 0 && n >= limit {
                 break;
@@ -614,15 +835,15 @@ fn compute(op: SetOp, sets: &[Option<&SetValue>], seed: u64, lim: &EncodingLimit
                 .min_by_key(|s| s.len())
                 .expect("at least one key");
             for m in smallest.ordered() {
-                if sets.iter().all(|s| s.contains(m)) {
-                    out.insert(m, lim);
+                if sets.iter().all(|s| s.contains(&m)) {
+                    out.insert(&m, lim);
                 }
             }
         }
         SetOp::Union => {
             for s in sets.iter().flatten() {
                 for m in s.iter() {
-                    out.insert(m, lim);
+                    out.insert(&m, lim);
                 }
             }
         }
@@ -632,8 +853,8 @@ fn compute(op: SetOp, sets: &[Option<&SetValue>], seed: u64, lim: &EncodingLimit
             };
             let rest: Vec<&SetValue> = sets[1..].iter().flatten().copied().collect();
             for m in first.iter() {
-                if !rest.iter().any(|s| s.contains(m)) {
-                    out.insert(m, lim);
+                if !rest.iter().any(|s| s.contains(&m)) {
+                    out.insert(&m, lim);
                 }
             }
         }
@@ -672,7 +893,7 @@ fn setop_store(e: &mut Engine, c: &mut Call, op: SetOp) -> Result<(), CmdError> 
     if n > 0 {
         // Overwrites a destination of any type and clears its TTL (redis `setKey`).
         let existing = e.ks.lookup_write(dst, c.now_ms);
-        e.ks.set(dst, Value::Set(Box::new(result)), Keep::Nothing, existing);
+        e.ks.set(dst, Value::Set(result), Keep::Nothing, existing);
         notify(e, class::SET, op.store_event(), dst);
     } else if e.ks.delete(dst, c.now_ms) {
         notify(e, class::GENERIC, "del", dst);
@@ -766,13 +987,14 @@ pub fn sscan(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     };
     let (count, pattern) = parse_scan_opts(&c.argv[3..])?;
     let s = as_set(e.ks.value(i))?;
-    let mut items: Vec<&[u8]> = Vec::new();
+    let mut items = Vec::new();
     let next = s.scan(cursor, count, |m| {
-        if pattern.is_none_or(|p| glob::matches(p, m, false)) {
+        if pattern.is_none_or(|p| glob::matches(p, &m, false)) {
             items.push(m);
         }
     });
-    write_scan_reply(c, next, &items);
+    let refs: Vec<&[u8]> = items.iter().map(|m| &**m).collect();
+    write_scan_reply(c, next, &refs);
     Ok(())
 }
 
@@ -789,9 +1011,9 @@ mod tests {
         s
     }
 
-    fn strs(v: Vec<&[u8]>) -> Vec<String> {
+    fn strs(v: Vec<Member>) -> Vec<String> {
         v.into_iter()
-            .map(|m| String::from_utf8_lossy(m).into_owned())
+            .map(|m| String::from_utf8_lossy(&m).into_owned())
             .collect()
     }
 

@@ -309,7 +309,7 @@ fn sort_generic(e: &mut Engine, c: &mut Call, read_only: bool) -> Result<(), Cmd
         // An empty range of a list kept in its order: nothing to load.
         Some(Value::List(_)) if o.dontsort => {}
         Some(Value::List(l)) => v.extend(l.iter().map(Item::new)),
-        Some(Value::Set(s)) => v.extend(s.ordered().into_iter().map(Item::new)),
+        Some(Value::Set(s)) => v.extend(s.iter().map(|m| Item::new(&m))),
         Some(Value::ZSet(z)) if o.dontsort => {
             let n = (end - start + 1).max(0) as usize;
             let skip = start.max(0) as usize;

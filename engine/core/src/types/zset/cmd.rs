@@ -135,7 +135,7 @@ pub(super) fn store_result(e: &mut Engine, c: &mut Call, dst: &[u8], z: ZSetValu
     let n = z.len();
     let existing = e.ks.lookup_write(dst, c.now_ms);
     if n > 0 {
-        e.ks.set(dst, Value::ZSet(Box::new(z)), Keep::Nothing, existing);
+        e.ks.set(dst, Value::ZSet(z), Keep::Nothing, existing);
         c.w().integer(n as i64);
         notify(e, class::ZSET, event, dst);
     } else {
@@ -256,7 +256,7 @@ fn zadd_generic(e: &mut Engine, c: &mut Call, incr: bool) -> Result<(), CmdError
             for &(s, m) in &pairs {
                 t.count(z.add(m, s, f, &lim));
             }
-            e.ks.set(key, Value::ZSet(Box::new(z)), Keep::Nothing, None);
+            e.ks.set(key, Value::ZSet(z), Keep::Nothing, None);
         }
         Some(i) => {
             // Plan against the current value first: nothing is touched (and `dirty` stays)

@@ -10,7 +10,7 @@ use crate::args::{self, int_arg};
 use crate::call::Call;
 use crate::error::CmdError;
 use crate::types::Value;
-use crate::types::set::SetValue;
+use crate::types::set::{Member, SetValue};
 
 // ---------------------------------------------------------------------------------------------
 // ZUNION ZINTER ZDIFF and their STORE forms, ZINTERCARD
@@ -78,12 +78,12 @@ impl<'a> Source<'a> {
         }
     }
 
-    fn for_each(&self, mut f: impl FnMut(&'a [u8], f64) -> bool) {
+    fn for_each(&self, mut f: impl FnMut(Member<'a>, f64) -> bool) {
         match self {
             Source::Missing => {}
             Source::Z(z) => {
                 for (m, s) in z.iter() {
-                    if !f(m, s) {
+                    if !f(Member::Bytes(m), s) {
                         return;
                     }
                 }
@@ -244,7 +244,7 @@ fn setop_generic(
                     score = 0.0;
                 }
                 for &(src, w) in &srcs[1..] {
-                    match src.score(m) {
+                    match src.score(&m) {
                         Some(v) => aggregate(&mut score, v * w, how),
                         None => return true,
                     }
@@ -253,12 +253,12 @@ fn setop_generic(
                     card += 1;
                     return limit == 0 || card < limit;
                 }
-                out.insert(m, score, &lim);
+                out.insert(&m, score, &lim);
                 true
             });
         }
         SetOp::Union => {
-            let mut acc: indexmap::IndexMap<&[u8], f64, foldhash::fast::FixedState> =
+            let mut acc: indexmap::IndexMap<Member, f64, foldhash::fast::FixedState> =
                 indexmap::IndexMap::with_capacity_and_hasher(
                     srcs.last().map_or(0, |(s, _)| s.len()),
                     foldhash::fast::FixedState::with_seed(seed),
@@ -279,14 +279,14 @@ fn setop_generic(
                 });
             }
             for (m, s) in acc {
-                out.insert(m, s, &lim);
+                out.insert(&m, s, &lim);
             }
         }
         SetOp::Diff => {
             let (first, _) = srcs[0];
             first.for_each(|m, s| {
-                if !srcs[1..].iter().any(|(src, _)| src.score(m).is_some()) {
-                    out.insert(m, s, &lim);
+                if !srcs[1..].iter().any(|(src, _)| src.score(&m).is_some()) {
+                    out.insert(&m, s, &lim);
                 }
                 true
             });

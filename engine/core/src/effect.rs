@@ -456,7 +456,9 @@ fn recreate_keys(e: &mut Engine, keys: &[DbKey]) {
             let feed = &mut e.feed;
             let deliveries = &mut e.deliveries;
             let limit = e.config.feed_buffer_limit;
-            feed::recreate(k, &entry, &mut |args| feed.emit(deliveries, limit, db, args));
+            feed::recreate(k, &entry, &mut |args| {
+                feed.emit(deliveries, limit, db, args)
+            });
         });
     }
 }

@@ -316,10 +316,7 @@ pub type Tracked = Option<Vec<(Box<[u8]>, bool)>>;
 
 /// Bytes accounted for one entry.
 fn entry_bytes(key: &[u8], value: &Value, has_expire: bool) -> usize {
-    key.len()
-        + value.mem_size()
-        + ENTRY_OVERHEAD
-        + if has_expire { EXPIRE_OVERHEAD } else { 0 }
+    key.len() + value.mem_size() + ENTRY_OVERHEAD + if has_expire { EXPIRE_OVERHEAD } else { 0 }
 }
 
 impl Keyspace {
@@ -468,7 +465,9 @@ impl Keyspace {
             crate::evict::AccessMode::Lru => 0,
             crate::evict::AccessMode::Lfu { .. } => self.next_random(),
         };
-        let word = self.access_mode.touch(self.data.map.access(i), now_ms, rand);
+        let word = self
+            .access_mode
+            .touch(self.data.map.access(i), now_ms, rand);
         self.data.map.set_access(i, word);
         Some(i)
     }

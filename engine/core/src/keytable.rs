@@ -111,9 +111,7 @@ impl Stored {
     #[inline]
     fn set_meta(&mut self, word: u32) {
         match self {
-            Stored::Inline { meta, .. } | Stored::Heap { meta, .. } => {
-                *meta = word.to_le_bytes()
-            }
+            Stored::Inline { meta, .. } | Stored::Heap { meta, .. } => *meta = word.to_le_bytes(),
         }
     }
 
@@ -263,7 +261,9 @@ impl KeyTable {
         let volatile = &self.volatile;
         *self
             .vindex
-            .find(self.hash_pos(i as u32), |&v| volatile[v as usize] == i as u32)
+            .find(self.hash_pos(i as u32), |&v| {
+                volatile[v as usize] == i as u32
+            })
             .expect("a volatile slot has a volatile entry") as usize
     }
 
@@ -282,7 +282,10 @@ impl KeyTable {
     pub fn insert_new(&mut self, key: &[u8], value: Value, access: u32) -> usize {
         let h = self.hash_key(key);
         let i = self.slots.len();
-        assert!(i < u32::MAX as usize, "a keyspace holds fewer than 2^32 keys");
+        assert!(
+            i < u32::MAX as usize,
+            "a keyspace holds fewer than 2^32 keys"
+        );
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.index.insert_unique(h, i as u32, |&j| {
             hasher.hash_one(slots[j as usize].key.key())
@@ -387,9 +390,10 @@ impl KeyTable {
                 };
                 self.volatile[v as usize] = i as u32;
                 let (volatile, hasher) = (&self.volatile, &self.hasher);
-                self.vindex.insert_unique(hasher.hash_one(i as u32), v, |&w| {
-                    hasher.hash_one(volatile[w as usize])
-                });
+                self.vindex
+                    .insert_unique(hasher.hash_one(i as u32), v, |&w| {
+                        hasher.hash_one(volatile[w as usize])
+                    });
             }
         }
         let access = slot.key.meta();
@@ -472,7 +476,13 @@ mod tests {
 
     #[test]
     fn inline_and_heap_keys_keep_meta_and_flags() {
-        for key in [&b""[..], b"k", &[7u8; INLINE], &[9u8; INLINE + 1], &[1u8; 300]] {
+        for key in [
+            &b""[..],
+            b"k",
+            &[7u8; INLINE],
+            &[9u8; INLINE + 1],
+            &[1u8; 300],
+        ] {
             let mut t = KeyTable::with_seed(1);
             let i = t.insert_new(key, sv("v"), 0xdead_beef);
             assert_eq!(t.key(i), key);

@@ -10,10 +10,11 @@
 //! running redis-server's defaults (`scripts/gen-config-table.py`).
 //!
 //! Values differing from the default live in `Config::stored` (cloned with the rest of the
-//! configuration, so a failed multi-parameter CONFIG SET rolls them back too). One of them is
-//! read where it matters: `rdb-key-save-delay` (µs of sleep per key written by a save, a
+//! configuration, so a failed multi-parameter CONFIG SET rolls them back too). Two of them are
+//! read where they matter: `rdb-key-save-delay` (µs of sleep per key written by a save, a
 //! negative value -N meaning 1 µs for one key in N, as redis `debugDelay`), which the engine
-//! server applies to SAVE and BGSAVE ([`integer`]).
+//! server applies to SAVE and BGSAVE ([`integer`]), and `rdbcompression` (`no` writes
+//! snapshots uncompressed, format version 2; see `snapshot`).
 
 use super::config_table::TABLE;
 use crate::args;

@@ -23,9 +23,9 @@
 //! lookup compares it without following a pointer), else in a boxed slice. Either way the key's
 //! 24 bytes also hold the 32-bit access word (LRU clock or LFU counter, `crate::evict`) and the
 //! volatile flag, in bytes the enum's layout leaves free; the value is a [`Value`] (24 bytes).
-//! Per key that is 48 bytes + ~5–10 bytes of index (+ 8 of `expires` once any key has a TTL,
-//! + ~12 of `volatile`/`vindex` for a key with one), against IndexMap's 64 + 9–18 with a stored
-//! hash, a separate key allocation, an 8-byte expiry and a 4-byte volatile position per key.
+//! Per key that is 48 bytes and ~5–10 bytes of index (8 more of `expires` once any key has a
+//! TTL, and ~12 of `volatile`/`vindex` for a key with one), against IndexMap's 64 and 9–18 with
+//! a stored hash, a separate key allocation, an 8-byte expiry and a 4-byte volatile position.
 
 use std::hash::BuildHasher;
 

@@ -119,6 +119,9 @@ RC_KEYS=$(redis-cli -p "$RC_PORT" dbsize); RD_KEYS=$(redis-cli -p "$RD_PORT" dbs
 stop_pid "$RC_PID"; stop_pid "$RD_PID"
 : > "$TMP/rc.log"; : > "$TMP/rd.log"
 start_rc; start_rd; wait_up "$RC_PORT"; wait_up "$RD_PORT"
+# redis-server answers PING while it is still loading (-LOADING comes only for data commands),
+# so wait for its log line rather than reading a log that does not have it yet (≤ 60 s).
+for _ in $(seq 600); do grep -q 'DB loaded from disk' "$TMP/rd.log" && break; sleep 0.1; done
 RC_LOAD=$(grep -o 'in [0-9.]*s (' "$TMP/rc.log" | head -1 | tr -dc '0-9.')
 RD_LOAD=$(grep -o 'DB loaded from disk: [0-9.]* seconds' "$TMP/rd.log" | head -1 | tr -dc '0-9.')
 echo "after restart: recached $(redis-cli -p "$RC_PORT" dbsize) keys, redis $(redis-cli -p "$RD_PORT" dbsize) keys"

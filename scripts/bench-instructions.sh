@@ -14,7 +14,8 @@
 # `<label> <cmd> <instructions/request>`.
 #
 # CMDS (default "get set incr"; also mget10: MGET of 10 random keys; evalsha: EVALSHA of
-# the INCR + EXPIRE script of scripts/bench-scripting.sh) and P (pipeline depth,
+# the INCR + EXPIRE script of scripts/bench-scripting.sh; hset-small, sadd-small, zadd-small,
+# lpush-small: one element into one of 1,000 small collections) and P (pipeline depth,
 # default 1) choose the load; with P > 1 the figure is still per request. BACKENDS (default 1)
 # puts that many engines (redis-servers for nutcracker) behind the proxy, so that MGET is
 # split; RB_ARGS adds redis-benchmark flags to every run (e.g. "-3", "--dbnum 1"). STRACE=1 counts
@@ -51,6 +52,15 @@ MGET=(mget)
 for _ in 1 2 3 4 5 6 7 8 9 10; do MGET+=("key:__rand_int__"); done
 # evalsha: the scripting clause's script (scripts/bench-scripting.sh), loaded first.
 EVALSHA_BODY="redis.call('incr', KEYS[1]); redis.call('expire', KEYS[1], 100); return 1"
+# Writes into small collections (issue 16's compact encodings): 1,000 keys, so over the warm-up
+# and the counted requests each collection gets ~20 elements (listpack hashes and sorted sets,
+# intset sets, one quicklist node).
+declare -A SMALL=(
+    [hset-small]="HSET sh:__rand_int__ f__rand_int__ v"
+    [sadd-small]="SADD ss:__rand_int__ 1__rand_int__"
+    [zadd-small]="ZADD sz:__rand_int__ __rand_int__ m__rand_int__"
+    [lpush-small]="LPUSH sl:__rand_int__ v"
+)
 load() { # load CMD PORT N
     if [ "$1" = mget10 ]; then
         redis-benchmark -p "$2" "${RB_ARGS[@]}" -c 1 -P "$P" -n "$3" -r 100000 -q "${MGET[@]}" >/dev/null
@@ -59,6 +69,9 @@ load() { # load CMD PORT N
         sha=$(redis-cli -p "$2" SCRIPT LOAD "$EVALSHA_BODY")
         redis-benchmark -p "$2" "${RB_ARGS[@]}" -c 1 -P "$P" -n "$3" -r 100000 -q \
             EVALSHA "$sha" 1 'key:__rand_int__' >/dev/null
+    elif [ -n "${SMALL[$1]:-}" ]; then
+        # shellcheck disable=SC2086 # the command's words
+        redis-benchmark -p "$2" "${RB_ARGS[@]}" -c 1 -P "$P" -n "$3" -r 1000 -q ${SMALL[$1]} >/dev/null
     else
         redis-benchmark -p "$2" "${RB_ARGS[@]}" -c 1 -P "$P" -n "$3" -r 100000 -t "$1" -q >/dev/null
     fi

@@ -85,6 +85,18 @@ fn get_score(buf: &[u8], p: usize) -> (f64, usize) {
     (i as f64, next)
 }
 
+/// The offset after the score at `p`.
+fn skip_score(buf: &[u8], p: usize) -> usize {
+    if buf[p] == 1 {
+        return p + 9;
+    }
+    let mut q = p;
+    while buf[q] >= 0x80 {
+        q += 1;
+    }
+    q + 1
+}
+
 /// Whether `(s1, m1)` sorts before `(s2, m2)` (redis `zzlInsert`'s order).
 fn before(s1: f64, m1: &[u8], s2: f64, m2: &[u8]) -> bool {
     s1 < s2 || (s1 == s2 && m1 < m2)
@@ -127,11 +139,26 @@ impl ZListpack {
         Iter { lp: self, off: 0 }
     }
 
-    /// Offset and score of `member` (a linear scan, as redis `zzlFind`).
+    /// Offset and score of `member` (a linear scan, as redis `zzlFind`). The scores of the
+    /// pairs passed over are skipped, not decoded: ZSCORE, ZADD and ZREM of a member that is
+    /// not there read every pair.
     pub fn find(&self, member: &[u8]) -> Option<(usize, f64)> {
-        self.iter()
-            .find(|&(_, m, _)| m == member)
-            .map(|(off, _, s)| (off, s))
+        let buf = &self.buf[..];
+        let mut off = 0;
+        while off < buf.len() {
+            let (n, p) = get_varint(buf, off);
+            let end = p + n as usize;
+            // The last byte first: members of one zset often share a prefix (`user:…`), and
+            // a mismatch there spares the call to memcmp.
+            if n as usize == member.len()
+                && (n == 0 || buf[end - 1] == member[member.len() - 1])
+                && &buf[p..end] == member
+            {
+                return Some((off, get_score(buf, end).0));
+            }
+            off = skip_score(buf, end);
+        }
+        None
     }
 
     /// Offset of the pair at 0-based rank `r` (`r < len`).

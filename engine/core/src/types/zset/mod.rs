@@ -411,7 +411,8 @@ impl ZSetValue {
         let o = self.plan_add(member, score, f);
         match o {
             AddOutcome::Added(s) => {
-                self.insert(member, s, lim);
+                // plan_add found no such member: a listpack need not be scanned for it again.
+                self.insert_absent(member, s, lim);
             }
             AddOutcome::Updated(s) => self.set_score(member, s),
             _ => {}
@@ -460,6 +461,20 @@ impl ZSetValue {
         };
         b.insert(member, score);
         true
+    }
+
+    /// [`insert`](Self::insert) of a member known to be absent (not NaN).
+    fn insert_absent(&mut self, member: &[u8], score: f64, lim: &EncodingLimits) {
+        if let Repr::Listpack(lp) = &mut self.repr
+            && !score.is_nan()
+            && lim.zset_fits_entries(lp.len() + 1)
+            && lim.zset_fits_value(member.len())
+        {
+            debug_assert!(lp.find(member).is_none());
+            lp.insert(member, lp_score(score));
+            return;
+        }
+        self.insert(member, score, lim);
     }
 
     /// Changes the score of a present member (NaN is refused).

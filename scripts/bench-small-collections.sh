@@ -44,23 +44,36 @@ wait_port "$EP"
 free_ports 1; RP=$PORT
 start_redis "$RP"
 declare -A PORT_OF=([recached]=$EP [redis]=$RP)
+declare -A PID_OF=([recached]=${PIDS[0]} [redis]=${PIDS[1]})
+# Server CPU time in clock ticks (utime + stime, /proc/PID/stat fields 14 and 15).
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# run SYSTEM WORKLOAD ROUND REQUESTS COMMAND…: rb_run, and the server's CPU ns per request
+# appended to $TMP/cpu.csv as "SYSTEM,WORKLOAD,cpu,ns" (integers: median_rows rounds).
+run() {
+    local s=$1 w=$2 round=$3 n=$4 t0 t1
+    shift 4
+    t0=$(ticks "${PID_OF[$s]}")
+    rb_run small-collections "$s" "$w" "$round" "$w" 16 "$n" -r "$KEYS" "$@"
+    t1=$(ticks "${PID_OF[$s]}")
+    echo "$s,$w,cpu,$(awk -v d=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$n" 'BEGIN { printf "%.0f", d * 1e9 / hz / n }')" >>"$TMP/cpu.csv"
+}
 echo "small collections: $ROUNDS rounds, $N requests per test over $KEYS keys, recached $RECACHED_VERSION, redis $REDIS_VERSION, $CPU_PLACEMENT" >&2
 
 : >"$TMP/rows.csv"
+: >"$TMP/cpu.csv"
 WORKLOADS="HSET HGET SADD ZADD ZSCORE LPUSH LRANGE"
 for round in $(seq "$ROUNDS"); do
     if [ $((round % 2)) = 1 ]; then order=(recached redis); else order=(redis recached); fi
     for s in "${order[@]}"; do
         echo "round $round/$ROUNDS: $s" >&2
         flush "${PORT_OF[$s]}"
-        r=(-r "$KEYS")
-        rb_run small-collections "$s" HSET "$round" HSET 16 "$N" "${r[@]}" HSET sh:__rand_int__ f__rand_int__ v__rand_int__
-        rb_run small-collections "$s" HGET "$round" HGET 16 "$N" "${r[@]}" HGET sh:__rand_int__ f__rand_int__
-        rb_run small-collections "$s" SADD "$round" SADD 16 "$N" "${r[@]}" SADD ss:__rand_int__ 1__rand_int__
-        rb_run small-collections "$s" ZADD "$round" ZADD 16 "$N" "${r[@]}" ZADD sz:__rand_int__ __rand_int__ m__rand_int__
-        rb_run small-collections "$s" ZSCORE "$round" ZSCORE 16 "$N" "${r[@]}" ZSCORE sz:__rand_int__ m__rand_int__
-        rb_run small-collections "$s" LPUSH "$round" LPUSH 16 "$N" "${r[@]}" LPUSH sl:__rand_int__ v__rand_int__
-        rb_run small-collections "$s" LRANGE "$round" LRANGE 16 $((N / 2)) "${r[@]}" LRANGE sl:__rand_int__ 0 9
+        run "$s" HSET "$round" "$N" HSET sh:__rand_int__ f__rand_int__ v__rand_int__
+        run "$s" HGET "$round" "$N" HGET sh:__rand_int__ f__rand_int__
+        run "$s" SADD "$round" "$N" SADD ss:__rand_int__ 1__rand_int__
+        run "$s" ZADD "$round" "$N" ZADD sz:__rand_int__ __rand_int__ m__rand_int__
+        run "$s" ZSCORE "$round" "$N" ZSCORE sz:__rand_int__ m__rand_int__
+        run "$s" LPUSH "$round" "$N" LPUSH sl:__rand_int__ v__rand_int__
+        run "$s" LRANGE "$round" $((N / 2)) LRANGE sl:__rand_int__ 0 9
     done
 done
 
@@ -91,4 +104,18 @@ awk -F, -v W="$WORKLOADS" 'NR > 1 { med[$1 "," $2] = $4 }
         }
     }' "$MEDIANS"
 echo "(median requests/s over $ROUNDS interleaved rounds; $CLIENTS clients, -P 16, $KEYS keys)"
+# One redis-benchmark process drives both servers and is often the bottleneck at -P 16, so
+# requests/s can tie while the servers' costs differ: the servers' own CPU time per request
+# (10 ms clock ticks over each run) says which does less work.
+echo
+median_rows "$TMP/cpu.csv" | awk -F, -v W="$WORKLOADS" '{ med[$1 "," $2] = $4 }
+    END {
+        printf "%-9s %14s %14s %8s\n", "workload", "recached µs", "redis µs", "ratio"
+        n = split(W, w, " ")
+        for (i = 1; i <= n; i++) {
+            a = med["recached," w[i]] / 1000; b = med["redis," w[i]] / 1000
+            printf "%-9s %14.3f %14.3f %7.2fx\n", w[i], a, b, (a > 0) ? b / a : 0
+        }
+    }'
+echo "(median server CPU µs per request; ratio = redis ÷ recached, above 1 = recached does less work)"
 echo "results: $MEDIANS and small-collections-$RUN_ID-*.json"

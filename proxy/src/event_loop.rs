@@ -267,6 +267,11 @@ impl Proxy {
         Ok(())
     }
 
+    /// The memcached port's figures, for INFO `# Memcached` ([`crate::memcached`]).
+    pub fn set_memcached_totals(&mut self, totals: crate::memcached::stats::Shared) {
+        self.fleet.memcached = Some(totals);
+    }
+
     /// Runs until the shutdown flag is set.
     pub fn run(&mut self) -> io::Result<()> {
         let now = Instant::now();
@@ -366,6 +371,7 @@ impl Proxy {
         while let Some(result) = self.accept_one(tls) {
             match result {
                 Ok((mut stream, peer)) => {
+                    self.fleet.connections_received += 1;
                     if self.clients.len() >= self.limits.maxclients {
                         // A TLS client cannot be told in plaintext; it is just closed.
                         if !tls {

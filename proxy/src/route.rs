@@ -151,6 +151,10 @@ pub struct Fleet {
     pub rotation: usize,
     /// Requests planned since start (INFO `total_requests`; metrics).
     pub requests: u64,
+    /// Client connections accepted since start (INFO `total_connections_received`; metrics).
+    pub connections_received: u64,
+    /// The memcached port's published figures (INFO `# Memcached`), when it runs.
+    pub memcached: Option<crate::memcached::stats::Shared>,
     /// Requests (or parts of split requests) answered with an instance-unavailable error
     /// (INFO `backend_errors`; metrics).
     pub backend_errors: u64,
@@ -177,6 +181,8 @@ impl Fleet {
             started: Instant::now(),
             rotation: 0,
             requests: 0,
+            connections_received: 0,
+            memcached: None,
             backend_errors: 0,
             acl: engine_core::acl::Acl::new(),
             login: None,

@@ -64,9 +64,15 @@ pub fn validate(file: &FileConfig) -> Result<(), String> {
     if file.users.iter().any(|u| u.name == INTERNAL_USER) {
         return Err(format!("users: the name {INTERNAL_USER:?} is reserved"));
     }
-    Acl::from_config(&acl_config(file))
-        .map(|_| ())
-        .map_err(|e| format!("users: {e}"))
+    let acl = Acl::from_config(&acl_config(file)).map_err(|e| format!("users: {e}"))?;
+    let user = file.memcached_user.trim();
+    if !user.is_empty() && acl.login_as(user.as_bytes()).is_none() {
+        return Err(format!(
+            "memcached_user {user:?} is not a user that is on (\"default\" or a [[users]] entry \
+             with \"on\")"
+        ));
+    }
+    Ok(())
 }
 
 /// An engine's ACL settings: the file's, plus the internal user when the supervisor passed

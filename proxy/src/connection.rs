@@ -302,10 +302,13 @@ pub(crate) fn info_header(fleet: &Fleet, sections: &InfoSections) -> Vec<u8> {
     if sections.wants("proxy") {
         s.push_str(&format!(
             "# Proxy\r\ntotal_requests:{}\r\nbackend_errors:{}\r\n\
-             total_connections_received:{}\r\ninstances:{}\r\n",
+             client_connections_received:{}\r\nclient_net_input_bytes:{}\r\n\
+             client_net_output_bytes:{}\r\ninstances:{}\r\n",
             fleet.requests,
             fleet.backend_errors,
             fleet.connections_received,
+            fleet.net_input_bytes,
+            fleet.net_output_bytes,
             fleet.instances()
         ));
         for (i, addr) in fleet.addrs.iter().enumerate() {

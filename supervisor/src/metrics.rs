@@ -682,5 +682,48 @@ mod tests {
             1
         );
         assert!(!text.contains("fanout"));
+        assert!(!text.contains("recached_memcached_"), "no memcached port, no series");
+    }
+
+    #[test]
+    fn proxy_series_are_labelled_by_protocol() {
+        let info = parse_info(
+            "# Clients\r\nconnected_clients:3\r\n\r\n# Memcached\r\n\
+             memcached_connected_clients:2\r\nmemcached_total_connections_received:5\r\n\
+             memcached_total_requests:9\r\nmemcached_get_hits:4\r\nmemcached_get_misses:1\r\n\
+             memcached_errors:1\r\nmemcached_client_errors:2\r\nmemcached_server_errors:0\r\n\
+             memcached_backend_errors:0\r\nmemcached_acl_denied:2\r\n\
+             memcached_net_input_bytes:100\r\nmemcached_net_output_bytes:200\r\n\
+             memcached_tls_errors:0\r\nmccmd_get:calls=5\r\nmccmd_set:calls=3\r\n\r\n\
+             # Proxy\r\ntotal_requests:7\r\nbackend_errors:0\r\nclient_connections_received:4\r\n",
+        );
+        assert_eq!(info.memcached_commands["get"], 5);
+        let text = render(&[ChildFigures {
+            instance: "proxy-0".into(),
+            role: "proxy".into(),
+            restarts: 0,
+            info: Some(info),
+        }]);
+        for line in [
+            "recached_proxy_connections{instance=\"proxy-0\",protocol=\"resp\"} 3\n",
+            "recached_proxy_connections{instance=\"proxy-0\",protocol=\"memcached\"} 2\n",
+            "recached_proxy_requests_total{instance=\"proxy-0\",protocol=\"resp\"} 7\n",
+            "recached_proxy_requests_total{instance=\"proxy-0\",protocol=\"memcached\"} 9\n",
+            "recached_proxy_connections_received_total{instance=\"proxy-0\",protocol=\"resp\"} 4\n",
+            "recached_proxy_net_output_bytes_total{instance=\"proxy-0\",protocol=\"memcached\"} 200\n",
+            "recached_memcached_commands_total{instance=\"proxy-0\",protocol=\"memcached\",command=\"set\"} 3\n",
+            "recached_memcached_get_hits_total{instance=\"proxy-0\",protocol=\"memcached\"} 4\n",
+            "recached_memcached_errors_total{instance=\"proxy-0\",protocol=\"memcached\",kind=\"client_error\"} 2\n",
+            "recached_memcached_acl_denied_total{instance=\"proxy-0\",protocol=\"memcached\"} 2\n",
+        ] {
+            assert!(text.contains(line), "{line} missing in\n{text}");
+        }
+        // One HELP/TYPE per family, the error kinds included.
+        assert_eq!(
+            text.matches("# TYPE recached_memcached_errors_total counter").count(),
+            1
+        );
+        // RESP bytes are not in this INFO: no RESP sample for them.
+        assert!(!text.contains("net_input_bytes_total{instance=\"proxy-0\",protocol=\"resp\"}"));
     }
 }

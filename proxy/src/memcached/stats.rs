@@ -278,6 +278,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn totals_name_commands_and_classify_errors() {
+        let req = |input: &[u8]| match super::super::parse::parse(input, 1 << 20) {
+            super::super::parse::Parsed::Ready(r, _) => r,
+            _ => panic!("incomplete"),
+        };
+        let name = |input: &[u8]| command_index(&req(input)).map(|i| COMMANDS[i]);
+        assert_eq!(name(b"gats 1 a\r\n"), Some("gats"));
+        assert_eq!(name(b"prepend a 0 0 1\r\nx\r\n"), Some("prepend"));
+        assert_eq!(name(b"ma a\r\n"), Some("ma"));
+        assert_eq!(name(b"flush_all\r\n"), Some("flush_all"));
+        assert_eq!(name(b"bogus\r\n"), None);
+        let mut t = Totals::default();
+        for r in [&b"ERROR\r\n"[..], b"CLIENT_ERROR x\r\n", b"SERVER_ERROR y\r\n", b"END\r\n"] {
+            t.count_reply(r);
+        }
+        assert_eq!((t.errors, t.client_errors, t.server_errors), (1, 1, 1));
+        t.commands[0] = 4;
+        let info = t.info();
+        assert!(info.starts_with("# Memcached\r\n"), "{info}");
+        assert!(info.contains("\r\nmccmd_get:calls=4\r\n"), "{info}");
+        assert!(!info.contains("mccmd_set"), "{info}");
+        assert!(info.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
     fn sums_the_engines() {
         let a = Value::Bulk(b"# Keyspace\r\ndb0:keys=4,expires=0\r\nevicted_keys:2\r\n".to_vec());
         let b = Value::Bulk(b"db0:keys=2,expires=1\r\nevicted_keys:1\r\n".to_vec());

@@ -195,6 +195,28 @@ mod tests {
     }
 
     #[test]
+    fn memcached_user_must_be_a_user_that_is_on() {
+        let mut f = FileConfig::default();
+        f.users.push(UserEntry {
+            name: "cache".into(),
+            rules: "on ~app:* +get".into(),
+        });
+        f.users.push(UserEntry {
+            name: "sleepy".into(),
+            rules: "off +@all".into(),
+        });
+        for ok in ["", "cache", "default"] {
+            f.memcached_user = ok.into();
+            assert!(validate(&f).is_ok(), "{ok}");
+        }
+        for bad in ["nobody", "sleepy"] {
+            f.memcached_user = bad.into();
+            let e = validate(&f).unwrap_err();
+            assert!(e.contains(&format!("memcached_user \"{bad}\"")), "{e}");
+        }
+    }
+
+    #[test]
     fn protected_mode_warning_only_for_open_remote_binds() {
         let mut f = FileConfig::default();
         assert!(protected_mode_warning(&f).is_none());

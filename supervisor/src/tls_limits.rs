@@ -330,6 +330,7 @@ mod tests {
             "[limits]\nclient_output_buffer_limit = \"master 1 2 3\"\n",
             "[tls]\nauth_clients = \"sometimes\"\n",
             "[tls]\nproxy_port = 6443\n",
+            "[tls]\nmemcached_port = 11212\n",
         ] {
             assert!(validate(&parse(bad).unwrap()).is_err(), "{bad}");
         }

@@ -179,10 +179,7 @@ fn start_memcached(
     backends: &[(String, std::net::SocketAddr)],
     totals: &memcached::stats::Shared,
     shutdown: &Arc<AtomicBool>,
-) -> io::Result<(
-    std::thread::JoinHandle<io::Result<()>>,
-    memcached::Bound,
-)> {
+) -> io::Result<(std::thread::JoinHandle<io::Result<()>>, memcached::Bound)> {
     let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
     let listen = (opts.memcached_port != 0)
         .then(|| resolve(&recached_net_host_port(&opts.bind, opts.memcached_port)))

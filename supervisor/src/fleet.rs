@@ -231,7 +231,10 @@ fn fleet_ports(cfg: &FileConfig) -> Vec<(String, u16)> {
     ports.push(("the proxy".to_string(), cfg.proxy_port));
     ports.push(("the proxy (TLS)".to_string(), cfg.tls.proxy_port));
     ports.push(("the memcached port".to_string(), cfg.memcached_port));
-    ports.push(("the memcached port (TLS)".to_string(), cfg.tls.memcached_port));
+    ports.push((
+        "the memcached port (TLS)".to_string(),
+        cfg.tls.memcached_port,
+    ));
     ports.push(("the fan-out".to_string(), cfg.fanout_port.unwrap_or(0)));
     ports.push(("the fan-out (TLS)".to_string(), cfg.tls.fanout_port));
     ports.push(("the metrics endpoint".to_string(), cfg.metrics_port));

@@ -449,8 +449,11 @@ const PROTOCOL_SERIES: &[(&str, &str, &str, &str, &str)] = &[
     ),
 ];
 
+/// A label beyond `instance` and `protocol`.
+type Label = Option<(&'static str, &'static str)>;
+
 /// The memcached port's own series: (metric, help, field, extra label).
-const MEMCACHED_SERIES: &[(&str, &str, &str, Option<(&str, &str)>)] = &[
+const MEMCACHED_SERIES: &[(&str, &str, &str, Label)] = &[
     (
         "recached_memcached_get_hits_total",
         "Keys found by memcached retrievals (get gets gat gats mg).",
@@ -502,9 +505,8 @@ fn render_protocols(out: &mut String, children: &[ChildFigures]) {
         .filter(|c| c.role == "proxy")
         .filter_map(|c| Some((c.instance.as_str(), c.info.as_ref()?)))
         .collect();
-    let num = |info: &Info, field: &str| -> Option<u64> {
-        info.fields.get(field)?.trim().parse().ok()
-    };
+    let num =
+        |info: &Info, field: &str| -> Option<u64> { info.fields.get(field)?.trim().parse().ok() };
     for (name, kind, help, resp_field, mc_field) in PROTOCOL_SERIES {
         let mut samples = Vec::new();
         for (inst, info) in &proxies {
@@ -540,7 +542,11 @@ fn render_protocols(out: &mut String, children: &[ChildFigures]) {
         for (cmd, calls) in &info.memcached_commands {
             f.sample(
                 name,
-                &[("instance", inst), ("protocol", "memcached"), ("command", cmd)],
+                &[
+                    ("instance", inst),
+                    ("protocol", "memcached"),
+                    ("command", cmd),
+                ],
                 *calls,
             );
         }
@@ -682,7 +688,10 @@ mod tests {
             1
         );
         assert!(!text.contains("fanout"));
-        assert!(!text.contains("recached_memcached_"), "no memcached port, no series");
+        assert!(
+            !text.contains("recached_memcached_"),
+            "no memcached port, no series"
+        );
     }
 
     #[test]
@@ -720,7 +729,8 @@ mod tests {
         }
         // One HELP/TYPE per family, the error kinds included.
         assert_eq!(
-            text.matches("# TYPE recached_memcached_errors_total counter").count(),
+            text.matches("# TYPE recached_memcached_errors_total counter")
+                .count(),
             1
         );
         // RESP bytes are not in this INFO: no RESP sample for them.

@@ -174,7 +174,9 @@ fn tls_port_serves_pymemcache_and_survives_bad_clients() {
     let _silent = TcpStream::connect(("127.0.0.1", fleet.mc_tls_port)).unwrap();
     run_pymemcache_tls(fleet.mc_tls_port, &certs, false);
     plaintext_is_refused(fleet.mc_tls_port);
-    let noise: Vec<u8> = (0..4096u32).map(|i| i.wrapping_mul(2_654_435_761) as u8).collect();
+    let noise: Vec<u8> = (0..4096u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) as u8)
+        .collect();
     garbage_is_closed(fleet.mc_tls_port, &noise);
     garbage_is_closed(
         fleet.mc_tls_port,
@@ -251,8 +253,7 @@ fn write_config(dir: &Path, text: &str) -> PathBuf {
 }
 
 fn scratch_dir(name: &str) -> PathBuf {
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
@@ -281,7 +282,10 @@ fn memcached_user_permissions_apply_to_every_request() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(
-        exchange(p, b"get app:1\r\ngat 100 app:1\r\ntouch app:1 50\r\nmg app:1 v f\r\n"),
+        exchange(
+            p,
+            b"get app:1\r\ngat 100 app:1\r\ntouch app:1 50\r\nmg app:1 v f\r\n"
+        ),
         b"VALUE app:1 5 3\r\none\r\nEND\r\nVALUE app:1 5 3\r\none\r\nEND\r\nTOUCHED\r\n\
 VA 3 f5\r\none\r\nMN\r\n"
             .to_vec()
@@ -356,7 +360,10 @@ fn metrics(port: u16) -> String {
     write!(s, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).expect("read response");
-    resp.split_once("\r\n\r\n").expect("HTTP head").1.to_string()
+    resp.split_once("\r\n\r\n")
+        .expect("HTTP head")
+        .1
+        .to_string()
 }
 
 /// The value of the sample written exactly `series` (labels in our order).
@@ -490,7 +497,12 @@ fn metrics_count_memcached_traffic_per_protocol() {
         std::thread::sleep(Duration::from_millis(50));
     };
     let delta = |series: &str| get(&after, series) - get(&before, series);
-    let cmd = |c: &str| format!("recached_memcached_commands_total{}", m(&format!(",command=\"{c}\"")));
+    let cmd = |c: &str| {
+        format!(
+            "recached_memcached_commands_total{}",
+            m(&format!(",command=\"{c}\""))
+        )
+    };
     assert_eq!(delta(&cmd("set")), 10, "{after}");
     assert_eq!(delta(&cmd("get")), 16);
     // Bad input counts as a request and an error, not as the command it tried to be.
@@ -501,13 +513,25 @@ fn metrics_count_memcached_traffic_per_protocol() {
         10 + 15 + 1 + 1 + 1 + 1
     );
     assert_eq!(
-        delta(&format!("recached_proxy_connections_received_total{}", m(""))),
+        delta(&format!(
+            "recached_proxy_connections_received_total{}",
+            m("")
+        )),
         1
     );
-    assert_eq!(delta(&format!("recached_memcached_get_hits_total{}", m(""))), 12);
-    assert_eq!(delta(&format!("recached_memcached_get_misses_total{}", m(""))), 6);
     assert_eq!(
-        delta(&format!("recached_memcached_errors_total{}", m(",kind=\"error\""))),
+        delta(&format!("recached_memcached_get_hits_total{}", m(""))),
+        12
+    );
+    assert_eq!(
+        delta(&format!("recached_memcached_get_misses_total{}", m(""))),
+        6
+    );
+    assert_eq!(
+        delta(&format!(
+            "recached_memcached_errors_total{}",
+            m(",kind=\"error\"")
+        )),
         1
     );
     assert_eq!(
@@ -571,7 +595,10 @@ fn metrics_count_memcached_traffic_per_protocol() {
         {
             break;
         }
-        assert!(Instant::now() < deadline, "TLS version not counted:\n{body}");
+        assert!(
+            Instant::now() < deadline,
+            "TLS version not counted:\n{body}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

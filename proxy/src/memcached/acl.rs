@@ -221,11 +221,19 @@ mod tests {
             Some("CLIENT_ERROR NOPERM this user has no permissions to run the 'append' command")
         );
         assert!(ok(&mut g, b"delete app:1\r\n").unwrap().contains("'del'"));
-        assert!(ok(&mut g, b"incr app:1 1\r\n").unwrap().contains("'incrby'"));
+        assert!(
+            ok(&mut g, b"incr app:1 1\r\n")
+                .unwrap()
+                .contains("'incrby'")
+        );
         assert!(ok(&mut g, b"flush_all\r\n").unwrap().contains("'flushdb'"));
         assert_eq!(ok(&mut g, b"version\r\n"), None);
         assert_eq!(ok(&mut g, b"mg app:1 v\r\n"), None);
-        assert!(ok(&mut g, b"mg app:1 v T10\r\n").unwrap().contains("'expire'"));
+        assert!(
+            ok(&mut g, b"mg app:1 v T10\r\n")
+                .unwrap()
+                .contains("'expire'")
+        );
         assert_eq!(ok(&mut g, b"gat 10 app:1\r\n"), None);
         assert!(ok(&mut g, b"ma app:1\r\n").unwrap().contains("'incrby'"));
         assert_eq!(g.acl.stats.denied_cmd, 6);

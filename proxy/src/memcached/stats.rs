@@ -46,9 +46,30 @@ pub struct Counters {
 /// The memcached commands counted one by one ([`Totals::commands`], INFO `mccmd_<name>`,
 /// the metrics' `recached_memcached_commands_total{command}`).
 pub const COMMANDS: [&str; 24] = [
-    "get", "gets", "gat", "gats", "set", "add", "replace", "append", "prepend", "cas", "touch",
-    "incr", "decr", "delete", "flush_all", "version", "verbosity", "quit", "stats", "mg", "ms",
-    "md", "ma", "mn",
+    "get",
+    "gets",
+    "gat",
+    "gats",
+    "set",
+    "add",
+    "replace",
+    "append",
+    "prepend",
+    "cas",
+    "touch",
+    "incr",
+    "decr",
+    "delete",
+    "flush_all",
+    "version",
+    "verbosity",
+    "quit",
+    "stats",
+    "mg",
+    "ms",
+    "md",
+    "ma",
+    "mn",
 ];
 
 /// `req`'s index in [`COMMANDS`]; `None` for bad input (counted as an error, not a command).
@@ -69,8 +90,12 @@ pub fn command_index(req: &Request) -> Option<usize> {
             (true, true) => "gats",
         },
         Request::Touch { .. } => "touch",
-        Request::Arith { op: Arith::Incr, .. } => "incr",
-        Request::Arith { op: Arith::Decr, .. } => "decr",
+        Request::Arith {
+            op: Arith::Incr, ..
+        } => "incr",
+        Request::Arith {
+            op: Arith::Decr, ..
+        } => "decr",
         Request::Delete { .. } => "delete",
         Request::FlushAll { .. } => "flush_all",
         Request::Version => "version",
@@ -290,7 +315,12 @@ mod tests {
         assert_eq!(name(b"flush_all\r\n"), Some("flush_all"));
         assert_eq!(name(b"bogus\r\n"), None);
         let mut t = Totals::default();
-        for r in [&b"ERROR\r\n"[..], b"CLIENT_ERROR x\r\n", b"SERVER_ERROR y\r\n", b"END\r\n"] {
+        for r in [
+            &b"ERROR\r\n"[..],
+            b"CLIENT_ERROR x\r\n",
+            b"SERVER_ERROR y\r\n",
+            b"END\r\n",
+        ] {
             t.count_reply(r);
         }
         assert_eq!((t.errors, t.client_errors, t.server_errors), (1, 1, 1));

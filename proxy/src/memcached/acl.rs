@@ -38,8 +38,8 @@
 //! `CLIENT_ERROR unauthenticated`), so clients raise their client-error exception
 //! (pymemcache's `MemcacheClientError`) and the connection stays open. It names the RESP
 //! command, so an operator knows which permission to grant. As every memcached error it is
-//! suppressed by `noreply` (memcached's `out_string`); refusals are counted in ACL LOG's
-//! counters, `stats` (`acl_denied`) and the metrics.
+//! suppressed by `noreply` (memcached's `out_string`); refusals are counted either way (the
+//! proxy's INFO `memcached_acl_denied`, the metrics' `recached_memcached_acl_denied_total`).
 
 use engine_core::acl::{Acl, ClientAuth, Who};
 use engine_core::command::{self, CommandSpec};

@@ -5,6 +5,8 @@
 fn main() {
     let mut opts = recached_proxy::ProxyOptions {
         memcached_port: 0,
+        memcached_tls_port: 0,
+        memcached_user: None,
         port: 6380,
         bind: "127.0.0.1".into(),
         backends: Vec::new(),

@@ -311,8 +311,9 @@ pub struct Client {
 /// Result of [`Client::read_input`].
 #[derive(Debug)]
 pub enum Input {
-    /// Bytes arrived; `more`: the socket may hold more (the read filled the space offered).
-    Data { more: bool },
+    /// `bytes` of protocol arrived (plaintext, for a TLS client); `more`: the socket may hold
+    /// more (the read filled the space offered).
+    Data { more: bool, bytes: usize },
     /// Nothing to read now.
     Drained,
     /// The peer closed its side.
@@ -388,7 +389,7 @@ impl Client {
         };
         if let Some(tls) = &mut self.tls {
             return match tls.read(&mut self.stream, scratch, &mut buf) {
-                TlsRead::Data { more, .. } => Input::Data { more },
+                TlsRead::Data { more, plain, .. } => Input::Data { more, bytes: plain },
                 TlsRead::Drained => Input::Drained,
                 TlsRead::Eof => Input::Eof,
                 TlsRead::Full => Input::Fail("query buffer limit reached".into()),
@@ -409,7 +410,10 @@ impl Client {
                 Ok(0) => Input::Eof,
                 Ok(n) => {
                     self.rend += n;
-                    Input::Data { more: n == room }
+                    Input::Data {
+                        more: n == room,
+                        bytes: n,
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => Input::Drained,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -419,27 +423,32 @@ impl Client {
     }
 
     /// Writes unsent output until it is all written or the socket is full (TLS: also
-    /// handshake records). An error means the connection is dead.
-    pub fn write_output(&mut self) -> io::Result<()> {
+    /// handshake records); returns the reply bytes written. An error means the connection is
+    /// dead.
+    pub fn write_output(&mut self) -> io::Result<usize> {
         if let Some(tls) = &mut self.tls {
             let r = &self.replies;
             let (n, _full) = tls.write(&mut self.stream, &r.out[r.out_pos..])?;
             if n > 0 {
                 self.replies.consumed(n);
             }
-            return Ok(());
+            return Ok(n);
         }
+        let mut written = 0;
         while self.replies.unsent() > 0 {
             let r = &self.replies;
             match self.stream.write(&r.out[r.out_pos..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.replies.consumed(n),
+                Ok(n) => {
+                    self.replies.consumed(n);
+                    written += n;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        Ok(written)
     }
 
     /// TLS handshake records or alerts wait for the socket.

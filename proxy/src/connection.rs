@@ -262,8 +262,8 @@ impl InfoSections {
         }
     }
 
-    /// Whether the proxy's own section `name` (server, clients, persistence, proxy) is
-    /// included; all of them are default sections.
+    /// Whether the proxy's own section `name` (server, clients, persistence, memcached,
+    /// proxy) is included; all of them are default sections.
     pub fn wants(&self, name: &str) -> bool {
         self.all || self.default || self.named.iter().any(|s| s == name)
     }
@@ -292,11 +292,23 @@ pub(crate) fn info_header(fleet: &Fleet, sections: &InfoSections) -> Vec<u8> {
     if sections.wants("persistence") {
         s.push_str("# Persistence\r\nloading:0\r\n\r\n");
     }
+    if sections.wants("memcached")
+        && let Some(totals) = &fleet.memcached
+        && let Ok(t) = totals.lock()
+    {
+        // The memcached port's figures (its loop publishes them once per iteration).
+        s.push_str(&t.info());
+    }
     if sections.wants("proxy") {
         s.push_str(&format!(
-            "# Proxy\r\ntotal_requests:{}\r\nbackend_errors:{}\r\ninstances:{}\r\n",
+            "# Proxy\r\ntotal_requests:{}\r\nbackend_errors:{}\r\n\
+             client_connections_received:{}\r\nclient_net_input_bytes:{}\r\n\
+             client_net_output_bytes:{}\r\ninstances:{}\r\n",
             fleet.requests,
             fleet.backend_errors,
+            fleet.connections_received,
+            fleet.net_input_bytes,
+            fleet.net_output_bytes,
             fleet.instances()
         ));
         for (i, addr) in fleet.addrs.iter().enumerate() {

@@ -267,6 +267,11 @@ impl Proxy {
         Ok(())
     }
 
+    /// The memcached port's figures, for INFO `# Memcached` ([`crate::memcached`]).
+    pub fn set_memcached_totals(&mut self, totals: crate::memcached::stats::Shared) {
+        self.fleet.memcached = Some(totals);
+    }
+
     /// Runs until the shutdown flag is set.
     pub fn run(&mut self) -> io::Result<()> {
         let now = Instant::now();
@@ -366,6 +371,7 @@ impl Proxy {
         while let Some(result) = self.accept_one(tls) {
             match result {
                 Ok((mut stream, peer)) => {
+                    self.fleet.connections_received += 1;
                     if self.clients.len() >= self.limits.maxclients {
                         // A TLS client cannot be told in plaintext; it is just closed.
                         if !tls {
@@ -778,10 +784,13 @@ impl Proxy {
                 // The TLS handshake (or an alert) has bytes for the peer.
                 mark(&mut c.dirty, &mut self.dirty_clients, token);
             }
+            if let Input::Data { bytes, .. } = input {
+                self.fleet.net_input_bytes += bytes as u64;
+            }
             match input {
                 Input::Eof => c.read_closed = true,
-                Input::Data { more: true } => {}
-                Input::Data { more: false } => {
+                Input::Data { more: true, .. } => {}
+                Input::Data { more: false, .. } => {
                     // Short read: the socket is drained (see Backend::read).
                     self.process_client(token);
                     break;
@@ -1066,10 +1075,13 @@ impl Proxy {
         if c.killed {
             return; // CLIENT KILL: nothing more is written; closed this iteration
         }
-        if let Err(e) = c.write_output() {
-            log::debug!("client {token}: write: {e}");
-            self.to_close.push(token);
-            return;
+        match c.write_output() {
+            Ok(n) => self.fleet.net_output_bytes += n as u64,
+            Err(e) => {
+                log::debug!("client {token}: write: {e}");
+                self.to_close.push(token);
+                return;
+            }
         }
         if c.idle() && (c.replies.closing || c.read_closed) {
             self.to_close.push(token);

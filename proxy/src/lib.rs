@@ -100,8 +100,15 @@ pub struct ProxyOptions {
     pub limits: tls::ProxyLimits,
     /// Client authentication (`requirepass`, users) and the instances' credential ([`auth`]).
     pub auth: auth::ProxyAuth,
-    /// The memcached protocol port ([`memcached`]); 0 = none.
+    /// The memcached protocol port ([`memcached`]); 0 = none (or TLS only, with
+    /// `memcached_tls_port`).
     pub memcached_port: u16,
+    /// The memcached port over TLS (`[tls] memcached_port`, `--memcached-tls-port`), with
+    /// the certificate settings of `tls`; 0 = none.
+    pub memcached_tls_port: u16,
+    /// `memcached_user`: the ACL user (of `auth.acl`) every memcached request runs as;
+    /// `None` = no permission check (trusted networks; docs/memcached.md).
+    pub memcached_user: Option<String>,
 }
 
 /// Runs the proxy in the foreground until SIGTERM/SIGINT, then returns `Ok(())`.
@@ -126,25 +133,24 @@ pub fn run_until(opts: ProxyOptions, shutdown: Arc<AtomicBool>) -> io::Result<()
         .iter()
         .map(|b| Ok((b.clone(), resolve(b)?)))
         .collect::<io::Result<Vec<_>>>()?;
-    let memcached = if opts.memcached_port != 0 {
-        let listen = resolve(&recached_net_host_port(&opts.bind, opts.memcached_port))?;
-        let (addr, handle) = memcached::spawn(
-            memcached::Options {
-                listen,
-                backends: backends.clone(),
-                login: opts.auth.login_request(),
-                item_max: memcached::ITEM_SIZE_MAX,
-                maxclients: opts.limits.maxclients,
-            },
-            shutdown.clone(),
-        )?;
-        log::info!("proxy: memcached protocol listening on {addr}");
+    let memcached_totals = memcached::stats::Shared::default();
+    let memcached = if opts.memcached_port != 0 || opts.memcached_tls_port != 0 {
+        let (handle, bound) = start_memcached(&opts, &backends, &memcached_totals, &shutdown)?;
+        if let Some(addr) = bound.plain {
+            log::info!("proxy: memcached protocol listening on {addr}");
+        }
+        if let Some(addr) = bound.tls {
+            log::info!("proxy: memcached protocol over TLS listening on {addr}");
+        }
         Some(handle)
     } else {
         None
     };
     let mut proxy = event_loop::Proxy::new(listen, tls, backends, opts.limits.clone(), shutdown)?;
     proxy.set_auth(&opts.auth)?;
+    if memcached.is_some() {
+        proxy.set_memcached_totals(memcached_totals);
+    }
     if let Some(addr) = proxy.tls_addr() {
         log::info!("proxy: TLS listening on {addr}");
     }
@@ -164,6 +170,66 @@ pub fn run_until(opts: ProxyOptions, shutdown: Arc<AtomicBool>) -> io::Result<()
         }
     }
     result
+}
+
+/// Starts the memcached port's thread: its listeners (plain unless `memcached_port` is 0,
+/// TLS with the proxy's certificates when `memcached_tls_port` is set) and its ACL user.
+fn start_memcached(
+    opts: &ProxyOptions,
+    backends: &[(String, std::net::SocketAddr)],
+    totals: &memcached::stats::Shared,
+    shutdown: &Arc<AtomicBool>,
+) -> io::Result<(std::thread::JoinHandle<io::Result<()>>, memcached::Bound)> {
+    let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
+    let listen = (opts.memcached_port != 0)
+        .then(|| resolve(&recached_net_host_port(&opts.bind, opts.memcached_port)))
+        .transpose()?;
+    let tls = if opts.memcached_tls_port != 0 {
+        let t = tls::TlsOptions {
+            port: opts.memcached_tls_port,
+            ..opts.tls.clone()
+        };
+        let cfg = tls::server_config(&t)?;
+        let addr = recached_net::listen::listen_addr(&opts.bind, opts.memcached_tls_port)?;
+        Some((addr, cfg))
+    } else {
+        None
+    };
+    let gate = match &opts.memcached_user {
+        None => {
+            if opts.auth.acl.has_auth() {
+                log::warn!(
+                    "proxy: the memcached port has no memcached_user: memcached clients are not \
+                     subject to requirepass or ACL users (bind it to a trusted network)"
+                );
+            }
+            None
+        }
+        Some(user) => {
+            let acl = engine_core::acl::Acl::from_config(&opts.auth.acl).map_err(invalid)?;
+            let auth = acl.login_as(user.as_bytes()).ok_or_else(|| {
+                invalid(format!(
+                    "memcached_user {user:?} is not an ACL user that is on (requirepass's \
+                     \"default\" or one of [[users]])"
+                ))
+            })?;
+            Some(memcached::acl::Gate { acl, auth })
+        }
+    };
+    let (bound, handle) = memcached::spawn(
+        memcached::Options {
+            listen,
+            tls,
+            gate,
+            totals: totals.clone(),
+            backends: backends.to_vec(),
+            login: opts.auth.login_request(),
+            item_max: memcached::ITEM_SIZE_MAX,
+            maxclients: opts.limits.maxclients,
+        },
+        shutdown.clone(),
+    )?;
+    Ok((handle, bound))
 }
 
 /// `host:port`, bracketing an IPv6 host.

@@ -151,6 +151,14 @@ pub struct Fleet {
     pub rotation: usize,
     /// Requests planned since start (INFO `total_requests`; metrics).
     pub requests: u64,
+    /// Client connections accepted since start (INFO `client_connections_received`; metrics).
+    pub connections_received: u64,
+    /// Protocol bytes read from / written to clients (plaintext on the TLS port; INFO
+    /// `client_net_input_bytes` / `client_net_output_bytes`; metrics).
+    pub net_input_bytes: u64,
+    pub net_output_bytes: u64,
+    /// The memcached port's published figures (INFO `# Memcached`), when it runs.
+    pub memcached: Option<crate::memcached::stats::Shared>,
     /// Requests (or parts of split requests) answered with an instance-unavailable error
     /// (INFO `backend_errors`; metrics).
     pub backend_errors: u64,
@@ -177,6 +185,10 @@ impl Fleet {
             started: Instant::now(),
             rotation: 0,
             requests: 0,
+            connections_received: 0,
+            net_input_bytes: 0,
+            net_output_bytes: 0,
+            memcached: None,
             backend_errors: 0,
             acl: engine_core::acl::Acl::new(),
             login: None,

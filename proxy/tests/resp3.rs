@@ -310,6 +310,8 @@ fn hello_3_auth_through_a_proxy_that_logs_in_to_its_instances() {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let opts = recached_proxy::ProxyOptions {
         memcached_port: 0,
+        memcached_tls_port: 0,
+        memcached_user: None,
         port,
         bind: "127.0.0.1".into(),
         backends: redis

@@ -21,6 +21,8 @@ fn sigterm_stops_run_cleanly() {
         .port();
     let opts = recached_proxy::ProxyOptions {
         memcached_port: 0,
+        memcached_tls_port: 0,
+        memcached_user: None,
         port,
         bind: "127.0.0.1".into(),
         backends: vec![format!("127.0.0.1:{dead}")],

@@ -64,9 +64,15 @@ pub fn validate(file: &FileConfig) -> Result<(), String> {
     if file.users.iter().any(|u| u.name == INTERNAL_USER) {
         return Err(format!("users: the name {INTERNAL_USER:?} is reserved"));
     }
-    Acl::from_config(&acl_config(file))
-        .map(|_| ())
-        .map_err(|e| format!("users: {e}"))
+    let acl = Acl::from_config(&acl_config(file)).map_err(|e| format!("users: {e}"))?;
+    let user = file.memcached_user.trim();
+    if !user.is_empty() && acl.login_as(user.as_bytes()).is_none() {
+        return Err(format!(
+            "memcached_user {user:?} is not a user that is on (\"default\" or a [[users]] entry \
+             with \"on\")"
+        ));
+    }
+    Ok(())
 }
 
 /// An engine's ACL settings: the file's, plus the internal user when the supervisor passed
@@ -186,6 +192,28 @@ mod tests {
         f.users[0].name = INTERNAL_USER.into();
         assert!(validate(&f).unwrap_err().contains("reserved"));
         assert_eq!(new_internal_password(&f).unwrap().unwrap().len(), 64);
+    }
+
+    #[test]
+    fn memcached_user_must_be_a_user_that_is_on() {
+        let mut f = FileConfig::default();
+        f.users.push(UserEntry {
+            name: "cache".into(),
+            rules: "on ~app:* +get".into(),
+        });
+        f.users.push(UserEntry {
+            name: "sleepy".into(),
+            rules: "off +@all".into(),
+        });
+        for ok in ["", "cache", "default"] {
+            f.memcached_user = ok.into();
+            assert!(validate(&f).is_ok(), "{ok}");
+        }
+        for bad in ["nobody", "sleepy"] {
+            f.memcached_user = bad.into();
+            let e = validate(&f).unwrap_err();
+            assert!(e.contains(&format!("memcached_user \"{bad}\"")), "{e}");
+        }
     }
 
     #[test]

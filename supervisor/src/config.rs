@@ -37,6 +37,9 @@ pub struct FileConfig {
     pub proxy_port: u16,
     /// The proxy's memcached protocol port (docs/memcached.md); 0 = none.
     pub memcached_port: u16,
+    /// The ACL user (`default` or one of `[[users]]`) every memcached request runs as; empty
+    /// = no permission check, the port is for trusted networks (docs/memcached.md).
+    pub memcached_user: String,
     /// Engine i listens on `engine_port_base + i`.
     pub engine_port_base: u16,
     /// Runtime directory: `recached.pid`, `state.toml`, `logs/`.
@@ -162,6 +165,7 @@ impl Default for FileConfig {
             bind: "127.0.0.1".into(),
             proxy_port: 6380,
             memcached_port: 0,
+            memcached_user: String::new(),
             engine_port_base: 6400,
             dir: PathBuf::from(DEFAULT_DIR),
             cluster: true,

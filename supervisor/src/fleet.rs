@@ -101,6 +101,12 @@ pub fn start(args: StartArgs) -> Result<ExitCode> {
     if let Some(p) = args.memcached_port {
         cfg.memcached_port = p;
     }
+    if let Some(p) = args.memcached_tls_port {
+        cfg.tls.memcached_port = p;
+    }
+    if let Some(u) = &args.memcached_user {
+        cfg.memcached_user = u.clone();
+    }
     if let Some(p) = args.engine_port_base {
         cfg.engine_port_base = p;
     }
@@ -225,6 +231,10 @@ fn fleet_ports(cfg: &FileConfig) -> Vec<(String, u16)> {
     ports.push(("the proxy".to_string(), cfg.proxy_port));
     ports.push(("the proxy (TLS)".to_string(), cfg.tls.proxy_port));
     ports.push(("the memcached port".to_string(), cfg.memcached_port));
+    ports.push((
+        "the memcached port (TLS)".to_string(),
+        cfg.tls.memcached_port,
+    ));
     ports.push(("the fan-out".to_string(), cfg.fanout_port.unwrap_or(0)));
     ports.push(("the fan-out (TLS)".to_string(), cfg.tls.fanout_port));
     ports.push(("the metrics endpoint".to_string(), cfg.metrics_port));
@@ -262,7 +272,8 @@ fn check_ports_free(cfg: &FileConfig) -> Result<()> {
         .map(|(_, host, port)| (host, port))
         .chain(std::iter::once((cfg.bind.clone(), cfg.proxy_port)))
         .chain(
-            Some(cfg.memcached_port)
+            [cfg.memcached_port, cfg.tls.memcached_port]
+                .into_iter()
                 .filter(|&p| p != 0)
                 .map(|p| (cfg.bind.clone(), p)),
         )
@@ -530,6 +541,14 @@ impl Supervisor {
         if slot.role == Role::Proxy && self.cfg.memcached_port != 0 {
             args.push("--memcached-port".into());
             args.push(self.cfg.memcached_port.to_string());
+        }
+        if slot.role == Role::Proxy && self.cfg.tls.memcached_port != 0 {
+            args.push("--memcached-tls-port".into());
+            args.push(self.cfg.tls.memcached_port.to_string());
+        }
+        if slot.role == Role::Proxy && !self.cfg.memcached_user.trim().is_empty() {
+            args.push("--memcached-user".into());
+            args.push(self.cfg.memcached_user.trim().to_string());
         }
         if let Some(c) = &self.config_file {
             args.push("--config".into());

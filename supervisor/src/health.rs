@@ -131,6 +131,12 @@ pub fn restart_only_changes(old: &FileConfig, new: &FileConfig) -> Vec<&'static 
     if old.memcached_port != new.memcached_port {
         v.push("memcached_port");
     }
+    if old.tls.memcached_port != new.tls.memcached_port {
+        v.push("tls.memcached_port");
+    }
+    if old.memcached_user != new.memcached_user {
+        v.push("memcached_user");
+    }
     if old.engine_port_base != new.engine_port_base {
         v.push("engine_port_base");
     }

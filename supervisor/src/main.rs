@@ -116,9 +116,17 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
         /// The memcached protocol port (docs/memcached.md); default: the config's
-        /// `memcached_port` (0 = none).
+        /// `memcached_port` (0 = none; with --memcached-tls-port, TLS only).
         #[arg(long)]
         memcached_port: Option<u16>,
+        /// The memcached protocol over TLS, with the proxy's certificate settings
+        /// (--tls-cert-file …); default: the config's `[tls] memcached_port` (0 = none).
+        #[arg(long)]
+        memcached_tls_port: Option<u16>,
+        /// The ACL user every memcached request runs as (`default` or a `[[users]]` name);
+        /// default: the config's `memcached_user` (none: no permission check).
+        #[arg(long)]
+        memcached_user: Option<String>,
         #[command(flatten)]
         tls: tls_limits::TlsArgs,
         #[command(flatten)]
@@ -162,6 +170,14 @@ pub struct StartArgs {
     /// The proxy's memcached protocol port; 0 = none (the default). docs/memcached.md.
     #[arg(long)]
     pub memcached_port: Option<u16>,
+    /// The proxy's memcached protocol over TLS (`[tls] memcached_port`; certificates from
+    /// `[tls]`); 0 = none (the default).
+    #[arg(long)]
+    pub memcached_tls_port: Option<u16>,
+    /// The ACL user every memcached request runs as (`memcached_user`); default none: no
+    /// permission check (trusted networks).
+    #[arg(long)]
+    pub memcached_user: Option<String>,
     /// Engine i listens on engine_port_base + i.
     #[arg(long)]
     pub engine_port_base: Option<u16>,
@@ -250,13 +266,15 @@ fn main() -> ExitCode {
             backends,
             config,
             memcached_port,
+            memcached_tls_port,
+            memcached_user,
             tls,
             limits,
         } => run_proxy(
             port,
             bind,
             backends,
-            (config, memcached_port),
+            (config, (memcached_port, memcached_tls_port, memcached_user)),
             (tls, limits),
         ),
         Command::Fanout(args) => fanout::run(args),
@@ -272,6 +290,9 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// `--memcached-port`, `--memcached-tls-port`, `--memcached-user` of `recached proxy`.
+type MemcachedArgs = (Option<u16>, Option<u16>, Option<String>);
 
 /// Errors of every role are reported as text; the roles' own I/O errors are wrapped with context.
 pub type Result<T> = std::result::Result<T, String>;
@@ -358,10 +379,26 @@ fn run_proxy(
     port: Option<u16>,
     bind: Option<String>,
     backends: Vec<String>,
-    (config, memcached_port): (Option<PathBuf>, Option<u16>),
+    (config, memcached): (Option<PathBuf>, MemcachedArgs),
     (tls, limits): (tls_limits::TlsArgs, tls_limits::LimitArgs),
 ) -> Result<ExitCode> {
+    let (memcached_port, memcached_tls_port, memcached_user) = memcached;
     let file = config::load(config.as_deref())?;
+    let memcached_tls_port = memcached_tls_port.unwrap_or(file.tls.memcached_port);
+    if memcached_tls_port != 0
+        && (tls.tls_cert_file.is_none() && file.tls.cert_file.trim().is_empty()
+            || tls.tls_key_file.is_none() && file.tls.key_file.trim().is_empty())
+    {
+        return Err(
+            "proxy: --memcached-tls-port needs --tls-cert-file and --tls-key-file (or [tls] in \
+             the config)"
+                .into(),
+        );
+    }
+    let memcached_user = memcached_user
+        .unwrap_or_else(|| file.memcached_user.clone())
+        .trim()
+        .to_string();
     let tls = tls_limits::tls_options(&file, &tls, file.tls.proxy_port)
         .map_err(|e| format!("proxy: {e}"))?;
     let limits = tls_limits::proxy_limits(&file, &limits).map_err(|e| format!("proxy: {e}"))?;
@@ -388,6 +425,8 @@ fn run_proxy(
                 .map(|pw| (engine_core::acl::INTERNAL_USER.to_string(), pw)),
         },
         memcached_port: memcached_port.unwrap_or(file.memcached_port),
+        memcached_tls_port,
+        memcached_user: (!memcached_user.is_empty()).then_some(memcached_user),
     };
     recached_proxy::run(opts).map_err(|e| format!("proxy: {e}"))?;
     Ok(ExitCode::SUCCESS)

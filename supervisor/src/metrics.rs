@@ -28,8 +28,33 @@
 //! | `recached_keyspace_hits_total` / `_misses_total` | counter | INFO stats |
 //! | `recached_commands_total{command}` | counter | INFO commandstats `calls` |
 //! | `recached_connected_clients` | gauge | INFO `connected_clients` (engines, proxy) |
-//! | `recached_proxy_requests_total` | counter | proxy INFO `total_requests` |
-//! | `recached_proxy_backend_errors_total` | counter | proxy INFO `backend_errors` |
+//!
+//! The proxy's figures per client protocol, label `protocol` = `resp` (proxy INFO `# Proxy`
+//! and `# Clients`) or `memcached` (proxy INFO `# Memcached`, only while the memcached port
+//! runs; docs/memcached.md):
+//!
+//! | series | type | `resp` | `memcached` |
+//! |---|---|---|---|
+//! | `recached_proxy_connections` | gauge | `connected_clients` | `memcached_connected_clients` |
+//! | `recached_proxy_connections_received_total` | counter | `client_connections_received` | `memcached_total_connections_received` |
+//! | `recached_proxy_requests_total` | counter | `total_requests` | `memcached_total_requests` |
+//! | `recached_proxy_backend_errors_total` | counter | `backend_errors` | `memcached_backend_errors` |
+//! | `recached_proxy_net_input_bytes_total` | counter | `client_net_input_bytes` | `memcached_net_input_bytes` |
+//! | `recached_proxy_net_output_bytes_total` | counter | `client_net_output_bytes` | `memcached_net_output_bytes` |
+//!
+//! And the memcached port's own (label `protocol="memcached"` too, so one selector finds
+//! every memcached series):
+//!
+//! | series | type | source |
+//! |---|---|---|
+//! | `recached_memcached_commands_total{command}` | counter | `mccmd_<command>:calls=N` (get, gets, gat, gats, set, add, replace, append, prepend, cas, touch, incr, decr, delete, flush_all, version, verbosity, quit, stats, mg, ms, md, ma, mn) |
+//! | `recached_memcached_get_hits_total` / `_get_misses_total` | counter | `memcached_get_hits` / `_misses` (keys found / not found by get gets gat gats mg) |
+//! | `recached_memcached_errors_total{kind}` | counter | `memcached_errors`, `_client_errors`, `_server_errors`: replies `ERROR`, `CLIENT_ERROR`, `SERVER_ERROR` |
+//! | `recached_memcached_acl_denied_total` | counter | `memcached_acl_denied` (`memcached_user`'s refusals) |
+//! | `recached_memcached_tls_errors_total` | counter | `memcached_tls_errors` |
+//!
+//! Engine series (`recached_commands_total`, `recached_keyspace_hits_total`, …) count what the
+//! engines ran for both protocols (a memcached `get` is an `MGET` there).
 //! | `recached_fanout_browsers` | gauge | fan-out INFO `connected_browsers` |
 //! | `recached_fanout_keychanges_sent_total` | counter | fan-out INFO `keychanges_sent` |
 //! | `recached_fanout_resyncs_total` | counter | fan-out INFO `resyncs` |
@@ -162,6 +187,8 @@ pub struct ChildFigures {
 pub struct Info {
     pub fields: BTreeMap<String, String>,
     pub commands: BTreeMap<String, u64>,
+    /// The proxy's memcached commands (`mccmd_<name>:calls=N`).
+    pub memcached_commands: BTreeMap<String, u64>,
     pub keys: u64,
 }
 
@@ -177,7 +204,7 @@ fn scrape(dir: &Path) -> Vec<ChildFigures> {
             let host = c.host.clone().unwrap_or_else(|| state.bind.clone());
             let request: &[&str] = match c.role {
                 Role::Engine => &["INFO", "everything"],
-                Role::Proxy => &["INFO", "proxy", "clients"],
+                Role::Proxy => &["INFO", "proxy", "clients", "memcached"],
                 Role::Fanout => &["INFO"],
             };
             // Engines and the proxy require the internal credential when the fleet has a
@@ -239,6 +266,10 @@ pub fn parse_info(text: &str) -> Info {
         if let Some(cmd) = k.strip_prefix("cmdstat_") {
             if let Some(calls) = kv_field(v, "calls") {
                 info.commands.insert(cmd.to_string(), calls);
+            }
+        } else if let Some(cmd) = k.strip_prefix("mccmd_") {
+            if let Some(calls) = kv_field(v, "calls") {
+                info.memcached_commands.insert(cmd.to_string(), calls);
             }
         } else if k.starts_with("db") && k[2..].bytes().all(|b| b.is_ascii_digit()) {
             info.keys += kv_field(v, "keys").unwrap_or(0);
@@ -350,20 +381,6 @@ const FIELD_SERIES: &[(&str, &str, &str, &str, &[&str])] = &[
         &["engine", "proxy"],
     ),
     (
-        "recached_proxy_requests_total",
-        "counter",
-        "Requests the proxy routed.",
-        "total_requests",
-        &["proxy"],
-    ),
-    (
-        "recached_proxy_backend_errors_total",
-        "counter",
-        "Requests the proxy answered with an instance-unavailable error.",
-        "backend_errors",
-        &["proxy"],
-    ),
-    (
         "recached_fanout_browsers",
         "gauge",
         "Browsers connected to the fan-out.",
@@ -385,6 +402,171 @@ const FIELD_SERIES: &[(&str, &str, &str, &str, &[&str])] = &[
         &["fanout"],
     ),
 ];
+
+/// The proxy's series per protocol: (metric, type, help, RESP field, memcached field).
+const PROTOCOL_SERIES: &[(&str, &str, &str, &str, &str)] = &[
+    (
+        "recached_proxy_connections",
+        "gauge",
+        "Client connections of the proxy, by protocol.",
+        "connected_clients",
+        "memcached_connected_clients",
+    ),
+    (
+        "recached_proxy_connections_received_total",
+        "counter",
+        "Client connections the proxy accepted, by protocol.",
+        "client_connections_received",
+        "memcached_total_connections_received",
+    ),
+    (
+        "recached_proxy_requests_total",
+        "counter",
+        "Requests the proxy routed, by protocol.",
+        "total_requests",
+        "memcached_total_requests",
+    ),
+    (
+        "recached_proxy_backend_errors_total",
+        "counter",
+        "Requests (or parts) the proxy answered with an instance-unavailable error, by protocol.",
+        "backend_errors",
+        "memcached_backend_errors",
+    ),
+    (
+        "recached_proxy_net_input_bytes_total",
+        "counter",
+        "Protocol bytes read from clients (plaintext on TLS ports), by protocol.",
+        "client_net_input_bytes",
+        "memcached_net_input_bytes",
+    ),
+    (
+        "recached_proxy_net_output_bytes_total",
+        "counter",
+        "Protocol bytes written to clients (plaintext on TLS ports), by protocol.",
+        "client_net_output_bytes",
+        "memcached_net_output_bytes",
+    ),
+];
+
+/// A label beyond `instance` and `protocol`.
+type Label = Option<(&'static str, &'static str)>;
+
+/// The memcached port's own series: (metric, help, field, extra label).
+const MEMCACHED_SERIES: &[(&str, &str, &str, Label)] = &[
+    (
+        "recached_memcached_get_hits_total",
+        "Keys found by memcached retrievals (get gets gat gats mg).",
+        "memcached_get_hits",
+        None,
+    ),
+    (
+        "recached_memcached_get_misses_total",
+        "Keys not found by memcached retrievals (get gets gat gats mg).",
+        "memcached_get_misses",
+        None,
+    ),
+    (
+        "recached_memcached_errors_total",
+        "memcached error replies, by kind (ERROR, CLIENT_ERROR, SERVER_ERROR).",
+        "memcached_errors",
+        Some(("kind", "error")),
+    ),
+    (
+        "recached_memcached_errors_total",
+        "",
+        "memcached_client_errors",
+        Some(("kind", "client_error")),
+    ),
+    (
+        "recached_memcached_errors_total",
+        "",
+        "memcached_server_errors",
+        Some(("kind", "server_error")),
+    ),
+    (
+        "recached_memcached_acl_denied_total",
+        "memcached requests refused by memcached_user's ACL rules.",
+        "memcached_acl_denied",
+        None,
+    ),
+    (
+        "recached_memcached_tls_errors_total",
+        "memcached TLS connections closed on a TLS error (bad handshake, plaintext client).",
+        "memcached_tls_errors",
+        None,
+    ),
+];
+
+/// The proxy's per-protocol and memcached series (see the module docs).
+fn render_protocols(out: &mut String, children: &[ChildFigures]) {
+    let proxies: Vec<(&str, &Info)> = children
+        .iter()
+        .filter(|c| c.role == "proxy")
+        .filter_map(|c| Some((c.instance.as_str(), c.info.as_ref()?)))
+        .collect();
+    let num =
+        |info: &Info, field: &str| -> Option<u64> { info.fields.get(field)?.trim().parse().ok() };
+    for (name, kind, help, resp_field, mc_field) in PROTOCOL_SERIES {
+        let mut samples = Vec::new();
+        for (inst, info) in &proxies {
+            for (protocol, field) in [("resp", resp_field), ("memcached", mc_field)] {
+                if let Some(v) = num(info, field) {
+                    samples.push((*inst, protocol, v));
+                }
+            }
+        }
+        if samples.is_empty() {
+            continue;
+        }
+        let mut f = family(out, name, kind, help);
+        for (inst, protocol, v) in samples {
+            f.sample(name, &[("instance", inst), ("protocol", protocol)], v);
+        }
+    }
+    let mc: Vec<(&str, &Info)> = proxies
+        .into_iter()
+        .filter(|(_, i)| i.fields.contains_key("memcached_total_requests"))
+        .collect();
+    if mc.is_empty() {
+        return;
+    }
+    let name = "recached_memcached_commands_total";
+    let mut f = family(
+        out,
+        name,
+        "counter",
+        "memcached commands received by the proxy's memcached port, by command.",
+    );
+    for (inst, info) in &mc {
+        for (cmd, calls) in &info.memcached_commands {
+            f.sample(
+                name,
+                &[
+                    ("instance", inst),
+                    ("protocol", "memcached"),
+                    ("command", cmd),
+                ],
+                *calls,
+            );
+        }
+    }
+    let mut open = "";
+    for (name, help, field, label) in MEMCACHED_SERIES {
+        let mut f = if *name != open {
+            open = name;
+            family(out, name, "counter", help)
+        } else {
+            Family { out: &mut *out }
+        };
+        for (inst, info) in &mc {
+            let v = num(info, field).unwrap_or(0);
+            let mut labels = vec![("instance", *inst), ("protocol", "memcached")];
+            labels.extend(label.iter().copied());
+            f.sample(name, &labels, v);
+        }
+    }
+}
 
 /// The exposition text for one scrape.
 pub fn render(children: &[ChildFigures]) -> String {
@@ -443,6 +625,7 @@ pub fn render(children: &[ChildFigures]) -> String {
             f.sample(name, &[("instance", inst)], v);
         }
     }
+    render_protocols(&mut out, children);
     if engines.iter().any(|(_, i)| !i.commands.is_empty()) {
         let name = "recached_commands_total";
         let mut f = family(
@@ -505,5 +688,52 @@ mod tests {
             1
         );
         assert!(!text.contains("fanout"));
+        assert!(
+            !text.contains("recached_memcached_"),
+            "no memcached port, no series"
+        );
+    }
+
+    #[test]
+    fn proxy_series_are_labelled_by_protocol() {
+        let info = parse_info(
+            "# Clients\r\nconnected_clients:3\r\n\r\n# Memcached\r\n\
+             memcached_connected_clients:2\r\nmemcached_total_connections_received:5\r\n\
+             memcached_total_requests:9\r\nmemcached_get_hits:4\r\nmemcached_get_misses:1\r\n\
+             memcached_errors:1\r\nmemcached_client_errors:2\r\nmemcached_server_errors:0\r\n\
+             memcached_backend_errors:0\r\nmemcached_acl_denied:2\r\n\
+             memcached_net_input_bytes:100\r\nmemcached_net_output_bytes:200\r\n\
+             memcached_tls_errors:0\r\nmccmd_get:calls=5\r\nmccmd_set:calls=3\r\n\r\n\
+             # Proxy\r\ntotal_requests:7\r\nbackend_errors:0\r\nclient_connections_received:4\r\n",
+        );
+        assert_eq!(info.memcached_commands["get"], 5);
+        let text = render(&[ChildFigures {
+            instance: "proxy-0".into(),
+            role: "proxy".into(),
+            restarts: 0,
+            info: Some(info),
+        }]);
+        for line in [
+            "recached_proxy_connections{instance=\"proxy-0\",protocol=\"resp\"} 3\n",
+            "recached_proxy_connections{instance=\"proxy-0\",protocol=\"memcached\"} 2\n",
+            "recached_proxy_requests_total{instance=\"proxy-0\",protocol=\"resp\"} 7\n",
+            "recached_proxy_requests_total{instance=\"proxy-0\",protocol=\"memcached\"} 9\n",
+            "recached_proxy_connections_received_total{instance=\"proxy-0\",protocol=\"resp\"} 4\n",
+            "recached_proxy_net_output_bytes_total{instance=\"proxy-0\",protocol=\"memcached\"} 200\n",
+            "recached_memcached_commands_total{instance=\"proxy-0\",protocol=\"memcached\",command=\"set\"} 3\n",
+            "recached_memcached_get_hits_total{instance=\"proxy-0\",protocol=\"memcached\"} 4\n",
+            "recached_memcached_errors_total{instance=\"proxy-0\",protocol=\"memcached\",kind=\"client_error\"} 2\n",
+            "recached_memcached_acl_denied_total{instance=\"proxy-0\",protocol=\"memcached\"} 2\n",
+        ] {
+            assert!(text.contains(line), "{line} missing in\n{text}");
+        }
+        // One HELP/TYPE per family, the error kinds included.
+        assert_eq!(
+            text.matches("# TYPE recached_memcached_errors_total counter")
+                .count(),
+            1
+        );
+        // RESP bytes are not in this INFO: no RESP sample for them.
+        assert!(!text.contains("net_input_bytes_total{instance=\"proxy-0\",protocol=\"resp\"}"));
     }
 }

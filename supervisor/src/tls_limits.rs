@@ -10,6 +10,7 @@
 //! proxy_port = 0              # the proxy's TLS port; 0 = none
 //! engine_port_base = 0        # engine i: TLS on engine_port_base + i; 0 = none
 //! fanout_port = 0             # the fan-out's HTTPS + wss:// port; 0 = none
+//! memcached_port = 0          # the proxy's memcached protocol over TLS; 0 = none
 //!
 //! [limits]                    # every RESP port: engines and the proxy
 //! maxclients = 10000
@@ -48,6 +49,8 @@ pub struct TlsSection {
     pub engine_port_base: u16,
     /// The fan-out's HTTPS + wss:// port; 0 = no TLS on the fan-out.
     pub fanout_port: u16,
+    /// The proxy's memcached protocol over TLS (docs/memcached.md); 0 = none.
+    pub memcached_port: u16,
 }
 
 impl Default for TlsSection {
@@ -60,6 +63,7 @@ impl Default for TlsSection {
             proxy_port: 0,
             engine_port_base: 0,
             fanout_port: 0,
+            memcached_port: 0,
         }
     }
 }
@@ -182,7 +186,7 @@ pub fn validate(file: &FileConfig) -> Result<(), String> {
             t.auth_clients
         ));
     }
-    if (t.proxy_port != 0 || t.engine_port_base != 0 || t.fanout_port != 0)
+    if (t.proxy_port != 0 || t.engine_port_base != 0 || t.fanout_port != 0 || t.memcached_port != 0)
         && (t.cert_file.trim().is_empty() || t.key_file.trim().is_empty())
     {
         return Err("tls: a TLS port needs tls.cert_file and tls.key_file".into());
@@ -326,6 +330,7 @@ mod tests {
             "[limits]\nclient_output_buffer_limit = \"master 1 2 3\"\n",
             "[tls]\nauth_clients = \"sometimes\"\n",
             "[tls]\nproxy_port = 6443\n",
+            "[tls]\nmemcached_port = 11212\n",
         ] {
             assert!(validate(&parse(bad).unwrap()).is_err(), "{bad}");
         }

@@ -260,12 +260,16 @@ fn metrics_endpoint_serves_prometheus_text_per_instance() {
             .any(|l| l.starts_with("gauge recached_memory_bytes{"))
     );
     // Proxy series.
-    let requests = value_of(&samples, "recached_proxy_requests_total{instance=proxy-0}").unwrap();
+    let requests = value_of(
+        &samples,
+        "recached_proxy_requests_total{instance=proxy-0,protocol=resp}",
+    )
+    .unwrap();
     assert!(requests >= 250, "proxy requests {requests}");
     assert_eq!(
         value_of(
             &samples,
-            "recached_proxy_backend_errors_total{instance=proxy-0}"
+            "recached_proxy_backend_errors_total{instance=proxy-0,protocol=resp}"
         ),
         Some(0)
     );

@@ -14,7 +14,22 @@
 //!
 //! # Tokens
 //!
-//! Clients: slab index. Link `i`: `LINK_TOKEN_BASE + i`. Listener: `usize::MAX - 1`.
+//! Clients: slab index. Link `i`: `LINK_TOKEN_BASE + i`. Listener: `usize::MAX - 1`; TLS
+//! listener: `usize::MAX - 2`.
+//!
+//! # TLS
+//!
+//! A client of the TLS listener is the same [`Conn`] with a [`TlsConn`] inside, driven like
+//! the RESP side's (recached-net's driver): one socket read per readiness into the loop's
+//! scratch buffer, decrypted into `tls_plain`, then the same swallow/append path as plain
+//! bytes; replies go through `TlsConn::write`, WRITABLE interest stays on. A TLS error
+//! (garbage, a plaintext client, a refused certificate) sends rustls' alert best effort and
+//! closes that connection only. `quit` sends close_notify.
+//!
+//! # ACL
+//!
+//! With a `memcached_user` ([`super::acl::Gate`]), each parsed request is checked before it
+//! is planned; a refused one is answered `CLIENT_ERROR NOPERM …` without reaching an engine.
 //!
 //! # Bounds
 //!
@@ -35,15 +50,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use recached_net::Slab;
+use recached_net::tls::{PlainSink, SCRATCH_LEN, TlsConn, TlsRead};
 
 use super::exec::{self, Ctx, Job, Render};
 use super::parse::{self, Parsed, Request};
 use super::scripts::{self, Shas};
-use super::stats::Counters;
+use super::stats::{self, Counters, Shared, Totals};
 use crate::backend::{Backend, CONNECT_TIMEOUT, Link};
 use crate::client::Waiter;
 
 const LISTENER: Token = Token(usize::MAX - 1);
+const TLS_LISTENER: Token = Token(usize::MAX - 2);
 const LINK_TOKEN_BASE: usize = usize::MAX / 2;
 /// Stop parsing a client's requests while this many replies are outstanding.
 const MAX_PENDING: usize = 4096;
@@ -66,7 +83,16 @@ const NOBODY_WAITER: Waiter = Waiter {
 /// What the memcached port needs.
 #[derive(Clone, Debug)]
 pub struct Options {
-    pub listen: SocketAddr,
+    /// The plain listener; `None` = TLS only (`memcached_port 0` with a TLS port).
+    pub listen: Option<SocketAddr>,
+    /// The TLS listener (`[tls] memcached_port`, `--memcached-tls-port`) and its rustls
+    /// configuration (the proxy's certificate settings).
+    pub tls: Option<(SocketAddr, Arc<rustls::ServerConfig>)>,
+    /// `memcached_user`: the ACL user every request runs as; `None` = no check (the
+    /// default, for trusted networks).
+    pub gate: Option<super::acl::Gate>,
+    /// Where the loop publishes its [`Totals`] (the proxy's INFO `# Memcached`).
+    pub totals: Shared,
     /// Instances as (`host:port`, address), in instance order.
     pub backends: Vec<(String, SocketAddr)>,
     /// `AUTH` with the internal credential, first on every engine connection.
@@ -88,6 +114,10 @@ struct Slot {
 struct Conn {
     stream: TcpStream,
     id: u64,
+    /// The peer, for ACL LOG.
+    addr: String,
+    /// TLS state, for a client of the TLS listener.
+    tls: Option<Box<TlsConn>>,
     /// Unparsed input: `input[start..]`.
     input: Vec<u8>,
     start: usize,
@@ -111,7 +141,7 @@ impl Conn {
     }
 
     /// Moves the finished slots at the front to `out`.
-    fn drain_ready(&mut self, counters: &mut Counters) {
+    fn drain_ready(&mut self, counters: &mut Counters, totals: &mut Totals) {
         while let Some(front) = self.pending.front() {
             if front.remaining > 0 {
                 break;
@@ -126,7 +156,11 @@ impl Conn {
             if matches!(slot.render, Render::Stats) {
                 counters.now = unix_ms() / 1000;
             }
+            let (hits, misses) = (counters.get_hits, counters.get_misses);
             let reply = exec::render(&slot.render, &raw, counters);
+            totals.get_hits += counters.get_hits.saturating_sub(hits);
+            totals.get_misses += counters.get_misses.saturating_sub(misses);
+            totals.count_reply(&reply);
             if !slot.noreply {
                 self.out.extend_from_slice(&reply);
             }
@@ -141,7 +175,15 @@ impl Conn {
 
 pub struct Loop {
     poll: Poll,
-    listener: TcpListener,
+    listener: Option<TcpListener>,
+    tls_listener: Option<(TcpListener, Arc<rustls::ServerConfig>)>,
+    /// Ciphertext of one TLS socket read (shared by every TLS client; emptied before reuse).
+    tls_scratch: Vec<u8>,
+    /// Plaintext of one TLS socket read, before the swallow/append path.
+    tls_plain: Vec<u8>,
+    totals: Totals,
+    /// `totals` changed since it was last published.
+    totals_dirty: bool,
     conns: Slab<Conn>,
     links: Vec<Backend>,
     opts: Options,
@@ -167,9 +209,23 @@ impl Loop {
     /// Binds the port (errors now, not in the thread).
     pub fn new(opts: Options, shutdown: Arc<AtomicBool>) -> io::Result<Loop> {
         let poll = Poll::new()?;
-        let mut listener = TcpListener::bind(opts.listen)?;
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let (listener, tls_listener) = recached_net::listen::bind_role(
+            poll.registry(),
+            opts.listen,
+            opts.tls.clone(),
+            (LISTENER, TLS_LISTENER),
+        )?;
+        if listener.is_none() && tls_listener.is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the memcached port needs a port or a TLS port",
+            ));
+        }
+        let tls_scratch = if tls_listener.is_some() {
+            vec![0; SCRATCH_LEN]
+        } else {
+            Vec::new()
+        };
         let preamble = scripts::load_requests();
         let links = opts
             .backends
@@ -192,6 +248,11 @@ impl Loop {
         Ok(Loop {
             poll,
             listener,
+            tls_listener,
+            tls_scratch,
+            tls_plain: Vec::new(),
+            totals: Totals::default(),
+            totals_dirty: true,
             conns: Slab::new(),
             links,
             opts,
@@ -208,8 +269,27 @@ impl Loop {
         })
     }
 
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listener.local_addr()
+    /// The plain listener's address, if there is one.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// The TLS listener's address, if there is one.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_listener
+            .as_ref()
+            .and_then(|(l, _)| l.local_addr().ok())
+    }
+
+    /// Publishes [`Totals`] if they changed (once per iteration).
+    fn publish(&mut self) {
+        if self.totals_dirty {
+            self.totals_dirty = false;
+            self.totals.connected = self.conns.len() as u64;
+            if let Ok(mut shared) = self.opts.totals.lock() {
+                shared.clone_from(&self.totals);
+            }
+        }
     }
 
     /// Runs until the shutdown flag is set.
@@ -228,8 +308,10 @@ impl Loop {
             }
             let now = Instant::now();
             for event in events.iter() {
+                self.totals_dirty = true;
                 match event.token() {
-                    LISTENER => self.accept(),
+                    LISTENER => self.accept(false),
+                    TLS_LISTENER => self.accept(true),
                     Token(t) if t >= LINK_TOKEN_BASE => {
                         let i = t - LINK_TOKEN_BASE;
                         if i < self.links.len() {
@@ -252,6 +334,7 @@ impl Loop {
             self.delayed_flush();
             self.flush_all();
             self.timers(now);
+            self.publish();
         }
         Ok(())
     }
@@ -272,22 +355,46 @@ impl Loop {
         wait
     }
 
-    fn accept(&mut self) {
+    fn accept(&mut self, tls: bool) {
         loop {
-            match self.listener.accept() {
-                Ok((mut stream, _peer)) => {
+            let listener = if tls {
+                self.tls_listener.as_ref().map(|(l, _)| l)
+            } else {
+                self.listener.as_ref()
+            };
+            let Some(listener) = listener else {
+                return;
+            };
+            match listener.accept() {
+                Ok((mut stream, peer)) => {
+                    self.totals.connections += 1;
                     if self.conns.len() >= self.opts.maxclients {
-                        // memcached: "ERROR Too many open connections", then close.
-                        let _ = stream.write(b"ERROR Too many open connections\r\n");
+                        // memcached: "ERROR Too many open connections", then close (a TLS
+                        // client cannot be told in plaintext: just closed).
+                        if !tls {
+                            let _ = stream.write(b"ERROR Too many open connections\r\n");
+                        }
                         self.counters.rejected_connections += 1;
                         continue;
                     }
+                    let tls_conn = match &self.tls_listener {
+                        Some((_, cfg)) if tls => match TlsConn::new(cfg) {
+                            Ok(t) => Some(Box::new(t)),
+                            Err(e) => {
+                                log::warn!("memcached: TLS connection setup: {e}");
+                                continue;
+                            }
+                        },
+                        _ => None,
+                    };
                     let _ = stream.set_nodelay(true);
                     let id = self.next_id;
                     self.next_id += 1;
                     let token = self.conns.insert(Conn {
                         stream,
                         id,
+                        addr: peer.to_string(),
+                        tls: tls_conn,
                         input: Vec::new(),
                         start: 0,
                         swallow: 0,
@@ -336,6 +443,11 @@ impl Loop {
             self.paused.push(t);
             return;
         }
+        if c.tls.is_some() {
+            self.tls_readable(t);
+            self.process(t);
+            return;
+        }
         let mut chunk = [0u8; READ_CHUNK];
         loop {
             match c.stream.read(&mut chunk) {
@@ -345,14 +457,8 @@ impl Loop {
                 }
                 Ok(n) => {
                     self.counters.bytes_read += n as u64;
-                    let mut data = &chunk[..n];
-                    if c.swallow > 0 {
-                        let drop = c.swallow.min(data.len());
-                        c.swallow -= drop;
-                        data = &data[drop..];
-                    }
-                    c.input.extend_from_slice(data);
-                    if c.input.len() - c.start > self.opts.item_max + INPUT_SLACK {
+                    self.totals.bytes_read += n as u64;
+                    if append_input(c, &chunk[..n], self.opts.item_max) {
                         // Parse before reading more; read again next iteration.
                         self.paused.push(t);
                         break;
@@ -369,6 +475,75 @@ impl Loop {
         self.process(t);
     }
 
+    /// Reads a TLS client until its socket is drained (or its input is full enough to parse
+    /// first): each socket read is decrypted into `tls_plain`, then appended like plain bytes.
+    fn tls_readable(&mut self, t: usize) {
+        let Loop {
+            conns,
+            tls_scratch,
+            tls_plain,
+            counters,
+            totals,
+            paused,
+            dirty_conns,
+            opts,
+            ..
+        } = self;
+        let Some(c) = conns.get_mut(t) else {
+            return;
+        };
+        loop {
+            let Some(tls) = c.tls.as_mut() else {
+                return;
+            };
+            tls_plain.clear();
+            let mut sink = VecSink {
+                buf: tls_plain,
+                len: 0,
+            };
+            let r = tls.read(&mut c.stream, tls_scratch, &mut sink);
+            let len = sink.len;
+            tls_plain.truncate(len);
+            let wants_write = tls.wants_write();
+            let more = match r {
+                TlsRead::Data { more, .. } => more,
+                TlsRead::Drained => false,
+                TlsRead::Eof => {
+                    c.gone = true;
+                    false
+                }
+                // `VecSink` always has room.
+                TlsRead::Full => false,
+                TlsRead::Tls(e) => {
+                    log::debug!("memcached: TLS client {}: {e}", c.addr);
+                    tls.flush_alert(&mut c.stream);
+                    totals.tls_errors += 1;
+                    c.gone = true;
+                    false
+                }
+                TlsRead::Io(_) => {
+                    c.gone = true;
+                    false
+                }
+            };
+            if wants_write && !c.dirty {
+                // The handshake (or an alert) has bytes for the peer.
+                c.dirty = true;
+                dirty_conns.push(t);
+            }
+            let n = tls_plain.len() as u64;
+            counters.bytes_read += n;
+            totals.bytes_read += n;
+            if append_input(c, tls_plain, opts.item_max) {
+                paused.push(t);
+                return;
+            }
+            if !more || c.gone {
+                return;
+            }
+        }
+    }
+
     /// Parses and plans every complete request of client `t` (within the bounds).
     fn process(&mut self, t: usize) {
         let now_ms = unix_ms();
@@ -383,6 +558,7 @@ impl Loop {
             dirty_links,
             dirty_conns,
             paused,
+            totals,
             ..
         } = self;
         let Some(c) = conns.get_mut(t) else {
@@ -411,6 +587,22 @@ impl Loop {
                 Parsed::Ready(req, used) => (req, used),
             };
             c.start += used;
+            totals.requests += 1;
+            if let Some(i) = stats::command_index(&req) {
+                totals.commands[i] += 1;
+            }
+            let mut req = req;
+            let mut refused = None;
+            if let Some(gate) = opts.gate.as_mut()
+                && let Some(line) = gate.refuse(&req, &c.addr, c.id, now_ms)
+            {
+                totals.acl_denied += 1;
+                match &mut req {
+                    // The reply stands; only the delete memcached would do is skipped.
+                    Request::Reject { delete, .. } => *delete = None,
+                    _ => refused = Some(line),
+                }
+            }
             if let Request::Reject { swallow, reply, .. } = &req {
                 c.swallow = *swallow;
                 if *reply == parse::TOO_LARGE {
@@ -428,9 +620,12 @@ impl Loop {
                 counters,
                 flush_at,
             };
-            let job = exec::plan(req, &mut ctx);
-            submit(c, t, job, links, dirty_links);
-            c.drain_ready(counters);
+            let job = match refused {
+                None => exec::plan(req, &mut ctx),
+                Some(line) => Job::local(format!("{line}\r\n").as_bytes(), noreply_of(&req)),
+            };
+            totals.backend_errors += submit(c, t, job, links, dirty_links);
+            c.drain_ready(counters, totals);
         }
         // Compact the input buffer.
         if c.start == c.input.len() {
@@ -453,21 +648,43 @@ impl Loop {
         let Some(c) = self.conns.get_mut(t) else {
             return;
         };
-        while c.out_pos < c.out.len() {
-            match c.stream.write(&c.out[c.out_pos..]) {
-                Ok(0) => {
-                    c.gone = true;
-                    break;
-                }
-                Ok(n) => {
+        let finished = c.closing && c.unsent() == 0 && c.pending.is_empty() && !c.gone;
+        if let Some(tls) = c.tls.as_mut() {
+            if finished {
+                // `quit` (or input memcached closes on): a clean TLS close.
+                tls.send_close_notify();
+                c.gone = true;
+            }
+            match tls.write(&mut c.stream, &c.out[c.out_pos..]) {
+                Ok((n, _full)) => {
                     c.out_pos += n;
                     self.counters.bytes_written += n as u64;
+                    self.totals.bytes_written += n as u64;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    c.gone = true;
-                    break;
+                Err(_) => c.gone = true,
+            }
+            if c.gone {
+                // Whatever rustls still holds (close_notify, an alert) goes best effort.
+                tls.flush_alert(&mut c.stream);
+            }
+        } else {
+            while c.out_pos < c.out.len() {
+                match c.stream.write(&c.out[c.out_pos..]) {
+                    Ok(0) => {
+                        c.gone = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        c.out_pos += n;
+                        self.counters.bytes_written += n as u64;
+                        self.totals.bytes_written += n as u64;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        c.gone = true;
+                        break;
+                    }
                 }
             }
         }
@@ -533,13 +750,14 @@ impl Loop {
             conns,
             links,
             counters,
+            totals,
             dirty_conns,
             ..
         } = self;
         let mut noscript = false;
         let result = links[i].deliver_replies(|w, reply| {
             noscript |= reply.starts_with(b"-NOSCRIPT");
-            deliver(conns, counters, dirty_conns, w, reply);
+            deliver(conns, counters, totals, dirty_conns, w, reply);
         });
         if let Err(e) = result {
             self.fail_link(i, &format!("bad reply: {e}"), now);
@@ -564,9 +782,13 @@ impl Loop {
         let waiters = self.links[i].fail(self.poll.registry(), now);
         let error = self.links[i].unavailable.clone();
         for w in waiters {
+            if w.token != NOBODY {
+                self.totals.backend_errors += 1;
+            }
             deliver(
                 &mut self.conns,
                 &mut self.counters,
+                &mut self.totals,
                 &mut self.dirty_conns,
                 w,
                 &error,
@@ -632,7 +854,14 @@ impl Loop {
 
 /// Sends `job`'s parts (an instance that is down answers its error at once) and queues its
 /// slot on client `c` (token `t`).
-fn submit(c: &mut Conn, t: usize, job: Job, links: &mut [Backend], dirty_links: &mut Vec<usize>) {
+fn submit(
+    c: &mut Conn,
+    t: usize,
+    job: Job,
+    links: &mut [Backend],
+    dirty_links: &mut Vec<usize>,
+) -> u64 {
+    let mut unavailable = 0;
     let seq = c.base_seq + c.pending.len() as u64;
     let mut slot = Slot {
         replies: (0..job.parts.len()).map(|_| None).collect(),
@@ -660,15 +889,33 @@ fn submit(c: &mut Conn, t: usize, job: Job, links: &mut [Backend], dirty_links: 
         } else {
             slot.replies[part] = Some(b.unavailable.clone());
             slot.remaining -= 1;
+            unavailable += 1;
         }
     }
     c.pending.push_back(slot);
+    unavailable
+}
+
+/// Whether `req` asked for no reply (a refusal is then silent too, as memcached's errors).
+fn noreply_of(req: &Request) -> bool {
+    match req {
+        Request::Store { noreply, .. }
+        | Request::Touch { noreply, .. }
+        | Request::Arith { noreply, .. }
+        | Request::Delete { noreply, .. }
+        | Request::FlushAll { noreply, .. }
+        | Request::Verbosity { noreply }
+        | Request::Reject { noreply, .. } => *noreply,
+        // Meta quiet mode (`q`) hides results, never errors.
+        _ => false,
+    }
 }
 
 /// Hands one engine reply to its client slot.
 fn deliver(
     conns: &mut Slab<Conn>,
     counters: &mut Counters,
+    totals: &mut Totals,
     dirty_conns: &mut Vec<usize>,
     w: Waiter,
     reply: &[u8],
@@ -693,10 +940,43 @@ fn deliver(
         slot.remaining -= 1;
     }
     if idx == 0 {
-        c.drain_ready(counters);
+        c.drain_ready(counters, totals);
         if !c.dirty {
             c.dirty = true;
             dirty_conns.push(w.token);
         }
+    }
+}
+
+/// Appends newly read bytes to `c`'s input, dropping what a refused data block still owes
+/// (`swallow`) as it arrives. True: the input is full enough to be parsed before more is read.
+fn append_input(c: &mut Conn, data: &[u8], item_max: usize) -> bool {
+    let mut data = data;
+    if c.swallow > 0 {
+        let drop = c.swallow.min(data.len());
+        c.swallow -= drop;
+        data = &data[drop..];
+    }
+    c.input.extend_from_slice(data);
+    c.input.len() - c.start > item_max + INPUT_SLACK
+}
+
+/// The plaintext of one TLS read, into a reusable vector (`space` grows it, `len` is what was
+/// filled; the caller truncates to it).
+struct VecSink<'a> {
+    buf: &'a mut Vec<u8>,
+    len: usize,
+}
+
+impl PlainSink for VecSink<'_> {
+    fn space(&mut self) -> Option<&mut [u8]> {
+        if self.buf.len() < self.len + READ_CHUNK {
+            self.buf.resize(self.len + READ_CHUNK, 0);
+        }
+        Some(&mut self.buf[self.len..])
+    }
+
+    fn filled(&mut self, n: usize) {
+        self.len += n;
     }
 }

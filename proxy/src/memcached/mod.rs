@@ -14,8 +14,11 @@
 //! - [`exec`]: a request → RESP requests per instance (a [`exec::Job`]), and the engines'
 //!   replies → memcached's reply bytes; the item/companion key mapping and expiry rules. Pure.
 //! - [`scripts`]: the Lua scripts that make each write one atomic engine-side step.
-//! - [`stats`]: `stats` from the port's counters and the engines' INFO.
-//! - `event_loop`: the mio loop on its own thread, with its own link to each engine.
+//! - [`stats`]: `stats` from the port's counters and the engines' INFO; [`stats::Totals`],
+//!   the figures the proxy's INFO `# Memcached` and the fleet's metrics report.
+//! - [`acl`]: `memcached_user`: each request checked as the RESP commands it runs. Pure.
+//! - `event_loop`: the mio loop on its own thread, with its own link to each engine; the
+//!   plain and TLS listeners (`memcached_port`, `[tls] memcached_port`).
 //!
 //! # Why a thread of its own
 //!
@@ -24,6 +27,7 @@
 //! (one more connection per engine) instead of adding a second protocol to every state of
 //! the RESP loop. Keys route with the same slot map ([`crate::route::instance_of`]).
 
+pub mod acl;
 pub mod exec;
 pub mod meta;
 pub mod parse;
@@ -43,16 +47,25 @@ pub use event_loop::Options;
 /// memcached's default `item_size_max` (1 MB).
 pub const ITEM_SIZE_MAX: usize = 1 << 20;
 
-/// Binds the memcached port and runs its loop on a new thread until `shutdown` is set.
-/// Returns the bound address and the thread.
+/// The bound addresses of a started port: plain and TLS (either may be absent, not both).
+pub struct Bound {
+    pub plain: Option<SocketAddr>,
+    pub tls: Option<SocketAddr>,
+}
+
+/// Binds the memcached port(s) and runs the loop on a new thread until `shutdown` is set.
+/// Returns the bound addresses and the thread.
 pub fn spawn(
     opts: Options,
     shutdown: Arc<AtomicBool>,
-) -> io::Result<(SocketAddr, JoinHandle<io::Result<()>>)> {
+) -> io::Result<(Bound, JoinHandle<io::Result<()>>)> {
     let mut lp = event_loop::Loop::new(opts, shutdown)?;
-    let addr = lp.local_addr()?;
+    let bound = Bound {
+        plain: lp.local_addr(),
+        tls: lp.tls_addr(),
+    };
     let handle = std::thread::Builder::new()
         .name("memcached".into())
         .spawn(move || lp.run())?;
-    Ok((addr, handle))
+    Ok((bound, handle))
 }

@@ -4,6 +4,9 @@
 
 use resp::value::Value;
 
+use super::meta::{MetaCmd, MetaRequest};
+use super::parse::{Arith, CasOut, Request, StoreMode};
+
 /// Counters of the memcached port (memcached's names; one per `STAT` line).
 #[derive(Clone, Debug, Default)]
 pub struct Counters {
@@ -38,6 +41,158 @@ pub struct Counters {
     pub threads: u64,
     pub max_connections: u64,
     pub limit_maxbytes: u64,
+}
+
+/// The memcached commands counted one by one ([`Totals::commands`], INFO `mccmd_<name>`,
+/// the metrics' `recached_memcached_commands_total{command}`).
+pub const COMMANDS: [&str; 24] = [
+    "get",
+    "gets",
+    "gat",
+    "gats",
+    "set",
+    "add",
+    "replace",
+    "append",
+    "prepend",
+    "cas",
+    "touch",
+    "incr",
+    "decr",
+    "delete",
+    "flush_all",
+    "version",
+    "verbosity",
+    "quit",
+    "stats",
+    "mg",
+    "ms",
+    "md",
+    "ma",
+    "mn",
+];
+
+/// `req`'s index in [`COMMANDS`]; `None` for bad input (counted as an error, not a command).
+pub fn command_index(req: &Request) -> Option<usize> {
+    let name = match req {
+        Request::Store { mode, .. } => match mode {
+            StoreMode::Set => "set",
+            StoreMode::Add => "add",
+            StoreMode::Replace => "replace",
+            StoreMode::Append => "append",
+            StoreMode::Prepend => "prepend",
+            StoreMode::Cas => "cas",
+        },
+        Request::Get { cas, touch, .. } => match (touch.is_some(), *cas == CasOut::Yes) {
+            (false, false) => "get",
+            (false, true) => "gets",
+            (true, false) => "gat",
+            (true, true) => "gats",
+        },
+        Request::Touch { .. } => "touch",
+        Request::Arith {
+            op: Arith::Incr, ..
+        } => "incr",
+        Request::Arith {
+            op: Arith::Decr, ..
+        } => "decr",
+        Request::Delete { .. } => "delete",
+        Request::FlushAll { .. } => "flush_all",
+        Request::Version => "version",
+        Request::Verbosity { .. } => "verbosity",
+        Request::Quit => "quit",
+        Request::Stats { .. } => "stats",
+        Request::Meta(MetaRequest::Noop) => "mn",
+        Request::Meta(MetaRequest::Cmd { cmd, .. }) => match cmd {
+            MetaCmd::Get => "mg",
+            MetaCmd::Set => "ms",
+            MetaCmd::Delete => "md",
+            MetaCmd::Arith => "ma",
+        },
+        Request::Reject { .. } => return None,
+    };
+    COMMANDS.iter().position(|c| *c == name)
+}
+
+/// The port's figures for monitoring: counters that only grow (`stats reset` zeroes
+/// [`Counters`], never these) and the connection gauge. The loop publishes a copy once per
+/// iteration ([`Shared`]); the proxy's RESP side prints it as INFO `# Memcached`
+/// ([`Totals::info`]), which the supervisor's `/metrics` reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Open connections (gauge).
+    pub connected: u64,
+    /// Connections accepted (over `maxclients` ones included, as Redis counts them).
+    pub connections: u64,
+    /// Requests parsed (bad input included).
+    pub requests: u64,
+    /// Per [`COMMANDS`] entry.
+    pub commands: [u64; COMMANDS.len()],
+    /// Keys found / not found by `get gets gat gats mg` (memcached's `get_hits`/`get_misses`).
+    pub get_hits: u64,
+    pub get_misses: u64,
+    /// Replies `ERROR…`, `CLIENT_ERROR …`, `SERVER_ERROR …` (also when `noreply` hid them).
+    pub errors: u64,
+    pub client_errors: u64,
+    pub server_errors: u64,
+    /// Request parts answered "instance unavailable" (the RESP side's `backend_errors`).
+    pub backend_errors: u64,
+    /// Requests refused by the ACL (`memcached_user`).
+    pub acl_denied: u64,
+    /// Protocol bytes in and out (plaintext on the TLS port).
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// TLS connections closed on a TLS error (memcached's `ssl_handshake_errors`).
+    pub tls_errors: u64,
+}
+
+/// The copy of [`Totals`] the loop publishes.
+pub type Shared = std::sync::Arc<std::sync::Mutex<Totals>>;
+
+impl Totals {
+    /// Counts one rendered reply's error class (memcached's three error words).
+    pub fn count_reply(&mut self, reply: &[u8]) {
+        if reply.starts_with(b"CLIENT_ERROR") {
+            self.client_errors += 1;
+        } else if reply.starts_with(b"SERVER_ERROR") {
+            self.server_errors += 1;
+        } else if reply.starts_with(b"ERROR") {
+            self.errors += 1;
+        }
+    }
+
+    /// INFO's `# Memcached` section (RESP line endings, a blank line after).
+    pub fn info(&self) -> String {
+        let mut s = format!(
+            "# Memcached\r\nmemcached_connected_clients:{}\r\n\
+             memcached_total_connections_received:{}\r\nmemcached_total_requests:{}\r\n\
+             memcached_get_hits:{}\r\nmemcached_get_misses:{}\r\nmemcached_errors:{}\r\n\
+             memcached_client_errors:{}\r\nmemcached_server_errors:{}\r\n\
+             memcached_backend_errors:{}\r\nmemcached_acl_denied:{}\r\n\
+             memcached_net_input_bytes:{}\r\nmemcached_net_output_bytes:{}\r\n\
+             memcached_tls_errors:{}\r\n",
+            self.connected,
+            self.connections,
+            self.requests,
+            self.get_hits,
+            self.get_misses,
+            self.errors,
+            self.client_errors,
+            self.server_errors,
+            self.backend_errors,
+            self.acl_denied,
+            self.bytes_read,
+            self.bytes_written,
+            self.tls_errors,
+        );
+        for (name, calls) in COMMANDS.iter().zip(self.commands) {
+            if calls > 0 {
+                s.push_str(&format!("mccmd_{name}:calls={calls}\r\n"));
+            }
+        }
+        s.push_str("\r\n");
+        s
+    }
 }
 
 /// `field:value` of an INFO text, as a number (0 when absent).
@@ -146,6 +301,36 @@ pub fn render(infos: &[Value], c: &Counters) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn totals_name_commands_and_classify_errors() {
+        let req = |input: &[u8]| match super::super::parse::parse(input, 1 << 20) {
+            super::super::parse::Parsed::Ready(r, _) => r,
+            _ => panic!("incomplete"),
+        };
+        let name = |input: &[u8]| command_index(&req(input)).map(|i| COMMANDS[i]);
+        assert_eq!(name(b"gats 1 a\r\n"), Some("gats"));
+        assert_eq!(name(b"prepend a 0 0 1\r\nx\r\n"), Some("prepend"));
+        assert_eq!(name(b"ma a\r\n"), Some("ma"));
+        assert_eq!(name(b"flush_all\r\n"), Some("flush_all"));
+        assert_eq!(name(b"bogus\r\n"), None);
+        let mut t = Totals::default();
+        for r in [
+            &b"ERROR\r\n"[..],
+            b"CLIENT_ERROR x\r\n",
+            b"SERVER_ERROR y\r\n",
+            b"END\r\n",
+        ] {
+            t.count_reply(r);
+        }
+        assert_eq!((t.errors, t.client_errors, t.server_errors), (1, 1, 1));
+        t.commands[0] = 4;
+        let info = t.info();
+        assert!(info.starts_with("# Memcached\r\n"), "{info}");
+        assert!(info.contains("\r\nmccmd_get:calls=4\r\n"), "{info}");
+        assert!(!info.contains("mccmd_set"), "{info}");
+        assert!(info.ends_with("\r\n\r\n"));
+    }
 
     #[test]
     fn sums_the_engines() {

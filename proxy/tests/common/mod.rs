@@ -90,6 +90,8 @@ impl Proxy {
         let stop = Arc::new(AtomicBool::new(false));
         let opts = ProxyOptions {
             memcached_port: 0,
+            memcached_tls_port: 0,
+            memcached_user: None,
             port,
             bind: "127.0.0.1".into(),
             backends: backends.iter().map(|p| format!("127.0.0.1:{p}")).collect(),

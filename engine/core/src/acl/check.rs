@@ -153,6 +153,18 @@ impl Acl {
         }
     }
 
+    /// The state of a connection logged in as `user` without a password, for a port whose
+    /// user is fixed by the configuration (the proxy's memcached port, `memcached_user`):
+    /// `None` when there is no such user or it is off (Redis's AUTH refuses an off user too).
+    pub fn login_as(&self, user: &[u8]) -> Option<ClientAuth> {
+        let u = self.user(user).filter(|u| u.enabled)?;
+        Some(ClientAuth {
+            user_id: u.id,
+            user_name: (u.id != 0).then(|| String::from_utf8_lossy(&u.name).into_owned()),
+            authenticated: true,
+        })
+    }
+
     /// The permission check (see the module docs). `Ok` = may run.
     pub fn check(
         &self,

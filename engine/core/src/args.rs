@@ -49,6 +49,19 @@ pub fn is(arg: &[u8], keyword: &str) -> bool {
     arg.eq_ignore_ascii_case(keyword.as_bytes())
 }
 
+/// `[start, end]` indexes clamped as Redis clamps LRANGE/ZRANGE ranks (`addListRangeReply`,
+/// `zrangeGenericCommand`): negative counts from the end, both inclusive; `None` when the range
+/// is empty.
+pub fn clamp_index_range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
+    let len = len as i64;
+    let start = if start < 0 { len + start } else { start }.max(0);
+    let end = if end < 0 { len + end } else { end };
+    if start > end || start >= len {
+        return None;
+    }
+    Some((start as usize, end.min(len - 1) as usize))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -490,19 +490,7 @@ impl ListValue {
     /// redis `addListRangeReply` clamping of `[start, end]` (negative from the tail): the
     /// inclusive positions, or `None` for an empty range.
     pub fn clamp_range(&self, start: i64, end: i64) -> Option<(usize, usize)> {
-        let len = self.len as i64;
-        let mut start = if start < 0 { len + start } else { start };
-        let mut end = if end < 0 { len + end } else { end };
-        if start < 0 {
-            start = 0;
-        }
-        if start > end || start >= len {
-            return None;
-        }
-        if end >= len {
-            end = len - 1;
-        }
-        Some((start as usize, end as usize))
+        crate::args::clamp_index_range(start, end, self.len as usize)
     }
 
     /// The elements at positions `from..=to` (positions from [`clamp_range`](Self::clamp_range)).

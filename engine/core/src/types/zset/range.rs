@@ -59,19 +59,7 @@ pub(super) const EMPTY: Selection = Selection {
 
 /// Rank indexes as Redis clamps them: negative from the end, `(start, end)` inclusive.
 pub(super) fn clamp_ranks(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
-    let len = len as i64;
-    let mut start = if start < 0 { len + start } else { start };
-    let mut end = if end < 0 { len + end } else { end };
-    if start < 0 {
-        start = 0;
-    }
-    if start > end || start >= len {
-        return None;
-    }
-    if end >= len {
-        end = len - 1;
-    }
-    Some((start as usize, end as usize))
+    crate::args::clamp_index_range(start, end, len)
 }
 
 /// What `range` selects in `z`, after `LIMIT offset count` (score and lex ranges; `limit` < 0

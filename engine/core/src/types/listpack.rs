@@ -31,8 +31,9 @@ fn varint_len(mut n: usize) -> usize {
     k
 }
 
-/// The LEB128 varint for `n` in a stack buffer: `(bytes, length)`.
-fn varint(mut n: usize) -> ([u8; 10], usize) {
+/// The LEB128 varint for `n` in a stack buffer: `(bytes, length)` (also the sorted sets'
+/// listpack's, `zset/listpack.rs`).
+pub(crate) fn varint(mut n: u64) -> ([u8; 10], usize) {
     let (mut out, mut k) = ([0u8; 10], 0);
     while n >= 0x80 {
         out[k] = (n as u8 & 0x7f) | 0x80;
@@ -44,8 +45,32 @@ fn varint(mut n: usize) -> ([u8; 10], usize) {
 }
 
 fn put_varint(out: &mut Vec<u8>, n: usize) {
-    let (bytes, k) = varint(n);
+    let (bytes, k) = varint(n as u64);
     out.extend_from_slice(&bytes[..k]);
+}
+
+/// The varint at `p` in `buf` and the offset after it. `p` must start a varint this module
+/// wrote (a bad offset is a bug and panics).
+pub(crate) fn get_varint(buf: &[u8], mut p: usize) -> (u64, usize) {
+    let mut n = 0u64;
+    let mut shift = 0;
+    loop {
+        let b = buf[p];
+        p += 1;
+        n |= u64::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            return (n, p);
+        }
+        shift += 7;
+    }
+}
+
+/// Gives back a buffer's spare capacity once it is a noticeable share of it (not on every
+/// deletion: a shrinking realloc per HDEL or ZREM would copy for little gain).
+pub(crate) fn trim_spare(buf: &mut Vec<u8>) {
+    if buf.capacity() - buf.len() > buf.len() / 8 + 16 {
+        buf.shrink_to_fit();
+    }
 }
 
 impl Listpack {
@@ -75,18 +100,8 @@ impl Listpack {
     /// an entry start below [`byte_len`](Self::byte_len) (the buffer is only ever written by
     /// this type, so a bad offset is a bug and panics).
     pub fn entry_at(&self, off: usize) -> (&[u8], usize) {
-        let mut n = 0usize;
-        let mut shift = 0;
-        let mut p = off;
-        loop {
-            let b = self.buf[p];
-            p += 1;
-            n |= usize::from(b & 0x7f) << shift;
-            if b < 0x80 {
-                break;
-            }
-            shift += 7;
-        }
+        let (n, p) = get_varint(&self.buf, off);
+        let n = n as usize;
         (&self.buf[p..p + n], p + n)
     }
 
@@ -124,7 +139,7 @@ impl Listpack {
             return;
         }
         // The new header and bytes go straight into the buffer (no temporary per update).
-        let (head, k) = varint(entry.len());
+        let (head, k) = varint(entry.len() as u64);
         let grow = (k + entry.len()).saturating_sub(end - off);
         self.buf.reserve_exact(grow);
         self.buf
@@ -144,12 +159,9 @@ impl Listpack {
         self.trim();
     }
 
-    /// Gives back spare capacity once it is a noticeable share of the buffer (not on every
-    /// deletion: a shrinking realloc per HDEL would copy for little gain).
+    /// See [`trim_spare`].
     fn trim(&mut self) {
-        if self.buf.capacity() - self.buf.len() > self.buf.len() / 8 + 16 {
-            self.buf.shrink_to_fit();
-        }
+        trim_spare(&mut self.buf);
     }
 }
 

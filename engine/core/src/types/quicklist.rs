@@ -490,7 +490,7 @@ impl ListValue {
     /// redis `addListRangeReply` clamping of `[start, end]` (negative from the tail): the
     /// inclusive positions, or `None` for an empty range.
     pub fn clamp_range(&self, start: i64, end: i64) -> Option<(usize, usize)> {
-        crate::args::clamp_index_range(start, end, self.len as usize)
+        crate::args::clamp_index_range(start, end, self.len)
     }
 
     /// The elements at positions `from..=to` (positions from [`clamp_range`](Self::clamp_range)).

@@ -22,6 +22,8 @@
 //! back-lengths: a reverse walk collects the offsets it needs first (≤ 128 by default). The
 //! buffer is grown with `reserve_exact` and trimmed after deletions, as `types::listpack` does.
 
+use crate::types::listpack::{get_varint, trim_spare, varint};
+
 /// The pairs, in (score, member) order, and their count.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ZListpack {
@@ -31,33 +33,6 @@ pub struct ZListpack {
 
 /// Integral scores below this magnitude use the varint form.
 const INT_LIMIT: f64 = 9_007_199_254_740_992.0; // 2^53
-
-/// The LEB128 varint for `n` in a stack buffer: `(bytes, length)`.
-fn varint(mut n: u64) -> ([u8; 10], usize) {
-    let (mut out, mut k) = ([0u8; 10], 0);
-    while n >= 0x80 {
-        out[k] = (n as u8 & 0x7f) | 0x80;
-        n >>= 7;
-        k += 1;
-    }
-    out[k] = n as u8;
-    (out, k + 1)
-}
-
-/// The varint at `p` and the offset after it.
-fn get_varint(buf: &[u8], mut p: usize) -> (u64, usize) {
-    let mut n = 0u64;
-    let mut shift = 0;
-    loop {
-        let b = buf[p];
-        p += 1;
-        n |= u64::from(b & 0x7f) << shift;
-        if b < 0x80 {
-            return (n, p);
-        }
-        shift += 7;
-    }
-}
 
 /// `score` in the shortest form (see the module doc), in a stack buffer: `(bytes, length)`.
 fn score_bytes(score: f64) -> ([u8; 10], usize) {
@@ -207,10 +182,7 @@ impl ZListpack {
         }
         self.buf.drain(off..end);
         self.len -= n as u32;
-        // Give back spare capacity once it is a noticeable share (not on every deletion).
-        if self.buf.capacity() - self.buf.len() > self.buf.len() / 8 + 16 {
-            self.buf.shrink_to_fit();
-        }
+        trim_spare(&mut self.buf);
     }
 }
 

@@ -283,9 +283,9 @@ fuzz_target!(|data: &[u8]| {
             set_max_intset_entries: 4,
             zset_max_listpack_entries: 4,
             zset_max_listpack_value: 8,
+            // Lists of two-element nodes: pushes, LINSERT, LSET and LREM split and merge nodes.
+            list_max_listpack_size: 2,
         };
-        // Lists of two-element nodes: pushes, LINSERT, LSET and LREM split and merge nodes.
-        config.list_max_listpack_size = 2;
     }
     let mut engine = Engine::new(config);
     let mut clients = [

@@ -204,7 +204,7 @@ impl Default for EngineSection {
             set_max_intset_entries: core.encoding.set_max_intset_entries,
             zset_max_listpack_entries: core.encoding.zset_max_listpack_entries,
             zset_max_listpack_value: Size(core.encoding.zset_max_listpack_value),
-            list_max_listpack_size: core.list_max_listpack_size,
+            list_max_listpack_size: core.encoding.list_max_listpack_size,
             list_compress_depth: core.list_compress_depth,
             stream_node_max_entries: core.stream_node_max_entries,
             stream_node_max_bytes: Size(core.stream_node_max_bytes),
@@ -254,8 +254,8 @@ impl FileConfig {
                 set_max_intset_entries: e.set_max_intset_entries,
                 zset_max_listpack_entries: e.zset_max_listpack_entries,
                 zset_max_listpack_value: e.zset_max_listpack_value.0,
+                list_max_listpack_size: e.list_max_listpack_size,
             },
-            list_max_listpack_size: e.list_max_listpack_size,
             list_compress_depth: e.list_compress_depth,
             stream_node_max_entries: e.stream_node_max_entries,
             stream_node_max_bytes: e.stream_node_max_bytes.0,
@@ -690,7 +690,10 @@ mod tests {
     fn encoding_settings_reach_the_engine_with_redis_aliases() {
         let d = parse("").unwrap().engine_config();
         assert_eq!(d.encoding, engine_core::types::EncodingLimits::DEFAULT);
-        assert_eq!((d.list_max_listpack_size, d.list_compress_depth), (-2, 0));
+        assert_eq!(
+            (d.encoding.list_max_listpack_size, d.list_compress_depth),
+            (-2, 0)
+        );
         let c = parse(
             "[engine]\nhash_max_ziplist_entries = 10\nhash_max_listpack_value = \"1kb\"\n\
              set_max_intset_entries = 3\nzset_max_listpack_entries = 0\n\
@@ -708,9 +711,10 @@ mod tests {
                 set_max_intset_entries: 3,
                 zset_max_listpack_entries: 0,
                 zset_max_listpack_value: 7,
+                list_max_listpack_size: 5,
             }
         );
-        assert_eq!((e.list_max_listpack_size, e.list_compress_depth), (5, 2));
+        assert_eq!(e.list_compress_depth, 2);
         assert_eq!(
             (e.stream_node_max_bytes, e.stream_node_max_entries),
             (8192, 50)

@@ -20,18 +20,14 @@ pub struct Config {
     /// `hll-sparse-max-bytes`: the largest sparse HyperLogLog before it turns dense
     /// (`types::hyperloglog`; Redis default 3000).
     pub hll_sparse_max_bytes: u64,
-    /// `list-max-listpack-size` (alias `list-max-ziplist-size`), Redis default -2: the size
-    /// of a quicklist node (entries if positive, 4/8/16/32/64 KB for -1…-5). Redis 7.0
-    /// reports every list as `quicklist` whatever its value, and so does `types::list`; DUMP
-    /// splits a list into nodes by it (`crate::dump`).
-    pub list_max_listpack_size: i64,
     /// `list-compress-depth`, Redis default 0: quicklist nodes left uncompressed at each end.
     /// Accepted and reported with Redis's range (0..=2^31-1); recached does not compress list
     /// nodes (nothing a client can observe depends on it: replies and OBJECT ENCODING are the
     /// same either way).
     pub list_compress_depth: i64,
     /// The listpack/intset thresholds of hashes, sets and sorted sets
-    /// (`hash-max-listpack-entries`…, `set-max-intset-entries`; see `types::encoding`).
+    /// (`hash-max-listpack-entries`…, `set-max-intset-entries`) and the quicklist node size
+    /// (`list-max-listpack-size`; see `types::encoding`).
     pub encoding: crate::types::EncodingLimits,
     /// `sanitize-dump-payload` (`no`, `yes`, `clients`; Redis default `no`): accepted and
     /// reported; RESTORE always checks a payload as deeply as `yes` would (`crate::dump`).
@@ -120,7 +116,6 @@ impl Default for Config {
             proto_max_bulk_len: 512 * 1024 * 1024,
             hz: 10,
             hll_sparse_max_bytes: 3000,
-            list_max_listpack_size: -2,
             list_compress_depth: 0,
             encoding: crate::types::EncodingLimits::DEFAULT,
             sanitize_dump_payload: "no",

@@ -1160,7 +1160,7 @@ fn load_items<R: Read>(
             TAG_STR_INT => Value::Str(StrValue::Int(i64::from_le_bytes(src.take::<8>()?))),
             TAG_LIST => {
                 let n = src.len(u64::from(u32::MAX), "list length")?;
-                let mut l = ListValue::new();
+                let mut l = ListValue::with_fill(lim.list_max_listpack_size);
                 for _ in 0..n {
                     let el = src.blob_ref(&mut scratch)?;
                     l.push(el, crate::types::list::End::Tail);

@@ -268,7 +268,7 @@ pub fn txlock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             Some(i) => (
                 Some(crate::dump::serialize_with(
                     e.ks.value(i),
-                    e.config.list_max_listpack_size,
+                    e.config.encoding.list_max_listpack_size,
                 )),
                 e.ks.expire_at(i).map_or(-1, |t| t as i64),
             ),

@@ -148,7 +148,7 @@ fn engine_in(seed: u64, forms: Forms) -> Engine {
             zset_max_listpack_value: 4,
             ..engine_core::types::EncodingLimits::DEFAULT
         };
-        config.list_max_listpack_size = 2;
+        config.encoding.list_max_listpack_size = 2;
     }
     Engine::new(config)
 }

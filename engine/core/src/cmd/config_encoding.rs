@@ -87,12 +87,12 @@ pub(crate) const PARAMS: &[Param] = &[
     },
     Param {
         name: "list-max-listpack-size",
-        get: |e| e.config.list_max_listpack_size.to_string(),
+        get: |e| e.config.encoding.list_max_listpack_size.to_string(),
         set: Some(set_list_size),
     },
     Param {
         name: "list-max-ziplist-size",
-        get: |e| e.config.list_max_listpack_size.to_string(),
+        get: |e| e.config.encoding.list_max_listpack_size.to_string(),
         set: Some(set_list_size),
     },
     Param {
@@ -126,6 +126,6 @@ fn set_zset_value(e: &mut Engine, v: &[u8]) -> Result<(), &'static str> {
 }
 
 fn set_list_size(e: &mut Engine, v: &[u8]) -> Result<(), &'static str> {
-    e.config.list_max_listpack_size = int_in(v, i64::from(i32::MIN), i64::from(i32::MAX))?;
+    e.config.encoding.list_max_listpack_size = int_in(v, i64::from(i32::MIN), i64::from(i32::MAX))?;
     Ok(())
 }

@@ -37,7 +37,7 @@ pub fn object(
         STRING => Value::Str(StrValue::from_vec(r.string()?.into_owned())),
         LIST => {
             let n = r.count()?;
-            let mut l = ListValue::new();
+            let mut l = ListValue::with_fill(lim.list_max_listpack_size);
             for _ in 0..n {
                 l.push(&r.string()?, crate::types::list::End::Tail);
             }
@@ -83,7 +83,7 @@ pub fn object(
         }
         LIST_QUICKLIST | LIST_QUICKLIST_2 => {
             let n = r.count()?;
-            let mut l = ListValue::new();
+            let mut l = ListValue::with_fill(lim.list_max_listpack_size);
             for _ in 0..n {
                 let container = if ty == LIST_QUICKLIST_2 {
                     r.len()?
@@ -113,7 +113,7 @@ pub fn object(
         }
         LIST_ZIPLIST => {
             let data = r.string()?;
-            let mut l = ListValue::new();
+            let mut l = ListValue::with_fill(lim.list_max_listpack_size);
             for e in parse_ziplist(&data)? {
                 l.push(&e.bytes(), crate::types::list::End::Tail);
             }

@@ -117,7 +117,7 @@ pub fn migrate(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
                 None => 0,
                 Some(at) => (at as i64 - c.now_ms as i64).max(1),
             };
-            let fill = e.config.list_max_listpack_size;
+            let fill = e.config.encoding.list_max_listpack_size;
             items.push((key, ttl, super::serialize_with(e.ks.value(i), fill)));
         }
     }

@@ -119,7 +119,7 @@ pub fn dump(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     match e.ks.lookup_read(c.argv[1], c.now_ms) {
         None => c.w().null(),
         Some(i) => {
-            let p = serialize_with(e.ks.value(i), e.config.list_max_listpack_size);
+            let p = serialize_with(e.ks.value(i), e.config.encoding.list_max_listpack_size);
             c.w().bulk(&p);
         }
     }

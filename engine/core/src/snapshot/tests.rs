@@ -648,3 +648,31 @@ fn loads_version_1_snapshots_into_database_0() {
     let err = load(&mut engine(), 100, &bad[..]).unwrap_err();
     assert!(err.reason.contains("unknown entry type 0x7e"), "{err}");
 }
+
+/// A loaded list is cut into quicklist nodes by the loading engine's `list-max-listpack-size`
+/// (as Redis builds a list stored element by element), not by the default.
+#[test]
+fn loaded_lists_take_the_configured_node_size() {
+    let mut a = engine();
+    let mut l = ListValue::new();
+    for i in 0..100 {
+        l.push(format!("e{i}").as_bytes(), crate::types::list::End::Tail);
+    }
+    a.ks.set(b"l", Value::List(Box::new(l)), Keep::Nothing, None);
+    let bytes = snapshot(&a, 100);
+    let mut b = Engine::new(crate::Config {
+        hash_seed: 42,
+        encoding: crate::types::EncodingLimits {
+            list_max_listpack_size: 2,
+            ..crate::types::EncodingLimits::DEFAULT
+        },
+        ..Default::default()
+    });
+    load(&mut b, 100, &bytes[..]).unwrap();
+    let i = b.ks.lookup_read(b"l", 100).unwrap();
+    let Value::List(l) = b.ks.value(i) else {
+        panic!("a list")
+    };
+    assert_eq!((l.len(), l.node_count()), (100, 50));
+    assert_same(&mut a, &mut b, 100);
+}

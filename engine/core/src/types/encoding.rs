@@ -28,6 +28,11 @@ pub struct EncodingLimits {
     pub zset_max_listpack_entries: u64,
     /// `zset-max-listpack-value` (default 64): a longer member converts.
     pub zset_max_listpack_value: u64,
+    /// `list-max-listpack-size` (alias `list-max-ziplist-size`), default -2: the size of a
+    /// quicklist node (entries if positive, 4/8/16/32/64 KB for -1…-5), read when a list is
+    /// created or loaded (`types::quicklist`). Redis 7.0 reports every list as `quicklist`
+    /// whatever its value; DUMP splits a list into nodes by it (`crate::dump`).
+    pub list_max_listpack_size: i64,
 }
 
 impl EncodingLimits {
@@ -38,6 +43,7 @@ impl EncodingLimits {
         set_max_intset_entries: 512,
         zset_max_listpack_entries: 128,
         zset_max_listpack_value: 64,
+        list_max_listpack_size: -2,
     };
 
     /// The effective intset limit: `set-max-intset-entries`, at most 2^30 (redis

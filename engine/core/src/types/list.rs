@@ -168,7 +168,7 @@ fn push_generic(
             return Ok(());
         }
         None => {
-            let mut l = ListValue::with_fill(e.config.list_max_listpack_size);
+            let mut l = ListValue::with_fill(e.config.encoding.list_max_listpack_size);
             elems.iter().for_each(|x| l.push(x, end));
             let len = l.len();
             e.ks.set(key, Value::List(Box::new(l)), Keep::Nothing, None);
@@ -523,7 +523,7 @@ fn lmove_generic(e: &mut Engine, c: &mut Call, from: End, to: End) -> Result<(),
         match di {
             Some(di) => with_list(e, di, |l| l.push(&value, to)),
             None => {
-                let mut l = ListValue::with_fill(e.config.list_max_listpack_size);
+                let mut l = ListValue::with_fill(e.config.encoding.list_max_listpack_size);
                 l.push(&value, to);
                 // A new key goes to the end of the keyspace: `si` stays valid.
                 e.ks.set(dst, Value::List(Box::new(l)), Keep::Nothing, None);

@@ -389,7 +389,7 @@ fn sort_generic(e: &mut Engine, c: &mut Call, read_only: bool) -> Result<(), Cmd
         }
         Some(dest) => {
             if outputlen > 0 {
-                let mut l = ListValue::with_fill(e.config.list_max_listpack_size);
+                let mut l = ListValue::with_fill(e.config.encoding.list_max_listpack_size);
                 for x in &out {
                     l.push(x.as_deref().unwrap_or_default(), End::Tail);
                 }

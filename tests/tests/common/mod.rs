@@ -42,11 +42,24 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// Read timeout of a [`Resp`] client: the longest wait for one reply.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A TCP port on 127.0.0.1 that was free a moment ago: bind port 0, read the port, drop.
-/// (Another process may take it before we use it; on loopback in a test run this is rare.)
+/// A TCP port on 127.0.0.1 that was free a moment ago, below Linux's ephemeral range
+/// ([`free_port_run`]). Not port 0's pick: the kernel hands out ephemeral ports, and while a
+/// server has not bound its port yet, a client connecting to it (a readiness probe) can be
+/// given that same port as its own source port and connect to itself (TCP simultaneous open),
+/// which looked like the server listening (seen as `Connection refused` right after
+/// `start_engine` in CI). A port below 32768 is never a source port. A port is never handed
+/// out twice in one test process (random picks could repeat where the kernel's would not).
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local_addr").port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..1000 {
+        let p = free_port_run(1);
+        if !given.contains(&p) {
+            given.push(p);
+            return p;
+        }
+    }
+    panic!("no free port left that this process has not handed out");
 }
 
 /// The workspace root (the parent of this `tests/` crate).
@@ -192,8 +205,11 @@ impl Proc {
         let deadline = Instant::now() + timeout;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         loop {
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return Ok(());
+            if let Ok(c) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+                // A connection to itself (see `free_port`) is not the server listening.
+                if c.local_addr().ok() != c.peer_addr().ok() {
+                    return Ok(());
+                }
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!(

@@ -8,7 +8,7 @@
 # RUN_ID, TMP, SMOKE (BENCH_SMOKE=1: tiny sizes for the test script), the versions
 # (RECACHED_VERSION, REDIS_VERSION, NUTCRACKER_VERSION), CPU placement (PIN=1 with SERVER_CPUS and
 # BENCH_CPUS, e.g. "0" and "1": servers and generators are started under `taskset -c`), and
-# functions: free_ports N, wait_port P, start_redis P [args…], start_fleet N DIR PROXY BASE,
+# functions: free_ports N, wait_port P, start_redis P [args…], start_engine P [args…], start_fleet N DIR PROXY BASE,
 # stop_fleet DIR, fleet_engines DIR, fleet_affinity DIR, flush P…, srv CMD… (server placement), gen CMD… (generator
 # placement), median_rows FILE (per-test medians of per-round rows), common_labels (prints
 # --label args shared by every result of the run), rb_run (one redis-benchmark run of a
@@ -110,6 +110,17 @@ start_redis() {
     mkdir -p "$TMP/redis-$p"
     (cd "$TMP/redis-$p" && exec "${SRV[@]}" redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no \
         --daemonize no "$@") >"$TMP/redis-$p.log" 2>&1 &
+    PIDS+=($!)
+    wait_port "$p"
+}
+# start_engine P [args…]: one recached engine (`recached server`) on 127.0.0.1:P, its working
+# directory and log under $TMP, its PID in PIDS; waits until it listens.
+start_engine() {
+    local p=$1
+    shift
+    mkdir -p "$TMP/engine-$p"
+    (cd "$TMP/engine-$p" && exec "${SRV[@]}" "$BIN" server --port "$p" --bind 127.0.0.1 "$@") \
+        >"$TMP/engine-$p.log" 2>&1 &
     PIDS+=($!)
     wait_port "$p"
 }

@@ -37,10 +37,7 @@ fi
 mapfile -t LABELS < <(common_labels)
 
 free_ports 1; EP=$PORT
-mkdir -p "$TMP/engine"
-(cd "$TMP/engine" && exec "${SRV[@]}" "$BIN" server --port "$EP" --bind 127.0.0.1) >"$TMP/engine.log" 2>&1 &
-PIDS+=($!)
-wait_port "$EP"
+start_engine "$EP"
 free_ports 1; RP=$PORT
 start_redis "$RP"
 

@@ -63,7 +63,7 @@
 //!   in `event_mask` (set by `notify-keyspace-events`), so nothing is allocated when disabled.
 //!   `cmd::pubsub` publishes them, before the command's own events (Redis's order).
 
-use crate::keytable::{KeyTable, Slot};
+use crate::keytable::{Key, KeyTable, Slot};
 use crate::types::Value;
 
 /// Approximate bytes per key beyond key and value bytes: the slot (48) and its index bucket
@@ -453,7 +453,7 @@ impl Keyspace {
 
     #[inline]
     fn is_expired(map: &Map, i: usize, now_ms: u64) -> bool {
-        map.has_expire(i) && map.expire_at(i).is_some_and(|at| now_ms > at)
+        map.expire_at(i).is_some_and(|at| now_ms > at)
     }
 
     /// Position of `key` if present and not expired; an expired key is deleted first. A live
@@ -595,19 +595,28 @@ impl Keyspace {
 
     /// Inserts an entry that keeps its expiry (RENAME). The key must be absent.
     fn insert_entry(&mut self, key: &[u8], value: Value, expire_at: Option<u64>) -> usize {
-        self.data.used_bytes += entry_bytes(key, &value, false);
-        Self::touch(&self.data, &mut self.touched, &mut self.tracked, key);
-        self.log_event(KsEvent::New, key);
         let access = self.access_mode.new_key(self.clock_ms);
         let i = self.data.map.insert_new(key, value, access);
-        if let Some(at) = expire_at {
-            self.set_expire(i, at);
-        }
+        self.inserted(i, expire_at);
         i
     }
 
+    /// The accounting, hooks and TTL of the entry just inserted at `i`.
+    fn inserted(&mut self, i: usize, expire_at: Option<u64>) {
+        let m = &self.data.map;
+        self.data.used_bytes += entry_bytes(m.key(i), m.value(i), false);
+        Self::touch(&self.data, &mut self.touched, &mut self.tracked, m.key(i));
+        if self.event_mask & KsEvent::New.bit() != 0 {
+            self.events
+                .push((KsEvent::New, self.data.index, m.key(i).into()));
+        }
+        if let Some(at) = expire_at {
+            self.set_expire(i, at);
+        }
+    }
+
     /// Deletes the entry at `i` and returns it.
-    pub fn remove_at(&mut self, i: usize) -> (Box<[u8]>, Entry) {
+    pub fn remove_at(&mut self, i: usize) -> (Key, Entry) {
         self.dirty += 1;
         let r = self.data.map.swap_remove(i);
         self.data.used_bytes -= entry_bytes(&r.key, &r.value, r.expire_at.is_some());
@@ -860,15 +869,17 @@ impl Keyspace {
     }
 
     /// Inserts an entry read from a snapshot, keeping its expiry, with one hash probe (the
-    /// load is bound by these cache misses). Returns false if `key` was already present: the
-    /// entry is then replaced without its accounting, so the caller must discard this
-    /// keyspace (the loader does: a duplicate key fails the load).
-    pub fn insert_loaded(&mut self, key: Box<[u8]>, value: Value, expire_at: Option<u64>) -> bool {
-        if self.data.map.find(&key).is_some() {
-            return false;
+    /// load is bound by these cache misses). Returns false, changing nothing, if `key` is
+    /// already present (the loader fails the load on a duplicate key).
+    pub fn insert_loaded(&mut self, key: &[u8], value: Value, expire_at: Option<u64>) -> bool {
+        let access = self.access_mode.new_key(self.clock_ms);
+        match self.data.map.insert_if_absent(key, value, access) {
+            Some(i) => {
+                self.inserted(i, expire_at);
+                true
+            }
+            None => false,
         }
-        self.insert_entry(&key, value, expire_at);
-        true
     }
 
     /// Checks internal invariants (tests).

@@ -94,13 +94,6 @@ impl Stored {
         }
     }
 
-    fn into_key(self) -> Box<[u8]> {
-        match self {
-            Stored::Heap { bytes, .. } => bytes,
-            inline => inline.key().into(),
-        }
-    }
-
     #[inline]
     fn meta(&self) -> u32 {
         match self {
@@ -152,16 +145,23 @@ impl Slot {
     pub fn value(&self) -> &Value {
         &self.value
     }
+}
 
-    /// The key (boxed) and the value.
-    pub fn into_parts(self) -> (Box<[u8]>, Value) {
-        (self.key.into_key(), self.value)
+/// A removed key, as it was stored (no copy: a short key stays in these 24 bytes).
+#[derive(Clone, Debug)]
+pub struct Key(Stored);
+
+impl std::ops::Deref for Key {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.0.key()
     }
 }
 
 /// What a removed slot held.
 pub struct Removed {
-    pub key: Box<[u8]>,
+    pub key: Key,
     pub value: Value,
     pub expire_at: Option<u64>,
     pub access: u32,
@@ -281,15 +281,44 @@ impl KeyTable {
     /// position.
     pub fn insert_new(&mut self, key: &[u8], value: Value, access: u32) -> usize {
         let h = self.hash_key(key);
+        let i = self.next_position();
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.index.insert_unique(h, i as u32, |&j| {
+            hasher.hash_one(slots[j as usize].key.key())
+        });
+        self.push_slot(key, value, access)
+    }
+
+    /// Inserts `key` with no TTL unless it is present, with one hash and one probe (snapshot
+    /// loads are bound by these cache misses). Returns its position, or `None` if present.
+    pub fn insert_if_absent(&mut self, key: &[u8], value: Value, access: u32) -> Option<usize> {
+        let h = self.hash_key(key);
+        let i = self.next_position();
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        match self.index.entry(
+            h,
+            |&j| slots[j as usize].key.key() == key,
+            |&j| hasher.hash_one(slots[j as usize].key.key()),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(_) => return None,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                v.insert(i as u32);
+            }
+        }
+        Some(self.push_slot(key, value, access))
+    }
+
+    fn next_position(&self) -> usize {
         let i = self.slots.len();
         assert!(
             i < u32::MAX as usize,
             "a keyspace holds fewer than 2^32 keys"
         );
-        let (slots, hasher) = (&self.slots, &self.hasher);
-        self.index.insert_unique(h, i as u32, |&j| {
-            hasher.hash_one(slots[j as usize].key.key())
-        });
+        i
+    }
+
+    /// Appends the slot an index bucket already names.
+    fn push_slot(&mut self, key: &[u8], value: Value, access: u32) -> usize {
         self.slots.push(Slot {
             key: Stored::new(key, access),
             value,
@@ -297,7 +326,7 @@ impl KeyTable {
         if !self.expires.is_empty() {
             self.expires.push(0);
         }
-        i
+        self.slots.len() - 1
     }
 
     /// Sets the expiry of position `i`; returns whether it had none before.
@@ -396,13 +425,11 @@ impl KeyTable {
                     });
             }
         }
-        let access = slot.key.meta();
-        let (key, value) = slot.into_parts();
         Removed {
-            key,
-            value,
+            access: slot.key.meta(),
+            key: Key(slot.key),
+            value: slot.value,
             expire_at,
-            access,
         }
     }
 

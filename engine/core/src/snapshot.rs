@@ -1217,7 +1217,7 @@ fn load_items<R: Read>(
             expired += 1;
             continue;
         }
-        if !ks.insert_loaded(key, value, expire_at) {
+        if !ks.insert_loaded(&key, value, expire_at) {
             return Err(LoadError {
                 offset: tag_at,
                 reason: "duplicate key".into(),

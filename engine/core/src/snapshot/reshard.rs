@@ -112,7 +112,7 @@ impl Split {
                     self.stats.older_copies += 1;
                 } else {
                     let at = entry.expire_at();
-                    self.ks.insert_loaded(key, entry.value, at);
+                    self.ks.insert_loaded(&key, entry.value, at);
                     self.stats.kept += 1;
                 }
             }

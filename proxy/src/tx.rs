@@ -500,7 +500,7 @@ impl Tx {
         if self.gather {
             return reply(b"+QUEUED\r\n");
         }
-        match keyed_instance(spec, args, n) {
+        match keyed_instance(key_row(spec, args), args, n) {
             Target::Cross => match self.split_in_multi(spec, args, n) {
                 Some(step) => step,
                 // Blocking commands would not block inside MULTI anyway; the whole
@@ -628,6 +628,16 @@ pub enum Target {
     Cross,
 }
 
+/// The row whose keys a request has: a container's subcommand (OBJECT ENCODING, MEMORY
+/// USAGE…, as the router reads them), else the command itself.
+fn key_row<'a, A: Args + ?Sized>(spec: &'a CommandSpec, args: &A) -> &'a CommandSpec {
+    if !spec.subcommands.is_empty() && args.argc() >= 2 {
+        spec.subcommand(args.arg(1)).unwrap_or(spec)
+    } else {
+        spec
+    }
+}
+
 /// The instance of every key of a request ([`route::keys_instance`]: legacy key positions,
 /// or the key specs for commands with movable keys).
 pub fn keyed_instance<A: Args + ?Sized>(spec: &CommandSpec, args: &A, n: usize) -> Target {
@@ -712,6 +722,27 @@ mod tests {
             Step::Send { instance: 1, .. }
         ));
         assert!(!tx.active());
+    }
+
+    /// A container's subcommand is routed by its own keys (OBJECT ENCODING k: the key is
+    /// argument 2), as outside MULTI; the container has none.
+    #[test]
+    fn subcommand_keys_pin_the_transaction() {
+        let mut tx = Tx {
+            multi: true,
+            ..Tx::default()
+        };
+        let k = key_on(1, "k");
+        assert_ne!(
+            instance_of(b"encoding", 2),
+            1,
+            "the test needs the subcommand elsewhere"
+        );
+        match step(&mut tx, &["OBJECT", "encoding", &k]) {
+            Step::Send { instance, .. } => assert_eq!(instance, 1),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(tx.pinned, Some(1));
     }
 
     #[test]

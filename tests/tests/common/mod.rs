@@ -899,6 +899,9 @@ pub struct Fleet {
     pub dir: PathBuf,
     pub proxy_port: u16,
     pub engine_ports: Vec<u16>,
+    /// The `recached start` command line, for [`Fleet::restart`].
+    start_args: Vec<std::ffi::OsString>,
+    name: String,
 }
 
 impl Fleet {
@@ -935,18 +938,47 @@ impl Fleet {
             std::fs::write(&path, text).unwrap();
             cmd.arg("--config").arg(path);
         }
-        let mut sup = Proc::spawn(&format!("fleet-{name}"), cmd);
-        sup.wait_port(proxy_port, FLEET_START_TIMEOUT);
-        for &p in &engine_ports {
-            sup.wait_port(p, FLEET_START_TIMEOUT);
-        }
-        sup.wait_proxy_reaches_engines(proxy_port, FLEET_START_TIMEOUT);
-        Fleet {
+        let start_args = cmd.get_args().map(|a| a.to_os_string()).collect();
+        let sup = Proc::spawn(&format!("fleet-{name}"), cmd);
+        let mut fleet = Fleet {
             sup,
             dir,
             proxy_port,
             engine_ports,
+            start_args,
+            name: name.to_string(),
+        };
+        fleet.wait_ready();
+        fleet
+    }
+
+    fn wait_ready(&mut self) {
+        self.sup.wait_port(self.proxy_port, FLEET_START_TIMEOUT);
+        for &p in &self.engine_ports {
+            self.sup.wait_port(p, FLEET_START_TIMEOUT);
         }
+        self.sup
+            .wait_proxy_reaches_engines(self.proxy_port, FLEET_START_TIMEOUT);
+    }
+
+    /// `recached stop`, then the same `recached start` again (same dir, ports, config).
+    pub fn restart(&mut self) {
+        let out = Command::new(recached_bin())
+            .args(["stop", "--dir"])
+            .arg(self.dir.join("data"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "recached stop: {out:?}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.sup.is_running() {
+            assert!(Instant::now() < deadline, "supervisor did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut cmd = Command::new(recached_bin());
+        cmd.args(&self.start_args).env("RUST_LOG", "info");
+        self.sup = Proc::spawn(&format!("fleet-{}-again", self.name), cmd);
+        self.wait_ready();
     }
 
     /// `engines` engines and the proxy, nothing else.

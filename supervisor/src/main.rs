@@ -53,6 +53,7 @@ mod metrics;
 mod pidfile;
 mod reply;
 mod reshard;
+mod slotmove;
 mod state;
 mod status;
 mod tls_limits;

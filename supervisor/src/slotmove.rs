@@ -147,11 +147,6 @@ impl Node {
         Ok(restarted)
     }
 
-    /// Drops the connection (after an I/O error: the next [`Node::ensure`] reconnects).
-    pub fn drop_conn(&mut self) {
-        self.conn = None;
-    }
-
     /// Writes `bytes` (`n` requests) and reads `n` replies. An I/O error drops the connection.
     fn raw(&mut self, bytes: &[u8], n: usize) -> Result<Vec<Value>> {
         let addr = self.addr();
@@ -332,10 +327,6 @@ impl ClusterView {
 
     pub fn myself(&self) -> Option<&NodeLine> {
         self.nodes.iter().find(|n| n.myself)
-    }
-
-    pub fn knows(&self, addr: &str) -> bool {
-        self.nodes.iter().any(|n| n.addr == addr)
     }
 }
 

@@ -157,7 +157,7 @@ fn exec_inner(
     // Cluster mode: a key owned by another instance gets -MOVED / -CROSSSLOT before anything
     // runs or is queued (redis `processCommand` → `getNodeByQuery`). Standalone: a no-op.
     // Inside MULTI the error also aborts the transaction (EXECABORT), as in Redis.
-    if !crate::cmd::cluster::redirect(e, client, spec, argv, out) {
+    if !crate::cmd::cluster::redirect(e, client, spec, argv, now_us / 1000, out) {
         e.stats.rejected_calls += 1;
         crate::cmd::tx::flag_error(client);
         return Flow::Continue;

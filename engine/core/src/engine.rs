@@ -332,6 +332,16 @@ impl Engine {
         e
     }
 
+    /// The slot table (cluster mode), for the server's nodes file and peer links.
+    pub fn cluster(&self) -> &crate::cmd::cluster::Cluster {
+        &self.cluster
+    }
+
+    /// Adopts a nodes file at start (`Cluster::load_conf`).
+    pub fn load_cluster_conf(&mut self, text: &str) -> Result<(), String> {
+        self.cluster.load_conf(text)
+    }
+
     /// Number of databases (`databases`).
     pub fn databases(&self) -> usize {
         self.dbs.len()
@@ -506,6 +516,7 @@ impl Engine {
         // is back in `ks` at the end.
         crate::pause::cron(self, now_us);
         crate::txlock::cron(self, now_us);
+        crate::slotkeys::cron(self, now_us / 1000);
         // The cycle is timed for LATENCY's `expire-cycle` event (redis `activeExpireCycle`):
         // the expiry of every database, the values it expires freed inside.
         crate::latency::sync_clock(self);

@@ -178,6 +178,8 @@ pub struct Db {
     used_bytes: usize,
     /// Keys some client WATCHes in this database (maintained by `cmd::tx`).
     pub watched: KeySet,
+    /// Keys by slot while slots move (`crate::slotkeys`); None otherwise.
+    pub(crate) slot_keys: Option<Box<crate::slotkeys::SlotKeys>>,
 }
 
 impl Db {
@@ -188,6 +190,7 @@ impl Db {
             map: Map::with_seed(seed),
             used_bytes: 0,
             watched: Default::default(),
+            slot_keys: None,
         }
     }
 
@@ -226,6 +229,7 @@ impl Db {
     pub fn swap_data(a: &mut Db, b: &mut Db) {
         std::mem::swap(&mut a.map, &mut b.map);
         std::mem::swap(&mut a.used_bytes, &mut b.used_bytes);
+        std::mem::swap(&mut a.slot_keys, &mut b.slot_keys);
     }
 
     /// See [`Keyspace::peek_expired`].
@@ -587,6 +591,9 @@ impl Keyspace {
                 self.data.used_bytes += entry_bytes(key, &value, false);
                 let access = self.access_mode.new_key(self.clock_ms);
                 let i = self.data.map.insert_new(key, value, access);
+                if let Some(sk) = &mut self.data.slot_keys {
+                    sk.added(key);
+                }
                 self.log_event(KsEvent::New, key);
                 i
             }
@@ -603,6 +610,9 @@ impl Keyspace {
 
     /// The accounting, hooks and TTL of the entry just inserted at `i`.
     fn inserted(&mut self, i: usize, expire_at: Option<u64>) {
+        if let Some(sk) = &mut self.data.slot_keys {
+            sk.added(self.data.map.key(i));
+        }
         let m = &self.data.map;
         self.data.used_bytes += entry_bytes(m.key(i), m.value(i), false);
         Self::touch(&self.data, &mut self.touched, &mut self.tracked, m.key(i));
@@ -807,6 +817,7 @@ impl Keyspace {
                 self.touched.push(qualify(self.data.index, k));
             }
         }
+        self.data.slot_keys = None;
         let old = std::mem::replace(&mut self.data.map, Map::with_seed(self.seed)).take_slots();
         self.dirty += old.len() as u64;
         self.data.used_bytes = 0;

@@ -86,6 +86,7 @@ pub mod notify;
 pub mod pause;
 pub mod script;
 pub mod slot;
+pub mod slotkeys;
 pub mod slowlog;
 pub mod snapshot;
 pub mod tracking;

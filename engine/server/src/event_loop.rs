@@ -130,6 +130,11 @@ struct Net {
     deliveries: Vec<Delivery>,
     /// Links to the other engines of the cluster, for PUBLISH (`crate::bus`).
     bus: Bus,
+    /// Where the slot table is saved (`crate::nodes_file`), the generation saved last, and
+    /// the password the bus links are rebuilt with when the nodes change.
+    nodes_file: Option<std::path::PathBuf>,
+    cluster_generation: u64,
+    bus_password: Vec<u8>,
     /// Set when the loop must return: a SHUTDOWN ran (its save made), or a signal arrived
     /// while a script was busy.
     stop: Option<Stop>,
@@ -171,6 +176,9 @@ impl EventLoop {
             ids: HashMap::new(),
             deliveries: Vec::new(),
             bus: Bus::default(),
+            nodes_file: None,
+            cluster_generation: 0,
+            bus_password: Vec::new(),
             stop: None,
             busy_events: None,
             busy_missed: Vec::new(),
@@ -182,6 +190,14 @@ impl EventLoop {
     /// Forwards clients' PUBLISH to the other engines through `bus` (cluster mode).
     pub fn set_bus(&mut self, bus: Bus) {
         self.net.bus = bus;
+    }
+
+    /// Saves the slot table to `path` whenever a command changes it (`crate::nodes_file`);
+    /// `password` rebuilds the bus when the nodes change.
+    pub fn set_nodes_file(&mut self, path: Option<std::path::PathBuf>, password: Vec<u8>) {
+        self.net.nodes_file = path;
+        self.net.cluster_generation = self.engine.cluster().generation();
+        self.net.bus_password = password;
     }
 
     /// Runs until SIGTERM or SIGINT, or a SHUTDOWN command; says which.
@@ -559,6 +575,19 @@ impl Net {
         }
     }
 
+    /// A CLUSTER command changed the slot table: save it before the reply leaves, and
+    /// re-create the PUBLISH links for the current nodes (MEET, FORGET).
+    fn cluster_changed(&mut self, engine: &Engine) {
+        let cluster = engine.cluster();
+        self.cluster_generation = cluster.generation();
+        if let Some(path) = &self.nodes_file
+            && let Err(e) = crate::nodes_file::save(path, &cluster.to_conf())
+        {
+            log::error!("cluster: cannot save {}: {e}", path.display());
+        }
+        self.bus = Bus::new(cluster, &self.bus_password);
+    }
+
     fn serve_inner(&mut self, engine: &mut Engine, key: usize, now: u64) -> Result<(), Disconnect> {
         let mut budget = READ_BUDGET_PER_TURN;
         // The last write attempt found the send buffer full: writing again now would only
@@ -569,6 +598,9 @@ impl Net {
                 return Ok(()); // SHUTDOWN: nothing more runs
             }
             let batch = self.execute(engine, key, now);
+            if engine.cluster().generation() != self.cluster_generation {
+                self.cluster_changed(engine);
+            }
             let conn = &mut self.conns[key];
             match batch {
                 Batch::Shutdown(s) => {

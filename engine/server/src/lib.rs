@@ -37,6 +37,7 @@ pub mod event_loop;
 pub mod host;
 pub mod listeners;
 pub mod migrate;
+pub mod nodes_file;
 pub mod reshard;
 pub mod snapshot;
 pub use recached_net::tls;
@@ -156,10 +157,22 @@ pub fn run(opts: ServerOptions) -> io::Result<()> {
         });
     }
 
+    // The slot table a previous run acknowledged (CLUSTER SETSLOT, ADDSLOTS, MEET…) wins over
+    // the one computed from the topology.
+    let nodes_file = match (&opts.snapshot.dir, cluster.enabled()) {
+        (Some(dir), true) => {
+            let p = nodes_file::path(dir, local.port());
+            nodes_file::load_at_start(&mut engine, &p)?;
+            Some(p)
+        }
+        _ => None,
+    };
+
     let plain = tcp_port != 0;
     let mut event_loop = event_loop::EventLoop::new(poll, listeners, engine)?;
     let requirepass = event_loop.engine.config.acl.requirepass.clone();
-    event_loop.set_bus(bus::Bus::new(&cluster, &requirepass));
+    event_loop.set_bus(bus::Bus::new(event_loop.engine.cluster(), &requirepass));
+    event_loop.set_nodes_file(nodes_file, requirepass);
     if tls_port != 0 {
         info!("TLS listening on port {tls_port}");
     }

@@ -140,6 +140,9 @@ pub fn migrate(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
             password,
             dbid,
             timeout,
+            // redis sends RESTORE-ASKING in cluster mode, so a target importing the slot
+            // accepts the keys (`getNodeByQuery`, CMD_ASKING).
+            asking: e.cluster.enabled(),
         },
     );
     e.migrate = Some(sockets);
@@ -153,6 +156,7 @@ struct Options<'a> {
     password: Option<&'a [u8]>,
     dbid: i64,
     timeout: u64,
+    asking: bool,
 }
 
 /// The exchange with the target, retried once on a socket error that is not a timeout when
@@ -187,7 +191,14 @@ fn run(
         }
         for (key, ttl, payload) in items {
             array(&mut cmd, if o.replace { 5 } else { 4 });
-            bulk(&mut cmd, b"RESTORE");
+            bulk(
+                &mut cmd,
+                if o.asking {
+                    b"RESTORE-ASKING"
+                } else {
+                    b"RESTORE"
+                },
+            );
             bulk(&mut cmd, key);
             bulk(&mut cmd, itoa::Buffer::new().format(*ttl).as_bytes());
             bulk(&mut cmd, payload);

@@ -1,0 +1,344 @@
+//! Moving slots: SETSLOT, ASK / TRYAGAIN / ASKING, ADDSLOTS / DELSLOTS, MEET / FORGET, the
+//! nodes file and the slot index, checked against redis 7.0's semantics and texts.
+
+use super::tests::{client, engine, run};
+use super::*;
+
+const NODES: [&str; 2] = ["127.0.0.1:7000", "127.0.0.1:7001"];
+
+/// Two keys of one slot owned by node 0 of 2, and that slot.
+fn slot_keys() -> (String, String, u16) {
+    let tag = (0..)
+        .map(|k| format!("{{m{k}}}"))
+        .find(|k| slot::instance_for_key(k.as_bytes(), 2) == 0)
+        .unwrap();
+    let s = slot::key_slot(tag.as_bytes());
+    (format!("{tag}a"), format!("{tag}b"), s)
+}
+
+/// The text of a RESP2 bulk string reply.
+fn bulk_text(reply: &str) -> String {
+    let body = &reply[reply.find("\r\n").unwrap() + 2..];
+    body.strip_suffix("\r\n").unwrap().to_string()
+}
+
+#[test]
+fn a_migrating_slot_asks_and_an_importing_slot_needs_asking() {
+    let (mut e0, mut e1) = (engine(&NODES, 0), engine(&NODES, 1));
+    let (mut c0, mut c1) = (client(), client());
+    let (k1, k2, s) = slot_keys();
+    let (id0, id1) = (node_id(NODES[0]), node_id(NODES[1]));
+    let ss = s.to_string();
+    assert_eq!(run(&mut e0, &mut c0, &["SET", &k1, "v"]), "+OK\r\n");
+    // Only the owner may migrate, only a non-owner import, only known nodes.
+    assert_eq!(
+        run(
+            &mut e1,
+            &mut c1,
+            &["CLUSTER", "SETSLOT", &ss, "MIGRATING", &id0]
+        ),
+        format!("-ERR I'm not the owner of hash slot {s}\r\n")
+    );
+    assert_eq!(
+        run(
+            &mut e0,
+            &mut c0,
+            &["CLUSTER", "SETSLOT", &ss, "IMPORTING", &id1]
+        ),
+        format!("-ERR I'm already the owner of hash slot {s}\r\n")
+    );
+    assert_eq!(
+        run(
+            &mut e0,
+            &mut c0,
+            &["CLUSTER", "SETSLOT", &ss, "MIGRATING", "abc"]
+        ),
+        "-ERR I don't know about node abc\r\n"
+    );
+    assert_eq!(
+        run(&mut e0, &mut c0, &["CLUSTER", "SETSLOT", &ss, "BOGUS"]),
+        "-ERR Invalid CLUSTER SETSLOT action or number of arguments. Try CLUSTER HELP\r\n"
+    );
+    assert_eq!(
+        run(&mut e0, &mut c0, &["CLUSTER", "SETSLOT", "16384", "STABLE"]),
+        "-ERR Invalid or out of range slot\r\n"
+    );
+    let g0 = e0.cluster().generation();
+    assert_eq!(
+        run(
+            &mut e1,
+            &mut c1,
+            &["CLUSTER", "SETSLOT", &ss, "IMPORTING", &id0]
+        ),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        run(
+            &mut e0,
+            &mut c0,
+            &["CLUSTER", "SETSLOT", &ss, "MIGRATING", &id1]
+        ),
+        "+OK\r\n"
+    );
+    assert!(e0.cluster().generation() > g0, "a change is saved");
+    assert!(run(&mut e0, &mut c0, &["CLUSTER", "NODES"]).contains(&format!(" [{s}->-{id1}]\n")));
+    assert!(run(&mut e1, &mut c1, &["CLUSTER", "NODES"]).contains(&format!(" [{s}-<-{id0}]\n")));
+    // Source: a key still here is served; a missing one is asked for at the target; a
+    // request with both cannot be served anywhere.
+    assert_eq!(run(&mut e0, &mut c0, &["GET", &k1]), "$1\r\nv\r\n");
+    let ask = format!("-ASK {s} 127.0.0.1:7001\r\n");
+    assert_eq!(run(&mut e0, &mut c0, &["GET", &k2]), ask);
+    assert_eq!(run(&mut e0, &mut c0, &["SET", &k2, "x"]), ask);
+    assert_eq!(
+        run(&mut e0, &mut c0, &["MGET", &k1, &k2]),
+        "-TRYAGAIN Multiple keys request during rehashing of slot\r\n"
+    );
+    // Target: without ASKING the owner is still the source.
+    let moved = format!("-MOVED {s} 127.0.0.1:7000\r\n");
+    assert_eq!(run(&mut e1, &mut c1, &["GET", &k2]), moved);
+    assert_eq!(run(&mut e1, &mut c1, &["ASKING"]), "+OK\r\n");
+    assert_eq!(run(&mut e1, &mut c1, &["SET", &k2, "w"]), "+OK\r\n");
+    assert_eq!(
+        run(&mut e1, &mut c1, &["GET", &k2]),
+        moved,
+        "ASKING is one-shot"
+    );
+    assert_eq!(run(&mut e1, &mut c1, &["ASKING"]), "+OK\r\n");
+    assert_eq!(
+        run(&mut e1, &mut c1, &["MGET", &k1, &k2]),
+        "-TRYAGAIN Multiple keys request during rehashing of slot\r\n"
+    );
+    // MIGRATE's RESTORE-ASKING needs no ASKING.
+    let dump = {
+        let mut out = Vec::new();
+        let argv: Vec<&[u8]> = vec![b"DUMP", k1.as_bytes()];
+        e0.exec(&mut c0, &argv, 1_700_000_000_000_000, &mut out);
+        out
+    };
+    let payload = &dump[dump.iter().position(|&b| b == b'\n').unwrap() + 1..dump.len() - 2];
+    let mut out = Vec::new();
+    let argv: Vec<&[u8]> = vec![b"RESTORE-ASKING", k1.as_bytes(), b"0", payload];
+    e1.exec(&mut c1, &argv, 1_700_000_000_000_000, &mut out);
+    assert_eq!(out, b"+OK\r\n");
+    // The source cannot give the slot away while it holds a key of it.
+    assert_eq!(
+        run(&mut e0, &mut c0, &["CLUSTER", "SETSLOT", &ss, "NODE", &id1]),
+        format!(
+            "-ERR Can't assign hashslot {s} to a different node while I still hold keys for \
+             this hash slot.\r\n"
+        )
+    );
+    assert_eq!(
+        run(&mut e0, &mut c0, &["CLUSTER", "COUNTKEYSINSLOT", &ss]),
+        ":1\r\n"
+    );
+    assert_eq!(run(&mut e0, &mut c0, &["DEL", &k1]), ":1\r\n");
+    assert_eq!(
+        run(&mut e0, &mut c0, &["CLUSTER", "COUNTKEYSINSLOT", &ss]),
+        ":0\r\n"
+    );
+    // Target first (as redis-cli does): the import closes and its epoch is bumped.
+    assert_eq!(
+        run(&mut e1, &mut c1, &["CLUSTER", "SETSLOT", &ss, "NODE", &id1]),
+        "+OK\r\n"
+    );
+    assert!(
+        run(&mut e1, &mut c1, &["CLUSTER", "INFO"]).contains("cluster_my_epoch:2\r\n"),
+        "the importing node already holds the greatest epoch: redis keeps it"
+    );
+    assert_eq!(run(&mut e1, &mut c1, &["GET", &k2]), "$1\r\nw\r\n");
+    assert_eq!(
+        run(&mut e0, &mut c0, &["CLUSTER", "SETSLOT", &ss, "NODE", &id1]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        run(&mut e0, &mut c0, &["GET", &k1]),
+        format!("-MOVED {s} 127.0.0.1:7001\r\n")
+    );
+    assert!(!run(&mut e0, &mut c0, &["CLUSTER", "NODES"]).contains('['));
+    assert!(!e0.cluster().open_slots() && !e1.cluster().open_slots());
+    assert_eq!(
+        run(&mut e0, &mut c0, &["CLUSTER", "BUMPEPOCH"]),
+        "+BUMPED 3\r\n",
+        "node 0 (epoch 1) does not hold the greatest epoch it knows (2)"
+    );
+    assert_eq!(
+        run(&mut e1, &mut c1, &["CLUSTER", "BUMPEPOCH"]),
+        "+STILL 2\r\n"
+    );
+}
+
+#[test]
+fn addslots_delslots_and_unserved_slots() {
+    let mut e = engine(&NODES, 0);
+    let mut c = client();
+    let (k, _, s) = slot_keys();
+    let ss = s.to_string();
+    let next = (s + 1).to_string();
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "ADDSLOTS", &ss]),
+        format!("-ERR Slot {s} is already busy\r\n")
+    );
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "DELSLOTS", &ss]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "DELSLOTS", &ss]),
+        format!("-ERR Slot {s} is already unassigned\r\n")
+    );
+    assert_eq!(
+        run(&mut e, &mut c, &["GET", &k]),
+        "-CLUSTERDOWN Hash slot not served\r\n"
+    );
+    let info = run(&mut e, &mut c, &["CLUSTER", "INFO"]);
+    assert!(
+        info.contains("cluster_state:fail\r\n")
+            && info.contains("cluster_slots_assigned:16383\r\n")
+    );
+    assert_eq!(
+        run(
+            &mut e,
+            &mut c,
+            &["CLUSTER", "ADDSLOTSRANGE", &ss, &ss, &ss, &ss]
+        ),
+        format!("-ERR Slot {s} specified multiple times\r\n")
+    );
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "ADDSLOTSRANGE", &next, &ss]),
+        format!("-ERR start slot number {next} is greater than end slot number {s}\r\n")
+    );
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "ADDSLOTSRANGE", &ss]),
+        "-ERR wrong number of arguments for 'cluster|addslotsrange' command\r\n"
+    );
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "ADDSLOTS", "x"]),
+        "-ERR Invalid or out of range slot\r\n"
+    );
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "ADDSLOTSRANGE", &ss, &ss]),
+        "+OK\r\n"
+    );
+    assert_eq!(run(&mut e, &mut c, &["GET", &k]), "$-1\r\n");
+    assert!(run(&mut e, &mut c, &["CLUSTER", "INFO"]).contains("cluster_state:ok\r\n"));
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "SET-CONFIG-EPOCH", "5"]),
+        "-ERR The user can assign a config epoch only when the node does not know any other node.\r\n"
+    );
+}
+
+#[test]
+fn meet_forget_and_the_nodes_file() {
+    let mut e = engine(&NODES, 0);
+    let mut c = client();
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "MEET", "127.0.0.1", "7002"]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "MEET", "127.0.0.1", "7002"]),
+        "+OK\r\n"
+    );
+    let id2 = node_id("127.0.0.1:7002");
+    let nodes = bulk_text(&run(&mut e, &mut c, &["CLUSTER", "NODES"]));
+    assert_eq!(nodes.matches('\n').count(), 3, "{nodes}");
+    assert!(nodes.contains(&format!("{id2} 127.0.0.1:7002@0 master - 0 ")));
+    // Give node 2 a slot, open another, and read it all back from the nodes file.
+    let (_, _, s) = slot_keys();
+    let ss = s.to_string();
+    let s2 = (s + 1).to_string();
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "SETSLOT", &ss, "NODE", &id2]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        run(
+            &mut e,
+            &mut c,
+            &["CLUSTER", "SETSLOT", &s2, "MIGRATING", &id2]
+        ),
+        "+OK\r\n"
+    );
+    let conf = e.cluster().to_conf();
+    assert!(
+        conf.ends_with("vars currentEpoch 2 lastVoteEpoch 0\n"),
+        "{conf}"
+    );
+    let mut again = engine(&NODES, 0);
+    again.load_cluster_conf(&conf).unwrap();
+    assert_eq!(again.cluster().to_conf(), conf);
+    assert!(again.cluster().open_slots());
+    // The file of another node is refused without a change.
+    let mut other = engine(&NODES, 1);
+    let before = other.cluster().to_conf();
+    assert!(
+        other
+            .load_cluster_conf(&conf)
+            .unwrap_err()
+            .contains("but this engine is")
+    );
+    assert_eq!(other.cluster().to_conf(), before);
+    // A new node's file: every node and owner, no slot of its own, epoch 0.
+    let new = conf::conf_for_new_node(&nodes, "127.0.0.1:7003").unwrap();
+    let mut e3 = engine(&["127.0.0.1:7003"], 0);
+    e3.load_cluster_conf(&new).unwrap();
+    let mut c3 = client();
+    let n3 = bulk_text(&run(&mut e3, &mut c3, &["CLUSTER", "NODES"]));
+    assert!(
+        n3.contains("127.0.0.1:7003@0 myself,master - 0 0 0 connected\n"),
+        "{n3}"
+    );
+    assert_eq!(n3.matches('\n').count(), 4);
+    assert!(conf::conf_for_new_node(&nodes, "127.0.0.1:7002").is_err());
+    // FORGET: the node's slots are unassigned, its open slots closed.
+    assert_eq!(run(&mut e, &mut c, &["CLUSTER", "FORGET", &id2]), "+OK\r\n");
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "FORGET", &id2]),
+        format!("-ERR Unknown node {id2}\r\n")
+    );
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "FORGET", &node_id(NODES[0])]),
+        "-ERR I tried hard but I can't forget myself...\r\n"
+    );
+    assert!(!e.cluster().open_slots());
+    assert!(run(&mut e, &mut c, &["CLUSTER", "INFO"]).contains("cluster_slots_assigned:16383\r\n"));
+}
+
+#[test]
+fn the_slot_index_follows_later_inserts() {
+    let mut e = engine(&NODES, 0);
+    let mut c = client();
+    let (k1, k2, s) = slot_keys();
+    let ss = s.to_string();
+    run(&mut e, &mut c, &["SET", &k1, "v"]);
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "GETKEYSINSLOT", &ss, "10"]),
+        format!("*1\r\n${}\r\n{k1}\r\n", k1.len())
+    );
+    // Built now; a key added afterwards (and one renamed in) is listed too.
+    run(&mut e, &mut c, &["SET", "{x}tmp", "v"]);
+    run(&mut e, &mut c, &["RENAME", "{x}tmp", &k2]);
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "COUNTKEYSINSLOT", &ss]),
+        ":2\r\n",
+        "RENAME into the slot"
+    );
+    run(&mut e, &mut c, &["DEL", &k1]);
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "GETKEYSINSLOT", &ss, "10"]),
+        format!("*1\r\n${}\r\n{k2}\r\n", k2.len())
+    );
+    // Other databases have their own keys (SELECT is allowed on cluster engines).
+    run(&mut e, &mut c, &["SELECT", "1"]);
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "COUNTKEYSINSLOT", &ss]),
+        ":0\r\n"
+    );
+    run(&mut e, &mut c, &["FLUSHALL"]);
+    run(&mut e, &mut c, &["SELECT", "0"]);
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "COUNTKEYSINSLOT", &ss]),
+        ":0\r\n"
+    );
+}

@@ -451,31 +451,6 @@ fn meet_all(mover: &mut Mover) -> Result<()> {
 
 /// The nodes.conf of a new engine `new_addr` that knows every node and slot owner of
 /// `cluster_nodes` (a running engine's `CLUSTER NODES`) and owns no slot.
-///
-/// Until engine-core's `cmd::cluster::conf_for_new_node` lands: the same format (the lines
-/// with `myself` moved to the new node's own line, open slots left out, then `vars`).
 fn conf_for_new_node(cluster_nodes: &str, new_addr: &str) -> Result<String> {
-    let id = engine_core::cmd::cluster::node_id(new_addr);
-    let mut out = String::new();
-    let mut epoch = 0u64;
-    for line in cluster_nodes.lines() {
-        let mut f: Vec<String> = line.split_whitespace().map(str::to_string).collect();
-        if f.len() < 8 {
-            continue;
-        }
-        epoch = epoch.max(f[6].parse().unwrap_or(0));
-        let flags: Vec<&str> = f[2].split(',').filter(|x| *x != "myself").collect();
-        f[2] = flags.join(",");
-        f.retain(|x| !x.starts_with('['));
-        out.push_str(&f.join(" "));
-        out.push('\n');
-    }
-    if out.is_empty() {
-        return Err("CLUSTER NODES named no node".into());
-    }
-    out.push_str(&format!(
-        "{id} {new_addr}@0 myself,master - 0 0 {epoch} connected\n"
-    ));
-    out.push_str(&format!("vars currentEpoch {epoch} lastVoteEpoch 0\n"));
-    Ok(out)
+    engine_core::cmd::cluster::conf::conf_for_new_node(cluster_nodes, new_addr)
 }

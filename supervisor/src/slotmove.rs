@@ -177,6 +177,23 @@ impl Node {
         }
     }
 
+    /// Writes one encoded request; its reply is read by [`Node::recv`].
+    fn send(&mut self, bytes: &[u8]) -> Result<()> {
+        let addr = self.addr();
+        let Some((w, _)) = self.conn.as_mut() else {
+            return Err(format!("{addr}: not connected"));
+        };
+        w.write_all(bytes).map_err(|e| {
+            self.conn = None;
+            format!("{addr}: {e}")
+        })
+    }
+
+    /// The reply to a request written by [`Node::send`].
+    fn recv(&mut self) -> Result<Value> {
+        Ok(self.raw(&[], 1)?.remove(0))
+    }
+
     /// One command; its reply, which may be an error reply (`Value::Error`).
     pub fn call<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<Value> {
         let mut out = Vec::new();
@@ -486,7 +503,7 @@ impl Mover {
                 self.totals.retries += 1;
                 log::warn!("slot {s}: attempt {} after: {last}", attempt + 1);
             }
-            match self.try_move_slot(s, src, dst) {
+            match self.try_move_slot(s, src, dst, attempt == 0) {
                 Ok(n) => {
                     self.totals.slots += 1;
                     self.totals.keys += n;
@@ -510,14 +527,22 @@ impl Mover {
         ))
     }
 
-    fn try_move_slot(&mut self, s: u16, src: usize, dst: usize) -> Result<u64> {
+    /// `first`: the plan's view holds (the source owns the slot, the destination does not),
+    /// so the two `CLUSTER NODES` round trips are saved; a retry asks both.
+    fn try_move_slot(&mut self, s: u16, src: usize, dst: usize, first: bool) -> Result<u64> {
         self.ensure(src)?;
         self.ensure(dst)?;
         let slot = s.to_string();
         let (src_id, dst_id) = (self.nodes[src].id.clone(), self.nodes[dst].id.clone());
         let owns = |v: ClusterView| v.myself().is_some_and(|m| m.slots.contains(&s));
-        let dst_owns = owns(self.nodes[dst].cluster_nodes()?);
-        let src_owns = owns(self.nodes[src].cluster_nodes()?);
+        let (dst_owns, src_owns) = if first {
+            (false, true)
+        } else {
+            (
+                owns(self.nodes[dst].cluster_nodes()?),
+                owns(self.nodes[src].cluster_nodes()?),
+            )
+        };
         // A retry after the destination's commit (step 3) finds the slot owned there: what
         // the source still holds is then either still its own (it had not been told yet:
         // MIGRATING again) or stray (settled through IMPORTING + ASKING).
@@ -544,10 +569,22 @@ impl Mover {
         let slot = s.to_string();
         let id = self.nodes[owner].id.clone();
         self.nodes[owner].ok(&["CLUSTER", "SETSLOT", &slot, "NODE", &id])?;
-        for i in 0..self.nodes.len() {
-            if i != owner {
-                self.ensure(i)?;
-                self.nodes[i].ok(&["CLUSTER", "SETSLOT", &slot, "NODE", &id])?;
+        // The others in parallel (each saves its nodes.conf before it answers): all the
+        // requests first, then the replies.
+        let mut req = Vec::new();
+        resp::encode_request(&mut req, &["CLUSTER", "SETSLOT", &slot, "NODE", &id]);
+        let others: Vec<usize> = (0..self.nodes.len()).filter(|&i| i != owner).collect();
+        for &i in &others {
+            self.ensure(i)?;
+            self.nodes[i].send(&req)?;
+        }
+        for &i in &others {
+            if let Value::Error(e) = self.nodes[i].recv()? {
+                return Err(format!(
+                    "{}: CLUSTER SETSLOT {slot} NODE {id}: {}",
+                    self.nodes[i].addr(),
+                    String::from_utf8_lossy(&e)
+                ));
             }
         }
         Ok(())

@@ -68,6 +68,8 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+pub(crate) mod control;
+
 use crate::config::{self, FileConfig};
 use crate::daemon::daemonize;
 use crate::pidfile::PidFile;
@@ -294,25 +296,34 @@ struct Signals {
     term: Arc<AtomicBool>,
     /// SIGHUP arrived: reload the config (see `health`).
     hup: Arc<AtomicBool>,
+    /// SIGUSR1 arrived: a `recached resize` request is waiting (`control`).
+    usr1: Arc<AtomicBool>,
     wake: UnixStream,
 }
 
 impl Signals {
     fn install() -> io::Result<Signals> {
-        use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+        use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM, SIGUSR1};
         let term = Arc::new(AtomicBool::new(false));
         let hup = Arc::new(AtomicBool::new(false));
+        let usr1 = Arc::new(AtomicBool::new(false));
         signal_hook::flag::register(SIGHUP, hup.clone())?;
+        signal_hook::flag::register(SIGUSR1, usr1.clone())?;
         let (wake, write_end) = UnixStream::pair()?;
         for sig in [SIGTERM, SIGINT] {
             // The flag is set before the pipe is written (registration order), so a woken
             // loop always sees it.
             signal_hook::flag::register(sig, term.clone())?;
         }
-        for sig in [SIGTERM, SIGINT, SIGCHLD, SIGHUP] {
+        for sig in [SIGTERM, SIGINT, SIGCHLD, SIGHUP, SIGUSR1] {
             signal_hook::low_level::pipe::register(sig, OwnedFd::from(write_end.try_clone()?))?;
         }
-        Ok(Signals { term, hup, wake })
+        Ok(Signals {
+            term,
+            hup,
+            usr1,
+            wake,
+        })
     }
 
     /// Blocks until a signal arrives or `timeout` passes, then drains the pipe.
@@ -694,6 +705,10 @@ impl Supervisor {
             }
             if self.signals.hup.swap(false, Ordering::SeqCst) {
                 self.reload();
+            }
+            if self.signals.usr1.swap(false, Ordering::SeqCst) {
+                self.handle_resize_request();
+                changed = true;
             }
             if self.health_checks() {
                 changed = true;

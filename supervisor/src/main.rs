@@ -17,6 +17,8 @@
 //!                  [--metrics-port P]                  (Prometheus at /metrics, metrics.rs)
 //!                  [--reshard]                         (re-shard the snapshots, reshard.rs)
 //! recached stop    [--dir DIR | --config FILE]
+//! recached resize  N [--dir DIR | --config FILE] [--user U] [--pass P]   engines of a running
+//!                  fleet (resize.rs, slotmove.rs; the supervisor's side: fleet/control.rs)
 //! recached status  [--dir DIR | --config FILE] [--json] [--user U] [--pass P]
 //!                  (or $REDISCLI_AUTH, else the config's requirepass)
 //! ```
@@ -53,6 +55,8 @@ mod metrics;
 mod pidfile;
 mod reply;
 mod reshard;
+mod resize;
+mod slotmove;
 mod state;
 mod status;
 mod tls_limits;
@@ -139,6 +143,9 @@ enum Command {
     Start(StartArgs),
     /// Stop the fleet running on a data dir (SIGTERM to its supervisor, then wait).
     Stop(DirArgs),
+    /// Change the number of engines of a running fleet, moving only the slots that change
+    /// owner while clients keep working (docs/operations.md, "Resizing a running fleet").
+    Resize(resize::ResizeArgs),
     /// Show each process of the fleet: role, port, pid, state, uptime, keys, memory, restarts.
     Status {
         #[command(flatten)]
@@ -280,6 +287,7 @@ fn main() -> ExitCode {
         Command::Fanout(args) => fanout::run(args),
         Command::Start(args) => fleet::start(args),
         Command::Stop(args) => status::stop(&args),
+        Command::Resize(args) => resize::resize(&args),
         Command::Status { dir, json, auth } => status::status(&dir, &auth, json),
     };
     match result {

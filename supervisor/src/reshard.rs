@@ -40,6 +40,10 @@
 //! restarted with the same flag and splits again; one that crashes after saving restarts from
 //! its own snapshot, like any engine.
 //!
+//! Staging also deletes every `nodes-<port>.conf` (the slot table a live `recached resize`
+//! or CLUSTER SETSLOT left): the split gives each engine the slots of the default map for
+//! the new count, and an engine loading an older table over it would refuse its own keys.
+//!
 //! A topology with engines on other hosts is not re-sharded here (each host sees only its own
 //! files; item 4 of issue 21): the start is ordinary and the engines log keys they do not own.
 
@@ -189,6 +193,7 @@ pub fn prepare(
             let to = stage(dir, *port, path)?;
             log::info!("re-shard: staged {} as {}", path.display(), to.display());
         }
+        remove_node_confs(dir)?;
         sync_dir(dir)?;
         write_layout(
             dir,
@@ -242,6 +247,7 @@ pub fn prepare(
             log::info!("re-shard: staged {} as {}", path.display(), to.display());
         }
     }
+    remove_node_confs(dir)?;
     sync_dir(dir)?;
     let staged_ms = if same {
         prev.staged_ms
@@ -268,6 +274,21 @@ pub fn prepare(
         split,
         staged_ms,
     })
+}
+
+/// Deletes every `nodes-<port>.conf` (the slot table a `recached resize` or CLUSTER SETSLOT
+/// left): a re-shard at start gives every slot to its owner under the default map of the new
+/// count, and an engine that loaded an older table over it would refuse keys it was given.
+fn remove_node_confs(dir: &Path) -> io::Result<()> {
+    for ent in fs::read_dir(dir)? {
+        let name = ent?.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("nodes-") && name.ends_with(".conf") {
+            fs::remove_file(dir.join(&*name))?;
+            log::info!("re-shard: removed the slot table {name} (the new layout's map applies)");
+        }
+    }
+    Ok(())
 }
 
 /// Whether the engine on `port` has saved its snapshot since `staged_ms` (so it has finished
@@ -347,7 +368,9 @@ mod tests {
         let plan = prepare(&d, &t2, &p2, false, 100).unwrap();
         assert!(!plan.active && plan.split.is_empty());
         assert_eq!(read_layout(&d).unwrap().nodes, t2);
-        // Three engines now: both dumps staged, every engine splits.
+        // Three engines now: both dumps staged, every engine splits, and the slot tables a
+        // live resize left are gone (the default map of 3 applies).
+        fs::write(d.join("nodes-7000.conf"), "x").unwrap();
         let (t3, p3) = topo(3);
         let plan = prepare(&d, &t3, &p3, false, 200).unwrap();
         assert!(plan.active);

@@ -34,7 +34,7 @@
 //! note on stderr says which credential to give.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -114,6 +114,24 @@ fn login(args: &DirArgs, auth: &AuthArgs, state: Option<&FleetState>) -> Option<
         .config
         .clone()
         .or_else(|| state.and_then(config_of_fleet))?;
+    let cfg = config::load(Some(&path)).ok()?;
+    (!cfg.requirepass.is_empty()).then(|| auth_command(None, &cfg.requirepass))
+}
+
+/// The AUTH command for a fleet whose config file is `config` (from its supervisor), by the
+/// same rules as `status`: --pass, $REDISCLI_AUTH, else the config's requirepass.
+pub fn login_with_config(
+    args: &DirArgs,
+    auth: &AuthArgs,
+    config: Option<&Path>,
+) -> Option<Vec<u8>> {
+    if auth.pass.is_some() || std::env::var(AUTH_ENV).is_ok_and(|p| !p.is_empty()) {
+        return login(args, auth, None);
+    }
+    let path = args
+        .config
+        .clone()
+        .or_else(|| config.map(Path::to_path_buf))?;
     let cfg = config::load(Some(&path)).ok()?;
     (!cfg.requirepass.is_empty()).then(|| auth_command(None, &cfg.requirepass))
 }

@@ -1,0 +1,360 @@
+//! `recached resize N` on a running fleet (issue 21, item 2; docs/operations.md, "Resizing a
+//! running fleet"), end to end with the real binary:
+//!
+//! - refusals: no fleet on the dir; another resize holding `resize.lock`; `cluster = false`;
+//!   the current count with nothing to finish is a no-op;
+//! - 2→3→4→2 engines under a client that SETs and GETs through the proxy the whole time,
+//!   with 10,000 keys (a seventh with a TTL, a tenth in database 1): after each step every key
+//!   reads back through the proxy with its value and TTL, DBSIZE through the proxy is the key
+//!   count, each engine holds only keys of slots it owns under the new map, and the slots
+//!   moved are exactly those the map gives to another engine; then a restart of the fleet
+//!   keeps every key.
+//!
+//! Cleanup: the fleet guard SIGKILLs the supervisor and every child pid in `state.toml`; every
+//! wait is bounded.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use engine_core::slot::{instance_for_slot, key_slot};
+
+const KEYS: usize = 10_000;
+/// Ports base..base+MAX_ENGINES are the engines', base+MAX_ENGINES the proxy's.
+const MAX_ENGINES: u16 = 4;
+const RESIZE_TIMEOUT: Duration = Duration::from_secs(240);
+
+struct Fleet {
+    sup: Option<Proc>,
+    dir: PathBuf,
+    base: u16,
+    config: PathBuf,
+}
+
+impl Fleet {
+    fn start(name: &str, engines: usize, extra_config: &str) -> Fleet {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("resize-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let base = free_port_run(MAX_ENGINES as usize + 1);
+        let config = dir.join("recached.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "bind = \"127.0.0.1\"\nproxy_port = {}\nengine_port_base = {base}\n\
+                 dir = \"{}\"\nfanout_port = 0\nmetrics_port = 0\n{extra_config}",
+                base + MAX_ENGINES,
+                dir.join("data").display()
+            ),
+        )
+        .unwrap();
+        let mut f = Fleet {
+            sup: None,
+            dir,
+            base,
+            config,
+        };
+        f.spawn(engines);
+        f
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn proxy_port(&self) -> u16 {
+        self.base + MAX_ENGINES
+    }
+
+    fn spawn(&mut self, engines: usize) {
+        let mut cmd = Command::new(recached_bin());
+        cmd.arg("start")
+            .arg("--config")
+            .arg(&self.config)
+            .args(["--engines", &engines.to_string()])
+            .env("RUST_LOG", "info");
+        let mut sup = Proc::spawn(&format!("fleet-{engines}"), cmd);
+        for i in 0..engines as u16 {
+            sup.wait_port(self.base + i, FLEET_START_TIMEOUT);
+        }
+        sup.wait_port(self.proxy_port(), FLEET_START_TIMEOUT);
+        sup.wait_proxy_reaches_engines(self.proxy_port(), FLEET_START_TIMEOUT);
+        self.sup = Some(sup);
+    }
+
+    fn resize(&self, n: usize) -> CmdOut {
+        run_cmd(
+            Command::new(recached_bin())
+                .args(["resize", &n.to_string(), "--dir"])
+                .arg(self.data())
+                .env("RUST_LOG", "info"),
+            RESIZE_TIMEOUT,
+        )
+    }
+
+    fn stop(&mut self) {
+        stop_fleet_and_wait(&self.data(), self.sup.take().expect("running"));
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        if let Some(mut sup) = self.sup.take() {
+            teardown_fleet(&mut sup, &self.data().join("state.toml"), &self.dir);
+        }
+    }
+}
+
+#[test]
+fn resize_refusals() {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("resize-none-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = run_cmd(
+        Command::new(recached_bin())
+            .args(["resize", "3", "--dir"])
+            .arg(&dir),
+        Duration::from_secs(20),
+    );
+    assert!(!out.ok, "{}", out.text());
+    assert!(
+        out.text()
+            .contains("resize refused: no fleet is running on"),
+        "{}",
+        out.text()
+    );
+    let out = run_cmd(
+        Command::new(recached_bin())
+            .args(["resize", "0", "--dir"])
+            .arg(&dir),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code, Some(2), "N < 1 is a usage error: {}", out.text());
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let fleet = Fleet::start("refusals", 2, "");
+    // Another resize holds the lock (as a running one does for its whole run).
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(fleet.data().join("resize.lock"))
+        .unwrap();
+    let mut held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| e)
+        .unwrap();
+    std::io::Write::write_all(&mut *held, format!("{}\n", std::process::id()).as_bytes()).unwrap();
+    let out = fleet.resize(3);
+    assert!(!out.ok);
+    assert!(
+        out.text().contains(&format!(
+            "resize refused: another resize (pid {}) is running on",
+            std::process::id()
+        )),
+        "{}",
+        out.text()
+    );
+    drop(held);
+    // The current count, nothing to finish: nothing to do.
+    let out = fleet.resize(2);
+    assert!(out.ok, "{}", out.text());
+    assert!(
+        out.text().contains("already runs 2 engines"),
+        "{}",
+        out.text()
+    );
+    drop(fleet);
+
+    let fleet = Fleet::start("standalone", 2, "cluster = false\n");
+    let out = fleet.resize(3);
+    assert!(!out.ok);
+    assert!(
+        out.text()
+            .contains("resize refused: the fleet runs with cluster = false"),
+        "{}",
+        out.text()
+    );
+}
+
+fn key(i: usize) -> String {
+    format!("key:{i}")
+}
+
+fn value(i: usize) -> String {
+    format!("value-{i}-{}", "x".repeat(i % 40))
+}
+
+/// Database of key `i`: a tenth in database 1.
+fn db_of(i: usize) -> usize {
+    usize::from(i % 10 == 3)
+}
+
+fn select(c: &mut Resp, db: usize) {
+    assert_eq!(cmd(c, &["SELECT", &db.to_string()]), OK);
+}
+
+/// Every key through the proxy: value, TTL (a seventh have one), DBSIZE per database.
+fn check_through_proxy(port: u16, live_keys: usize) {
+    let mut c = Resp::connect(port);
+    for db in 0..2 {
+        select(&mut c, db);
+        for i in (0..KEYS).filter(|&i| db_of(i) == db) {
+            assert_eq!(cmd(&mut c, &["GET", &key(i)]), bulk(&value(i)), "key {i}");
+            let ttl = cmd(&mut c, &["PTTL", &key(i)]);
+            let ms: i64 = ttl
+                .trim_start_matches(':')
+                .trim_end_matches("\\r\\n")
+                .parse()
+                .unwrap_or_else(|_| panic!("PTTL key {i}: {ttl}"));
+            if i % 7 == 0 {
+                assert!(ms > 0, "key {i} lost its TTL: {ttl}");
+            } else {
+                assert_eq!(ms, -1, "key {i}");
+            }
+        }
+        let want =
+            (0..KEYS).filter(|&i| db_of(i) == db).count() + if db == 0 { live_keys } else { 0 };
+        assert_eq!(
+            cmd(&mut c, &["DBSIZE"]),
+            format!(":{want}\\r\\n"),
+            "DBSIZE of db {db}"
+        );
+    }
+}
+
+/// A bulk reply as [`cmd`] renders it.
+fn bulk(v: &str) -> String {
+    escape(format!("${}\r\n{v}\r\n", v.len()).as_bytes())
+}
+
+const OK: &str = "+OK\\r\\n";
+
+/// Each engine holds only keys of slots it owns under the map of `n`; returns their sum.
+fn check_placement(base: u16, n: usize) -> usize {
+    let mut total = 0;
+    for e in 0..n {
+        let mut c = Resp::connect(base + e as u16);
+        for db in 0..2 {
+            select(&mut c, db);
+            let mut cursor = "0".to_string();
+            loop {
+                let r = parse_value(&c.cmd_str(&["SCAN", &cursor, "COUNT", "1000"]));
+                let parts = r.array().unwrap().to_vec();
+                cursor = parts[0].str().unwrap();
+                for k in parts[1].array().unwrap() {
+                    let k = k.str().unwrap();
+                    let owner = instance_for_slot(key_slot(k.as_bytes()), n as u32) as usize;
+                    assert_eq!(owner, e, "{k} on engine {e}, owned by {owner} of {n}");
+                    total += 1;
+                }
+                if cursor == "0" {
+                    break;
+                }
+            }
+        }
+    }
+    total
+}
+
+/// Slots whose owner differs between the maps of `a` and `b` engines.
+fn expected_moves(a: usize, b: usize) -> usize {
+    (0..16384u16)
+        .filter(|&s| instance_for_slot(s, a as u32) != instance_for_slot(s, b as u32))
+        .count()
+}
+
+/// `N slot(s) and K key(s) moved` from the resize's report.
+fn moved_slots(out: &str) -> usize {
+    let at = out.find(" slot(s) and ").expect("report line");
+    out[..at].rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+#[ignore = "needs the proxy following -ASK/-MOVED (branch proxyask)"]
+fn resize_2_3_4_2_under_load_keeps_every_key() {
+    let mut fleet = Fleet::start("grow", 2, "");
+    let proxy = fleet.proxy_port();
+    {
+        let mut c = Resp::connect(proxy);
+        for db in 0..2 {
+            select(&mut c, db);
+            for i in (0..KEYS).filter(|&i| db_of(i) == db) {
+                let mut args = vec!["SET".to_string(), key(i), value(i)];
+                if i % 7 == 0 {
+                    args.extend(["EX".into(), "3600".into()]);
+                }
+                let a: Vec<&str> = args.iter().map(String::as_str).collect();
+                assert_eq!(cmd(&mut c, &a), OK);
+            }
+        }
+    }
+    // A client that writes and reads through the proxy for the whole test.
+    const LIVE: usize = 200;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ops, errors) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let client = {
+        let (stop, ops, errors) = (stop.clone(), ops.clone(), errors.clone());
+        std::thread::spawn(move || {
+            let mut c = Resp::connect(proxy);
+            let mut last_err = String::new();
+            let mut i = 0usize;
+            while !stop.load(Ordering::Relaxed) || i < LIVE {
+                let k = format!("live:{}", i % LIVE);
+                let v = format!("{i}");
+                let set = cmd(&mut c, &["SET", &k, &v]);
+                let get = cmd(&mut c, &["GET", &k]);
+                ops.fetch_add(2, Ordering::Relaxed);
+                if set != OK || get != bulk(&v) {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    last_err = format!("{set} / {get}");
+                }
+                i += 1;
+            }
+            last_err
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let mut from = 2;
+    for n in [3, 4, 2] {
+        let started = Instant::now();
+        let out = fleet.resize(n);
+        assert!(out.ok, "resize {from}→{n}:\n{}", out.text());
+        eprintln!(
+            "resize {from}→{n} in {:?}:\n{}",
+            started.elapsed(),
+            out.stdout
+        );
+        assert_eq!(
+            moved_slots(&out.stdout),
+            expected_moves(from, n),
+            "{}",
+            out.stdout
+        );
+        check_through_proxy(proxy, LIVE);
+        assert_eq!(check_placement(fleet.base, n), KEYS + LIVE);
+        from = n;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let last_err = client.join().unwrap();
+    let (ops, errors) = (ops.load(Ordering::Relaxed), errors.load(Ordering::Relaxed));
+    eprintln!(
+        "client through the proxy: {ops} commands, {errors} failed round(s); last: {last_err}"
+    );
+    assert_eq!(
+        errors, 0,
+        "client errors through the proxy; last: {last_err}"
+    );
+    // A restart keeps every key (an ordinary start: each engine loads its nodes.conf).
+    fleet.stop();
+    fleet.spawn(2);
+    check_through_proxy(proxy, LIVE);
+    assert_eq!(check_placement(fleet.base, 2), KEYS + LIVE);
+}

@@ -132,8 +132,10 @@ struct Net {
     bus: Bus,
     /// Where the slot table is saved (`crate::nodes_file`), the generation saved last, and
     /// the password the bus links are rebuilt with when the nodes change.
-    nodes_file: Option<std::path::PathBuf>,
+    nodes_file: Option<crate::nodes_file::NodesFile>,
     cluster_generation: u64,
+    /// The peers the bus was built for (rebuilt only when they change).
+    bus_peers: Vec<(Option<String>, u16)>,
     bus_password: Vec<u8>,
     /// Set when the loop must return: a SHUTDOWN ran (its save made), or a signal arrived
     /// while a script was busy.
@@ -178,6 +180,7 @@ impl EventLoop {
             bus: Bus::default(),
             nodes_file: None,
             cluster_generation: 0,
+            bus_peers: Vec::new(),
             bus_password: Vec::new(),
             stop: None,
             busy_events: None,
@@ -195,8 +198,9 @@ impl EventLoop {
     /// Saves the slot table to `path` whenever a command changes it (`crate::nodes_file`);
     /// `password` rebuilds the bus when the nodes change.
     pub fn set_nodes_file(&mut self, path: Option<std::path::PathBuf>, password: Vec<u8>) {
-        self.net.nodes_file = path;
+        self.net.nodes_file = path.map(crate::nodes_file::NodesFile::new);
         self.net.cluster_generation = self.engine.cluster().generation();
+        self.net.bus_peers = peer_list(self.engine.cluster());
         self.net.bus_password = password;
     }
 
@@ -580,12 +584,16 @@ impl Net {
     fn cluster_changed(&mut self, engine: &Engine) {
         let cluster = engine.cluster();
         self.cluster_generation = cluster.generation();
-        if let Some(path) = &self.nodes_file
-            && let Err(e) = crate::nodes_file::save(path, &cluster.to_conf())
+        if let Some(file) = &mut self.nodes_file
+            && let Err(e) = file.save(&cluster.to_conf())
         {
-            log::error!("cluster: cannot save {}: {e}", path.display());
+            log::error!("cluster: cannot save {}: {e}", file.path().display());
         }
-        self.bus = Bus::new(cluster, &self.bus_password);
+        let peers = peer_list(cluster);
+        if peers != self.bus_peers {
+            self.bus = Bus::new(cluster, &self.bus_password);
+            self.bus_peers = peers;
+        }
     }
 
     fn serve_inner(&mut self, engine: &mut Engine, key: usize, now: u64) -> Result<(), Disconnect> {
@@ -900,6 +908,14 @@ impl engine_core::script::BusyPoll for Net {
 /// (Redis `getClientType`), normal otherwise. Keychange feed connections (the fan-out's
 /// links, like Redis's replica links) are bounded by `feed-buffer-limit` instead, which
 /// resyncs rather than closes, so no class applies to them.
+/// The bus peers of `cluster` (host, port), to tell when MEET or FORGET changed them.
+fn peer_list(cluster: &engine_core::cmd::cluster::Cluster) -> Vec<(Option<String>, u16)> {
+    cluster
+        .peers()
+        .map(|(_, h, p)| (h.map(str::to_string), p))
+        .collect()
+}
+
 fn output_class(engine: &Engine, conn: &Conn) -> engine_core::cmd::server::OutputLimit {
     let limits = &engine.config.client_output_buffer_limit;
     if conn.client.subs.count() > 0 {

@@ -40,10 +40,64 @@ pub fn load_at_start(engine: &mut Engine, path: &Path) -> io::Result<()> {
     }
 }
 
-/// Writes `text` to `path`: temp file, then rename, so a reader never sees half a file and
-/// a crash of the process (kill -9) keeps the change. No fsync: redis does not fsync
-/// `nodes.conf` after SETSLOT either (`CLUSTER_TODO_SAVE_CONFIG` without `…_FSYNC_CONFIG`),
-/// and a slot move sends four SETSLOTs per slot; only a power loss can lose the last change.
+/// The open nodes file, rewritten in place on every change.
+pub struct NodesFile {
+    path: PathBuf,
+    file: Option<File>,
+    /// Bytes in the file now.
+    len: usize,
+}
+
+impl NodesFile {
+    pub fn new(path: PathBuf) -> NodesFile {
+        NodesFile {
+            path,
+            file: None,
+            len: 0,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `text` over the file in place, as redis `clusterSaveConfig` does: a shorter text
+    /// is padded with newlines to the old length before the file is cut to size, so a crash
+    /// between the write and the cut leaves blank lines (skipped when read), never the tail
+    /// of an older table. No fsync: redis does not fsync `nodes.conf` after SETSLOT either
+    /// (`CLUSTER_TODO_SAVE_CONFIG` without `…_FSYNC_CONFIG`), and a slot move sends four
+    /// SETSLOTs per slot; a process crash keeps the change, a power loss may lose the last
+    /// one. One `pwrite` (and an `ftruncate` when shorter): no file is created per change.
+    pub fn save(&mut self, text: &str) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        if self.file.is_none() {
+            let f = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&self.path)?;
+            self.len = f.metadata()?.len() as usize;
+            self.file = Some(f);
+        }
+        let f = self.file.as_ref().expect("opened above");
+        let mut bytes = text.as_bytes().to_vec();
+        if bytes.len() < self.len {
+            bytes.resize(self.len, b'\n');
+        }
+        let r = f
+            .write_all_at(&bytes, 0)
+            .and_then(|()| f.set_len(text.len() as u64));
+        if r.is_err() {
+            self.file = None; // reopened on the next change
+        }
+        r?;
+        self.len = text.len();
+        Ok(())
+    }
+}
+
+/// Writes `text` to `path` once (a new file: temp file, then rename).
 pub fn save(path: &Path, text: &str) -> io::Result<()> {
     let tmp = path.with_extension("conf.tmp");
     let mut f = File::create(&tmp)?;
@@ -79,6 +133,20 @@ mod tests {
         let before = other.cluster().to_conf();
         load_at_start(&mut other, &p).unwrap();
         assert_eq!(other.cluster().to_conf(), before);
+        // Rewritten in place: a shorter table leaves no tail of the longer one.
+        let mut file = NodesFile::new(p.clone());
+        let mut e1 = engine(0);
+        let mut c = engine_core::Client::default();
+        let mut out = Vec::new();
+        e1.exec(
+            &mut c,
+            &[b"CLUSTER", b"MEET", b"127.0.0.1", b"7002"],
+            0,
+            &mut out,
+        );
+        file.save(&e1.cluster().to_conf()).unwrap();
+        file.save(&e0.cluster().to_conf()).unwrap();
+        assert_eq!(fs::read_to_string(&p).unwrap(), e0.cluster().to_conf());
         fs::write(&p, "garbage\n").unwrap();
         assert!(load_at_start(&mut engine(0), &p).is_err());
         fs::remove_dir_all(&dir).unwrap();

@@ -574,20 +574,37 @@ impl Mover {
         let mut req = Vec::new();
         resp::encode_request(&mut req, &["CLUSTER", "SETSLOT", &slot, "NODE", &id]);
         let others: Vec<usize> = (0..self.nodes.len()).filter(|&i| i != owner).collect();
+        // Every reply of a request that was written is read, even after an error: a reply
+        // left unread would be taken for the answer to the connection's next command.
+        let mut first_err: Option<String> = None;
+        let mut sent = Vec::with_capacity(others.len());
         for &i in &others {
-            self.ensure(i)?;
-            self.nodes[i].send(&req)?;
-        }
-        for &i in &others {
-            if let Value::Error(e) = self.nodes[i].recv()? {
-                return Err(format!(
-                    "{}: CLUSTER SETSLOT {slot} NODE {id}: {}",
-                    self.nodes[i].addr(),
-                    String::from_utf8_lossy(&e)
-                ));
+            match self.ensure(i).and_then(|()| self.nodes[i].send(&req)) {
+                Ok(()) => sent.push(i),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
             }
         }
-        Ok(())
+        for i in sent {
+            match self.nodes[i].recv() {
+                Ok(Value::Error(e)) => {
+                    first_err.get_or_insert(format!(
+                        "{}: CLUSTER SETSLOT {slot} NODE {id}: {}",
+                        self.nodes[i].addr(),
+                        String::from_utf8_lossy(&e)
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Moves every key of slot `s` from `src` to `dst`, database by database; a key the

@@ -358,3 +358,124 @@ fn resize_2_3_4_2_under_load_keeps_every_key() {
     check_through_proxy(proxy, LIVE);
     assert_eq!(check_placement(fleet.base, 2), KEYS + LIVE);
 }
+
+/// The pid of the engine listening on `port` (INFO server `process_id`).
+fn engine_pid(port: u16) -> i32 {
+    let info = redis_cli(port, &["INFO", "server"]);
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("process_id:"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no process_id from {port}: {info}"))
+}
+
+/// Waits (at most 20 s) until engine `port` has a slot open (`[` in its CLUSTER NODES), then
+/// SIGKILLs it. Returns whether it found one.
+fn kill_mid_move(port: u16) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let nodes = Resp::try_connect(port)
+            .map(|mut c| String::from_utf8_lossy(&c.cmd_str(&["CLUSTER", "NODES"])).into_owned())
+            .unwrap_or_default();
+        if nodes.contains('[') {
+            let pid = engine_pid(port);
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+/// Every key of database 0 and 1 on the engine the map of `n` gives its slot, with its value.
+fn check_values_direct(base: u16, n: usize, keys: usize) {
+    let mut conns: Vec<Resp> = (0..n).map(|e| Resp::connect(base + e as u16)).collect();
+    for db in 0..2 {
+        for c in conns.iter_mut() {
+            select(c, db);
+        }
+        for i in (0..keys).filter(|&i| db_of(i) == db) {
+            let owner = instance_for_slot(key_slot(key(i).as_bytes()), n as u32) as usize;
+            assert_eq!(
+                cmd(&mut conns[owner], &["GET", &key(i)]),
+                bulk(&value(i)),
+                "key {i} (db {db}) on engine {owner} of {n}"
+            );
+        }
+    }
+}
+
+/// kill -9 of the source (an old engine) during 2→3, then of the destination (the new engine)
+/// during 3→4: the supervisor restarts the engine, `recached resize` finishes (re-run if it
+/// gave up), and every key is on exactly one engine, its owner, with its value.
+#[test]
+fn resize_survives_kill_9_of_the_source_and_of_the_destination() {
+    const N: usize = 20_000;
+    let mut fleet = Fleet::start("kill", 2, "");
+    // Written to the owners directly, pipelined (the map of 2 engines).
+    {
+        let mut conns: Vec<Resp> = (0..2).map(|e| Resp::connect(fleet.base + e)).collect();
+        let mut pending = [0usize; 2];
+        for db in 0..2 {
+            for (e, c) in conns.iter_mut().enumerate() {
+                c.send_raw(&Resp::encode(&[b"SELECT", db.to_string().as_bytes()]));
+                pending[e] += 1;
+            }
+            for i in (0..N).filter(|&i| db_of(i) == db) {
+                let e = instance_for_slot(key_slot(key(i).as_bytes()), 2) as usize;
+                conns[e].send_raw(&Resp::encode(&[
+                    b"SET",
+                    key(i).as_bytes(),
+                    value(i).as_bytes(),
+                ]));
+                pending[e] += 1;
+            }
+            for (e, c) in conns.iter_mut().enumerate() {
+                for _ in 0..std::mem::take(&mut pending[e]) {
+                    assert_eq!(c.read_frame(), b"+OK\r\n");
+                }
+            }
+        }
+    }
+    for (n, victim) in [(3usize, 0u16), (4, 3)] {
+        let data = fleet.data();
+        let resize = std::thread::spawn(move || {
+            run_cmd(
+                Command::new(recached_bin())
+                    .args(["resize", &n.to_string(), "--dir"])
+                    .arg(&data)
+                    .env("RUST_LOG", "info"),
+                RESIZE_TIMEOUT,
+            )
+        });
+        let port = fleet.base + victim;
+        // The new engine must exist before it can be killed mid-move.
+        let killed = kill_mid_move(port);
+        let first = resize.join().unwrap();
+        assert!(killed, "no open slot seen on {port}:\n{}", first.text());
+        let mut out = first;
+        for _ in 0..3 {
+            if out.ok {
+                break;
+            }
+            eprintln!(
+                "resize {n} after kill -9 of {port} gave up, re-run:\n{}",
+                out.text()
+            );
+            // The supervisor restarts the killed engine.
+            fleet
+                .sup
+                .as_mut()
+                .unwrap()
+                .wait_port(port, FLEET_START_TIMEOUT);
+            out = fleet.resize(n);
+        }
+        assert!(out.ok, "resize {n} never finished:\n{}", out.text());
+        eprintln!("resize {n}, kill -9 of {port} mid-move:\n{}", out.text());
+        assert_eq!(
+            check_placement(fleet.base, n),
+            N,
+            "each key once, on its owner"
+        );
+        check_values_direct(fleet.base, n, N);
+    }
+}

@@ -479,3 +479,51 @@ fn resize_survives_kill_9_of_the_source_and_of_the_destination() {
         check_values_direct(fleet.base, n, N);
     }
 }
+
+/// redis-py's `RedisCluster` (newest release, tests/clients/.venv) on engine 0 for the whole
+/// of 2→3→2: it follows -MOVED/-ASK by itself; no call fails and every key ends with the
+/// value it last wrote.
+#[test]
+fn resize_under_redis_py_cluster_direct_to_the_engines() {
+    let python = workspace_root().join("tests/clients/.venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} missing: run scripts/test.sh (it installs redis-py into tests/clients/.venv)",
+        python.display()
+    );
+    let fleet = Fleet::start("redis-py", 2, "");
+    let stop = fleet.dir.join("stop-redis-py");
+    let port = fleet.base;
+    let client = {
+        let (python, stop) = (python.clone(), stop.clone());
+        std::thread::spawn(move || {
+            run_cmd(
+                Command::new(python)
+                    .arg(workspace_root().join("tests/clients/redis_py_cluster_resize.py"))
+                    .args(["--port", &port.to_string(), "--keys", "500"])
+                    .arg("--stop-file")
+                    .arg(stop),
+                Duration::from_secs(400),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    for n in [3, 2] {
+        let out = fleet.resize(n);
+        assert!(out.ok, "resize {n}:\n{}", out.text());
+    }
+    std::fs::write(&stop, b"").unwrap();
+    let out = client.join().unwrap();
+    assert!(out.ok, "redis-py:\n{}", out.text());
+    let line = out.stdout.lines().last().unwrap_or_default().to_string();
+    eprintln!("redis-py during 2→3→2: {line}");
+    assert!(line.contains("\"errors\": 0,"), "{line}\n{}", out.stderr);
+    assert!(line.contains("\"final_wrong\": 0"), "{line}");
+    let rounds: u64 = line
+        .split("\"rounds\": ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|r| r.parse().ok())
+        .unwrap();
+    assert!(rounds > 100, "the client ran through the resizes: {line}");
+}

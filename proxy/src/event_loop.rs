@@ -639,6 +639,7 @@ impl Proxy {
             dirty_clients,
             to_close,
             followups,
+            fleet,
             ..
         } = self;
         let Some(d) = dedicated.get_mut(id) else {
@@ -647,7 +648,7 @@ impl Proxy {
         let (owner_token, owner_id) = (d.owner_token, d.owner_id);
         let pubsub_limit = self.limits.client_output_buffer_limit.pubsub;
         let now_us = self.started.elapsed().as_micros() as u64;
-        d.incoming(|incoming| match incoming {
+        d.incoming(&fleet.slots, |incoming| match incoming {
             Incoming::Reply(w, reply) => deliver(clients, dirty_clients, followups, w, reply),
             Incoming::EngineId(engine_id) => {
                 // A parked part of a released spread read is unblocked once its id is known.

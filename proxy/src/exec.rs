@@ -89,6 +89,7 @@ use crate::backend::HELLO3;
 use crate::event_loop::{backend_token, dedicated_token, mark};
 use crate::pubsub::{self, Kind};
 use crate::route::{self, Args, Fleet, Plan, ReplyMode, Session};
+use crate::slots::SlotMap;
 use crate::split::{Merge, Part};
 use crate::spread::{Spread, SpreadPart};
 use crate::tx::{self, Step};
@@ -261,7 +262,10 @@ fn in_transaction<A: Args + ?Sized>(
     // A lane switch can only have to wait while replies are pending; only then is the
     // state kept to be restored (a clone holds every queued request: not per command).
     let before = (!never_waits && me.replies.pending_len() > 0).then(|| me.session.tx.clone());
-    let step = me.session.tx.step(args, raw, &ctx.fleet.up);
+    let step = me
+        .session
+        .tx
+        .step(args, raw, &ctx.fleet.up, &ctx.fleet.slots);
     // A transaction on one instance takes its dedicated connection; one spanning instances
     // takes the connections to each (`crate::coord`).
     let lane = match &step {
@@ -432,16 +436,15 @@ pub(crate) fn gather(
     me: &mut Me<'_>,
     ctx: &mut Ctx<'_>,
 ) {
-    let n = ctx.fleet.instances();
     // A new reply slot, or the one of a script run again (`crate::coord::Scripts`).
     let seq = slot.unwrap_or_else(|| me.replies.push_plain());
     let mut parts: Vec<GatherEngine> = Vec::new();
     let mut keys = keys;
     keys.sort_unstable();
     keys.dedup();
+    let owners: Vec<usize> = keys.iter().map(|k| ctx.fleet.slots.of(k)).collect();
     let mut wanted: Vec<(usize, bool)> = engines;
-    for k in &keys {
-        let i = crate::route::instance_of(k, n);
+    for &i in &owners {
         if !wanted.iter().any(|&(j, _)| j == i) {
             wanted.push((i, false));
         }
@@ -465,8 +468,9 @@ pub(crate) fn gather(
         };
         let own = keys
             .iter()
-            .filter(|k| crate::route::instance_of(k, n) == instance)
-            .cloned()
+            .zip(&owners)
+            .filter(|&(_, &o)| o == instance)
+            .map(|(k, _)| k.clone())
             .collect();
         parts.push(GatherEngine {
             instance,
@@ -482,7 +486,6 @@ pub(crate) fn gather(
 
 /// A blocking command whose keys span instances (`crate::coord::Wait`).
 fn gather_blocking<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
-    let n = ctx.fleet.instances();
     let seq = me.replies.push_plain();
     let Some(spec) = route::known_row(args) else {
         me.replies.fill(seq, 0, route::CROSSSLOT);
@@ -503,7 +506,10 @@ fn gather_blocking<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx:
         .map_or(0, |t| ((t * 1000.0) as u64).max(1));
     let mut engines: Vec<(usize, usize, Vec<Vec<u8>>)> = Vec::new();
     let mut waits: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
-    let mut instances: Vec<usize> = keys.iter().map(|k| route::instance_of(k, n)).collect();
+    let slots = &ctx.fleet.slots;
+    let key_owners: Vec<usize> = keys.iter().map(|k| slots.of(k)).collect();
+    let source_owners: Vec<usize> = sources.iter().map(|k| slots.of(k)).collect();
+    let mut instances = key_owners.clone();
     instances.sort_unstable();
     instances.dedup();
     for instance in instances {
@@ -516,16 +522,18 @@ fn gather_blocking<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx:
         };
         let mut own: Vec<Vec<u8>> = keys
             .iter()
-            .filter(|k| route::instance_of(k, n) == instance)
-            .cloned()
+            .zip(&key_owners)
+            .filter(|&(_, &o)| o == instance)
+            .map(|(k, _)| k.clone())
             .collect();
         own.sort_unstable();
         own.dedup();
         engines.push((instance, conn, own));
         let here: Vec<Vec<u8>> = sources
             .iter()
-            .filter(|k| route::instance_of(k, n) == instance)
-            .cloned()
+            .zip(&source_owners)
+            .filter(|&(_, &o)| o == instance)
+            .map(|(k, _)| k.clone())
             .collect();
         if !here.is_empty() {
             waits.push((conn, here));
@@ -613,7 +621,6 @@ fn subscription<A: Args + ?Sized>(
     me: &mut Me<'_>,
     ctx: &mut Ctx<'_>,
 ) -> Flow {
-    let n = ctx.fleet.instances();
     let names: Vec<&[u8]> = (1..args.argc()).map(|i| args.arg(i)).collect();
     // Shard channels of several slots: CROSSSLOT, as a Redis Cluster node answers.
     if kind.is_shard()
@@ -635,7 +642,11 @@ fn subscription<A: Args + ?Sized>(
     // A redirect target for client-side caching: every instance learns of it, and the
     // proxy learns each instance's id for it (`tracking_redirect`).
     let invalidate = kind == Kind::Subscribe && names.contains(&crate::pubsub::INVALIDATE);
-    for i in me.session.subs.instances_needed(kind, &names, n) {
+    for i in me
+        .session
+        .subs
+        .instances_needed(kind, &names, &ctx.fleet.slots)
+    {
         match conn_for(i, me, ctx) {
             Ok(id) => {
                 let d = ctx.dedicated.get_mut(id).expect("just looked up");
@@ -652,7 +663,10 @@ fn subscription<A: Args + ?Sized>(
             }
         }
     }
-    let change = me.session.subs.apply_in(kind, &names, n, me.session.proto);
+    let change = me
+        .session
+        .subs
+        .apply_in(kind, &names, &ctx.fleet.slots, me.session.proto);
     if change.sends.is_empty() {
         me.replies.push_local(&change.reply, false);
         return Flow::Continue;

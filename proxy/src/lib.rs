@@ -73,6 +73,7 @@ mod exec;
 pub mod memcached;
 pub mod pubsub;
 pub mod route;
+pub mod slots;
 pub mod split;
 mod spread;
 pub mod tls;

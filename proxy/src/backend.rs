@@ -95,14 +95,53 @@ pub struct Backend {
     pub preamble: Vec<Vec<u8>>,
 }
 
-/// Index in the proxy's link table of instance `instance`'s link for `db` and `resp3`,
-/// with `n` instances: links of one (database, protocol) pair are contiguous, RESP2 then
-/// RESP3 for each database, so database 0's RESP2 links (the ones that decide whether an
-/// instance is up) are `0..n`.
+/// Index in the proxy's link table of instance `instance`'s link for `db`, `resp3` and
+/// `kind`, with `per` links per instance ([`links_per_instance`]): an instance's links are
+/// contiguous (RESP2 then RESP3 for each database, each with its kinds), so an instance
+/// learned at run time (`crate::redirect`) appends its links and no index moves; the first
+/// link of each instance (database 0, RESP2, ordinary) is the one that decides whether the
+/// instance is up.
 #[inline]
-pub fn link_index(n: usize, db: usize, resp3: bool, kind: usize, instance: usize) -> usize {
+pub fn link_index(per: usize, db: usize, resp3: bool, kind: usize, instance: usize) -> usize {
     debug_assert!(kind <= SCRIPT_LINKS);
-    ((db * 2 + usize::from(resp3)) * (1 + SCRIPT_LINKS) + kind) * n + instance
+    instance * per + (db * 2 + usize::from(resp3)) * (1 + SCRIPT_LINKS) + kind
+}
+
+/// Links per instance in the link table, with `databases` databases.
+pub fn links_per_instance(databases: usize) -> usize {
+    databases.max(1) * 2 * (1 + SCRIPT_LINKS)
+}
+
+/// The links of one instance, in [`link_index`] order: database 0's ordinary RESP2 link
+/// first (connected by the caller), the others dormant until a client needs them.
+/// `several`: the fleet has more than one instance (script links then discover keys of
+/// other instances, `crate::coord::Scripts`).
+pub fn instance_links(
+    instance: usize,
+    name: &str,
+    addr: SocketAddr,
+    per: usize,
+    login: &Option<Vec<u8>>,
+    several: bool,
+) -> impl Iterator<Item = Backend> {
+    let kinds = 1 + SCRIPT_LINKS;
+    let (name, login) = (name.to_string(), login.clone());
+    (0..per).map(move |link| {
+        let mut b = Backend::new(instance, name.clone(), addr);
+        b.db = link / (2 * kinds);
+        b.resp3 = (link / kinds) % 2 == 1;
+        b.dormant = link != 0;
+        b.login = login.clone();
+        if link % kinds != 0 && several {
+            b.preamble
+                .push(b"*2\r\n$10\r\nTXDISCOVER\r\n$2\r\nON\r\n".to_vec());
+        }
+        debug_assert_eq!(
+            link_index(per, b.db, b.resp3, link % kinds, instance),
+            instance * per + link
+        );
+        b
+    })
 }
 
 /// Script links per (protocol, database) pair and instance; a link's `kind` in

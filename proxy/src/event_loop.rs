@@ -177,31 +177,18 @@ impl Proxy {
         let mut fleet = Fleet::new(backends.iter().map(|(n, _)| n.clone()).collect(), port);
         fleet.cluster_publish = limits.cluster_publish;
         fleet.databases = limits.databases.max(1);
-        // The link table (`crate::backend::link_index`): per database, protocol and kind
-        // (ordinary or script), one link per instance; database 0's ordinary RESP2 links
-        // connect at start, the others are dormant until the first client on them
+        // The link table (`crate::backend::link_index`): per instance, per database,
+        // protocol and kind (ordinary or script), one link; database 0's ordinary RESP2
+        // links connect at start, the others are dormant until the first client on them
         // (`crate::exec`, "RESP3 clients", "Databases", "Scripts").
         let n = backends.len();
-        let kinds = 1 + crate::backend::SCRIPT_LINKS;
-        let backends: Vec<Backend> = (0..fleet.databases * 2 * kinds)
-            .flat_map(|link| {
-                backends.iter().enumerate().map(move |(i, (name, addr))| {
-                    let mut b = Backend::new(i, name.clone(), *addr);
-                    b.db = link / (2 * kinds);
-                    b.resp3 = (link / kinds) % 2 == 1;
-                    b.dormant = link != 0;
-                    // Script links: scripts may discover undeclared keys of other instances
-                    // (`crate::coord::Scripts`).
-                    if link % kinds != 0 && n > 1 {
-                        b.preamble
-                            .push(b"*2\r\n$10\r\nTXDISCOVER\r\n$2\r\nON\r\n".to_vec());
-                    }
-                    debug_assert_eq!(
-                        crate::backend::link_index(n, b.db, b.resp3, link % kinds, i),
-                        link * n + i
-                    );
-                    b
-                })
+        let per = crate::backend::links_per_instance(fleet.databases);
+        fleet.per_instance = per;
+        let backends: Vec<Backend> = backends
+            .iter()
+            .enumerate()
+            .flat_map(|(i, (name, addr))| {
+                crate::backend::instance_links(i, name, *addr, per, &None, n > 1)
             })
             .collect();
         let tls_scratch = if tls_listener.is_some() {
@@ -276,12 +263,8 @@ impl Proxy {
     pub fn run(&mut self) -> io::Result<()> {
         let now = Instant::now();
         for i in 0..self.fleet.instances() {
-            self.backends[i].connect(
-                self.poll.registry(),
-                Token(BACKEND_TOKEN_BASE + i),
-                now,
-                true,
-            );
+            let link = self.fleet.primary(i);
+            self.backends[link].connect(self.poll.registry(), backend_token(link), now, true);
         }
         let mut events = Events::with_capacity(1024);
         while !self.shutdown.load(Ordering::Relaxed) {
@@ -447,8 +430,13 @@ impl Proxy {
                     let b = &self.backends[i];
                     let link = if b.resp3 { " (RESP3 link)" } else { "" };
                     log::info!("instance {} ({}){link} is up", b.index, b.name);
-                    if let Some(up) = self.fleet.up.get_mut(i) {
-                        *up = true; // RESP2 links only: they decide "instance up"
+                    // Primary links only: they decide "instance up".
+                    if let Some(up) = self
+                        .fleet
+                        .primary_of(i)
+                        .and_then(|j| self.fleet.up.get_mut(j))
+                    {
+                        *up = true;
                     }
                     self.mark_backend(i);
                 }
@@ -499,14 +487,15 @@ impl Proxy {
 
     fn fail_backend(&mut self, i: usize, why: &str, now: Instant) {
         let b = &mut self.backends[i];
-        let up = self.fleet.up.get(i).copied().unwrap_or(false);
+        let instance = self.fleet.primary_of(i);
+        let up = instance.is_some_and(|j| self.fleet.up[j]);
         if b.link == Link::Up || up {
             log::warn!("instance {} ({}) is unavailable: {why}", b.index, b.name);
         } else {
             log::debug!("instance {} ({}): {why}", b.index, b.name);
         }
-        if let Some(up) = self.fleet.up.get_mut(i) {
-            *up = false;
+        if let Some(j) = instance {
+            self.fleet.up[j] = false;
         }
         let waiters = b.fail(self.poll.registry(), now);
         self.fleet.backend_errors += waiters.len() as u64;
@@ -710,7 +699,9 @@ impl Proxy {
             d.owner_id,
             d.instance
         );
-        let error = self.backends[d.instance].unavailable.clone();
+        let error = self.backends[self.fleet.primary(d.instance)]
+            .unavailable
+            .clone();
         for e in d.inflight.drain(..) {
             if let Some(w) = e.waiter {
                 deliver(
@@ -1115,7 +1106,8 @@ impl Proxy {
                 retry.push(token);
             }
             for f in std::mem::take(&mut c.replies.followups) {
-                let b = &mut self.backends[f.instance];
+                let link = self.fleet.primary(f.instance);
+                let b = &mut self.backends[link];
                 if b.accepts() {
                     let w = Waiter {
                         token,
@@ -1126,7 +1118,7 @@ impl Proxy {
                     b.send(&f.request, w);
                     if !b.dirty {
                         b.dirty = true;
-                        self.dirty_backends.push(f.instance);
+                        self.dirty_backends.push(link);
                     }
                 } else {
                     c.replies.fill(f.seq, f.part, &b.unavailable.clone());

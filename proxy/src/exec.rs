@@ -405,7 +405,9 @@ fn coordinate(
             _ => {
                 // The connection holding this part is gone (the instance failed): nothing
                 // ran; the others' parts are dropped with their connections' state.
-                let error = ctx.backends[instance].unavailable.clone();
+                let error = ctx.backends[ctx.fleet.primary(instance)]
+                    .unavailable
+                    .clone();
                 for &(i, id) in me.conns.iter() {
                     if i != instance
                         && let Some(d) = ctx.dedicated.get_mut(id)
@@ -687,7 +689,7 @@ fn subscription<A: Args + ?Sized>(
             }
             None => {
                 ctx.fleet.backend_errors += 1;
-                let error = &ctx.backends[send.instance].unavailable;
+                let error = &ctx.backends[ctx.fleet.primary(send.instance)].unavailable;
                 me.replies.fill(seq, part as u32, error);
             }
         }
@@ -738,7 +740,7 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
         }
         return Ok(id);
     }
-    let backend = &ctx.backends[instance];
+    let backend = &ctx.backends[ctx.fleet.primary(instance)];
     if !backend.accepts() {
         ctx.fleet.backend_errors += 1;
         return Err(backend.unavailable.clone());
@@ -808,7 +810,7 @@ fn open(
     resp3: bool,
     ctx: &mut Ctx<'_>,
 ) -> Result<usize, Vec<u8>> {
-    let backend = &ctx.backends[instance];
+    let backend = &ctx.backends[ctx.fleet.primary(instance)];
     // The slab index is the token, so reserve the entry before registering.
     let id = ctx.dedicated.vacant_key();
     let token = dedicated_token(id);
@@ -1134,10 +1136,10 @@ fn script_link(target: Option<usize>, me: &Me<'_>, ctx: &Ctx<'_>) -> usize {
     {
         return k;
     }
-    let n = ctx.fleet.instances();
+    let per = ctx.fleet.per_instance;
     let i = target.unwrap_or_else(|| ctx.fleet.up.iter().position(|&up| up).unwrap_or(0));
     let resp3 = me.session.proto == resp::Proto::Resp3;
-    let link = |k| &ctx.backends[crate::backend::link_index(n, me.session.db, resp3, k, i)];
+    let link = |k| &ctx.backends[crate::backend::link_index(per, me.session.db, resp3, k, i)];
     (1..=crate::backend::SCRIPT_LINKS)
         .min_by_key(|&k| link(k).inflight.len())
         .unwrap_or(1)
@@ -1152,12 +1154,13 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         (Plan::Script(_), Lane::Script(k)) => k,
         _ => 0,
     };
-    let link_base = crate::backend::link_index(n, me.session.db, resp3, kind, 0);
+    let per = ctx.fleet.per_instance;
+    let link_base = crate::backend::link_index(per, me.session.db, resp3, kind, 0);
     let (token, client_id) = (me.token, me.id);
     let replies = &mut *me.replies;
     let registry = ctx.registry;
     let mut send = |i: usize, request: &[u8], seq: u64, part: u32, replies: &mut Replies| {
-        let i = link_base + i;
+        let i = i * per + link_base;
         let b = &mut ctx.backends[i];
         if b.dormant {
             b.dormant = false;

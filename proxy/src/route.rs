@@ -176,12 +176,15 @@ pub struct Fleet {
     pub client_ids: std::collections::HashSet<u64>,
     /// Slot → instance ([`crate::slots`]): what every routing decision reads.
     pub slots: Slots,
+    /// Links per instance in the proxy's link table (`crate::backend::link_index`).
+    pub per_instance: usize,
 }
 
 impl Fleet {
     pub fn new(addrs: Vec<String>, port: u16) -> Self {
         Fleet {
             slots: Slots::jump(addrs.len()),
+            per_instance: 1,
             up: vec![false; addrs.len()],
             addrs,
             clients: 0,
@@ -205,6 +208,18 @@ impl Fleet {
 
     pub fn instances(&self) -> usize {
         self.addrs.len()
+    }
+
+    /// The link of instance `i` that decides whether it is up (database 0, RESP2, ordinary),
+    /// also the one of fleet-wide requests that are not per database.
+    pub fn primary(&self, i: usize) -> usize {
+        i * self.per_instance
+    }
+
+    /// The instance whose primary link is link `link`, if it is one.
+    pub fn primary_of(&self, link: usize) -> Option<usize> {
+        link.is_multiple_of(self.per_instance)
+            .then(|| link / self.per_instance)
     }
 }
 

@@ -164,6 +164,7 @@ const SELECT_WAITER: Waiter = Waiter {
     client_id: u64::MAX,
     seq: 1,
     part: 0,
+    hops: crate::client::Hops::NONE,
 };
 
 /// The waiter of the login AUTH: no client has this token.
@@ -172,16 +173,45 @@ const LOGIN_WAITER: Waiter = Waiter {
     client_id: u64::MAX,
     seq: 0,
     part: 0,
+    hops: crate::client::Hops::NONE,
 };
+
+/// The waiter of an `ASKING` sent before a request redirected by `-ASK` (`crate::redirect`):
+/// its `+OK` is consumed here.
+pub const ASKING_WAITER: Waiter = Waiter {
+    token: usize::MAX,
+    client_id: u64::MAX,
+    seq: 2,
+    part: 0,
+    hops: crate::client::Hops::NONE,
+};
+
+/// The waiter of a `CLUSTER SLOTS` the loop sends to refresh its slot table
+/// (`crate::redirect`): its reply goes to the loop, no client.
+pub const REFRESH_WAITER: Waiter = Waiter {
+    token: usize::MAX,
+    client_id: u64::MAX,
+    seq: 3,
+    part: 0,
+    hops: crate::client::Hops::NONE,
+};
+
+/// Whether `w` is one of the loop's own waiters above (compared without `hops`, which
+/// carries the request length).
+pub fn is_internal(w: &Waiter, internal: &Waiter) -> bool {
+    w.token == internal.token && w.client_id == internal.client_id && w.seq == internal.seq
+}
 
 impl Backend {
     pub fn new(index: usize, name: String, addr: SocketAddr) -> Self {
         let unavailable = format!("-ERR instance {index} ({name}) is unavailable\r\n").into_bytes();
+        let mut wire = Wire::new();
+        wire.retain = true;
         Backend {
             index,
             addr,
             name,
-            wire: Wire::new(),
+            wire,
             link: Link::Down {
                 retry_at: Instant::now(),
             },
@@ -203,8 +233,9 @@ impl Backend {
     }
 
     /// Queues a request; the caller marks the backend dirty so it is written this iteration.
-    pub fn send(&mut self, request: &[u8], waiter: Waiter) {
+    pub fn send(&mut self, request: &[u8], mut waiter: Waiter) {
         self.wire.out.extend_from_slice(request);
+        waiter.hops.len = request.len();
         self.inflight.push_back(waiter);
     }
 
@@ -224,21 +255,28 @@ impl Backend {
                 if self.wire.rbuf.is_empty() {
                     self.wire.rbuf = vec![0; READ_CHUNK];
                 }
+                // Each with its length: the link keeps sent requests until answered.
+                let sized = |w: Waiter, len: usize| Waiter {
+                    hops: crate::client::Hops { len, ..w.hops },
+                    ..w
+                };
                 for request in self.preamble.iter().rev() {
                     self.wire.out.splice(0..0, request.iter().copied());
-                    self.inflight.push_front(LOGIN_WAITER);
+                    self.inflight.push_front(sized(LOGIN_WAITER, request.len()));
                 }
                 if self.db != 0 {
-                    self.wire.out.splice(0..0, select_request(self.db));
-                    self.inflight.push_front(SELECT_WAITER);
+                    let select = select_request(self.db);
+                    let len = select.len();
+                    self.wire.out.splice(0..0, select);
+                    self.inflight.push_front(sized(SELECT_WAITER, len));
                 }
                 if self.resp3 {
                     self.wire.out.splice(0..0, HELLO3.iter().copied());
-                    self.inflight.push_front(LOGIN_WAITER);
+                    self.inflight.push_front(sized(LOGIN_WAITER, HELLO3.len()));
                 }
                 if let Some(login) = &self.login {
                     self.wire.out.splice(0..0, login.iter().copied());
-                    self.inflight.push_front(LOGIN_WAITER);
+                    self.inflight.push_front(sized(LOGIN_WAITER, login.len()));
                 }
             }
             Err(e) => {
@@ -289,25 +327,31 @@ impl Backend {
         self.wire.read()
     }
 
-    /// Calls `deliver(waiter, reply)` for each complete reply frame read so far.
+    /// Calls `deliver(waiter, reply, request)` for each complete reply frame read so far,
+    /// `request` being the bytes the reply answers (empty if the link no longer has them).
     /// `Err` for a malformed reply or a reply nobody asked for: the link must be dropped.
     pub fn deliver_replies(
         &mut self,
-        mut deliver: impl FnMut(Waiter, &[u8]),
+        mut deliver: impl FnMut(Waiter, &[u8], &[u8]),
     ) -> Result<(), String> {
         let inflight = &mut self.inflight;
         let (index, name) = (self.index, &self.name);
-        self.wire.frames(|frame| {
+        self.wire.frames_sent(|frame, sent| {
             let Some(w) = inflight.pop_front() else {
                 return Err("reply without a request".into());
             };
-            if w == SELECT_WAITER && frame.first() == Some(&b'-') {
+            let len = w.hops.len;
+            if is_internal(&w, &ASKING_WAITER) {
+                return Ok(len); // `+OK`, or an error the request after it will show
+            }
+            let select = is_internal(&w, &SELECT_WAITER);
+            if select && frame.first() == Some(&b'-') {
                 return Err(format!(
                     "SELECT refused: {}",
                     String::from_utf8_lossy(frame).trim_end()
                 ));
             }
-            if w == LOGIN_WAITER || w == SELECT_WAITER {
+            if is_internal(&w, &LOGIN_WAITER) || select {
                 if frame.first() == Some(&b'-') {
                     log::warn!(
                         "instance {index} ({name}): the internal credential, HELLO 3 or a \
@@ -315,10 +359,10 @@ impl Backend {
                         String::from_utf8_lossy(frame).trim_end()
                     );
                 }
-                return Ok(());
+                return Ok(len);
             }
-            deliver(w, frame);
-            Ok(())
+            deliver(w, frame, sent.get(..len).unwrap_or_default());
+            Ok(len)
         })
     }
 }
@@ -327,9 +371,14 @@ impl Backend {
 /// connection, `crate::dedicated`): unsent requests, unparsed replies, the frame scanner.
 pub struct Wire {
     pub stream: Option<TcpStream>,
-    /// Requests not yet written: `out[out_pos..]`.
+    /// Requests not yet written: `out[out_pos..]`. With `retain`, `out[acked..out_pos]` are
+    /// requests written and not answered yet (a shared link re-sends one elsewhere when its
+    /// reply is a redirect, `crate::redirect`), kept without a copy per request.
     pub out: Vec<u8>,
     pub out_pos: usize,
+    acked: usize,
+    /// Keep written requests until answered (shared links; see `out`).
+    pub retain: bool,
     /// Replies not yet delivered: `rbuf[rstart..rend]`.
     rbuf: Vec<u8>,
     rstart: usize,
@@ -343,6 +392,8 @@ impl Wire {
             stream: None,
             out: Vec::new(),
             out_pos: 0,
+            acked: 0,
+            retain: false,
             // Allocated by the first connect: most links of the table never connect.
             rbuf: Vec::new(),
             rstart: 0,
@@ -383,6 +434,7 @@ impl Wire {
         }
         self.out.clear();
         self.out_pos = 0;
+        self.acked = 0;
         self.rstart = 0;
         self.rend = 0;
         self.scanner = FrameScanner::new();
@@ -407,9 +459,10 @@ impl Wire {
                 Err(e) => return Err(e),
             }
         }
-        if self.out_pos == self.out.len() {
+        if self.out_pos == self.out.len() && (!self.retain || self.acked == self.out.len()) {
             self.out.clear();
             self.out_pos = 0;
+            self.acked = 0;
             if self.out.capacity() > BIG_BUFFER {
                 self.out = Vec::new();
             }
@@ -463,6 +516,15 @@ impl Wire {
         &mut self,
         mut each: impl FnMut(&[u8]) -> Result<(), String>,
     ) -> Result<(), String> {
+        self.frames_sent(|frame, _| each(frame).map(|()| 0))
+    }
+
+    /// [`Self::frames`] with the written, unanswered requests (`out[acked..out_pos]`, see
+    /// `out`): `each` returns how many of their bytes the frame answered.
+    pub fn frames_sent(
+        &mut self,
+        mut each: impl FnMut(&[u8], &[u8]) -> Result<usize, String>,
+    ) -> Result<(), String> {
         loop {
             let buf = &self.rbuf[self.rstart..self.rend];
             if buf.is_empty() {
@@ -470,11 +532,26 @@ impl Wire {
             }
             match self.scanner.scan(buf) {
                 Ok(Some(len)) => {
-                    each(&buf[..len])?;
+                    let sent = &self.out[self.acked.min(self.out_pos)..self.out_pos];
+                    let answered = each(&buf[..len], sent)?;
+                    self.acked = (self.acked + answered).min(self.out_pos);
                     self.rstart += len;
                 }
                 Ok(None) => break,
                 Err(e) => return Err(e.to_string()),
+            }
+        }
+        if self.retain && self.acked > 0 {
+            if self.acked == self.out.len() {
+                self.out.clear();
+                self.out_pos = 0;
+                self.acked = 0;
+            } else if self.acked >= READ_CHUNK && self.acked * 2 >= self.out.len() {
+                // Answered requests ahead of unanswered ones: moved out once they are the
+                // larger part, so the buffer neither grows without end nor is moved often.
+                self.out.drain(..self.acked);
+                self.out_pos -= self.acked;
+                self.acked = 0;
             }
         }
         if self.rstart == self.rend {

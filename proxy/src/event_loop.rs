@@ -101,7 +101,7 @@ impl Args for ParsedArgs<'_> {
 }
 
 pub struct Proxy {
-    poll: Poll,
+    pub(crate) poll: Poll,
     /// The plain listener; `None` when only TLS is served.
     listener: Option<TcpListener>,
     /// The TLS listener and its rustls configuration.
@@ -119,7 +119,7 @@ pub struct Proxy {
     /// was needed made eight reads per proxied request.
     now: Instant,
     clients: Slab<Client>,
-    backends: Vec<Backend>,
+    pub(crate) backends: Vec<Backend>,
     /// Indices of the links that are not dormant, the only ones the loop's per-iteration
     /// checks (congestion, poll timeout, retries) visit: the link table has a link per
     /// (database, protocol, instance), 32 per instance with 16 databases, and walking all
@@ -127,10 +127,12 @@ pub struct Proxy {
     /// leaves dormancy only in `crate::exec` (its first request), which marks it dirty, so
     /// `flush_all` lists it in the iteration it woke; `listed[i]`: link i is in `live`.
     live: Vec<usize>,
-    listed: Vec<bool>,
+    pub(crate) listed: Vec<bool>,
     /// Clients' dedicated instance connections (`crate::dedicated`).
     dedicated: Slab<Dedicated>,
-    fleet: Fleet,
+    pub(crate) fleet: Fleet,
+    /// Redirects being followed, the slot table's refresh (`crate::redirect`).
+    pub(crate) redirects: crate::redirect::Redirects,
     next_client_id: u64,
     /// Clients / backends with output to write at the end of this iteration.
     dirty_clients: Vec<usize>,
@@ -214,6 +216,7 @@ impl Proxy {
             listed,
             dedicated: Slab::new(),
             fleet,
+            redirects: crate::redirect::Redirects::new(),
             next_client_id: 1,
             dirty_clients: Vec::new(),
             dirty_backends: Vec::new(),
@@ -328,6 +331,9 @@ impl Proxy {
             };
             wait = wait.min(due.saturating_duration_since(now));
         }
+        if let Some(due) = self.redirects.due() {
+            wait = wait.min(due.saturating_duration_since(now));
+        }
         // Clients paused by a bound are retried soon; those waiting to switch lanes are
         // resumed by the reply they wait for.
         if self
@@ -431,12 +437,9 @@ impl Proxy {
                     let link = if b.resp3 { " (RESP3 link)" } else { "" };
                     log::info!("instance {} ({}){link} is up", b.index, b.name);
                     // Primary links only: they decide "instance up".
-                    if let Some(up) = self
-                        .fleet
-                        .primary_of(i)
-                        .and_then(|j| self.fleet.up.get_mut(j))
-                    {
-                        *up = true;
+                    if let Some(j) = self.fleet.primary_of(i) {
+                        self.fleet.up[j] = true;
+                        self.link_up(now);
                     }
                     self.mark_backend(i);
                 }
@@ -475,11 +478,36 @@ impl Proxy {
             backends,
             dirty_clients,
             followups,
+            redirects,
             ..
         } = self;
-        let result = backends[i].deliver_replies(|w, reply| {
+        let result = backends[i].deliver_replies(|w, reply, request| {
+            // Only an error reply can be a redirect: one byte looked at for the others.
+            if reply.first() == Some(&b'-')
+                && w.token != usize::MAX
+                && !request.is_empty()
+                && crate::redirect::parse(reply).is_some()
+            {
+                redirects.pending.push(crate::redirect::Retry {
+                    w,
+                    request: request.to_vec(),
+                    reply: reply.to_vec(),
+                    from: i,
+                });
+                return;
+            }
+            if w.token == usize::MAX {
+                // The loop's own CLUSTER SLOTS (no client has this token).
+                if crate::backend::is_internal(&w, &crate::backend::REFRESH_WAITER) {
+                    redirects.slots_reply = Some((i, reply.to_vec()));
+                }
+                return;
+            }
             deliver(clients, dirty_clients, followups, w, reply);
         });
+        if !self.redirects.pending.is_empty() || self.redirects.slots_reply.is_some() {
+            self.follow_redirects(now);
+        }
         if let Err(e) = result {
             self.fail_backend(i, &format!("bad reply: {e}"), now);
         }
@@ -498,8 +526,9 @@ impl Proxy {
             self.fleet.up[j] = false;
         }
         let waiters = b.fail(self.poll.registry(), now);
-        self.fleet.backend_errors += waiters.len() as u64;
         let error = b.unavailable.clone();
+        self.link_failed(&waiters);
+        self.fleet.backend_errors += waiters.len() as u64;
         for w in waiters {
             deliver(
                 &mut self.clients,
@@ -511,7 +540,7 @@ impl Proxy {
         }
     }
 
-    fn mark_backend(&mut self, i: usize) {
+    pub(crate) fn mark_backend(&mut self, i: usize) {
         if !self.backends[i].dirty {
             self.backends[i].dirty = true;
             self.dirty_backends.push(i);
@@ -557,6 +586,7 @@ impl Proxy {
 
     fn timers(&mut self, now: Instant) {
         self.sweep_clients(now);
+        self.retry_due(now);
         for k in 0..self.live.len() {
             let i = self.live[k];
             match self.backends[i].link {
@@ -1114,6 +1144,7 @@ impl Proxy {
                         client_id: c.id,
                         seq: f.seq,
                         part: f.part,
+                        hops: crate::client::Hops::NONE,
                     };
                     b.send(&f.request, w);
                     if !b.dirty {
@@ -1281,6 +1312,19 @@ impl Proxy {
 }
 
 /// Puts a backend reply into its client's slot (if the client is still there).
+impl Proxy {
+    /// Hands `reply` to the client slot `w` waits on (`crate::redirect`).
+    pub(crate) fn deliver_to_client(&mut self, w: Waiter, reply: &[u8]) {
+        deliver(
+            &mut self.clients,
+            &mut self.dirty_clients,
+            &mut self.followups,
+            w,
+            reply,
+        );
+    }
+}
+
 fn deliver(
     clients: &mut Slab<Client>,
     dirty_clients: &mut Vec<usize>,

@@ -139,6 +139,7 @@ impl Me<'_> {
             client_id: self.id,
             seq,
             part,
+            hops: crate::client::Hops::NONE,
         }
     }
 }
@@ -582,6 +583,7 @@ pub(crate) fn send_outbox(
                     client_id,
                     seq,
                     part,
+                    hops: crate::client::Hops::NONE,
                 });
                 d.send(&request, w, 1);
                 mark(&mut d.dirty, dirty_dedicated, conn);
@@ -1179,6 +1181,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
                 client_id,
                 seq,
                 part,
+                hops: crate::client::Hops::NONE,
             },
             replies,
         );
@@ -1207,10 +1210,14 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
             }
         }
         Plan::FanOut { request, merge } => {
-            let seq = replies.push_parts(n, merge);
+            // Instances that own slots: one that gave all its slots away (retired, perhaps
+            // stopped) holds no keys (`crate::redirect`).
+            let slots = &ctx.fleet.slots;
+            let serving = (0..n).filter(|&i| slots.serves(i)).count();
+            let seq = replies.push_parts(serving, merge);
             let request = request.as_deref().unwrap_or(raw);
-            for i in 0..n {
-                send(i, request, seq, i as u32, replies);
+            for (part, i) in (0..n).filter(|&i| slots.serves(i)).enumerate() {
+                send(i, request, seq, part as u32, replies);
             }
         }
         Plan::ConfigSet { get } => {

@@ -72,6 +72,7 @@ mod event_loop;
 mod exec;
 pub mod memcached;
 pub mod pubsub;
+mod redirect;
 pub mod route;
 pub mod slots;
 pub mod split;

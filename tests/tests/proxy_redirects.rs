@@ -391,6 +391,7 @@ fn reshard_under_load_and_a_node_added_at_run_time() {
     std::thread::sleep(Duration::from_millis(300));
     run.store(false, Ordering::Relaxed);
     let (written, errors) = worker.join().unwrap();
+    assert!(written.len() > 100, "the load ran during the reshard");
     assert!(
         errors.is_empty(),
         "{} error replies, first: {:?}",
@@ -418,6 +419,7 @@ fn reshard_under_load_and_a_node_added_at_run_time() {
     std::thread::sleep(Duration::from_millis(300));
     run.store(false, Ordering::Relaxed);
     let (written, errors) = worker.join().unwrap();
+    assert!(written.len() > 100, "the load ran during the reshard");
     assert!(
         errors.is_empty(),
         "{} error replies, first: {:?}",

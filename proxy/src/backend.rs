@@ -327,12 +327,12 @@ impl Backend {
         self.wire.read()
     }
 
-    /// Calls `deliver(waiter, reply, request)` for each complete reply frame read so far,
-    /// `request` being the bytes the reply answers (empty if the link no longer has them).
+    /// Calls `deliver(waiter, reply, sent)` for each complete reply frame read so far,
+    /// `sent.request(waiter)` being the bytes the reply answers.
     /// `Err` for a malformed reply or a reply nobody asked for: the link must be dropped.
     pub fn deliver_replies(
         &mut self,
-        mut deliver: impl FnMut(Waiter, &[u8], &[u8]),
+        mut deliver: impl FnMut(Waiter, &[u8], Sent<'_>),
     ) -> Result<(), String> {
         let inflight = &mut self.inflight;
         let (index, name) = (self.index, &self.name);
@@ -341,6 +341,11 @@ impl Backend {
                 return Err("reply without a request".into());
             };
             let len = w.hops.len;
+            // A client's request (the loop's own have no client token): the common case first.
+            if w.token != usize::MAX {
+                deliver(w, frame, sent);
+                return Ok(len);
+            }
             if is_internal(&w, &ASKING_WAITER) {
                 return Ok(len); // `+OK`, or an error the request after it will show
             }
@@ -361,9 +366,26 @@ impl Backend {
                 }
                 return Ok(len);
             }
-            deliver(w, frame, sent.get(..len).unwrap_or_default());
+            deliver(w, frame, sent);
             Ok(len)
         })
+    }
+}
+
+/// The written, unanswered requests of a link, in order ([`Wire::frames_sent`]).
+#[derive(Clone, Copy)]
+pub struct Sent<'a> {
+    out: &'a [u8],
+    from: usize,
+}
+
+impl<'a> Sent<'a> {
+    /// The request the frame being delivered answers: the first `w.hops.len` bytes (empty if
+    /// the link does not have them).
+    pub fn request(&self, w: &Waiter) -> &'a [u8] {
+        self.out
+            .get(self.from..self.from.saturating_add(w.hops.len))
+            .unwrap_or_default()
     }
 }
 
@@ -459,7 +481,7 @@ impl Wire {
                 Err(e) => return Err(e),
             }
         }
-        if self.out_pos == self.out.len() && (!self.retain || self.acked == self.out.len()) {
+        if self.out_pos == self.out.len() && (!self.retain || self.acked >= self.out.len()) {
             self.out.clear();
             self.out_pos = 0;
             self.acked = 0;
@@ -523,7 +545,7 @@ impl Wire {
     /// `out`): `each` returns how many of their bytes the frame answered.
     pub fn frames_sent(
         &mut self,
-        mut each: impl FnMut(&[u8], &[u8]) -> Result<usize, String>,
+        mut each: impl FnMut(&[u8], Sent<'_>) -> Result<usize, String>,
     ) -> Result<(), String> {
         loop {
             let buf = &self.rbuf[self.rstart..self.rend];
@@ -532,9 +554,11 @@ impl Wire {
             }
             match self.scanner.scan(buf) {
                 Ok(Some(len)) => {
-                    let sent = &self.out[self.acked.min(self.out_pos)..self.out_pos];
-                    let answered = each(&buf[..len], sent)?;
-                    self.acked = (self.acked + answered).min(self.out_pos);
+                    let sent = Sent {
+                        out: &self.out[..self.out_pos],
+                        from: self.acked,
+                    };
+                    self.acked += each(&buf[..len], sent)?;
                     self.rstart += len;
                 }
                 Ok(None) => break,
@@ -542,11 +566,14 @@ impl Wire {
             }
         }
         if self.retain && self.acked > 0 {
-            if self.acked == self.out.len() {
+            if self.acked >= self.out.len() {
                 self.out.clear();
                 self.out_pos = 0;
                 self.acked = 0;
-            } else if self.acked >= READ_CHUNK && self.acked * 2 >= self.out.len() {
+            } else if self.acked >= READ_CHUNK
+                && self.acked * 2 >= self.out.len()
+                && self.acked <= self.out_pos
+            {
                 // Answered requests ahead of unanswered ones: moved out once they are the
                 // larger part, so the buffer neither grows without end nor is moved often.
                 self.out.drain(..self.acked);

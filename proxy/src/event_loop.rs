@@ -481,26 +481,12 @@ impl Proxy {
             redirects,
             ..
         } = self;
-        let result = backends[i].deliver_replies(|w, reply, request| {
-            // Only an error reply can be a redirect: one byte looked at for the others.
-            if reply.first() == Some(&b'-')
-                && w.token != usize::MAX
-                && !request.is_empty()
-                && crate::redirect::parse(reply).is_some()
+        let result = backends[i].deliver_replies(|w, reply, sent| {
+            // Only an error reply can be a redirect, and only the loop's own requests have
+            // no client token: one byte and one word looked at for the others.
+            if (reply.first() == Some(&b'-') || w.token == usize::MAX)
+                && redirects.intercept(w, reply, sent.request(&w), i)
             {
-                redirects.pending.push(crate::redirect::Retry {
-                    w,
-                    request: request.to_vec(),
-                    reply: reply.to_vec(),
-                    from: i,
-                });
-                return;
-            }
-            if w.token == usize::MAX {
-                // The loop's own CLUSTER SLOTS (no client has this token).
-                if crate::backend::is_internal(&w, &crate::backend::REFRESH_WAITER) {
-                    redirects.slots_reply = Some((i, reply.to_vec()));
-                }
                 return;
             }
             deliver(clients, dirty_clients, followups, w, reply);

@@ -164,8 +164,37 @@ impl Redirects {
         }
     }
 
+    /// Takes a reply read on shared link `link` that is not for a client as is: a
+    /// redirect of a client's request (kept to be followed), or the reply to the loop's own
+    /// `CLUSTER SLOTS`. `false`: deliver it to its client. Out of line: the loop calls it
+    /// only for error replies and its own requests.
+    #[cold]
+    #[inline(never)]
+    pub fn intercept(&mut self, w: Waiter, reply: &[u8], request: &[u8], link: usize) -> bool {
+        if w.token == usize::MAX {
+            if is_internal(&w, &REFRESH_WAITER) {
+                self.slots_reply = Some((link, reply.to_vec()));
+            }
+            return true; // nobody else waits on the loop's own requests
+        }
+        if request.is_empty() || parse(reply).is_none() {
+            return false;
+        }
+        self.pending.push(Retry {
+            w,
+            request: request.to_vec(),
+            reply: reply.to_vec(),
+            from: link,
+        });
+        true
+    }
+
     /// When the loop must wake for a delayed retry or a rate-limited refresh.
+    #[inline]
     pub fn due(&self) -> Option<Instant> {
+        if self.delayed.is_empty() && !self.wanted {
+            return None;
+        }
         let retry = self.delayed.front().map(|(t, _)| *t);
         let refresh = match (self.wanted && !self.refreshing, self.last_refresh) {
             (true, Some(t)) => Some(t + REFRESH_INTERVAL),
@@ -224,8 +253,17 @@ impl Proxy {
         self.resend(link, r, now);
     }
 
-    /// `-TRYAGAIN` retries whose time has come, on the link that answered them.
+    /// `-TRYAGAIN` retries whose time has come, on the link that answered them, and a
+    /// refresh that waited for its turn. Every loop iteration: one test when idle.
+    #[inline]
     pub(crate) fn retry_due(&mut self, now: Instant) {
+        if self.redirects.delayed.is_empty() && !self.redirects.wanted {
+            return;
+        }
+        self.retry_due_slow(now);
+    }
+
+    fn retry_due_slow(&mut self, now: Instant) {
         while self
             .redirects
             .delayed

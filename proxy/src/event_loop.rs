@@ -23,7 +23,9 @@
 //!
 //! Clients: slab index (`< DEDICATED_TOKEN_BASE`). Dedicated connections
 //! (`crate::dedicated`): `DEDICATED_TOKEN_BASE + slab index`. Backend `i`:
-//! `BACKEND_TOKEN_BASE + i` (i < N: instance i's RESP2 link; N + i: its RESP3 link). Listener: `usize::MAX - 1`; TLS listener: `usize::MAX - 2`.
+//! `BACKEND_TOKEN_BASE + i`, `i` the link's index in the link table
+//! (`crate::backend::link_index`: instance-major, so links of instances learned at run time
+//! are appended). Listener: `usize::MAX - 1`; TLS listener: `usize::MAX - 2`.
 //!
 //! # Limits and TLS
 //!

@@ -15,7 +15,7 @@
 //! # RESP3 clients
 //!
 //! A client that said `HELLO 3` has its shared-lane requests sent over each instance's
-//! RESP3 link (`ctx.backends[N + i]`, opened with `HELLO 3` by the first RESP3 request for
+//! RESP3 link (`crate::backend::link_index`, opened with `HELLO 3` by the first RESP3 request for
 //! that instance), and its dedicated connections are switched with `HELLO 3` too, so every
 //! instance reply (maps, sets, doubles, `_`, push messages) reaches it as the instance wrote
 //! it. Reply slots and lanes work as for RESP2: each link answers in its own order. While

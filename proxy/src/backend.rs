@@ -481,7 +481,8 @@ impl Wire {
                 Err(e) => return Err(e),
             }
         }
-        if self.out_pos == self.out.len() && (!self.retain || self.acked >= self.out.len()) {
+        // (A link that keeps written requests empties `out` once they are answered.)
+        if self.out_pos == self.out.len() && !self.retain {
             self.out.clear();
             self.out_pos = 0;
             self.acked = 0;
@@ -570,6 +571,9 @@ impl Wire {
                 self.out.clear();
                 self.out_pos = 0;
                 self.acked = 0;
+                if self.out.capacity() > BIG_BUFFER {
+                    self.out = Vec::new();
+                }
             } else if self.acked >= READ_CHUNK
                 && self.acked * 2 >= self.out.len()
                 && self.acked <= self.out_pos

@@ -154,12 +154,16 @@ pub(crate) struct Redirects {
     /// A refresh is wanted (at start, after a `-MOVED`).
     wanted: bool,
     last_refresh: Option<Instant>,
+    /// `delayed` or `wanted` may be set: the loop's timers look further (one test per
+    /// iteration otherwise).
+    armed: bool,
 }
 
 impl Redirects {
     pub fn new() -> Self {
         Redirects {
             wanted: true, // once at start, when the first link is up
+            armed: true,
             ..Default::default()
         }
     }
@@ -192,7 +196,7 @@ impl Redirects {
     /// When the loop must wake for a delayed retry or a rate-limited refresh.
     #[inline]
     pub fn due(&self) -> Option<Instant> {
-        if self.delayed.is_empty() && !self.wanted {
+        if !self.armed {
             return None;
         }
         let retry = self.delayed.front().map(|(t, _)| *t);
@@ -232,6 +236,7 @@ impl Proxy {
                 }
                 r.w.hops.tries += 1;
                 self.redirects.delayed.push_back((now + TRYAGAIN_DELAY, r));
+                self.redirects.armed = true;
                 return;
             }
             None => return self.give_up(r),
@@ -245,6 +250,7 @@ impl Proxy {
         if moved {
             self.fleet.slots.set(slot, j);
             self.redirects.wanted = true;
+            self.redirects.armed = true;
         }
         r.w.hops.redirects += 1;
         r.w.hops.asking = !moved;
@@ -257,10 +263,9 @@ impl Proxy {
     /// refresh that waited for its turn. Every loop iteration: one test when idle.
     #[inline]
     pub(crate) fn retry_due(&mut self, now: Instant) {
-        if self.redirects.delayed.is_empty() && !self.redirects.wanted {
-            return;
+        if self.redirects.armed {
+            self.retry_due_slow(now);
         }
-        self.retry_due_slow(now);
     }
 
     fn retry_due_slow(&mut self, now: Instant) {
@@ -277,6 +282,8 @@ impl Proxy {
             self.resend(link, r, now);
         }
         self.refresh_if_wanted(now);
+        let r = &mut self.redirects;
+        r.armed = !r.delayed.is_empty() || r.wanted;
     }
 
     /// Sends `r.request` on link `link` (after `ASKING` if it follows an `-ASK`), waking
@@ -397,6 +404,7 @@ impl Proxy {
         if waiters.iter().any(|w| is_internal(w, &REFRESH_WAITER)) {
             self.redirects.refreshing = false;
             self.redirects.wanted = true;
+            self.redirects.armed = true;
         }
     }
 

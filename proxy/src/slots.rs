@@ -8,7 +8,7 @@
 //! "Through the proxy"): a `-MOVED <slot> <host>:<port>` reply sets that slot's owner, and
 //! a `CLUSTER SLOTS` reply (asked at start and after a MOVED, `crate::redirect`) replaces
 //! the ranges it lists. Instances the table names but `--backends` did not are appended
-//! (`crate::route::Fleet::add_instance`), so indices only grow.
+//! (`crate::redirect`), so indices only grow.
 //!
 //! Routing code takes any [`SlotMap`]: the table, or a plain instance count `n` standing for
 //! the initial map of `n` instances (what the pure modules' tests use).

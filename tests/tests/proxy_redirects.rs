@@ -30,16 +30,21 @@ const CLUSTER_WAIT: Duration = Duration::from_secs(30);
 
 struct Node {
     port: u16,
+    /// Its cluster bus port (given to CLUSTER MEET).
+    bus: u16,
     id: String,
     _proc: Proc,
 }
 
 /// One `redis-server` cluster node on 127.0.0.1, no persistence, its nodes.conf in its own
-/// directory.
+/// directory. Its cluster bus port is a free port of its own (the default, port + 10000, may
+/// fall in the ephemeral range and be taken).
 fn start_node() -> Node {
     let port = free_port();
+    let bus = free_port();
     let mut cmd = Command::new("redis-server");
     cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--cluster-port", &bus.to_string()])
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
         .args(["--cluster-enabled", "yes"])
         .args(["--cluster-config-file", "nodes.conf"])
@@ -50,6 +55,7 @@ fn start_node() -> Node {
     assert_eq!(id.len(), 40, "CLUSTER MYID: {id:?}");
     Node {
         port,
+        bus,
         id,
         _proc: proc,
     }
@@ -86,7 +92,13 @@ fn form_cluster(nodes: &[Node], ranges: &[(u16, u16, usize)]) {
     for n in &nodes[1..] {
         let r = node_cmd(
             nodes[0].port,
-            &["CLUSTER", "MEET", "127.0.0.1", &n.port.to_string()],
+            &[
+                "CLUSTER",
+                "MEET",
+                "127.0.0.1",
+                &n.port.to_string(),
+                &n.bus.to_string(),
+            ],
         );
         assert_eq!(r, "+OK\\r\\n");
     }
@@ -409,7 +421,13 @@ fn reshard_under_load_and_a_node_added_at_run_time() {
     nodes.push(start_node());
     let r = node_cmd(
         nodes[0].port,
-        &["CLUSTER", "MEET", "127.0.0.1", &nodes[3].port.to_string()],
+        &[
+            "CLUSTER",
+            "MEET",
+            "127.0.0.1",
+            &nodes[3].port.to_string(),
+            &nodes[3].bus.to_string(),
+        ],
     );
     assert_eq!(r, "+OK\\r\\n");
     wait_agreement(&nodes);

@@ -18,7 +18,7 @@
 # lpush-small: one element into one of 1,000 small collections) and P (pipeline depth,
 # default 1) choose the load; with P > 1 the figure is still per request. BACKENDS (default 1)
 # puts that many engines (redis-servers for nutcracker) behind the proxy, so that MGET is
-# split; RB_ARGS adds redis-benchmark flags to every run (e.g. "-3", "--dbnum 1"). STRACE=1 counts
+# split; CLUSTER=1 runs `BIN server` as a one-node cluster (every key's slot checked); RB_ARGS adds redis-benchmark flags to every run (e.g. "-3", "--dbnum 1"). STRACE=1 counts
 # system calls instead (`strace -c -f`, no valgrind): `<label> <cmd> <syscalls/request>` and
 # the top calls.
 # Loopback only; each server is stopped by PID.
@@ -121,6 +121,10 @@ for bin in "$@"; do
                    args=("$bin" proxy --port "$port" --bind 127.0.0.1 --backends "${list%,}")
                else
                    args=("$bin" server --port "$port" --bind 127.0.0.1)
+                   # CLUSTER=1: a one-node cluster (the ownership check runs on every key).
+                   if [ "${CLUSTER:-0}" = 1 ]; then
+                       args+=(--cluster-nodes "127.0.0.1:$port" --cluster-index 0)
+                   fi
                fi ;;
         esac
         if [ "$STRACE" = 1 ]; then

@@ -95,14 +95,53 @@ pub struct Backend {
     pub preamble: Vec<Vec<u8>>,
 }
 
-/// Index in the proxy's link table of instance `instance`'s link for `db` and `resp3`,
-/// with `n` instances: links of one (database, protocol) pair are contiguous, RESP2 then
-/// RESP3 for each database, so database 0's RESP2 links (the ones that decide whether an
-/// instance is up) are `0..n`.
+/// Index in the proxy's link table of instance `instance`'s link for `db`, `resp3` and
+/// `kind`, with `per` links per instance ([`links_per_instance`]): an instance's links are
+/// contiguous (RESP2 then RESP3 for each database, each with its kinds), so an instance
+/// learned at run time (`crate::redirect`) appends its links and no index moves; the first
+/// link of each instance (database 0, RESP2, ordinary) is the one that decides whether the
+/// instance is up.
 #[inline]
-pub fn link_index(n: usize, db: usize, resp3: bool, kind: usize, instance: usize) -> usize {
+pub fn link_index(per: usize, db: usize, resp3: bool, kind: usize, instance: usize) -> usize {
     debug_assert!(kind <= SCRIPT_LINKS);
-    ((db * 2 + usize::from(resp3)) * (1 + SCRIPT_LINKS) + kind) * n + instance
+    instance * per + (db * 2 + usize::from(resp3)) * (1 + SCRIPT_LINKS) + kind
+}
+
+/// Links per instance in the link table, with `databases` databases.
+pub fn links_per_instance(databases: usize) -> usize {
+    databases.max(1) * 2 * (1 + SCRIPT_LINKS)
+}
+
+/// The links of one instance, in [`link_index`] order: database 0's ordinary RESP2 link
+/// first (connected by the caller), the others dormant until a client needs them.
+/// `several`: the fleet has more than one instance (script links then discover keys of
+/// other instances, `crate::coord::Scripts`).
+pub fn instance_links(
+    instance: usize,
+    name: &str,
+    addr: SocketAddr,
+    per: usize,
+    login: &Option<Vec<u8>>,
+    several: bool,
+) -> impl Iterator<Item = Backend> {
+    let kinds = 1 + SCRIPT_LINKS;
+    let (name, login) = (name.to_string(), login.clone());
+    (0..per).map(move |link| {
+        let mut b = Backend::new(instance, name.clone(), addr);
+        b.db = link / (2 * kinds);
+        b.resp3 = (link / kinds) % 2 == 1;
+        b.dormant = link != 0;
+        b.login = login.clone();
+        if link % kinds != 0 && several {
+            b.preamble
+                .push(b"*2\r\n$10\r\nTXDISCOVER\r\n$2\r\nON\r\n".to_vec());
+        }
+        debug_assert_eq!(
+            link_index(per, b.db, b.resp3, link % kinds, instance),
+            instance * per + link
+        );
+        b
+    })
 }
 
 /// Script links per (protocol, database) pair and instance; a link's `kind` in
@@ -125,6 +164,7 @@ const SELECT_WAITER: Waiter = Waiter {
     client_id: u64::MAX,
     seq: 1,
     part: 0,
+    hops: crate::client::Hops::NONE,
 };
 
 /// The waiter of the login AUTH: no client has this token.
@@ -133,16 +173,45 @@ const LOGIN_WAITER: Waiter = Waiter {
     client_id: u64::MAX,
     seq: 0,
     part: 0,
+    hops: crate::client::Hops::NONE,
 };
+
+/// The waiter of an `ASKING` sent before a request redirected by `-ASK` (`crate::redirect`):
+/// its `+OK` is consumed here.
+pub const ASKING_WAITER: Waiter = Waiter {
+    token: usize::MAX,
+    client_id: u64::MAX,
+    seq: 2,
+    part: 0,
+    hops: crate::client::Hops::NONE,
+};
+
+/// The waiter of a `CLUSTER SLOTS` the loop sends to refresh its slot table
+/// (`crate::redirect`): its reply goes to the loop, no client.
+pub const REFRESH_WAITER: Waiter = Waiter {
+    token: usize::MAX,
+    client_id: u64::MAX,
+    seq: 3,
+    part: 0,
+    hops: crate::client::Hops::NONE,
+};
+
+/// Whether `w` is one of the loop's own waiters above (compared without `hops`, which
+/// carries the request length).
+pub fn is_internal(w: &Waiter, internal: &Waiter) -> bool {
+    w.token == internal.token && w.client_id == internal.client_id && w.seq == internal.seq
+}
 
 impl Backend {
     pub fn new(index: usize, name: String, addr: SocketAddr) -> Self {
         let unavailable = format!("-ERR instance {index} ({name}) is unavailable\r\n").into_bytes();
+        let mut wire = Wire::new();
+        wire.retain = true;
         Backend {
             index,
             addr,
             name,
-            wire: Wire::new(),
+            wire,
             link: Link::Down {
                 retry_at: Instant::now(),
             },
@@ -164,8 +233,9 @@ impl Backend {
     }
 
     /// Queues a request; the caller marks the backend dirty so it is written this iteration.
-    pub fn send(&mut self, request: &[u8], waiter: Waiter) {
+    pub fn send(&mut self, request: &[u8], mut waiter: Waiter) {
         self.wire.out.extend_from_slice(request);
+        waiter.hops.len = request.len();
         self.inflight.push_back(waiter);
     }
 
@@ -185,21 +255,28 @@ impl Backend {
                 if self.wire.rbuf.is_empty() {
                     self.wire.rbuf = vec![0; READ_CHUNK];
                 }
+                // Each with its length: the link keeps sent requests until answered.
+                let sized = |w: Waiter, len: usize| Waiter {
+                    hops: crate::client::Hops { len, ..w.hops },
+                    ..w
+                };
                 for request in self.preamble.iter().rev() {
                     self.wire.out.splice(0..0, request.iter().copied());
-                    self.inflight.push_front(LOGIN_WAITER);
+                    self.inflight.push_front(sized(LOGIN_WAITER, request.len()));
                 }
                 if self.db != 0 {
-                    self.wire.out.splice(0..0, select_request(self.db));
-                    self.inflight.push_front(SELECT_WAITER);
+                    let select = select_request(self.db);
+                    let len = select.len();
+                    self.wire.out.splice(0..0, select);
+                    self.inflight.push_front(sized(SELECT_WAITER, len));
                 }
                 if self.resp3 {
                     self.wire.out.splice(0..0, HELLO3.iter().copied());
-                    self.inflight.push_front(LOGIN_WAITER);
+                    self.inflight.push_front(sized(LOGIN_WAITER, HELLO3.len()));
                 }
                 if let Some(login) = &self.login {
                     self.wire.out.splice(0..0, login.iter().copied());
-                    self.inflight.push_front(LOGIN_WAITER);
+                    self.inflight.push_front(sized(LOGIN_WAITER, login.len()));
                 }
             }
             Err(e) => {
@@ -250,25 +327,36 @@ impl Backend {
         self.wire.read()
     }
 
-    /// Calls `deliver(waiter, reply)` for each complete reply frame read so far.
+    /// Calls `deliver(waiter, reply, sent)` for each complete reply frame read so far,
+    /// `sent.request(waiter)` being the bytes the reply answers.
     /// `Err` for a malformed reply or a reply nobody asked for: the link must be dropped.
     pub fn deliver_replies(
         &mut self,
-        mut deliver: impl FnMut(Waiter, &[u8]),
+        mut deliver: impl FnMut(Waiter, &[u8], Sent<'_>),
     ) -> Result<(), String> {
         let inflight = &mut self.inflight;
         let (index, name) = (self.index, &self.name);
-        self.wire.frames(|frame| {
+        self.wire.frames_sent(|frame, sent| {
             let Some(w) = inflight.pop_front() else {
                 return Err("reply without a request".into());
             };
-            if w == SELECT_WAITER && frame.first() == Some(&b'-') {
+            let len = w.hops.len;
+            // A client's request (the loop's own have no client token): the common case first.
+            if w.token != usize::MAX {
+                deliver(w, frame, sent);
+                return Ok(len);
+            }
+            if is_internal(&w, &ASKING_WAITER) {
+                return Ok(len); // `+OK`, or an error the request after it will show
+            }
+            let select = is_internal(&w, &SELECT_WAITER);
+            if select && frame.first() == Some(&b'-') {
                 return Err(format!(
                     "SELECT refused: {}",
                     String::from_utf8_lossy(frame).trim_end()
                 ));
             }
-            if w == LOGIN_WAITER || w == SELECT_WAITER {
+            if is_internal(&w, &LOGIN_WAITER) || select {
                 if frame.first() == Some(&b'-') {
                     log::warn!(
                         "instance {index} ({name}): the internal credential, HELLO 3 or a \
@@ -276,11 +364,28 @@ impl Backend {
                         String::from_utf8_lossy(frame).trim_end()
                     );
                 }
-                return Ok(());
+                return Ok(len);
             }
-            deliver(w, frame);
-            Ok(())
+            deliver(w, frame, sent);
+            Ok(len)
         })
+    }
+}
+
+/// The written, unanswered requests of a link, in order ([`Wire::frames_sent`]).
+#[derive(Clone, Copy)]
+pub struct Sent<'a> {
+    out: &'a [u8],
+    from: usize,
+}
+
+impl<'a> Sent<'a> {
+    /// The request the frame being delivered answers: the first `w.hops.len` bytes (empty if
+    /// the link does not have them).
+    pub fn request(&self, w: &Waiter) -> &'a [u8] {
+        self.out
+            .get(self.from..self.from.saturating_add(w.hops.len))
+            .unwrap_or_default()
     }
 }
 
@@ -288,9 +393,14 @@ impl Backend {
 /// connection, `crate::dedicated`): unsent requests, unparsed replies, the frame scanner.
 pub struct Wire {
     pub stream: Option<TcpStream>,
-    /// Requests not yet written: `out[out_pos..]`.
+    /// Requests not yet written: `out[out_pos..]`. With `retain`, `out[acked..out_pos]` are
+    /// requests written and not answered yet (a shared link re-sends one elsewhere when its
+    /// reply is a redirect, `crate::redirect`), kept without a copy per request.
     pub out: Vec<u8>,
     pub out_pos: usize,
+    acked: usize,
+    /// Keep written requests until answered (shared links; see `out`).
+    pub retain: bool,
     /// Replies not yet delivered: `rbuf[rstart..rend]`.
     rbuf: Vec<u8>,
     rstart: usize,
@@ -304,6 +414,8 @@ impl Wire {
             stream: None,
             out: Vec::new(),
             out_pos: 0,
+            acked: 0,
+            retain: false,
             // Allocated by the first connect: most links of the table never connect.
             rbuf: Vec::new(),
             rstart: 0,
@@ -344,6 +456,7 @@ impl Wire {
         }
         self.out.clear();
         self.out_pos = 0;
+        self.acked = 0;
         self.rstart = 0;
         self.rend = 0;
         self.scanner = FrameScanner::new();
@@ -368,9 +481,11 @@ impl Wire {
                 Err(e) => return Err(e),
             }
         }
-        if self.out_pos == self.out.len() {
+        // (A link that keeps written requests empties `out` once they are answered.)
+        if self.out_pos == self.out.len() && !self.retain {
             self.out.clear();
             self.out_pos = 0;
+            self.acked = 0;
             if self.out.capacity() > BIG_BUFFER {
                 self.out = Vec::new();
             }
@@ -424,6 +539,15 @@ impl Wire {
         &mut self,
         mut each: impl FnMut(&[u8]) -> Result<(), String>,
     ) -> Result<(), String> {
+        self.frames_sent(|frame, _| each(frame).map(|()| 0))
+    }
+
+    /// [`Self::frames`] with the written, unanswered requests (`out[acked..out_pos]`, see
+    /// `out`): `each` returns how many of their bytes the frame answered.
+    pub fn frames_sent(
+        &mut self,
+        mut each: impl FnMut(&[u8], Sent<'_>) -> Result<usize, String>,
+    ) -> Result<(), String> {
         loop {
             let buf = &self.rbuf[self.rstart..self.rend];
             if buf.is_empty() {
@@ -431,11 +555,34 @@ impl Wire {
             }
             match self.scanner.scan(buf) {
                 Ok(Some(len)) => {
-                    each(&buf[..len])?;
+                    let sent = Sent {
+                        out: &self.out[..self.out_pos],
+                        from: self.acked,
+                    };
+                    self.acked += each(&buf[..len], sent)?;
                     self.rstart += len;
                 }
                 Ok(None) => break,
                 Err(e) => return Err(e.to_string()),
+            }
+        }
+        if self.retain && self.acked > 0 {
+            if self.acked >= self.out.len() {
+                self.out.clear();
+                self.out_pos = 0;
+                self.acked = 0;
+                if self.out.capacity() > BIG_BUFFER {
+                    self.out = Vec::new();
+                }
+            } else if self.acked >= READ_CHUNK
+                && self.acked * 2 >= self.out.len()
+                && self.acked <= self.out_pos
+            {
+                // Answered requests ahead of unanswered ones: moved out once they are the
+                // larger part, so the buffer neither grows without end nor is moved often.
+                self.out.drain(..self.acked);
+                self.out_pos -= self.acked;
+                self.acked = 0;
             }
         }
         if self.rstart == self.rend {

@@ -47,6 +47,33 @@ pub struct Waiter {
     pub client_id: u64,
     pub seq: u64,
     pub part: u32,
+    /// How the request travelled so far ([`Hops`]); set by the shared links.
+    pub hops: Hops,
+}
+
+/// A request's journey on the shared links (`crate::redirect`): its length (so a shared
+/// link can find its bytes again when the reply is a redirect), and the redirects and
+/// `-TRYAGAIN` retries it took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Hops {
+    /// Bytes of the request on the link (`Backend::send` sets it).
+    pub len: usize,
+    /// `-MOVED` / `-ASK` followed.
+    pub redirects: u8,
+    /// `-TRYAGAIN` retried.
+    pub tries: u8,
+    /// Sent after `ASKING` (an `-ASK` target): a retry sends `ASKING` again.
+    pub asking: bool,
+}
+
+impl Hops {
+    /// A request that has not travelled yet.
+    pub const NONE: Hops = Hops {
+        len: 0,
+        redirects: 0,
+        tries: 0,
+        asking: false,
+    };
 }
 
 #[derive(Debug)]

@@ -177,7 +177,7 @@ pub struct Dedicated {
 /// instance relays it, so the client gets it once. Keyspace notifications
 /// (`__keyspace@…`/`__keyevent@…`) are not forwarded between engines, so each engine's own
 /// are relayed.
-pub fn relay_pmessage(frame: &[u8], instance: usize, n: usize) -> bool {
+pub fn relay_pmessage(frame: &[u8], instance: usize, n: impl crate::slots::SlotMap + Copy) -> bool {
     // `*4\r\n$8\r\npmessage\r\n$<len>\r\n<pattern>\r\n$<len>\r\n<channel>\r\n…`
     let Some(rest) = frame
         .get(1..)
@@ -193,7 +193,7 @@ pub fn relay_pmessage(frame: &[u8], instance: usize, n: usize) -> bool {
     };
     channel.starts_with(b"__keyspace@")
         || channel.starts_with(b"__keyevent@")
-        || crate::route::instance_of(channel, n) == instance
+        || n.of(channel) == instance
 }
 
 /// Whether a message frame read from `instance`'s connection is relayed, when every one of
@@ -201,7 +201,7 @@ pub fn relay_pmessage(frame: &[u8], instance: usize, n: usize) -> bool {
 /// `message` on `__redis__:invalidate`, which the client is subscribed to on every instance
 /// (`crate::pubsub::INVALIDATE`), only from the channel's instance when it is a PUBLISH (a
 /// bulk payload), from any when it is an invalidation (an array of keys, or nil).
-pub fn relay_message(frame: &[u8], instance: usize, n: usize) -> bool {
+pub fn relay_message(frame: &[u8], instance: usize, n: impl crate::slots::SlotMap + Copy) -> bool {
     let channel = crate::pubsub::INVALIDATE;
     // `*3` (RESP2) or `>3` (a RESP3 push), then `message`, the channel and a bulk payload.
     let mut head = b"3\r\n$7\r\nmessage\r\n$20\r\n".to_vec();
@@ -213,7 +213,7 @@ pub fn relay_message(frame: &[u8], instance: usize, n: usize) -> bool {
         .and_then(|f| f.strip_prefix(head.as_slice()))
         .is_some_and(|rest| !rest.starts_with(b"-1\r\n"))
     {
-        return crate::route::instance_of(channel, n) == instance;
+        return n.of(channel) == instance;
     }
     relay_pmessage(frame, instance, n)
 }
@@ -286,7 +286,11 @@ impl Dedicated {
 
     /// Calls `each` for every complete frame read so far that answers a slot or is a
     /// message. `Err`: a malformed frame or a reply nobody asked for; drop the connection.
-    pub fn incoming(&mut self, mut each: impl FnMut(Incoming<'_>)) -> Result<(), String> {
+    pub fn incoming(
+        &mut self,
+        slots: impl crate::slots::SlotMap + Copy,
+        mut each: impl FnMut(Incoming<'_>),
+    ) -> Result<(), String> {
         let Dedicated {
             wire,
             inflight,
@@ -305,7 +309,7 @@ impl Dedicated {
             }
             // A RESP3 push is never a reply, whatever ran since the last SUBSCRIBE.
             if (*pubsub || frame.first() == Some(&b'>')) && is_message(frame) {
-                if *instances < 2 || relay_message(frame, *instance, *instances) {
+                if *instances < 2 || relay_message(frame, *instance, slots) {
                     each(Incoming::Message(frame));
                 }
                 return Ok(());

@@ -23,7 +23,9 @@
 //!
 //! Clients: slab index (`< DEDICATED_TOKEN_BASE`). Dedicated connections
 //! (`crate::dedicated`): `DEDICATED_TOKEN_BASE + slab index`. Backend `i`:
-//! `BACKEND_TOKEN_BASE + i` (i < N: instance i's RESP2 link; N + i: its RESP3 link). Listener: `usize::MAX - 1`; TLS listener: `usize::MAX - 2`.
+//! `BACKEND_TOKEN_BASE + i`, `i` the link's index in the link table
+//! (`crate::backend::link_index`: instance-major, so links of instances learned at run time
+//! are appended). Listener: `usize::MAX - 1`; TLS listener: `usize::MAX - 2`.
 //!
 //! # Limits and TLS
 //!
@@ -101,7 +103,7 @@ impl Args for ParsedArgs<'_> {
 }
 
 pub struct Proxy {
-    poll: Poll,
+    pub(crate) poll: Poll,
     /// The plain listener; `None` when only TLS is served.
     listener: Option<TcpListener>,
     /// The TLS listener and its rustls configuration.
@@ -119,7 +121,7 @@ pub struct Proxy {
     /// was needed made eight reads per proxied request.
     now: Instant,
     clients: Slab<Client>,
-    backends: Vec<Backend>,
+    pub(crate) backends: Vec<Backend>,
     /// Indices of the links that are not dormant, the only ones the loop's per-iteration
     /// checks (congestion, poll timeout, retries) visit: the link table has a link per
     /// (database, protocol, instance), 32 per instance with 16 databases, and walking all
@@ -127,10 +129,12 @@ pub struct Proxy {
     /// leaves dormancy only in `crate::exec` (its first request), which marks it dirty, so
     /// `flush_all` lists it in the iteration it woke; `listed[i]`: link i is in `live`.
     live: Vec<usize>,
-    listed: Vec<bool>,
+    pub(crate) listed: Vec<bool>,
     /// Clients' dedicated instance connections (`crate::dedicated`).
     dedicated: Slab<Dedicated>,
-    fleet: Fleet,
+    pub(crate) fleet: Fleet,
+    /// Redirects being followed, the slot table's refresh (`crate::redirect`).
+    pub(crate) redirects: crate::redirect::Redirects,
     next_client_id: u64,
     /// Clients / backends with output to write at the end of this iteration.
     dirty_clients: Vec<usize>,
@@ -177,31 +181,18 @@ impl Proxy {
         let mut fleet = Fleet::new(backends.iter().map(|(n, _)| n.clone()).collect(), port);
         fleet.cluster_publish = limits.cluster_publish;
         fleet.databases = limits.databases.max(1);
-        // The link table (`crate::backend::link_index`): per database, protocol and kind
-        // (ordinary or script), one link per instance; database 0's ordinary RESP2 links
-        // connect at start, the others are dormant until the first client on them
+        // The link table (`crate::backend::link_index`): per instance, per database,
+        // protocol and kind (ordinary or script), one link; database 0's ordinary RESP2
+        // links connect at start, the others are dormant until the first client on them
         // (`crate::exec`, "RESP3 clients", "Databases", "Scripts").
         let n = backends.len();
-        let kinds = 1 + crate::backend::SCRIPT_LINKS;
-        let backends: Vec<Backend> = (0..fleet.databases * 2 * kinds)
-            .flat_map(|link| {
-                backends.iter().enumerate().map(move |(i, (name, addr))| {
-                    let mut b = Backend::new(i, name.clone(), *addr);
-                    b.db = link / (2 * kinds);
-                    b.resp3 = (link / kinds) % 2 == 1;
-                    b.dormant = link != 0;
-                    // Script links: scripts may discover undeclared keys of other instances
-                    // (`crate::coord::Scripts`).
-                    if link % kinds != 0 && n > 1 {
-                        b.preamble
-                            .push(b"*2\r\n$10\r\nTXDISCOVER\r\n$2\r\nON\r\n".to_vec());
-                    }
-                    debug_assert_eq!(
-                        crate::backend::link_index(n, b.db, b.resp3, link % kinds, i),
-                        link * n + i
-                    );
-                    b
-                })
+        let per = crate::backend::links_per_instance(fleet.databases);
+        fleet.per_instance = per;
+        let backends: Vec<Backend> = backends
+            .iter()
+            .enumerate()
+            .flat_map(|(i, (name, addr))| {
+                crate::backend::instance_links(i, name, *addr, per, &None, n > 1)
             })
             .collect();
         let tls_scratch = if tls_listener.is_some() {
@@ -227,6 +218,7 @@ impl Proxy {
             listed,
             dedicated: Slab::new(),
             fleet,
+            redirects: crate::redirect::Redirects::new(),
             next_client_id: 1,
             dirty_clients: Vec::new(),
             dirty_backends: Vec::new(),
@@ -276,12 +268,8 @@ impl Proxy {
     pub fn run(&mut self) -> io::Result<()> {
         let now = Instant::now();
         for i in 0..self.fleet.instances() {
-            self.backends[i].connect(
-                self.poll.registry(),
-                Token(BACKEND_TOKEN_BASE + i),
-                now,
-                true,
-            );
+            let link = self.fleet.primary(i);
+            self.backends[link].connect(self.poll.registry(), backend_token(link), now, true);
         }
         let mut events = Events::with_capacity(1024);
         while !self.shutdown.load(Ordering::Relaxed) {
@@ -343,6 +331,9 @@ impl Proxy {
                 Link::Connecting { since, .. } => since + CONNECT_TIMEOUT,
                 Link::Up => continue,
             };
+            wait = wait.min(due.saturating_duration_since(now));
+        }
+        if let Some(due) = self.redirects.due() {
             wait = wait.min(due.saturating_duration_since(now));
         }
         // Clients paused by a bound are retried soon; those waiting to switch lanes are
@@ -447,8 +438,10 @@ impl Proxy {
                     let b = &self.backends[i];
                     let link = if b.resp3 { " (RESP3 link)" } else { "" };
                     log::info!("instance {} ({}){link} is up", b.index, b.name);
-                    if let Some(up) = self.fleet.up.get_mut(i) {
-                        *up = true; // RESP2 links only: they decide "instance up"
+                    // Primary links only: they decide "instance up".
+                    if let Some(j) = self.fleet.primary_of(i) {
+                        self.fleet.up[j] = true;
+                        self.link_up(now);
                     }
                     self.mark_backend(i);
                 }
@@ -487,11 +480,22 @@ impl Proxy {
             backends,
             dirty_clients,
             followups,
+            redirects,
             ..
         } = self;
-        let result = backends[i].deliver_replies(|w, reply| {
+        let result = backends[i].deliver_replies(|w, reply, sent| {
+            // Only an error reply can be a redirect, and only the loop's own requests have
+            // no client token: one byte and one word looked at for the others.
+            if (reply.first() == Some(&b'-') || w.token == usize::MAX)
+                && redirects.intercept(w, reply, sent.request(&w), i)
+            {
+                return;
+            }
             deliver(clients, dirty_clients, followups, w, reply);
         });
+        if !self.redirects.pending.is_empty() || self.redirects.slots_reply.is_some() {
+            self.follow_redirects(now);
+        }
         if let Err(e) = result {
             self.fail_backend(i, &format!("bad reply: {e}"), now);
         }
@@ -499,18 +503,20 @@ impl Proxy {
 
     fn fail_backend(&mut self, i: usize, why: &str, now: Instant) {
         let b = &mut self.backends[i];
-        let up = self.fleet.up.get(i).copied().unwrap_or(false);
+        let instance = self.fleet.primary_of(i);
+        let up = instance.is_some_and(|j| self.fleet.up[j]);
         if b.link == Link::Up || up {
             log::warn!("instance {} ({}) is unavailable: {why}", b.index, b.name);
         } else {
             log::debug!("instance {} ({}): {why}", b.index, b.name);
         }
-        if let Some(up) = self.fleet.up.get_mut(i) {
-            *up = false;
+        if let Some(j) = instance {
+            self.fleet.up[j] = false;
         }
         let waiters = b.fail(self.poll.registry(), now);
-        self.fleet.backend_errors += waiters.len() as u64;
         let error = b.unavailable.clone();
+        self.link_failed(&waiters);
+        self.fleet.backend_errors += waiters.len() as u64;
         for w in waiters {
             deliver(
                 &mut self.clients,
@@ -522,7 +528,7 @@ impl Proxy {
         }
     }
 
-    fn mark_backend(&mut self, i: usize) {
+    pub(crate) fn mark_backend(&mut self, i: usize) {
         if !self.backends[i].dirty {
             self.backends[i].dirty = true;
             self.dirty_backends.push(i);
@@ -568,6 +574,7 @@ impl Proxy {
 
     fn timers(&mut self, now: Instant) {
         self.sweep_clients(now);
+        self.retry_due(now);
         for k in 0..self.live.len() {
             let i = self.live[k];
             match self.backends[i].link {
@@ -639,6 +646,7 @@ impl Proxy {
             dirty_clients,
             to_close,
             followups,
+            fleet,
             ..
         } = self;
         let Some(d) = dedicated.get_mut(id) else {
@@ -647,7 +655,7 @@ impl Proxy {
         let (owner_token, owner_id) = (d.owner_token, d.owner_id);
         let pubsub_limit = self.limits.client_output_buffer_limit.pubsub;
         let now_us = self.started.elapsed().as_micros() as u64;
-        d.incoming(|incoming| match incoming {
+        d.incoming(&fleet.slots, |incoming| match incoming {
             Incoming::Reply(w, reply) => deliver(clients, dirty_clients, followups, w, reply),
             Incoming::EngineId(engine_id) => {
                 // A parked part of a released spread read is unblocked once its id is known.
@@ -709,7 +717,9 @@ impl Proxy {
             d.owner_id,
             d.instance
         );
-        let error = self.backends[d.instance].unavailable.clone();
+        let error = self.backends[self.fleet.primary(d.instance)]
+            .unavailable
+            .clone();
         for e in d.inflight.drain(..) {
             if let Some(w) = e.waiter {
                 deliver(
@@ -1114,18 +1124,20 @@ impl Proxy {
                 retry.push(token);
             }
             for f in std::mem::take(&mut c.replies.followups) {
-                let b = &mut self.backends[f.instance];
+                let link = self.fleet.primary(f.instance);
+                let b = &mut self.backends[link];
                 if b.accepts() {
                     let w = Waiter {
                         token,
                         client_id: c.id,
                         seq: f.seq,
                         part: f.part,
+                        hops: crate::client::Hops::NONE,
                     };
                     b.send(&f.request, w);
                     if !b.dirty {
                         b.dirty = true;
-                        self.dirty_backends.push(f.instance);
+                        self.dirty_backends.push(link);
                     }
                 } else {
                     c.replies.fill(f.seq, f.part, &b.unavailable.clone());
@@ -1288,6 +1300,19 @@ impl Proxy {
 }
 
 /// Puts a backend reply into its client's slot (if the client is still there).
+impl Proxy {
+    /// Hands `reply` to the client slot `w` waits on (`crate::redirect`).
+    pub(crate) fn deliver_to_client(&mut self, w: Waiter, reply: &[u8]) {
+        deliver(
+            &mut self.clients,
+            &mut self.dirty_clients,
+            &mut self.followups,
+            w,
+            reply,
+        );
+    }
+}
+
 fn deliver(
     clients: &mut Slab<Client>,
     dirty_clients: &mut Vec<usize>,

@@ -15,7 +15,7 @@
 //! # RESP3 clients
 //!
 //! A client that said `HELLO 3` has its shared-lane requests sent over each instance's
-//! RESP3 link (`ctx.backends[N + i]`, opened with `HELLO 3` by the first RESP3 request for
+//! RESP3 link (`crate::backend::link_index`, opened with `HELLO 3` by the first RESP3 request for
 //! that instance), and its dedicated connections are switched with `HELLO 3` too, so every
 //! instance reply (maps, sets, doubles, `_`, push messages) reaches it as the instance wrote
 //! it. Reply slots and lanes work as for RESP2: each link answers in its own order. While
@@ -89,6 +89,7 @@ use crate::backend::HELLO3;
 use crate::event_loop::{backend_token, dedicated_token, mark};
 use crate::pubsub::{self, Kind};
 use crate::route::{self, Args, Fleet, Plan, ReplyMode, Session};
+use crate::slots::SlotMap;
 use crate::split::{Merge, Part};
 use crate::spread::{Spread, SpreadPart};
 use crate::tx::{self, Step};
@@ -138,6 +139,7 @@ impl Me<'_> {
             client_id: self.id,
             seq,
             part,
+            hops: crate::client::Hops::NONE,
         }
     }
 }
@@ -261,7 +263,10 @@ fn in_transaction<A: Args + ?Sized>(
     // A lane switch can only have to wait while replies are pending; only then is the
     // state kept to be restored (a clone holds every queued request: not per command).
     let before = (!never_waits && me.replies.pending_len() > 0).then(|| me.session.tx.clone());
-    let step = me.session.tx.step(args, raw, &ctx.fleet.up);
+    let step = me
+        .session
+        .tx
+        .step(args, raw, &ctx.fleet.up, &ctx.fleet.slots);
     // A transaction on one instance takes its dedicated connection; one spanning instances
     // takes the connections to each (`crate::coord`).
     let lane = match &step {
@@ -401,7 +406,9 @@ fn coordinate(
             _ => {
                 // The connection holding this part is gone (the instance failed): nothing
                 // ran; the others' parts are dropped with their connections' state.
-                let error = ctx.backends[instance].unavailable.clone();
+                let error = ctx.backends[ctx.fleet.primary(instance)]
+                    .unavailable
+                    .clone();
                 for &(i, id) in me.conns.iter() {
                     if i != instance
                         && let Some(d) = ctx.dedicated.get_mut(id)
@@ -432,16 +439,15 @@ pub(crate) fn gather(
     me: &mut Me<'_>,
     ctx: &mut Ctx<'_>,
 ) {
-    let n = ctx.fleet.instances();
     // A new reply slot, or the one of a script run again (`crate::coord::Scripts`).
     let seq = slot.unwrap_or_else(|| me.replies.push_plain());
     let mut parts: Vec<GatherEngine> = Vec::new();
     let mut keys = keys;
     keys.sort_unstable();
     keys.dedup();
+    let owners: Vec<usize> = keys.iter().map(|k| ctx.fleet.slots.of(k)).collect();
     let mut wanted: Vec<(usize, bool)> = engines;
-    for k in &keys {
-        let i = crate::route::instance_of(k, n);
+    for &i in &owners {
         if !wanted.iter().any(|&(j, _)| j == i) {
             wanted.push((i, false));
         }
@@ -465,8 +471,9 @@ pub(crate) fn gather(
         };
         let own = keys
             .iter()
-            .filter(|k| crate::route::instance_of(k, n) == instance)
-            .cloned()
+            .zip(&owners)
+            .filter(|&(_, &o)| o == instance)
+            .map(|(k, _)| k.clone())
             .collect();
         parts.push(GatherEngine {
             instance,
@@ -482,7 +489,6 @@ pub(crate) fn gather(
 
 /// A blocking command whose keys span instances (`crate::coord::Wait`).
 fn gather_blocking<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
-    let n = ctx.fleet.instances();
     let seq = me.replies.push_plain();
     let Some(spec) = route::known_row(args) else {
         me.replies.fill(seq, 0, route::CROSSSLOT);
@@ -503,7 +509,10 @@ fn gather_blocking<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx:
         .map_or(0, |t| ((t * 1000.0) as u64).max(1));
     let mut engines: Vec<(usize, usize, Vec<Vec<u8>>)> = Vec::new();
     let mut waits: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
-    let mut instances: Vec<usize> = keys.iter().map(|k| route::instance_of(k, n)).collect();
+    let slots = &ctx.fleet.slots;
+    let key_owners: Vec<usize> = keys.iter().map(|k| slots.of(k)).collect();
+    let source_owners: Vec<usize> = sources.iter().map(|k| slots.of(k)).collect();
+    let mut instances = key_owners.clone();
     instances.sort_unstable();
     instances.dedup();
     for instance in instances {
@@ -516,16 +525,18 @@ fn gather_blocking<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx:
         };
         let mut own: Vec<Vec<u8>> = keys
             .iter()
-            .filter(|k| route::instance_of(k, n) == instance)
-            .cloned()
+            .zip(&key_owners)
+            .filter(|&(_, &o)| o == instance)
+            .map(|(k, _)| k.clone())
             .collect();
         own.sort_unstable();
         own.dedup();
         engines.push((instance, conn, own));
         let here: Vec<Vec<u8>> = sources
             .iter()
-            .filter(|k| route::instance_of(k, n) == instance)
-            .cloned()
+            .zip(&source_owners)
+            .filter(|&(_, &o)| o == instance)
+            .map(|(k, _)| k.clone())
             .collect();
         if !here.is_empty() {
             waits.push((conn, here));
@@ -572,6 +583,7 @@ pub(crate) fn send_outbox(
                     client_id,
                     seq,
                     part,
+                    hops: crate::client::Hops::NONE,
                 });
                 d.send(&request, w, 1);
                 mark(&mut d.dirty, dirty_dedicated, conn);
@@ -613,7 +625,6 @@ fn subscription<A: Args + ?Sized>(
     me: &mut Me<'_>,
     ctx: &mut Ctx<'_>,
 ) -> Flow {
-    let n = ctx.fleet.instances();
     let names: Vec<&[u8]> = (1..args.argc()).map(|i| args.arg(i)).collect();
     // Shard channels of several slots: CROSSSLOT, as a Redis Cluster node answers.
     if kind.is_shard()
@@ -635,7 +646,11 @@ fn subscription<A: Args + ?Sized>(
     // A redirect target for client-side caching: every instance learns of it, and the
     // proxy learns each instance's id for it (`tracking_redirect`).
     let invalidate = kind == Kind::Subscribe && names.contains(&crate::pubsub::INVALIDATE);
-    for i in me.session.subs.instances_needed(kind, &names, n) {
+    for i in me
+        .session
+        .subs
+        .instances_needed(kind, &names, &ctx.fleet.slots)
+    {
         match conn_for(i, me, ctx) {
             Ok(id) => {
                 let d = ctx.dedicated.get_mut(id).expect("just looked up");
@@ -652,7 +667,10 @@ fn subscription<A: Args + ?Sized>(
             }
         }
     }
-    let change = me.session.subs.apply_in(kind, &names, n, me.session.proto);
+    let change = me
+        .session
+        .subs
+        .apply_in(kind, &names, &ctx.fleet.slots, me.session.proto);
     if change.sends.is_empty() {
         me.replies.push_local(&change.reply, false);
         return Flow::Continue;
@@ -673,7 +691,7 @@ fn subscription<A: Args + ?Sized>(
             }
             None => {
                 ctx.fleet.backend_errors += 1;
-                let error = &ctx.backends[send.instance].unavailable;
+                let error = &ctx.backends[ctx.fleet.primary(send.instance)].unavailable;
                 me.replies.fill(seq, part as u32, error);
             }
         }
@@ -724,7 +742,7 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
         }
         return Ok(id);
     }
-    let backend = &ctx.backends[instance];
+    let backend = &ctx.backends[ctx.fleet.primary(instance)];
     if !backend.accepts() {
         ctx.fleet.backend_errors += 1;
         return Err(backend.unavailable.clone());
@@ -794,7 +812,7 @@ fn open(
     resp3: bool,
     ctx: &mut Ctx<'_>,
 ) -> Result<usize, Vec<u8>> {
-    let backend = &ctx.backends[instance];
+    let backend = &ctx.backends[ctx.fleet.primary(instance)];
     // The slab index is the token, so reserve the entry before registering.
     let id = ctx.dedicated.vacant_key();
     let token = dedicated_token(id);
@@ -1120,10 +1138,10 @@ fn script_link(target: Option<usize>, me: &Me<'_>, ctx: &Ctx<'_>) -> usize {
     {
         return k;
     }
-    let n = ctx.fleet.instances();
+    let per = ctx.fleet.per_instance;
     let i = target.unwrap_or_else(|| ctx.fleet.up.iter().position(|&up| up).unwrap_or(0));
     let resp3 = me.session.proto == resp::Proto::Resp3;
-    let link = |k| &ctx.backends[crate::backend::link_index(n, me.session.db, resp3, k, i)];
+    let link = |k| &ctx.backends[crate::backend::link_index(per, me.session.db, resp3, k, i)];
     (1..=crate::backend::SCRIPT_LINKS)
         .min_by_key(|&k| link(k).inflight.len())
         .unwrap_or(1)
@@ -1138,12 +1156,13 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         (Plan::Script(_), Lane::Script(k)) => k,
         _ => 0,
     };
-    let link_base = crate::backend::link_index(n, me.session.db, resp3, kind, 0);
+    let per = ctx.fleet.per_instance;
+    let link_base = crate::backend::link_index(per, me.session.db, resp3, kind, 0);
     let (token, client_id) = (me.token, me.id);
     let replies = &mut *me.replies;
     let registry = ctx.registry;
     let mut send = |i: usize, request: &[u8], seq: u64, part: u32, replies: &mut Replies| {
-        let i = link_base + i;
+        let i = i * per + link_base;
         let b = &mut ctx.backends[i];
         if b.dormant {
             b.dormant = false;
@@ -1162,6 +1181,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
                 client_id,
                 seq,
                 part,
+                hops: crate::client::Hops::NONE,
             },
             replies,
         );
@@ -1190,10 +1210,14 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
             }
         }
         Plan::FanOut { request, merge } => {
-            let seq = replies.push_parts(n, merge);
+            // Instances that own slots: one that gave all its slots away (retired, perhaps
+            // stopped) holds no keys (`crate::redirect`).
+            let slots = &ctx.fleet.slots;
+            let serving = (0..n).filter(|&i| slots.serves(i)).count();
+            let seq = replies.push_parts(serving, merge);
             let request = request.as_deref().unwrap_or(raw);
-            for i in 0..n {
-                send(i, request, seq, i as u32, replies);
+            for (part, i) in (0..n).filter(|&i| slots.serves(i)).enumerate() {
+                send(i, request, seq, part as u32, replies);
             }
         }
         Plan::ConfigSet { get } => {

@@ -12,6 +12,10 @@
 //!
 //! # Layout
 //!
+//! - [`slots`]: the slot table (slot → instance) every routing decision reads; starts as
+//!   the slot map over `--backends`, changed by redirects and `CLUSTER SLOTS`.
+//! - `redirect`: following `-MOVED` / `-ASK` / `-TRYAGAIN` on the shared links, instances
+//!   learned at run time, the table's `CLUSTER SLOTS` refresh.
 //! - [`route`]: what to do with one request (forward by key, split, fan out, answer locally,
 //!   use a dedicated connection, refuse with `-ERR`), from the shared command table. Pure.
 //! - [`connection`]: what the proxy answers about the connection itself (HELLO, CLIENT, its
@@ -60,6 +64,15 @@
 //!   pub/sub messages reach it as push frames. The proxy presents database 0 only.
 //! - A protocol error from a client gets Redis's exact `-ERR Protocol error: …` text, then the
 //!   connection is closed after the replies before it are sent.
+//! - Slots may move while the proxy runs: it follows `-MOVED` (table updated, request sent
+//!   again to the new owner, `CLUSTER SLOTS` refresh), `-ASK` (`ASKING` + the request on
+//!   the named node) and `-TRYAGAIN` (retried after 10 ms) itself, at most 5 redirects and
+//!   100 retries per request, so clients see only the final reply, in order. A node it did
+//!   not know becomes an instance without a restart; one that owns no slot any more is left
+//!   out of fan-outs. Followed on the shared links (single-key and forwarded requests,
+//!   scripts, each part of a split command); not on dedicated connections (blocking
+//!   commands, transactions, subscriptions), nor by the memcached port: there the node's
+//!   error is passed on (docs/cluster.md, "Through the proxy").
 
 pub mod auth;
 mod backend;
@@ -72,7 +85,9 @@ mod event_loop;
 mod exec;
 pub mod memcached;
 pub mod pubsub;
+mod redirect;
 pub mod route;
+pub mod slots;
 pub mod split;
 mod spread;
 pub mod tls;
@@ -92,7 +107,8 @@ pub struct ProxyOptions {
     pub port: u16,
     /// Listen address (`--bind`), default 127.0.0.1.
     pub bind: String,
-    /// Backends as `host:port`, in instance order (instance i = backends[i]).
+    /// Backends as `host:port`, in instance order (instance i = backends[i]); instances
+    /// learned from the cluster at run time come after them (`redirect`).
     pub backends: Vec<String>,
     /// The TLS client port and its certificate files; port 0 = none.
     pub tls: tls::TlsOptions,

@@ -50,7 +50,7 @@ use std::collections::BTreeSet;
 /// names those connections (`crate::exec`, "Client-side caching").
 pub const INVALIDATE: &[u8] = b"__redis__:invalidate";
 
-use crate::route::instance_of;
+use crate::slots::SlotMap;
 use crate::split::{push_array_header, push_bulk};
 use resp::{Proto, ReplyWriter};
 
@@ -177,23 +177,28 @@ impl Subscriptions {
 
     /// Instances that need a dedicated connection before `kind` with `names` can run
     /// (checked before [`Self::apply`] so a refused request changes nothing).
-    pub fn instances_needed(&self, kind: Kind, names: &[&[u8]], n: usize) -> Vec<usize> {
+    pub fn instances_needed(
+        &self,
+        kind: Kind,
+        names: &[&[u8]],
+        n: impl SlotMap + Copy,
+    ) -> Vec<usize> {
         let mut out: Vec<usize> = match kind {
             Kind::Subscribe => names
                 .iter()
                 .filter(|c| !self.channels.contains(**c))
                 .flat_map(|c| match *c == INVALIDATE {
-                    true => (0..n).collect(),
-                    false => vec![instance_of(c, n)],
+                    true => (0..n.instances()).collect(),
+                    false => vec![n.of(c)],
                 })
                 .collect(),
             Kind::Ssubscribe => names
                 .iter()
                 .filter(|c| !self.shard.contains(**c))
-                .map(|c| instance_of(c, n))
+                .map(|c| n.of(c))
                 .collect(),
             Kind::Psubscribe if names.iter().any(|p| !self.patterns.contains(*p)) => {
-                (0..n).collect()
+                (0..n.instances()).collect()
             }
             _ => Vec::new(),
         };
@@ -205,15 +210,21 @@ impl Subscriptions {
     /// Applies `kind` with `names` (the arguments after the command name; empty for
     /// "every channel/pattern" with the unsubscribe forms) among `n` instances; the
     /// confirmations are RESP2.
-    pub fn apply(&mut self, kind: Kind, names: &[&[u8]], n: usize) -> Change {
+    pub fn apply(&mut self, kind: Kind, names: &[&[u8]], n: impl SlotMap + Copy) -> Change {
         self.apply_in(kind, names, n, Proto::Resp2)
     }
 
     /// [`Self::apply`] with the confirmations in `proto` (RESP3: push frames, `_` for nil).
-    pub fn apply_in(&mut self, kind: Kind, names: &[&[u8]], n: usize, proto: Proto) -> Change {
+    pub fn apply_in(
+        &mut self,
+        kind: Kind,
+        names: &[&[u8]],
+        n: impl SlotMap + Copy,
+        proto: Proto,
+    ) -> Change {
         let mut reply = Vec::new();
         // Per instance: the names to send, in argument order.
-        let mut per_instance: Vec<Vec<Vec<u8>>> = vec![Vec::new(); n.max(1)];
+        let mut per_instance: Vec<Vec<Vec<u8>>> = vec![Vec::new(); n.instances().max(1)];
         let all: Vec<Vec<u8>>;
         let names: Vec<&[u8]> = if names.is_empty() && !kind.adds() {
             let set = if kind.is_pattern() {
@@ -251,7 +262,7 @@ impl Subscriptions {
                         list.push(name.to_vec());
                     }
                 } else {
-                    per_instance[instance_of(name, n)].push(name.to_vec());
+                    per_instance[n.of(name)].push(name.to_vec());
                 }
             }
             confirmation(&mut reply, kind, Some(name), self.count_for(kind), proto);
@@ -343,6 +354,7 @@ pub fn subscribed_mode_reply(name: &[u8], arg: Option<&[u8]>) -> Option<Vec<u8>>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::route::instance_of;
 
     fn text(b: &[u8]) -> String {
         String::from_utf8_lossy(b).replace("\r\n", " ")

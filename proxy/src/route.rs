@@ -79,6 +79,7 @@ use engine_core::command::{self, CommandSpec, Flags};
 
 use crate::connection::{InfoSections, client, hello, info_header};
 use crate::pubsub;
+use crate::slots::{SlotMap, Slots};
 use crate::split::{self, Merge, Part, push_bulk};
 
 /// Argument access over a parsed request (the parser's ranges into the read buffer, or a
@@ -173,11 +174,17 @@ pub struct Fleet {
     pub spares: Vec<Option<usize>>,
     /// Ids of the connected clients (CLIENT TRACKING … REDIRECT checks its target exists).
     pub client_ids: std::collections::HashSet<u64>,
+    /// Slot → instance ([`crate::slots`]): what every routing decision reads.
+    pub slots: Slots,
+    /// Links per instance in the proxy's link table (`crate::backend::link_index`).
+    pub per_instance: usize,
 }
 
 impl Fleet {
     pub fn new(addrs: Vec<String>, port: u16) -> Self {
         Fleet {
+            slots: Slots::jump(addrs.len()),
+            per_instance: 1,
             up: vec![false; addrs.len()],
             addrs,
             clients: 0,
@@ -201,6 +208,18 @@ impl Fleet {
 
     pub fn instances(&self) -> usize {
         self.addrs.len()
+    }
+
+    /// The link of instance `i` that decides whether it is up (database 0, RESP2, ordinary),
+    /// also the one of fleet-wide requests that are not per database.
+    pub fn primary(&self, i: usize) -> usize {
+        i * self.per_instance
+    }
+
+    /// The instance whose primary link is link `link`, if it is one.
+    pub fn primary_of(&self, link: usize) -> Option<usize> {
+        link.is_multiple_of(self.per_instance)
+            .then(|| link / self.per_instance)
     }
 }
 
@@ -278,7 +297,8 @@ pub enum Plan {
 /// `-CROSSSLOT …`, Redis Cluster's text (PROTOCOL-NOTES b3).
 pub const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
 
-/// The instance that owns `key` among `n`.
+/// The instance that owns `key` in the initial map of `n` instances (the pure function the
+/// slot table starts from, [`crate::slots`]); routing reads the table instead.
 pub fn instance_of(key: &[u8], n: usize) -> usize {
     if n <= 1 {
         0
@@ -291,7 +311,7 @@ pub fn instance_of(key: &[u8], n: usize) -> usize {
 pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet) -> Plan {
     fleet.requests += 1;
     let argc = args.argc();
-    let n = fleet.instances();
+    let n = &fleet.slots;
     let Some(spec) = command::lookup(args.arg(0)) else {
         return Plan::Reply(unknown_command(args).into());
     };
@@ -317,12 +337,12 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
     // the key found by the one extractor.
     if spec.first_key > 0 && spec.first_key == spec.last_key && !spec.has_flag(Flags::MOVABLEKEYS) {
         if let Some(pos) = command::fixed_key(spec, argc) {
-            return Plan::Forward(instance_of(args.arg(pos), n));
+            return Plan::Forward(n.of(args.arg(pos)));
         }
         let keys = command::keys(spec, args);
         if keys.len() == 1 {
             let pos = keys.as_slice()[0].pos;
-            return Plan::Forward(instance_of(args.arg(pos), n));
+            return Plan::Forward(n.of(args.arg(pos)));
         }
     }
     // HELP of any container (OBJECT HELP, MEMORY HELP, CONFIG HELP…): any instance's text.
@@ -425,7 +445,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         "randomkey" => {
             fleet.rotation = fleet.rotation.wrapping_add(1);
             fan_out(Merge::AnyNonNil {
-                start: fleet.rotation % n.max(1),
+                start: fleet.rotation % n.instances().max(1),
             })
         }
         "info" => {
@@ -454,7 +474,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             Ok(Some(i)) => Plan::Watch(i),
             _ => Plan::WatchMany,
         },
-        "publish" | "spublish" => Plan::Forward(instance_of(args.arg(1), n)),
+        "publish" | "spublish" => Plan::Forward(n.of(args.arg(1))),
         "pubsub" => pubsub_introspection(args, spec, n),
         "subscribe" | "psubscribe" | "unsubscribe" | "punsubscribe" => {
             Plan::PubSub(pubsub::Kind::from_name(spec.name.as_bytes()).expect("a subscription"))
@@ -505,7 +525,11 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
 
 /// XREAD/XREADGROUP without BLOCK whose streams live on several instances: one part per
 /// instance (see [`split::split_stream_read`]).
-fn split_stream_read<A: Args + ?Sized>(args: &A, n: usize, proto: resp::Proto) -> Plan {
+fn split_stream_read<A: Args + ?Sized>(
+    args: &A,
+    n: impl SlotMap + Copy,
+    proto: resp::Proto,
+) -> Plan {
     let argc = args.argc();
     let all: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
     // STREAMS is followed by the keys, then as many IDs.
@@ -517,7 +541,7 @@ fn split_stream_read<A: Args + ?Sized>(args: &A, n: usize, proto: resp::Proto) -
     if nkeys == 0 || !(argc - first).is_multiple_of(2) {
         return reply_static(CROSSSLOT);
     }
-    let s = split::split_stream_read(&all, first, nkeys, |k| instance_of(k, n));
+    let s = split::split_stream_read(&all, first, nkeys, |k| n.of(k));
     Plan::Split {
         parts: s.parts,
         merge: Merge::StreamRead {
@@ -616,11 +640,11 @@ pub fn known_row<A: Args + ?Sized>(args: &A) -> Option<&'static CommandSpec> {
 pub(crate) fn keys_instance<A: Args + ?Sized>(
     spec: &CommandSpec,
     args: &A,
-    n: usize,
+    n: impl SlotMap + Copy,
 ) -> Result<Option<usize>, ()> {
     let mut owner = None;
     for pos in request_keys(spec, args) {
-        let i = instance_of(args.arg(pos), n);
+        let i = n.of(args.arg(pos));
         match owner {
             None => owner = Some(i),
             Some(o) if o != i => return Err(()),
@@ -631,7 +655,11 @@ pub(crate) fn keys_instance<A: Args + ?Sized>(
 }
 
 /// PUBSUB CHANNELS / NUMPAT / NUMSUB over the fleet.
-fn pubsub_introspection<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, n: usize) -> Plan {
+fn pubsub_introspection<A: Args + ?Sized>(
+    args: &A,
+    spec: &'static CommandSpec,
+    n: impl SlotMap + Copy,
+) -> Plan {
     let sub = args.arg(1);
     let Some(sub_spec) = spec.subcommand(sub) else {
         let mut out = b"-ERR unknown subcommand '".to_vec();
@@ -650,7 +678,7 @@ fn pubsub_introspection<A: Args + ?Sized>(args: &A, spec: &'static CommandSpec, 
         "numsub" | "shardnumsub" => {
             let mut owner = None;
             for i in 2..args.argc() {
-                let inst = instance_of(args.arg(i), n);
+                let inst = n.of(args.arg(i));
                 if owner.is_some_and(|o| o != inst) {
                     return not_supported(
                         sub_spec,
@@ -721,10 +749,14 @@ pub(crate) fn bulk(b: &[u8]) -> Vec<u8> {
 }
 
 /// The instance every key of the request lives on, if there is one.
-fn same_instance<A: Args + ?Sized>(args: &A, spec: &CommandSpec, n: usize) -> Option<usize> {
+fn same_instance<A: Args + ?Sized>(
+    args: &A,
+    spec: &CommandSpec,
+    n: impl SlotMap + Copy,
+) -> Option<usize> {
     let mut owner = None;
     for pos in command::keys(spec, args).positions() {
-        let i = instance_of(args.arg(pos), n);
+        let i = n.of(args.arg(pos));
         match owner {
             None => owner = Some(i),
             Some(o) if o != i => return None,
@@ -735,17 +767,22 @@ fn same_instance<A: Args + ?Sized>(args: &A, spec: &CommandSpec, n: usize) -> Op
 }
 
 /// Splits a key-list command; forwards it unchanged when all its keys are on one instance.
-fn split_keys<A: Args + ?Sized>(args: &A, step: usize, merge: Merge, n: usize) -> Plan {
+fn split_keys<A: Args + ?Sized>(
+    args: &A,
+    step: usize,
+    merge: Merge,
+    n: impl SlotMap + Copy,
+) -> Plan {
     let argc = args.argc();
-    let first = instance_of(args.arg(1), n);
+    let first = n.of(args.arg(1));
     if (1 + step..argc)
         .step_by(step)
-        .all(|k| instance_of(args.arg(k), n) == first)
+        .all(|k| n.of(args.arg(k)) == first)
     {
         return Plan::Forward(first);
     }
     let all: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
-    let s = split::split(&all, step, |k| instance_of(k, n));
+    let s = split::split(&all, step, |k| n.of(k));
     let merge = match merge {
         Merge::Values(_) => Merge::Values(s.seq),
         other => other,
@@ -758,7 +795,7 @@ fn split_keys<A: Args + ?Sized>(args: &A, step: usize, merge: Merge, n: usize) -
 
 /// `SCAN cursor [MATCH p] [COUNT c] [TYPE t]`: sent to the cursor's instance with the
 /// backend cursor in its place.
-fn scan<A: Args + ?Sized>(args: &A, n: usize) -> Plan {
+fn scan<A: Args + ?Sized>(args: &A, n: impl SlotMap + Copy) -> Plan {
     let cursor = std::str::from_utf8(args.arg(1))
         .ok()
         .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
@@ -766,7 +803,7 @@ fn scan<A: Args + ?Sized>(args: &A, n: usize) -> Plan {
     let Some(cursor) = cursor else {
         return reply_static(b"-ERR invalid cursor\r\n");
     };
-    let (instance, backend_cursor) = split::scan_cursor_decode(cursor, n);
+    let (instance, backend_cursor) = split::scan_cursor_decode(cursor, n.instances());
     let cursor = itoa::Buffer::new().format(backend_cursor).to_owned();
     let mut argv: Vec<&[u8]> = (0..args.argc()).map(|i| args.arg(i)).collect();
     argv[1] = cursor.as_bytes();
@@ -777,7 +814,7 @@ fn scan<A: Args + ?Sized>(args: &A, n: usize) -> Plan {
         request,
         merge: Merge::Scan {
             instance,
-            instances: n,
+            instances: n.instances(),
         },
     }
 }

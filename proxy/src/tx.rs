@@ -278,9 +278,13 @@ impl Tx {
     }
 
     /// WATCH of keys on several instances: each instance's keys on its connection.
-    fn watch_many<A: Args + ?Sized>(&mut self, args: &A, n: usize) -> Step {
+    fn watch_many<A: Args + ?Sized>(
+        &mut self,
+        args: &A,
+        n: impl crate::slots::SlotMap + Copy,
+    ) -> Step {
         let all: Vec<&[u8]> = (0..args.argc()).map(|i| args.arg(i)).collect();
-        let s = split::split(&all, 1, |k| route::instance_of(k, n));
+        let s = split::split(&all, 1, |k| n.of(k));
         let parts = s
             .parts
             .into_iter()
@@ -310,7 +314,7 @@ impl Tx {
         &mut self,
         spec: &CommandSpec,
         args: &A,
-        n: usize,
+        n: impl crate::slots::SlotMap + Copy,
     ) -> Option<Step> {
         let (step, merge) = match spec.name {
             "mget" => (1, Merge::Values(Vec::new())),
@@ -320,11 +324,11 @@ impl Tx {
         };
         if self.pinned.is_none() {
             // The held keyless commands go to the first part's instance.
-            let first = route::instance_of(args.arg(1), n);
+            let first = n.of(args.arg(1));
             self.pin(first);
         }
         let all: Vec<&[u8]> = (0..args.argc()).map(|i| args.arg(i)).collect();
-        let s = split::split(&all, step, |k| route::instance_of(k, n));
+        let s = split::split(&all, step, |k| n.of(k));
         let merge = match merge {
             Merge::Values(_) => Merge::Values(s.seq),
             other => other,
@@ -371,8 +375,13 @@ impl Tx {
 
     /// Decides one request while [`Self::active`]. `raw` is the request as sent to an
     /// instance; `up[i]`: instance `i` is reachable (for pinning held commands).
-    pub fn step<A: Args + ?Sized>(&mut self, args: &A, raw: &[u8], up: &[bool]) -> Step {
-        let n = up.len();
+    pub fn step<A: Args + ?Sized>(
+        &mut self,
+        args: &A,
+        raw: &[u8],
+        up: &[bool],
+        n: impl crate::slots::SlotMap + Copy,
+    ) -> Step {
         let Some(spec) = command::lookup(args.arg(0)).filter(|c| c.is_implemented()) else {
             self.abort_if_multi();
             return Step::Route; // the router answers "unknown command"
@@ -640,7 +649,11 @@ fn key_row<'a, A: Args + ?Sized>(spec: &'a CommandSpec, args: &A) -> &'a Command
 
 /// The instance of every key of a request ([`route::keys_instance`]: legacy key positions,
 /// or the key specs for commands with movable keys).
-pub fn keyed_instance<A: Args + ?Sized>(spec: &CommandSpec, args: &A, n: usize) -> Target {
+pub fn keyed_instance<A: Args + ?Sized>(
+    spec: &CommandSpec,
+    args: &A,
+    n: impl crate::slots::SlotMap + Copy,
+) -> Target {
     match route::keys_instance(spec, args, n) {
         Ok(Some(i)) => Target::One(i),
         Ok(None) => Target::None,
@@ -657,7 +670,7 @@ mod tests {
         let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
         let mut raw = Vec::new();
         resp::encode_request(&mut raw, &a);
-        tx.step(&a[..], &raw, &[true, true])
+        tx.step(&a[..], &raw, &[true, true], 2)
     }
 
     fn key_on(i: usize, prefix: &str) -> String {

@@ -78,6 +78,7 @@ const NOBODY_WAITER: Waiter = Waiter {
     client_id: 0,
     seq: 0,
     part: 0,
+    hops: crate::client::Hops::NONE,
 };
 
 /// What the memcached port needs.
@@ -755,7 +756,7 @@ impl Loop {
             ..
         } = self;
         let mut noscript = false;
-        let result = links[i].deliver_replies(|w, reply| {
+        let result = links[i].deliver_replies(|w, reply, _| {
             noscript |= reply.starts_with(b"-NOSCRIPT");
             deliver(conns, counters, totals, dirty_conns, w, reply);
         });
@@ -880,6 +881,7 @@ fn submit(
                     client_id: c.id,
                     seq,
                     part: part as u32,
+                    hops: crate::client::Hops::NONE,
                 },
             );
             if !b.dirty {

@@ -516,6 +516,7 @@ impl Proxy {
         let waiters = b.fail(self.poll.registry(), now);
         let error = b.unavailable.clone();
         self.link_failed(&waiters);
+        self.backend_lost();
         self.fleet.backend_errors += waiters.len() as u64;
         for w in waiters {
             deliver(
@@ -574,6 +575,7 @@ impl Proxy {
 
     fn timers(&mut self, now: Instant) {
         self.sweep_clients(now);
+        self.periodic_refresh(now);
         self.retry_due(now);
         for k in 0..self.live.len() {
             let i = self.live[k];

@@ -40,6 +40,10 @@ pub const MAX_TRIES: u8 = 100;
 pub const TRYAGAIN_DELAY: Duration = Duration::from_millis(10);
 /// At most one `CLUSTER SLOTS` per this interval.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
+/// With cluster backends, the table is refreshed this often even when no `-MOVED` says a
+/// slot moved: an engine retired after its slots moved away (`recached resize`) is then
+/// never routed to, though no request of this proxy ever met its `-MOVED`.
+pub const PERIODIC_REFRESH: Duration = Duration::from_secs(1);
 /// Instances the proxy learns at most (a bound against a misbehaving node).
 pub const MAX_INSTANCES: usize = 1024;
 
@@ -154,6 +158,11 @@ pub(crate) struct Redirects {
     /// A refresh is wanted (at start, after a `-MOVED`).
     wanted: bool,
     last_refresh: Option<Instant>,
+    /// A backend answered `CLUSTER SLOTS`: the periodic refresh and the refresh after a
+    /// failed link apply (a standalone backend refuses it and is never asked again).
+    cluster: bool,
+    /// When the periodic refresh is next due.
+    next_periodic: Option<Instant>,
     /// `delayed` or `wanted` may be set: the loop's timers look further (one test per
     /// iteration otherwise).
     armed: bool,
@@ -394,6 +403,26 @@ impl Proxy {
         r.last_refresh = Some(now);
     }
 
+    /// Once per loop tick: asks for the periodic refresh when it is due (cluster backends).
+    pub(crate) fn periodic_refresh(&mut self, now: Instant) {
+        let r = &mut self.redirects;
+        if !r.cluster || r.next_periodic.is_some_and(|t| now < t) {
+            return;
+        }
+        r.next_periodic = Some(now + PERIODIC_REFRESH);
+        r.wanted = true;
+        r.armed = true;
+    }
+
+    /// A backend link failed: with cluster backends its slots may have moved (a retired
+    /// engine), so the table is refreshed from an instance that is up.
+    pub(crate) fn backend_lost(&mut self) {
+        if self.redirects.cluster {
+            self.redirects.wanted = true;
+            self.redirects.armed = true;
+        }
+    }
+
     /// A link that was up came up: the start-up refresh may go.
     pub(crate) fn link_up(&mut self, now: Instant) {
         self.refresh_if_wanted(now);
@@ -416,12 +445,14 @@ impl Proxy {
             .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']').to_string())
             .unwrap_or_default();
         let Some(ranges) = parse_slots(reply, &host) else {
+            self.redirects.cluster = false;
             log::debug!(
                 "proxy: CLUSTER SLOTS refused ({}); the slot table stays as it is",
                 String::from_utf8_lossy(reply).trim_end()
             );
             return;
         };
+        self.redirects.cluster = true;
         let mut changed = 0usize;
         for (first, last, addr) in ranges {
             let Some(j) = self.instance_named(&addr, now) else {

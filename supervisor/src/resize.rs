@@ -22,8 +22,9 @@
 //!    **a re-run resumes, it never rolls back.** Then a checkpoint (SAVE) on every destination
 //!    and a sweep of keys on engines that do not own their slot.
 //! 5. **Shrink**: `CLUSTER FORGET` of each retired engine on every remaining one; each retired
-//!    engine must hold no key in any database; `retire`: the supervisor stops them and
-//!    deletes their files.
+//!    engine must hold no key in any database; after [`RETIRE_GRACE`] (during which they
+//!    answer `-MOVED` and every proxy refreshes its slot table), `retire`: the supervisor
+//!    stops them and deletes their files.
 //! 6. `DIR/layout` names the N-engine topology, so `recached start --engines N` on this dir
 //!    is an ordinary start (each engine loads its `nodes-<port>.conf`).
 
@@ -45,6 +46,9 @@ use crate::{DirArgs, Result, config, status};
 
 /// The lock file in `dir`, held by a running resize.
 pub const LOCK_FILE: &str = "resize.lock";
+/// How long retired engines keep serving `-MOVED` before they stop: over twice the proxy's
+/// periodic slot-table refresh (`recached_proxy::redirect::PERIODIC_REFRESH`, 1 s).
+pub const RETIRE_GRACE: Duration = Duration::from_millis(2500);
 /// How long the supervisor may take to answer a request (a retire waits for the engines'
 /// `stop_timeout_ms` and their final save).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -218,6 +222,10 @@ pub fn resize(args: &ResizeArgs) -> Result<ExitCode> {
             }
         }
         mover.nodes.truncate(n);
+        // The retired engines keep answering -MOVED for their old slots a little longer:
+        // proxies refresh their slot table at least every PERIODIC_REFRESH, so by the time
+        // the engines stop none routes to them (cluster clients follow the -MOVED).
+        std::thread::sleep(RETIRE_GRACE);
         let reply = request(&dir, sup_pid, "retire", n)?;
         topology = reply.topology;
         println!(

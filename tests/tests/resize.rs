@@ -278,7 +278,6 @@ fn moved_slots(out: &str) -> usize {
 }
 
 #[test]
-#[ignore = "needs the proxy following -ASK/-MOVED (branch proxyask)"]
 fn resize_2_3_4_2_under_load_keeps_every_key() {
     let mut fleet = Fleet::start("grow", 2, "");
     let proxy = fleet.proxy_port();

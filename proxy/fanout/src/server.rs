@@ -623,7 +623,6 @@ impl Server {
                     kind: Kind::Control,
                 });
                 self.conns[idx] = Conn::Ws(b);
-                self.send_slots(idx);
                 self.mark_dirty(idx);
                 // The subscribe may have arrived with the upgrade request.
                 self.browser_read(idx);
@@ -778,6 +777,7 @@ impl Server {
                     protocol::subscribed(&effective, db).into(),
                     Kind::Control,
                 );
+                self.send_slots(idx);
                 for i in 0..self.links.len() {
                     match resume.iter().find(|r| r.instance == i) {
                         Some(r) => self.try_resume(idx, i, r.clone()),

@@ -189,7 +189,7 @@ fn watch(seeds: Vec<SocketAddr>, tx: &Sender<Topology>, waker: &mio::Waker, stop
 /// The addresses of `t`'s nodes, those serving slots first.
 fn preferred(t: Option<&Topology>) -> Vec<SocketAddr> {
     let Some(t) = t else { return Vec::new() };
-    let serving = |i: usize| t.owners.iter().any(|o| *o == Some(i as u16));
+    let serving = |i: usize| t.owners.contains(&Some(i as u16));
     let mut out = Vec::new();
     for pass in [true, false] {
         for (i, n) in t.nodes.iter().enumerate() {

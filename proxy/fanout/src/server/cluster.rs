@@ -10,7 +10,7 @@
 //!   Instance numbers are never reused, so browsers' positions stay meaningful: a retired
 //!   instance serves no slot, is reported up to date at once and has no keys.
 //! - **Slots.** The table, by instance number, goes to every browser as a `slots` message
-//!   (also right after `hello`): replicas drop an instance's keys by it (`must-refetch`,
+//!   (also right after `subscribed`): replicas drop an instance's keys by it (`must-refetch`,
 //!   `flush`), not by the jump hash of N.
 //!
 //! # Keys that move
@@ -163,7 +163,9 @@ impl Server {
         for idx in self.slots() {
             let Some(b) = self.browser(idx) else { continue };
             b.inst.resize_with(n, || Inst::Idle);
-            self.push(idx, frame.clone().into(), Kind::Control);
+            if b.prefixes.is_some() {
+                self.push(idx, frame.clone().into(), Kind::Control);
+            }
         }
         for &j in &retired {
             self.links[j].sleep(self.poll.registry());
@@ -204,7 +206,7 @@ impl Server {
         protocol::slots(self.links.len(), table)
     }
 
-    /// Right after `hello`: the table, if the engines have one.
+    /// Right after `subscribed`: the table, if the engines have one.
     pub(super) fn send_slots(&mut self, idx: usize) {
         if self.cluster.table.is_some() {
             let frame = self.slots_frame();

@@ -139,6 +139,20 @@ pub extern "C" fn rc_drop_instance(instance: u32, n: u32) -> u32 {
     STATE.with_borrow_mut(|s| s.replica.drop_instance(instance, n) as u32)
 }
 
+/// The slot table from the input buffer: 16384 owners, u16 little-endian (65535 = none).
+/// Returns 1 when adopted, 0 for a buffer of the wrong size.
+#[unsafe(no_mangle)]
+pub extern "C" fn rc_set_owners(len: u32) -> u32 {
+    STATE.with_borrow_mut(|s| {
+        let buf = &s.input[..(len as usize).min(s.input.len())];
+        let owners: Vec<u16> = buf
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        u32::from(buf.len() % 2 == 0 && s.replica.set_owners(owners))
+    })
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn rc_clear() {
     STATE.with_borrow_mut(|s| s.replica.clear())

@@ -43,7 +43,14 @@ pub struct Replica {
     client: Client,
     /// Output of the last command (RESP2), reused across calls.
     out: Vec<u8>,
+    /// The fleet's slot table (slot → instance, [`UNASSIGNED`] for none) once the fan-out
+    /// sent one (`slots`); until then the jump-hash map of N instances.
+    owners: Option<Vec<u16>>,
 }
+
+/// An owner in [`Replica::set_owners`] for a slot no instance serves: its keys are dropped
+/// by the refetch of any instance.
+pub const UNASSIGNED: u16 = u16::MAX;
 
 /// Commands a replica answers though their row lacks the `readonly` flag: they touch no key.
 const ALWAYS_ALLOWED: &[&[u8]] = &[b"ping", b"echo"];
@@ -66,6 +73,7 @@ impl Replica {
             engine,
             client: Client::default(),
             out: Vec::with_capacity(256),
+            owners: None,
         }
     }
 
@@ -118,13 +126,38 @@ impl Replica {
         &self.out
     }
 
-    /// Deletes every key that instance `instance` of an `n`-instance fleet owns (the slot map
-    /// of `engine_core::slot`): the fan-out's `must-refetch` and `flush` for one instance.
+    /// Adopts the fleet's slot table (the fan-out's `slots` message): `owners[slot]` is the
+    /// instance serving it, [`UNASSIGNED`] for none. Ignored unless it has one entry per
+    /// slot. From then on [`Replica::drop_instance`] drops by this table, since slots move
+    /// between running engines (docs/browser-protocol.md, *Slots*).
+    pub fn set_owners(&mut self, owners: Vec<u16>) -> bool {
+        if owners.len() != usize::from(engine_core::slot::SLOTS) {
+            return false;
+        }
+        self.owners = Some(owners);
+        true
+    }
+
+    /// Whether instance `instance` of `n` serves `key`: by the table of [`Replica::set_owners`]
+    /// if one was set, else by the jump-hash map of `n` instances (`engine_core::slot`).
+    fn owned_by(&self, key: &[u8], instance: u32, n: u32) -> bool {
+        match &self.owners {
+            Some(t) => {
+                let owner = t[usize::from(engine_core::slot::key_slot(key))];
+                owner == UNASSIGNED || u32::from(owner) == instance
+            }
+            None => engine_core::slot::instance_for_key(key, n.max(1)) == instance,
+        }
+    }
+
+    /// Deletes every key that instance `instance` of an `n`-instance fleet owns (the slot
+    /// table, else the slot map of `engine_core::slot`): the fan-out's `must-refetch` and
+    /// `flush` for one instance.
     pub fn drop_instance(&mut self, instance: u32, n: u32) -> usize {
         let keys = self.all_keys();
         let mut dropped = 0;
         for k in keys {
-            if engine_core::slot::instance_for_key(&k, n.max(1)) == instance {
+            if self.owned_by(&k, instance, n) {
                 self.out.clear();
                 self.engine
                     .exec(&mut self.client, &[b"DEL", &k], 0, &mut self.out);
@@ -273,6 +306,27 @@ mod tests {
         assert_eq!(r.drop_instance(0, 2), owned0);
         assert_eq!(r.len(), 50 - owned0);
         r.clear();
+        assert!(r.is_empty());
+    }
+
+    /// Once the fan-out sent the slot table, refetches drop by it, not by the jump hash.
+    #[test]
+    fn drop_instance_follows_the_slot_table() {
+        let mut r = Replica::new();
+        for i in 0..50 {
+            apply(&mut r, &["SET", &format!("k{i}"), "v"]).unwrap();
+        }
+        let slot = |i: usize| usize::from(engine_core::slot::key_slot(format!("k{i}").as_bytes()));
+        // Instance 2 (a third engine) took k0's slot; k1's slot is unassigned.
+        let mut owners = vec![0u16; usize::from(engine_core::slot::SLOTS)];
+        owners[slot(0)] = 2;
+        owners[slot(1)] = UNASSIGNED;
+        assert!(!r.set_owners(vec![0; 10]), "a table has one owner per slot");
+        assert!(r.set_owners(owners));
+        assert_eq!(r.drop_instance(1, 2), 1, "only the unassigned slot's key");
+        assert_eq!(r.drop_instance(2, 3), 1);
+        assert_eq!(read(&mut r, &["EXISTS", "k0", "k1", "k2"], NOW), ":1\r\n");
+        assert_eq!(r.drop_instance(0, 3), 48);
         assert!(r.is_empty());
     }
 }

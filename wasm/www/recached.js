@@ -139,6 +139,18 @@ export class LocalReplica {
   }
 
   dropInstance(instance, n) { return this.x.rc_drop_instance(instance, n); }
+
+  /** Adopts the fleet's slot table (`slots` message ranges [first, last, instance]):
+   * refetches then drop by it. A module without rc_set_owners keeps the jump hash. */
+  setSlots(ranges) {
+    if (!this.x.rc_set_owners) return false;
+    const owners = new Uint16Array(16384).fill(0xffff);
+    for (const [a, b, i] of ranges) owners.fill(i, a, b + 1);
+    const bytes = new Uint8Array(owners.length * 2);
+    const view = new DataView(bytes.buffer);
+    owners.forEach((o, s) => view.setUint16(2 * s, o, true));
+    return this.x.rc_set_owners(this._write(bytes)) === 1;
+  }
   clear() { this.x.rc_clear(); }
   size() { return this.x.rc_len(); }
 }
@@ -327,6 +339,14 @@ export class RecachedClient {
         break;
       case 'subscribed':
         this.delay = this.minDelay;
+        break;
+      case 'slots':
+        // The slot table (sent after hello and whenever slots move or engines join):
+        // refetches drop by it. A new instance is not up to date until its snapshot.
+        this.replica.setSlots(msg.slots);
+        for (let j = this.instances; j < msg.instances; j++) this.upToDate[j] = false;
+        this.instances = Math.max(this.instances, msg.instances);
+        this.positions.length = this.instances;
         break;
       case 'must-refetch':
         this.positions[i] = null;

@@ -192,6 +192,11 @@ pub fn end(
     derive(e, spec, argv, reply, proto, changed);
 }
 
+/// The effect verb of a key that left this engine by MIGRATE for another cluster node:
+/// `MIGRATED k`. Not a command: a replica of this one engine deletes `k`; one merging
+/// every engine's feed (the fan-out) keeps it, since the target's feed brings its copy.
+pub const MIGRATED: &[u8] = b"MIGRATED";
+
 /// A key and the database it is in.
 type DbKey = (usize, Box<[u8]>);
 
@@ -272,6 +277,21 @@ fn derive(
         "del" | "unlink" => {
             for (db, k) in changed_keys(e, spec, argv, changed) {
                 emit_db(e, db, &[b"DEL", &k]);
+            }
+        }
+        // A key MIGRATE handed to another node of the cluster (not COPY: the only keys it
+        // changes are those it deleted after the target took them). The target's feed
+        // carries the key's new copy (its RESTORE's effects), so a subscriber merging every
+        // engine's feed must not delete it on this one's word: the two feeds race
+        // (docs/feed.md, *Keys that move*). Standalone, the key leaves the fleet: `DEL`.
+        "migrate" => {
+            let verb: &[u8] = if e.cluster.enabled() {
+                MIGRATED
+            } else {
+                b"DEL"
+            };
+            for (db, k) in changed_keys(e, spec, argv, changed) {
+                emit_db(e, db, &[verb, &k]);
             }
         }
         // FLUSHALL's handler chooses its effects (one per database it emptied); this is

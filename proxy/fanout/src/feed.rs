@@ -110,6 +110,10 @@ pub enum Scope {
     Flush,
     /// A command the table cannot place: browsers of the instance must resync.
     Unknown,
+    /// `MIGRATED k`: the key left this engine for another cluster node, whose feed brings
+    /// its copy. Relayed to no browser; it tells the server that slots are moving
+    /// (server/cluster.rs).
+    Moved,
 }
 
 /// One effect, shared by the ring and every browser queue it goes to.
@@ -162,7 +166,9 @@ impl Effect {
                         let key = pos.first().map_or(&b""[..], |&p| self.args[p].as_slice());
                         protocol::keychange(instance, self.seq, key, &argv).into()
                     }
-                    Scope::Unknown => protocol::keychange(instance, self.seq, b"", &argv).into(),
+                    Scope::Unknown | Scope::Moved => {
+                        protocol::keychange(instance, self.seq, b"", &argv).into()
+                    }
                 }
             })
             .clone()
@@ -176,6 +182,9 @@ pub fn scope_of(args: &[Vec<u8>]) -> Scope {
     };
     if name.eq_ignore_ascii_case(b"flushall") || name.eq_ignore_ascii_case(b"flushdb") {
         return Scope::Flush;
+    }
+    if name.as_slice() == engine_core::effect::MIGRATED && args.len() == 2 {
+        return Scope::Moved;
     }
     let Some(mut spec) = command::lookup(name) else {
         return Scope::Unknown;
@@ -201,6 +210,8 @@ pub fn scope_of(args: &[Vec<u8>]) -> Scope {
 pub struct Ring {
     effects: VecDeque<Rc<Effect>>,
     bytes: usize,
+    /// No resume from a position at or before this seq ([`Ring::barrier`]).
+    barrier: u64,
 }
 
 impl Ring {
@@ -231,9 +242,20 @@ impl Ring {
         self.bytes = 0;
     }
 
+    /// Slots moved while the fan-out followed this engine (server/cluster.rs): a position
+    /// at or before `seq` may not be resumed, since replaying the engines' rings one after
+    /// the other would not reproduce the order in which a key's effects crossed from one
+    /// engine's feed to another's. Such a resume refetches.
+    pub fn barrier(&mut self, seq: u64) {
+        self.barrier = self.barrier.max(seq);
+    }
+
     /// The effects after `seq`, if the ring still holds all of them (`current` is the
-    /// engine's latest sequence number).
+    /// engine's latest sequence number) and no [`Ring::barrier`] lies at or after `seq`.
     pub fn since(&self, seq: u64, current: u64) -> Option<impl Iterator<Item = &Rc<Effect>>> {
+        if self.barrier > 0 && seq <= self.barrier {
+            return None;
+        }
         if seq == current {
             return Some(self.effects.range(self.effects.len()..));
         }
@@ -290,6 +312,9 @@ pub struct Link {
     pub run: Option<String>,
     pub seq: Option<u64>,
     pub ring: Ring,
+    /// The engine left the cluster (server/cluster.rs): never connected again; browsers see
+    /// it up to date with no keys.
+    pub retired: bool,
 }
 
 impl Link {
@@ -306,6 +331,7 @@ impl Link {
             run: None,
             seq: None,
             ring: Ring::default(),
+            retired: false,
         }
     }
 
@@ -345,7 +371,7 @@ impl Link {
     /// Someone needs the feed: an idle link connects at once (a link in any other state is
     /// already connecting or connected).
     pub fn wake(&mut self, registry: &Registry, token: Token, now: Instant) {
-        if self.state == LinkState::Idle {
+        if self.state == LinkState::Idle && !self.retired {
             self.backoff = BACKOFF_MIN;
             self.state = LinkState::Down(now);
             self.maybe_connect(registry, token, now);
@@ -798,6 +824,7 @@ mod tests {
             ])),
             Scope::Keys(vec![1])
         );
+        assert_eq!(scope_of(&a(&["MIGRATED", "k"])), Scope::Moved);
         assert_eq!(scope_of(&a(&["NOSUCH", "k"])), Scope::Unknown);
         assert_eq!(scope_of(&a(&["PING"])), Scope::Unknown);
     }
@@ -830,5 +857,16 @@ mod tests {
         assert_eq!(r.len(), 1);
         assert!(r.since(15, 30).is_none());
         assert_eq!(r.since(29, 30).map(|i| i.count()), Some(1));
+        // Slots moved at 30: no resume from 30 or before, later ones as usual.
+        r.barrier(30);
+        assert!(r.since(29, 30).is_none());
+        assert!(r.since(30, 30).is_none());
+        r.push(Rc::new(Effect::new(
+            31,
+            0,
+            vec![b"MIGRATED".to_vec(), b"k".to_vec()],
+        )));
+        assert_eq!(r.since(31, 31).map(|i| i.count()), Some(0));
+        assert!(r.since(30, 31).is_none());
     }
 }

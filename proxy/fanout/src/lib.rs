@@ -24,6 +24,8 @@
 //! - `http`: static assets (compiled in from `recached-www`, the crate that owns them) and
 //!   the upgrade request on the same port.
 //! - `server`: the mio loop, browsers, snapshots, resume, resync, heartbeats.
+//! - [`topology`]: the cluster's nodes and slot table (`CLUSTER NODES`, read by a watcher
+//!   thread): engines that join or leave, slots that move (server/cluster.rs).
 //! - `tls`: the connection type, plain TCP or TLS ([`FanoutOptions::tls`]): HTTPS and
 //!   wss:// on a TLS port, alongside the plain port or instead of it (`port` 0 with a TLS
 //!   port, as Redis's `port 0`). Same pages, protocol, tokens and limits on both.
@@ -60,6 +62,7 @@ mod http;
 pub mod protocol;
 mod server;
 mod tls;
+pub mod topology;
 
 use std::collections::BTreeMap;
 use std::io;

@@ -301,6 +301,32 @@ pub fn hello(instances: usize, heartbeat_ms: u64, max_message: usize, auth: bool
     )
 }
 
+/// `slots`: the fleet's slot table, `owners[slot]` = instance (`None`: no instance serves
+/// it), as ranges `[first, last, instance]` in slot order; `instances` = how many instance
+/// numbers exist (retired ones included: numbers are never reused for another engine).
+pub fn slots(instances: usize, owners: &[Option<u16>]) -> String {
+    let mut s = format!("{{\"type\":\"slots\",\"instances\":{instances},\"slots\":[");
+    let mut first = true;
+    let mut at = 0;
+    while at < owners.len() {
+        let owner = owners[at];
+        let mut end = at;
+        while end + 1 < owners.len() && owners[end + 1] == owner {
+            end += 1;
+        }
+        if let Some(i) = owner {
+            if !first {
+                s.push(',');
+            }
+            first = false;
+            s.push_str(&format!("[{at},{end},{i}]"));
+        }
+        at = end + 1;
+    }
+    s.push_str("]}");
+    s
+}
+
 /// `subscribed`: the prefixes in effect (requested ∩ allowed) and the database followed.
 pub fn subscribed(prefixes: &[Vec<u8>], db: usize) -> String {
     let mut s = String::from("{\"type\":\"subscribed\",\"prefixes\":[");

@@ -71,6 +71,7 @@ use crate::protocol::{self, ClientMsg};
 use crate::tls::Sock;
 use crate::{FanoutOptions, Tokens};
 
+mod cluster;
 mod queue;
 mod relay;
 mod resync;
@@ -82,6 +83,8 @@ use resync::Inst;
 const LISTENER: Token = Token(usize::MAX - 1);
 /// The TLS port's listener (HTTPS + wss://, [`crate::tls`]).
 const TLS_LISTENER: Token = Token(usize::MAX - 2);
+/// The topology watcher has news (server/cluster.rs).
+const WAKER: Token = Token(usize::MAX - 3);
 /// Feed link `i` is `LINK_BASE + i`; connections are their slab index.
 const LINK_BASE: usize = usize::MAX / 2;
 /// Longest poll wait (shutdown flag, timers).
@@ -176,6 +179,9 @@ pub struct Server {
     unneeded_since: Option<Instant>,
     /// How long the links stay subscribed after the last browser left.
     feed_linger: Duration,
+    /// Topologies from the watcher thread (`crate::topology`), and what was learnt of them.
+    topo_rx: Option<std::sync::mpsc::Receiver<crate::topology::Topology>>,
+    cluster: cluster::ClusterState,
 }
 
 /// Counters for the RESP `INFO` probe (and benchmarks: µs per write = CPU time / `writes`).
@@ -211,6 +217,8 @@ impl Server {
             tls,
             (LISTENER, TLS_LISTENER),
         )?;
+        let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER)?);
+        let topo_rx = crate::topology::spawn(engines.clone(), waker, Arc::clone(&shutdown))?;
         let heartbeat = Duration::from_millis(opts.heartbeat_ms.max(10));
         let ws_config = WebSocketConfig::default()
             .max_message_size(Some(opts.max_message))
@@ -252,6 +260,8 @@ impl Server {
             // No browser yet: the links stay idle (they start so) until one subscribes.
             unneeded_since: Some(Instant::now()),
             feed_linger: Duration::from_millis(opts.feed_linger_ms),
+            topo_rx: Some(topo_rx),
+            cluster: cluster::ClusterState::default(),
         })
     }
 
@@ -288,6 +298,9 @@ impl Server {
             if !self.dirty.is_empty() {
                 timeout = timeout.min(self.next_flush.saturating_duration_since(now));
             }
+            if let Some(at) = self.cluster_deadline() {
+                timeout = timeout.min(at.saturating_duration_since(now));
+            }
             match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -297,6 +310,7 @@ impl Server {
                 match event.token() {
                     LISTENER => self.accept(false),
                     TLS_LISTENER => self.accept(true),
+                    WAKER => self.topology_event(),
                     Token(t) if t >= LINK_BASE => self.link_event(t - LINK_BASE),
                     Token(t) => self.conn_event(t),
                 }
@@ -763,6 +777,7 @@ impl Server {
                     protocol::subscribed(&effective, db).into(),
                     Kind::Control,
                 );
+                self.send_slots(idx);
                 for i in 0..self.links.len() {
                     match resume.iter().find(|r| r.instance == i) {
                         Some(r) => self.try_resume(idx, i, r.clone()),
@@ -908,6 +923,7 @@ impl Server {
     // Timers
 
     fn tick(&mut self, now: Instant) {
+        self.cluster_tick(now);
         if let Some(since) = self.unneeded_since
             && now.saturating_duration_since(since) >= self.feed_linger
         {

@@ -60,6 +60,8 @@ pub(super) fn visible(prefixes: &[Vec<u8>], db: usize, e: &Effect) -> Relay {
     match &e.scope {
         Scope::Flush => Relay::Whole,
         Scope::Unknown => Relay::Resync("unknown-effect"),
+        // The key stays: the target's feed brings its copy (feed.rs, `Scope::Moved`).
+        Scope::Moved => Relay::Skip,
         Scope::Keys(pos) => {
             // Counted first: this runs once per browser per effect, and the common
             // cases (none or all keys visible) need no list.
@@ -186,6 +188,12 @@ impl Server {
         link.seq = Some(seq);
         let e = Rc::new(Effect::new(seq, db, args));
         link.ring.push(Rc::clone(&e));
+        if e.scope == Scope::Moved {
+            self.slots_moving();
+            if !gap {
+                return;
+            }
+        }
         if !gap && let Scope::Keys(pos) = &e.scope {
             // Only browsers with a prefix of one of its keys can be concerned: a
             // Live one relays it, one in a snapshot defers it (for any other the

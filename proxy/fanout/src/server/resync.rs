@@ -79,7 +79,14 @@ impl Server {
             self.links[i].seq.unwrap_or(0),
         );
         let id = self.next_snap;
+        let retired = self.links[i].retired;
         let Some(b) = self.browser(idx) else { return };
+        if retired {
+            // It serves nothing (server/cluster.rs): up to date with no keys.
+            b.inst[i] = Inst::Live;
+            self.push(idx, protocol::up_to_date(i, &run, seq).into(), Kind::Snap);
+            return;
+        }
         if b.closing.is_some() || !live || b.backlogged {
             // Requested later: at the link's next subscribe or heartbeat, or (backlogged)
             // when `drain` has written everything queued for this browser.
@@ -129,6 +136,9 @@ impl Server {
     /// A reconnecting browser's position for instance `i`: replay from the ring, or resync.
     pub(super) fn try_resume(&mut self, idx: usize, i: usize, r: Resume) {
         let link = &self.links[i];
+        if link.retired {
+            return self.request_snapshot(idx, i);
+        }
         if link.state != LinkState::Live {
             if let Some(b) = self.browser(idx) {
                 b.inst[i] = Inst::Resume(r);

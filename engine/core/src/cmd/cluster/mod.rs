@@ -451,8 +451,26 @@ pub fn redirect(
     // ASKING applies to the next command only (redis `resetClient` clears CLIENT_ASKING
     // after each command but ASKING itself, except inside MULTI).
     let asking = client.cluster.asking;
-    if spec.name != "asking" && !client.tx.in_multi() {
+    if asking && spec.name != "asking" && !client.tx.in_multi() {
         client.cluster.asking = false;
+    }
+    // The one key extractor (redis `getNodeByQuery` → `getKeysFromCommandWithSpecs`): a
+    // request whose keys cannot be found is keyless here, so its handler answers the error.
+    let keys = crate::command::keys(spec, argv);
+    // The common case, one key and no slot open: one CRC16 and one table read.
+    if keys.len() == 1 && !cluster.has_open_slots() {
+        let key = argv[keys.positions().next().unwrap_or(0)];
+        let s = slot::key_slot(key);
+        let owner = cluster.owner_of(s);
+        if usize::from(owner) == cluster.me || e.locks.is_guest(client.db, key) {
+            return true;
+        }
+        if owner == UNASSIGNED {
+            out.extend_from_slice(UNBOUND);
+        } else {
+            moved(cluster, s, usize::from(owner), client, out);
+        }
+        return false;
     }
     let mut check = KeyCheck {
         cluster,
@@ -469,9 +487,6 @@ pub fn redirect(
         missing: 0,
         existing: 0,
     };
-    // The one key extractor (redis `getNodeByQuery` → `getKeysFromCommandWithSpecs`): a
-    // request whose keys cannot be found is keyless here, so its handler answers the error.
-    let keys = crate::command::keys(spec, argv);
     for pos in keys.positions() {
         if !check.add(argv[pos]) {
             break;
@@ -541,14 +556,24 @@ pub fn redirect(
     if !check.remote {
         return true;
     }
-    let owner = usize::from(cluster.owner_of(slot));
-    // The first key's slot, or the remote one when the first is local (one slot here).
+    // Remote and not CROSSSLOT: every key is in this one slot.
+    moved(
+        cluster,
+        slot,
+        usize::from(cluster.owner_of(slot)),
+        client,
+        out,
+    );
+    false
+}
+
+/// `-MOVED <slot> <host>:<port>` of node `owner`.
+fn moved(cluster: &Cluster, slot: u16, owner: usize, client: &Client, out: &mut Vec<u8>) {
     out.extend_from_slice(b"-MOVED ");
     out.extend_from_slice(itoa::Buffer::new().format(slot).as_bytes());
     out.push(b' ');
     cluster.endpoint(owner, client, out);
     out.extend_from_slice(b"\r\n");
-    false
 }
 
 // ---------------------------------------------------------------------------------------------

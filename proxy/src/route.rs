@@ -803,7 +803,15 @@ fn scan<A: Args + ?Sized>(args: &A, n: impl SlotMap + Copy) -> Plan {
     let Some(cursor) = cursor else {
         return reply_static(b"-ERR invalid cursor\r\n");
     };
-    let (instance, backend_cursor) = split::scan_cursor_decode(cursor, n.instances());
+    let (mut instance, mut backend_cursor) = split::scan_cursor_decode(cursor, n.instances());
+    // An instance that serves no slot (retired after its slots moved, maybe stopped) holds
+    // no key to return: the scan goes on at the next one that serves, from its start.
+    if !n.serves(instance) {
+        match (instance + 1..n.instances()).find(|&i| n.serves(i)) {
+            Some(i) => (instance, backend_cursor) = (i, 0),
+            None => return reply_static(b"*2\r\n$1\r\n0\r\n*0\r\n"),
+        }
+    }
     let cursor = itoa::Buffer::new().format(backend_cursor).to_owned();
     let mut argv: Vec<&[u8]> = (0..args.argc()).map(|i| args.arg(i)).collect();
     argv[1] = cursor.as_bytes();
@@ -882,6 +890,38 @@ mod tests {
             Plan::Reply(b) | Plan::ReplyThenClose(b) => b.into_owned(),
             other => panic!("expected a reply, got {other:?}"),
         }
+    }
+
+    /// SCAN passes over an instance that serves no slot (retired: maybe stopped).
+    #[test]
+    fn scan_skips_instances_that_serve_no_slot() {
+        let mut f = fleet(3);
+        for slot in 0..engine_core::slot::SLOTS {
+            if f.slots.owner(slot) == 1 {
+                f.slots.set(slot, 0);
+            }
+        }
+        let mut s = Session::default();
+        // Cursor 1 = instance 1 from its start: goes to instance 2 instead.
+        match plan(&[b"SCAN".as_slice(), b"1"][..], &mut s, &mut f) {
+            Plan::Rewrite {
+                instance, request, ..
+            } => {
+                assert_eq!(instance, 2);
+                assert_eq!(request, b"*2\r\n$4\r\nSCAN\r\n$1\r\n0\r\n");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Nothing serves after it: the scan is over.
+        for slot in 0..engine_core::slot::SLOTS {
+            if f.slots.owner(slot) == 2 {
+                f.slots.set(slot, 0);
+            }
+        }
+        assert_eq!(
+            reply(plan(&[b"SCAN".as_slice(), b"1"][..], &mut s, &mut f)),
+            b"*2\r\n$1\r\n0\r\n*0\r\n"
+        );
     }
 
     #[test]

@@ -21,6 +21,10 @@ pub trait SlotMap {
     fn of(&self, key: &[u8]) -> usize;
     /// Instances the map knows (indices `0..instances()`).
     fn instances(&self) -> usize;
+    /// Whether `instance` owns a slot (a retired instance does not).
+    fn serves(&self, instance: usize) -> bool {
+        instance < self.instances()
+    }
 }
 
 /// Tests of the pure modules route with the initial map of n instances; production code
@@ -43,6 +47,9 @@ impl<T: SlotMap + ?Sized> SlotMap for &T {
     }
     fn instances(&self) -> usize {
         (**self).instances()
+    }
+    fn serves(&self, instance: usize) -> bool {
+        (**self).serves(instance)
     }
 }
 
@@ -111,6 +118,9 @@ impl Slots {
 }
 
 impl SlotMap for Slots {
+    fn serves(&self, instance: usize) -> bool {
+        Slots::serves(self, instance)
+    }
     #[inline]
     fn of(&self, key: &[u8]) -> usize {
         if self.owned.len() <= 1 {

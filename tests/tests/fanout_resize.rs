@@ -447,3 +447,90 @@ fn a_browser_replica_subscribed_across_a_resize_converges() {
     fanout.kill();
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// Browser replicas across `recached resize` (tests/browser/resize.test.mjs): a
+/// `recached start` fleet of 2 engines with the fan-out; a replica in Node (the page's
+/// recached.js and recached.wasm) and one in headless Chromium follow `rz:*` while a writer
+/// changes keys through the proxy; the fleet grows to 3 and shrinks back to 2 underneath;
+/// both replicas end equal to the server.
+#[test]
+fn browser_replicas_follow_a_resize_of_the_fleet() {
+    let (bdir, wasm) = browser_env(true);
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("fanout-resize-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Engines base..base+3 (one spare for the third engine), the proxy after them.
+    let base = free_port_run(4);
+    let proxy = base + 3;
+    let fanout = free_port_except(&[base, base + 1, base + 2, base + 3]);
+    let data = dir.join("data");
+    let mut cmd = Command::new(recached_bin());
+    cmd.arg("start")
+        .args(["--engines", "2", "--bind", "127.0.0.1"])
+        .args(["--engine-port-base", &base.to_string()])
+        .args(["--proxy-port", &proxy.to_string()])
+        .args(["--fanout-port", &fanout.to_string()])
+        .args(["--metrics-port", "0"])
+        .env("RECACHED_WASM", &wasm)
+        .arg("--dir")
+        .arg(&data)
+        .env("RUST_LOG", "info");
+    struct Guard(Proc, PathBuf, PathBuf);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            teardown_fleet(&mut self.0, &self.1.join("state.toml"), &self.2);
+        }
+    }
+    let mut guard = Guard(
+        Proc::spawn("fleet-fanout-resize", cmd),
+        data.clone(),
+        dir.clone(),
+    );
+    for p in [base, base + 1, proxy, fanout] {
+        guard.0.wait_port(p, FLEET_START_TIMEOUT);
+    }
+    guard
+        .0
+        .wait_proxy_reaches_engines(proxy, FLEET_START_TIMEOUT);
+    let (ready, stop) = (dir.join("ready"), dir.join("stop"));
+    let node = {
+        let (bdir, ready, stop) = (bdir.clone(), ready.clone(), stop.clone());
+        let wasm = wasm.display().to_string();
+        std::thread::spawn(move || {
+            run_node(
+                &bdir,
+                "resize.test.mjs",
+                &[
+                    ("FANOUT_PORT", fanout.to_string()),
+                    ("PROXY_PORT", proxy.to_string()),
+                    ("WASM", wasm),
+                    ("READY_FILE", ready.display().to_string()),
+                    ("STOP_FILE", stop.display().to_string()),
+                ],
+                Duration::from_secs(300),
+            )
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ready.exists() {
+        assert!(
+            Instant::now() < deadline && !node.is_finished(),
+            "the replicas never came up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for n in [3, 2] {
+        let out = run_cmd(
+            Command::new(recached_bin())
+                .args(["resize", &n.to_string(), "--dir"])
+                .arg(&data),
+            Duration::from_secs(240),
+        );
+        assert!(out.ok, "resize {n}:\n{}", out.text());
+    }
+    std::fs::write(&stop, b"").unwrap();
+    let out = node.join().unwrap();
+    eprintln!("{out}");
+    assert!(out.contains("converged:"), "{out}");
+}

@@ -443,9 +443,20 @@ fn metrics_count_memcached_traffic_per_protocol() {
         assert!(Instant::now() < deadline, "not ready: {}", escape(&r));
         std::thread::sleep(Duration::from_millis(100));
     }
-    let before = metrics(metrics_port);
     let get = |body: &str, s: &str| sample(body, s).unwrap_or(0);
     let m = |labels: &str| format!("{{instance=\"proxy-0\",protocol=\"memcached\"{labels}}}");
+    // The port publishes its counters once per loop pass: take the baseline once the warm-up
+    // connections are seen closed, so their last reply's bytes are in it (a baseline taken
+    // earlier counted the last `STORED\r\nMN\r\n`, 12 bytes, in the delta below).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let before = loop {
+        let body = metrics(metrics_port);
+        if sample(&body, &format!("recached_proxy_connections{}", m(""))) == Some(0) {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "warm-up connection not closed:\n{body}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert_eq!(
         get(
             &before,

@@ -429,11 +429,18 @@ fn a_browser_replica_subscribed_across_a_resize_converges() {
             );
         }
     }
-    assert!(
-        c.refetches.iter().any(|r| r == "slots-moved"),
-        "{:?}",
-        c.refetches
-    );
+    // The resync after the moves is debounced (300 ms without moves): the replica may have
+    // converged before it comes; it must come, and leave the replica converged.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !c.refetches.iter().any(|r| r == "slots-moved") {
+        assert!(Instant::now() < deadline, "no slots-moved resync: {:?}", c.refetches);
+        c.pump(Duration::from_millis(200));
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(c.up.iter().all(|&u| u) && c.state() == expected) {
+        assert!(Instant::now() < deadline, "not converged after the resync");
+        c.pump(Duration::from_millis(200));
+    }
     // Still live: a write after the moves reaches the replica as a keychange.
     cluster_cmd(ports[0], &["SET", &format!("{PREFIX}after"), "yes"]);
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -526,3 +526,44 @@ fn resize_under_redis_py_cluster_direct_to_the_engines() {
         .unwrap();
     assert!(rounds > 100, "the client ran through the resizes: {line}");
 }
+
+/// ioredis's `Cluster` (newest release, defaults; tests/clients/node_modules) on engine 0 for
+/// the whole of 2→3→2: no call fails and every key ends with the value it last wrote.
+#[test]
+fn resize_under_ioredis_cluster_direct_to_the_engines() {
+    let script = workspace_root().join("tests/clients/ioredis_cluster_resize.js");
+    assert!(
+        workspace_root()
+            .join("tests/clients/node_modules/ioredis")
+            .exists(),
+        "tests/clients/node_modules/ioredis missing: run scripts/test.sh"
+    );
+    let fleet = Fleet::start("ioredis", 2, "");
+    let stop = fleet.dir.join("stop-ioredis");
+    let port = fleet.base;
+    let client = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            run_cmd(
+                Command::new("node")
+                    .arg(script)
+                    .arg(port.to_string())
+                    .arg(stop)
+                    .arg("300"),
+                Duration::from_secs(400),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    for n in [3, 2] {
+        let out = fleet.resize(n);
+        assert!(out.ok, "resize {n}:\n{}", out.text());
+    }
+    std::fs::write(&stop, b"").unwrap();
+    let out = client.join().unwrap();
+    assert!(out.ok, "ioredis:\n{}", out.text());
+    let line = out.stdout.lines().last().unwrap_or_default().to_string();
+    eprintln!("ioredis during 2→3→2: {line}");
+    assert!(line.contains("\"errors\":0,"), "{line}\n{}", out.stderr);
+    assert!(line.contains("\"final_wrong\":0"), "{line}");
+}

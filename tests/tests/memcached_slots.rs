@@ -41,7 +41,9 @@ impl Mc {
     }
 
     fn send(&mut self, bytes: &[u8]) {
-        self.w.write_all(bytes).expect("write to the memcached port");
+        self.w
+            .write_all(bytes)
+            .expect("write to the memcached port");
     }
 
     fn line(&mut self) -> String {
@@ -89,7 +91,11 @@ impl Mc {
 }
 
 fn item(i: usize) -> (String, u32, String) {
-    (format!("item:{i}"), i as u32 * 7, format!("value-{i}-{}", "x".repeat(i % 50)))
+    (
+        format!("item:{i}"),
+        i as u32 * 7,
+        format!("value-{i}-{}", "x".repeat(i % 50)),
+    )
 }
 
 fn wait_memcached(port: u16) {
@@ -129,9 +135,12 @@ fn check_items(mc_port: u16, resp_port: u16, when: &str) {
     for chunk in (0..ITEMS).collect::<Vec<_>>().chunks(50) {
         let keys: Vec<String> = chunk.iter().map(|&i| item(i).0).collect();
         mc.send(format!("get {}\r\n", keys.join(" ")).as_bytes());
-        let got = mc.values().unwrap_or_else(|l| panic!("{when}: get answered {l:?}"));
+        let got = mc
+            .values()
+            .unwrap_or_else(|l| panic!("{when}: get answered {l:?}"));
         let want: Vec<(String, u32, String)> = chunk.iter().map(|&i| item(i)).collect();
-        let got: Vec<(String, u32, String)> = got.into_iter().map(|(k, f, v, _)| (k, f, v)).collect();
+        let got: Vec<(String, u32, String)> =
+            got.into_iter().map(|(k, f, v, _)| (k, f, v)).collect();
         assert_eq!(got, want, "{when}: items over memcached");
     }
     let mut resp = Resp::connect(resp_port);

@@ -228,6 +228,8 @@ impl ScriptRun {
             ..Client::default()
         };
         client.cluster = caller.cluster.clone();
+        // The caller's ASKING (cleared on it before the script ran) holds for every call.
+        client.cluster.asking = caller.cluster.asked;
         client.txdiscover = caller.txdiscover;
         client.tx.in_exec = true;
         let slot = if e.cluster.enabled() {

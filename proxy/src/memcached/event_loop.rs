@@ -353,8 +353,8 @@ impl Loop {
         for b in &self.links {
             let due = match b.link {
                 // A link of an instance that owns no slot (retired) is not retried.
-            Link::Down { .. } if !self.follow.serves(b.index) => continue,
-            Link::Down { retry_at } => retry_at,
+                Link::Down { .. } if !self.follow.serves(b.index) => continue,
+                Link::Down { retry_at } => retry_at,
                 Link::Connecting { since, .. } => since + CONNECT_TIMEOUT,
                 Link::Up => continue,
             };
@@ -757,53 +757,6 @@ impl Loop {
         }
         self.deliver_from(i, now);
         if writable && self.links[i].unsent() > 0 {
-            self.mark_link(i);
-        }
-    }
-
-    fn deliver_from(&mut self, i: usize, now: Instant) {
-        let Loop {
-            conns,
-            links,
-            follow,
-            counters,
-            totals,
-            dirty_conns,
-            ..
-        } = self;
-        let mut noscript = false;
-        let mut redirected = false;
-        let result = links[i].deliver_replies(|w, reply, sent| {
-            // One test on the common path: only errors and the loop's own replies go further.
-            if (w.token == NOBODY || reply.first() == Some(&b'-'))
-                && follow.intercept(w, reply, sent.request(&w), i)
-            {
-                redirected = true;
-                return;
-            }
-            noscript |= reply.starts_with(b"-NOSCRIPT");
-            if w.token == follow::GATHER {
-                if let Some((whole, joined)) = follow.gathered(w, reply) {
-                    deliver(conns, counters, totals, dirty_conns, whole, &joined);
-                }
-                return;
-            }
-            deliver(conns, counters, totals, dirty_conns, w, reply);
-        });
-        if redirected {
-            self.follow_redirects(now);
-        }
-        if let Err(e) = result {
-            self.fail_link(i, &format!("bad reply: {e}"), now);
-            return;
-        }
-        if noscript {
-            // The engine's script cache was emptied (SCRIPT FLUSH over RESP): the request
-            // that met it answered SERVER_ERROR; the scripts are loaded again for the next.
-            log::warn!("memcached: instance {i} lost the scripts; loading them again");
-            for request in scripts::load_requests() {
-                self.links[i].send(&request, NOBODY_WAITER);
-            }
             self.mark_link(i);
         }
     }

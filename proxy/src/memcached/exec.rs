@@ -187,7 +187,9 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
             let flags = itoa::Buffer::new().format(flags).as_bytes().to_vec();
             if mode == StoreMode::Set {
                 let instance = slots.of(&key);
-                return plain_set(&key, &meta, &value, &flags, &exp, &newcas, instance, noreply);
+                return plain_set(
+                    &key, &meta, &value, &flags, &exp, &newcas, instance, noreply,
+                );
             }
             let cas_in = if mode == StoreMode::Cas {
                 itoa::Buffer::new().format(cas).as_bytes().to_vec()
@@ -463,10 +465,7 @@ pub fn flush_parts(slots: &Slots) -> Vec<Part> {
 
 fn single(instance: usize, request: Vec<u8>, render: Render, noreply: bool) -> Job {
     Job {
-        parts: vec![Part {
-            instance,
-            request,
-        }],
+        parts: vec![Part { instance, request }],
         render,
         noreply,
         close: false,

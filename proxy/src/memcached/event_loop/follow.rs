@@ -150,7 +150,11 @@ impl Follow {
             return None;
         }
         let g = self.gathers.remove(key);
-        let replies: Vec<Vec<u8>> = g.replies.into_iter().map(Option::unwrap_or_default).collect();
+        let replies: Vec<Vec<u8>> = g
+            .replies
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .collect();
         Some((g.w, join(&replies)))
     }
 
@@ -190,6 +194,54 @@ impl Follow {
 }
 
 impl Loop {
+    /// Delivers the replies read on link `i`; redirects among them are followed after.
+    pub(super) fn deliver_from(&mut self, i: usize, now: Instant) {
+        let Loop {
+            conns,
+            links,
+            follow,
+            counters,
+            totals,
+            dirty_conns,
+            ..
+        } = self;
+        let mut noscript = false;
+        let mut redirected = false;
+        let result = links[i].deliver_replies(|w, reply, sent| {
+            // One test on the common path: only errors and the loop's own replies go further.
+            if (w.token == NOBODY || reply.first() == Some(&b'-'))
+                && follow.intercept(w, reply, sent.request(&w), i)
+            {
+                redirected = true;
+                return;
+            }
+            noscript |= reply.starts_with(b"-NOSCRIPT");
+            if w.token == GATHER {
+                if let Some((whole, joined)) = follow.gathered(w, reply) {
+                    deliver(conns, counters, totals, dirty_conns, whole, &joined);
+                }
+                return;
+            }
+            deliver(conns, counters, totals, dirty_conns, w, reply);
+        });
+        if redirected {
+            self.follow_redirects(now);
+        }
+        if let Err(e) = result {
+            self.fail_link(i, &format!("bad reply: {e}"), now);
+            return;
+        }
+        if noscript {
+            // The engine's script cache was emptied (SCRIPT FLUSH over RESP): the request
+            // that met it answered SERVER_ERROR; the scripts are loaded again for the next.
+            log::warn!("memcached: instance {i} lost the scripts; loading them again");
+            for request in super::scripts::load_requests() {
+                self.links[i].send(&request, super::NOBODY_WAITER);
+            }
+            self.mark_link(i);
+        }
+    }
+
     /// Follows the redirects read in the last delivery and applies a `CLUSTER SLOTS` reply.
     pub(super) fn follow_redirects(&mut self, now: Instant) {
         if let Some((link, reply)) = self.follow.slots_reply.take() {
@@ -227,10 +279,10 @@ impl Loop {
 
     fn follow_one(&mut self, mut r: Retry, now: Instant) {
         let redirect = parse(&r.reply);
-        if r.reply.starts_with(CROSSSLOT) || redirect == Some(Redirect::TryAgain) {
-            if let Some(pairs) = split_pairs(&r.request) {
-                return self.gather(r.w, pairs, now);
-            }
+        if (r.reply.starts_with(CROSSSLOT) || redirect == Some(Redirect::TryAgain))
+            && let Some(pairs) = split_pairs(&r.request)
+        {
+            return self.gather(r.w, pairs, now);
         }
         let (moved, slot, addr) = match redirect {
             Some(Redirect::Moved { slot, addr }) => (true, slot, addr.to_string()),
@@ -297,7 +349,12 @@ impl Loop {
     fn resend(&mut self, link: usize, r: Retry, now: Instant) {
         let b = &mut self.links[link];
         if matches!(b.link, Link::Down { .. }) {
-            b.connect(self.poll.registry(), Token(LINK_TOKEN_BASE + link), now, true);
+            b.connect(
+                self.poll.registry(),
+                Token(LINK_TOKEN_BASE + link),
+                now,
+                true,
+            );
         }
         if !b.accepts() {
             let error = b.unavailable.clone();
@@ -370,8 +427,7 @@ impl Loop {
     /// Sends `CLUSTER SLOTS` if one is wanted, none is in flight and the last is old enough.
     pub(super) fn refresh_if_wanted(&mut self, now: Instant) {
         let f = &self.follow;
-        if !f.wanted || f.refreshing || f.last_refresh.is_some_and(|t| now < t + REFRESH_INTERVAL)
-        {
+        if !f.wanted || f.refreshing || f.last_refresh.is_some_and(|t| now < t + REFRESH_INTERVAL) {
             return;
         }
         // A link that is up, preferring an instance that owns slots.
@@ -416,6 +472,9 @@ impl Loop {
     }
 }
 
+/// Some arguments of a request.
+type Args<'a> = &'a [&'a [u8]];
+
 /// A request over several key pairs (`MGET k1 m1 k2 m2 …`, `EVALSHA sha 2N k1 m1 … args`)
 /// as one request per pair: (the pair's item key, the request). `None`: one pair only, or
 /// not such a request.
@@ -431,7 +490,7 @@ fn split_pairs(request: &[u8]) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
         })
         .collect::<Option<_>>()?;
     let name = argv.first()?.to_ascii_uppercase();
-    let (head, keys, tail): (&[&[u8]], &[&[u8]], &[&[u8]]) = match name.as_slice() {
+    let (head, keys, tail): (Args<'_>, Args<'_>, Args<'_>) = match name.as_slice() {
         b"MGET" => (&argv[..1], &argv[1..], &[]),
         b"EVALSHA" => {
             let n: usize = std::str::from_utf8(argv.get(2)?).ok()?.parse().ok()?;

@@ -455,7 +455,13 @@ pub fn redirect(
     // ASKING applies to the next command only (redis `resetClient` clears CLIENT_ASKING
     // after each command but ASKING itself, except inside MULTI).
     let asking = client.cluster.asking;
-    if asking && spec.name != "asking" && !client.tx.in_multi() {
+    // A script's client keeps its caller's ASKING for every command the script runs (redis
+    // `scriptVerifyClusterState` copies `CLIENT_ASKING` to each call).
+    if asking
+        && spec.name != "asking"
+        && !client.tx.in_multi()
+        && client.addr != crate::script::SCRIPT_CLIENT_ADDR
+    {
         client.cluster.asking = false;
     }
     client.cluster.asked = asking;

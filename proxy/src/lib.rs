@@ -70,9 +70,10 @@
 //!   100 retries per request, so clients see only the final reply, in order. A node it did
 //!   not know becomes an instance without a restart; one that owns no slot any more is left
 //!   out of fan-outs. Followed on the shared links (single-key and forwarded requests,
-//!   scripts, each part of a split command); not on dedicated connections (blocking
-//!   commands, transactions, subscriptions), nor by the memcached port: there the node's
-//!   error is passed on (docs/cluster.md, "Through the proxy").
+//!   scripts, each part of a split command) and by the memcached port (its own table,
+//!   `memcached::event_loop::follow`); not on dedicated connections (blocking commands,
+//!   transactions, subscriptions): there the node's error is passed on (docs/cluster.md,
+//!   "Through the proxy").
 
 pub mod auth;
 mod backend;

@@ -228,6 +228,8 @@ impl ScriptRun {
             ..Client::default()
         };
         client.cluster = caller.cluster.clone();
+        // The caller's ASKING (cleared on it before the script ran) holds for every call.
+        client.cluster.asking = caller.cluster.asked;
         client.txdiscover = caller.txdiscover;
         client.tx.in_exec = true;
         let slot = if e.cluster.enabled() {
@@ -408,7 +410,9 @@ fn cluster_check(
         let s = slot::key_slot(argv[pos]);
         // A guest (a key of another engine brought here to run a script spanning engines,
         // `crate::txlock`) counts as local.
-        if !e.cluster.owns(s) && !e.locks.is_guest(db, argv[pos]) {
+        // After ASKING, an importing slot's keys are local (redis `getNodeByQuery`).
+        let asked_here = run.client.cluster.asked && e.cluster.importing.contains_key(&s);
+        if !e.cluster.owns(s) && !asked_here && !e.locks.is_guest(db, argv[pos]) {
             // Through the proxy, before the script wrote anything: the proxy runs it again
             // with that key brought here (`crate::txlock`, docs/transactions.md).
             if run.client.txdiscover && !wrote_before {

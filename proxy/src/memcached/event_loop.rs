@@ -59,6 +59,8 @@ use super::stats::{self, Counters, Shared, Totals};
 use crate::backend::{Backend, CONNECT_TIMEOUT, Link};
 use crate::client::Waiter;
 
+mod follow;
+
 const LISTENER: Token = Token(usize::MAX - 1);
 const TLS_LISTENER: Token = Token(usize::MAX - 2);
 const LINK_TOKEN_BASE: usize = usize::MAX / 2;
@@ -186,7 +188,10 @@ pub struct Loop {
     /// `totals` changed since it was last published.
     totals_dirty: bool,
     conns: Slab<Conn>,
+    /// Link i = instance i: the configured ones, then those learned at run time (`follow`).
     links: Vec<Backend>,
+    /// The slot table and the redirects being followed.
+    follow: follow::Follow,
     opts: Options,
     shas: Shas,
     counters: Counters,
@@ -228,6 +233,7 @@ impl Loop {
             Vec::new()
         };
         let preamble = scripts::load_requests();
+        let follow = follow::Follow::new(opts.backends.len());
         let links = opts
             .backends
             .iter()
@@ -256,6 +262,7 @@ impl Loop {
             totals_dirty: true,
             conns: Slab::new(),
             links,
+            follow,
             opts,
             shas: Shas::default(),
             counters,
@@ -333,6 +340,7 @@ impl Loop {
                 self.client_readable(t);
             }
             self.delayed_flush();
+            self.follow_tick(now);
             self.flush_all();
             self.timers(now);
             self.publish();
@@ -344,6 +352,8 @@ impl Loop {
         let mut wait = MAX_POLL_WAIT;
         for b in &self.links {
             let due = match b.link {
+                // A link of an instance that owns no slot (retired) is not retried.
+                Link::Down { .. } if !self.follow.serves(b.index) => continue,
                 Link::Down { retry_at } => retry_at,
                 Link::Connecting { since, .. } => since + CONNECT_TIMEOUT,
                 Link::Up => continue,
@@ -352,6 +362,9 @@ impl Loop {
         }
         if !self.paused.is_empty() {
             wait = wait.min(Duration::from_millis(10));
+        }
+        if let Some(due) = self.follow.due() {
+            wait = wait.min(due.saturating_duration_since(now));
         }
         wait
     }
@@ -551,6 +564,7 @@ impl Loop {
         let Loop {
             conns,
             links,
+            follow,
             opts,
             shas,
             counters,
@@ -614,7 +628,7 @@ impl Loop {
                 counters.cmd_meta += 1;
             }
             let mut ctx = Ctx {
-                instances: links.len(),
+                slots: &follow.slots,
                 now_ms,
                 next_cas,
                 shas,
@@ -717,6 +731,7 @@ impl Loop {
                 Ok(true) => {
                     log::info!("memcached: instance {} ({}) is up", i, self.links[i].name);
                     self.mark_link(i);
+                    self.refresh_if_wanted(now);
                 }
                 Ok(false) => return,
                 Err(e) => {
@@ -746,54 +761,19 @@ impl Loop {
         }
     }
 
-    fn deliver_from(&mut self, i: usize, now: Instant) {
-        let Loop {
-            conns,
-            links,
-            counters,
-            totals,
-            dirty_conns,
-            ..
-        } = self;
-        let mut noscript = false;
-        let result = links[i].deliver_replies(|w, reply, _| {
-            noscript |= reply.starts_with(b"-NOSCRIPT");
-            deliver(conns, counters, totals, dirty_conns, w, reply);
-        });
-        if let Err(e) = result {
-            self.fail_link(i, &format!("bad reply: {e}"), now);
-            return;
-        }
-        if noscript {
-            // The engine's script cache was emptied (SCRIPT FLUSH over RESP): the request
-            // that met it answered SERVER_ERROR; the scripts are loaded again for the next.
-            log::warn!("memcached: instance {i} lost the scripts; loading them again");
-            for request in scripts::load_requests() {
-                self.links[i].send(&request, NOBODY_WAITER);
-            }
-            self.mark_link(i);
-        }
-    }
-
     fn fail_link(&mut self, i: usize, why: &str, now: Instant) {
         log::warn!(
             "memcached: instance {i} ({}) is unavailable: {why}",
             self.links[i].name
         );
         let waiters = self.links[i].fail(self.poll.registry(), now);
+        self.follow.link_failed(&waiters);
         let error = self.links[i].unavailable.clone();
         for w in waiters {
             if w.token != NOBODY {
                 self.totals.backend_errors += 1;
             }
-            deliver(
-                &mut self.conns,
-                &mut self.counters,
-                &mut self.totals,
-                &mut self.dirty_conns,
-                w,
-                &error,
-            );
+            self.answer(w, &error);
         }
     }
 
@@ -809,7 +789,7 @@ impl Loop {
             && unix_ms() >= at
         {
             self.flush_at = None;
-            for part in exec::flush_parts(self.links.len()) {
+            for part in exec::flush_parts(&self.follow.slots) {
                 let b = &mut self.links[part.instance];
                 if b.accepts() {
                     b.send(&part.request, NOBODY_WAITER);
@@ -840,7 +820,7 @@ impl Loop {
     fn timers(&mut self, now: Instant) {
         for i in 0..self.links.len() {
             match self.links[i].link {
-                Link::Down { retry_at } if retry_at <= now => {
+                Link::Down { retry_at } if retry_at <= now && self.follow.serves(i) => {
                     let token = Token(LINK_TOKEN_BASE + i);
                     self.links[i].connect(self.poll.registry(), token, now, false);
                 }

@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 use super::parse::{Arith, CasOut, Request, StoreMode};
 use super::scripts::Shas;
 use super::stats::Counters;
-use crate::route::instance_of;
+use crate::slots::{SlotMap, Slots};
 
 /// Relative expiry times up to this many seconds; larger ones are Unix times (memcached's
 /// `REALTIME_MAXDELTA`, 30 days).
@@ -90,8 +90,9 @@ impl Job {
 
 /// What [`plan`] needs besides the request.
 pub struct Ctx<'a> {
-    /// Number of instances.
-    pub instances: usize,
+    /// The port's slot table (`super::event_loop`'s, following slot moves): keys route by
+    /// it, and fan-outs (`stats`, `flush_all`) go to the instances that own slots.
+    pub slots: &'a Slots,
     /// Unix time, ms.
     pub now_ms: u64,
     /// The next CAS unique.
@@ -168,7 +169,7 @@ pub(super) fn take_cas(next: &mut u64) -> Vec<u8> {
 
 /// Plans `req`.
 pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
-    let n = ctx.instances;
+    let slots = ctx.slots;
     match req {
         Request::Store {
             mode,
@@ -185,7 +186,10 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
             let exp = expiry(exptime, ctx.now_ms);
             let flags = itoa::Buffer::new().format(flags).as_bytes().to_vec();
             if mode == StoreMode::Set {
-                return plain_set(&key, &meta, &value, &flags, &exp, &newcas, n, noreply);
+                let instance = slots.of(&key);
+                return plain_set(
+                    &key, &meta, &value, &flags, &exp, &newcas, instance, noreply,
+                );
             }
             let cas_in = if mode == StoreMode::Cas {
                 itoa::Buffer::new().format(cas).as_bytes().to_vec()
@@ -209,7 +213,7 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
             ]);
             Job {
                 parts: vec![Part {
-                    instance: instance_of(&key, n),
+                    instance: slots.of(&key),
                     request,
                 }],
                 render: Render::Store(mode),
@@ -222,7 +226,7 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
             let mut parts: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
             let mut at = Vec::with_capacity(keys.len());
             for key in &keys {
-                let i = instance_of(key, n);
+                let i = slots.of(key);
                 let p = match parts.iter().position(|(inst, _)| *inst == i) {
                     Some(p) => p,
                     None => {
@@ -285,11 +289,11 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
                 &meta_key(&key),
                 &exp,
             ]);
-            single(&key, n, req, Render::Touch, noreply)
+            single(slots.of(&key), req, Render::Touch, noreply)
         }
         Request::Delete { key, noreply } => {
             let req = delete_request(ctx.shas, &key);
-            single(&key, n, req, Render::Delete, noreply)
+            single(slots.of(&key), req, Render::Delete, noreply)
         }
         Request::Arith {
             op,
@@ -317,7 +321,7 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
                 b"",
                 b"",
             ]);
-            single(&key, n, req, Render::Arith(op), noreply)
+            single(slots.of(&key), req, Render::Arith(op), noreply)
         }
         Request::FlushAll { delay, noreply } => {
             ctx.counters.cmd_flush += 1;
@@ -330,7 +334,7 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
                 return Job::local(b"OK\r\n", noreply);
             }
             Job {
-                parts: flush_parts(n),
+                parts: flush_parts(slots),
                 render: Render::Flush,
                 noreply,
                 close: false,
@@ -346,7 +350,7 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
         },
         Request::Stats { arg } => match arg.as_deref() {
             None => Job {
-                parts: (0..n)
+                parts: serving(slots)
                     .map(|instance| Part {
                         instance,
                         request: request(&[b"INFO", b"all"]),
@@ -379,7 +383,7 @@ pub fn plan(req: Request, ctx: &mut Ctx<'_>) -> Job {
             if let Some(key) = delete {
                 let req = delete_request(ctx.shas, &key);
                 job.parts.push(Part {
-                    instance: instance_of(&key, n),
+                    instance: slots.of(&key),
                     request: req,
                 });
             }
@@ -400,10 +404,9 @@ fn plain_set(
     flags: &[u8],
     exp: &[u8],
     newcas: &[u8],
-    n: usize,
+    instance: usize,
     noreply: bool,
 ) -> Job {
-    let instance = instance_of(key, n);
     let mut record = flags.to_vec();
     record.push(b' ');
     record.extend_from_slice(newcas);
@@ -444,9 +447,15 @@ fn delete_request(shas: &Shas, key: &[u8]) -> Vec<u8> {
     ])
 }
 
-/// `FLUSHDB` for every instance.
-pub fn flush_parts(n: usize) -> Vec<Part> {
-    (0..n)
+/// The instances that own slots (a retired one, which may be stopped, is left out, as the
+/// RESP side's fan-outs do).
+fn serving(slots: &Slots) -> impl Iterator<Item = usize> + '_ {
+    (0..slots.instances()).filter(|&i| slots.serves(i))
+}
+
+/// `FLUSHDB` for every instance that owns slots.
+pub fn flush_parts(slots: &Slots) -> Vec<Part> {
+    serving(slots)
         .map(|instance| Part {
             instance,
             request: request(&[b"FLUSHDB"]),
@@ -454,12 +463,9 @@ pub fn flush_parts(n: usize) -> Vec<Part> {
         .collect()
 }
 
-fn single(key: &[u8], n: usize, request: Vec<u8>, render: Render, noreply: bool) -> Job {
+fn single(instance: usize, request: Vec<u8>, render: Render, noreply: bool) -> Job {
     Job {
-        parts: vec![Part {
-            instance: instance_of(key, n),
-            request,
-        }],
+        parts: vec![Part { instance, request }],
         render,
         noreply,
         close: false,

@@ -11,7 +11,7 @@
 use super::exec::{self, Ctx, Job, Part, Render, expiry, take_cas};
 use super::parse::{self, BAD_FORMAT, KEY_MAX, Request};
 use super::stats::Counters;
-use crate::route::instance_of;
+use crate::slots::SlotMap;
 use resp::value::Value;
 
 /// Longest opaque token (memcached `MFLAG_MAX_OPAQUE_LENGTH`).
@@ -362,7 +362,7 @@ pub fn plan(req: MetaRequest, ctx: &mut Ctx<'_>) -> Job {
     };
     Job {
         parts: vec![Part {
-            instance: instance_of(&r.key, ctx.instances),
+            instance: ctx.slots.of(&r.key),
             request,
         }],
         render: Render::Meta(r),

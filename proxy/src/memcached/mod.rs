@@ -18,14 +18,16 @@
 //!   the figures the proxy's INFO `# Memcached` and the fleet's metrics report.
 //! - [`acl`]: `memcached_user`: each request checked as the RESP commands it runs. Pure.
 //! - `event_loop`: the mio loop on its own thread, with its own link to each engine; the
-//!   plain and TLS listeners (`memcached_port`, `[tls] memcached_port`).
+//!   plain and TLS listeners (`memcached_port`, `[tls] memcached_port`). Its `follow`: the
+//!   port's slot table, following `-MOVED`/`-ASK`/`-TRYAGAIN`, nodes learned at run time.
 //!
 //! # Why a thread of its own
 //!
 //! The port shares nothing with the RESP side but the engines: its requests never join a
 //! RESP client's transaction, subscription or blocking read, so it runs its own small loop
 //! (one more connection per engine) instead of adding a second protocol to every state of
-//! the RESP loop. Keys route with the same slot map ([`crate::route::instance_of`]).
+//! the RESP loop. Keys route by a slot table of the same kind ([`crate::slots::Slots`]), kept
+//! by this loop (`event_loop::follow` says why it is not the RESP loop's).
 
 pub mod acl;
 pub mod exec;

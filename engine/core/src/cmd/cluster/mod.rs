@@ -93,6 +93,10 @@ pub struct ClientCluster {
     /// ASKING was sent before the current command (cleared after the next command, except
     /// inside MULTI, as redis `resetClient` does).
     pub asking: bool,
+    /// The command running now came right after ASKING: a script it runs may use keys of a
+    /// slot importing here (redis `scriptVerifyClusterState` copies the caller's
+    /// `CLIENT_ASKING` to the script client; ours is cleared before the command runs).
+    pub asked: bool,
 }
 
 /// `-ERR This instance has cluster support disabled` (redis `cluster.c`).
@@ -451,9 +455,16 @@ pub fn redirect(
     // ASKING applies to the next command only (redis `resetClient` clears CLIENT_ASKING
     // after each command but ASKING itself, except inside MULTI).
     let asking = client.cluster.asking;
-    if asking && spec.name != "asking" && !client.tx.in_multi() {
+    // A script's client keeps its caller's ASKING for every command the script runs (redis
+    // `scriptVerifyClusterState` copies `CLIENT_ASKING` to each call).
+    if asking
+        && spec.name != "asking"
+        && !client.tx.in_multi()
+        && client.addr != crate::script::SCRIPT_CLIENT_ADDR
+    {
         client.cluster.asking = false;
     }
+    client.cluster.asked = asking;
     // The one key extractor (redis `getNodeByQuery` → `getKeysFromCommandWithSpecs`): a
     // request whose keys cannot be found is keyless here, so its handler answers the error.
     let keys = crate::command::keys(spec, argv);

@@ -1,0 +1,637 @@
+//! The memcached port following slot moves (docs/memcached.md, "Slots that move"): its own
+//! slot table, `-MOVED` / `-ASK` / `-TRYAGAIN` followed for the engine requests its commands
+//! become, nodes learned at run time, and the table refreshed from `CLUSTER SLOTS`, with
+//! the RESP side's rules and bounds (`crate::redirect`, whose parsers and constants it uses).
+//!
+//! # Why a table of its own
+//!
+//! The port's loop is another thread with its own links, numbered its own way (a node
+//! learned at run time gets the next index of *this* loop's link table). Sharing the RESP
+//! loop's table would mean translating indices and reading across threads on every key; a
+//! second table costs one `CLUSTER SLOTS` per second per proxy and keeps the hot path a
+//! CRC16 and an array read, as before.
+//!
+//! # What is followed
+//!
+//! | reply | what the port does |
+//! |---|---|
+//! | `-MOVED <slot> <addr>` | the table gives the slot to `addr` (learned if new), the request is sent there, a refresh is asked for |
+//! | `-ASK <slot> <addr>` | `ASKING` then the request on `addr`'s link; the table is unchanged |
+//! | `-TRYAGAIN …` | the same request on the same link after [`TRYAGAIN_DELAY`] |
+//! | `-CROSSSLOT …`, or `-TRYAGAIN` for a request of several key pairs | the request is split into one request per (item, companion) pair, each followed alone; their replies are joined into the array the whole would have had (a *gather*), so `get k1 k2 …` still answers in key order |
+//!
+//! A multi-key `get` is one `MGET` (or gat script) per instance over keys of several slots;
+//! an engine runs it while it owns them all, and refuses it (`-CROSSSLOT`, `-TRYAGAIN`) once
+//! one of the slots moved or is moving, hence the split. Pairs cannot be split further: the
+//! item and its companion share a slot.
+//!
+//! Bounds: [`MAX_REDIRECTS`] `-MOVED`/`-ASK` and [`MAX_TRIES`] `-TRYAGAIN` per request; past
+//! them the engine's error reaches the client as `SERVER_ERROR <error>`. Replies stay in
+//! request order: the client's slot does not move.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use mio::Token;
+use recached_net::Slab;
+use resp::value::Value;
+
+use super::{LINK_TOKEN_BASE, Loop, NOBODY, deliver};
+use crate::backend::{ASKING_WAITER, Backend, Link, REFRESH_WAITER, is_internal};
+use crate::client::{Hops, Waiter};
+use crate::redirect::{
+    ASKING, CLUSTER_SLOTS, MAX_INSTANCES, MAX_REDIRECTS, MAX_TRIES, PERIODIC_REFRESH,
+    REFRESH_INTERVAL, Redirect, TRYAGAIN_DELAY, parse, parse_slots,
+};
+use crate::slots::{SlotMap, Slots};
+
+/// The token of a gather's sub-requests (`seq` = the gather's slab key, `part` = the pair).
+pub(super) const GATHER: usize = usize::MAX - 1;
+
+const CROSSSLOT: &[u8] = b"-CROSSSLOT";
+
+/// A request whose reply was a redirect (or a refusal to split), to be sent again.
+struct Retry {
+    w: Waiter,
+    request: Vec<u8>,
+    /// The reply, given to the client once the bounds are reached.
+    reply: Vec<u8>,
+    /// The link it was answered on.
+    from: usize,
+}
+
+/// One request split per key pair: the replies of its pairs, joined when all are in.
+struct Gather {
+    /// The split request's waiter (a client's part).
+    w: Waiter,
+    /// Tells a live gather from a reused slab key.
+    id: u64,
+    replies: Vec<Option<Vec<u8>>>,
+    remaining: usize,
+}
+
+/// The port's slot table and redirect state.
+pub(super) struct Follow {
+    pub slots: Slots,
+    /// Redirects read in this delivery, followed right after it.
+    pending: Vec<Retry>,
+    /// `-TRYAGAIN`s waiting for their retry time, in time order.
+    delayed: VecDeque<(Instant, Retry)>,
+    /// A `CLUSTER SLOTS` reply read, applied right after the delivery.
+    slots_reply: Option<(usize, Vec<u8>)>,
+    gathers: Slab<Gather>,
+    next_gather: u64,
+    /// A `CLUSTER SLOTS` is in flight.
+    refreshing: bool,
+    /// A refresh is wanted (at start, after a `-MOVED`, periodically, after a lost link).
+    wanted: bool,
+    last_refresh: Option<Instant>,
+    /// The engines answered `CLUSTER SLOTS`: periodic refreshes apply (a standalone engine
+    /// refuses it and is not asked again).
+    cluster: bool,
+    next_periodic: Option<Instant>,
+    /// `delayed` or `wanted` may be set (one test per iteration otherwise).
+    armed: bool,
+}
+
+impl Follow {
+    pub fn new(instances: usize) -> Self {
+        Follow {
+            slots: Slots::jump(instances),
+            pending: Vec::new(),
+            delayed: VecDeque::new(),
+            slots_reply: None,
+            gathers: Slab::new(),
+            next_gather: 0,
+            refreshing: false,
+            wanted: true, // once at start, when a link is up
+            last_refresh: None,
+            cluster: false,
+            next_periodic: None,
+            armed: true,
+        }
+    }
+
+    /// Takes a reply that is not for a client as is: a redirect (kept to be followed) or
+    /// the loop's own `CLUSTER SLOTS`. `false`: deliver it. Called only for error replies
+    /// and the loop's own requests.
+    #[cold]
+    #[inline(never)]
+    pub fn intercept(&mut self, w: Waiter, reply: &[u8], request: &[u8], link: usize) -> bool {
+        if w.token == NOBODY {
+            if is_internal(&w, &REFRESH_WAITER) {
+                self.slots_reply = Some((link, reply.to_vec()));
+                return true;
+            }
+            return false;
+        }
+        if request.is_empty() || (parse(reply).is_none() && !reply.starts_with(CROSSSLOT)) {
+            return false;
+        }
+        self.pending.push(Retry {
+            w,
+            request: request.to_vec(),
+            reply: reply.to_vec(),
+            from: link,
+        });
+        true
+    }
+
+    /// A sub-request's reply: `Some` (the split request's waiter, the joined reply) once
+    /// every pair answered.
+    pub fn gathered(&mut self, w: Waiter, reply: &[u8]) -> Option<(Waiter, Vec<u8>)> {
+        let key = w.seq as usize;
+        let g = self.gathers.get_mut(key).filter(|g| g.id == w.client_id)?;
+        if let Some(r @ None) = g.replies.get_mut(w.part as usize) {
+            *r = Some(reply.to_vec());
+            g.remaining -= 1;
+        }
+        if g.remaining > 0 {
+            return None;
+        }
+        let g = self.gathers.remove(key);
+        let replies: Vec<Vec<u8>> = g
+            .replies
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .collect();
+        Some((g.w, join(&replies)))
+    }
+
+    /// When the loop must wake for a delayed retry or a rate-limited refresh.
+    pub fn due(&self) -> Option<Instant> {
+        if !self.armed {
+            return None;
+        }
+        let retry = self.delayed.front().map(|(t, _)| *t);
+        let refresh = match (self.wanted && !self.refreshing, self.last_refresh) {
+            (true, Some(t)) => Some(t + REFRESH_INTERVAL),
+            _ => None,
+        };
+        match (retry, refresh) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A link failed with these waiters: with cluster engines its slots may have moved (a
+    /// retired engine), and a `CLUSTER SLOTS` among them is no longer in flight.
+    pub fn link_failed(&mut self, waiters: &VecDeque<Waiter>) {
+        if waiters.iter().any(|w| is_internal(w, &REFRESH_WAITER)) {
+            self.refreshing = false;
+            self.wanted = true;
+        }
+        if self.cluster {
+            self.wanted = true;
+        }
+        self.armed |= self.wanted;
+    }
+
+    /// Whether link `i` should be kept connected: its instance owns slots.
+    pub fn serves(&self, i: usize) -> bool {
+        !self.cluster || self.slots.serves(i)
+    }
+}
+
+impl Loop {
+    /// Delivers the replies read on link `i`; redirects among them are followed after.
+    pub(super) fn deliver_from(&mut self, i: usize, now: Instant) {
+        let Loop {
+            conns,
+            links,
+            follow,
+            counters,
+            totals,
+            dirty_conns,
+            ..
+        } = self;
+        let mut noscript = false;
+        let mut redirected = false;
+        let result = links[i].deliver_replies(|w, reply, sent| {
+            // One test on the common path: only errors and the loop's own replies go further.
+            if (w.token == NOBODY || reply.first() == Some(&b'-'))
+                && follow.intercept(w, reply, sent.request(&w), i)
+            {
+                redirected = true;
+                return;
+            }
+            noscript |= reply.starts_with(b"-NOSCRIPT");
+            if w.token == GATHER {
+                if let Some((whole, joined)) = follow.gathered(w, reply) {
+                    deliver(conns, counters, totals, dirty_conns, whole, &joined);
+                }
+                return;
+            }
+            deliver(conns, counters, totals, dirty_conns, w, reply);
+        });
+        if redirected {
+            self.follow_redirects(now);
+        }
+        if let Err(e) = result {
+            self.fail_link(i, &format!("bad reply: {e}"), now);
+            return;
+        }
+        if noscript {
+            // The engine's script cache was emptied (SCRIPT FLUSH over RESP): the request
+            // that met it answered SERVER_ERROR; the scripts are loaded again for the next.
+            log::warn!("memcached: instance {i} lost the scripts; loading them again");
+            for request in super::scripts::load_requests() {
+                self.links[i].send(&request, super::NOBODY_WAITER);
+            }
+            self.mark_link(i);
+        }
+    }
+
+    /// Follows the redirects read in the last delivery and applies a `CLUSTER SLOTS` reply.
+    pub(super) fn follow_redirects(&mut self, now: Instant) {
+        if let Some((link, reply)) = self.follow.slots_reply.take() {
+            self.follow.refreshing = false;
+            self.apply_slots(link, &reply, now);
+        }
+        for r in std::mem::take(&mut self.follow.pending) {
+            self.follow_one(r, now);
+        }
+        self.refresh_if_wanted(now);
+    }
+
+    /// Once per iteration: the periodic refresh, due `-TRYAGAIN` retries, a waiting refresh.
+    pub(super) fn follow_tick(&mut self, now: Instant) {
+        let f = &mut self.follow;
+        if f.cluster && f.next_periodic.is_none_or(|t| now >= t) {
+            f.next_periodic = Some(now + PERIODIC_REFRESH);
+            f.wanted = true;
+            f.armed = true;
+        }
+        if !f.armed {
+            return;
+        }
+        while self.follow.delayed.front().is_some_and(|(t, _)| *t <= now) {
+            let Some((_, r)) = self.follow.delayed.pop_front() else {
+                break;
+            };
+            let link = r.from;
+            self.resend(link, r, now);
+        }
+        self.refresh_if_wanted(now);
+        let f = &mut self.follow;
+        f.armed = !f.delayed.is_empty() || f.wanted;
+    }
+
+    fn follow_one(&mut self, mut r: Retry, now: Instant) {
+        let redirect = parse(&r.reply);
+        if (r.reply.starts_with(CROSSSLOT) || redirect == Some(Redirect::TryAgain))
+            && let Some(pairs) = split_pairs(&r.request)
+        {
+            return self.gather(r.w, pairs, now);
+        }
+        let (moved, slot, addr) = match redirect {
+            Some(Redirect::Moved { slot, addr }) => (true, slot, addr.to_string()),
+            Some(Redirect::Ask { slot, addr }) => (false, slot, addr.to_string()),
+            Some(Redirect::TryAgain) => {
+                if r.w.hops.tries >= MAX_TRIES {
+                    return self.give_up(r);
+                }
+                r.w.hops.tries += 1;
+                self.follow.delayed.push_back((now + TRYAGAIN_DELAY, r));
+                self.follow.armed = true;
+                return;
+            }
+            None => return self.give_up(r),
+        };
+        if r.w.hops.redirects >= MAX_REDIRECTS {
+            return self.give_up(r);
+        }
+        let Some(j) = self.instance_named(&addr, now) else {
+            return self.give_up(r);
+        };
+        if moved {
+            self.follow.slots.set(slot, j);
+            self.follow.wanted = true;
+            self.follow.armed = true;
+        }
+        r.w.hops.redirects += 1;
+        r.w.hops.asking = !moved;
+        self.resend(j, r, now);
+    }
+
+    /// Sends each pair of a split request to the owner of its slot, under one gather.
+    fn gather(&mut self, w: Waiter, pairs: Vec<(Vec<u8>, Vec<u8>)>, now: Instant) {
+        let f = &mut self.follow;
+        f.next_gather += 1;
+        let id = f.next_gather;
+        let key = f.gathers.insert(Gather {
+            w,
+            id,
+            replies: vec![None; pairs.len()],
+            remaining: pairs.len(),
+        });
+        for (part, (item, request)) in pairs.into_iter().enumerate() {
+            let sub = Waiter {
+                token: GATHER,
+                client_id: id,
+                seq: key as u64,
+                part: part as u32,
+                hops: Hops::NONE,
+            };
+            let link = self.follow.slots.of(&item);
+            let r = Retry {
+                w: sub,
+                request,
+                reply: Vec::new(),
+                from: link,
+            };
+            self.resend(link, r, now);
+        }
+    }
+
+    /// Sends `r.request` on link `link` (after `ASKING` if it follows an `-ASK`), connecting
+    /// the link if it is down; an instance that cannot be reached answers its error.
+    fn resend(&mut self, link: usize, r: Retry, now: Instant) {
+        let b = &mut self.links[link];
+        if matches!(b.link, Link::Down { .. }) {
+            b.connect(
+                self.poll.registry(),
+                Token(LINK_TOKEN_BASE + link),
+                now,
+                true,
+            );
+        }
+        if !b.accepts() {
+            let error = b.unavailable.clone();
+            self.totals.backend_errors += 1;
+            return self.answer(r.w, &error);
+        }
+        if r.w.hops.asking {
+            b.send(ASKING, ASKING_WAITER);
+        }
+        b.send(&r.request, r.w);
+        self.mark_link(link);
+    }
+
+    /// The bounds are reached (or the redirect names no usable node): the last error stands.
+    fn give_up(&mut self, r: Retry) {
+        self.answer(r.w, &r.reply);
+    }
+
+    /// Hands a reply to its waiter: a client's slot, or a gather (then the joined reply to
+    /// the client once complete).
+    pub(super) fn answer(&mut self, w: Waiter, reply: &[u8]) {
+        if w.token == GATHER {
+            if let Some((whole, joined)) = self.follow.gathered(w, reply) {
+                self.answer(whole, &joined);
+            }
+            return;
+        }
+        deliver(
+            &mut self.conns,
+            &mut self.counters,
+            &mut self.totals,
+            &mut self.dirty_conns,
+            w,
+            reply,
+        );
+    }
+
+    /// The instance at `addr` (`host:port`), learned now if the port did not know it.
+    fn instance_named(&mut self, addr: &str, now: Instant) -> Option<usize> {
+        if let Some(j) = self.links.iter().position(|b| b.name == addr) {
+            return Some(j);
+        }
+        let sock = match recached_net::listen::resolve(addr) {
+            Ok(sock) => sock,
+            Err(e) => {
+                log::warn!("memcached: cannot follow a redirect to {addr}: {e}");
+                return None;
+            }
+        };
+        if let Some(j) = self.links.iter().position(|b| b.addr == sock) {
+            return Some(j);
+        }
+        if self.links.len() >= MAX_INSTANCES {
+            log::warn!("memcached: not adding {addr}: already {MAX_INSTANCES} instances");
+            return None;
+        }
+        let j = self.links.len();
+        let mut b = Backend::new(j, addr.to_string(), sock);
+        b.login = self.opts.login.clone();
+        // The scripts are loaded first on every connection, as on the configured nodes.
+        b.preamble = super::scripts::load_requests();
+        b.connect(self.poll.registry(), Token(LINK_TOKEN_BASE + j), now, true);
+        self.links.push(b);
+        self.follow.slots.grow(j + 1);
+        self.mark_link(j);
+        log::info!("memcached: instance {j} ({addr}) learned from the cluster");
+        Some(j)
+    }
+
+    /// Sends `CLUSTER SLOTS` if one is wanted, none is in flight and the last is old enough.
+    pub(super) fn refresh_if_wanted(&mut self, now: Instant) {
+        let f = &self.follow;
+        if !f.wanted || f.refreshing || f.last_refresh.is_some_and(|t| now < t + REFRESH_INTERVAL) {
+            return;
+        }
+        // A link that is up, preferring an instance that owns slots.
+        let Some(j) = (0..self.links.len())
+            .filter(|&j| self.links[j].link == Link::Up)
+            .max_by_key(|&j| self.follow.slots.owned(j))
+        else {
+            return; // asked again when a link comes up
+        };
+        self.links[j].send(CLUSTER_SLOTS, REFRESH_WAITER);
+        self.mark_link(j);
+        let f = &mut self.follow;
+        f.refreshing = true;
+        f.wanted = false;
+        f.last_refresh = Some(now);
+    }
+
+    /// Applies a `CLUSTER SLOTS` reply read on link `link`.
+    fn apply_slots(&mut self, link: usize, reply: &[u8], now: Instant) {
+        let host = self.links[link]
+            .name
+            .rsplit_once(':')
+            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']').to_string())
+            .unwrap_or_default();
+        let Some(ranges) = parse_slots(reply, &host) else {
+            self.follow.cluster = false;
+            return; // a standalone engine: the table stays the start-time map
+        };
+        self.follow.cluster = true;
+        let mut changed = 0usize;
+        for (first, last, addr) in ranges {
+            let Some(j) = self.instance_named(&addr, now) else {
+                continue;
+            };
+            for slot in first..=last {
+                changed += usize::from(self.follow.slots.set(slot, j));
+            }
+        }
+        if changed > 0 {
+            log::info!("memcached: slot table refreshed from CLUSTER SLOTS: {changed} moved");
+        }
+    }
+}
+
+/// Some arguments of a request.
+type Args<'a> = &'a [&'a [u8]];
+
+/// A request over several key pairs (`MGET k1 m1 k2 m2 …`, `EVALSHA sha 2N k1 m1 … args`)
+/// as one request per pair: (the pair's item key, the request). `None`: one pair only, or
+/// not such a request.
+fn split_pairs(request: &[u8]) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    let Ok(Some((Value::Array(argv), _))) = resp::value::decode(request) else {
+        return None;
+    };
+    let argv: Vec<&[u8]> = argv
+        .iter()
+        .map(|a| match a {
+            Value::Bulk(b) => Some(b.as_slice()),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let name = argv.first()?.to_ascii_uppercase();
+    let (head, keys, tail): (Args<'_>, Args<'_>, Args<'_>) = match name.as_slice() {
+        b"MGET" => (&argv[..1], &argv[1..], &[]),
+        b"EVALSHA" => {
+            let n: usize = std::str::from_utf8(argv.get(2)?).ok()?.parse().ok()?;
+            let keys = argv.get(3..3 + n)?;
+            (&argv[..2], keys, &argv[3 + n..])
+        }
+        _ => return None,
+    };
+    if keys.len() < 4 || keys.len() % 2 != 0 {
+        return None;
+    }
+    let pairs = keys
+        .chunks(2)
+        .map(|pair| {
+            let mut args: Vec<&[u8]> = head.to_vec();
+            if name == b"EVALSHA" {
+                args.push(b"2");
+            }
+            args.extend_from_slice(pair);
+            args.extend_from_slice(tail);
+            let mut out = Vec::new();
+            resp::request::encode_request(&mut out, &args);
+            (pair[0].to_vec(), out)
+        })
+        .collect();
+    Some(pairs)
+}
+
+/// The replies of a split request's pairs joined into the array the whole would have
+/// answered (their elements in pair order); the first error (or non-array) if any.
+fn join(replies: &[Vec<u8>]) -> Vec<u8> {
+    let mut total = 0usize;
+    let mut bodies = Vec::with_capacity(replies.len());
+    for r in replies {
+        let header = r.strip_prefix(b"*").and_then(|rest| {
+            let end = rest.windows(2).position(|w| w == b"\r\n")?;
+            let n: usize = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
+            Some((n, &rest[end + 2..]))
+        });
+        match header {
+            Some((n, body)) => {
+                total += n;
+                bodies.push(body);
+            }
+            None if r.starts_with(b"-") => return r.clone(),
+            None => return b"-ERR unexpected reply from the engine\r\n".to_vec(),
+        }
+    }
+    let mut out = format!("*{total}\r\n").into_bytes();
+    for b in bodies {
+        out.extend_from_slice(b);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(args: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        resp::request::encode_request(&mut out, args);
+        out
+    }
+
+    #[test]
+    fn splits_a_multi_pair_request_per_pair() {
+        let mget = req(&[b"MGET", b"a", b"ma", b"b", b"mb"]);
+        assert_eq!(
+            split_pairs(&mget),
+            Some(vec![
+                (b"a".to_vec(), req(&[b"MGET", b"a", b"ma"])),
+                (b"b".to_vec(), req(&[b"MGET", b"b", b"mb"])),
+            ])
+        );
+        let gat = req(&[b"EVALSHA", b"sha", b"4", b"a", b"ma", b"b", b"mb", b"99"]);
+        assert_eq!(
+            split_pairs(&gat),
+            Some(vec![
+                (
+                    b"a".to_vec(),
+                    req(&[b"EVALSHA", b"sha", b"2", b"a", b"ma", b"99"])
+                ),
+                (
+                    b"b".to_vec(),
+                    req(&[b"EVALSHA", b"sha", b"2", b"b", b"mb", b"99"])
+                ),
+            ])
+        );
+        // One pair, or not a pair request: nothing to split.
+        assert_eq!(split_pairs(&req(&[b"MGET", b"a", b"ma"])), None);
+        assert_eq!(split_pairs(&req(&[b"SET", b"a", b"1", b"b", b"2"])), None);
+        assert_eq!(split_pairs(&req(&[b"EVALSHA", b"s", b"9", b"a"])), None);
+        assert_eq!(split_pairs(b"garbage"), None);
+    }
+
+    #[test]
+    fn joins_pair_replies_in_order_or_passes_the_first_error() {
+        let a = b"*2\r\n$1\r\nx\r\n$3\r\n0 1\r\n".to_vec();
+        let b = b"*2\r\n$-1\r\n$-1\r\n".to_vec();
+        assert_eq!(
+            join(&[a.clone(), b.clone()]),
+            b"*4\r\n$1\r\nx\r\n$3\r\n0 1\r\n$-1\r\n$-1\r\n".to_vec()
+        );
+        let err = b"-MOVED 1 127.0.0.1:1\r\n".to_vec();
+        assert_eq!(join(&[a.clone(), err.clone(), b.clone()]), err);
+        assert!(join(&[a, b":1\r\n".to_vec()]).starts_with(b"-ERR"));
+    }
+
+    #[test]
+    fn gathers_complete_once_every_pair_answered() {
+        let mut f = Follow::new(2);
+        let client = Waiter {
+            token: 7,
+            client_id: 1,
+            seq: 3,
+            part: 0,
+            hops: Hops::NONE,
+        };
+        let key = f.gathers.insert(Gather {
+            w: client,
+            id: 5,
+            replies: vec![None, None],
+            remaining: 2,
+        });
+        let sub = |part| Waiter {
+            token: GATHER,
+            client_id: 5,
+            seq: key as u64,
+            part,
+            hops: Hops::NONE,
+        };
+        assert_eq!(f.gathered(sub(1), b"*1\r\n:2\r\n"), None);
+        let stale = Waiter {
+            client_id: 4,
+            ..sub(0)
+        };
+        assert_eq!(f.gathered(stale, b"*1\r\n:9\r\n"), None);
+        let (w, joined) = f.gathered(sub(0), b"*1\r\n:1\r\n").expect("complete");
+        assert_eq!(w, client);
+        assert_eq!(joined, b"*2\r\n:1\r\n:2\r\n");
+        assert!(f.gathers.is_empty());
+    }
+}

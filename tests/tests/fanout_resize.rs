@@ -433,7 +433,11 @@ fn a_browser_replica_subscribed_across_a_resize_converges() {
     // converged before it comes; it must come, and leave the replica converged.
     let deadline = Instant::now() + Duration::from_secs(15);
     while !c.refetches.iter().any(|r| r == "slots-moved") {
-        assert!(Instant::now() < deadline, "no slots-moved resync: {:?}", c.refetches);
+        assert!(
+            Instant::now() < deadline,
+            "no slots-moved resync: {:?}",
+            c.refetches
+        );
         c.pump(Duration::from_millis(200));
     }
     let deadline = Instant::now() + Duration::from_secs(30);

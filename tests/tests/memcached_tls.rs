@@ -454,7 +454,10 @@ fn metrics_count_memcached_traffic_per_protocol() {
         if sample(&body, &format!("recached_proxy_connections{}", m(""))) == Some(0) {
             break body;
         }
-        assert!(Instant::now() < deadline, "warm-up connection not closed:\n{body}");
+        assert!(
+            Instant::now() < deadline,
+            "warm-up connection not closed:\n{body}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(

@@ -57,6 +57,7 @@ use crate::client::{Client, Waiter};
 use crate::clients;
 use crate::dedicated::{Dedicated, Incoming, Lane};
 use crate::exec::{Ctx, Flow, Me, handle};
+use crate::follow::Follower;
 use crate::route::{Args, Fleet};
 use crate::spread::UNBLOCK_PART;
 use crate::tls::{ProxyLimits, TlsConn};
@@ -133,8 +134,8 @@ pub struct Proxy {
     /// Clients' dedicated instance connections (`crate::dedicated`).
     dedicated: Slab<Dedicated>,
     pub(crate) fleet: Fleet,
-    /// Redirects being followed, the slot table's refresh (`crate::redirect`).
-    pub(crate) redirects: crate::redirect::Redirects,
+    /// Redirects being followed, the slot table's refresh (`crate::follow`).
+    pub(crate) redirects: crate::follow::Moves,
     next_client_id: u64,
     /// Clients / backends with output to write at the end of this iteration.
     dirty_clients: Vec<usize>,
@@ -218,7 +219,7 @@ impl Proxy {
             listed,
             dedicated: Slab::new(),
             fleet,
-            redirects: crate::redirect::Redirects::new(),
+            redirects: crate::follow::Moves::new(crate::follow::Catch::Redirects),
             next_client_id: 1,
             dirty_clients: Vec::new(),
             dirty_backends: Vec::new(),
@@ -441,7 +442,8 @@ impl Proxy {
                     // Primary links only: they decide "instance up".
                     if let Some(j) = self.fleet.primary_of(i) {
                         self.fleet.up[j] = true;
-                        self.link_up(now);
+                        // The start-up refresh may go.
+                        self.refresh_if_wanted(now);
                     }
                     self.mark_backend(i);
                 }
@@ -486,14 +488,17 @@ impl Proxy {
         let result = backends[i].deliver_replies(|w, reply, sent| {
             // Only an error reply can be a redirect, and only the loop's own requests have
             // no client token: one byte and one word looked at for the others.
-            if (reply.first() == Some(&b'-') || w.token == usize::MAX)
-                && redirects.intercept(w, reply, sent.request(&w), i)
-            {
+            if w.token == usize::MAX {
+                // Nobody else waits on the loop's own requests (a refresh's reply is kept).
+                redirects.intercept(w, reply, sent.request(&w), i);
+                return;
+            }
+            if reply.first() == Some(&b'-') && redirects.intercept(w, reply, sent.request(&w), i) {
                 return;
             }
             deliver(clients, dirty_clients, followups, w, reply);
         });
-        if !self.redirects.pending.is_empty() || self.redirects.slots_reply.is_some() {
+        if self.redirects.kept() {
             self.follow_redirects(now);
         }
         if let Err(e) = result {
@@ -515,8 +520,7 @@ impl Proxy {
         }
         let waiters = b.fail(self.poll.registry(), now);
         let error = b.unavailable.clone();
-        self.link_failed(&waiters);
-        self.backend_lost();
+        self.redirects.link_failed(&waiters);
         self.fleet.backend_errors += waiters.len() as u64;
         for w in waiters {
             deliver(
@@ -575,8 +579,7 @@ impl Proxy {
 
     fn timers(&mut self, now: Instant) {
         self.sweep_clients(now);
-        self.periodic_refresh(now);
-        self.retry_due(now);
+        self.follow_tick(now);
         for k in 0..self.live.len() {
             let i = self.live[k];
             match self.backends[i].link {

@@ -14,8 +14,11 @@
 //!
 //! - [`slots`]: the slot table (slot → instance) every routing decision reads; starts as
 //!   the slot map over `--backends`, changed by redirects and `CLUSTER SLOTS`.
-//! - `redirect`: following `-MOVED` / `-ASK` / `-TRYAGAIN` on the shared links, instances
-//!   learned at run time, the table's `CLUSTER SLOTS` refresh.
+//! - `follow`: following slot moves, for both loops: the redirect decisions and bounds,
+//!   the `CLUSTER SLOTS` refresh's timing, instances learned at run time. I/O-free state
+//!   plus a trait each loop implements for its links.
+//! - `redirect`: the redirect and `CLUSTER SLOTS` parsers, and the RESP loop's side of
+//!   `follow` (its shared links).
 //! - [`route`]: what to do with one request (forward by key, split, fan out, answer locally,
 //!   use a dedicated connection, refuse with `-ERR`), from the shared command table. Pure.
 //! - [`connection`]: what the proxy answers about the connection itself (HELLO, CLIENT, its
@@ -84,6 +87,7 @@ mod coord;
 mod dedicated;
 mod event_loop;
 mod exec;
+mod follow;
 pub mod memcached;
 pub mod pubsub;
 mod redirect;

@@ -16,7 +16,10 @@
 //! came. The reply slot of the client does not move, so its replies stay in request order
 //! whatever the detours.
 //!
-//! A `host:port` the proxy does not know becomes a new instance (`Proxy::add_instance`):
+//! The decisions, bounds and refresh timing are `crate::follow`'s, shared with the memcached
+//! port; this file holds the parsers and the RESP loop's side (`impl Follower for Proxy`).
+//!
+//! A `host:port` the proxy does not know becomes a new instance (`add_instance`):
 //! its links are appended to the link table with the same login, protocol and database
 //! settings, and its database-0 link connects at once. At most [`MAX_INSTANCES`].
 //!
@@ -25,12 +28,13 @@
 //! [`REFRESH_INTERVAL`]. An instance that answers `CLUSTER SLOTS` with an error (a
 //! standalone server) leaves the table as it is.
 
-use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::backend::{ASKING_WAITER, REFRESH_WAITER, is_internal, links_per_instance};
-use crate::client::Waiter;
+use crate::backend::{ASKING_WAITER, REFRESH_WAITER, links_per_instance};
 use crate::event_loop::{Proxy, backend_token};
+use crate::follow::{Follower, Moves, Retry};
+use crate::slots::Slots;
 
 /// `-MOVED` and `-ASK` followed per request at most.
 pub const MAX_REDIRECTS: u8 = 5;
@@ -134,226 +138,40 @@ pub fn parse_slots(reply: &[u8], asked_host: &str) -> Option<Vec<(u16, u16, Stri
     Some(ranges)
 }
 
-/// A request whose reply was a redirect, to be sent again.
-pub(crate) struct Retry {
-    pub w: Waiter,
-    pub request: Vec<u8>,
-    /// The redirect reply, given to the client once the bounds are reached.
-    pub reply: Vec<u8>,
-    /// The link it was answered on.
-    pub from: usize,
-}
+impl Follower for Proxy {
+    const NAME: &'static str = "proxy";
 
-/// The loop's redirect state.
-#[derive(Default)]
-pub(crate) struct Redirects {
-    /// Redirects read in this delivery, followed right after it.
-    pub pending: Vec<Retry>,
-    /// `-TRYAGAIN`s waiting for their retry time, in time order.
-    pub delayed: VecDeque<(Instant, Retry)>,
-    /// A `CLUSTER SLOTS` reply read, applied right after the delivery.
-    pub slots_reply: Option<(usize, Vec<u8>)>,
-    /// A `CLUSTER SLOTS` is in flight.
-    refreshing: bool,
-    /// A refresh is wanted (at start, after a `-MOVED`).
-    wanted: bool,
-    last_refresh: Option<Instant>,
-    /// A backend answered `CLUSTER SLOTS`: the periodic refresh and the refresh after a
-    /// failed link apply (a standalone backend refuses it and is never asked again).
-    cluster: bool,
-    /// When the periodic refresh is next due.
-    next_periodic: Option<Instant>,
-    /// `delayed` or `wanted` may be set: the loop's timers look further (one test per
-    /// iteration otherwise).
-    armed: bool,
-}
-
-impl Redirects {
-    pub fn new() -> Self {
-        Redirects {
-            wanted: true, // once at start, when the first link is up
-            armed: true,
-            ..Default::default()
-        }
+    fn state(&mut self) -> (&mut Moves, &mut Slots) {
+        (&mut self.redirects, &mut self.fleet.slots)
     }
 
-    /// Takes a reply read on shared link `link` that is not for a client as is: a
-    /// redirect of a client's request (kept to be followed), or the reply to the loop's own
-    /// `CLUSTER SLOTS`. `false`: deliver it to its client. Out of line: the loop calls it
-    /// only for error replies and its own requests.
-    #[cold]
-    #[inline(never)]
-    pub fn intercept(&mut self, w: Waiter, reply: &[u8], request: &[u8], link: usize) -> bool {
-        if w.token == usize::MAX {
-            if is_internal(&w, &REFRESH_WAITER) {
-                self.slots_reply = Some((link, reply.to_vec()));
-            }
-            return true; // nobody else waits on the loop's own requests
-        }
-        if request.is_empty() || parse(reply).is_none() {
-            return false;
-        }
-        self.pending.push(Retry {
-            w,
-            request: request.to_vec(),
-            reply: reply.to_vec(),
-            from: link,
-        });
-        true
+    fn slots(&self) -> &Slots {
+        &self.fleet.slots
     }
 
-    /// When the loop must wake for a delayed retry or a rate-limited refresh.
-    #[inline]
-    pub fn due(&self) -> Option<Instant> {
-        if !self.armed {
-            return None;
-        }
-        let retry = self.delayed.front().map(|(t, _)| *t);
-        let refresh = match (self.wanted && !self.refreshing, self.last_refresh) {
-            (true, Some(t)) => Some(t + REFRESH_INTERVAL),
-            _ => None,
-        };
-        match (retry, refresh) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-}
-
-impl Proxy {
-    /// Follows the redirects read in the last delivery and applies a `CLUSTER SLOTS` reply.
-    pub(crate) fn follow_redirects(&mut self, now: Instant) {
-        if let Some((link, reply)) = self.redirects.slots_reply.take() {
-            self.redirects.refreshing = false;
-            self.apply_slots(link, &reply, now);
-        }
-        let mut pending = std::mem::take(&mut self.redirects.pending);
-        for r in pending.drain(..) {
-            self.follow(r, now);
-        }
-        self.redirects.pending = pending;
-        self.refresh_if_wanted(now);
+    fn instances(&self) -> usize {
+        self.fleet.instances()
     }
 
-    fn follow(&mut self, mut r: Retry, now: Instant) {
-        let (moved, slot, addr) = match parse(&r.reply) {
-            Some(Redirect::Moved { slot, addr }) => (true, slot, addr.to_string()),
-            Some(Redirect::Ask { slot, addr }) => (false, slot, addr.to_string()),
-            Some(Redirect::TryAgain) => {
-                if r.w.hops.tries >= MAX_TRIES {
-                    return self.give_up(r);
-                }
-                r.w.hops.tries += 1;
-                self.redirects.delayed.push_back((now + TRYAGAIN_DELAY, r));
-                self.redirects.armed = true;
-                return;
-            }
-            None => return self.give_up(r),
-        };
-        if r.w.hops.redirects >= MAX_REDIRECTS {
-            return self.give_up(r);
-        }
-        let Some(j) = self.instance_named(&addr, now) else {
-            return self.give_up(r);
-        };
-        if moved {
-            self.fleet.slots.set(slot, j);
-            self.redirects.wanted = true;
-            self.redirects.armed = true;
-        }
-        r.w.hops.redirects += 1;
-        r.w.hops.asking = !moved;
-        // The same kind of link (database, protocol, script or not) on the new owner.
-        let link = self.fleet.primary(j) + r.from % self.fleet.per_instance;
-        self.resend(link, r, now);
+    fn is_up(&self, j: usize) -> bool {
+        self.fleet.up[j]
     }
 
-    /// `-TRYAGAIN` retries whose time has come, on the link that answered them, and a
-    /// refresh that waited for its turn. Every loop iteration: one test when idle.
-    #[inline]
-    pub(crate) fn retry_due(&mut self, now: Instant) {
-        if self.redirects.armed {
-            self.retry_due_slow(now);
-        }
+    fn link_name(&self, link: usize) -> &str {
+        &self.backends[link].name
     }
 
-    fn retry_due_slow(&mut self, now: Instant) {
-        while self
-            .redirects
-            .delayed
-            .front()
-            .is_some_and(|(t, _)| *t <= now)
-        {
-            let Some((_, r)) = self.redirects.delayed.pop_front() else {
-                break;
-            };
-            let link = r.from;
-            self.resend(link, r, now);
-        }
-        self.refresh_if_wanted(now);
-        let r = &mut self.redirects;
-        r.armed = !r.delayed.is_empty() || r.wanted;
+    fn instance_by_name(&self, addr: &str) -> Option<usize> {
+        self.fleet.addrs.iter().position(|a| a == addr)
     }
 
-    /// Sends `r.request` on link `link` (after `ASKING` if it follows an `-ASK`), waking
-    /// the link if it is dormant; an instance that is down answers its unavailable error.
-    fn resend(&mut self, link: usize, r: Retry, now: Instant) {
-        let b = &mut self.backends[link];
-        if b.dormant {
-            b.dormant = false;
-            b.connect(self.poll.registry(), backend_token(link), now, true);
-        }
-        if !b.accepts() {
-            let error = b.unavailable.clone();
-            self.fleet.backend_errors += 1;
-            self.deliver_to_client(r.w, &error);
-            return;
-        }
-        if r.w.hops.asking {
-            b.send(ASKING, ASKING_WAITER);
-        }
-        b.send(&r.request, r.w);
-        self.mark_backend(link);
+    fn instance_by_addr(&self, sock: SocketAddr) -> Option<usize> {
+        (0..self.fleet.instances()).find(|&j| self.backends[self.fleet.primary(j)].addr == sock)
     }
 
-    /// The bounds are reached (or the redirect names no usable node): the client gets the
-    /// last error as it came.
-    fn give_up(&mut self, r: Retry) {
-        self.deliver_to_client(r.w, &r.reply);
-    }
-
-    /// The instance at `addr` (`host:port`), learned now if the proxy did not know it.
-    fn instance_named(&mut self, addr: &str, now: Instant) -> Option<usize> {
-        if let Some(j) = self.fleet.addrs.iter().position(|a| a == addr) {
-            return Some(j);
-        }
-        let sock = match recached_net::listen::resolve(addr) {
-            Ok(sock) => sock,
-            Err(e) => {
-                log::warn!("proxy: cannot follow a redirect to {addr}: {e}");
-                return None;
-            }
-        };
-        if let Some(j) =
-            (0..self.fleet.instances()).find(|&j| self.backends[self.fleet.primary(j)].addr == sock)
-        {
-            return Some(j);
-        }
-        if self.fleet.instances() >= MAX_INSTANCES {
-            log::warn!("proxy: not adding {addr}: already {MAX_INSTANCES} instances");
-            return None;
-        }
-        Some(self.add_instance(addr, sock, now))
-    }
-
-    /// Appends instance `addr` to the fleet: its links (the configured ones' login and
+    /// Appends instance `name` to the fleet: its links (the configured ones' login and
     /// settings), its place in the slot table (no slots yet), its database-0 link connecting.
-    pub(crate) fn add_instance(
-        &mut self,
-        name: &str,
-        addr: std::net::SocketAddr,
-        now: Instant,
-    ) -> usize {
+    fn add_instance(&mut self, name: &str, addr: SocketAddr, now: Instant) -> usize {
         let j = self.fleet.instances();
         let per = self.fleet.per_instance;
         debug_assert_eq!(per, links_per_instance(self.fleet.databases));
@@ -377,94 +195,45 @@ impl Proxy {
         j
     }
 
-    /// Sends `CLUSTER SLOTS` if one is wanted, none is in flight and the last is old enough.
-    fn refresh_if_wanted(&mut self, now: Instant) {
-        let r = &self.redirects;
-        if !r.wanted || r.refreshing || r.last_refresh.is_some_and(|t| now < t + REFRESH_INTERVAL) {
+    /// The same kind of link (database, protocol, script or not) on the new owner.
+    fn link_on(&self, j: usize, from: usize) -> usize {
+        self.fleet.primary(j) + from % self.fleet.per_instance
+    }
+
+    /// Wakes the link if it is dormant; an instance that is down answers its unavailable
+    /// error.
+    fn resend(&mut self, link: usize, r: Retry, now: Instant) {
+        let b = &mut self.backends[link];
+        if b.dormant {
+            b.dormant = false;
+            b.connect(self.poll.registry(), backend_token(link), now, true);
+        }
+        if !b.accepts() {
+            let error = b.unavailable.clone();
+            self.fleet.backend_errors += 1;
+            self.deliver_to_client(r.w, &error);
             return;
         }
-        // An instance that is up, preferring one that owns slots.
-        let n = self.fleet.instances();
-        let Some(j) = (0..n)
-            .filter(|&j| self.fleet.up[j])
-            .max_by_key(|&j| self.fleet.slots.owned(j))
-        else {
-            return; // asked again when a link comes up
-        };
+        if r.w.hops.asking {
+            b.send(ASKING, ASKING_WAITER);
+        }
+        b.send(&r.request, r.w);
+        self.mark_backend(link);
+    }
+
+    fn give_up(&mut self, r: Retry) {
+        self.deliver_to_client(r.w, &r.reply);
+    }
+
+    /// On the instance's database-0 link.
+    fn send_refresh(&mut self, j: usize) -> bool {
         let link = self.fleet.primary(j);
         if !self.backends[link].accepts() {
-            return;
+            return false;
         }
         self.backends[link].send(CLUSTER_SLOTS, REFRESH_WAITER);
         self.mark_backend(link);
-        let r = &mut self.redirects;
-        r.refreshing = true;
-        r.wanted = false;
-        r.last_refresh = Some(now);
-    }
-
-    /// Once per loop tick: asks for the periodic refresh when it is due (cluster backends).
-    pub(crate) fn periodic_refresh(&mut self, now: Instant) {
-        let r = &mut self.redirects;
-        if !r.cluster || r.next_periodic.is_some_and(|t| now < t) {
-            return;
-        }
-        r.next_periodic = Some(now + PERIODIC_REFRESH);
-        r.wanted = true;
-        r.armed = true;
-    }
-
-    /// A backend link failed: with cluster backends its slots may have moved (a retired
-    /// engine), so the table is refreshed from an instance that is up.
-    pub(crate) fn backend_lost(&mut self) {
-        if self.redirects.cluster {
-            self.redirects.wanted = true;
-            self.redirects.armed = true;
-        }
-    }
-
-    /// A link that was up came up: the start-up refresh may go.
-    pub(crate) fn link_up(&mut self, now: Instant) {
-        self.refresh_if_wanted(now);
-    }
-
-    /// A link failed with these waiters: a `CLUSTER SLOTS` among them is no longer in flight.
-    pub(crate) fn link_failed(&mut self, waiters: &VecDeque<Waiter>) {
-        if waiters.iter().any(|w| is_internal(w, &REFRESH_WAITER)) {
-            self.redirects.refreshing = false;
-            self.redirects.wanted = true;
-            self.redirects.armed = true;
-        }
-    }
-
-    /// Applies a `CLUSTER SLOTS` reply read on link `link`.
-    fn apply_slots(&mut self, link: usize, reply: &[u8], now: Instant) {
-        let host = self.backends[link]
-            .name
-            .rsplit_once(':')
-            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']').to_string())
-            .unwrap_or_default();
-        let Some(ranges) = parse_slots(reply, &host) else {
-            self.redirects.cluster = false;
-            log::debug!(
-                "proxy: CLUSTER SLOTS refused ({}); the slot table stays as it is",
-                String::from_utf8_lossy(reply).trim_end()
-            );
-            return;
-        };
-        self.redirects.cluster = true;
-        let mut changed = 0usize;
-        for (first, last, addr) in ranges {
-            let Some(j) = self.instance_named(&addr, now) else {
-                continue;
-            };
-            for slot in first..=last {
-                changed += usize::from(self.fleet.slots.set(slot, j));
-            }
-        }
-        if changed > 0 {
-            log::info!("proxy: slot table refreshed from CLUSTER SLOTS: {changed} slot(s) moved");
-        }
+        true
     }
 }
 

@@ -58,6 +58,7 @@ use super::scripts::{self, Shas};
 use super::stats::{self, Counters, Shared, Totals};
 use crate::backend::{Backend, CONNECT_TIMEOUT, Link};
 use crate::client::Waiter;
+use crate::follow::Follower;
 
 mod follow;
 
@@ -363,7 +364,7 @@ impl Loop {
         if !self.paused.is_empty() {
             wait = wait.min(Duration::from_millis(10));
         }
-        if let Some(due) = self.follow.due() {
+        if let Some(due) = self.follow.moves.due() {
             wait = wait.min(due.saturating_duration_since(now));
         }
         wait
@@ -767,7 +768,7 @@ impl Loop {
             self.links[i].name
         );
         let waiters = self.links[i].fail(self.poll.registry(), now);
-        self.follow.link_failed(&waiters);
+        self.follow.moves.link_failed(&waiters);
         let error = self.links[i].unavailable.clone();
         for w in waiters {
             if w.token != NOBODY {

@@ -1,7 +1,9 @@
 //! The memcached port following slot moves (docs/memcached.md, "Slots that move"): its own
 //! slot table, `-MOVED` / `-ASK` / `-TRYAGAIN` followed for the engine requests its commands
 //! become, nodes learned at run time, and the table refreshed from `CLUSTER SLOTS`, with
-//! the RESP side's rules and bounds (`crate::redirect`, whose parsers and constants it uses).
+//! the RESP side's rules and bounds: the decisions and the refresh's timing are
+//! `crate::follow`'s, shared with the RESP loop; this file holds what only the port does
+//! (its links, how it learns a node, the split and gather below).
 //!
 //! # Why a table of its own
 //!
@@ -17,7 +19,7 @@
 //! |---|---|
 //! | `-MOVED <slot> <addr>` | the table gives the slot to `addr` (learned if new), the request is sent there, a refresh is asked for |
 //! | `-ASK <slot> <addr>` | `ASKING` then the request on `addr`'s link; the table is unchanged |
-//! | `-TRYAGAIN …` | the same request on the same link after [`TRYAGAIN_DELAY`] |
+//! | `-TRYAGAIN …` | the same request on the same link after `TRYAGAIN_DELAY` |
 //! | `-CROSSSLOT …`, or `-TRYAGAIN` for a request of several key pairs | the request is split into one request per (item, companion) pair, each followed alone; their replies are joined into the array the whole would have had (a *gather*), so `get k1 k2 …` still answers in key order |
 //!
 //! A multi-key `get` is one `MGET` (or gat script) per instance over keys of several slots;
@@ -25,11 +27,11 @@
 //! one of the slots moved or is moving, hence the split. Pairs cannot be split further: the
 //! item and its companion share a slot.
 //!
-//! Bounds: [`MAX_REDIRECTS`] `-MOVED`/`-ASK` and [`MAX_TRIES`] `-TRYAGAIN` per request; past
+//! Bounds: `MAX_REDIRECTS` `-MOVED`/`-ASK` and `MAX_TRIES` `-TRYAGAIN` per request; past
 //! them the engine's error reaches the client as `SERVER_ERROR <error>`. Replies stay in
 //! request order: the client's slot does not move.
 
-use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use mio::Token;
@@ -37,28 +39,14 @@ use recached_net::Slab;
 use resp::value::Value;
 
 use super::{LINK_TOKEN_BASE, Loop, NOBODY, deliver};
-use crate::backend::{ASKING_WAITER, Backend, Link, REFRESH_WAITER, is_internal};
+use crate::backend::{ASKING_WAITER, Backend, Link, REFRESH_WAITER};
 use crate::client::{Hops, Waiter};
-use crate::redirect::{
-    ASKING, CLUSTER_SLOTS, MAX_INSTANCES, MAX_REDIRECTS, MAX_TRIES, PERIODIC_REFRESH,
-    REFRESH_INTERVAL, Redirect, TRYAGAIN_DELAY, parse, parse_slots,
-};
+use crate::follow::{CROSSSLOT, Catch, Follower, Moves, Retry};
+use crate::redirect::{ASKING, CLUSTER_SLOTS, Redirect, parse};
 use crate::slots::{SlotMap, Slots};
 
 /// The token of a gather's sub-requests (`seq` = the gather's slab key, `part` = the pair).
 pub(super) const GATHER: usize = usize::MAX - 1;
-
-const CROSSSLOT: &[u8] = b"-CROSSSLOT";
-
-/// A request whose reply was a redirect (or a refusal to split), to be sent again.
-struct Retry {
-    w: Waiter,
-    request: Vec<u8>,
-    /// The reply, given to the client once the bounds are reached.
-    reply: Vec<u8>,
-    /// The link it was answered on.
-    from: usize,
-}
 
 /// One request split per key pair: the replies of its pairs, joined when all are in.
 struct Gather {
@@ -73,68 +61,20 @@ struct Gather {
 /// The port's slot table and redirect state.
 pub(super) struct Follow {
     pub slots: Slots,
-    /// Redirects read in this delivery, followed right after it.
-    pending: Vec<Retry>,
-    /// `-TRYAGAIN`s waiting for their retry time, in time order.
-    delayed: VecDeque<(Instant, Retry)>,
-    /// A `CLUSTER SLOTS` reply read, applied right after the delivery.
-    slots_reply: Option<(usize, Vec<u8>)>,
+    /// Redirects being followed, the table's refresh (`crate::follow`).
+    pub moves: Moves,
     gathers: Slab<Gather>,
     next_gather: u64,
-    /// A `CLUSTER SLOTS` is in flight.
-    refreshing: bool,
-    /// A refresh is wanted (at start, after a `-MOVED`, periodically, after a lost link).
-    wanted: bool,
-    last_refresh: Option<Instant>,
-    /// The engines answered `CLUSTER SLOTS`: periodic refreshes apply (a standalone engine
-    /// refuses it and is not asked again).
-    cluster: bool,
-    next_periodic: Option<Instant>,
-    /// `delayed` or `wanted` may be set (one test per iteration otherwise).
-    armed: bool,
 }
 
 impl Follow {
     pub fn new(instances: usize) -> Self {
         Follow {
             slots: Slots::jump(instances),
-            pending: Vec::new(),
-            delayed: VecDeque::new(),
-            slots_reply: None,
+            moves: Moves::new(Catch::RedirectsAndCrossSlot),
             gathers: Slab::new(),
             next_gather: 0,
-            refreshing: false,
-            wanted: true, // once at start, when a link is up
-            last_refresh: None,
-            cluster: false,
-            next_periodic: None,
-            armed: true,
         }
-    }
-
-    /// Takes a reply that is not for a client as is: a redirect (kept to be followed) or
-    /// the loop's own `CLUSTER SLOTS`. `false`: deliver it. Called only for error replies
-    /// and the loop's own requests.
-    #[cold]
-    #[inline(never)]
-    pub fn intercept(&mut self, w: Waiter, reply: &[u8], request: &[u8], link: usize) -> bool {
-        if w.token == NOBODY {
-            if is_internal(&w, &REFRESH_WAITER) {
-                self.slots_reply = Some((link, reply.to_vec()));
-                return true;
-            }
-            return false;
-        }
-        if request.is_empty() || (parse(reply).is_none() && !reply.starts_with(CROSSSLOT)) {
-            return false;
-        }
-        self.pending.push(Retry {
-            w,
-            request: request.to_vec(),
-            reply: reply.to_vec(),
-            from: link,
-        });
-        true
     }
 
     /// A sub-request's reply: `Some` (the split request's waiter, the joined reply) once
@@ -158,38 +98,9 @@ impl Follow {
         Some((g.w, join(&replies)))
     }
 
-    /// When the loop must wake for a delayed retry or a rate-limited refresh.
-    pub fn due(&self) -> Option<Instant> {
-        if !self.armed {
-            return None;
-        }
-        let retry = self.delayed.front().map(|(t, _)| *t);
-        let refresh = match (self.wanted && !self.refreshing, self.last_refresh) {
-            (true, Some(t)) => Some(t + REFRESH_INTERVAL),
-            _ => None,
-        };
-        match (retry, refresh) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// A link failed with these waiters: with cluster engines its slots may have moved (a
-    /// retired engine), and a `CLUSTER SLOTS` among them is no longer in flight.
-    pub fn link_failed(&mut self, waiters: &VecDeque<Waiter>) {
-        if waiters.iter().any(|w| is_internal(w, &REFRESH_WAITER)) {
-            self.refreshing = false;
-            self.wanted = true;
-        }
-        if self.cluster {
-            self.wanted = true;
-        }
-        self.armed |= self.wanted;
-    }
-
     /// Whether link `i` should be kept connected: its instance owns slots.
     pub fn serves(&self, i: usize) -> bool {
-        !self.cluster || self.slots.serves(i)
+        !self.moves.cluster() || self.slots.serves(i)
     }
 }
 
@@ -210,7 +121,7 @@ impl Loop {
         let result = links[i].deliver_replies(|w, reply, sent| {
             // One test on the common path: only errors and the loop's own replies go further.
             if (w.token == NOBODY || reply.first() == Some(&b'-'))
-                && follow.intercept(w, reply, sent.request(&w), i)
+                && follow.moves.intercept(w, reply, sent.request(&w), i)
             {
                 redirected = true;
                 return;
@@ -240,78 +151,6 @@ impl Loop {
             }
             self.mark_link(i);
         }
-    }
-
-    /// Follows the redirects read in the last delivery and applies a `CLUSTER SLOTS` reply.
-    pub(super) fn follow_redirects(&mut self, now: Instant) {
-        if let Some((link, reply)) = self.follow.slots_reply.take() {
-            self.follow.refreshing = false;
-            self.apply_slots(link, &reply, now);
-        }
-        for r in std::mem::take(&mut self.follow.pending) {
-            self.follow_one(r, now);
-        }
-        self.refresh_if_wanted(now);
-    }
-
-    /// Once per iteration: the periodic refresh, due `-TRYAGAIN` retries, a waiting refresh.
-    pub(super) fn follow_tick(&mut self, now: Instant) {
-        let f = &mut self.follow;
-        if f.cluster && f.next_periodic.is_none_or(|t| now >= t) {
-            f.next_periodic = Some(now + PERIODIC_REFRESH);
-            f.wanted = true;
-            f.armed = true;
-        }
-        if !f.armed {
-            return;
-        }
-        while self.follow.delayed.front().is_some_and(|(t, _)| *t <= now) {
-            let Some((_, r)) = self.follow.delayed.pop_front() else {
-                break;
-            };
-            let link = r.from;
-            self.resend(link, r, now);
-        }
-        self.refresh_if_wanted(now);
-        let f = &mut self.follow;
-        f.armed = !f.delayed.is_empty() || f.wanted;
-    }
-
-    fn follow_one(&mut self, mut r: Retry, now: Instant) {
-        let redirect = parse(&r.reply);
-        if (r.reply.starts_with(CROSSSLOT) || redirect == Some(Redirect::TryAgain))
-            && let Some(pairs) = split_pairs(&r.request)
-        {
-            return self.gather(r.w, pairs, now);
-        }
-        let (moved, slot, addr) = match redirect {
-            Some(Redirect::Moved { slot, addr }) => (true, slot, addr.to_string()),
-            Some(Redirect::Ask { slot, addr }) => (false, slot, addr.to_string()),
-            Some(Redirect::TryAgain) => {
-                if r.w.hops.tries >= MAX_TRIES {
-                    return self.give_up(r);
-                }
-                r.w.hops.tries += 1;
-                self.follow.delayed.push_back((now + TRYAGAIN_DELAY, r));
-                self.follow.armed = true;
-                return;
-            }
-            None => return self.give_up(r),
-        };
-        if r.w.hops.redirects >= MAX_REDIRECTS {
-            return self.give_up(r);
-        }
-        let Some(j) = self.instance_named(&addr, now) else {
-            return self.give_up(r);
-        };
-        if moved {
-            self.follow.slots.set(slot, j);
-            self.follow.wanted = true;
-            self.follow.armed = true;
-        }
-        r.w.hops.redirects += 1;
-        r.w.hops.asking = !moved;
-        self.resend(j, r, now);
     }
 
     /// Sends each pair of a split request to the owner of its slot, under one gather.
@@ -344,8 +183,79 @@ impl Loop {
         }
     }
 
-    /// Sends `r.request` on link `link` (after `ASKING` if it follows an `-ASK`), connecting
-    /// the link if it is down; an instance that cannot be reached answers its error.
+    /// Hands a reply to its waiter: a client's slot, or a gather (then the joined reply to
+    /// the client once complete).
+    pub(super) fn answer(&mut self, w: Waiter, reply: &[u8]) {
+        if w.token == GATHER {
+            if let Some((whole, joined)) = self.follow.gathered(w, reply) {
+                self.answer(whole, &joined);
+            }
+            return;
+        }
+        deliver(
+            &mut self.conns,
+            &mut self.counters,
+            &mut self.totals,
+            &mut self.dirty_conns,
+            w,
+            reply,
+        );
+    }
+}
+
+impl Follower for Loop {
+    const NAME: &'static str = "memcached";
+
+    fn state(&mut self) -> (&mut Moves, &mut Slots) {
+        (&mut self.follow.moves, &mut self.follow.slots)
+    }
+
+    fn slots(&self) -> &Slots {
+        &self.follow.slots
+    }
+
+    fn instances(&self) -> usize {
+        self.links.len()
+    }
+
+    fn is_up(&self, j: usize) -> bool {
+        self.links[j].link == Link::Up
+    }
+
+    fn link_name(&self, link: usize) -> &str {
+        &self.links[link].name
+    }
+
+    fn instance_by_name(&self, addr: &str) -> Option<usize> {
+        self.links.iter().position(|b| b.name == addr)
+    }
+
+    fn instance_by_addr(&self, sock: SocketAddr) -> Option<usize> {
+        self.links.iter().position(|b| b.addr == sock)
+    }
+
+    /// One link per instance, logged in like the configured ones.
+    fn add_instance(&mut self, name: &str, sock: SocketAddr, now: Instant) -> usize {
+        let j = self.links.len();
+        let mut b = Backend::new(j, name.to_string(), sock);
+        b.login = self.opts.login.clone();
+        // The scripts are loaded first on every connection, as on the configured nodes.
+        b.preamble = super::scripts::load_requests();
+        b.connect(self.poll.registry(), Token(LINK_TOKEN_BASE + j), now, true);
+        self.links.push(b);
+        self.follow.slots.grow(j + 1);
+        self.mark_link(j);
+        log::info!("memcached: instance {j} ({name}) learned from the cluster");
+        j
+    }
+
+    /// Link `j` is instance `j`'s only link.
+    fn link_on(&self, j: usize, _from: usize) -> usize {
+        j
+    }
+
+    /// Connects the link if it is down; an instance that cannot be reached answers its
+    /// error.
     fn resend(&mut self, link: usize, r: Retry, now: Instant) {
         let b = &mut self.links[link];
         if matches!(b.link, Link::Down { .. }) {
@@ -368,107 +278,26 @@ impl Loop {
         self.mark_link(link);
     }
 
-    /// The bounds are reached (or the redirect names no usable node): the last error stands.
     fn give_up(&mut self, r: Retry) {
         self.answer(r.w, &r.reply);
     }
 
-    /// Hands a reply to its waiter: a client's slot, or a gather (then the joined reply to
-    /// the client once complete).
-    pub(super) fn answer(&mut self, w: Waiter, reply: &[u8]) {
-        if w.token == GATHER {
-            if let Some((whole, joined)) = self.follow.gathered(w, reply) {
-                self.answer(whole, &joined);
-            }
-            return;
-        }
-        deliver(
-            &mut self.conns,
-            &mut self.counters,
-            &mut self.totals,
-            &mut self.dirty_conns,
-            w,
-            reply,
-        );
-    }
-
-    /// The instance at `addr` (`host:port`), learned now if the port did not know it.
-    fn instance_named(&mut self, addr: &str, now: Instant) -> Option<usize> {
-        if let Some(j) = self.links.iter().position(|b| b.name == addr) {
-            return Some(j);
-        }
-        let sock = match recached_net::listen::resolve(addr) {
-            Ok(sock) => sock,
-            Err(e) => {
-                log::warn!("memcached: cannot follow a redirect to {addr}: {e}");
-                return None;
-            }
-        };
-        if let Some(j) = self.links.iter().position(|b| b.addr == sock) {
-            return Some(j);
-        }
-        if self.links.len() >= MAX_INSTANCES {
-            log::warn!("memcached: not adding {addr}: already {MAX_INSTANCES} instances");
-            return None;
-        }
-        let j = self.links.len();
-        let mut b = Backend::new(j, addr.to_string(), sock);
-        b.login = self.opts.login.clone();
-        // The scripts are loaded first on every connection, as on the configured nodes.
-        b.preamble = super::scripts::load_requests();
-        b.connect(self.poll.registry(), Token(LINK_TOKEN_BASE + j), now, true);
-        self.links.push(b);
-        self.follow.slots.grow(j + 1);
-        self.mark_link(j);
-        log::info!("memcached: instance {j} ({addr}) learned from the cluster");
-        Some(j)
-    }
-
-    /// Sends `CLUSTER SLOTS` if one is wanted, none is in flight and the last is old enough.
-    pub(super) fn refresh_if_wanted(&mut self, now: Instant) {
-        let f = &self.follow;
-        if !f.wanted || f.refreshing || f.last_refresh.is_some_and(|t| now < t + REFRESH_INTERVAL) {
-            return;
-        }
-        // A link that is up, preferring an instance that owns slots.
-        let Some(j) = (0..self.links.len())
-            .filter(|&j| self.links[j].link == Link::Up)
-            .max_by_key(|&j| self.follow.slots.owned(j))
-        else {
-            return; // asked again when a link comes up
-        };
+    fn send_refresh(&mut self, j: usize) -> bool {
         self.links[j].send(CLUSTER_SLOTS, REFRESH_WAITER);
         self.mark_link(j);
-        let f = &mut self.follow;
-        f.refreshing = true;
-        f.wanted = false;
-        f.last_refresh = Some(now);
+        true
     }
 
-    /// Applies a `CLUSTER SLOTS` reply read on link `link`.
-    fn apply_slots(&mut self, link: usize, reply: &[u8], now: Instant) {
-        let host = self.links[link]
-            .name
-            .rsplit_once(':')
-            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']').to_string())
-            .unwrap_or_default();
-        let Some(ranges) = parse_slots(reply, &host) else {
-            self.follow.cluster = false;
-            return; // a standalone engine: the table stays the start-time map
-        };
-        self.follow.cluster = true;
-        let mut changed = 0usize;
-        for (first, last, addr) in ranges {
-            let Some(j) = self.instance_named(&addr, now) else {
-                continue;
-            };
-            for slot in first..=last {
-                changed += usize::from(self.follow.slots.set(slot, j));
-            }
+    /// A refusal to run a request of several key pairs (`-CROSSSLOT`, `-TRYAGAIN`): one
+    /// request per pair, under one gather.
+    fn split(&mut self, r: Retry, now: Instant) -> Option<Retry> {
+        if (r.reply.starts_with(CROSSSLOT) || parse(&r.reply) == Some(Redirect::TryAgain))
+            && let Some(pairs) = split_pairs(&r.request)
+        {
+            self.gather(r.w, pairs, now);
+            return None;
         }
-        if changed > 0 {
-            log::info!("memcached: slot table refreshed from CLUSTER SLOTS: {changed} moved");
-        }
+        Some(r)
     }
 }
 

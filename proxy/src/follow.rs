@@ -1,0 +1,757 @@
+//! Following slot moves, one implementation for both loops: the RESP loop's shared links
+//! (`crate::redirect`) and the memcached port's links (`memcached::event_loop::follow`).
+//!
+//! ```text
+//!  reply '-…' ──intercept──► pending ──decide──► Resend { slot, addr, hop } ─► instance_named,
+//!  (or the loop's own          │                                               table (-MOVED),
+//!   CLUSTER SLOTS reply)       │                                               resend on a link
+//!                              ├──────────────► Delayed (-TRYAGAIN) ─► delayed ─retry_due─► resend
+//!                              └──────────────► GiveUp ─► the error reaches the client
+//! ```
+//!
+//! [`Moves`] is the state and every decision, with no I/O: which replies are kept, what a
+//! redirect leads to, when a `CLUSTER SLOTS` refresh may go, when the loop must wake.
+//! [`Follower`] is what a loop provides (its links, how it learns an instance, how it sends
+//! a request again) and, from that, the sequences both loops run in the same order: follow
+//! the last delivery's redirects, retry what is due, refresh the table, apply `CLUSTER SLOTS`.
+//!
+//! Bounds and timings are `crate::redirect`'s: [`MAX_REDIRECTS`], [`MAX_TRIES`],
+//! [`TRYAGAIN_DELAY`], [`REFRESH_INTERVAL`], [`PERIODIC_REFRESH`], [`MAX_INSTANCES`].
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use crate::backend::{REFRESH_WAITER, is_internal};
+use crate::client::Waiter;
+use crate::redirect::{
+    MAX_INSTANCES, MAX_REDIRECTS, MAX_TRIES, PERIODIC_REFRESH, REFRESH_INTERVAL, Redirect,
+    TRYAGAIN_DELAY, parse, parse_slots,
+};
+use crate::slots::Slots;
+
+/// The start of a `-CROSSSLOT` error reply.
+pub const CROSSSLOT: &[u8] = b"-CROSSSLOT";
+
+/// A request whose reply was a redirect (or a refusal to split), to be sent again.
+pub(crate) struct Retry {
+    pub w: Waiter,
+    pub request: Vec<u8>,
+    /// The reply, given to the client once the bounds are reached.
+    pub reply: Vec<u8>,
+    /// The link it was answered on.
+    pub from: usize,
+}
+
+/// Which error replies a loop keeps to follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Catch {
+    /// `-MOVED`, `-ASK`, `-TRYAGAIN`.
+    Redirects,
+    /// Those and `-CROSSSLOT` (the memcached port splits the request per key pair).
+    RedirectsAndCrossSlot,
+}
+
+/// How a redirect sends a request on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hop {
+    /// `-MOVED`: the slot has a new owner (the table changes).
+    Moved,
+    /// `-ASK`: this request only, after `ASKING` (the table stays).
+    Ask,
+}
+
+/// What to do with a kept reply ([`Moves::decide`]).
+pub(crate) enum Next {
+    /// `-TRYAGAIN`: queued, sent again on the same link after [`TRYAGAIN_DELAY`].
+    Delayed,
+    /// Sent to the node at `addr` (learned if new); after [`Hop::Moved`], `slot` is that
+    /// node's in the table.
+    Resend {
+        r: Retry,
+        slot: u16,
+        addr: String,
+        hop: Hop,
+    },
+    /// A bound is reached, or the reply names nothing to follow: its error stands.
+    GiveUp(Retry),
+}
+
+/// A loop's redirect state: redirects to follow, retries waiting, the refresh's timing.
+pub(crate) struct Moves {
+    /// Replies kept besides redirects.
+    catch: Catch,
+    /// Redirects read in this delivery, followed right after it.
+    pending: Vec<Retry>,
+    /// `-TRYAGAIN`s waiting for their retry time, in time order.
+    delayed: VecDeque<(Instant, Retry)>,
+    /// A `CLUSTER SLOTS` reply read (link, reply), applied right after the delivery.
+    slots_reply: Option<(usize, Vec<u8>)>,
+    /// A `CLUSTER SLOTS` is in flight.
+    refreshing: bool,
+    /// A refresh is wanted (at start, after a `-MOVED`, periodically, after a lost link).
+    wanted: bool,
+    last_refresh: Option<Instant>,
+    /// A backend answered `CLUSTER SLOTS`: the periodic refresh and the refresh after a
+    /// failed link apply (a standalone backend refuses it and is never asked again).
+    cluster: bool,
+    /// When the periodic refresh is next due.
+    next_periodic: Option<Instant>,
+    /// `delayed` or `wanted` may be set: the loop's timers look further (one test per
+    /// iteration otherwise).
+    armed: bool,
+}
+
+impl Moves {
+    pub fn new(catch: Catch) -> Self {
+        Moves {
+            catch,
+            pending: Vec::new(),
+            delayed: VecDeque::new(),
+            slots_reply: None,
+            refreshing: false,
+            wanted: true, // once at start, when the first link is up
+            last_refresh: None,
+            cluster: false,
+            next_periodic: None,
+            armed: true,
+        }
+    }
+
+    /// Takes a reply read on link `link` that is not for a client as is: a redirect of a
+    /// client's request (kept to be followed), or the reply to the loop's own
+    /// `CLUSTER SLOTS`. `false`: the loop delivers it (its other own requests included).
+    /// Out of line: the loops call it only for error replies and their own requests.
+    #[cold]
+    #[inline(never)]
+    pub fn intercept(&mut self, w: Waiter, reply: &[u8], request: &[u8], link: usize) -> bool {
+        if w.token == usize::MAX {
+            if is_internal(&w, &REFRESH_WAITER) {
+                self.slots_reply = Some((link, reply.to_vec()));
+                return true;
+            }
+            return false;
+        }
+        let caught = parse(reply).is_some()
+            || (self.catch == Catch::RedirectsAndCrossSlot && reply.starts_with(CROSSSLOT));
+        if request.is_empty() || !caught {
+            return false;
+        }
+        self.pending.push(Retry {
+            w,
+            request: request.to_vec(),
+            reply: reply.to_vec(),
+            from: link,
+        });
+        true
+    }
+
+    /// Something was kept in the last delivery: [`Follower::follow_redirects`] has work.
+    pub fn kept(&self) -> bool {
+        !self.pending.is_empty() || self.slots_reply.is_some()
+    }
+
+    /// When the loop must wake for a delayed retry or a rate-limited refresh.
+    #[inline]
+    pub fn due(&self) -> Option<Instant> {
+        if !self.armed {
+            return None;
+        }
+        let retry = self.delayed.front().map(|(t, _)| *t);
+        let refresh = match (self.wanted && !self.refreshing, self.last_refresh) {
+            (true, Some(t)) => Some(t + REFRESH_INTERVAL),
+            _ => None,
+        };
+        match (retry, refresh) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The backends answered `CLUSTER SLOTS`: periodic refreshes apply.
+    pub fn cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// What a kept reply leads to. A `-TRYAGAIN` within its bound is queued here.
+    pub fn decide(&mut self, mut r: Retry, now: Instant) -> Next {
+        let (hop, slot, addr) = match parse(&r.reply) {
+            Some(Redirect::Moved { slot, addr }) => (Hop::Moved, slot, addr.to_string()),
+            Some(Redirect::Ask { slot, addr }) => (Hop::Ask, slot, addr.to_string()),
+            Some(Redirect::TryAgain) => {
+                if r.w.hops.tries >= MAX_TRIES {
+                    return Next::GiveUp(r);
+                }
+                r.w.hops.tries += 1;
+                self.delayed.push_back((now + TRYAGAIN_DELAY, r));
+                self.armed = true;
+                return Next::Delayed;
+            }
+            None => return Next::GiveUp(r),
+        };
+        if r.w.hops.redirects >= MAX_REDIRECTS {
+            return Next::GiveUp(r);
+        }
+        Next::Resend { r, slot, addr, hop }
+    }
+
+    /// `r` goes to instance `j` after a redirect: for `-MOVED` the table gives `slot` to
+    /// `j` and a refresh is wanted; the hop is counted.
+    pub fn redirected(&mut self, r: &mut Retry, hop: Hop, slot: u16, j: usize, slots: &mut Slots) {
+        if hop == Hop::Moved {
+            slots.set(slot, j);
+            self.wanted = true;
+            self.armed = true;
+        }
+        r.w.hops.redirects += 1;
+        r.w.hops.asking = hop == Hop::Ask;
+    }
+
+    /// The next delayed retry whose time has come.
+    fn due_retry(&mut self, now: Instant) -> Option<Retry> {
+        if self.delayed.front().is_some_and(|(t, _)| *t <= now) {
+            return self.delayed.pop_front().map(|(_, r)| r);
+        }
+        None
+    }
+
+    /// Once per loop tick: asks for the periodic refresh when it is due (cluster backends).
+    pub fn periodic(&mut self, now: Instant) {
+        if !self.cluster || self.next_periodic.is_some_and(|t| now < t) {
+            return;
+        }
+        self.next_periodic = Some(now + PERIODIC_REFRESH);
+        self.wanted = true;
+        self.armed = true;
+    }
+
+    /// A refresh is wanted, none is in flight and the last is old enough.
+    fn refresh_due(&self, now: Instant) -> bool {
+        self.wanted
+            && !self.refreshing
+            && self
+                .last_refresh
+                .is_none_or(|t| now >= t + REFRESH_INTERVAL)
+    }
+
+    fn refresh_sent(&mut self, now: Instant) {
+        self.refreshing = true;
+        self.wanted = false;
+        self.last_refresh = Some(now);
+    }
+
+    /// After the timers ran: look further only while something waits.
+    fn rearm(&mut self) {
+        self.armed = !self.delayed.is_empty() || self.wanted;
+    }
+
+    /// A link failed with these waiters: a `CLUSTER SLOTS` among them is no longer in
+    /// flight, and with cluster backends its slots may have moved (a retired engine), so
+    /// the table is refreshed from an instance that is up.
+    pub fn link_failed(&mut self, waiters: &VecDeque<Waiter>) {
+        if waiters.iter().any(|w| is_internal(w, &REFRESH_WAITER)) {
+            self.refreshing = false;
+            self.wanted = true;
+        }
+        if self.cluster {
+            self.wanted = true;
+        }
+        self.armed |= self.wanted;
+    }
+}
+
+/// A loop that follows slot moves: what differs per loop, and the shared sequences.
+pub(crate) trait Follower {
+    /// The log prefix ("proxy", "memcached").
+    const NAME: &'static str;
+
+    /// The redirect state and the slot table it changes.
+    fn state(&mut self) -> (&mut Moves, &mut Slots);
+    fn slots(&self) -> &Slots;
+    /// Instances known (configured, then learned).
+    fn instances(&self) -> usize;
+    /// Instance `j` is up (a refresh may be sent there).
+    fn is_up(&self, j: usize) -> bool;
+    /// The name (`host:port`) of link `link`.
+    fn link_name(&self, link: usize) -> &str;
+    fn instance_by_name(&self, addr: &str) -> Option<usize>;
+    fn instance_by_addr(&self, sock: SocketAddr) -> Option<usize>;
+    /// Appends a new instance and starts connecting it; returns its index.
+    fn add_instance(&mut self, name: &str, sock: SocketAddr, now: Instant) -> usize;
+    /// The link on instance `j` of the same kind as link `from`.
+    fn link_on(&self, j: usize, from: usize) -> usize;
+    /// Sends `r.request` on link `link` (after `ASKING` if `r` follows an `-ASK`); a link
+    /// that cannot take it answers its error.
+    fn resend(&mut self, link: usize, r: Retry, now: Instant);
+    /// The client gets the last error as it came.
+    fn give_up(&mut self, r: Retry);
+    /// Sends `CLUSTER SLOTS` to instance `j`; `false` if its link does not take it.
+    fn send_refresh(&mut self, j: usize) -> bool;
+    /// A loop's own handling before the shared decision; `None`: done with `r`.
+    fn split(&mut self, r: Retry, _now: Instant) -> Option<Retry> {
+        Some(r)
+    }
+
+    /// Follows the redirects read in the last delivery and applies a `CLUSTER SLOTS` reply.
+    fn follow_redirects(&mut self, now: Instant) {
+        let moves = self.state().0;
+        if let Some((link, reply)) = moves.slots_reply.take() {
+            moves.refreshing = false;
+            self.apply_slots(link, &reply, now);
+        }
+        // Taken and put back: the buffer is reused (following never delivers to `pending`).
+        let mut pending = std::mem::take(&mut self.state().0.pending);
+        for r in pending.drain(..) {
+            self.follow(r, now);
+        }
+        self.state().0.pending = pending;
+        self.refresh_if_wanted(now);
+    }
+
+    fn follow(&mut self, r: Retry, now: Instant) {
+        let Some(r) = self.split(r, now) else {
+            return;
+        };
+        match self.state().0.decide(r, now) {
+            Next::Delayed => {}
+            Next::GiveUp(r) => self.give_up(r),
+            Next::Resend {
+                mut r,
+                slot,
+                addr,
+                hop,
+            } => {
+                let Some(j) = self.instance_named(&addr, now) else {
+                    return self.give_up(r);
+                };
+                let (moves, slots) = self.state();
+                moves.redirected(&mut r, hop, slot, j, slots);
+                let link = self.link_on(j, r.from);
+                self.resend(link, r, now);
+            }
+        }
+    }
+
+    /// Once per loop tick: the periodic refresh, then [`Follower::retry_due`].
+    #[inline]
+    fn follow_tick(&mut self, now: Instant) {
+        self.state().0.periodic(now);
+        self.retry_due(now);
+    }
+
+    /// `-TRYAGAIN` retries whose time has come, on the link that answered them, and a
+    /// refresh that waited for its turn. One test when idle.
+    #[inline]
+    fn retry_due(&mut self, now: Instant) {
+        if self.state().0.armed {
+            self.retry_due_slow(now);
+        }
+    }
+
+    fn retry_due_slow(&mut self, now: Instant) {
+        while let Some(r) = self.state().0.due_retry(now) {
+            let link = r.from;
+            self.resend(link, r, now);
+        }
+        self.refresh_if_wanted(now);
+        self.state().0.rearm();
+    }
+
+    /// Sends `CLUSTER SLOTS` if one is wanted, none is in flight and the last is old enough,
+    /// to an instance that is up, preferring one that owns slots.
+    fn refresh_if_wanted(&mut self, now: Instant) {
+        if !self.state().0.refresh_due(now) {
+            return;
+        }
+        let slots = self.slots();
+        let Some(j) = (0..self.instances())
+            .filter(|&j| self.is_up(j))
+            .max_by_key(|&j| slots.owned(j))
+        else {
+            return; // asked again when a link comes up
+        };
+        if self.send_refresh(j) {
+            self.state().0.refresh_sent(now);
+        }
+    }
+
+    /// The instance at `addr` (`host:port`), learned now if the loop did not know it (at
+    /// most [`MAX_INSTANCES`]).
+    fn instance_named(&mut self, addr: &str, now: Instant) -> Option<usize> {
+        if let Some(j) = self.instance_by_name(addr) {
+            return Some(j);
+        }
+        let sock = match recached_net::listen::resolve(addr) {
+            Ok(sock) => sock,
+            Err(e) => {
+                log::warn!("{}: cannot follow a redirect to {addr}: {e}", Self::NAME);
+                return None;
+            }
+        };
+        if let Some(j) = self.instance_by_addr(sock) {
+            return Some(j);
+        }
+        if self.instances() >= MAX_INSTANCES {
+            let name = Self::NAME;
+            log::warn!("{name}: not adding {addr}: already {MAX_INSTANCES} instances");
+            return None;
+        }
+        Some(self.add_instance(addr, sock, now))
+    }
+
+    /// Applies a `CLUSTER SLOTS` reply read on link `link`; a refusal (a standalone
+    /// backend) leaves the table as it is and stops the periodic refresh.
+    fn apply_slots(&mut self, link: usize, reply: &[u8], now: Instant) {
+        let host = self
+            .link_name(link)
+            .rsplit_once(':')
+            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']').to_string())
+            .unwrap_or_default();
+        let Some(ranges) = parse_slots(reply, &host) else {
+            self.state().0.cluster = false;
+            log::debug!(
+                "{}: CLUSTER SLOTS refused ({}); the slot table stays as it is",
+                Self::NAME,
+                String::from_utf8_lossy(reply).trim_end()
+            );
+            return;
+        };
+        self.state().0.cluster = true;
+        let mut changed = 0usize;
+        for (first, last, addr) in ranges {
+            let Some(j) = self.instance_named(&addr, now) else {
+                continue;
+            };
+            let slots = self.state().1;
+            for slot in first..=last {
+                changed += usize::from(slots.set(slot, j));
+            }
+        }
+        if changed > 0 {
+            let name = Self::NAME;
+            log::info!("{name}: slot table refreshed from CLUSTER SLOTS: {changed} slot(s) moved");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::backend::ASKING_WAITER;
+    use crate::client::Hops;
+
+    fn client(tries: u8, redirects: u8) -> Waiter {
+        Waiter {
+            token: 7,
+            client_id: 1,
+            seq: 2,
+            part: 0,
+            hops: Hops {
+                tries,
+                redirects,
+                ..Hops::NONE
+            },
+        }
+    }
+
+    fn retry(w: Waiter, reply: &[u8]) -> Retry {
+        Retry {
+            w,
+            request: b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n".to_vec(),
+            reply: reply.to_vec(),
+            from: 3,
+        }
+    }
+
+    /// `m` after its start-up refresh went out at `t0`, with nothing waiting.
+    fn settled(t0: Instant) -> Moves {
+        let mut m = Moves::new(Catch::Redirects);
+        m.refresh_sent(t0);
+        m.refreshing = false;
+        m.rearm();
+        m
+    }
+
+    #[test]
+    fn decides_moved_and_ask_within_the_redirect_bound() {
+        let now = Instant::now();
+        let mut m = settled(now);
+        let moved = m.decide(retry(client(0, 0), b"-MOVED 12 10.0.0.1:7000\r\n"), now);
+        let Next::Resend {
+            mut r,
+            slot,
+            addr,
+            hop,
+        } = moved
+        else {
+            panic!("-MOVED within the bound is followed");
+        };
+        assert_eq!(
+            (slot, addr.as_str(), hop),
+            (12, "10.0.0.1:7000", Hop::Moved)
+        );
+        let mut slots = Slots::jump(1);
+        slots.grow(2);
+        m.redirected(&mut r, hop, slot, 1, &mut slots);
+        assert_eq!(slots.owner(12), 1);
+        assert_eq!((r.w.hops.redirects, r.w.hops.asking), (1, false));
+        assert!(m.wanted && m.armed, "a -MOVED asks for a refresh");
+
+        let mut m = settled(now);
+        let Next::Resend { mut r, hop, .. } =
+            m.decide(retry(client(0, 4), b"-ASK 12 h:1\r\n"), now)
+        else {
+            panic!("-ASK within the bound is followed");
+        };
+        assert_eq!(hop, Hop::Ask);
+        let mut slots = Slots::jump(2);
+        let before = slots.owner(12);
+        m.redirected(&mut r, hop, 12, 1 - before, &mut slots);
+        assert_eq!(slots.owner(12), before, "-ASK leaves the table");
+        assert_eq!((r.w.hops.redirects, r.w.hops.asking), (5, true));
+        assert!(!m.wanted && !m.armed);
+
+        // The sixth redirect is not followed: the error stands.
+        let r = retry(client(0, MAX_REDIRECTS), b"-MOVED 12 h:1\r\n");
+        assert!(matches!(m.decide(r, now), Next::GiveUp(r) if r.reply == b"-MOVED 12 h:1\r\n"));
+    }
+
+    #[test]
+    fn decides_tryagain_as_a_delayed_retry_within_its_bound() {
+        let now = Instant::now();
+        let mut m = settled(now);
+        assert_eq!(m.due(), None);
+        let r = retry(client(MAX_TRIES - 1, 0), b"-TRYAGAIN slot migrating\r\n");
+        assert!(matches!(m.decide(r, now), Next::Delayed));
+        assert_eq!(m.due(), Some(now + TRYAGAIN_DELAY));
+        assert!(m.due_retry(now).is_none(), "not before its time");
+        let r = m.due_retry(now + TRYAGAIN_DELAY).expect("due");
+        assert_eq!((r.w.hops.tries, r.from), (MAX_TRIES, 3));
+        m.rearm();
+        assert_eq!(m.due(), None, "disarmed once nothing waits");
+        assert!(matches!(m.decide(r, now), Next::GiveUp(_)));
+        // Anything else kept (a -CROSSSLOT the loop did not split) is given up at once.
+        let r = retry(client(0, 0), b"-CROSSSLOT Keys in request don't hash\r\n");
+        assert!(matches!(m.decide(r, now), Next::GiveUp(_)));
+    }
+
+    #[test]
+    fn intercepts_redirects_and_its_own_refresh_only() {
+        let mut m = Moves::new(Catch::Redirects);
+        let req = b"*1\r\n$4\r\nPING\r\n";
+        assert!(m.intercept(client(0, 0), b"-MOVED 1 h:1\r\n", req, 0));
+        assert!(m.intercept(client(0, 0), b"-TRYAGAIN x\r\n", req, 0));
+        assert!(!m.intercept(client(0, 0), b"-ERR no\r\n", req, 0));
+        assert!(!m.intercept(client(0, 0), b"-CROSSSLOT x\r\n", req, 0));
+        assert!(
+            !m.intercept(client(0, 0), b"-MOVED 1 h:1\r\n", b"", 0),
+            "no request kept"
+        );
+        assert!(
+            !m.intercept(ASKING_WAITER, b"+OK\r\n", b"", 0),
+            "the loop's other own replies"
+        );
+        assert_eq!(m.pending.len(), 2);
+        assert!(m.slots_reply.is_none());
+        assert!(m.intercept(REFRESH_WAITER, b"*0\r\n", b"", 4));
+        assert_eq!(m.slots_reply, Some((4, b"*0\r\n".to_vec())));
+        assert!(m.kept());
+
+        let mut m = Moves::new(Catch::RedirectsAndCrossSlot);
+        assert!(!m.kept());
+        assert!(m.intercept(client(0, 0), b"-CROSSSLOT x\r\n", req, 0));
+    }
+
+    #[test]
+    fn refreshes_at_start_then_rate_limited_periodic_and_after_a_lost_link() {
+        let t0 = Instant::now();
+        let mut m = Moves::new(Catch::Redirects);
+        assert!(m.refresh_due(t0), "once at start");
+        assert_eq!(m.due(), None, "at start it waits for a link, not a timer");
+        m.refresh_sent(t0);
+        assert!(!m.refresh_due(t0));
+        // The reply is in: a standalone backend refused it, so no periodic refresh.
+        m.refreshing = false;
+        m.periodic(t0);
+        m.rearm();
+        assert!(!m.wanted && !m.armed);
+        m.link_failed(&VecDeque::new());
+        assert!(
+            !m.armed,
+            "a lost link of a standalone backend changes nothing"
+        );
+
+        // Cluster backends: the periodic refresh, rate-limited by REFRESH_INTERVAL.
+        m.cluster = true;
+        let t1 = t0 + Duration::from_millis(40);
+        m.periodic(t1);
+        assert!(m.wanted && m.armed);
+        assert_eq!(m.due(), Some(t0 + REFRESH_INTERVAL));
+        assert!(!m.refresh_due(t1));
+        assert!(m.refresh_due(t0 + REFRESH_INTERVAL));
+        m.refresh_sent(t0 + REFRESH_INTERVAL);
+        m.rearm();
+        assert_eq!(m.due(), None, "one in flight at most");
+        m.periodic(t1 + PERIODIC_REFRESH - Duration::from_millis(1));
+        assert!(!m.wanted, "not before the period");
+
+        // The link carrying the refresh failed: no longer in flight, wanted again.
+        m.link_failed(&VecDeque::from([client(0, 0), REFRESH_WAITER]));
+        assert!(!m.refreshing && m.wanted && m.armed);
+    }
+
+    /// A loop of `n` single-link instances that records what it sends.
+    struct Fake {
+        moves: Moves,
+        slots: Slots,
+        names: Vec<String>,
+        up: Vec<bool>,
+        sent: Vec<(usize, Vec<u8>, bool)>,
+        given_up: Vec<Vec<u8>>,
+        refreshed: Vec<usize>,
+    }
+
+    impl Fake {
+        fn new(n: usize) -> Self {
+            Fake {
+                moves: Moves::new(Catch::Redirects),
+                slots: Slots::jump(n),
+                names: (0..n).map(|j| format!("127.0.0.1:{}", 7000 + j)).collect(),
+                up: vec![true; n],
+                sent: Vec::new(),
+                given_up: Vec::new(),
+                refreshed: Vec::new(),
+            }
+        }
+    }
+
+    impl Follower for Fake {
+        const NAME: &'static str = "test";
+        fn state(&mut self) -> (&mut Moves, &mut Slots) {
+            (&mut self.moves, &mut self.slots)
+        }
+        fn slots(&self) -> &Slots {
+            &self.slots
+        }
+        fn instances(&self) -> usize {
+            self.names.len()
+        }
+        fn is_up(&self, j: usize) -> bool {
+            self.up[j]
+        }
+        fn link_name(&self, link: usize) -> &str {
+            &self.names[link]
+        }
+        fn instance_by_name(&self, addr: &str) -> Option<usize> {
+            self.names.iter().position(|a| a == addr)
+        }
+        fn instance_by_addr(&self, _: SocketAddr) -> Option<usize> {
+            None
+        }
+        fn add_instance(&mut self, name: &str, _: SocketAddr, _: Instant) -> usize {
+            self.names.push(name.to_string());
+            self.up.push(false);
+            self.slots.grow(self.names.len());
+            self.names.len() - 1
+        }
+        fn link_on(&self, j: usize, _: usize) -> usize {
+            j
+        }
+        fn resend(&mut self, link: usize, r: Retry, _: Instant) {
+            self.sent.push((link, r.request, r.w.hops.asking));
+        }
+        fn give_up(&mut self, r: Retry) {
+            self.given_up.push(r.reply);
+        }
+        fn send_refresh(&mut self, j: usize) -> bool {
+            self.refreshed.push(j);
+            true
+        }
+    }
+
+    #[test]
+    fn a_loop_follows_moved_ask_and_learns_nodes_in_order() {
+        let now = Instant::now();
+        let mut f = Fake::new(2);
+        let req = b"*1\r\n$4\r\nPING\r\n";
+        f.moves
+            .intercept(client(0, 0), b"-MOVED 5 127.0.0.1:7001\r\n", req, 0);
+        f.moves
+            .intercept(client(0, 0), b"-ASK 6 127.0.0.1:7100\r\n", req, 1);
+        f.moves
+            .intercept(client(0, 5), b"-ASK 6 127.0.0.1:7000\r\n", req, 1);
+        f.follow_redirects(now);
+        assert_eq!(f.slots.owner(5), 1);
+        assert_eq!(f.names[2], "127.0.0.1:7100", "learned");
+        assert_eq!(
+            f.sent,
+            vec![(1, req.to_vec(), false), (2, req.to_vec(), true)]
+        );
+        assert_eq!(f.given_up, vec![b"-ASK 6 127.0.0.1:7000\r\n".to_vec()]);
+        // The start-up refresh was still wanted: it went after the redirects, once.
+        assert_eq!(f.refreshed.len(), 1);
+        assert!(!f.moves.kept());
+
+        // Its reply: the table follows it, and the backends are a cluster from now on.
+        f.moves
+            .intercept(REFRESH_WAITER, &cluster_slots(0, 16383, 7001), b"", 0);
+        f.follow_redirects(now);
+        assert_eq!(f.slots.owned(1), 16384);
+        assert!(f.moves.cluster());
+    }
+
+    #[test]
+    fn a_loop_refreshes_from_an_instance_that_is_up_preferring_slot_owners() {
+        let now = Instant::now();
+        let mut f = Fake::new(3);
+        for slot in 0..engine_core::slot::SLOTS {
+            f.slots.set(slot, usize::from(slot >= 100));
+        }
+        f.up[1] = false;
+        f.refresh_if_wanted(now);
+        assert_eq!(f.refreshed, vec![0], "0 owns slots, 2 none, 1 is down");
+        f.refresh_if_wanted(now + REFRESH_INTERVAL);
+        assert_eq!(f.refreshed, vec![0], "not wanted again");
+        f.moves.refreshing = false;
+        f.up[1] = true;
+        f.moves.wanted = true;
+        f.refresh_if_wanted(now + REFRESH_INTERVAL / 2);
+        assert_eq!(f.refreshed, vec![0], "rate-limited");
+        f.refresh_if_wanted(now + REFRESH_INTERVAL);
+        assert_eq!(f.refreshed, vec![0, 1]);
+        f.moves.refreshing = false;
+        f.moves.wanted = true;
+        f.up = vec![false; 3];
+        f.refresh_if_wanted(now + REFRESH_INTERVAL * 3);
+        assert_eq!(
+            f.refreshed,
+            vec![0, 1],
+            "none up: asked again when a link comes up"
+        );
+        assert!(f.moves.refresh_due(now + REFRESH_INTERVAL * 3));
+    }
+
+    #[test]
+    fn a_loop_retries_tryagain_when_due_on_the_same_link() {
+        let now = Instant::now();
+        let mut f = Fake::new(1);
+        f.refresh_if_wanted(now);
+        f.moves.refreshing = false;
+        let req = b"*1\r\n$4\r\nPING\r\n";
+        f.moves.intercept(client(0, 0), b"-TRYAGAIN x\r\n", req, 0);
+        f.follow_redirects(now);
+        assert!(f.sent.is_empty());
+        f.follow_tick(now);
+        assert!(f.sent.is_empty(), "not before TRYAGAIN_DELAY");
+        f.follow_tick(now + TRYAGAIN_DELAY);
+        assert_eq!(f.sent, vec![(0, req.to_vec(), false)]);
+        assert_eq!(f.moves.due(), None);
+    }
+
+    fn cluster_slots(first: u16, last: u16, port: u16) -> Vec<u8> {
+        format!("*1\r\n*3\r\n:{first}\r\n:{last}\r\n*2\r\n$9\r\n127.0.0.1\r\n:{port}\r\n")
+            .into_bytes()
+    }
+}

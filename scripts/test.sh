@@ -170,7 +170,7 @@ step "benchmark smoke (scripts/bench-*.sh, scripts/soak.sh: short versions)"
 BENCH_SMOKE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/recached-bench-smoke.XXXXXX")
 for s in bench-scaling bench-systems bench-scenarios soak bench-memory-shapes bench-proxy \
     bench-scripting bench-streams bench-datatypes bench-geo bench-tracking bench-transactions \
-    bench-small-collections; do
+    bench-small-collections bench-reshard; do
     BENCH_SMOKE=1 BENCH_RESULTS="$BENCH_SMOKE_DIR" scripts/$s.sh >"$BENCH_SMOKE_DIR/$s.log" 2>&1 \
         || { tail -n 30 "$BENCH_SMOKE_DIR/$s.log"; echo "$s failed"; exit 1; }
     echo "$s: ok"

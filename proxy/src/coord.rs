@@ -805,6 +805,10 @@ mod tests {
     }
 }
 
+/// A key of another instance brought to a gathered command: (engine index, key, payload,
+/// expiry), as fetched.
+type Guest = (usize, Vec<u8>, Option<Vec<u8>>, i64);
+
 /// The execution of commands whose keys live on several instances and cannot be split
 /// (RENAME, SMOVE, SINTERSTORE, a script…, or a transaction holding one): **gathered** on one
 /// instance (docs/transactions.md).
@@ -833,8 +837,8 @@ pub struct Gather {
     phase: GatherPhase,
     locked: usize,
     abort: Option<Vec<u8>>,
-    /// The other instances' keys: (engine index, key, payload, expiry) as fetched.
-    guests: Vec<(usize, Vec<u8>, Option<Vec<u8>>, i64)>,
+    /// The other instances' keys as fetched.
+    guests: Vec<Guest>,
     result: Option<Vec<u8>>,
     write_failed: Option<(usize, Vec<u8>)>,
     awaiting: usize,

@@ -930,7 +930,7 @@ fn run_plan<A: Args + ?Sized>(
         }
         Plan::WatchMany => {
             me.session.tx.watching = true;
-            return in_transaction(args, raw, me, ctx);
+            in_transaction(args, raw, me, ctx)
         }
         Plan::Blocking(i) | Plan::Watch(i) => {
             if !me.enter_lane(Lane::Dedicated(i)) {

@@ -1325,7 +1325,8 @@ mod tests {
     fn rows_the_engines_do_not_run_route_by_key_or_answer_unknown() {
         // Regression (fuzz/regressions/split/): SORT alone once made the finder name a key
         // past the end. No key: the proxy answers Redis's unknown-command text itself.
-        for name in ["PSYNC"] {
+        {
+            let name = "PSYNC";
             assert_eq!(
                 reply(run(&[name.as_bytes()], 2)),
                 format!("-ERR unknown command '{name}', with args beginning with: \r\n")

@@ -9,8 +9,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
-
 /// A hash tag whose keys live on `instance` (of 2).
 fn tag_on(instance: usize) -> String {
     let k = key_on(instance, "t");

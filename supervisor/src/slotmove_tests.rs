@@ -102,8 +102,8 @@ fn moves_slots_between_redis_cluster_nodes_and_settles_strays() {
     m.nodes[1]
         .ok(&["CLUSTER", "ADDSLOTSRANGE", "8192", "16383"])
         .unwrap();
-    for i in 1..3 {
-        let port = servers[i].port.to_string();
+    for server in &servers[1..3] {
+        let port = server.port.to_string();
         m.nodes[0]
             .ok(&["CLUSTER", "MEET", "127.0.0.1", &port])
             .unwrap();

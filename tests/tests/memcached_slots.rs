@@ -171,7 +171,12 @@ fn load(port: u16, stop: Arc<AtomicBool>, ops: Arc<AtomicU64>) -> Vec<String> {
         let key = format!("load:{}", n % 500);
         let value = format!("v{n}");
         let flags = (n % 1000) as u32;
-        let r = mc.set(&key, flags, if n % 3 == 0 { 3600 } else { 0 }, &value);
+        let r = mc.set(
+            &key,
+            flags,
+            if n.is_multiple_of(3) { 3600 } else { 0 },
+            &value,
+        );
         if r != "STORED" {
             bad(format!("set {key}: {r}"));
         }

@@ -197,11 +197,11 @@ fn a_fleet_over_two_hosts_serves_from_both_and_fails_fast_for_a_dead_host() {
         return;
     };
     let mut hosts = vec![start_host(&ns, 0), start_host(&ns, 1)];
-    for k in 0..2 {
+    for (k, host) in HOSTS.iter().enumerate() {
         for p in ENGINE_PORTS {
-            wait_ping(&ns, k, HOSTS[k], p);
+            wait_ping(&ns, k, host, p);
         }
-        wait_ping(&ns, k, HOSTS[k], PROXY_PORT);
+        wait_ping(&ns, k, host, PROXY_PORT);
     }
     // Each supervisor started only its own engines, and the engines see all four nodes.
     let view = cli(&ns, 0, &["-h", HOSTS[0], "-p", "6400", "CLUSTER", "NODES"]);

@@ -322,7 +322,7 @@ fn load(
             if got != format!("${}\\r\\n{v}\\r\\n", v.len()) {
                 errors.push(format!("GET {k}: {got} (want {v})"));
             }
-            if step % 16 == 0 {
+            if step.is_multiple_of(16) {
                 let (a, b) = (&pair.0, &pair.1);
                 let (va, vb) = (format!("a{step}"), format!("b{step}"));
                 let r = cmd(&mut c, &["MSET", a, &va, b, &vb]);

@@ -316,8 +316,10 @@ impl Proxy {
             }
             self.resume_paused();
             self.send_followups();
-            self.flush_all();
+            // Timers before the flush: a `-TRYAGAIN` retry or a refresh they send goes out in
+            // this iteration, not after the next poll (up to MAX_POLL_WAIT later).
             self.timers(self.now);
+            self.flush_all();
             self.close_finished();
         }
         log::info!("proxy: shutting down");

@@ -287,6 +287,10 @@ pub(crate) trait Follower {
     fn give_up(&mut self, r: Retry);
     /// Sends `CLUSTER SLOTS` to instance `j`; `false` if its link does not take it.
     fn send_refresh(&mut self, j: usize) -> bool;
+    /// Instance `j` was just given slots: a loop may reconnect its link at once instead of
+    /// waiting out a reconnect backoff (an engine re-added on a port retired earlier).
+    fn gained_slots(&mut self, _j: usize, _now: Instant) {}
+
     /// A loop's own handling before the shared decision; `None`: done with `r`.
     fn split(&mut self, r: Retry, _now: Instant) -> Option<Retry> {
         Some(r)
@@ -423,9 +427,14 @@ pub(crate) trait Follower {
                 continue;
             };
             let slots = self.state().1;
+            let mut gained = 0usize;
             for slot in first..=last {
-                changed += usize::from(slots.set(slot, j));
+                gained += usize::from(slots.set(slot, j));
             }
+            if gained > 0 {
+                self.gained_slots(j, now);
+            }
+            changed += gained;
         }
         if changed > 0 {
             let name = Self::NAME;

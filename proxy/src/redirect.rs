@@ -31,7 +31,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::backend::{ASKING_WAITER, REFRESH_WAITER, links_per_instance};
+use crate::backend::{ASKING_WAITER, Link, REFRESH_WAITER, links_per_instance};
 use crate::event_loop::{Proxy, backend_token};
 use crate::follow::{Follower, Moves, Retry};
 use crate::slots::Slots;
@@ -204,7 +204,9 @@ impl Follower for Proxy {
     /// error.
     fn resend(&mut self, link: usize, r: Retry, now: Instant) {
         let b = &mut self.backends[link];
-        if b.dormant {
+        // A node a redirect names is expected up: a link waiting out a reconnect backoff
+        // (an engine re-added on a port retired earlier) connects now, queueing the request.
+        if b.dormant || matches!(b.link, Link::Down { .. }) {
             b.dormant = false;
             b.connect(self.poll.registry(), backend_token(link), now, true);
         }
@@ -219,6 +221,15 @@ impl Follower for Proxy {
         }
         b.send(&r.request, r.w);
         self.mark_backend(link);
+    }
+
+    fn gained_slots(&mut self, j: usize, now: Instant) {
+        let link = self.fleet.primary(j);
+        let b = &mut self.backends[link];
+        if matches!(b.link, Link::Down { .. }) && !b.dormant {
+            b.connect(self.poll.registry(), backend_token(link), now, true);
+            self.mark_backend(link);
+        }
     }
 
     fn give_up(&mut self, r: Retry) {

@@ -138,7 +138,10 @@ pub fn resize(args: &ResizeArgs) -> Result<ExitCode> {
                 .push(Node::new(&connect_host, base + i as u16, login.clone()));
         }
         mover.ensure_all()?;
-        println!("recached: started engines {current}..{n}");
+        let started: Vec<String> = (current..n)
+            .map(|i| format!("{i} (port {})", base + i as u16))
+            .collect();
+        println!("recached: started engine(s) {}", started.join(", "));
     }
     meet_all(&mut mover)?;
 

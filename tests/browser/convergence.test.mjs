@@ -16,7 +16,7 @@
 // Env: FANOUT_PORT, PROXY_PORT, WASM (path of recached.wasm), SEED (optional), WRITES (optional).
 import fs from 'node:fs';
 import { connect } from '../../wasm/www/recached.js';
-import { env, assert, fail, prng, sleep, Resp, dump, serverKeys, launchChromium } from './lib.mjs';
+import { env, assert, fail, prng, sleep, Resp, mismatches, serverKeys, launchChromium } from './lib.mjs';
 
 const fanout = Number(env('FANOUT_PORT'));
 const seed = Number(process.env.SEED ?? Date.now() % 100000);
@@ -184,33 +184,16 @@ assert(scripts > 0 && scriptErrors.length === 0, `scripts through the proxy: ${s
 
 // ---- compare -----------------------------------------------------------------------
 await sleep(900); // short expiries (≤ 700 ms) have passed; long ones (≥ 1000 s) cannot
-async function mismatches(get, sees, label) {
-  const out = [];
-  const localAll = (await get('KEYS', '*')).sort();
-  const expected = [];
-  for (const p of sees) expected.push(...(await serverKeys(resp, p)));
-  expected.sort();
-  if (JSON.stringify(localAll) !== JSON.stringify(expected)) {
-    out.push(`${label}: keys differ: replica-only ${localAll.filter((k) => !expected.includes(k))}, server-only ${expected.filter((k) => !localAll.includes(k))}`);
-    return out;
-  }
-  for (const k of expected) {
-    const s = await dump((...a) => resp.cmd(...a), k);
-    const r = await dump(get, k);
-    if (s !== r) out.push(`${label}: ${k}: server ${s} replica ${r}`);
-  }
-  return out;
-}
 let last = [];
 for (const deadline = Date.now() + 20000; ;) {
   last = [];
   for (let i = 0; i < replicas.length; i++) {
     if (replicas[i].state !== 'live') { last.push(`replica ${i} is ${replicas[i].state}`); continue; }
-    last.push(...(await mismatches((...a) => replicas[i].call(...a), SPECS[i].sees, `node replica ${i} (${SPECS[i].token})`)));
+    last.push(...(await mismatches(resp, (...a) => replicas[i].call(...a), SPECS[i].sees, `node replica ${i} (${SPECS[i].token})`)));
   }
   const state = await page.evaluate(() => window.r.state);
   if (state !== 'live') last.push(`chromium replica is ${state}`);
-  else last.push(...(await mismatches((...a) => page.evaluate((argv) => window.r.call(...argv), a), chromeSpec.sees, 'chromium replica')));
+  else last.push(...(await mismatches(resp, (...a) => page.evaluate((argv) => window.r.call(...argv), a), chromeSpec.sees, 'chromium replica')));
   if (last.length === 0) break;
   if (Date.now() > deadline) fail(`not converged (seed ${seed}):\n  ${last.slice(0, 20).join('\n  ')}`);
   await sleep(200);

@@ -167,6 +167,26 @@ export async function serverKeys(resp, prefix) {
   return [...keys].sort();
 }
 
+/** How a replica (`get(...argv)` runs a command on it) differs from the server (`resp`,
+ * through the proxy) on the keys under `prefixes`: its key set (KEYS *), then each key's
+ * canonical text ([`dump`]). Empty when they agree. */
+export async function mismatches(resp, get, prefixes, label) {
+  const local = (await get('KEYS', '*')).map(String).sort();
+  const expected = [];
+  for (const p of prefixes) expected.push(...(await serverKeys(resp, p)));
+  expected.sort();
+  if (JSON.stringify(local) !== JSON.stringify(expected)) {
+    return [`${label}: keys differ: replica-only ${local.filter((k) => !expected.includes(k)).slice(0, 10)}, server-only ${expected.filter((k) => !local.includes(k)).slice(0, 10)}`];
+  }
+  const out = [];
+  for (const k of expected) {
+    const s = await dump((...a) => resp.cmd(...a), k);
+    const r = await dump(get, k);
+    if (s !== r) out.push(`${label}: ${k}: server ${s} replica ${r}`);
+  }
+  return out;
+}
+
 /** Debian's Chromium, headless, with the flags this machine needs (no background network). */
 export function launchChromium() {
   return chromium.launch({

@@ -8,7 +8,7 @@
 // has begun), STOP_FILE.
 import fs from 'node:fs';
 import { connect } from '../../wasm/www/recached.js';
-import { env, fail, sleep, Resp, dump, serverKeys, launchChromium } from './lib.mjs';
+import { env, fail, sleep, Resp, mismatches, serverKeys, launchChromium } from './lib.mjs';
 
 const fanout = Number(env('FANOUT_PORT'));
 const url = `ws://127.0.0.1:${fanout}/ws`;
@@ -47,28 +47,14 @@ try {
   console.log(`writer: ${writes} writes`);
 
   // Both replicas equal the server, within a bounded wait.
-  async function mismatches(get, label) {
-    const local = (await get('KEYS', 'rz:*')).map(String).sort();
-    const expected = await serverKeys(resp, 'rz:');
-    if (JSON.stringify(local) !== JSON.stringify(expected)) {
-      return [`${label}: keys differ: replica-only ${local.filter((k) => !expected.includes(k)).slice(0, 5)}, server-only ${expected.filter((k) => !local.includes(k)).slice(0, 5)}`];
-    }
-    const out = [];
-    for (const k of expected) {
-      const s = await dump((...a) => resp.cmd(...a), k);
-      const r = await dump(get, k);
-      if (s !== r) out.push(`${label}: ${k}: server ${s} replica ${r}`);
-    }
-    return out;
-  }
   let last = [];
   for (const deadline = Date.now() + 60_000; ;) {
     last = [];
     if (node.state !== 'live') last.push(`node replica is ${node.state}`);
-    else last.push(...(await mismatches(async (...a) => node.call(...a), 'node replica')));
+    else last.push(...(await mismatches(resp, async (...a) => node.call(...a), ['rz:'], 'node replica')));
     const state = await page.evaluate(() => window.r.state);
     if (state !== 'live') last.push(`chromium replica is ${state}`);
-    else last.push(...(await mismatches((...a) => page.evaluate((argv) => window.r.call(...argv), a), 'chromium replica')));
+    else last.push(...(await mismatches(resp, (...a) => page.evaluate((argv) => window.r.call(...argv), a), ['rz:'], 'chromium replica')));
     if (last.length === 0) break;
     if (Date.now() > deadline) fail(`not converged after 60 s:\n  ${last.slice(0, 10).join('\n  ')}`);
     await sleep(100);

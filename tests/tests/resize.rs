@@ -492,21 +492,33 @@ fn resize_under_redis_py_cluster_direct_to_the_engines() {
         "{} missing: run scripts/test.sh (it installs redis-py into tests/clients/.venv)",
         python.display()
     );
-    let fleet = Fleet::start("redis-py", 2, "");
-    let stop = fleet.dir.join("stop-redis-py");
+    let out = smart_client_through_resizes("redis-py", move |port, stop| {
+        let mut cmd = Command::new(python);
+        cmd.arg(workspace_root().join("tests/clients/redis_py_cluster_resize.py"))
+            .args(["--port", &port.to_string(), "--keys", "500"])
+            .arg("--stop-file")
+            .arg(stop);
+        cmd
+    });
+    assert!(
+        out["rounds"].as_u64().unwrap() > 100,
+        "the client ran through the resizes: {out}"
+    );
+}
+
+/// Runs a smart client (`client(port, stop file)`, printing a JSON line with `errors` and
+/// `final_wrong` at the end) on engine 0 of a 2-engine fleet through `resize` 2→3→2, then
+/// stops it; checks it saw no error and returns its line.
+fn smart_client_through_resizes(
+    name: &str,
+    client: impl FnOnce(u16, PathBuf) -> Command + Send + 'static,
+) -> serde_json::Value {
+    let fleet = Fleet::start(name, 2, "");
+    let stop = fleet.dir.join(format!("stop-{name}"));
     let port = fleet.base;
-    let client = {
-        let (python, stop) = (python.clone(), stop.clone());
-        std::thread::spawn(move || {
-            run_cmd(
-                Command::new(python)
-                    .arg(workspace_root().join("tests/clients/redis_py_cluster_resize.py"))
-                    .args(["--port", &port.to_string(), "--keys", "500"])
-                    .arg("--stop-file")
-                    .arg(stop),
-                Duration::from_secs(400),
-            )
-        })
+    let running = {
+        let stop = stop.clone();
+        std::thread::spawn(move || run_cmd(&mut client(port, stop), Duration::from_secs(400)))
     };
     std::thread::sleep(Duration::from_secs(2));
     for n in [3, 2] {
@@ -514,19 +526,15 @@ fn resize_under_redis_py_cluster_direct_to_the_engines() {
         assert!(out.ok, "resize {n}:\n{}", out.text());
     }
     std::fs::write(&stop, b"").unwrap();
-    let out = client.join().unwrap();
-    assert!(out.ok, "redis-py:\n{}", out.text());
-    let line = out.stdout.lines().last().unwrap_or_default().to_string();
-    eprintln!("redis-py during 2→3→2: {line}");
-    assert!(line.contains("\"errors\": 0,"), "{line}\n{}", out.stderr);
-    assert!(line.contains("\"final_wrong\": 0"), "{line}");
-    let rounds: u64 = line
-        .split("\"rounds\": ")
-        .nth(1)
-        .and_then(|r| r.split(',').next())
-        .and_then(|r| r.parse().ok())
-        .unwrap();
-    assert!(rounds > 100, "the client ran through the resizes: {line}");
+    let out = running.join().unwrap();
+    assert!(out.ok, "{name}:\n{}", out.text());
+    let line = out.stdout.lines().last().unwrap_or_default();
+    eprintln!("{name} during 2→3→2: {line}");
+    let v: serde_json::Value = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("{name}: {e}: {line:?}\n{}", out.stderr));
+    assert_eq!(v["errors"], 0, "{v}\n{}", out.stderr);
+    assert_eq!(v["final_wrong"], 0, "{v}");
+    v
 }
 
 /// ioredis's `Cluster` (newest release, defaults; tests/clients/node_modules) on engine 0 for
@@ -540,32 +548,13 @@ fn resize_under_ioredis_cluster_direct_to_the_engines() {
             .exists(),
         "tests/clients/node_modules/ioredis missing: run scripts/test.sh"
     );
-    let fleet = Fleet::start("ioredis", 2, "");
-    let stop = fleet.dir.join("stop-ioredis");
-    let port = fleet.base;
-    let client = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            run_cmd(
-                Command::new("node")
-                    .arg(script)
-                    .arg(port.to_string())
-                    .arg(stop)
-                    .arg("300"),
-                Duration::from_secs(400),
-            )
-        })
-    };
-    std::thread::sleep(Duration::from_secs(2));
-    for n in [3, 2] {
-        let out = fleet.resize(n);
-        assert!(out.ok, "resize {n}:\n{}", out.text());
-    }
-    std::fs::write(&stop, b"").unwrap();
-    let out = client.join().unwrap();
-    assert!(out.ok, "ioredis:\n{}", out.text());
-    let line = out.stdout.lines().last().unwrap_or_default().to_string();
-    eprintln!("ioredis during 2→3→2: {line}");
-    assert!(line.contains("\"errors\":0,"), "{line}\n{}", out.stderr);
-    assert!(line.contains("\"final_wrong\":0"), "{line}");
+    let out = smart_client_through_resizes("ioredis", move |port, stop| {
+        let mut cmd = Command::new("node");
+        cmd.arg(script).arg(port.to_string()).arg(stop).arg("300");
+        cmd
+    });
+    assert!(
+        out["rounds"].as_u64().unwrap() > 100,
+        "the client ran through the resizes: {out}"
+    );
 }

@@ -11,21 +11,22 @@
 # --cluster-yes --cluster-pipeline 100` moves half the slots (about KEYS/2 keys). Reported:
 # keys moved per second for each and the ratio (target ≥ 1.0×).
 #
-# recached only: an open-loop GET/SET load (recached-bench run, get:90,set:10, RATE req/s,
-# through a `recached proxy` in front of A and B, which follows -ASK/-MOVED) before the move
-# and during it: p50/p99/p99.9 latency and the error count of each (target: p99 during ≤ 2×
-# before, zero errors).
+# recached only: an open-loop GET/SET load (recached-bench run, get:90,set:10, 16 connections,
+# through a `recached proxy` in front of A and B, which follows -ASK/-MOVED) at half the mix's
+# peak through the proxy (redis-benchmark, unpipelined), DURING_S seconds with no move and
+# DURING_S seconds while the slots move back and forth back to back: p50/p99/p99.9 latency
+# and the error count of each (target: p99 during ≤ 2× before, zero errors).
 #
-#   scripts/bench-reshard.sh                  (KEYS=1000000 RATE=20000)
+#   scripts/bench-reshard.sh                  (KEYS=1000000, DURING_S=5, RATE=half the peak)
 #   BENCH_SMOKE=1 scripts/bench-reshard.sh    (tiny, for the test script)
 #
-# Environment: KEYS, RATE, RECACHED_BIN / RECACHED_BENCH_BIN (else built), PIN=1 SERVER_CPUS
+# Environment: KEYS, RATE, DURING_S, RECACHED_BIN / RECACHED_BENCH_BIN (else built), PIN=1 SERVER_CPUS
 # BENCH_CPUS (bench-lib.sh). Loopback only; every process is stopped by PID on exit.
 source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
 KEYS=${KEYS:-1000000}
-RATE=${RATE:-20000}
-if [ "$SMOKE" = 1 ]; then KEYS=20000; RATE=2000; fi
+DURING_S=${DURING_S:-5}
+if [ "$SMOKE" = 1 ]; then KEYS=20000; RATE=2000; DURING_S=1; fi
 SLOTS_MOVED=8192
 
 # RESP SET commands for key:0..KEYS-1 with 64-byte values, for redis-cli --pipe.
@@ -53,7 +54,7 @@ reshard() {
     ida=$(redis-cli -p "$a" CLUSTER MYID)
     idb=$(redis-cli -p "$b" CLUSTER MYID)
     t0=$(date +%s.%N)
-    redis-cli --cluster reshard "127.0.0.1:$a" --cluster-from "$ida" --cluster-to "$idb" \
+    srv redis-cli --cluster reshard "127.0.0.1:$a" --cluster-from "$ida" --cluster-to "$idb" \
         --cluster-slots "$SLOTS_MOVED" --cluster-yes --cluster-pipeline 100 >"$TMP/reshard-$a.log" 2>&1 \
         || { echo "$0: reshard from $a failed:" >&2; tail -20 "$TMP/reshard-$a.log" >&2; exit 1; }
     t1=$(date +%s.%N)
@@ -96,28 +97,94 @@ wait_port "$PX"
 fill "$EA"
 rc_before=$(dbsize "$EA")
 
-load() { # label seconds
-    gen "$BENCH_BIN" run --target "127.0.0.1:$PX" --rate "$RATE" --duration "$2" --warmup 1 \
-        --keys "$KEYS" --mix get:90,set:10 --connections 16 --out "$TMP/load-$1.json" >"$TMP/load-$1.log" 2>&1
+load() { # label seconds [port rate extra…]
+    local label=$1 secs=$2 port=${3:-$PX} rate=${4:-$RATE}
+    shift 4 2>/dev/null || shift $#
+    gen "$BENCH_BIN" run --target "127.0.0.1:$port" --rate "$rate" --duration "$secs" --warmup 1 \
+        --keys "$KEYS" --mix get:90,set:10 --connections 16 --out "$TMP/load-$label.json" "$@" \
+        >"$TMP/load-$label.log" 2>&1
 }
 # Half the slots A → B with no load: keys/s, as for redis.
 rc_s=$(reshard "$EA" "$EB")
 rc_moved=$(dbsize "$EB")
 rc_after=$(( rc_moved + $(dbsize "$EA") ))
-# Then the load: before, and during the move of the same slots back B → A, in a window of
-# 80 % of the time the first move took (the move starts when the window does, after the
-# load's 1 s warm-up); the table says whether the move outlasted it.
-load before 5
-window=$(printf '%.0f' "$(echo "$rc_s * 0.8" | bc -l)")
-[ "$window" -ge 1 ] || window=1
-load during "$window" & LOAD_PID=$!
-PIDS+=($LOAD_PID)
-sleep 1
-back_s=$(reshard "$EB" "$EA")
-wait "$LOAD_PID" || true
-inside=$(echo "$back_s >= $window" | bc -l)
+# The peak of the same mix through the proxy: redis-benchmark GET and SET, 16 clients, one
+# request in flight each, the keys shared between A and B as during the load; the mix's peak
+# is the weighted harmonic mean (90 % GET, 10 % SET). The load runs at half of it unless RATE
+# is given.
+peak_of() { # TEST [port] → requests/s
+    gen redis-benchmark -h 127.0.0.1 -p "${2:-$PX}" -c 16 -n "$PEAK_N" -r "$KEYS" -d 64 -t "$1" --csv 2>/dev/null \
+        | awk -F'"' -v t="${1^^}" '$2 == t { print $4; exit }'
+}
+PEAK_N=200000
+[ "$SMOKE" = 1 ] && PEAK_N=5000
+mix_peak() { # [port] → the get:90,set:10 mix's peak, requests/s
+    local g s
+    g=$(peak_of get "${1:-$PX}")
+    s=$(peak_of set "${1:-$PX}")
+    [ -n "$g" ] && [ -n "$s" ] || { echo "$0: redis-benchmark through the proxy failed" >&2; exit 1; }
+    echo "1 / (0.9 / $g + 0.1 / $s)" | bc -l
+}
+peak=$(mix_peak)
+RATE_GIVEN=${RATE:-}
+RATE=${RATE:-$(printf '%.0f' "$(echo "$peak / 2" | bc -l)")}
+# Then the load: before, and during moves. During: the same 8192 slots go B → A, then A → B,
+# and so on, back to back, from before the load's warm-up starts until its last request, so
+# every measured request meets a move in progress (between two moves only redis-cli's start
+# and cluster check, tens of ms). The moves stop at a file's appearance, after the current one.
+load before "$DURING_S"
+stop="$TMP/stop-moves"
+moves() {
+    local from=$EB to=$EA n=0 t
+    while [ ! -e "$stop" ]; do
+        reshard "$from" "$to" >>"$TMP/moves.txt"
+        n=$((n + 1))
+        t=$from; from=$to; to=$t
+    done
+}
+moves & MOVER=$!
+PIDS+=($MOVER)
+sleep 0.2
+load during "$DURING_S"
+touch "$stop"
+wait "$MOVER" || { echo "$0: a move under load failed" >&2; exit 1; }
+nmoves=$(wc -l <"$TMP/moves.txt")
+move_s=$(awk '{ s += $1 } END { printf "%.2f", s / NR }' "$TMP/moves.txt")
 rc_final=$(( $(dbsize "$EA") + $(dbsize "$EB") ))
 
+
+# --- recached resize: one engine → two under the same kind of load, at its default pace
+# (`recached resize --pace`), measured over exactly the resize (the load stops when it
+# returns); then back to one at full speed (--pace 1) with no load, for keys/s.
+default_pace() {
+    "$BIN" resize --help | awk '/--pace/ { f = 1 } f && /default:/ { match($0, /default: [0-9.]+/); print substr($0, RSTART + 9, RLENGTH - 9); exit }'
+}
+kill_pids() { for p in "$@"; do kill "$p" 2>/dev/null || true; done; }
+kill_pids "${PIDS[@]}" # the engines, proxy and redis-servers above: their cores and memory back
+free_ports 1; FP=$PORT
+free_ports 3; FB=$PORT
+FLEET="$TMP/fleet"
+start_fleet 1 "$FLEET" "$FP" "$FB"
+fill "$FB"
+rs_peak=$(mix_peak "$FP")
+rs_keys=$(dbsize "$FP") # after redis-benchmark's own keys (key:000000012345)
+RS_RATE=${RATE_GIVEN:-$(printf '%.0f' "$(echo "$rs_peak / 2" | bc -l)")}
+load resize-before "$DURING_S" "$FP" "$RS_RATE"
+rstop="$TMP/stop-resize-load"
+load resize-during 600 "$FP" "$RS_RATE" --stop-file "$rstop" & RLOAD=$!
+PIDS+=($RLOAD)
+sleep 1.1 # the load's warm-up
+srv "$BIN" resize 2 --dir "$FLEET" >"$TMP/resize-grow.log" 2>&1 \
+    || { echo "$0: resize 2 failed:" >&2; cat "$TMP/resize-grow.log" >&2; exit 1; }
+touch "$rstop"
+wait "$RLOAD" || true
+srv "$BIN" resize 1 --pace 1 --dir "$FLEET" >"$TMP/resize-shrink.log" 2>&1 \
+    || { echo "$0: resize 1 failed:" >&2; cat "$TMP/resize-shrink.log" >&2; exit 1; }
+rs_final=$(dbsize "$FP")
+# "… 8192 slot(s) and 500002 key(s) moved in 12.34s (40519 keys/s while moving; …"
+moved_of() { sed -n 's/.* and \([0-9]*\) key(s) moved in \([0-9.]*\)s (\([0-9]*\) keys\/s.*/\1 \2 \3/p' "$1"; }
+read -r g_keys g_s g_rate <<<"$(moved_of "$TMP/resize-grow.log")"
+read -r s_keys s_s s_rate <<<"$(moved_of "$TMP/resize-shrink.log")"
 
 summary() { # file → "p50 p99 p99.9 errors"
     python3 - "$1" <<'PY'
@@ -146,10 +213,24 @@ printf '| system | keys moved | seconds | keys/s |\n|---|---:|---:|---:|\n'
 printf '| recached | %d | %.2f | %.0f |\n' "$rc_moved" "$rc_s" "$rc_rate"
 printf '| redis %s | %d | %.2f | %.0f |\n' "$REDIS_VERSION" "$redis_moved" "$redis_s" "$redis_rate"
 printf '\nrecached / redis keys/s: %.2fx\n\n' "$(echo "$rc_rate / $redis_rate" | bc -l)"
-printf 'recached under an open-loop load of %s req/s (get:90,set:10) through the proxy, µs; the\nmove measured is the same slots back (%.2f s):\n\n' "$RATE" "$back_s"
+printf 'recached under an open-loop load of %s req/s (get:90,set:10; the mix'"'"'s peak through the proxy,\n16 clients unpipelined: %.0f req/s) through the proxy, µs, %s s each; during: %d moves of the\n%d slots back and forth, back to back, %s s each on average:\n\n' "$RATE" "$peak" "$DURING_S" "$nmoves" "$SLOTS_MOVED" "$move_s"
 printf '| phase | p50 | p99 | p99.9 | errors |\n|---|---:|---:|---:|---:|\n'
 printf '| before the move | %s | %s | %s | %s |\n' "$b50" "$b99" "$b999" "$berr"
-printf '| during the move (%s s window, inside the move: %s) | %s | %s | %s | %s |\n' "$window" "$([ "$inside" = 1 ] && echo yes || echo no)" "$d50" "$d99" "$d999" "$derr"
+printf '| during the moves | %s | %s | %s | %s |\n' "$d50" "$d99" "$d999" "$derr"
+printf '\np99 during / before: %.2fx\n' "$(echo "$d99 / $b99" | bc -l)"
+read -r r50 r99 r999 rerr <<<"$(summary "$TMP/load-resize-before.json")"
+read -r q50 q99 q999 qerr <<<"$(summary "$TMP/load-resize-during.json")"
+printf '\n## recached resize: 1 → 2 engines (half the slots move), then 2 → 1\n\n'
+printf '| resize | pace | keys moved | seconds moving | keys/s |\n|---|---:|---:|---:|---:|\n'
+printf '| 1 → 2, under the load below | %s | %s | %s | %s |\n' "$(default_pace)" "$g_keys" "$g_s" "$g_rate"
+printf '| 2 → 1, no load | 1 | %s | %s | %s |\n' "$s_keys" "$s_s" "$s_rate"
+printf '\nrecached resize --pace 1 / redis-cli reshard on redis keys/s: %.2fx\n\n' "$(echo "$s_rate / $redis_rate" | bc -l)"
+printf 'Open-loop load of %s req/s (get:90,set:10, 16 connections; half the 1-engine fleet'"'"'s peak\nthrough its proxy, %.0f req/s), µs; during: from the resize'"'"'s start to its return:\n\n' "$RS_RATE" "$rs_peak"
+printf '| phase | p50 | p99 | p99.9 | errors |\n|---|---:|---:|---:|---:|\n'
+printf '| before the resize | %s | %s | %s | %s |\n' "$r50" "$r99" "$r999" "$rerr"
+printf '| during the resize | %s | %s | %s | %s |\n' "$q50" "$q99" "$q999" "$qerr"
+printf '\np99 during / before: %.2fx (target ≤ 2x)\n' "$(echo "$q99 / $r99" | bc -l)"
+[ "$rs_final" = "$rs_keys" ] || { echo "$0: recached resize: $rs_keys keys before, $rs_final after" >&2; exit 1; }
 for n in "$rc_after" "$rc_final"; do
     [ "$n" -ge "$rc_before" ] || { echo "$0: recached lost keys ($rc_before → $n)" >&2; exit 1; }
 done

@@ -265,7 +265,8 @@ pub fn load_results(params: &loadgen::LoadParams, o: &loadgen::Outcome) -> Value
         "ok": o.ok,
         "errors": o.errors,
         "target_rate": params.rate,
-        "achieved_rate": (o.achieved_rate(params.duration) * 10.0).round() / 10.0,
+        // A run ended by its stop file lasted its measured time, not `duration`.
+        "achieved_rate": (o.achieved_rate(if params.stop_file.is_some() { 0.0 } else { params.duration }) * 10.0).round() / 10.0,
         "latency_us": loadgen::Outcome::summary(&o.latency),
         "service_us": loadgen::Outcome::summary(&o.service),
         "lag_us": loadgen::Outcome::summary(&o.lag),
@@ -286,6 +287,9 @@ fn run_load(params: &loadgen::LoadParams, out: &OutArgs) -> Result<ExitCode, Str
         .map(loadgen::server_info)
         .unwrap_or_default();
     let o = loadgen::run(params)?;
+    if let Some(f) = &params.timeline {
+        std::fs::write(f, o.timeline_csv()).map_err(|e| format!("{}: {e}", f.display()))?;
+    }
     let results = load_results(params, &o);
     let l = &results["latency_us"];
     println!(

@@ -155,6 +155,14 @@ pub struct LoadParams {
     /// Most requests waiting per connection before new arrivals are shed (`overload`).
     #[arg(long, default_value_t = 100_000)]
     pub max_backlog: usize,
+    /// Write the latency of each 250 ms of intended start times (after the warm-up) to this CSV
+    /// file: `t_s,requests,p50_us,p99_us,max_us` (to see when in a run latency rose).
+    #[arg(long)]
+    pub timeline: Option<std::path::PathBuf>,
+    /// Stop the arrivals when this file appears (checked every 10 ms), before `--duration`
+    /// ends: a run as long as some other job (a slot move), up to `--duration`.
+    #[arg(long)]
+    pub stop_file: Option<std::path::PathBuf>,
 }
 
 impl Default for LoadParams {
@@ -183,6 +191,8 @@ impl Default for LoadParams {
             reconnect_every: 0,
             drain_timeout: 5.0,
             max_backlog: 100_000,
+            stop_file: None,
+            timeline: None,
         }
     }
 }
@@ -306,6 +316,16 @@ pub struct Outcome {
     pub reconnects: u64,
     /// Seconds from the first recorded arrival to the last reply.
     pub elapsed_s: f64,
+    /// Latency per [`TIMELINE_BUCKET_NS`] of intended start after the warm-up (`--timeline`).
+    pub timeline: Vec<Histogram<u64>>,
+}
+
+/// The width of one `--timeline` bucket.
+pub const TIMELINE_BUCKET_NS: u64 = 250_000_000;
+
+/// Two significant digits: a bucket's histogram stays small.
+fn timeline_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_US, 2).expect("static histogram bounds are valid")
 }
 
 fn histogram() -> Histogram<u64> {
@@ -326,6 +346,7 @@ impl Outcome {
             cache_misses: 0,
             reconnects: 0,
             elapsed_s: 0.0,
+            timeline: Vec::new(),
         }
     }
 
@@ -344,6 +365,28 @@ impl Outcome {
         self.cache_misses += o.cache_misses;
         self.reconnects += o.reconnects;
         self.elapsed_s = self.elapsed_s.max(o.elapsed_s);
+        for (i, h) in o.timeline.iter().enumerate() {
+            if self.timeline.len() <= i {
+                self.timeline.resize_with(i + 1, timeline_histogram);
+            }
+            let _ = self.timeline[i].add(h);
+        }
+    }
+
+    /// The `--timeline` CSV.
+    pub fn timeline_csv(&self) -> String {
+        let mut out = String::from("t_s,requests,p50_us,p99_us,max_us\n");
+        for (i, h) in self.timeline.iter().enumerate() {
+            out.push_str(&format!(
+                "{:.2},{},{},{},{}\n",
+                (i as u64 * TIMELINE_BUCKET_NS) as f64 / 1e9,
+                h.len(),
+                h.value_at_quantile(0.5),
+                h.value_at_quantile(0.99),
+                h.max()
+            ));
+        }
+        out
     }
 
     pub fn error_count(&self) -> u64 {
@@ -801,11 +844,21 @@ impl<'a> Worker<'a> {
             }
             let now = self.now_ns();
             self.conns[i].replies_since_dial += 1;
+            let timeline = self.params.timeline.is_some();
+            let warmup_ns = self.plan.warmup_ns;
             let done = |out: &mut Outcome, r: &Req| {
                 if r.recorded {
                     out.ok += 1;
-                    out.latency
-                        .saturating_record(now.saturating_sub(r.intended_ns) / 1000);
+                    let us = now.saturating_sub(r.intended_ns) / 1000;
+                    out.latency.saturating_record(us);
+                    if timeline {
+                        let b =
+                            (r.intended_ns.saturating_sub(warmup_ns) / TIMELINE_BUCKET_NS) as usize;
+                        if out.timeline.len() <= b {
+                            out.timeline.resize_with(b + 1, timeline_histogram);
+                        }
+                        out.timeline[b].saturating_record(us);
+                    }
                     out.service
                         .saturating_record(now.saturating_sub(r.sent_ns) / 1000);
                 }
@@ -906,17 +959,29 @@ impl<'a> Worker<'a> {
         let mut schedule = schedule.peekable();
         self.start = Instant::now();
         let mut drain_deadline: Option<Instant> = None;
+        // The arrivals' end: the plan's, or earlier when the stop file appears.
+        let mut end_ns = self.plan.end_ns;
+        let mut stop_checked_ns = 0u64;
         loop {
             let now = self.now_ns();
+            if let Some(f) = &self.params.stop_file
+                && now >= stop_checked_ns + 10_000_000
+                && now < end_ns
+            {
+                stop_checked_ns = now;
+                if f.exists() {
+                    end_ns = now;
+                }
+            }
             // 1. Arrivals that are due.
             while let Some(&t) = schedule.peek() {
-                if t > now || t >= self.plan.end_ns {
+                if t > now || t >= end_ns {
                     break;
                 }
                 schedule.next();
                 self.dispatch(t);
             }
-            let arrivals_done = schedule.peek().is_none_or(|&t| t >= self.plan.end_ns);
+            let arrivals_done = schedule.peek().is_none_or(|&t| t >= end_ns);
             // 2. Redials and churn.
             let wall = Instant::now();
             for i in 0..self.conns.len() {
@@ -948,7 +1013,7 @@ impl<'a> Worker<'a> {
                 }
             }
             // 4. Wait for I/O or the next arrival.
-            let next = schedule.peek().copied().filter(|&t| t < self.plan.end_ns);
+            let next = schedule.peek().copied().filter(|&t| t < end_ns);
             let gap = match next {
                 Some(t) => Duration::from_nanos(t.saturating_sub(self.now_ns())),
                 None => Duration::from_millis(10),
@@ -1005,6 +1070,10 @@ impl<'a> Worker<'a> {
         }
         self.out.elapsed_s =
             (self.start.elapsed().as_secs_f64() - self.plan.warmup_ns as f64 / 1e9).max(0.0);
+        if end_ns < self.plan.end_ns {
+            // Stopped early: the measured time ends with the last arrival, not the drain.
+            self.out.elapsed_s = (end_ns.saturating_sub(self.plan.warmup_ns) as f64 / 1e9).max(0.0);
+        }
         Ok(self.out)
     }
 }

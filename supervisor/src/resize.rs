@@ -9,7 +9,8 @@
 //!    DIR`); a supervisor holding `DIR/recached.pid`; then the supervisor's own description
 //!    (`describe`, `crate::fleet::control`): `cluster = true`, no explicit `nodes`, no re-shard
 //!    at start still running. N == the current count with nothing left to finish: nothing to do.
-//! 2. **SAVE on every engine**, so every key that existed when the resize began is on disk.
+//! 2. **A save on every engine** (`BGSAVE`, waited for), so every key that existed when the
+//!    resize began is on disk.
 //! 3. **Grow**: for each new engine `i`, `DIR/nodes-<port>.conf` (every node and slot owner, no
 //!    slot of its own: `conf_for_new_node` from engine 0's `CLUSTER NODES`), then `grow`: the
 //!    supervisor starts and supervises them. `CLUSTER MEET` of every node on every node that
@@ -19,7 +20,8 @@
 //!    it, as after an interrupted commit); every slot whose owner differs from
 //!    `instance_for_slot(slot, N)` moves to it. Slots left open by an interrupted resize
 //!    (`MIGRATING`/`IMPORTING` in some engine's nodes.conf) are finished towards the target:
-//!    **a re-run resumes, it never rolls back.** Then a checkpoint (SAVE) on every destination
+//!    **a re-run resumes, it never rolls back.** The moves go at `--pace` (`Pacer`). Then a
+//!    checkpoint (a background save) on every destination
 //!    and a sweep of keys on engines that do not own their slot.
 //! 5. **Shrink**: `CLUSTER FORGET` of each retired engine on every remaining one; each retired
 //!    engine must hold no key in any database; after [`RETIRE_GRACE`] (during which they
@@ -60,10 +62,25 @@ pub struct ResizeArgs {
     /// The number of engines the fleet should run.
     #[arg(value_parser = clap::value_parser!(u16).range(1..))]
     pub engines: u16,
+    /// Fraction of the time the move may keep the engines busy, in (0, 1]: after each batch of
+    /// keys it sleeps (1 − pace) / pace times as long as the batch took, leaving the rest to
+    /// clients. 1 moves as fast as it can (as `redis-cli --cluster reshard` does).
+    #[arg(long, default_value_t = DEFAULT_PACE, value_parser = parse_pace)]
+    pub pace: f64,
     #[command(flatten)]
     pub dir: DirArgs,
     #[command(flatten)]
     pub auth: status::AuthArgs,
+}
+
+/// `--pace`'s default: `scripts/bench-reshard.sh` measures it (docs/operations.md).
+pub const DEFAULT_PACE: f64 = 0.25;
+
+fn parse_pace(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 1.0 => Ok(p),
+        _ => Err(format!("{s}: the pace is a fraction in (0, 1], e.g. 0.25")),
+    }
 }
 
 pub fn resize(args: &ResizeArgs) -> Result<ExitCode> {
@@ -115,8 +132,9 @@ pub fn resize(args: &ResizeArgs) -> Result<ExitCode> {
         dir.display()
     );
     for node in &mut mover.nodes {
-        node.ok(&["SAVE"])?;
+        node.save_in_background()?;
     }
+    mover.pacer = crate::slotmove::Pacer::new(args.pace);
 
     let mut topology = info.topology.clone();
     if n > current {

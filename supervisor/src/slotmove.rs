@@ -20,8 +20,9 @@
 //! Engines persist by snapshot only, so a key MIGRATE moved lives only in the destination's
 //! memory until the destination saves. Therefore, before each MIGRATE the mover takes a
 //! **backup** of the batch (`DUMP` and `PEXPIRETIME` of each key, pipelined), kept in its own
-//! memory until the destination has completed a `SAVE` (a **checkpoint**: every
-//! [`CHECKPOINT_KEYS`] keys and at the end). Every connection remembers the engine's `run_id`;
+//! memory until the destination has completed a save (a **checkpoint**, a `BGSAVE` that began
+//! after the keys arrived: every [`CHECKPOINT_BYTES`] of backups and at the end; the engine
+//! forks and keeps serving, where a `SAVE` would stop it for the whole dataset). Every connection remembers the engine's `run_id`;
 //! a reconnect that finds another `run_id` means the engine restarted (from its snapshot): the
 //! backups of keys moved to it are restored (`ASKING` + `RESTORE … ABSTTL`; `BUSYKEY` = the
 //! engine's snapshot already had the key, which is then at least as new, and it is kept).
@@ -35,8 +36,17 @@
 //! Writes an engine accepted after its last snapshot are lost by a `kill -9` as always
 //! (docs/persistence.md); `resize` saves every engine before it moves anything.
 //!
+//! # Pace
+//!
+//! A move competes with the clients for the engines and the machine's cores: at full speed
+//! (`pace` 1.0, redis-cli's way) the source and destination are busy back to back, and on a
+//! host whose cores already serve clients their latency rises tenfold and more
+//! (`scripts/bench-reshard.sh`). With a [`Pacer`] of pace `p` < 1 the mover, after each batch,
+//! each slot's commit and each `SCAN` page, sleeps `(1 − p) / p` times as long as the work took,
+//! so its requests keep the engines busy about `p` of the time.
+//!
 //! Every wait is bounded: connects and replies by [`IO_TIMEOUT`], a restarted engine by
-//! [`RECONNECT_TIMEOUT`], a slot by [`SLOT_ATTEMPTS`] attempts.
+//! [`RECONNECT_TIMEOUT`], a save by [`SAVE_TIMEOUT`], a slot by [`SLOT_ATTEMPTS`] attempts.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -56,9 +66,15 @@ pub const RECONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 pub const BATCH: usize = 100;
 /// MIGRATE's own timeout, ms (redis-cli's default 60000 is for slow links; this is loopback).
 const MIGRATE_TIMEOUT_MS: &str = "10000";
-/// Keys moved to one destination between two checkpoints (`SAVE` there, backups dropped):
-/// bounds the mover's memory and the work of a checkpoint.
-pub const CHECKPOINT_KEYS: usize = 50_000;
+/// Bytes of backups (keys and DUMP payloads) kept for one destination before a checkpoint
+/// (a background save there, then the backups are dropped): bounds the mover's memory. Each
+/// checkpoint writes the destination's whole dataset, so a bound in bytes rather than in keys
+/// keeps small-value moves from saving over and over.
+pub const CHECKPOINT_BYTES: usize = 64 << 20;
+/// How long one background save may take.
+const SAVE_TIMEOUT: Duration = Duration::from_secs(600);
+/// How often a background save's progress is polled (`INFO persistence`).
+const SAVE_POLL: Duration = Duration::from_millis(10);
 /// Attempts at one slot before the resize stops (each failed attempt reconnects first).
 pub const SLOT_ATTEMPTS: u32 = 5;
 /// A reply larger than this is refused.
@@ -229,6 +245,60 @@ impl Node {
         }
     }
 
+    /// A snapshot holding every write this engine acknowledged before the call, taken by a
+    /// fork (`BGSAVE`) so the engine keeps serving: waits out a background save already
+    /// running (it may have forked before those writes), starts one, and waits until
+    /// `rdb_saves` has grown with `rdb_last_bgsave_status:ok` (`INFO persistence`, redis 7.0's
+    /// fields). Bounded by [`SAVE_TIMEOUT`].
+    pub fn save_in_background(&mut self) -> Result<()> {
+        let deadline = Instant::now() + SAVE_TIMEOUT;
+        let persistence = |n: &mut Node| -> Result<(bool, u64, bool)> {
+            let info = bulk_text(&n.ok(&["INFO", "persistence"])?)?;
+            let field = |name: &str| info_field(&info, name).unwrap_or_default();
+            Ok((
+                field("rdb_bgsave_in_progress") == "1",
+                field("rdb_saves").parse().unwrap_or(0),
+                field("rdb_last_bgsave_status") == "ok",
+            ))
+        };
+        let wait_idle = |n: &mut Node| -> Result<(u64, bool)> {
+            loop {
+                let (running, saves, ok) = persistence(n)?;
+                if !running {
+                    return Ok((saves, ok));
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("{}: a background save did not end", n.addr()));
+                }
+                std::thread::sleep(SAVE_POLL);
+            }
+        };
+        loop {
+            let (before, _) = wait_idle(self)?;
+            match self.call(&["BGSAVE"])? {
+                // A periodic save forked between the two requests: wait for it, then ours.
+                Value::Error(e) if e.windows(11).any(|w| w == b"in progress") => continue,
+                Value::Error(e) => {
+                    return Err(format!(
+                        "{}: BGSAVE: {}",
+                        self.addr(),
+                        String::from_utf8_lossy(&e)
+                    ));
+                }
+                _ => {}
+            }
+            let (after, ok) = wait_idle(self)?;
+            return if after > before && ok {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{}: the background save failed (rdb_last_bgsave_status:err; see its log)",
+                    self.addr()
+                ))
+            };
+        }
+    }
+
     /// `SELECT db` unless already selected. Database 0 is never selected explicitly, so a
     /// Redis Cluster node (which refuses SELECT) works for database 0.
     fn select(&mut self, db: usize) -> Result<()> {
@@ -376,8 +446,36 @@ pub struct Mover {
     pub nodes: Vec<Node>,
     /// Per destination node index: backups since its last checkpoint, and the generation of
     /// the engine they are in.
-    backups: HashMap<usize, (u32, Vec<Backup>)>,
+    backups: HashMap<usize, (u32, Vec<Backup>, usize)>,
     pub totals: Totals,
+    /// Full speed unless the caller sets a pace.
+    pub pacer: Pacer,
+}
+
+/// Sleeps between units of work so that they take about `pace` of the wall time (module docs,
+/// "Pace"). The work clock runs from the end of one rest to the start of the next.
+pub struct Pacer {
+    pace: f64,
+    since: Instant,
+}
+
+impl Pacer {
+    /// `pace` in (0, 1]; 1 (or more) never sleeps.
+    pub fn new(pace: f64) -> Pacer {
+        Pacer {
+            pace: pace.clamp(0.01, 1.0),
+            since: Instant::now(),
+        }
+    }
+
+    /// Ends a unit of work: sleeps `(1 − pace) / pace` times its duration.
+    pub fn rest(&mut self) {
+        if self.pace < 1.0 {
+            let busy = self.since.elapsed();
+            std::thread::sleep(busy.mul_f64((1.0 - self.pace) / self.pace));
+        }
+        self.since = Instant::now();
+    }
 }
 
 /// How the keys of a slot are taken from a node in [`Mover::drain`].
@@ -396,6 +494,7 @@ impl Mover {
             nodes,
             backups: HashMap::new(),
             totals: Totals::default(),
+            pacer: Pacer::new(1.0),
         }
     }
 
@@ -417,7 +516,7 @@ impl Mover {
     }
 
     fn restore_backups(&mut self, i: usize) -> Result<()> {
-        let Some((_, list)) = self.backups.get(&i) else {
+        let Some((_, list, _)) = self.backups.get(&i) else {
             return Ok(());
         };
         let mut by_db: HashMap<usize, Vec<Vec<Vec<u8>>>> = HashMap::new();
@@ -462,32 +561,38 @@ impl Mover {
         Ok(())
     }
 
-    /// `SAVE` on node `i` if it holds backed-up keys, then drops them. A restart between the
-    /// keys' arrival and the SAVE is caught by the reconnect (another `run_id`), which
-    /// restores them first.
+    /// A background save on node `i` if it holds backed-up keys ([`Node::save_in_background`]),
+    /// then drops them. A restart between the keys' arrival and the save is caught by the
+    /// reconnect (another `run_id`), which restores them first.
     pub fn checkpoint(&mut self, i: usize) -> Result<()> {
-        if self.backups.get(&i).is_none_or(|(_, l)| l.is_empty()) {
+        if self.backups.get(&i).is_none_or(|(_, l, _)| l.is_empty()) {
             return Ok(());
         }
+        let mut last = String::new();
         for _ in 0..SLOT_ATTEMPTS {
             self.ensure(i)?;
             let generation = self.nodes[i].generation;
-            match self.nodes[i].call(&["SAVE"]) {
-                Ok(Value::Error(e)) => {
-                    return Err(format!(
-                        "{}: SAVE: {}",
-                        self.nodes[i].addr(),
-                        String::from_utf8_lossy(&e)
-                    ));
-                }
-                Ok(_) if self.backups.get(&i).is_some_and(|(g, _)| *g == generation) => {
+            match self.nodes[i].save_in_background() {
+                Ok(())
+                    if self
+                        .backups
+                        .get(&i)
+                        .is_some_and(|(g, _, _)| *g == generation) =>
+                {
                     self.backups.remove(&i);
                     return Ok(());
                 }
-                _ => {} // lost the engine: reconnect (restores) and save again
+                Ok(()) => {}
+                // The engine refused or failed the save: no point in asking again.
+                Err(e) if self.nodes[i].conn.is_some() => return Err(e),
+                // Lost the engine: reconnect (restores the backups) and save again.
+                Err(e) => last = e,
             }
         }
-        Err(format!("{}: SAVE kept failing", self.nodes[i].addr()))
+        Err(format!(
+            "{}: the save kept failing: {last}",
+            self.nodes[i].addr()
+        ))
     }
 
     pub fn checkpoint_all(&mut self) -> Result<()> {
@@ -503,14 +608,16 @@ impl Mover {
                 self.totals.retries += 1;
                 log::warn!("slot {s}: attempt {} after: {last}", attempt + 1);
             }
-            match self.try_move_slot(s, src, dst, attempt == 0) {
+            let r = self.try_move_slot(s, src, dst, attempt == 0);
+            self.pacer.rest();
+            match r {
                 Ok(n) => {
                     self.totals.slots += 1;
                     self.totals.keys += n;
                     if self
                         .backups
                         .get(&dst)
-                        .is_some_and(|(_, l)| l.len() >= CHECKPOINT_KEYS)
+                        .is_some_and(|(_, _, bytes)| *bytes >= CHECKPOINT_BYTES)
                     {
                         self.checkpoint(dst)?;
                     }
@@ -679,6 +786,7 @@ impl Mover {
                     }
                     other => return Err(format!("MIGRATE: {other:?}")),
                 }
+                self.pacer.rest();
             }
         }
         Ok(moved)
@@ -767,7 +875,10 @@ impl Mover {
             .into_iter()
             .filter(|v| !matches!(v, Value::Simple(s) if s == b"OK"));
         let generation = self.nodes[dst].generation;
-        let entry = self.backups.entry(dst).or_insert((generation, Vec::new()));
+        let entry = self
+            .backups
+            .entry(dst)
+            .or_insert((generation, Vec::new(), 0));
         for k in keys {
             let (dump, pexp) = (replies.next(), replies.next());
             let Some(Value::Bulk(payload)) = dump else {
@@ -777,6 +888,8 @@ impl Mover {
                 Some(Value::Integer(t)) if t > 0 => t,
                 _ => 0,
             };
+            // The bytes it holds, plus the struct and the Vecs' headers.
+            entry.2 += k.len() + payload.len() + std::mem::size_of::<Backup>();
             entry.1.push(Backup {
                 db,
                 key: k.clone(),
@@ -821,6 +934,7 @@ impl Mover {
                             }
                         }
                     }
+                    self.pacer.rest();
                     if cursor == "0" || cursor.is_empty() {
                         break;
                     }

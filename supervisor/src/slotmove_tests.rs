@@ -75,6 +75,21 @@ fn converge(m: &mut Mover, n: usize) {
     }
 }
 
+/// A pace of 1/4 rests three times as long as the work took (a lower bound: a sleep never
+/// ends early).
+#[test]
+fn pacer_rests_in_proportion_to_the_work() {
+    let mut p = Pacer::new(0.25);
+    std::thread::sleep(Duration::from_millis(20));
+    let t = Instant::now();
+    p.rest();
+    assert!(
+        t.elapsed() >= Duration::from_millis(60),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
 #[test]
 fn moves_slots_between_redis_cluster_nodes_and_settles_strays() {
     if Command::new("redis-server")
@@ -133,6 +148,18 @@ fn moves_slots_between_redis_cluster_nodes_and_settles_strays() {
         m.move_slot(s, src, 2).unwrap();
     }
     m.checkpoint_all().unwrap();
+    // The checkpoint is a background save that completed on the destination; its backups
+    // are dropped.
+    let info = bulk_text(&m.nodes[2].ok(&["INFO", "persistence"]).unwrap()).unwrap();
+    assert!(
+        info_field(&info, "rdb_saves").is_some_and(|n| n.parse::<u64>().unwrap() >= 1),
+        "{info}"
+    );
+    assert_eq!(
+        info_field(&info, "rdb_last_bgsave_status").as_deref(),
+        Some("ok")
+    );
+    assert!(m.backups.is_empty());
     eprintln!(
         "{} slots, {} keys in {:?}",
         m.totals.slots,

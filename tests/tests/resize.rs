@@ -138,6 +138,20 @@ fn resize_refusals() {
         Duration::from_secs(20),
     );
     assert_eq!(out.code, Some(2), "N < 1 is a usage error: {}", out.text());
+    for pace in ["0", "1.5", "x"] {
+        let out = run_cmd(
+            Command::new(recached_bin())
+                .args(["resize", "3", "--pace", pace, "--dir"])
+                .arg(&dir),
+            Duration::from_secs(20),
+        );
+        assert_eq!(out.code, Some(2), "--pace {pace}: {}", out.text());
+        assert!(
+            out.text().contains("the pace is a fraction in (0, 1]"),
+            "--pace {pace}: {}",
+            out.text()
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 
     let fleet = Fleet::start("refusals", 2, "");

@@ -57,8 +57,9 @@ use crate::client::{Client, Waiter};
 use crate::clients;
 use crate::dedicated::{Dedicated, Incoming, Lane};
 use crate::exec::{Ctx, Flow, Me, handle};
-use crate::follow::Follower;
+use crate::follow::{Follower, GATHER, Gathers};
 use crate::route::{Args, Fleet};
+use crate::split::Merge;
 use crate::spread::UNBLOCK_PART;
 use crate::tls::{ProxyLimits, TlsConn};
 use std::os::fd::AsRawFd;
@@ -136,6 +137,9 @@ pub struct Proxy {
     pub(crate) fleet: Fleet,
     /// Redirects being followed, the slot table's refresh (`crate::follow`).
     pub(crate) redirects: crate::follow::Moves,
+    /// Requests refused for spanning a moving slot, split per slot (`crate::split::per_slot`):
+    /// their sub-requests' replies, merged when all are in.
+    pub(crate) resplits: Gathers<Merge>,
     next_client_id: u64,
     /// Clients / backends with output to write at the end of this iteration.
     dirty_clients: Vec<usize>,
@@ -219,7 +223,8 @@ impl Proxy {
             listed,
             dedicated: Slab::new(),
             fleet,
-            redirects: crate::follow::Moves::new(crate::follow::Catch::Redirects),
+            redirects: crate::follow::Moves::new(),
+            resplits: Gathers::new(),
             next_client_id: 1,
             dirty_clients: Vec::new(),
             dirty_backends: Vec::new(),
@@ -485,14 +490,27 @@ impl Proxy {
             dirty_clients,
             followups,
             redirects,
+            resplits,
             ..
         } = self;
         let result = backends[i].deliver_replies(|w, reply, sent| {
-            // Only an error reply can be a redirect, and only the loop's own requests have
-            // no client token: one byte and one word looked at for the others.
-            if w.token == usize::MAX {
-                // Nobody else waits on the loop's own requests (a refresh's reply is kept).
-                redirects.intercept(w, reply, sent.request(&w), i);
+            // Only an error reply can be a redirect, and only the loop's own requests
+            // (`usize::MAX`) and the sub-requests of a part split per slot (`GATHER`) have no
+            // client token: one byte and one word looked at for the others.
+            if w.token >= GATHER {
+                if w.token == usize::MAX {
+                    // Nobody else waits on the loop's own requests (a refresh's reply is kept).
+                    redirects.intercept(w, reply, sent.request(&w), i);
+                    return;
+                }
+                if reply.first() == Some(&b'-')
+                    && redirects.intercept(w, reply, sent.request(&w), i)
+                {
+                    return;
+                }
+                if let Some((whole, merged)) = resplit_answered(resplits, w, reply) {
+                    deliver(clients, dirty_clients, followups, whole, &merged);
+                }
                 return;
             }
             if reply.first() == Some(&b'-') && redirects.intercept(w, reply, sent.request(&w), i) {
@@ -525,13 +543,7 @@ impl Proxy {
         self.redirects.link_failed(&waiters);
         self.fleet.backend_errors += waiters.len() as u64;
         for w in waiters {
-            deliver(
-                &mut self.clients,
-                &mut self.dirty_clients,
-                &mut self.followups,
-                w,
-                &error,
-            );
+            self.deliver_to_client(w, &error);
         }
     }
 
@@ -1308,8 +1320,15 @@ impl Proxy {
 
 /// Puts a backend reply into its client's slot (if the client is still there).
 impl Proxy {
-    /// Hands `reply` to the client slot `w` waits on (`crate::redirect`).
+    /// Hands `reply` to the client slot `w` waits on (`crate::redirect`), through the
+    /// gather of a split refused part for its sub-requests.
     pub(crate) fn deliver_to_client(&mut self, w: Waiter, reply: &[u8]) {
+        if w.token == GATHER {
+            if let Some((whole, merged)) = resplit_answered(&mut self.resplits, w, reply) {
+                self.deliver_to_client(whole, &merged);
+            }
+            return;
+        }
         deliver(
             &mut self.clients,
             &mut self.dirty_clients,
@@ -1318,6 +1337,20 @@ impl Proxy {
             reply,
         );
     }
+}
+
+/// A sub-request's reply of a part split per slot (`crate::split::per_slot`): once all are
+/// in, the part's waiter and its reply, merged by the split's rules.
+fn resplit_answered(
+    resplits: &mut Gathers<Merge>,
+    w: Waiter,
+    reply: &[u8],
+) -> Option<(Waiter, Vec<u8>)> {
+    let (whole, merge, replies) = resplits.answered(w, reply)?;
+    let replies: Vec<&[u8]> = replies.iter().map(Vec::as_slice).collect();
+    let mut merged = Vec::new();
+    crate::split::merge(&merge, &replies, &mut merged);
+    Some((whole, merged))
 }
 
 fn deliver(

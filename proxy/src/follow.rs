@@ -17,13 +17,29 @@
 //!
 //! Bounds and timings are `crate::redirect`'s: [`MAX_REDIRECTS`], [`MAX_TRIES`],
 //! [`TRYAGAIN_DELAY`], [`REFRESH_INTERVAL`], [`PERIODIC_REFRESH`], [`MAX_INSTANCES`].
+//!
+//! # Refusals to run a request of several slots: a nested gather
+//!
+//! A loop batches keys per engine, and an engine runs a batch over several of its slots
+//! until one of them moves; then it refuses the batch (`-CROSSSLOT`, `-TRYAGAIN`) and no
+//! redirect can help: no node has all the keys. [`Follower::split`] lets a loop cut such a
+//! request into smaller ones (the RESP loop: one per slot, `crate::split::per_slot`; the
+//! memcached port: one per key pair), each sent through [`Follower::resend`] as a request of
+//! its own, so each follows `-ASK`/`-MOVED`/`-TRYAGAIN` like any other. Their replies meet in
+//! a [`Gathers`] entry, not in the client's reply slot: the client's slot (or split part)
+//! keeps waiting for the one reply it always expected, so reply order, pipelining and the
+//! split-by-engine merge need no change, and nothing is paid until an engine refuses.
+//! Bounded: a sub-request holds one slot (or one pair), which an engine never refuses that
+//! way, so it is never cut again (the loops also check that a sub-request is not split).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use recached_net::Slab;
+
 use crate::backend::{REFRESH_WAITER, is_internal};
-use crate::client::Waiter;
+use crate::client::{Hops, Waiter};
 use crate::redirect::{
     MAX_INSTANCES, MAX_REDIRECTS, MAX_TRIES, PERIODIC_REFRESH, REFRESH_INTERVAL, Redirect,
     TRYAGAIN_DELAY, parse, parse_slots,
@@ -41,15 +57,6 @@ pub(crate) struct Retry {
     pub reply: Vec<u8>,
     /// The link it was answered on.
     pub from: usize,
-}
-
-/// Which error replies a loop keeps to follow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Catch {
-    /// `-MOVED`, `-ASK`, `-TRYAGAIN`.
-    Redirects,
-    /// Those and `-CROSSSLOT` (the memcached port splits the request per key pair).
-    RedirectsAndCrossSlot,
 }
 
 /// How a redirect sends a request on.
@@ -79,8 +86,6 @@ pub(crate) enum Next {
 
 /// A loop's redirect state: redirects to follow, retries waiting, the refresh's timing.
 pub(crate) struct Moves {
-    /// Replies kept besides redirects.
-    catch: Catch,
     /// Redirects read in this delivery, followed right after it.
     pending: Vec<Retry>,
     /// `-TRYAGAIN`s waiting for their retry time, in time order.
@@ -103,9 +108,8 @@ pub(crate) struct Moves {
 }
 
 impl Moves {
-    pub fn new(catch: Catch) -> Self {
+    pub fn new() -> Self {
         Moves {
-            catch,
             pending: Vec::new(),
             delayed: VecDeque::new(),
             slots_reply: None,
@@ -119,9 +123,10 @@ impl Moves {
     }
 
     /// Takes a reply read on link `link` that is not for a client as is: a redirect of a
-    /// client's request (kept to be followed), or the reply to the loop's own
-    /// `CLUSTER SLOTS`. `false`: the loop delivers it (its other own requests included).
-    /// Out of line: the loops call it only for error replies and their own requests.
+    /// client's request, or a `-CROSSSLOT` (kept to be followed or split,
+    /// [`Follower::split`]), or the reply to the loop's own `CLUSTER SLOTS`. `false`: the
+    /// loop delivers it (its other own requests included). Out of line: the loops call it
+    /// only for error replies and their own requests.
     #[cold]
     #[inline(never)]
     pub fn intercept(&mut self, w: Waiter, reply: &[u8], request: &[u8], link: usize) -> bool {
@@ -132,8 +137,7 @@ impl Moves {
             }
             return false;
         }
-        let caught = parse(reply).is_some()
-            || (self.catch == Catch::RedirectsAndCrossSlot && reply.starts_with(CROSSSLOT));
+        let caught = parse(reply).is_some() || reply.starts_with(CROSSSLOT);
         if request.is_empty() || !caught {
             return false;
         }
@@ -260,6 +264,91 @@ impl Moves {
     }
 }
 
+/// The token of a gather's sub-requests ([`Gathers`]): `client_id` is the gather's id,
+/// `seq` its key, `part` the sub-request's index. Below the loops' own `usize::MAX`, above
+/// any client token.
+pub(crate) const GATHER: usize = usize::MAX - 1;
+
+/// A request split after a refusal ([`Follower::split`]): its sub-requests' replies,
+/// combined by `how` once all are in.
+struct Gather<M> {
+    /// The split request's waiter (a client's slot or split part).
+    w: Waiter,
+    /// Tells a live gather from a reused slab key.
+    id: u64,
+    replies: Vec<Option<Vec<u8>>>,
+    remaining: usize,
+    /// How the replies become the split request's reply (the loop's business).
+    how: M,
+}
+
+/// A loop's gathers in flight (see the module docs, "a nested gather"). One per split
+/// request; each ends when its last sub-request is answered (a reply, a followed redirect's
+/// reply, or the error of a link that failed), so none is left behind.
+pub(crate) struct Gathers<M> {
+    slab: Slab<Gather<M>>,
+    next_id: u64,
+}
+
+impl<M> Gathers<M> {
+    pub fn new() -> Self {
+        Gathers {
+            slab: Slab::new(),
+            next_id: 0,
+        }
+    }
+
+    /// Opens a gather of `parts` sub-requests answering `w` in the end; returns the waiter
+    /// of each sub-request, in order.
+    pub fn open(&mut self, w: Waiter, parts: usize, how: M) -> Vec<Waiter> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let key = self.slab.insert(Gather {
+            w,
+            id,
+            replies: vec![None; parts],
+            remaining: parts,
+            how,
+        });
+        (0..parts)
+            .map(|part| Waiter {
+                token: GATHER,
+                client_id: id,
+                seq: key as u64,
+                part: part as u32,
+                hops: Hops::NONE,
+            })
+            .collect()
+    }
+
+    /// A sub-request's reply: once every sub-request answered, the split request's waiter,
+    /// how to combine, and the replies in sub-request order.
+    pub fn answered(&mut self, w: Waiter, reply: &[u8]) -> Option<(Waiter, M, Vec<Vec<u8>>)> {
+        let key = w.seq as usize;
+        let g = self.slab.get_mut(key).filter(|g| g.id == w.client_id)?;
+        if let Some(r @ None) = g.replies.get_mut(w.part as usize) {
+            *r = Some(reply.to_vec());
+            g.remaining -= 1;
+        }
+        if g.remaining > 0 {
+            return None;
+        }
+        let g = self.slab.remove(key);
+        let replies = g
+            .replies
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .collect();
+        Some((g.w, g.how, replies))
+    }
+
+    /// Gathers in flight.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.slab.len()
+    }
+}
+
 /// A loop that follows slot moves: what differs per loop, and the shared sequences.
 pub(crate) trait Follower {
     /// The log prefix ("proxy", "memcached").
@@ -291,7 +380,9 @@ pub(crate) trait Follower {
     /// waiting out a reconnect backoff (an engine re-added on a port retired earlier).
     fn gained_slots(&mut self, _j: usize, _now: Instant) {}
 
-    /// A loop's own handling before the shared decision; `None`: done with `r`.
+    /// A loop's own handling before the shared decision: a refusal to run a request of
+    /// several slots (`-CROSSSLOT`, `-TRYAGAIN`) may be split into sub-requests under one
+    /// gather ([`Gathers`]). `None`: done with `r`.
     fn split(&mut self, r: Retry, _now: Instant) -> Option<Retry> {
         Some(r)
     }
@@ -476,7 +567,7 @@ mod tests {
 
     /// `m` after its start-up refresh went out at `t0`, with nothing waiting.
     fn settled(t0: Instant) -> Moves {
-        let mut m = Moves::new(Catch::Redirects);
+        let mut m = Moves::new();
         m.refresh_sent(t0);
         m.refreshing = false;
         m.rearm();
@@ -547,13 +638,13 @@ mod tests {
     }
 
     #[test]
-    fn intercepts_redirects_and_its_own_refresh_only() {
-        let mut m = Moves::new(Catch::Redirects);
+    fn intercepts_redirects_crossslot_and_its_own_refresh_only() {
+        let mut m = Moves::new();
         let req = b"*1\r\n$4\r\nPING\r\n";
         assert!(m.intercept(client(0, 0), b"-MOVED 1 h:1\r\n", req, 0));
         assert!(m.intercept(client(0, 0), b"-TRYAGAIN x\r\n", req, 0));
         assert!(!m.intercept(client(0, 0), b"-ERR no\r\n", req, 0));
-        assert!(!m.intercept(client(0, 0), b"-CROSSSLOT x\r\n", req, 0));
+        assert!(m.intercept(client(0, 0), b"-CROSSSLOT x\r\n", req, 0));
         assert!(
             !m.intercept(client(0, 0), b"-MOVED 1 h:1\r\n", b"", 0),
             "no request kept"
@@ -562,21 +653,49 @@ mod tests {
             !m.intercept(ASKING_WAITER, b"+OK\r\n", b"", 0),
             "the loop's other own replies"
         );
-        assert_eq!(m.pending.len(), 2);
+        assert_eq!(m.pending.len(), 3);
         assert!(m.slots_reply.is_none());
         assert!(m.intercept(REFRESH_WAITER, b"*0\r\n", b"", 4));
         assert_eq!(m.slots_reply, Some((4, b"*0\r\n".to_vec())));
         assert!(m.kept());
 
-        let mut m = Moves::new(Catch::RedirectsAndCrossSlot);
+        let mut m = Moves::new();
         assert!(!m.kept());
         assert!(m.intercept(client(0, 0), b"-CROSSSLOT x\r\n", req, 0));
     }
 
     #[test]
+    fn gathers_complete_once_every_sub_request_answered() {
+        let mut g: Gathers<&str> = Gathers::new();
+        let whole = client(0, 0);
+        let subs = g.open(whole, 2, "how");
+        assert_eq!(subs.len(), 2);
+        assert!(
+            subs.iter()
+                .all(|s| s.token == GATHER && s.hops == Hops::NONE)
+        );
+        assert_eq!(g.answered(subs[1], b":2\r\n"), None);
+        assert_eq!(g.answered(subs[1], b":9\r\n"), None, "answered once");
+        let stale = Waiter {
+            client_id: subs[0].client_id + 1,
+            ..subs[0]
+        };
+        assert_eq!(g.answered(stale, b":9\r\n"), None, "another gather's");
+        let (w, how, replies) = g.answered(subs[0], b":1\r\n").expect("complete");
+        assert_eq!((w, how), (whole, "how"));
+        assert_eq!(replies, vec![b":1\r\n".to_vec(), b":2\r\n".to_vec()]);
+        assert_eq!(g.len(), 0);
+        // A reused key is told apart by the id.
+        let again = g.open(whole, 1, "again");
+        assert_eq!(again[0].seq, subs[0].seq);
+        assert_eq!(g.answered(subs[0], b":1\r\n"), None);
+        assert!(g.answered(again[0], b":1\r\n").is_some());
+    }
+
+    #[test]
     fn refreshes_at_start_then_rate_limited_periodic_and_after_a_lost_link() {
         let t0 = Instant::now();
-        let mut m = Moves::new(Catch::Redirects);
+        let mut m = Moves::new();
         assert!(m.refresh_due(t0), "once at start");
         assert_eq!(m.due(), None, "at start it waits for a link, not a timer");
         m.refresh_sent(t0);
@@ -618,20 +737,26 @@ mod tests {
         names: Vec<String>,
         up: Vec<bool>,
         sent: Vec<(usize, Vec<u8>, bool)>,
+        /// The waiter of each request in `sent`.
+        sent_for: Vec<Waiter>,
         given_up: Vec<Vec<u8>>,
         refreshed: Vec<usize>,
+        /// Split as the RESP loop splits (`crate::redirect`).
+        gathers: Gathers<crate::split::Merge>,
     }
 
     impl Fake {
         fn new(n: usize) -> Self {
             Fake {
-                moves: Moves::new(Catch::Redirects),
+                moves: Moves::new(),
                 slots: Slots::jump(n),
                 names: (0..n).map(|j| format!("127.0.0.1:{}", 7000 + j)).collect(),
                 up: vec![true; n],
                 sent: Vec::new(),
+                sent_for: Vec::new(),
                 given_up: Vec::new(),
                 refreshed: Vec::new(),
+                gathers: Gathers::new(),
             }
         }
     }
@@ -670,6 +795,7 @@ mod tests {
         }
         fn resend(&mut self, link: usize, r: Retry, _: Instant) {
             self.sent.push((link, r.request, r.w.hops.asking));
+            self.sent_for.push(r.w);
         }
         fn give_up(&mut self, r: Retry) {
             self.given_up.push(r.reply);
@@ -678,6 +804,82 @@ mod tests {
             self.refreshed.push(j);
             true
         }
+        fn split(&mut self, r: Retry, now: Instant) -> Option<Retry> {
+            let Some((parts, merge)) = crate::redirect::per_slot(&r) else {
+                return Some(r);
+            };
+            let subs = self.gathers.open(r.w, parts.len(), merge);
+            for (w, part) in subs.into_iter().zip(parts) {
+                let link = self.slots.owner(part.slot);
+                let sub = Retry {
+                    w,
+                    request: part.request,
+                    reply: Vec::new(),
+                    from: link,
+                };
+                self.resend(link, sub, now);
+            }
+            None
+        }
+    }
+
+    /// A part over two slots refused with `-CROSSSLOT`: one request per slot to each slot's
+    /// owner; a slot's `-TRYAGAIN` is retried (never split again); once both answered, the
+    /// part's reply is merged in its key order, and nothing was given up.
+    #[test]
+    fn a_loop_splits_a_refused_part_per_slot_and_follows_each_slot() {
+        use engine_core::slot::key_slot;
+        let now = Instant::now();
+        let mut f = Fake::new(2);
+        f.refresh_if_wanted(now);
+        f.moves.refreshing = false;
+        let req = |args: &[&[u8]]| {
+            let mut out = Vec::new();
+            resp::encode_request(&mut out, args);
+            out
+        };
+        let part = req(&[b"MGET", b"{a}1", b"{b}1", b"{a}2"]);
+        let whole = client(0, 0);
+        assert!(f.moves.intercept(whole, b"-CROSSSLOT Keys\r\n", &part, 0));
+        f.follow_redirects(now);
+        let (a, b) = (f.slots.owner(key_slot(b"a")), f.slots.owner(key_slot(b"b")));
+        let (req_a, req_b) = (req(&[b"MGET", b"{a}1", b"{a}2"]), req(&[b"MGET", b"{b}1"]));
+        assert_eq!(
+            f.sent,
+            vec![(a, req_a.clone(), false), (b, req_b.clone(), false)]
+        );
+        let (sub_a, sub_b) = (f.sent_for[0], f.sent_for[1]);
+        assert_eq!((sub_a.token, sub_b.token), (GATHER, GATHER));
+
+        // Slot b is moving with its keys on both sides: retried on its link, not split.
+        assert!(f.moves.intercept(sub_b, b"-TRYAGAIN x\r\n", &req_b, b));
+        f.follow_redirects(now);
+        assert_eq!(f.sent.len(), 2, "waits for TRYAGAIN_DELAY");
+        f.follow_tick(now + TRYAGAIN_DELAY);
+        assert_eq!(f.sent[2], (b, req_b, false));
+        assert_eq!(f.sent_for[2].part, sub_b.part);
+
+        assert_eq!(
+            f.gathers.answered(sub_a, b"*2\r\n$2\r\nA1\r\n$2\r\nA2\r\n"),
+            None
+        );
+        let (w, merge, replies) = f
+            .gathers
+            .answered(f.sent_for[2], b"*1\r\n$-1\r\n")
+            .expect("both slots answered");
+        assert_eq!(w, whole);
+        let replies: Vec<&[u8]> = replies.iter().map(Vec::as_slice).collect();
+        let mut out = Vec::new();
+        crate::split::merge(&merge, &replies, &mut out);
+        assert_eq!(out, b"*3\r\n$2\r\nA1\r\n$-1\r\n$2\r\nA2\r\n");
+        assert!(f.given_up.is_empty());
+        assert_eq!(f.gathers.len(), 0);
+
+        // A refusal of a request of one slot is followed as before (given up: not a redirect).
+        let one = req(&[b"MGET", b"{a}1", b"{a}2"]);
+        assert!(f.moves.intercept(whole, b"-CROSSSLOT Keys\r\n", &one, 0));
+        f.follow_redirects(now);
+        assert_eq!(f.given_up, vec![b"-CROSSSLOT Keys\r\n".to_vec()]);
     }
 
     #[test]

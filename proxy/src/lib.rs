@@ -70,9 +70,11 @@
 //! - Slots may move while the proxy runs: it follows `-MOVED` (table updated, request sent
 //!   again to the new owner, `CLUSTER SLOTS` refresh), `-ASK` (`ASKING` + the request on
 //!   the named node) and `-TRYAGAIN` (retried after 10 ms) itself, at most 5 redirects and
-//!   100 retries per request, so clients see only the final reply, in order. A node it did
-//!   not know becomes an instance without a restart; one that owns no slot any more is left
-//!   out of fan-outs. Followed on the shared links (single-key and forwarded requests,
+//!   100 retries per request, so clients see only the final reply, in order. An MGET, MSET,
+//!   DEL, UNLINK, EXISTS or TOUCH over several slots that an engine refuses while one of
+//!   them moves (`-CROSSSLOT`, `-TRYAGAIN`) is sent again per slot and the replies merged
+//!   (`split::per_slot`). A node it did not know becomes an instance without a restart; one
+//!   that owns no slot any more is left out of fan-outs. Followed on the shared links (single-key and forwarded requests,
 //!   scripts, each part of a split command) and by the memcached port (its own table,
 //!   `memcached::event_loop::follow`); not on dedicated connections (blocking commands,
 //!   transactions, subscriptions): there the node's error is passed on (docs/cluster.md,

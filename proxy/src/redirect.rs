@@ -10,6 +10,7 @@
 //! | `-MOVED <slot> <host>:<port>` | the slot table gives the slot to that node, the request is sent again there (same database, protocol and link kind), and a `CLUSTER SLOTS` refresh is asked for |
 //! | `-ASK <slot> <host>:<port>` | `ASKING` then the request, on that node's link (`ASKING`'s `+OK` is consumed); the table is unchanged |
 //! | `-TRYAGAIN …` | the same request on the same link after [`TRYAGAIN_DELAY`] (after `ASKING` again if it had been redirected by `-ASK`) |
+//! | `-CROSSSLOT …` or `-TRYAGAIN …` to MGET, MSET, DEL, UNLINK, EXISTS or TOUCH over keys of several slots (a split part, or a request forwarded whole to one engine) | split per slot (`crate::split::per_slot`): each slot's request sent to the slot's owner in the table and followed like any request; their replies merged into the one the request would have had (`crate::follow`, "a nested gather") |
 //!
 //! Bounds: at most [`MAX_REDIRECTS`] `-MOVED`/`-ASK` and [`MAX_TRIES`] `-TRYAGAIN` per
 //! request (so about a second at most); past them the last error reaches the client as it
@@ -33,8 +34,9 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{ASKING_WAITER, Link, REFRESH_WAITER, links_per_instance};
 use crate::event_loop::{Proxy, backend_token};
-use crate::follow::{Follower, Moves, Retry};
+use crate::follow::{CROSSSLOT, Follower, GATHER, Moves, Retry};
 use crate::slots::Slots;
+use crate::split::{Merge, SlotPart};
 
 /// `-MOVED` and `-ASK` followed per request at most.
 pub const MAX_REDIRECTS: u8 = 5;
@@ -138,6 +140,19 @@ pub fn parse_slots(reply: &[u8], asked_host: &str) -> Option<Vec<(u16, u16, Stri
     Some(ranges)
 }
 
+/// The per-slot requests `r` becomes ([`crate::split::per_slot`]) when an engine refused it
+/// for spanning slots (`-CROSSSLOT`, `-TRYAGAIN`) and it is a key-list request of several
+/// slots; `None` for anything else, a sub-request of such a split included (never split
+/// again: it holds one slot).
+pub(crate) fn per_slot(r: &Retry) -> Option<(Vec<SlotPart>, Merge)> {
+    if r.w.token == GATHER
+        || !(r.reply.starts_with(CROSSSLOT) || parse(&r.reply) == Some(Redirect::TryAgain))
+    {
+        return None;
+    }
+    crate::split::per_slot(&r.request)
+}
+
 impl Follower for Proxy {
     const NAME: &'static str = "proxy";
 
@@ -236,6 +251,32 @@ impl Follower for Proxy {
         self.deliver_to_client(r.w, &r.reply);
     }
 
+    /// A key-list request over several slots that an engine refused (`-CROSSSLOT`,
+    /// `-TRYAGAIN`): one request per slot, to the slot's owner on the same kind of link
+    /// (database, protocol), under one gather. A sub-request is never split again.
+    fn split(&mut self, r: Retry, now: Instant) -> Option<Retry> {
+        let Some((parts, merge)) = per_slot(&r) else {
+            return Some(r);
+        };
+        log::debug!(
+            "proxy: a request over {} slots was refused ({}); sent per slot",
+            parts.len(),
+            String::from_utf8_lossy(&r.reply).trim_end()
+        );
+        let subs = self.resplits.open(r.w, parts.len(), merge);
+        for (w, part) in subs.into_iter().zip(parts) {
+            let link = self.link_on(self.fleet.slots.owner(part.slot), r.from);
+            let sub = Retry {
+                w,
+                request: part.request,
+                reply: Vec::new(),
+                from: link,
+            };
+            self.resend(link, sub, now);
+        }
+        None
+    }
+
     /// On the instance's database-0 link.
     fn send_refresh(&mut self, j: usize) -> bool {
         let link = self.fleet.primary(j);
@@ -288,6 +329,38 @@ mod tests {
         ] {
             assert_eq!(parse(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn only_a_refusal_of_a_request_over_several_slots_is_split() {
+        use crate::client::{Hops, Waiter};
+        let mut mget = Vec::new();
+        resp::encode_request(&mut mget, &[b"MGET", b"{a}1", b"{b}1"]);
+        let retry = |token, reply: &[u8], request: &[u8]| Retry {
+            w: Waiter {
+                token,
+                client_id: 1,
+                seq: 0,
+                part: 0,
+                hops: Hops::NONE,
+            },
+            request: request.to_vec(),
+            reply: reply.to_vec(),
+            from: 0,
+        };
+        let crossslot = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
+        let tryagain = b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n";
+        for reply in [&crossslot[..], tryagain] {
+            let (parts, _) = per_slot(&retry(4, reply, &mget)).expect("split");
+            assert_eq!(parts.len(), 2);
+            assert_eq!(per_slot(&retry(GATHER, reply, &mget)), None, "never again");
+        }
+        for reply in [&b"-MOVED 1 h:1\r\n"[..], b"-ASK 1 h:1\r\n", b"-ERR x\r\n"] {
+            assert_eq!(per_slot(&retry(4, reply, &mget)), None);
+        }
+        let mut one = Vec::new();
+        resp::encode_request(&mut one, &[b"MGET", b"{a}1", b"{a}2"]);
+        assert_eq!(per_slot(&retry(4, tryagain, &one)), None, "one slot");
     }
 
     #[test]

@@ -350,10 +350,12 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         return Plan::ForwardAny;
     }
     match spec.name {
-        "mget" => split_keys(args, 1, Merge::Values(Vec::new()), n),
-        "del" | "unlink" | "exists" | "touch" => split_keys(args, 1, Merge::Sum, n),
         "mset" | "msetnx" if argc.is_multiple_of(2) => Plan::Reply(arity_error(spec.name).into()),
-        "mset" => split_keys(args, 2, Merge::AllOk, n),
+        // One table for the split by instance and the split per slot of a refused part.
+        "mget" | "del" | "unlink" | "exists" | "touch" | "mset" => {
+            let (step, merge) = split::key_list(spec.name.as_bytes()).expect("a key list");
+            split_keys(args, step, merge, n)
+        }
         "msetnx" => match same_instance(args, spec, n) {
             Some(i) => Plan::Forward(i),
             None => Plan::Gather,

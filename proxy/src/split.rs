@@ -28,6 +28,19 @@
 //!
 //! SCAN goes to one instance at a time; its cursor carries the instance (see
 //! [`scan_cursor_decode`]).
+//!
+//! # Parts refused while a slot moves: split again per slot
+//!
+//! A part holds the keys of one instance, often of several slots; an engine runs it while it
+//! owns them all, and refuses it (`-CROSSSLOT`, `-TRYAGAIN`) while one of those slots is
+//! moving or moved. Then [`per_slot`] cuts the refused request into one request per slot
+//! (the same [`split`], a slot standing for the instance), each followed alone by the
+//! redirect machinery, and [`merge`] joins their replies with the same rules into the reply
+//! the part would have had (`crate::follow`, "a nested gather"). Per slot and not per key: a
+//! slot is the unit a move keeps whole (a request of one slot is run, or answered `-ASK`,
+//! `-MOVED`, `-TRYAGAIN`, never `-CROSSSLOT`), and it keeps the part's keys of one slot in one
+//! request, as a Redis Cluster client would send them. A request of one slot is never cut:
+//! its `-TRYAGAIN` (keys of the slot on both sides of the move) is retried as for any request.
 
 use resp::Value;
 use resp::reply::frame_len;
@@ -119,24 +132,35 @@ pub enum Merge {
 pub fn split(args: &[&[u8]], step: usize, instance_of: impl Fn(&[u8]) -> usize) -> Split {
     let nkeys = (args.len() - 1) / step;
     // Pass 1: the instance of each key, parts in order of first appearance, keys per part.
-    let mut part_of_instance: Vec<(usize, u32)> = Vec::new(); // (instance, part index)
+    // A few instances: a linear search beats hashing.
+    let mut instances: Vec<usize> = Vec::new(); // per part
     let mut part_keys: Vec<u32> = Vec::new();
     let mut seq = Vec::with_capacity(nkeys);
     for k in 0..nkeys {
         let instance = instance_of(args[1 + k * step]);
-        let part = match part_of_instance.iter().find(|(i, _)| *i == instance) {
-            Some(&(_, p)) => p,
+        let part = match instances.iter().position(|&i| i == instance) {
+            Some(p) => p as u32,
             None => {
-                let p = part_of_instance.len() as u32;
-                part_of_instance.push((instance, p));
+                instances.push(instance);
                 part_keys.push(0);
-                p
+                (instances.len() - 1) as u32
             }
         };
         seq.push((part, part_keys[part as usize]));
         part_keys[part as usize] += 1;
     }
-    // Pass 2: each part's arguments, then its request.
+    assemble(args, step, instances, &part_keys, seq)
+}
+
+/// [`split`]'s pass 2: each part's arguments (`instances[p]`, `part_keys[p]` keys), then its
+/// request.
+fn assemble(
+    args: &[&[u8]],
+    step: usize,
+    instances: Vec<usize>,
+    part_keys: &[u32],
+    seq: Vec<(u32, u32)>,
+) -> Split {
     let mut part_args: Vec<Vec<&[u8]>> = part_keys
         .iter()
         .map(|&keys| {
@@ -148,16 +172,91 @@ pub fn split(args: &[&[u8]], step: usize, instance_of: impl Fn(&[u8]) -> usize) 
     for (k, &(part, _)) in seq.iter().enumerate() {
         part_args[part as usize].extend_from_slice(&args[1 + k * step..1 + (k + 1) * step]);
     }
-    let parts = part_of_instance
-        .iter()
+    let parts = instances
+        .into_iter()
         .zip(part_args)
-        .map(|(&(instance, _), a)| {
+        .map(|(instance, a)| {
             let mut request = Vec::new();
             resp::encode_request(&mut request, &a);
             Part { instance, request }
         })
         .collect();
     Split { parts, seq }
+}
+
+/// The key-list commands split by instance (`crate::route`) and per slot ([`per_slot`]):
+/// the lowercase name's `step` (arguments per key, the key first) and how the parts' replies
+/// merge (MGET's `seq` is filled by the split).
+pub fn key_list(name: &[u8]) -> Option<(usize, Merge)> {
+    match name {
+        b"mget" => Some((1, Merge::Values(Vec::new()))),
+        b"del" | b"unlink" | b"exists" | b"touch" => Some((1, Merge::Sum)),
+        b"mset" => Some((2, Merge::AllOk)),
+        _ => None,
+    }
+}
+
+/// A sub-request of [`per_slot`]: the keys of one slot.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SlotPart {
+    pub slot: u16,
+    pub request: Vec<u8>,
+}
+
+/// A key-list request ([`key_list`]) whose keys span several slots, cut into one request per
+/// slot (slots in order of first appearance, keys in the request's order), and how their
+/// replies merge into the request's reply. `None`: one slot (nothing to cut), not a key-list
+/// command, or not a well-formed request. Only for a request an engine refused (see the
+/// module docs): it decodes the request again.
+pub fn per_slot(request: &[u8]) -> Option<(Vec<SlotPart>, Merge)> {
+    let Ok(Some((Value::Array(argv), _))) = resp::decode(request) else {
+        return None;
+    };
+    let args: Vec<&[u8]> = argv
+        .iter()
+        .map(|a| match a {
+            Value::Bulk(b) => Some(b.as_slice()),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let (step, merge) = key_list(&args.first()?.to_ascii_lowercase())?;
+    if args.len() < 1 + step || !(args.len() - 1).is_multiple_of(step) {
+        return None;
+    }
+    // Pass 1 of [`split`] with slots for instances, a slot's part found by a map: a part
+    // may hold thousands of slots.
+    let nkeys = (args.len() - 1) / step;
+    let mut part_of_slot = std::collections::HashMap::new();
+    let mut slots: Vec<usize> = Vec::new();
+    let mut part_keys: Vec<u32> = Vec::new();
+    let mut seq = Vec::with_capacity(nkeys);
+    for k in 0..nkeys {
+        let slot = engine_core::slot::key_slot(args[1 + k * step]);
+        let part = *part_of_slot.entry(slot).or_insert_with(|| {
+            slots.push(usize::from(slot));
+            part_keys.push(0);
+            (slots.len() - 1) as u32
+        });
+        seq.push((part, part_keys[part as usize]));
+        part_keys[part as usize] += 1;
+    }
+    if slots.len() < 2 {
+        return None;
+    }
+    let s = assemble(&args, step, slots, &part_keys, seq);
+    let merge = match merge {
+        Merge::Values(_) => Merge::Values(s.seq),
+        other => other,
+    };
+    let parts = s
+        .parts
+        .into_iter()
+        .map(|p| SlotPart {
+            slot: p.instance as u16,
+            request: p.request,
+        })
+        .collect();
+    Some((parts, merge))
 }
 
 /// Writes the merged reply of `replies` (one complete RESP frame per part, in part order)
@@ -1066,6 +1165,106 @@ mod tests {
         let s = split(args, 1, by_first_digit);
         assert_eq!(s.parts.len(), 1);
         assert_eq!(s.parts[0].request, req(args));
+    }
+
+    /// A part of keys in three slots, refused by its engine, becomes one request per slot
+    /// (slots in order of first appearance, keys in the part's order), and the slots'
+    /// replies merge into the part's reply in its key order.
+    #[test]
+    fn per_slot_splits_a_refused_mget_and_merges_in_key_order() {
+        use engine_core::slot::key_slot;
+        let request = req(&[b"MGET", b"{a}1", b"{b}1", b"{a}2", b"{c}1", b"{b}2"]);
+        let (parts, merge) = per_slot(&request).expect("three slots");
+        assert_eq!(
+            parts,
+            vec![
+                SlotPart {
+                    slot: key_slot(b"a"),
+                    request: req(&[b"MGET", b"{a}1", b"{a}2"]),
+                },
+                SlotPart {
+                    slot: key_slot(b"b"),
+                    request: req(&[b"MGET", b"{b}1", b"{b}2"]),
+                },
+                SlotPart {
+                    slot: key_slot(b"c"),
+                    request: req(&[b"MGET", b"{c}1"]),
+                },
+            ]
+        );
+        assert_eq!(
+            merge,
+            Merge::Values(vec![(0, 0), (1, 0), (0, 1), (2, 0), (1, 1)])
+        );
+        let replies: [&[u8]; 3] = [
+            b"*2\r\n$2\r\nA1\r\n$-1\r\n",
+            b"*2\r\n$2\r\nB1\r\n$2\r\nB2\r\n",
+            b"*1\r\n$2\r\nC1\r\n",
+        ];
+        let mut out = Vec::new();
+        super::merge(&merge, &replies, &mut out);
+        assert_eq!(
+            out,
+            b"*5\r\n$2\r\nA1\r\n$2\r\nB1\r\n$-1\r\n$2\r\nC1\r\n$2\r\nB2\r\n".to_vec()
+        );
+        // RESP3 nulls are elements like any other.
+        let replies: [&[u8]; 3] = [b"*2\r\n_\r\n_\r\n", b"*2\r\n_\r\n_\r\n", b"*1\r\n_\r\n"];
+        out.clear();
+        super::merge(&merge, &replies, &mut out);
+        assert_eq!(out, b"*5\r\n_\r\n_\r\n_\r\n_\r\n_\r\n".to_vec());
+        // A slot whose request failed for good: its error is the part's reply.
+        let replies: [&[u8]; 3] = [
+            b"*2\r\n$2\r\nA1\r\n$-1\r\n",
+            b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+            b"*1\r\n$2\r\nC1\r\n",
+        ];
+        out.clear();
+        super::merge(&merge, &replies, &mut out);
+        assert!(out.starts_with(b"-TRYAGAIN"));
+    }
+
+    #[test]
+    fn per_slot_keeps_mset_values_with_their_keys_and_sums_counts() {
+        let request = req(&[b"mset", b"{a}1", b"x", b"{b}1", b"y", b"{a}2", b"z"]);
+        let (parts, merge) = per_slot(&request).expect("two slots");
+        assert_eq!(merge, Merge::AllOk);
+        let requests: Vec<&[u8]> = parts.iter().map(|p| p.request.as_slice()).collect();
+        assert_eq!(
+            requests,
+            [
+                req(&[b"mset", b"{a}1", b"x", b"{a}2", b"z"]).as_slice(),
+                req(&[b"mset", b"{b}1", b"y"]).as_slice(),
+            ]
+        );
+        let mut out = Vec::new();
+        super::merge(&merge, &[b"+OK\r\n", b"+OK\r\n"], &mut out);
+        assert_eq!(out, b"+OK\r\n");
+        for name in [&b"DEL"[..], b"unlink", b"Exists", b"TOUCH"] {
+            // A key named twice stays in its slot's request (EXISTS counts it twice, DEL once,
+            // as the engine does with the whole part).
+            let request = req(&[name, b"{a}1", b"{b}1", b"{a}1"]);
+            let (parts, merge) = per_slot(&request).expect("two slots");
+            assert_eq!(merge, Merge::Sum);
+            assert_eq!(parts[0].request, req(&[name, b"{a}1", b"{a}1"]));
+            assert_eq!(parts[1].request, req(&[name, b"{b}1"]));
+            let mut out = Vec::new();
+            super::merge(&merge, &[b":2\r\n", b":1\r\n"], &mut out);
+            assert_eq!(out, b":3\r\n");
+        }
+    }
+
+    #[test]
+    fn per_slot_leaves_one_slot_and_other_requests_alone() {
+        // One slot: not cut (its -TRYAGAIN is retried as for any request).
+        assert_eq!(per_slot(&req(&[b"MGET", b"{a}1", b"{a}2"])), None);
+        assert_eq!(per_slot(&req(&[b"DEL", b"k"])), None);
+        // Not a key-list command, or malformed.
+        assert_eq!(per_slot(&req(&[b"SUNION", b"{a}1", b"{b}1"])), None);
+        assert_eq!(per_slot(&req(&[b"MSET", b"{a}1", b"x", b"{b}1"])), None);
+        assert_eq!(per_slot(&req(&[b"MGET"])), None);
+        assert_eq!(per_slot(b"*2\r\n$4\r\nMGET\r\n:1\r\n"), None);
+        assert_eq!(per_slot(b"garbage"), None);
+        assert_eq!(per_slot(b""), None);
     }
 
     #[test]

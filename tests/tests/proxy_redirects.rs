@@ -193,6 +193,12 @@ fn ask_tryagain_and_moved_are_followed_for_a_manually_migrated_slot() {
     }
     let other = format!("{{{}}}:x", tag_on(&ranges, 2, |_| true));
     assert_eq!(cmd(&mut c, &["SET", &other, "o"]), "+OK\\r\\n");
+    // A key of another slot of node 0.
+    let beside = format!(
+        "{{{}}}:y",
+        tag_on(&ranges, 0, |s| s != key_slot(tag.as_bytes()))
+    );
+    assert_eq!(cmd(&mut c, &["SET", &beside, "b"]), "+OK\\r\\n");
 
     // Slot `slot` migrates from node 0 to node 1; half its keys are moved.
     let (src, dst) = (&nodes[0], &nodes[1]);
@@ -219,6 +225,22 @@ fn ask_tryagain_and_moved_are_followed_for_a_manually_migrated_slot() {
     migrate(&keys[..5]);
     // Node 0 itself answers ASK for a moved key: the proxy does not show it.
     assert!(node_cmd(src.port, &["GET", &keys[0]]).starts_with("-ASK "));
+    // Keys of two slots of node 0 in one request: a Redis Cluster node refuses a batch over
+    // several slots (CROSSSLOT); the proxy sends it per slot, the moved keys' request after
+    // their ASK (proxy/src/split.rs, `per_slot`).
+    let mget = ["MGET", &beside, &keys[0], &keys[1], &other];
+    assert!(node_cmd(src.port, &mget[..3]).starts_with("-CROSSSLOT"));
+    let (v0, v1) = (format!("v-{}", keys[0]), format!("v-{}", keys[1]));
+    assert_eq!(
+        cmd(&mut c, &mget),
+        format!(
+            "*4\\r\\n$1\\r\\nb\\r\\n${}\\r\\n{v0}\\r\\n${}\\r\\n{v1}\\r\\n$1\\r\\no\\r\\n",
+            v0.len(),
+            v1.len()
+        )
+    );
+    let exists = ["EXISTS", &beside, &keys[5], &keys[6], &other];
+    assert_eq!(cmd(&mut c, &exists), ":4\\r\\n");
     for k in &keys {
         let want = format!("v-{k}");
         assert_eq!(

@@ -35,67 +35,38 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use mio::Token;
-use recached_net::Slab;
 use resp::value::Value;
 
 use super::{LINK_TOKEN_BASE, Loop, NOBODY, deliver};
 use crate::backend::{ASKING_WAITER, Backend, Link, REFRESH_WAITER};
-use crate::client::{Hops, Waiter};
-use crate::follow::{CROSSSLOT, Catch, Follower, Moves, Retry};
+use crate::client::Waiter;
+use crate::follow::{CROSSSLOT, Follower, GATHER, Gathers, Moves, Retry};
 use crate::redirect::{ASKING, CLUSTER_SLOTS, Redirect, parse};
 use crate::slots::{SlotMap, Slots};
-
-/// The token of a gather's sub-requests (`seq` = the gather's slab key, `part` = the pair).
-pub(super) const GATHER: usize = usize::MAX - 1;
-
-/// One request split per key pair: the replies of its pairs, joined when all are in.
-struct Gather {
-    /// The split request's waiter (a client's part).
-    w: Waiter,
-    /// Tells a live gather from a reused slab key.
-    id: u64,
-    replies: Vec<Option<Vec<u8>>>,
-    remaining: usize,
-}
 
 /// The port's slot table and redirect state.
 pub(super) struct Follow {
     pub slots: Slots,
     /// Redirects being followed, the table's refresh (`crate::follow`).
     pub moves: Moves,
-    gathers: Slab<Gather>,
-    next_gather: u64,
+    /// Requests split per key pair, their replies joined ([`join`]) when all are in.
+    gathers: Gathers<()>,
 }
 
 impl Follow {
     pub fn new(instances: usize) -> Self {
         Follow {
             slots: Slots::jump(instances),
-            moves: Moves::new(Catch::RedirectsAndCrossSlot),
-            gathers: Slab::new(),
-            next_gather: 0,
+            moves: Moves::new(),
+            gathers: Gathers::new(),
         }
     }
 
     /// A sub-request's reply: `Some` (the split request's waiter, the joined reply) once
     /// every pair answered.
     pub fn gathered(&mut self, w: Waiter, reply: &[u8]) -> Option<(Waiter, Vec<u8>)> {
-        let key = w.seq as usize;
-        let g = self.gathers.get_mut(key).filter(|g| g.id == w.client_id)?;
-        if let Some(r @ None) = g.replies.get_mut(w.part as usize) {
-            *r = Some(reply.to_vec());
-            g.remaining -= 1;
-        }
-        if g.remaining > 0 {
-            return None;
-        }
-        let g = self.gathers.remove(key);
-        let replies: Vec<Vec<u8>> = g
-            .replies
-            .into_iter()
-            .map(Option::unwrap_or_default)
-            .collect();
-        Some((g.w, join(&replies)))
+        let (whole, (), replies) = self.gathers.answered(w, reply)?;
+        Some((whole, join(&replies)))
     }
 
     /// Whether link `i` should be kept connected: its instance owns slots.
@@ -155,23 +126,8 @@ impl Loop {
 
     /// Sends each pair of a split request to the owner of its slot, under one gather.
     fn gather(&mut self, w: Waiter, pairs: Vec<(Vec<u8>, Vec<u8>)>, now: Instant) {
-        let f = &mut self.follow;
-        f.next_gather += 1;
-        let id = f.next_gather;
-        let key = f.gathers.insert(Gather {
-            w,
-            id,
-            replies: vec![None; pairs.len()],
-            remaining: pairs.len(),
-        });
-        for (part, (item, request)) in pairs.into_iter().enumerate() {
-            let sub = Waiter {
-                token: GATHER,
-                client_id: id,
-                seq: key as u64,
-                part: part as u32,
-                hops: Hops::NONE,
-            };
+        let subs = self.follow.gathers.open(w, pairs.len(), ());
+        for (sub, (item, request)) in subs.into_iter().zip(pairs) {
             let link = self.follow.slots.of(&item);
             let r = Retry {
                 w: sub,
@@ -291,7 +247,8 @@ impl Follower for Loop {
     /// A refusal to run a request of several key pairs (`-CROSSSLOT`, `-TRYAGAIN`): one
     /// request per pair, under one gather.
     fn split(&mut self, r: Retry, now: Instant) -> Option<Retry> {
-        if (r.reply.starts_with(CROSSSLOT) || parse(&r.reply) == Some(Redirect::TryAgain))
+        if r.w.token != GATHER
+            && (r.reply.starts_with(CROSSSLOT) || parse(&r.reply) == Some(Redirect::TryAgain))
             && let Some(pairs) = split_pairs(&r.request)
         {
             self.gather(r.w, pairs, now);
@@ -437,30 +394,13 @@ mod tests {
             client_id: 1,
             seq: 3,
             part: 0,
-            hops: Hops::NONE,
+            hops: crate::client::Hops::NONE,
         };
-        let key = f.gathers.insert(Gather {
-            w: client,
-            id: 5,
-            replies: vec![None, None],
-            remaining: 2,
-        });
-        let sub = |part| Waiter {
-            token: GATHER,
-            client_id: 5,
-            seq: key as u64,
-            part,
-            hops: Hops::NONE,
-        };
-        assert_eq!(f.gathered(sub(1), b"*1\r\n:2\r\n"), None);
-        let stale = Waiter {
-            client_id: 4,
-            ..sub(0)
-        };
-        assert_eq!(f.gathered(stale, b"*1\r\n:9\r\n"), None);
-        let (w, joined) = f.gathered(sub(0), b"*1\r\n:1\r\n").expect("complete");
+        let subs = f.gathers.open(client, 2, ());
+        assert_eq!(f.gathered(subs[1], b"*1\r\n:2\r\n"), None);
+        let (w, joined) = f.gathered(subs[0], b"*1\r\n:1\r\n").expect("complete");
         assert_eq!(w, client);
         assert_eq!(joined, b"*2\r\n:1\r\n:2\r\n");
-        assert!(f.gathers.is_empty());
+        assert_eq!(f.gathers.len(), 0);
     }
 }

@@ -508,8 +508,14 @@ impl Proxy {
                 {
                     return;
                 }
-                if let Some((whole, merged)) = resplit_answered(resplits, w, reply) {
-                    deliver(clients, dirty_clients, followups, whole, &merged);
+                // A gather may answer another (a slot's request split per key).
+                let mut done = resplit_answered(resplits, w, reply);
+                while let Some((whole, merged)) = done {
+                    if whole.token != GATHER {
+                        deliver(clients, dirty_clients, followups, whole, &merged);
+                        break;
+                    }
+                    done = resplit_answered(resplits, whole, &merged);
                 }
                 return;
             }

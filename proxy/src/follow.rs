@@ -23,14 +23,16 @@
 //! A loop batches keys per engine, and an engine runs a batch over several of its slots
 //! until one of them moves; then it refuses the batch (`-CROSSSLOT`, `-TRYAGAIN`) and no
 //! redirect can help: no node has all the keys. [`Follower::split`] lets a loop cut such a
-//! request into smaller ones (the RESP loop: one per slot, `crate::split::per_slot`; the
-//! memcached port: one per key pair), each sent through [`Follower::resend`] as a request of
+//! request into smaller ones (the RESP loop: one per slot, `crate::split::per_slot`, and a
+//! one-slot request refused `-TRYAGAIN` one per key, `crate::split::per_key`; the memcached
+//! port: one per key pair), each sent through [`Follower::resend`] as a request of
 //! its own, so each follows `-ASK`/`-MOVED`/`-TRYAGAIN` like any other. Their replies meet in
 //! a [`Gathers`] entry, not in the client's reply slot: the client's slot (or split part)
 //! keeps waiting for the one reply it always expected, so reply order, pipelining and the
 //! split-by-engine merge need no change, and nothing is paid until an engine refuses.
-//! Bounded: a sub-request holds one slot (or one pair), which an engine never refuses that
-//! way, so it is never cut again (the loops also check that a sub-request is not split).
+//! Bounded: each cut makes requests of one slot, then of one key (or one pair), and an engine
+//! never refuses a one-key request that way, so the cutting ends there; a gather may answer
+//! another (a slot's request cut per key), at most two deep.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -824,7 +826,7 @@ mod tests {
     }
 
     /// A part over two slots refused with `-CROSSSLOT`: one request per slot to each slot's
-    /// owner; a slot's `-TRYAGAIN` is retried (never split again); once both answered, the
+    /// owner; a slot's `-TRYAGAIN` is retried (one key: never split again); once both answered, the
     /// part's reply is merged in its key order, and nothing was given up.
     #[test]
     fn a_loop_splits_a_refused_part_per_slot_and_follows_each_slot() {

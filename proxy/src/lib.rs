@@ -73,7 +73,8 @@
 //!   100 retries per request, so clients see only the final reply, in order. An MGET, MSET,
 //!   DEL, UNLINK, EXISTS or TOUCH over several slots that an engine refuses while one of
 //!   them moves (`-CROSSSLOT`, `-TRYAGAIN`) is sent again per slot and the replies merged
-//!   (`split::per_slot`). A node it did not know becomes an instance without a restart; one
+//!   (`split::per_slot`); one slot's request refused `-TRYAGAIN` (its keys on both sides of
+//!   the move), per key (`split::per_key`). A node it did not know becomes an instance without a restart; one
 //!   that owns no slot any more is left out of fan-outs. Followed on the shared links (single-key and forwarded requests,
 //!   scripts, each part of a split command) and by the memcached port (its own table,
 //!   `memcached::event_loop::follow`); not on dedicated connections (blocking commands,

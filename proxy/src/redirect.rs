@@ -11,6 +11,7 @@
 //! | `-ASK <slot> <host>:<port>` | `ASKING` then the request, on that node's link (`ASKING`'s `+OK` is consumed); the table is unchanged |
 //! | `-TRYAGAIN …` | the same request on the same link after [`TRYAGAIN_DELAY`] (after `ASKING` again if it had been redirected by `-ASK`) |
 //! | `-CROSSSLOT …` or `-TRYAGAIN …` to MGET, MSET, DEL, UNLINK, EXISTS or TOUCH over keys of several slots (a split part, or a request forwarded whole to one engine) | split per slot (`crate::split::per_slot`): each slot's request sent to the slot's owner in the table and followed like any request; their replies merged into the one the request would have had (`crate::follow`, "a nested gather") |
+//! | `-TRYAGAIN …` to such a command over several keys of one slot (keys on both sides of the move, or missing on the importing node: retrying would repeat it until the slot closes) | split per key (`crate::split::per_key`), the same way |
 //!
 //! Bounds: at most [`MAX_REDIRECTS`] `-MOVED`/`-ASK` and [`MAX_TRIES`] `-TRYAGAIN` per
 //! request (so about a second at most); past them the last error reaches the client as it
@@ -140,17 +141,24 @@ pub fn parse_slots(reply: &[u8], asked_host: &str) -> Option<Vec<(u16, u16, Stri
     Some(ranges)
 }
 
-/// The per-slot requests `r` becomes ([`crate::split::per_slot`]) when an engine refused it
-/// for spanning slots (`-CROSSSLOT`, `-TRYAGAIN`) and it is a key-list request of several
-/// slots; `None` for anything else, a sub-request of such a split included (never split
-/// again: it holds one slot).
+/// The smaller requests `r` becomes when an engine refused it while a slot moves, for a
+/// key-list request of several keys: per slot ([`crate::split::per_slot`]) when it spans slots
+/// (`-CROSSSLOT`, `-TRYAGAIN`); per key ([`crate::split::per_key`]) when it is one slot and
+/// the refusal is `-TRYAGAIN` (its keys on both sides of the move, or missing on the importing
+/// side), which retrying would only repeat until the slot closes. A one-key request is never
+/// refused so, so the cutting ends there. `None` for anything else.
 pub(crate) fn per_slot(r: &Retry) -> Option<(Vec<SlotPart>, Merge)> {
-    if r.w.token == GATHER
-        || !(r.reply.starts_with(CROSSSLOT) || parse(&r.reply) == Some(Redirect::TryAgain))
-    {
+    let tryagain = parse(&r.reply) == Some(Redirect::TryAgain);
+    if !(r.reply.starts_with(CROSSSLOT) || tryagain) {
         return None;
     }
-    crate::split::per_slot(&r.request)
+    match crate::split::per_slot(&r.request) {
+        // A part of a per-slot split holds one slot: it never gets here.
+        Some(cut) if r.w.token != GATHER => Some(cut),
+        Some(_) => None,
+        None if tryagain => crate::split::per_key(&r.request),
+        None => None,
+    }
 }
 
 impl Follower for Proxy {
@@ -253,7 +261,7 @@ impl Follower for Proxy {
 
     /// A key-list request over several slots that an engine refused (`-CROSSSLOT`,
     /// `-TRYAGAIN`): one request per slot, to the slot's owner on the same kind of link
-    /// (database, protocol), under one gather. A sub-request is never split again.
+    /// (database, protocol), under one gather (see [`per_slot`] for when it is cut per key).
     fn split(&mut self, r: Retry, now: Instant) -> Option<Retry> {
         let Some((parts, merge)) = per_slot(&r) else {
             return Some(r);
@@ -332,7 +340,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_refusal_of_a_request_over_several_slots_is_split() {
+    fn only_a_refusal_of_a_request_over_several_slots_or_keys_is_split() {
         use crate::client::{Hops, Waiter};
         let mut mget = Vec::new();
         resp::encode_request(&mut mget, &[b"MGET", b"{a}1", b"{b}1"]);
@@ -358,9 +366,19 @@ mod tests {
         for reply in [&b"-MOVED 1 h:1\r\n"[..], b"-ASK 1 h:1\r\n", b"-ERR x\r\n"] {
             assert_eq!(per_slot(&retry(4, reply, &mget)), None);
         }
+        // One slot: split per key on -TRYAGAIN (also as a part of a per-slot split), never
+        // on -CROSSSLOT; one key: never.
         let mut one = Vec::new();
         resp::encode_request(&mut one, &[b"MGET", b"{a}1", b"{a}2"]);
-        assert_eq!(per_slot(&retry(4, tryagain, &one)), None, "one slot");
+        for token in [4, GATHER] {
+            let (parts, merge) = per_slot(&retry(token, tryagain, &one)).expect("per key");
+            assert_eq!(parts.len(), 2);
+            assert_eq!(merge, Merge::Values(vec![(0, 0), (1, 0)]));
+        }
+        assert_eq!(per_slot(&retry(4, crossslot, &one)), None, "one slot");
+        let mut key = Vec::new();
+        resp::encode_request(&mut key, &[b"MGET", b"{a}1"]);
+        assert_eq!(per_slot(&retry(GATHER, tryagain, &key)), None, "one key");
     }
 
     #[test]

@@ -209,6 +209,18 @@ pub struct SlotPart {
 /// command, or not a well-formed request. Only for a request an engine refused (see the
 /// module docs): it decodes the request again.
 pub fn per_slot(request: &[u8]) -> Option<(Vec<SlotPart>, Merge)> {
+    cut(request, false)
+}
+
+/// A key-list request of several keys cut into one request per key (in the request's order),
+/// for a one-slot request an engine refused with `-TRYAGAIN` (some of its keys moved, some
+/// not, or missing on the importing side: redis `getNodeByQuery`); a one-key request is never
+/// refused so. `None`: one key, not a key-list command, or not well-formed.
+pub fn per_key(request: &[u8]) -> Option<(Vec<SlotPart>, Merge)> {
+    cut(request, true)
+}
+
+fn cut(request: &[u8], by_key: bool) -> Option<(Vec<SlotPart>, Merge)> {
     let Ok(Some((Value::Array(argv), _))) = resp::decode(request) else {
         return None;
     };
@@ -232,11 +244,17 @@ pub fn per_slot(request: &[u8]) -> Option<(Vec<SlotPart>, Merge)> {
     let mut seq = Vec::with_capacity(nkeys);
     for k in 0..nkeys {
         let slot = engine_core::slot::key_slot(args[1 + k * step]);
-        let part = *part_of_slot.entry(slot).or_insert_with(|| {
+        let part = if by_key {
             slots.push(usize::from(slot));
             part_keys.push(0);
             (slots.len() - 1) as u32
-        });
+        } else {
+            *part_of_slot.entry(slot).or_insert_with(|| {
+                slots.push(usize::from(slot));
+                part_keys.push(0);
+                (slots.len() - 1) as u32
+            })
+        };
         seq.push((part, part_keys[part as usize]));
         part_keys[part as usize] += 1;
     }

@@ -251,3 +251,84 @@ fn multi_key_commands_over_a_moving_slot_are_split_per_slot() {
     );
     drop(cl);
 }
+
+/// One slot, its keys on both sides of the move (or missing on the importing side): both
+/// engines refuse a request over several of its keys with `-TRYAGAIN` for as long as the slot
+/// is open, so the proxy sends such a request per key (`split::per_key`). Before that change
+/// the client got `-TRYAGAIN` after about a second of retries.
+#[test]
+fn one_slot_requests_over_both_sides_of_a_move_are_split_per_key() {
+    let mut cl = ClusterWithProxy::start();
+    let pport = cl.proxy_port;
+    cl.proxy.wait_proxy_reaches_engines(pport, START_TIMEOUT);
+    let ports: Vec<u16> = cl
+        .nodes
+        .split(',')
+        .map(|a| a.rsplit_once(':').unwrap().1.parse().unwrap())
+        .collect();
+    let (e0, e1) = (ports[0], ports[1]);
+    let id = |port| {
+        let r = Resp::connect(port).cmd_str(&["CLUSTER", "MYID"]);
+        let Value::Bulk(id) = parse_value(&r) else {
+            panic!("CLUSTER MYID: {}", escape(&r));
+        };
+        String::from_utf8(id).unwrap()
+    };
+    let (id0, id1) = (id(e0), id(e1));
+    let ts = tag_on(0, &[]);
+    let s: Vec<String> = (0..6).map(|i| format!("{{{ts}}}:{i}")).collect();
+    let mut c = Resp::connect(pport);
+    for k in &s {
+        assert_eq!(cmd(&mut c, &["SET", k, &format!("v-{k}")]), "+OK\\r\\n");
+    }
+    let slot = key_slot(ts.as_bytes()).to_string();
+    for (port, args) in [(e1, ["IMPORTING", &id0]), (e0, ["MIGRATING", &id1])] {
+        let mut all = vec!["CLUSTER", "SETSLOT", &slot];
+        all.extend_from_slice(&args);
+        assert_eq!(cmd(&mut Resp::connect(port), &all), "+OK\\r\\n");
+    }
+    let p1 = e1.to_string();
+    let mut args = vec!["MIGRATE", "127.0.0.1", &p1, "", "0", "5000", "KEYS"];
+    args.extend(s[..3].iter().map(String::as_str));
+    assert_eq!(cmd(&mut Resp::connect(e0), &args), "+OK\\r\\n");
+    // What the proxy meets on both sides.
+    let both = with_keys("MGET", &s);
+    assert!(cmd(&mut Resp::connect(e0), &both).starts_with("-TRYAGAIN"));
+    let mut asking = Resp::connect(e1);
+    assert_eq!(cmd(&mut asking, &["ASKING"]), "+OK\\r\\n");
+    assert!(cmd(&mut asking, &both).starts_with("-TRYAGAIN"));
+
+    // Through the proxy: every value in key order; counts; a new key of the slot with old
+    // ones; deletes. No error.
+    let want: Vec<String> = s.iter().map(|k| format!("v-{k}")).collect();
+    assert_eq!(cmd(&mut c, &both), bulks(&want));
+    let mut exists = s.clone();
+    exists.push(format!("{{{ts}}}:none"));
+    assert_eq!(cmd(&mut c, &with_keys("EXISTS", &exists)), ":6\\r\\n");
+    assert_eq!(cmd(&mut c, &with_keys("TOUCH", &exists)), ":6\\r\\n");
+    let fresh = format!("{{{ts}}}:fresh");
+    let mset = ["MSET", &s[0], "n0", &s[4], "n4", &fresh, "nf"];
+    assert_eq!(cmd(&mut c, &mset), "+OK\\r\\n");
+    assert_eq!(asking_get(e1, &s[0]), "$2\\r\\nn0\\r\\n");
+    assert_eq!(
+        cmd(&mut Resp::connect(e0), &["GET", &s[4]]),
+        "$2\\r\\nn4\\r\\n"
+    );
+    assert_eq!(asking_get(e1, &fresh), "$2\\r\\nnf\\r\\n");
+    assert_eq!(
+        cmd(&mut c, &["MGET", &s[0], &s[4], &fresh, &s[5]]),
+        bulks(&["n0".into(), "n4".into(), "nf".into(), format!("v-{}", s[5])])
+    );
+    // With a key of another slot of engine 0: split per slot, then S's request per key (a
+    // gather inside a gather).
+    let other = format!("{{{}}}:k", tag_on(0, &[key_slot(ts.as_bytes())]));
+    assert_eq!(cmd(&mut c, &["SET", &other, "o"]), "+OK\\r\\n");
+    assert_eq!(
+        cmd(&mut c, &["MGET", &s[1], &other, &s[4], &s[0]]),
+        bulks(&[format!("v-{}", s[1]), "o".into(), "n4".into(), "n0".into()])
+    );
+    assert_eq!(cmd(&mut c, &with_keys("DEL", &exists)), ":6\\r\\n");
+    assert_eq!(cmd(&mut c, &with_keys("EXISTS", &s)), ":0\\r\\n");
+    assert_eq!(cmd(&mut c, &["EXISTS", &fresh]), ":1\\r\\n");
+    drop(cl);
+}

@@ -20,7 +20,7 @@
 #   scripts/bench-reshard.sh                  (KEYS=1000000, DURING_S=5, RATE=half the peak)
 #   BENCH_SMOKE=1 scripts/bench-reshard.sh    (tiny, for the test script)
 #
-# Environment: KEYS, RATE, DURING_S, RECACHED_BIN / RECACHED_BENCH_BIN (else built), PIN=1 SERVER_CPUS
+# Environment: KEYS, RATE, DURING_S, RESIZE_PACE (the loaded resize's --pace; else its default), RECACHED_BIN / RECACHED_BENCH_BIN (else built), PIN=1 SERVER_CPUS
 # BENCH_CPUS (bench-lib.sh). Loopback only; every process is stopped by PID on exit.
 source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
@@ -174,7 +174,7 @@ rstop="$TMP/stop-resize-load"
 load resize-during 600 "$FP" "$RS_RATE" --stop-file "$rstop" & RLOAD=$!
 PIDS+=($RLOAD)
 sleep 1.1 # the load's warm-up
-srv "$BIN" resize 2 --dir "$FLEET" >"$TMP/resize-grow.log" 2>&1 \
+srv "$BIN" resize 2 ${RESIZE_PACE:+--pace "$RESIZE_PACE"} --dir "$FLEET" >"$TMP/resize-grow.log" 2>&1 \
     || { echo "$0: resize 2 failed:" >&2; cat "$TMP/resize-grow.log" >&2; exit 1; }
 touch "$rstop"
 wait "$RLOAD" || true
@@ -222,7 +222,7 @@ read -r r50 r99 r999 rerr <<<"$(summary "$TMP/load-resize-before.json")"
 read -r q50 q99 q999 qerr <<<"$(summary "$TMP/load-resize-during.json")"
 printf '\n## recached resize: 1 → 2 engines (half the slots move), then 2 → 1\n\n'
 printf '| resize | pace | keys moved | seconds moving | keys/s |\n|---|---:|---:|---:|---:|\n'
-printf '| 1 → 2, under the load below | %s | %s | %s | %s |\n' "$(default_pace)" "$g_keys" "$g_s" "$g_rate"
+printf '| 1 → 2, under the load below | %s | %s | %s | %s |\n' "${RESIZE_PACE:-$(default_pace)}" "$g_keys" "$g_s" "$g_rate"
 printf '| 2 → 1, no load | 1 | %s | %s | %s |\n' "$s_keys" "$s_s" "$s_rate"
 printf '\nrecached resize --pace 1 / redis-cli reshard on redis keys/s: %.2fx\n\n' "$(echo "$s_rate / $redis_rate" | bc -l)"
 printf 'Open-loop load of %s req/s (get:90,set:10, 16 connections; half the 1-engine fleet'"'"'s peak\nthrough its proxy, %.0f req/s), µs; during: from the resize'"'"'s start to its return:\n\n' "$RS_RATE" "$rs_peak"

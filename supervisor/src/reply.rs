@@ -9,8 +9,11 @@ use resp::Value;
 /// Replies from one connection, in order.
 pub struct ReplyReader<R> {
     inner: R,
-    /// Bytes read but not decoded yet (the start of the next reply).
+    /// Bytes read; those from `pos` on are not decoded yet (the start of the next reply).
     buf: Vec<u8>,
+    /// Where the next reply starts in `buf`: replies of a pipeline are taken without moving
+    /// the rest each time (`recached resize` reads hundreds per batch).
+    pos: usize,
     /// A reply still incomplete after this many bytes is refused.
     max: usize,
 }
@@ -20,6 +23,7 @@ impl<R: Read> ReplyReader<R> {
         ReplyReader {
             inner,
             buf: Vec::new(),
+            pos: 0,
             max,
         }
     }
@@ -27,22 +31,34 @@ impl<R: Read> ReplyReader<R> {
     /// The next reply. Errors: the read's own (a timeout included), `UnexpectedEof` when the
     /// peer closes mid-reply, `InvalidData` for malformed input or a reply over `max` bytes.
     pub fn read(&mut self) -> std::io::Result<Value> {
-        let mut chunk = [0u8; 4096];
         loop {
-            match resp::decode(&self.buf) {
+            match resp::decode(&self.buf[self.pos..]) {
                 Ok(Some((v, n))) => {
-                    self.buf.drain(..n);
+                    self.pos += n;
+                    if self.pos == self.buf.len() {
+                        self.buf.clear();
+                        self.pos = 0;
+                    }
                     return Ok(v);
                 }
-                Ok(None) if self.buf.len() > self.max => {
+                Ok(None) if self.buf.len() - self.pos > self.max => {
                     return Err(Error::new(ErrorKind::InvalidData, "reply too large"));
                 }
                 Ok(None) => {}
                 Err(e) => return Err(Error::new(ErrorKind::InvalidData, e.to_string())),
             }
-            match self.inner.read(&mut chunk) {
+            if self.pos > 0 {
+                self.buf.drain(..self.pos);
+                self.pos = 0;
+            }
+            // Up to 64 KiB at the end of `buf`: a batch of DUMP payloads arrives in one read.
+            let len = self.buf.len();
+            self.buf.resize(len + (64 << 10), 0);
+            let got = self.inner.read(&mut self.buf[len..]);
+            self.buf.truncate(len + *got.as_ref().unwrap_or(&0));
+            match got {
                 Ok(0) => return Err(Error::new(ErrorKind::UnexpectedEof, "truncated reply")),
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }

@@ -59,8 +59,9 @@ fn asking_get(port: u16, key: &str) -> String {
     cmd(&mut c, &["GET", key])
 }
 
-#[test]
-fn multi_key_commands_over_a_moving_slot_are_split_per_slot() {
+/// Two engines in cluster mode and a proxy reaching both: the cluster (dropped at the end),
+/// the proxy's port, the engines' ports and node ids.
+fn two_engines_and_a_proxy() -> (ClusterWithProxy, u16, (u16, u16), (String, String)) {
     let mut cl = ClusterWithProxy::start();
     let pport = cl.proxy_port;
     cl.proxy.wait_proxy_reaches_engines(pport, START_TIMEOUT);
@@ -78,6 +79,12 @@ fn multi_key_commands_over_a_moving_slot_are_split_per_slot() {
         String::from_utf8(id).unwrap()
     };
     let (id0, id1) = (id(e0), id(e1));
+    (cl, pport, (e0, e1), (id0, id1))
+}
+
+#[test]
+fn multi_key_commands_over_a_moving_slot_are_split_per_slot() {
+    let (cl, pport, (e0, e1), (id0, id1)) = two_engines_and_a_proxy();
 
     let ta = tag_on(0, &[]);
     let tb = tag_on(0, &[key_slot(ta.as_bytes())]);
@@ -258,23 +265,7 @@ fn multi_key_commands_over_a_moving_slot_are_split_per_slot() {
 /// the client got `-TRYAGAIN` after about a second of retries.
 #[test]
 fn one_slot_requests_over_both_sides_of_a_move_are_split_per_key() {
-    let mut cl = ClusterWithProxy::start();
-    let pport = cl.proxy_port;
-    cl.proxy.wait_proxy_reaches_engines(pport, START_TIMEOUT);
-    let ports: Vec<u16> = cl
-        .nodes
-        .split(',')
-        .map(|a| a.rsplit_once(':').unwrap().1.parse().unwrap())
-        .collect();
-    let (e0, e1) = (ports[0], ports[1]);
-    let id = |port| {
-        let r = Resp::connect(port).cmd_str(&["CLUSTER", "MYID"]);
-        let Value::Bulk(id) = parse_value(&r) else {
-            panic!("CLUSTER MYID: {}", escape(&r));
-        };
-        String::from_utf8(id).unwrap()
-    };
-    let (id0, id1) = (id(e0), id(e1));
+    let (cl, pport, (e0, e1), (id0, id1)) = two_engines_and_a_proxy();
     let ts = tag_on(0, &[]);
     let s: Vec<String> = (0..6).map(|i| format!("{{{ts}}}:{i}")).collect();
     let mut c = Resp::connect(pport);

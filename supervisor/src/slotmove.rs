@@ -73,6 +73,9 @@ const MIGRATE_TIMEOUT_MS: &str = "10000";
 pub const CHECKPOINT_BYTES: usize = 64 << 20;
 /// How long one background save may take.
 const SAVE_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a node's list of databases holding keys is reused between slots
+/// ([`Node::nonempty_dbs_reused`]).
+const DBS_REUSE: Duration = Duration::from_millis(100);
 /// How often a background save's progress is polled (`INFO persistence`).
 const SAVE_POLL: Duration = Duration::from_millis(10);
 /// Attempts at one slot before the resize stops (each failed attempt reconnects first).
@@ -96,6 +99,8 @@ pub struct Node {
     run_id: String,
     /// Bumped whenever `run_id` changes (backups remember the generation they went to).
     pub generation: u32,
+    /// The last [`Node::nonempty_dbs`] answer and when it came ([`Node::nonempty_dbs_reused`]).
+    dbs_seen: Option<(Instant, Vec<usize>)>,
 }
 
 impl Node {
@@ -109,6 +114,7 @@ impl Node {
             db: 0,
             run_id: String::new(),
             generation: 0,
+            dbs_seen: None,
         }
     }
 
@@ -309,10 +315,23 @@ impl Node {
         Ok(())
     }
 
+    /// [`Node::nonempty_dbs`], or its last answer if younger than [`DBS_REUSE`]: one
+    /// `INFO keyspace` per many slots instead of one per slot. A database that got its first
+    /// keys meanwhile is caught at the slot's commit: the source refuses `SETSLOT NODE` while
+    /// it holds keys of the slot (redis's rule), and the retry asks afresh.
+    pub fn nonempty_dbs_reused(&mut self) -> Result<Vec<usize>> {
+        if let Some((at, dbs)) = &self.dbs_seen
+            && at.elapsed() < DBS_REUSE
+        {
+            return Ok(dbs.clone());
+        }
+        self.nonempty_dbs()
+    }
+
     /// Databases holding keys now (`INFO keyspace`: `db3:keys=…`).
     pub fn nonempty_dbs(&mut self) -> Result<Vec<usize>> {
         let info = bulk_text(&self.ok(&["INFO", "keyspace"])?)?;
-        Ok(info
+        let dbs: Vec<usize> = info
             .lines()
             .filter_map(|l| {
                 let (db, rest) = l.strip_prefix("db")?.split_once(':')?;
@@ -324,7 +343,9 @@ impl Node {
                     .ok()?;
                 (keys > 0).then(|| db.parse().ok()).flatten()
             })
-            .collect())
+            .collect();
+        self.dbs_seen = Some((Instant::now(), dbs.clone()));
+        Ok(dbs)
     }
 
     /// This node's own view: `CLUSTER NODES`.
@@ -663,7 +684,7 @@ impl Mover {
             self.nodes[src].ok(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &dst_id])?;
             From::Stray
         };
-        let moved = self.drain(s, src, dst, mode)?;
+        let moved = self.drain(s, src, dst, mode, first)?;
         if mode == From::Stray {
             self.nodes[src].ok(&["CLUSTER", "SETSLOT", &slot, "STABLE"])?;
         }
@@ -716,7 +737,16 @@ impl Mover {
 
     /// Moves every key of slot `s` from `src` to `dst`, database by database; a key the
     /// destination already has is deleted from the source (the destination's copy wins).
-    fn drain(&mut self, s: u16, src: usize, dst: usize, mode: From) -> Result<u64> {
+    /// `reuse_dbs`: the source's list of databases holding keys may be a recent one (a
+    /// slot's first attempt; see [`Node::nonempty_dbs_reused`]).
+    fn drain(
+        &mut self,
+        s: u16,
+        src: usize,
+        dst: usize,
+        mode: From,
+        reuse_dbs: bool,
+    ) -> Result<u64> {
         let slot = s.to_string();
         let (host, port) = (
             self.nodes[dst].host.clone(),
@@ -729,7 +759,12 @@ impl Mover {
             }
         };
         let mut moved = 0;
-        for db in self.nodes[src].nonempty_dbs()? {
+        let dbs = if reuse_dbs {
+            self.nodes[src].nonempty_dbs_reused()?
+        } else {
+            self.nodes[src].nonempty_dbs()?
+        };
+        for db in dbs {
             self.nodes[src].select(db)?;
             let mut rounds = 0usize;
             loop {
@@ -771,7 +806,17 @@ impl Mover {
                 .collect();
                 migrate.extend(keys.iter().cloned());
                 let reply = self.nodes[src].pipeline(&asking(migrate))?.pop();
+                // Fewer keys than asked for: the slot had no more in this database, and none
+                // can appear on the source now (a write of a missing key of the slot is sent
+                // to the destination: -ASK), so no GETKEYSINSLOT to see it empty. (A key left
+                // behind anyway makes the source refuse the commit, and the slot is retried.)
+                let last = keys.len() < BATCH;
                 match reply {
+                    Some(Value::Simple(_)) if last => {
+                        moved += keys.len() as u64;
+                        self.pacer.rest();
+                        break;
+                    }
                     Some(Value::Simple(_)) => moved += keys.len() as u64,
                     // Redis words it `ERR Target instance replied with error: BUSYKEY …`.
                     Some(Value::Error(e)) if e.windows(7).any(|w| w == b"BUSYKEY") => {
@@ -949,7 +994,7 @@ impl Mover {
                 let owner_id = self.nodes[owner].id.clone();
                 self.nodes[i].ok(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &owner_id])?;
                 let before = self.totals.kept_on_destination;
-                let n = self.drain(s, i, owner, From::Stray)?;
+                let n = self.drain(s, i, owner, From::Stray, false)?;
                 self.nodes[i].ok(&["CLUSTER", "SETSLOT", &slot, "STABLE"])?;
                 let settled = n + self.totals.kept_on_destination - before;
                 log::warn!(

@@ -9,7 +9,7 @@
 //! inserts only (one CRC16 and one copy of the key per new key), and dropped by
 //! [`cron`] when no slot is migrating or importing and no slot command used it for
 //! [`IDLE_MS`]. A fleet that never moves a slot pays one `Option` test per new key. While it
-//! lives it costs a copy of every key of the database (about 32 bytes plus the key).
+//! lives it costs a copy of every key of the database (16 bytes plus the key, in one arena).
 //!
 //! Deletes are not tracked: a bucket may hold keys deleted (or re-added, twice) since; every
 //! reader checks that a key is still live and drops the dead ones it meets, so the lists
@@ -26,19 +26,46 @@ pub const IDLE_MS: u64 = 60_000;
 
 /// Per-slot lists of keys of one database.
 pub struct SlotKeys {
-    buckets: Vec<Vec<Box<[u8]>>>,
+    /// The bytes of every listed key, back to back: one allocation for all of them rather
+    /// than one per key (and none per key listed by GETKEYSINSLOT's duplicate check).
+    arena: Vec<u8>,
+    /// Per slot, where its keys are in `arena`.
+    buckets: Vec<Vec<Entry>>,
     /// Last use by a slot command (ms), for [`cron`].
     pub(crate) last_use_ms: u64,
 }
 
+/// A key's place in [`SlotKeys::arena`].
+#[derive(Clone, Copy)]
+struct Entry {
+    at: u64,
+    len: u32,
+}
+
+impl Entry {
+    fn of(self, arena: &[u8]) -> &[u8] {
+        &arena[self.at as usize..self.at as usize + self.len as usize]
+    }
+}
+
 impl SlotKeys {
-    /// The index of `keys` (every key of a database).
+    /// The index of `keys` (every key of a database): one pass to copy the keys and count
+    /// them per slot, then each bucket allocated once at its size.
     pub fn build<'a>(keys: impl Iterator<Item = &'a [u8]>, now_ms: u64) -> SlotKeys {
-        let mut buckets = vec![Vec::new(); usize::from(SLOTS)];
+        let mut arena = Vec::new();
+        let mut placed: Vec<(u16, Entry)> = Vec::with_capacity(keys.size_hint().0);
+        let mut counts = vec![0usize; usize::from(SLOTS)];
         for k in keys {
-            buckets[usize::from(key_slot(k))].push(k.into());
+            let slot = key_slot(k);
+            counts[usize::from(slot)] += 1;
+            placed.push((slot, push(&mut arena, k)));
+        }
+        let mut buckets: Vec<Vec<Entry>> = counts.iter().map(|&n| Vec::with_capacity(n)).collect();
+        for (slot, e) in placed {
+            buckets[usize::from(slot)].push(e);
         }
         SlotKeys {
+            arena,
             buckets,
             last_use_ms: now_ms,
         }
@@ -47,23 +74,25 @@ impl SlotKeys {
     /// A key was inserted.
     #[inline]
     pub fn added(&mut self, key: &[u8]) {
-        self.buckets[usize::from(key_slot(key))].push(key.into());
+        let e = push(&mut self.arena, key);
+        self.buckets[usize::from(key_slot(key))].push(e);
     }
 
     /// Up to `max` distinct keys of `slot` for which `live` holds; dead entries met on the
     /// way are dropped (and so are duplicates).
     pub fn keys(&mut self, slot: u16, max: usize, live: impl Fn(&[u8]) -> bool) -> Vec<Box<[u8]>> {
-        let b = &mut self.buckets[usize::from(slot)];
-        let mut seen: HashSet<Box<[u8]>> = HashSet::new();
+        let SlotKeys { arena, buckets, .. } = self;
+        let b = &mut buckets[usize::from(slot)];
+        let mut seen: HashSet<&[u8]> = HashSet::new();
         let mut out = Vec::new();
         let mut i = 0;
         while i < b.len() && out.len() < max {
-            if !live(&b[i]) || seen.contains(&b[i]) {
+            let k = b[i].of(arena);
+            if !live(k) || !seen.insert(k) {
                 b.swap_remove(i);
                 continue;
             }
-            seen.insert(b[i].clone());
-            out.push(b[i].clone());
+            out.push(k.into());
             i += 1;
         }
         out
@@ -71,10 +100,24 @@ impl SlotKeys {
 
     /// The number of distinct live keys of `slot` (the bucket is compacted to them).
     pub fn count(&mut self, slot: u16, live: impl Fn(&[u8]) -> bool) -> usize {
-        let b = &mut self.buckets[usize::from(slot)];
-        let mut seen: HashSet<Box<[u8]>> = HashSet::with_capacity(b.len());
-        b.retain(|k| live(k) && seen.insert(k.clone()));
+        let SlotKeys { arena, buckets, .. } = self;
+        let b = &mut buckets[usize::from(slot)];
+        let mut seen: HashSet<&[u8]> = HashSet::with_capacity(b.len());
+        b.retain(|e| {
+            let k = e.of(arena);
+            live(k) && seen.insert(k)
+        });
         b.len()
+    }
+}
+
+/// Appends `key` to `arena`; where it went.
+fn push(arena: &mut Vec<u8>, key: &[u8]) -> Entry {
+    let at = arena.len() as u64;
+    arena.extend_from_slice(key);
+    Entry {
+        at,
+        len: key.len() as u32,
     }
 }
 

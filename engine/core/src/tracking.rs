@@ -137,6 +137,32 @@ pub struct Tracking {
     script_read: bool,
     /// Rounds of the table limit that ended still over it (redis `timeout_counter`).
     limit_rounds: u32,
+    /// What [`after_call`] found of the last command row it saw (its address): a pipeline
+    /// of one command looks its flags and key position up once.
+    last_row: (usize, Row),
+}
+
+/// What a command row means to [`after_call`] (from its flags and key specs alone).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Row {
+    /// PUBSUB: never remembered.
+    Never,
+    /// A read (READONLY, not EVAL_RO and kin) or, when a script read something, any command:
+    /// `read` says which; `fixed` is the one key's index when the row has a single fixed key
+    /// (valid when the request reaches it; the row's general rule applies otherwise).
+    Keys { read: bool, fixed: Option<u8> },
+}
+
+impl Row {
+    fn of(spec: &CommandSpec) -> Row {
+        if spec.has_flag(Flags::PUBSUB) {
+            return Row::Never;
+        }
+        let read = spec.has_flag(Flags::READONLY)
+            && !matches!(spec.name, "eval_ro" | "evalsha_ro" | "fcall_ro");
+        let fixed = crate::command::single_key_index(spec).and_then(|i| u8::try_from(i).ok());
+        Row::Keys { read, fixed }
+    }
 }
 
 impl Tracking {
@@ -153,6 +179,7 @@ impl Tracking {
             pending: Vec::new(),
             script_read: false,
             limit_rounds: 0,
+            last_row: (0, Row::Never),
         }
     }
 
@@ -322,12 +349,18 @@ pub fn after_call(e: &mut Engine, client: &Client, spec: &CommandSpec, argv: &[&
         return;
     }
     let script_read = std::mem::take(&mut e.tracking.script_read);
-    let read = spec.has_flag(Flags::READONLY)
-        && !matches!(spec.name, "eval_ro" | "evalsha_ro" | "fcall_ro");
-    if !(read || script_read) {
+    let addr = spec as *const CommandSpec as usize;
+    let row = if e.tracking.last_row.0 == addr {
+        e.tracking.last_row.1
+    } else {
+        let row = Row::of(spec);
+        e.tracking.last_row = (addr, row);
+        row
+    };
+    let Row::Keys { read, fixed } = row else {
         return;
-    }
-    if spec.has_flag(Flags::PUBSUB) {
+    };
+    if !(read || script_read) {
         return;
     }
     let id = client.id;
@@ -341,6 +374,12 @@ pub fn after_call(e: &mut Engine, client: &Client, spec: &CommandSpec, argv: &[&
         e.tracking.reader = Some(id);
     }
     // One key at a fixed place (GET, HGET…) needs no key walk.
+    if let Some(pos) = fixed
+        && (pos as usize) < argv.len()
+    {
+        e.tracking.table.remember(argv[pos as usize], id);
+        return;
+    }
     if let Some(pos) = crate::command::fixed_key(spec, argv.len()) {
         e.tracking.table.remember(argv[pos], id);
         return;

@@ -158,6 +158,12 @@ pub fn fixed_key(spec: &CommandSpec, argc: usize) -> Option<usize> {
     }
 }
 
+/// The index [`fixed_key`] gives for every request long enough to reach it, when the row has
+/// one key spec naming one index.
+pub fn single_key_index(spec: &CommandSpec) -> Option<usize> {
+    single_index(spec, usize::MAX).map(|(pos, _)| pos)
+}
+
 /// A row whose one key spec names one index reached by the request: the key and its flags,
 /// as the general walk ([`from_specs`]) would find them.
 #[inline]

@@ -26,7 +26,7 @@ mod table;
 
 pub use extra::EXTRA;
 pub use flags::{Flags, KeyFlags};
-pub use keys::{KeyRef, Keys, fixed_key, keys};
+pub use keys::{KeyRef, Keys, fixed_key, keys, single_key_index};
 pub use table::COMMANDS;
 
 pub use crate::call::Handler;

@@ -52,6 +52,32 @@ impl Key {
             Key::Heap(b) => b,
         }
     }
+
+    /// Whether this is `key`: a short key compared in machine words (the probe of every
+    /// tracked read ends here; a call to `memcmp` cost about a tenth of the tracked read).
+    #[inline]
+    fn is(&self, key: &[u8]) -> bool {
+        match self {
+            Key::Inline(n, b) => *n as usize == key.len() && short_eq(&b[..key.len()], key),
+            Key::Heap(b) => **b == *key,
+        }
+    }
+}
+
+/// `a == b` for slices of equal length up to [`INLINE_KEY`], by overlapping word loads.
+#[inline]
+fn short_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    debug_assert!(n == b.len() && n <= INLINE_KEY);
+    let w8 = |s: &[u8], i: usize| u64::from_le_bytes(s[i..i + 8].try_into().expect("8 bytes"));
+    let w4 = |s: &[u8], i: usize| u32::from_le_bytes(s[i..i + 4].try_into().expect("4 bytes"));
+    if n >= 8 {
+        w8(a, 0) == w8(b, 0) && w8(a, n - 8) == w8(b, n - 8) && (n <= 16 || w8(a, 8) == w8(b, 8))
+    } else if n >= 4 {
+        w4(a, 0) == w4(b, 0) && w4(a, n - 4) == w4(b, n - 4)
+    } else {
+        a == b
+    }
 }
 
 /// The ids of the clients that may cache one key, each once, iterated ascending (the order
@@ -227,7 +253,7 @@ impl Table {
     pub fn remember(&mut self, key: &[u8], id: u64) {
         let hash = self.hasher.hash_one(key);
         // A probe, then an insert only for a new key: leaner than `entry` for the usual hit.
-        match self.map.find_mut(hash, |s| s.key.as_bytes() == key) {
+        match self.map.find_mut(hash, |s| s.key.is(key)) {
             Some(s) => {
                 if !s.ids.insert(id) {
                     return;
@@ -293,6 +319,25 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_keys_compare_by_content() {
+        let keys: Vec<Vec<u8>> = (0..=INLINE_KEY + 2)
+            .map(|n| (0..n).map(|i| b'a' + (i % 26) as u8).collect())
+            .collect();
+        for a in &keys {
+            let stored = Key::new(a);
+            for b in &keys {
+                assert_eq!(stored.is(b), a == b, "{a:?} {b:?}");
+            }
+            // One byte changed anywhere makes it another key.
+            for i in 0..a.len() {
+                let mut c = a.clone();
+                c[i] ^= 1;
+                assert!(!stored.is(&c), "{a:?} byte {i}");
+            }
+        }
+    }
 
     #[test]
     fn shapes_stay_small() {

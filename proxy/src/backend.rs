@@ -154,6 +154,10 @@ pub fn select_request(db: usize) -> Vec<u8> {
     format!("*2\r\n$6\r\nSELECT\r\n${}\r\n{db}\r\n", db.len()).into_bytes()
 }
 
+/// Sent on every new link after its preamble: this connection gets `-ASK` rather than wait
+/// for a slot an engine holds while `recached resize` moves it (docs/cluster.md, *Slot holds*).
+pub const SLOTHOLD_BYPASS: &[u8] = b"*2\r\n$8\r\nSLOTHOLD\r\n$6\r\nBYPASS\r\n";
+
 /// `HELLO 3`, the first request of a RESP3 link (after the login).
 pub const HELLO3: &[u8] = b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n";
 
@@ -260,6 +264,11 @@ impl Backend {
                     hops: crate::client::Hops { len, ..w.hops },
                     ..w
                 };
+                // The proxy follows -ASK itself: a slot `recached resize` holds never makes
+                // this link wait (engine `SLOTHOLD`; redis-server refuses it, unheard).
+                self.wire.out.splice(0..0, SLOTHOLD_BYPASS.iter().copied());
+                self.inflight
+                    .push_front(sized(ASKING_WAITER, SLOTHOLD_BYPASS.len()));
                 for request in self.preamble.iter().rev() {
                     self.wire.out.splice(0..0, request.iter().copied());
                     self.inflight.push_front(sized(LOGIN_WAITER, request.len()));

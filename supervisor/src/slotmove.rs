@@ -41,9 +41,11 @@
 //! A move competes with the clients for the engines and the machine's cores: at full speed
 //! (`pace` 1.0, redis-cli's way) the source and destination are busy back to back, and on a
 //! host whose cores already serve clients their latency rises tenfold and more
-//! (`scripts/bench-reshard.sh`). With a [`Pacer`] of pace `p` < 1 the mover, after each batch,
-//! each slot's commit and each `SCAN` page, sleeps `(1 − p) / p` times as long as the work took,
-//! so its requests keep the engines busy about `p` of the time.
+//! (`scripts/bench-reshard.sh`). With a [`Pacer`] of pace `p` < 1 the mover, after each slot
+//! (its batches and its commit) and each `SCAN` page, sleeps `(1 − p) / p` times as long as the
+//! work took, so its requests keep the engines busy about `p` of the time. It never sleeps in
+//! the middle of a slot: the source holds the slot meanwhile (`SLOTHOLD`, [`Mover::hold`]), and
+//! clients of its moved keys wait for the commit.
 //!
 //! Every wait is bounded: connects and replies by [`IO_TIMEOUT`], a restarted engine by
 //! [`RECONNECT_TIMEOUT`], a save by [`SAVE_TIMEOUT`], a slot by [`SLOT_ATTEMPTS`] attempts.
@@ -64,6 +66,10 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 pub const RECONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Keys per `GETKEYSINSLOT` / `MIGRATE` round (redis-cli's `--cluster-pipeline` default is 10).
 pub const BATCH: usize = 100;
+/// Longest a source holds a slot it moves (`SLOTHOLD`, see `Mover::hold`), ms: a slot of
+/// ordinary size moves in about a millisecond; a huge one (a hash tag holding most keys) may
+/// outlast it, and then gets Redis's `-ASK` for the rest of its move.
+const HOLD_MS: &str = "2000";
 /// MIGRATE's own timeout, ms (redis-cli's default 60000 is for slow links; this is loopback).
 const MIGRATE_TIMEOUT_MS: &str = "10000";
 /// Bytes of backups (keys and DUMP payloads) kept for one destination before a checkpoint
@@ -679,6 +685,7 @@ impl Mover {
                 self.nodes[dst].ok(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id])?;
             }
             self.nodes[src].ok(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id])?;
+            self.hold(src, &slot);
             From::Migrating
         } else {
             self.nodes[src].ok(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &dst_id])?;
@@ -690,6 +697,17 @@ impl Mover {
         }
         self.assign(s, dst)?;
         Ok(moved)
+    }
+
+    /// `SLOTHOLD s` on the source of a move: until the slot's commit, a smart client's
+    /// request for a key already moved waits there instead of getting `-ASK` (which a client
+    /// that does not know the destination yet cannot follow: redis-py; engine
+    /// `cmd/cluster/hold.rs`), then gets `-MOVED`. Ends with the source's `SETSLOT NODE`, or
+    /// after [`HOLD_MS`]. An engine that refuses it only leaves Redis's `-ASK` in place.
+    fn hold(&mut self, src: usize, slot: &str) {
+        if let Err(e) = self.nodes[src].ok(&["SLOTHOLD", slot, HOLD_MS]) {
+            log::debug!("slot {slot}: no hold: {e}");
+        }
     }
 
     /// `SETSLOT s NODE <owner>` on the owner first, then every other node (pipelined).
@@ -814,7 +832,6 @@ impl Mover {
                 match reply {
                     Some(Value::Simple(_)) if last => {
                         moved += keys.len() as u64;
-                        self.pacer.rest();
                         break;
                     }
                     Some(Value::Simple(_)) => moved += keys.len() as u64,
@@ -831,7 +848,8 @@ impl Mover {
                     }
                     other => return Err(format!("MIGRATE: {other:?}")),
                 }
-                self.pacer.rest();
+                // No rest here: the slot is held until its commit (`hold`); `move_slot`
+                // rests after it.
             }
         }
         Ok(moved)

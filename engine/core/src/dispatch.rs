@@ -157,7 +157,19 @@ fn exec_inner(
     // Cluster mode: a key owned by another instance gets -MOVED / -CROSSSLOT before anything
     // runs or is queued (redis `processCommand` → `getNodeByQuery`). Standalone: a no-op.
     // Inside MULTI the error also aborts the transaction (EXECABORT), as in Redis.
-    if !crate::cmd::cluster::redirect(e, client, spec, argv, now_us / 1000, out) {
+    // A slot `recached resize` holds (cmd/cluster/hold.rs): what would get -ASK waits instead
+    // (never inside EXEC or a script), then runs again.
+    let asking = client.cluster.asking;
+    let mut route = crate::cmd::cluster::redirect(e, client, spec, argv, now_us / 1000, true, out);
+    if let crate::cmd::cluster::Route::Held(slot) = route {
+        if !client.tx.in_exec && crate::cmd::cluster::hold::postpones(e, client, slot, now_us) {
+            client.cluster.asking = asking;
+            return Flow::Postpone;
+        }
+        client.cluster.asking = asking;
+        route = crate::cmd::cluster::redirect(e, client, spec, argv, now_us / 1000, false, out);
+    }
+    if route != crate::cmd::cluster::Route::Run {
         e.stats.rejected_calls += 1;
         crate::cmd::tx::flag_error(client);
         return Flow::Continue;

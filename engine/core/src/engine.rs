@@ -227,6 +227,8 @@ pub struct Engine {
     pub(crate) pause: crate::pause::Pause,
     /// Key locks of transactions spanning engines (`crate::txlock`).
     pub(crate) locks: crate::txlock::Locks,
+    /// Slots held by `recached resize` (`crate::cmd::cluster::hold`).
+    pub(crate) cluster_holds: crate::cmd::cluster::hold::Holds,
     /// SLOWLOG (`crate::slowlog`).
     pub(crate) slowlog: crate::slowlog::SlowLog,
     /// `(now_us, timer)` when the last timed command ended (`crate::dispatch`).
@@ -324,6 +326,7 @@ impl Engine {
             latency: Default::default(),
             pause: Default::default(),
             locks: Default::default(),
+            cluster_holds: Default::default(),
             slowlog: Default::default(),
             timer_mark: (u64::MAX, 0),
             tracking,
@@ -472,6 +475,7 @@ impl Engine {
         crate::monitor::stop(self, client_id);
         crate::tracking::client_closed(self, client_id);
         crate::txlock::client_closed(self, client_id);
+        crate::cmd::cluster::hold::client_closed(self, client_id);
     }
 
     /// The server reports the unsent output of connection `client_id` after a write attempt
@@ -516,6 +520,7 @@ impl Engine {
         // is back in `ks` at the end.
         crate::pause::cron(self, now_us);
         crate::txlock::cron(self, now_us);
+        crate::cmd::cluster::hold::cron(self, now_us);
         crate::slotkeys::cron(self, now_us / 1000);
         // The cycle is timed for LATENCY's `expire-cycle` event (redis `activeExpireCycle`):
         // the expiry of every database, the values it expires freed inside.

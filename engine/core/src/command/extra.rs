@@ -9,6 +9,8 @@
 //! - `FEED`: the keychange feed (docs/feed.md, `crate::feed`).
 //! - `PUBLISHLOCAL`: a PUBLISH another engine of the cluster forwards (docs/cluster.md,
 //!   `crate::cmd::pubsub`): delivered to this engine's subscribers only, never forwarded.
+//! - `SLOTHOLD`: a slot `recached resize` moves without `-ASK` (docs/cluster.md,
+//!   `crate::cmd::cluster::hold`).
 //! - `TXDISCOVER`, `TXGUEST`, `TXLOCK`, `TXUNLOCK`: key locks, guests and undeclared keys of a transaction spanning engines, taken by the proxy
 //!   (docs/transactions.md, `crate::txlock`).
 
@@ -216,6 +218,37 @@ pub static EXTRA: &[CommandSpec] = &[
                     "O(N+M) where N is the number of clients subscribed to the receiving channel and M is the total amount of subscribed patterns (by any client).",
                 ),
             ),
+        ]),
+    },
+    CommandSpec {
+        name: "slothold",
+        arity: -2,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::FAST),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@fast", "@dangerous"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::slothold),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Postpone, instead of answering -ASK, requests for a slot this node migrates \
+                     until the move ends, or never for this connection (BYPASS) (internal: sent \
+                     by recached resize and the proxy, docs/cluster.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("cluster")),
+            ("complexity", Val::Str("O(1)")),
         ]),
     },
     CommandSpec {

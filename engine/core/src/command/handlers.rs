@@ -192,6 +192,7 @@ pub use crate::cmd::pubsub::psubscribe;
 pub use crate::cmd::keys::pttl;
 pub use crate::cmd::pubsub::publish_cmd as publish;
 pub use crate::cmd::pubsub::publishlocal;
+pub use crate::cmd::cluster::hold::slothold;
 pub use crate::txlock::txdiscover;
 pub use crate::txlock::txguest;
 pub use crate::txlock::txlock;

@@ -17,7 +17,7 @@ use crate::error::CmdError;
 use crate::slot::SLOTS;
 
 /// redis `getSlotOrReply`.
-fn slot_of(arg: &[u8]) -> Result<u16, CmdError> {
+pub(super) fn slot_of(arg: &[u8]) -> Result<u16, CmdError> {
     match resp::parse_i64(arg) {
         Some(s) if (0..i64::from(SLOTS)).contains(&s) => Ok(s as u16),
         _ => Err(CmdError::Static("ERR Invalid or out of range slot")),
@@ -119,6 +119,7 @@ pub fn setslot(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         }
     }
     cluster_mut(e)?.changed();
+    super::hold::slot_changed(e, slot);
     c.w().ok();
     Ok(())
 }

@@ -437,20 +437,32 @@ impl<'a> KeyCheck<'a> {
 }
 
 /// The ownership check, run by dispatch before a command's handler (see the module docs).
-/// Returns true when the command may run here; otherwise writes `-MOVED`, `-ASK`,
-/// `-TRYAGAIN`, `-CLUSTERDOWN` or `-CROSSSLOT` to `out` and returns false. Standalone
-/// engines return true at once.
+/// What the cluster check decided for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The command may run here.
+    Run,
+    /// `-MOVED`, `-ASK`, `-TRYAGAIN`, `-CLUSTERDOWN` or `-CROSSSLOT` was written to `out`.
+    Refused,
+    /// It would get `-ASK`/`-TRYAGAIN` for a slot a `SLOTHOLD` holds (`hold.rs`): nothing was
+    /// written; the caller postpones it, or asks again with `holds` false.
+    Held(u16),
+}
+
+/// The cluster check (redis `getNodeByQuery`). Standalone engines answer [`Route::Run`] at
+/// once. `holds`: whether a slot hold may answer [`Route::Held`].
 pub fn redirect(
     e: &Engine,
     client: &mut Client,
     spec: &CommandSpec,
     argv: &[&[u8]],
     now_ms: u64,
+    holds: bool,
     out: &mut Vec<u8>,
-) -> bool {
+) -> Route {
     let cluster = &e.cluster;
     if !cluster.enabled() {
-        return true;
+        return Route::Run;
     }
     // ASKING applies to the next command only (redis `resetClient` clears CLIENT_ASKING
     // after each command but ASKING itself, except inside MULTI).
@@ -474,14 +486,14 @@ pub fn redirect(
         let s = slot::key_slot(key);
         let owner = cluster.owner_of(s);
         if usize::from(owner) == cluster.me || e.locks.is_guest(client.db, key) {
-            return true;
+            return Route::Run;
         }
         if owner == UNASSIGNED {
             out.extend_from_slice(UNBOUND);
         } else {
             moved(cluster, s, usize::from(owner), client, out);
         }
-        return false;
+        return Route::Refused;
     }
     let mut check = KeyCheck {
         cluster,
@@ -521,29 +533,32 @@ pub fn redirect(
         check.importing = false;
         if check.cross && !check.unbound {
             out.extend_from_slice(CROSSSLOT);
-            return false;
+            return Route::Refused;
         }
     }
     let Some((slot, _)) = check.first else {
-        return true;
+        return Route::Run;
     };
     if check.unbound {
         out.extend_from_slice(UNBOUND);
-        return false;
+        return Route::Refused;
     }
     if check.cross && check.remote {
         out.extend_from_slice(CROSSSLOT);
-        return false;
+        return Route::Refused;
     }
     let open = check.migrating.is_some() || check.importing;
     // MIGRATE works on the local keys of an open slot (redis: "we need to be able to freely
     // move keys among instances").
     if open && spec.name == "migrate" {
-        return true;
+        return Route::Run;
     }
     if let Some(s) = check.migrating
         && check.missing > 0
     {
+        if holds && e.cluster_holds.active() && e.cluster_holds.holds(s) {
+            return Route::Held(s);
+        }
         // Some keys are still here and some are gone: nowhere has them all. A request over
         // several local slots (the proxy's split batches) cannot be sent to one node either.
         if check.existing > 0 || check.cross {
@@ -555,17 +570,17 @@ pub fn redirect(
             cluster.endpoint(cluster.migrating[&s], client, out);
             out.extend_from_slice(b"\r\n");
         }
-        return false;
+        return Route::Refused;
     }
     if check.importing && (asking || spec.flags.contains(crate::command::Flags::ASKING)) {
         if (check.multiple || check.cross) && check.missing > 0 {
             out.extend_from_slice(TRYAGAIN);
-            return false;
+            return Route::Refused;
         }
-        return true;
+        return Route::Run;
     }
     if !check.remote {
-        return true;
+        return Route::Run;
     }
     // Remote and not CROSSSLOT: every key is in this one slot.
     moved(
@@ -575,7 +590,7 @@ pub fn redirect(
         client,
         out,
     );
-    false
+    Route::Refused
 }
 
 /// `-MOVED <slot> <host>:<port>` of node `owner`.
@@ -634,6 +649,7 @@ fn cluster_mut(e: &mut Engine) -> Result<&mut Cluster, CmdError> {
 
 mod admin;
 pub mod conf;
+pub mod hold;
 mod reply;
 
 pub use admin::*;

@@ -171,7 +171,7 @@ fn movable_keys_come_from_key_specs() {
         let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
         let spec = crate::dispatch::resolve(&argv).unwrap().0;
         let mut out = Vec::new();
-        let ok = redirect(&e0, &mut client(), spec, &argv, 0, &mut out);
+        let ok = redirect(&e0, &mut client(), spec, &argv, 0, true, &mut out) == Route::Run;
         (ok, String::from_utf8_lossy(&out).into_owned())
     };
     // ZUNIONSTORE dst numkeys key…: dst by index, sources by keynum.

@@ -3,6 +3,7 @@
 
 use super::tests::{client, engine, run};
 use super::*;
+use crate::Flow;
 
 const NODES: [&str; 2] = ["127.0.0.1:7000", "127.0.0.1:7001"];
 
@@ -341,4 +342,119 @@ fn the_slot_index_follows_later_inserts() {
         run(&mut e, &mut c, &["CLUSTER", "COUNTKEYSINSLOT", &ss]),
         ":0\r\n"
     );
+}
+
+/// `SLOTHOLD` (hold.rs): while the mover holds a migrating slot, a request that would get
+/// `-ASK` is postponed (keys still here run), a `BYPASS` connection gets Redis's `-ASK`, and
+/// the slot's `SETSLOT NODE` wakes the postponed connection, whose request then gets `-MOVED`.
+/// A hold also ends with its holder's connection and at its timeout.
+#[test]
+fn a_held_slot_postpones_what_would_be_asked() {
+    let mut e0 = engine(&NODES, 0);
+    let (k1, k2, s) = slot_keys();
+    let id1 = node_id(NODES[1]);
+    let ss = s.to_string();
+    let with_id = |id| Client { id, ..client() };
+    let (mut mover, mut app, mut proxy) = (with_id(1), with_id(2), with_id(3));
+    let now = 1_700_000_000_000_000u64;
+    let exec = |e: &mut Engine, c: &mut Client, args: &[&str], now: u64| {
+        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        let mut out = Vec::new();
+        let flow = e.exec(c, &argv, now, &mut out);
+        (flow, String::from_utf8_lossy(&out).into_owned())
+    };
+    assert_eq!(run(&mut e0, &mut mover, &["SET", &k1, "v"]), "+OK\r\n");
+    // Only a slot migrating from here can be held.
+    assert_eq!(
+        run(&mut e0, &mut mover, &["SLOTHOLD", &ss, "1000"]),
+        format!("-ERR hash slot {s} is not migrating from this node\r\n")
+    );
+    assert_eq!(
+        run(&mut e0, &mut mover, &["SLOTHOLD", &ss, "10001"]),
+        "-ERR SLOTHOLD timeout must be an integer of milliseconds from 0 to 10000\r\n"
+    );
+    assert_eq!(
+        run(
+            &mut e0,
+            &mut mover,
+            &["CLUSTER", "SETSLOT", &ss, "MIGRATING", &id1]
+        ),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        run(&mut e0, &mut mover, &["SLOTHOLD", &ss, "1000"]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        run(&mut e0, &mut app, &["SLOTHOLD", &ss, "1000"]),
+        format!("-ERR hash slot {s} is held by another connection\r\n")
+    );
+    assert_eq!(run(&mut e0, &mut proxy, &["SLOTHOLD", "BYPASS"]), "+OK\r\n");
+    // A key still here is served; one already gone waits (or is asked for, bypassing).
+    assert_eq!(run(&mut e0, &mut app, &["GET", &k1]), "$1\r\nv\r\n");
+    assert_eq!(
+        exec(&mut e0, &mut app, &["GET", &k2], now),
+        (Flow::Postpone, String::new())
+    );
+    assert_eq!(
+        run(&mut e0, &mut proxy, &["GET", &k2]),
+        format!("-ASK {s} 127.0.0.1:7001\r\n")
+    );
+    assert!(!e0.has_deliveries());
+    // The move ends: the postponed connection is woken and its request goes to the owner.
+    assert_eq!(run(&mut e0, &mut mover, &["DEL", &k1]), ":1\r\n");
+    assert_eq!(
+        run(
+            &mut e0,
+            &mut mover,
+            &["CLUSTER", "SETSLOT", &ss, "NODE", &id1]
+        ),
+        "+OK\r\n"
+    );
+    let mut woken = Vec::new();
+    e0.take_deliveries(&mut woken);
+    assert_eq!(woken.len(), 1);
+    assert!(woken[0].unblock && woken[0].client_id == 2);
+    assert_eq!(
+        run(&mut e0, &mut app, &["GET", &k2]),
+        format!("-MOVED {s} 127.0.0.1:7001\r\n")
+    );
+    // A hold ends with its holder's connection, and at its timeout.
+    let mut e0 = engine(&NODES, 0);
+    for c in [&mut mover, &mut app] {
+        c.cluster = Default::default();
+    }
+    run(
+        &mut e0,
+        &mut mover,
+        &["CLUSTER", "SETSLOT", &ss, "MIGRATING", &id1],
+    );
+    assert_eq!(
+        run(&mut e0, &mut mover, &["SLOTHOLD", &ss, "1000"]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        exec(&mut e0, &mut app, &["GET", &k2], now).0,
+        Flow::Postpone
+    );
+    e0.client_closed(1);
+    let mut woken = Vec::new();
+    e0.take_deliveries(&mut woken);
+    assert_eq!(woken.len(), 1);
+    assert_eq!(
+        run(&mut e0, &mut app, &["GET", &k2]),
+        format!("-ASK {s} 127.0.0.1:7001\r\n")
+    );
+    assert_eq!(
+        run(&mut e0, &mut app, &["SLOTHOLD", &ss, "1000"]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        exec(&mut e0, &mut mover, &["GET", &k2], now).0,
+        Flow::Postpone
+    );
+    // 1000 ms later (the test engine's clock is `now`).
+    let (flow, reply) = exec(&mut e0, &mut mover, &["GET", &k2], now + 1_000_000);
+    assert_eq!(flow, Flow::Continue);
+    assert_eq!(reply, format!("-ASK {s} 127.0.0.1:7001\r\n"));
 }

@@ -116,15 +116,7 @@ impl Ids {
             }
             Ids::One(a) if *a == id => return false,
             Ids::Two(two) if two.contains(&id) => return false,
-            Ids::Many(v) => {
-                return match v.binary_search(&id) {
-                    Ok(_) => false,
-                    Err(at) => {
-                        v.insert(at, id);
-                        true
-                    }
-                };
-            }
+            Ids::Many(v) => return insert_many(v, id),
             _ => {}
         }
         self.insert_slow(id);
@@ -181,6 +173,19 @@ impl Ids {
             list: list.iter(),
             base,
             bits,
+        }
+    }
+}
+
+/// [`Ids::insert`] into a vector (out of line: the tracked read's code stays small enough for
+/// the instruction cache, see [`Table::remember`]).
+#[inline(never)]
+fn insert_many(v: &mut Vec<u64>, id: u64) -> bool {
+    match v.binary_search(&id) {
+        Ok(_) => false,
+        Err(at) => {
+            v.insert(at, id);
+            true
         }
     }
 }
@@ -249,6 +254,11 @@ impl Table {
     }
 
     /// `id` may cache `key` from now on (redis `trackingRememberKeys`, one key).
+    ///
+    /// Every tracked read runs this, so only the probe and the bit test are inline: a new key
+    /// and an id outside the key's window go out of line. The code of a request's whole path
+    /// is close to what the instruction cache holds (callgrind's cache simulation of this
+    /// host's 32 KiB L1i: 0 misses per untracked GET, 9–13 per tracked GET before this split).
     #[inline]
     pub fn remember(&mut self, key: &[u8], id: u64) {
         let hash = self.hasher.hash_one(key);
@@ -259,17 +269,22 @@ impl Table {
                     return;
                 }
             }
-            None => {
-                let hasher = &self.hasher;
-                let slot = Slot {
-                    key: Key::new(key),
-                    ids: Ids::One(id),
-                };
-                self.map
-                    .insert_unique(hash, slot, |s| hasher.hash_one(s.key.as_bytes()));
-            }
+            None => self.insert_new(hash, key, id),
         }
         self.items += 1;
+    }
+
+    /// [`Self::remember`] of a key not in the table.
+    #[cold]
+    #[inline(never)]
+    fn insert_new(&mut self, hash: u64, key: &[u8], id: u64) {
+        let hasher = &self.hasher;
+        let slot = Slot {
+            key: Key::new(key),
+            ids: Ids::One(id),
+        };
+        self.map
+            .insert_unique(hash, slot, |s| hasher.hash_one(s.key.as_bytes()));
     }
 
     /// Forgets `key`, returning its ids.

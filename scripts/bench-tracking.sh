@@ -38,10 +38,16 @@ mapfile -t LABELS < <(common_labels)
 
 free_ports 1; EP=$PORT
 start_engine "$EP"
+EPID=${PIDS[-1]}
 free_ports 1; RP=$PORT
 start_redis "$RP"
+RPID=${PIDS[-1]}
 
 declare -A PORT_OF=([recached]=$EP [redis]=$RP)
+declare -A PID_OF=([recached]=$EPID [redis]=$RPID)
+# The server's CPU time (user + system, clock ticks) so far.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+HZ=$(getconf CLK_TCK)
 SYSTEMS=(recached redis)
 echo "tracking: $ROUNDS rounds, recached $RECACHED_VERSION, redis $REDIS_VERSION, $CPU_PLACEMENT" >&2
 
@@ -54,10 +60,12 @@ load() {
 }
 
 : >"$TMP/rows.csv"
+: >"$TMP/cpu.csv"
 # run SYSTEM WORKLOAD ROUND [get-loop args…]
 run() {
-    local s=$1 workload=$2 round=$3 out log
+    local s=$1 workload=$2 round=$3 out log t0
     shift 3
+    t0=$(ticks "${PID_OF[$s]}")
     out="$RESULTS/tracking-$RUN_ID-$s-$workload-r$round.json"
     log="$TMP/gl-$s-$workload-r$round.log"
     if ! gen "$BENCH_BIN" get-loop --out "$out" "${LABELS[@]}" --label suite=tracking \
@@ -70,6 +78,14 @@ run() {
     fi
     sed -n 's/^requests .* rps \([0-9.]*\)$/\1/p' "$log" \
         | while read -r rps; do echo "$s,$workload,GET,$rps"; done >>"$TMP/rows.csv"
+    # The server's CPU ns per counted GET: runs without a warm-up only (the cold ones), where
+    # every request the server served was counted.
+    if [[ $workload == cold-* ]]; then
+        sed -n 's/^requests \([0-9]*\) .*$/\1/p' "$log" | while read -r n; do
+            awk -v t="$(($(ticks "${PID_OF[$s]}") - t0))" -v hz="$HZ" -v n="$n" \
+                -v k="$s,$workload,CPU" 'BEGIN { if (n > 0) printf "%s,%.0f\n", k, t * 1e9 / hz / n }'
+        done >>"$TMP/cpu.csv"
+    fi
 }
 
 for s in "${SYSTEMS[@]}"; do load "${PORT_OF[$s]}"; done
@@ -105,5 +121,22 @@ awk -F, 'NR > 1 { med[$1 "," $2] = $4 }
             printf "%-9s %-5s %12s %12s %7.1f%%  %s\n", S[i], W[w], a, b, c, verdict
         }
     }' "$MEDIANS"
+echo
+CPU="$RESULTS/tracking-$RUN_ID-cpu.csv"
+{
+    echo "system,workload,test,median_cpu_ns_per_get,rounds"
+    median_rows "$TMP/cpu.csv"
+} >"$CPU"
+awk -F, 'NR > 1 { med[$1 "," $2] = $4 }
+    END {
+        printf "%-9s %-5s %12s %12s %8s\n", "system", "table", "ns plain", "ns tracking", "cost"
+        split("recached redis", S, " ")
+        for (i = 1; i <= 2; i++) {
+            a = med[S[i] ",cold-plain"]; b = med[S[i] ",cold-tracking"]
+            c = (a > 0) ? 100 * (b - a) / a : 0
+            printf "%-9s %-5s %12s %12s %7.1f%%\n", S[i], "cold", a, b, c
+        }
+    }' "$CPU"
+echo "(server CPU ns per GET, user + system from /proc, median over the rounds: the steadier view on a shared host)"
 echo "(median GET requests/s over $ROUNDS interleaved rounds; $CLIENTS RESP3 clients, pipeline 16; cold: $KEYS keys, table filling; warm: $WARM_KEYS keys after ${SECONDS_PER_RUN} s uncounted; tracking = CLIENT TRACKING ON on every connection)"
-echo "results: $MEDIANS and tracking-$RUN_ID-*.json"
+echo "results: $MEDIANS, $CPU and tracking-$RUN_ID-*.json"

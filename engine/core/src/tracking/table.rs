@@ -5,8 +5,8 @@
 //! known):
 //!
 //! - One open-addressing hash table whose buckets hold the key and its ids ([`Slot`], 48
-//!   bytes), not an index into a second vector: a lookup touches the control bytes and one
-//!   bucket.
+//!   bytes in a 64-byte cache line), not an index into a second vector: a lookup touches the
+//!   control bytes and one line.
 //! - Keys up to [`INLINE_KEY`] bytes live in the bucket ([`Key`]): comparing one touches no
 //!   other memory, and remembering a new one allocates nothing.
 //! - A key's ids live in the bucket ([`Ids`]) when there are one or two, or when they lie
@@ -210,8 +210,11 @@ impl Iterator for IdsIter<'_> {
     }
 }
 
-/// One bucket: a key and its clients.
+/// One bucket: a key and its clients. Aligned to a cache line, so a probe reads one line, not
+/// two (48-byte buckets straddle lines half the time: callgrind's cache simulation of a tracked
+/// GET over 100,000 keys, 7.9 → 7.5 D1 read misses per GET; 16 more bytes per tracked key).
 #[derive(Debug)]
+#[repr(align(64))]
 struct Slot {
     key: Key,
     ids: Ids,
@@ -358,6 +361,8 @@ mod tests {
     fn shapes_stay_small() {
         assert_eq!(std::mem::size_of::<Key>(), 24);
         assert_eq!(std::mem::size_of::<Ids>(), 24);
+        assert_eq!(std::mem::size_of::<Slot>(), 64);
+        assert_eq!(std::mem::align_of::<Slot>(), 64);
     }
 
     fn ids(ids: Option<Ids>) -> Vec<u64> {

@@ -448,7 +448,10 @@ mod tests {
         assert!(t.record(b"-MOVED 12 127.0.0.1:7001\r\n", Some(1)));
         assert!(t.record(b"-ASK 13 127.0.0.1:7001\r\n", Some(2)));
         assert!(!t.tryagain);
-        assert!(t.record(b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n", None));
+        assert!(t.record(
+            b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+            None
+        ));
         assert_eq!(t.moved, vec![(12, "127.0.0.1:7001".to_string())]);
         assert_eq!(t.asks, vec![(2, 13, "127.0.0.1:7001".to_string())]);
         assert!(t.redirected && t.tryagain);

@@ -64,6 +64,9 @@ pub struct Hops {
     pub tries: u8,
     /// Sent after `ASKING` (an `-ASK` target): a retry sends `ASKING` again.
     pub asking: bool,
+    /// A transaction's queued command or EXEC on a dedicated connection: its reply is
+    /// looked at for slot moves (`crate::txmove`).
+    pub tx: bool,
 }
 
 impl Hops {
@@ -73,6 +76,7 @@ impl Hops {
         redirects: 0,
         tries: 0,
         asking: false,
+        tx: false,
     };
 }
 
@@ -320,6 +324,8 @@ pub struct Client {
     /// Its scripts in flight on script links, and a script to run again gathered with the
     /// undeclared keys it touched (`crate::coord::ScriptRetry`).
     pub scripts: crate::coord::Scripts,
+    /// Its transaction's run again after slots moved (`crate::txmove`).
+    pub txm: crate::txmove::TxMoves,
     /// Paused until its pending replies are in, to switch lanes.
     pub wait_lane: bool,
     /// TLS state, for a client of the TLS port.
@@ -395,6 +401,7 @@ impl Client {
             spread: None,
             coord: None,
             scripts: Default::default(),
+            txm: Default::default(),
             wait_lane: false,
             tls: None,
             last_request: Instant::now(),

@@ -154,6 +154,8 @@ pub struct Proxy {
     close_after_coord: Vec<usize>,
     /// Clients with requests to send on their behalf (`Replies::followups`).
     followups: Vec<usize>,
+    /// Clients whose transaction runs again later, after a `-TRYAGAIN` (`crate::txmove`).
+    tx_reruns: Vec<usize>,
     shutdown: Arc<AtomicBool>,
 }
 
@@ -233,6 +235,7 @@ impl Proxy {
             to_close: Vec::new(),
             close_after_coord: Vec::new(),
             followups: Vec::new(),
+            tx_reruns: Vec::new(),
             shutdown,
         })
     }
@@ -343,6 +346,11 @@ impl Proxy {
         }
         if let Some(due) = self.redirects.due() {
             wait = wait.min(due.saturating_duration_since(now));
+        }
+        for &token in &self.tx_reruns {
+            if let Some(due) = self.clients.get(token).and_then(|c| c.txm.due) {
+                wait = wait.min(due.saturating_duration_since(now));
+            }
         }
         // Clients paused by a bound are retried soon; those waiting to switch lanes are
         // resumed by the reply they wait for.
@@ -600,6 +608,9 @@ impl Proxy {
     fn timers(&mut self, now: Instant) {
         self.sweep_clients(now);
         self.follow_tick(now);
+        if !self.tx_reruns.is_empty() {
+            self.tx_reruns_due(now);
+        }
         for k in 0..self.live.len() {
             let i = self.live[k];
             match self.backends[i].link {
@@ -961,6 +972,7 @@ impl Proxy {
             spread,
             coord,
             scripts,
+            txm,
             wait_lane,
             last_request,
             ..
@@ -983,6 +995,7 @@ impl Proxy {
             spread,
             coord,
             scripts,
+            txm,
         };
         let out_before = me.replies.unsent();
         let mut parsed = false;
@@ -1148,6 +1161,9 @@ impl Proxy {
             if c.coord.is_none() && c.scripts.retries.front().is_some_and(|r| !r.started) {
                 retry.push(token);
             }
+            if c.coord.is_none() && c.txm.due.is_some() && !self.tx_reruns.contains(&token) {
+                self.tx_reruns.push(token);
+            }
             for f in std::mem::take(&mut c.replies.followups) {
                 let link = self.fleet.primary(f.instance);
                 let b = &mut self.backends[link];
@@ -1173,6 +1189,109 @@ impl Proxy {
         for token in retry {
             self.retry_script(token);
         }
+        if !self.tx_reruns.is_empty() {
+            self.tx_reruns_due(Instant::now());
+        }
+    }
+
+    /// Runs again the transactions whose time has come (`crate::txmove`).
+    fn tx_reruns_due(&mut self, now: Instant) {
+        let mut k = 0;
+        while k < self.tx_reruns.len() {
+            let token = self.tx_reruns[k];
+            match self.clients.get(token).and_then(|c| c.txm.due) {
+                Some(due) if due > now => k += 1,
+                Some(_) => {
+                    self.tx_reruns.swap_remove(k);
+                    self.rerun_tx(token, now);
+                }
+                None => {
+                    self.tx_reruns.swap_remove(k);
+                }
+            }
+        }
+    }
+
+    /// Client `token`'s transaction met moving slots: each `-MOVED` is applied to the table
+    /// (and a refresh asked for), each `-ASK`'s node found, and the transaction runs again
+    /// (`crate::txmove::rerun`).
+    fn rerun_tx(&mut self, token: usize, now: Instant) {
+        let Some(c) = self.clients.get_mut(token) else {
+            return;
+        };
+        if c.coord.is_some() {
+            return;
+        }
+        let moved = std::mem::take(&mut c.txm.moved);
+        let asked = std::mem::take(&mut c.txm.asks);
+        c.txm.due = None;
+        let again = c.txm.exec.is_some(); // else only the table learns (WATCH: a null reply)
+        for (slot, addr) in &moved {
+            if let Some(j) = self.instance_named(addr, now) {
+                self.fleet.slots.set(*slot, j);
+            }
+        }
+        if !moved.is_empty() {
+            self.redirects.want_refresh();
+            self.refresh_if_wanted(now);
+        }
+        if !again {
+            return;
+        }
+        let asks: Vec<(usize, u16, usize)> = asked
+            .iter()
+            .filter_map(|(i, slot, addr)| self.instance_named(addr, now).map(|j| (*i, *slot, j)))
+            .collect();
+        let Proxy {
+            clients,
+            poll,
+            backends,
+            dedicated,
+            fleet,
+            dirty_backends,
+            dirty_dedicated,
+            dirty_clients,
+            ..
+        } = self;
+        let Some(c) = clients.get_mut(token) else {
+            return;
+        };
+        {
+            let Client {
+                id,
+                replies,
+                session,
+                conns,
+                lane,
+                spread,
+                coord,
+                scripts,
+                txm,
+                ..
+            } = &mut *c;
+            let mut ctx = Ctx {
+                registry: poll.registry(),
+                backends,
+                dedicated,
+                fleet,
+                dirty_backends,
+                dirty_dedicated,
+            };
+            let mut me = Me {
+                token,
+                id: *id,
+                replies,
+                session,
+                conns,
+                lane,
+                spread,
+                coord,
+                scripts,
+                txm,
+            };
+            crate::txmove::rerun(&asks, &mut me, &mut ctx);
+        }
+        mark(&mut c.dirty, dirty_clients, token);
     }
 
     /// Runs client `token`'s script again, gathered with the undeclared keys it touched
@@ -1210,6 +1329,7 @@ impl Proxy {
                 spread,
                 coord,
                 scripts,
+                txm,
                 ..
             } = &mut *c;
             let mut ctx = Ctx {
@@ -1230,6 +1350,7 @@ impl Proxy {
                 spread,
                 coord,
                 scripts,
+                txm,
             };
             crate::exec::gather(
                 Some(seq),
@@ -1372,6 +1493,20 @@ fn deliver(
     if c.id != w.client_id {
         return;
     }
+    // A transaction's queued command or EXEC: a slot move is followed (`crate::txmove`).
+    if w.hops.tx {
+        match crate::txmove::delivered(c, w, reply) {
+            crate::txmove::Handled::No => {}
+            crate::txmove::Handled::Yes => {
+                mark(&mut c.dirty, dirty_clients, w.token);
+                return;
+            }
+            crate::txmove::Handled::Again => {
+                followups.push(w.token);
+                return;
+            }
+        }
+    }
     // A step of an EXEC spanning instances (`crate::coord`): the slot is filled once the
     // coordinator has the reply.
     if let Some(co) = c.coord.as_mut()
@@ -1425,6 +1560,13 @@ fn deliver(
 /// A coordinated run of client `c` is over with `done`: its slot is filled, unless it is a
 /// script to run again with one more key (`crate::coord::Scripts`).
 fn coord_done(c: &mut Client, seq: u64, done: &[u8], followups: &mut Vec<usize>, token: usize) {
+    if c.txm.exec == Some(seq) {
+        // A transaction's EXEC: a slot move is followed (`crate::txmove`).
+        if crate::txmove::finished(c, seq, done) == crate::txmove::Handled::Again {
+            followups.push(token);
+        }
+        return;
+    }
     match c.scripts.retried(seq, done) {
         Ok(true) => {}
         Ok(false) => c.replies.fill(seq, 0, done),

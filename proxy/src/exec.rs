@@ -118,6 +118,8 @@ pub(crate) struct Me<'a> {
     pub(crate) coord: &'a mut Option<Coordinator>,
     /// Its scripts in flight (`crate::coord::Scripts`).
     pub(crate) scripts: &'a mut crate::coord::Scripts,
+    /// Its transaction's run again after slots moved (`crate::txmove`).
+    pub(crate) txm: &'a mut crate::txmove::TxMoves,
 }
 
 impl Me<'_> {
@@ -140,6 +142,18 @@ impl Me<'_> {
             seq,
             part,
             hops: crate::client::Hops::NONE,
+        }
+    }
+
+    /// A waiter whose reply is looked at for slot moves (`crate::txmove`): a queued
+    /// command's, an EXEC's.
+    fn tx_waiter(&self, seq: u64, part: u32) -> Waiter {
+        Waiter {
+            hops: crate::client::Hops {
+                tx: true,
+                ..crate::client::Hops::NONE
+            },
+            ..self.waiter(seq, part)
         }
     }
 }
@@ -211,6 +225,14 @@ fn handle_request<A: Args + ?Sized>(
         let plan = route::plan(args, me.session, ctx.fleet);
         return run_plan(plan, args, raw, me, ctx);
     }
+    // An EXEC whose outcome may yet run the transaction again on the same connections
+    // (`crate::txmove`): later requests wait for it.
+    if me.txm.exec.is_some() {
+        if me.replies.pending_len() > 0 {
+            return Flow::Wait;
+        }
+        me.txm.exec = None; // answered by a path that does not look at moves
+    }
     if args.arg(0).eq_ignore_ascii_case(b"reset") {
         // RESET ends transactions, WATCH and subscriptions: their connections are closed
         // once everything asked before is answered; the router then answers +RESET.
@@ -263,6 +285,13 @@ fn in_transaction<A: Args + ?Sized>(
     // A lane switch can only have to wait while replies are pending; only then is the
     // state kept to be restored (a clone holds every queued request: not per command).
     let before = (!never_waits && me.replies.pending_len() > 0).then(|| me.session.tx.clone());
+    // EXEC keeps the queued requests, to run them again if a slot moved (`crate::txmove`).
+    let exec = me.session.tx.multi && crate::txmove::is_exec(args.arg(0));
+    if exec {
+        me.txm.at_exec(&mut me.session.tx);
+    }
+    let queued = !exec && me.session.tx.multi;
+    let kept = me.session.tx.unit_ends.len();
     let step = me
         .session
         .tx
@@ -295,6 +324,10 @@ fn in_transaction<A: Args + ?Sized>(
         }
         return Flow::Wait;
     }
+    // A request kept for a run again: its reply slot is the next one (`crate::txmove`).
+    if queued && me.session.tx.unit_ends.len() > kept {
+        me.txm.queued(me.replies.next_seq(), kept == 0);
+    }
     match step {
         Step::Reply(bytes) => me.replies.push_local(&bytes, false),
         Step::Quit => {
@@ -318,7 +351,19 @@ fn in_transaction<A: Args + ?Sized>(
                     d.send(request, None, 1);
                 }
                 let seq = me.replies.push_plain();
-                d.send(raw, Some(me.waiter(seq, 0)), 1);
+                // A queued command (still in MULTI) or the EXEC: looked at for slot moves.
+                let w = if queued && me.session.tx.multi {
+                    me.tx_waiter(seq, 0)
+                } else if exec {
+                    me.txm.exec = Some(seq);
+                    me.tx_waiter(seq, 0)
+                } else {
+                    if crate::txmove::is_discard(args.arg(0)) {
+                        me.txm.discarded(seq);
+                    }
+                    me.waiter(seq, 0)
+                };
+                d.send(raw, Some(w), 1);
                 mark(&mut d.dirty, ctx.dirty_dedicated, id);
             }
             Err(error) => {
@@ -335,7 +380,11 @@ fn in_transaction<A: Args + ?Sized>(
                         for request in &part.prelude {
                             d.send(request, None, 1);
                         }
-                        d.send(&part.request, Some(me.waiter(seq, p as u32)), 1);
+                        let w = match queued && me.session.tx.multi {
+                            true => me.tx_waiter(seq, p as u32),
+                            false => me.waiter(seq, p as u32),
+                        };
+                        d.send(&part.request, Some(w), 1);
                         mark(&mut d.dirty, ctx.dirty_dedicated, id);
                     }
                     Err(error) => {
@@ -347,13 +396,24 @@ fn in_transaction<A: Args + ?Sized>(
                 }
             }
         }
-        Step::Coordinate { engines, order } => coordinate(engines, order, me, ctx),
+        Step::Coordinate { engines, order } => {
+            let seq = me.replies.push_plain();
+            me.txm.exec = Some(seq);
+            coordinate_at(seq, engines, order, me, ctx);
+        }
         Step::Gather {
             unit,
             keys,
             engines,
-        } => gather(None, unit, keys, engines, true, me, ctx),
+        } => {
+            let seq = me.replies.push_plain();
+            me.txm.exec = Some(seq);
+            gather(Some(seq), unit, keys, engines, true, me, ctx);
+        }
         Step::EndAll { engines, reply } => {
+            if !exec {
+                me.txm.discarded(me.replies.next_seq());
+            }
             let seq = me
                 .replies
                 .push_parts(engines.len(), Merge::Fixed(reply.into_owned()));
@@ -389,14 +449,14 @@ fn in_transaction<A: Args + ?Sized>(
 }
 
 /// EXEC of a transaction spanning instances: the coordinator starts on the client's
-/// dedicated connections to them (`crate::coord`); its reply fills one slot.
-fn coordinate(
+/// dedicated connections to them (`crate::coord`); its reply fills slot `seq`.
+pub(crate) fn coordinate_at(
+    seq: u64,
     engines: Vec<(usize, bool)>,
     order: Vec<crate::coord::Entry>,
     me: &mut Me<'_>,
     ctx: &mut Ctx<'_>,
 ) {
-    let seq = me.replies.push_plain();
     let mut parts = Vec::with_capacity(engines.len());
     for (instance, multi) in engines {
         match me.conns.iter().find(|(i, _)| *i == instance) {
@@ -417,6 +477,7 @@ fn coordinate(
                         mark(&mut d.dirty, ctx.dirty_dedicated, id);
                     }
                 }
+                me.txm.answered_elsewhere(seq);
                 me.replies.fill(seq, 0, &error);
                 return;
             }
@@ -465,6 +526,7 @@ pub(crate) fn gather(
                         mark(&mut d.dirty, ctx.dirty_dedicated, p.conn);
                     }
                 }
+                me.txm.answered_elsewhere(seq);
                 me.replies.fill(seq, 0, &error);
                 return;
             }
@@ -559,6 +621,7 @@ fn begin_coordinator(mut coord: Coordinator, me: &mut Me<'_>, ctx: &mut Ctx<'_>)
         ctx.dedicated,
         ctx.dirty_dedicated,
     ) {
+        me.txm.answered_elsewhere(seq);
         me.replies.fill(seq, 0, &reply);
         return;
     }
@@ -782,7 +845,11 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
 
 /// The client's dedicated connection to `instance` ([`conn_for`]), made ready for an ordinary
 /// request: out of subscribed mode, in the client's database.
-fn ready_conn(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize, Vec<u8>> {
+pub(crate) fn ready_conn(
+    instance: usize,
+    me: &mut Me<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Result<usize, Vec<u8>> {
     let id = conn_for(instance, me, ctx)?;
     let d = ctx.dedicated.get_mut(id).expect("just looked up");
     d.pubsub = false;

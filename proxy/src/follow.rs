@@ -213,6 +213,12 @@ impl Moves {
         r.w.hops.asking = hop == Hop::Ask;
     }
 
+    /// A refresh is wanted (a transaction met a `-MOVED`, `crate::txmove`).
+    pub fn want_refresh(&mut self) {
+        self.wanted = true;
+        self.armed = true;
+    }
+
     /// The next delayed retry whose time has come.
     fn due_retry(&mut self, now: Instant) -> Option<Retry> {
         if self.delayed.front().is_some_and(|(t, _)| *t <= now) {

@@ -100,6 +100,7 @@ pub mod split;
 mod spread;
 pub mod tls;
 pub mod tx;
+mod txmove;
 
 use std::io;
 use std::sync::Arc;

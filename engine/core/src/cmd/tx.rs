@@ -274,6 +274,8 @@ pub fn discard(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         return Err(CmdError::Static("ERR DISCARD without MULTI"));
     }
     discard_transaction(e, c.client);
+    // An `ASKING` sent before MULTI lasted for the transaction only (cmd/cluster).
+    c.client.cluster.asking = false;
     c.w().ok();
     Ok(())
 }
@@ -367,6 +369,13 @@ fn watch_failed(e: &mut Engine, client: &Client, now_ms: u64) -> bool {
 /// `EXEC` → array of the queued commands' replies | null array (WATCH failed);
 /// `EXECABORT …` (a command was refused while queueing); `ERR EXEC without MULTI`.
 pub fn exec(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let result = exec_queued(e, c);
+    // An `ASKING` sent before MULTI lasted for the transaction only (cmd/cluster).
+    c.client.cluster.asking = false;
+    result
+}
+
+fn exec_queued(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     let Some(m) = c.client.tx.multi.take() else {
         return Err(CmdError::Static("ERR EXEC without MULTI"));
     };

@@ -465,13 +465,18 @@ pub fn redirect(
         return Route::Run;
     }
     // ASKING applies to the next command only (redis `resetClient` clears CLIENT_ASKING
-    // after each command but ASKING itself, except inside MULTI).
+    // after each command but ASKING itself, except inside MULTI). `ASKING` then `MULTI`
+    // keeps it for the whole transaction, the commands EXEC runs included, as in Redis
+    // (`resetClient` after MULTI finds the client in MULTI); EXEC and DISCARD clear it
+    // (`crate::cmd::tx`).
     let asking = client.cluster.asking;
     // A script's client keeps its caller's ASKING for every command the script runs (redis
     // `scriptVerifyClusterState` copies `CLIENT_ASKING` to each call).
     if asking
         && spec.name != "asking"
+        && spec.name != "multi"
         && !client.tx.in_multi()
+        && !client.tx.in_exec
         && client.addr != crate::script::SCRIPT_CLIENT_ADDR
     {
         client.cluster.asking = false;

@@ -104,6 +104,24 @@ fn a_migrating_slot_asks_and_an_importing_slot_needs_asking() {
         moved,
         "ASKING is one-shot"
     );
+    // ASKING then MULTI holds for the transaction, EXEC's commands included, and ends with
+    // EXEC (or DISCARD), as in Redis.
+    assert_eq!(run(&mut e1, &mut c1, &["ASKING"]), "+OK\r\n");
+    assert_eq!(run(&mut e1, &mut c1, &["MULTI"]), "+OK\r\n");
+    assert_eq!(run(&mut e1, &mut c1, &["SET", &k2, "t"]), "+QUEUED\r\n");
+    assert_eq!(run(&mut e1, &mut c1, &["GET", &k2]), "+QUEUED\r\n");
+    assert_eq!(run(&mut e1, &mut c1, &["EXEC"]), "*2\r\n+OK\r\n$1\r\nt\r\n");
+    assert_eq!(run(&mut e1, &mut c1, &["GET", &k2]), moved, "EXEC ends it");
+    assert_eq!(run(&mut e1, &mut c1, &["ASKING"]), "+OK\r\n");
+    assert_eq!(run(&mut e1, &mut c1, &["MULTI"]), "+OK\r\n");
+    assert_eq!(run(&mut e1, &mut c1, &["DISCARD"]), "+OK\r\n");
+    assert_eq!(
+        run(&mut e1, &mut c1, &["GET", &k2]),
+        moved,
+        "DISCARD ends it"
+    );
+    assert_eq!(run(&mut e1, &mut c1, &["ASKING"]), "+OK\r\n");
+    assert_eq!(run(&mut e1, &mut c1, &["SET", &k2, "w"]), "+OK\r\n");
     assert_eq!(run(&mut e1, &mut c1, &["ASKING"]), "+OK\r\n");
     assert_eq!(
         run(&mut e1, &mut c1, &["MGET", &k1, &k2]),

@@ -221,7 +221,10 @@ pub fn delivered(c: &mut Client, w: Waiter, reply: &[u8]) -> Handled {
 /// reply, or a run again.
 pub fn finished(c: &mut Client, seq: u64, reply: &[u8]) -> Handled {
     let t = &mut c.txm;
-    if !t.redirected {
+    // EXEC itself refused with a redirect: a queued command's slot moved after it was queued
+    // (the engine checks them again at EXEC, as Redis does, and ran none of them).
+    let exec_redirected = !t.redirected && reply.first() == Some(&b'-') && t.record(reply, None);
+    if !(t.redirected || exec_redirected) {
         t.exec = None;
         c.replies.fill(seq, 0, reply);
         return Handled::Yes;

@@ -221,3 +221,28 @@ fn a_watched_transaction_over_a_moved_slot_answers_null() {
     assert_eq!(escape(&p.cmd_str(&["INCR", &k])), "+QUEUED\\r\\n");
     assert_eq!(escape(&p.cmd_str(&["EXEC"])), "*1\\r\\n:2\\r\\n");
 }
+
+/// The slot moves after the commands were queued and before EXEC: the engine checks the
+/// queued commands again at EXEC (as Redis does) and refuses EXEC with the redirect, having
+/// run none of them; the proxy runs the transaction again on the new owner, and the client
+/// gets the array of one run.
+#[test]
+fn a_slot_moved_between_queueing_and_exec_runs_the_transaction_once() {
+    let m = start();
+    let (k, k2, slot) = keys_on_engine0("txlate");
+    let mut p = proxy(&m);
+    ok(&mut p, &["SET", &k, "old"]);
+    ok(&mut p, &["SET", &k2, "20"]);
+    ok(&mut p, &["MULTI"]);
+    assert_eq!(escape(&p.cmd_str(&["SET", &k, "late"])), "+QUEUED\\r\\n");
+    assert_eq!(escape(&p.cmd_str(&["INCR", &k2])), "+QUEUED\\r\\n");
+    // Now the whole slot moves and commits, behind the queued transaction's back.
+    m.start_move(&slot, &[&k, &k2]);
+    m.commit(&slot);
+    assert_eq!(escape(&p.cmd_str(&["EXEC"])), "*2\\r\\n+OK\\r\\n:21\\r\\n");
+    // One run, on the new owner; nothing was left behind at the source.
+    assert_eq!(m.on_engine(1, &k), "$4\\r\\nlate\\r\\n");
+    assert_eq!(m.on_engine(1, &k2), "$2\\r\\n21\\r\\n");
+    let count = Resp::connect(m.ports[0]).cmd_str(&["CLUSTER", "COUNTKEYSINSLOT", &slot]);
+    assert_eq!(escape(&count), ":0\\r\\n");
+}

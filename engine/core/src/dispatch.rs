@@ -171,7 +171,13 @@ fn exec_inner(
     }
     if route != crate::cmd::cluster::Route::Run {
         e.stats.rejected_calls += 1;
-        crate::cmd::tx::flag_error(client);
+        if spec.name == "exec" && !client.tx.in_exec {
+            // A queued command's slot moved: the transaction is dropped, none of it runs.
+            crate::cmd::tx::discard_transaction(e, client);
+            client.cluster.asking = false;
+        } else {
+            crate::cmd::tx::flag_error(client);
+        }
         return Flow::Continue;
     }
     // A client in MONITOR mode is treated as a replica: no keyspace access (monitor.rs).

@@ -9,7 +9,7 @@
 //!
 //! | command | does | reply |
 //! |---|---|---|
-//! | `TXLOCK timeout-ms` | locks the keys of this connection's queued transaction (their key specs, in its database) and of its WATCH; waits while another connection holds one of them | `:flags`: 1 = a watched key changed (EXEC would answer a null), 2 = the transaction is flagged by a queueing error (EXEC would answer EXECABORT); 0 = EXEC will run |
+//! | `TXLOCK timeout-ms` | locks the keys of this connection's queued transaction (their key specs, in its database) and of its WATCH; waits while another connection holds one of them | `:flags`: 1 = a watched key changed (EXEC would answer a null), 2 = the transaction is flagged by a queueing error, or a queued command's slot moved since it was queued (EXEC would answer EXECABORT or the redirect); 0 = EXEC will run |
 //! | `TXLOCK timeout-ms [KEYS n key…] [DUMP] [NOWAIT]` | also locks the `n` keys named; with `DUMP`, reads them too; with `NOWAIT`, answers `:4` and locks nothing when another connection holds one of the keys, instead of waiting | with `DUMP`: `[flags, payload₁, expiry₁, …]`: each key's `DUMP` payload (nil if missing) and `PEXPIRETIME` (-1: none, -2: missing) |
 //! | `TXGUEST key…` | marks keys of other engines, restored here for the gathered execution of a command spanning engines, as **guests** until `TXUNLOCK` | `+OK` |
 //! | `TXUNLOCK` | releases this connection's locks and guests | `+OK` |
@@ -253,7 +253,7 @@ pub fn txlock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     if crate::cmd::tx::watch_would_fail(e, c.client, c.now_ms) {
         flags |= 1;
     }
-    if c.client.tx.flagged() {
+    if c.client.tx.flagged() || crate::cmd::cluster::queued_moved(e, c.client, c.now_ms) {
         flags |= 2;
     }
     if !dump {

@@ -80,6 +80,17 @@ impl ClientTx {
         self.multi.as_ref().is_some_and(|m| m.aborted)
     }
 
+    /// Takes the open transaction out (see [`Self::restore`]), for a walk over its queue
+    /// that needs the client meanwhile (EXEC's cluster check).
+    pub(crate) fn take(&mut self) -> Option<Multi> {
+        self.multi.take()
+    }
+
+    /// Puts back what [`Self::take`] took.
+    pub(crate) fn restore(&mut self, multi: Option<Multi>) {
+        self.multi = multi;
+    }
+
     pub fn queued_write(&self) -> bool {
         self.queued_commands().any(|argv| {
             let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
@@ -90,13 +101,20 @@ impl ClientTx {
 }
 
 #[derive(Clone, Debug, Default)]
-struct Multi {
+pub(crate) struct Multi {
     /// Queued commands, argv each (name first).
     queue: Vec<Vec<Vec<u8>>>,
     /// Accounted bytes of `queue` (see [`MAX_QUEUED_BYTES`]).
     bytes: usize,
     /// A command was refused while queueing (redis `CLIENT_DIRTY_EXEC`).
     aborted: bool,
+}
+
+impl Multi {
+    /// The queued commands, argv each.
+    pub(crate) fn commands(&self) -> &[Vec<Vec<u8>>] {
+        &self.queue
+    }
 }
 
 /// One client watching one key.
@@ -239,7 +257,7 @@ fn unwatch_client(e: &mut Engine, client: &mut Client) {
 }
 
 /// redis `discardTransaction`: drops the queue and the watched keys.
-fn discard_transaction(e: &mut Engine, client: &mut Client) {
+pub(crate) fn discard_transaction(e: &mut Engine, client: &mut Client) {
     client.tx.multi = None;
     unwatch_client(e, client);
 }

@@ -482,6 +482,11 @@ pub fn redirect(
         client.cluster.asking = false;
     }
     client.cluster.asked = asking;
+    // EXEC: its queued commands again, each as when it was queued, since a slot may have
+    // moved meanwhile (redis `getNodeByQuery` walks `mstate` for EXEC).
+    if spec.name == "exec" && client.tx.in_multi() && !client.tx.in_exec {
+        return exec_route(e, client, now_ms, holds, out);
+    }
     // The one key extractor (redis `getNodeByQuery` → `getKeysFromCommandWithSpecs`): a
     // request whose keys cannot be found is keyless here, so its handler answers the error.
     let keys = crate::command::keys(spec, argv);
@@ -596,6 +601,44 @@ pub fn redirect(
         out,
     );
     Route::Refused
+}
+
+/// Whether EXEC would be refused now because a queued command's slot moved since it was
+/// queued (`TXLOCK` reports it as a refused transaction: the proxy's coordinator then runs no
+/// engine's part, `crate::txlock`).
+pub fn queued_moved(e: &Engine, client: &mut Client, now_ms: u64) -> bool {
+    client.tx.in_multi() && exec_route(e, client, now_ms, false, &mut Vec::new()) != Route::Run
+}
+
+/// [`redirect`] of EXEC: the first queued command that may not run here gives EXEC's answer
+/// (the dispatcher then discards the transaction, as redis `processCommand` does), so no
+/// transaction runs in part because one of its slots moved after it was queued.
+fn exec_route(
+    e: &Engine,
+    client: &mut Client,
+    now_ms: u64,
+    holds: bool,
+    out: &mut Vec<u8>,
+) -> Route {
+    let multi = client.tx.take();
+    // The queued commands are checked outside MULTI here: keep ASKING as EXEC found it.
+    let (asking, asked) = (client.cluster.asking, client.cluster.asked);
+    let mut route = Route::Run;
+    for argv in multi.iter().flat_map(|m| m.commands()) {
+        let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let Ok((spec, _)) = crate::dispatch::resolve(&args) else {
+            continue;
+        };
+        client.cluster.asking = asking;
+        route = redirect(e, client, spec, &args, now_ms, holds, out);
+        if route != Route::Run {
+            break;
+        }
+    }
+    client.cluster.asking = asking;
+    client.cluster.asked = asked;
+    client.tx.restore(multi);
+    route
 }
 
 /// `-MOVED <slot> <host>:<port>` of node `owner`.

@@ -476,3 +476,71 @@ fn a_held_slot_postpones_what_would_be_asked() {
     assert_eq!(flow, Flow::Continue);
     assert_eq!(reply, format!("-ASK {s} 127.0.0.1:7001\r\n"));
 }
+
+/// EXEC checks its queued commands again, as redis `getNodeByQuery` does: a slot that moved
+/// after a command was queued makes EXEC answer the redirect and drops the transaction, so
+/// none of it runs (the proxy then runs it again on the new owners).
+#[test]
+fn exec_refuses_a_transaction_whose_slot_moved_after_queueing() {
+    let mut e0 = engine(&NODES, 0);
+    let mut c = client();
+    let (k1, k2, s) = slot_keys();
+    let other = (0..)
+        .map(|i| format!("other{i}"))
+        .find(|k| slot::instance_for_key(k.as_bytes(), 2) == 0 && slot::key_slot(k.as_bytes()) != s)
+        .unwrap();
+    let id1 = node_id(NODES[1]);
+    let ss = s.to_string();
+    assert_eq!(run(&mut e0, &mut c, &["SET", &k1, "old"]), "+OK\r\n");
+    assert_eq!(run(&mut e0, &mut c, &["MULTI"]), "+OK\r\n");
+    assert_eq!(run(&mut e0, &mut c, &["SET", &other, "x"]), "+QUEUED\r\n");
+    assert_eq!(run(&mut e0, &mut c, &["SET", &k2, "new"]), "+QUEUED\r\n");
+    // k2's slot moves away (k1, also in it, went with it) before EXEC.
+    let mut mover = client();
+    assert_eq!(run(&mut e0, &mut mover, &["DEL", &k1]), ":1\r\n");
+    assert_eq!(
+        run(
+            &mut e0,
+            &mut mover,
+            &["CLUSTER", "SETSLOT", &ss, "NODE", &id1]
+        ),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        run(&mut e0, &mut c, &["EXEC"]),
+        format!("-MOVED {s} 127.0.0.1:7001\r\n")
+    );
+    // Nothing ran, and the transaction is gone.
+    assert_eq!(run(&mut e0, &mut c, &["GET", &other]), "$-1\r\n");
+    assert_eq!(
+        run(&mut e0, &mut c, &["EXEC"]),
+        "-ERR EXEC without MULTI\r\n"
+    );
+    // Migrating, the key moved after it was queued: -ASK; with the key still here, EXEC runs.
+    let mut e0 = engine(&NODES, 0);
+    run(&mut e0, &mut mover, &["SET", &k1, "here"]);
+    run(
+        &mut e0,
+        &mut mover,
+        &["CLUSTER", "SETSLOT", &ss, "MIGRATING", &id1],
+    );
+    assert_eq!(run(&mut e0, &mut c, &["MULTI"]), "+OK\r\n");
+    assert_eq!(run(&mut e0, &mut c, &["SET", &other, "x"]), "+QUEUED\r\n");
+    assert_eq!(run(&mut e0, &mut c, &["GET", &k1]), "+QUEUED\r\n");
+    assert_eq!(run(&mut e0, &mut mover, &["DEL", &k1]), ":1\r\n");
+    assert_eq!(
+        run(&mut e0, &mut c, &["EXEC"]),
+        format!("-ASK {s} 127.0.0.1:7001\r\n")
+    );
+    assert_eq!(run(&mut e0, &mut c, &["GET", &other]), "$-1\r\n");
+    run(&mut e0, &mut mover, &["CLUSTER", "SETSLOT", &ss, "STABLE"]);
+    run(&mut e0, &mut mover, &["SET", &k1, "here"]);
+    run(
+        &mut e0,
+        &mut mover,
+        &["CLUSTER", "SETSLOT", &ss, "MIGRATING", &id1],
+    );
+    assert_eq!(run(&mut e0, &mut c, &["MULTI"]), "+OK\r\n");
+    assert_eq!(run(&mut e0, &mut c, &["GET", &k1]), "+QUEUED\r\n");
+    assert_eq!(run(&mut e0, &mut c, &["EXEC"]), "*1\r\n$4\r\nhere\r\n");
+}

@@ -1242,6 +1242,12 @@ impl Proxy {
             .iter()
             .filter_map(|(i, slot, addr)| self.instance_named(addr, now).map(|j| (*i, *slot, j)))
             .collect();
+        self.with_client(token, |me, ctx| crate::txmove::rerun(&asks, me, ctx));
+    }
+
+    /// Runs `f` on client `token` as the request loop sees it (its [`Me`] and the shared
+    /// [`Ctx`]), then marks the client to be flushed. Nothing when the client is gone.
+    fn with_client(&mut self, token: usize, f: impl FnOnce(&mut Me, &mut Ctx)) {
         let Proxy {
             clients,
             poll,
@@ -1289,7 +1295,7 @@ impl Proxy {
                 scripts,
                 txm,
             };
-            crate::txmove::rerun(&asks, &mut me, &mut ctx);
+            f(&mut me, &mut ctx);
         }
         mark(&mut c.dirty, dirty_clients, token);
     }
@@ -1297,18 +1303,7 @@ impl Proxy {
     /// Runs client `token`'s script again, gathered with the undeclared keys it touched
     /// (`crate::coord::Scripts`); its reply fills the script's slot.
     fn retry_script(&mut self, token: usize) {
-        let Proxy {
-            clients,
-            poll,
-            backends,
-            dedicated,
-            fleet,
-            dirty_backends,
-            dirty_dedicated,
-            dirty_clients,
-            ..
-        } = self;
-        let Some(c) = clients.get_mut(token) else {
+        let Some(c) = self.clients.get_mut(token) else {
             return;
         };
         if c.coord.is_some() {
@@ -1319,50 +1314,9 @@ impl Proxy {
         };
         r.started = true;
         let (seq, request, keys) = (r.seq, r.request.clone(), r.keys.clone());
-        {
-            let Client {
-                id,
-                replies,
-                session,
-                conns,
-                lane,
-                spread,
-                coord,
-                scripts,
-                txm,
-                ..
-            } = &mut *c;
-            let mut ctx = Ctx {
-                registry: poll.registry(),
-                backends,
-                dedicated,
-                fleet,
-                dirty_backends,
-                dirty_dedicated,
-            };
-            let mut me = Me {
-                token,
-                id: *id,
-                replies,
-                session,
-                conns,
-                lane,
-                spread,
-                coord,
-                scripts,
-                txm,
-            };
-            crate::exec::gather(
-                Some(seq),
-                vec![request],
-                keys,
-                Vec::new(),
-                false,
-                &mut me,
-                &mut ctx,
-            );
-        }
-        mark(&mut c.dirty, dirty_clients, token);
+        self.with_client(token, |me, ctx| {
+            crate::exec::gather(Some(seq), vec![request], keys, Vec::new(), false, me, ctx);
+        });
     }
 
     fn flush_all(&mut self) {

@@ -81,6 +81,8 @@ struct Parked {
     /// Re-run even when the key is gone or holds another type (XREADGROUP, which then
     /// answers `-UNBLOCKED`, redis `unblockDeletedStreamReadgroupClients`).
     rerun_when_gone: bool,
+    /// The connection's local address (the host a `-MOVED` announces, [`redirect_moved`]).
+    laddr: String,
 }
 
 /// The engine's registry of parked clients.
@@ -296,6 +298,7 @@ pub fn block_for(
             deadline_us,
             kind,
             rerun_when_gone: c.spec.name == "xreadgroup",
+            laddr: c.client.laddr.clone(),
         },
     );
     c.flow = Flow::Block;
@@ -492,6 +495,36 @@ pub fn timeouts(e: &mut Engine, now_us: u64) {
             bytes,
             unblock: true,
         });
+    }
+}
+
+/// Cluster mode, each cron tick: a parked client whose keys' slot moved away (its owner
+/// changed, and it is not being imported here) is answered the `-MOVED` (or `-CLUSTERDOWN`)
+/// a new request would get and unblocked, instead of waiting for pushes that now go to the
+/// new owner (redis `clientsCronHandleTimeout` → `clusterRedirectBlockedClientIfNeeded`; all
+/// of a blocking command's keys are in one slot, so the first decides).
+pub fn redirect_moved(e: &mut Engine) {
+    if e.blocking.parked.is_empty() || !e.cluster.enabled() {
+        return;
+    }
+    let mut gone = Vec::new();
+    for (&id, p) in &e.blocking.parked {
+        let Some((_, key)) = p.keys.first().map(|q| crate::keyspace::unqualify(q)) else {
+            continue;
+        };
+        if let Some(bytes) = crate::cmd::cluster::blocked_redirect(e, key, &p.laddr) {
+            gone.push((id, bytes));
+        }
+    }
+    for (id, bytes) in gone {
+        if let Some(p) = e.blocking.take(id) {
+            count_answered(e, &p, false);
+            e.deliveries.push(Delivery {
+                client_id: id,
+                bytes,
+                unblock: true,
+            });
+        }
     }
 }
 

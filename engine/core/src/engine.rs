@@ -521,6 +521,7 @@ impl Engine {
         crate::pause::cron(self, now_us);
         crate::txlock::cron(self, now_us);
         crate::cmd::cluster::hold::cron(self, now_us);
+        crate::blocking::redirect_moved(self);
         crate::slotkeys::cron(self, now_us / 1000);
         // The cycle is timed for LATENCY's `expire-cycle` event (redis `activeExpireCycle`):
         // the expiry of every database, the values it expires freed inside.

@@ -641,6 +641,32 @@ fn exec_route(
     route
 }
 
+/// A client parked on `key` (BLPOP…) whose slot is no longer served here and is not being
+/// imported: the error that unblocks it, `-MOVED` to the owner or `-CLUSTERDOWN` (redis
+/// `clusterRedirectBlockedClientIfNeeded`, run from its clients cron). `laddr`: the client's
+/// local address, for the announced host.
+pub(crate) fn blocked_redirect(e: &Engine, key: &[u8], laddr: &str) -> Option<Vec<u8>> {
+    let cluster = &e.cluster;
+    if !cluster.enabled() {
+        return None;
+    }
+    let s = slot::key_slot(key);
+    let owner = cluster.owner_of(s);
+    if usize::from(owner) == cluster.me || cluster.importing.contains_key(&s) {
+        return None;
+    }
+    if owner == UNASSIGNED {
+        return Some(UNBOUND.to_vec());
+    }
+    let client = Client {
+        laddr: laddr.to_string(),
+        ..Client::default()
+    };
+    let mut out = Vec::new();
+    moved(cluster, s, usize::from(owner), &client, &mut out);
+    Some(out)
+}
+
 /// `-MOVED <slot> <host>:<port>` of node `owner`.
 fn moved(cluster: &Cluster, slot: u16, owner: usize, client: &Client, out: &mut Vec<u8>) {
     out.extend_from_slice(b"-MOVED ");

@@ -544,3 +544,46 @@ fn exec_refuses_a_transaction_whose_slot_moved_after_queueing() {
     assert_eq!(run(&mut e0, &mut c, &["GET", &k1]), "+QUEUED\r\n");
     assert_eq!(run(&mut e0, &mut c, &["EXEC"]), "*1\r\n$4\r\nhere\r\n");
 }
+
+/// A client parked on a key whose slot then moves away is answered `-MOVED` to the new owner
+/// at the next cron tick and unblocked (redis `clusterRedirectBlockedClientIfNeeded`); one
+/// parked on a slot being imported here keeps waiting.
+#[test]
+fn a_parked_client_whose_slot_moved_away_gets_moved() {
+    let mut e0 = engine(&NODES, 0);
+    let (k1, _, s) = slot_keys();
+    let id1 = node_id(NODES[1]);
+    let ss = s.to_string();
+    let now = 1_700_000_000_000_000u64;
+    let mut blocked = Client { id: 7, ..client() };
+    let argv: Vec<&[u8]> = vec![b"BLPOP", k1.as_bytes(), b"0"];
+    let mut out = Vec::new();
+    assert_eq!(e0.exec(&mut blocked, &argv, now, &mut out), Flow::Block);
+    let mut admin = Client { id: 8, ..client() };
+    // Imported back here: still waiting.
+    run(
+        &mut e0,
+        &mut admin,
+        &["CLUSTER", "SETSLOT", &ss, "NODE", &id1],
+    );
+    run(
+        &mut e0,
+        &mut admin,
+        &["CLUSTER", "SETSLOT", &ss, "IMPORTING", &id1],
+    );
+    e0.cron(now);
+    let mut got = Vec::new();
+    e0.take_deliveries(&mut got);
+    assert!(got.is_empty(), "{got:?}");
+    // Served elsewhere: -MOVED, unblocked.
+    run(&mut e0, &mut admin, &["CLUSTER", "SETSLOT", &ss, "STABLE"]);
+    e0.cron(now);
+    e0.take_deliveries(&mut got);
+    assert_eq!(got.len(), 1);
+    assert!(got[0].unblock && got[0].client_id == 7);
+    assert_eq!(
+        String::from_utf8_lossy(&got[0].bytes),
+        format!("-MOVED {s} 127.0.0.1:7001\r\n")
+    );
+    assert_eq!(e0.blocking.len(), 0);
+}

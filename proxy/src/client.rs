@@ -67,6 +67,9 @@ pub struct Hops {
     /// A transaction's queued command or EXEC on a dedicated connection: its reply is
     /// looked at for slot moves (`crate::txmove`).
     pub tx: bool,
+    /// A blocking command on a dedicated connection: its reply is looked at for slot moves
+    /// (`crate::blockmove`).
+    pub block: bool,
 }
 
 impl Hops {
@@ -77,6 +80,7 @@ impl Hops {
         tries: 0,
         asking: false,
         tx: false,
+        block: false,
     };
 }
 
@@ -326,6 +330,8 @@ pub struct Client {
     pub scripts: crate::coord::Scripts,
     /// Its transaction's run again after slots moved (`crate::txmove`).
     pub txm: crate::txmove::TxMoves,
+    /// Its blocking commands sent again after slots moved (`crate::blockmove`).
+    pub bmove: crate::blockmove::BlockMoves,
     /// Paused until its pending replies are in, to switch lanes.
     pub wait_lane: bool,
     /// TLS state, for a client of the TLS port.
@@ -402,6 +408,7 @@ impl Client {
             coord: None,
             scripts: Default::default(),
             txm: Default::default(),
+            bmove: Default::default(),
             wait_lane: false,
             tls: None,
             last_request: Instant::now(),

@@ -156,6 +156,8 @@ pub struct Proxy {
     followups: Vec<usize>,
     /// Clients whose transaction runs again later, after a `-TRYAGAIN` (`crate::txmove`).
     tx_reruns: Vec<usize>,
+    /// Clients with blocking commands to send again after slot moves (`crate::blockmove`).
+    block_resends: Vec<usize>,
     shutdown: Arc<AtomicBool>,
 }
 
@@ -236,6 +238,7 @@ impl Proxy {
             close_after_coord: Vec::new(),
             followups: Vec::new(),
             tx_reruns: Vec::new(),
+            block_resends: Vec::new(),
             shutdown,
         })
     }
@@ -349,6 +352,11 @@ impl Proxy {
         }
         for &token in &self.tx_reruns {
             if let Some(due) = self.clients.get(token).and_then(|c| c.txm.due) {
+                wait = wait.min(due.saturating_duration_since(now));
+            }
+        }
+        for &token in &self.block_resends {
+            if let Some(due) = self.clients.get(token).and_then(|c| c.bmove.due()) {
                 wait = wait.min(due.saturating_duration_since(now));
             }
         }
@@ -973,6 +981,7 @@ impl Proxy {
             coord,
             scripts,
             txm,
+            bmove,
             wait_lane,
             last_request,
             ..
@@ -996,6 +1005,7 @@ impl Proxy {
             coord,
             scripts,
             txm,
+            bmove,
         };
         let out_before = me.replies.unsent();
         let mut parsed = false;
@@ -1164,6 +1174,9 @@ impl Proxy {
             if c.coord.is_none() && c.txm.due.is_some() && !self.tx_reruns.contains(&token) {
                 self.tx_reruns.push(token);
             }
+            if c.bmove.due().is_some() && !self.block_resends.contains(&token) {
+                self.block_resends.push(token);
+            }
             for f in std::mem::take(&mut c.replies.followups) {
                 let link = self.fleet.primary(f.instance);
                 let b = &mut self.backends[link];
@@ -1191,6 +1204,49 @@ impl Proxy {
         }
         if !self.tx_reruns.is_empty() {
             self.tx_reruns_due(Instant::now());
+        }
+        if !self.block_resends.is_empty() {
+            self.block_resends_due(Instant::now());
+        }
+    }
+
+    /// Sends again the blocking commands whose time has come (`crate::blockmove`): each
+    /// `-MOVED` applied to the table first (and a refresh asked for).
+    fn block_resends_due(&mut self, now: Instant) {
+        use crate::blockmove::Next;
+        let mut k = 0;
+        while k < self.block_resends.len() {
+            let token = self.block_resends[k];
+            let Some(c) = self.clients.get_mut(token) else {
+                self.block_resends.swap_remove(k);
+                continue;
+            };
+            let due = c.bmove.take_due(now);
+            if c.bmove.due().is_some() {
+                k += 1;
+            } else {
+                self.block_resends.swap_remove(k);
+            }
+            for p in due {
+                let (last, asking) = crate::blockmove::last(&p);
+                let to = match p.next() {
+                    Next::Moved { slot, addr } => {
+                        let j = self.instance_named(addr, now);
+                        if let Some(j) = j {
+                            self.fleet.slots.set(*slot, j);
+                        }
+                        self.redirects.want_refresh();
+                        self.refresh_if_wanted(now);
+                        j.map(|j| (j, false))
+                    }
+                    Next::Ask { addr } => self.instance_named(addr, now).map(|j| (j, true)),
+                    Next::Same | Next::Wait => Some((last, asking)),
+                };
+                let (to, asking) = to.unwrap_or((last, asking));
+                self.with_client(token, |me, ctx| {
+                    crate::blockmove::resend(p, to, asking, me, ctx);
+                });
+            }
         }
     }
 
@@ -1273,6 +1329,7 @@ impl Proxy {
                 coord,
                 scripts,
                 txm,
+                bmove,
                 ..
             } = &mut *c;
             let mut ctx = Ctx {
@@ -1294,6 +1351,7 @@ impl Proxy {
                 coord,
                 scripts,
                 txm,
+                bmove,
             };
             f(&mut me, &mut ctx);
         }
@@ -1460,6 +1518,11 @@ fn deliver(
                 return;
             }
         }
+    }
+    // A blocking command on one instance: a slot move is followed (`crate::blockmove`).
+    if w.hops.block && crate::blockmove::delivered(c, w, reply) {
+        followups.push(w.token);
+        return;
     }
     // A step of an EXEC spanning instances (`crate::coord`): the slot is filled once the
     // coordinator has the reply.

@@ -120,6 +120,8 @@ pub(crate) struct Me<'a> {
     pub(crate) scripts: &'a mut crate::coord::Scripts,
     /// Its transaction's run again after slots moved (`crate::txmove`).
     pub(crate) txm: &'a mut crate::txmove::TxMoves,
+    /// Its blocking commands sent again after slots moved (`crate::blockmove`).
+    pub(crate) bmove: &'a mut crate::blockmove::BlockMoves,
 }
 
 impl Me<'_> {
@@ -951,6 +953,9 @@ fn run_plan<A: Args + ?Sized>(
     me: &mut Me<'_>,
     ctx: &mut Ctx<'_>,
 ) -> Flow {
+    // A blocking command proper (not a tracking client's forward below): followed when its
+    // slot moves (`crate::blockmove`).
+    let blocking = matches!(plan, Plan::Blocking(_));
     // Client-side caching: the instance tracks what it serves this client on the client's
     // own connection, where its invalidations then arrive (see the module docs).
     let plan = match plan {
@@ -1013,7 +1018,13 @@ fn run_plan<A: Args + ?Sized>(
                     d.pubsub = false;
                     sync_db(d, id, me.session.db, ctx.dirty_dedicated);
                     let seq = me.replies.push_plain();
-                    d.send(raw, Some(me.waiter(seq, 0)), 1);
+                    let w = if blocking {
+                        me.bmove.sent(seq, raw, i);
+                        crate::blockmove::waiter(me.token, me.id, seq)
+                    } else {
+                        me.waiter(seq, 0)
+                    };
+                    d.send(raw, Some(w), 1);
                     mark(&mut d.dirty, ctx.dirty_dedicated, id);
                 }
                 Err(error) => me.replies.push_local(&error, false),

@@ -83,6 +83,7 @@
 
 pub mod auth;
 mod backend;
+mod blockmove;
 mod client;
 pub mod clients;
 pub mod connection;

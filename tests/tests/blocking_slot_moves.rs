@@ -148,3 +148,29 @@ fn a_blpop_on_a_slot_moved_before_parks_at_the_new_owner() {
     let got = escape(&blocked.read_frame());
     assert_eq!(got, format!("*2\\r\\n${}\\r\\n{k}\\r\\n$1\\r\\nw\\r\\n", k.len()));
 }
+
+/// (4) XREAD … BLOCK with `$`: sent again on engine 1, it answers the entry added there.
+#[test]
+fn a_parked_xread_block_follows_its_slot_to_the_new_owner() {
+    let m = start();
+    let (k, slot) = key_on_engine0("bmove-stream");
+    let mut blocked = Resp::connect(m.fleet.proxy_port);
+    send(&mut blocked, &["XREAD", "BLOCK", "0", "STREAMS", &k, "$"]);
+    m.wait_blocked_on_engine0();
+    m.move_slot(&slot);
+    m.wait_unblocked_on_engine0();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut pusher = Resp::connect(m.fleet.proxy_port);
+    assert_eq!(
+        escape(&pusher.cmd_str(&["XADD", &k, "5-1", "f", "v"])),
+        "$3\\r\\n5-1\\r\\n"
+    );
+    let got = escape(&blocked.read_frame());
+    assert_eq!(
+        got,
+        format!(
+            "*1\\r\\n*2\\r\\n${}\\r\\n{k}\\r\\n*1\\r\\n*2\\r\\n$3\\r\\n5-1\\r\\n*2\\r\\n$1\\r\\nf\\r\\n$1\\r\\nv\\r\\n",
+            k.len()
+        )
+    );
+}

@@ -243,7 +243,12 @@ mod tests {
             }
         );
         assert!(redirected(&mut p, b"-ASK 12 127.0.0.1:7002\r\n", now));
-        assert_eq!(p.next(), &Next::Ask { addr: "127.0.0.1:7002".into() });
+        assert_eq!(
+            p.next(),
+            &Next::Ask {
+                addr: "127.0.0.1:7002".into()
+            }
+        );
         assert!(redirected(&mut p, b"-TRYAGAIN slot moving\r\n", now));
         assert_eq!(p.next(), &Next::Same);
         assert_eq!(p.due, Some(now + TRYAGAIN_DELAY));

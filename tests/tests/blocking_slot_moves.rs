@@ -65,7 +65,10 @@ impl Moving {
             if info.contains("blocked_clients:0") {
                 return;
             }
-            assert!(Instant::now() < deadline, "still blocked on engine 0: {info}");
+            assert!(
+                Instant::now() < deadline,
+                "still blocked on engine 0: {info}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -101,7 +104,10 @@ fn a_parked_blpop_follows_its_slot_to_the_new_owner() {
     let mut pusher = Resp::connect(m.fleet.proxy_port);
     assert_eq!(escape(&pusher.cmd_str(&["LPUSH", &k, "v"])), ":1\\r\\n");
     let got = escape(&blocked.read_frame());
-    assert_eq!(got, format!("*2\\r\\n${}\\r\\n{k}\\r\\n$1\\r\\nv\\r\\n", k.len()));
+    assert_eq!(
+        got,
+        format!("*2\\r\\n${}\\r\\n{k}\\r\\n$1\\r\\nv\\r\\n", k.len())
+    );
     // The list is on engine 1 now, emptied by the pop.
     let count = Resp::connect(m.ports[1]).cmd_str(&["CLUSTER", "COUNTKEYSINSLOT", &slot]);
     assert_eq!(escape(&count), ":0\\r\\n");
@@ -146,7 +152,10 @@ fn a_blpop_on_a_slot_moved_before_parks_at_the_new_owner() {
     let mut e1 = Resp::connect(m.ports[1]);
     assert_eq!(escape(&e1.cmd_str(&["RPUSH", &k, "w"])), ":1\\r\\n");
     let got = escape(&blocked.read_frame());
-    assert_eq!(got, format!("*2\\r\\n${}\\r\\n{k}\\r\\n$1\\r\\nw\\r\\n", k.len()));
+    assert_eq!(
+        got,
+        format!("*2\\r\\n${}\\r\\n{k}\\r\\n$1\\r\\nw\\r\\n", k.len())
+    );
 }
 
 /// (4) XREAD … BLOCK with `$`: sent again on engine 1, it answers the entry added there.

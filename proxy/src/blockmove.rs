@@ -33,7 +33,9 @@
 use std::time::Instant;
 
 use crate::client::{Client, Hops, Waiter};
+use crate::event_loop::Proxy;
 use crate::exec::{Ctx, Me};
+use crate::follow::Follower;
 use crate::redirect::{ASKING, MAX_REDIRECTS, MAX_TRIES, Redirect, TRYAGAIN_DELAY, parse};
 
 /// One blocking request of a client whose reply is awaited.
@@ -213,6 +215,47 @@ pub(crate) fn resend(
 /// The instance `p` was last sent to, and whether after `ASKING`.
 pub fn last(p: &Pending) -> (usize, bool) {
     (p.instance, p.asking)
+}
+
+impl Proxy {
+    /// Sends again the blocking commands whose time has come (`crate::blockmove`): each
+    /// `-MOVED` applied to the table first (and a refresh asked for).
+    pub(crate) fn block_resends_due(&mut self, now: Instant) {
+        let mut k = 0;
+        while k < self.block_resends.len() {
+            let token = self.block_resends[k];
+            let Some(c) = self.clients.get_mut(token) else {
+                self.block_resends.swap_remove(k);
+                continue;
+            };
+            let due = c.bmove.take_due(now);
+            if c.bmove.due().is_some() {
+                k += 1;
+            } else {
+                self.block_resends.swap_remove(k);
+            }
+            for p in due {
+                let (last, asking) = last(&p);
+                let to = match p.next() {
+                    Next::Moved { slot, addr } => {
+                        let j = self.instance_named(addr, now);
+                        if let Some(j) = j {
+                            self.fleet.slots.set(*slot, j);
+                        }
+                        self.redirects.want_refresh();
+                        self.refresh_if_wanted(now);
+                        j.map(|j| (j, false))
+                    }
+                    Next::Ask { addr } => self.instance_named(addr, now).map(|j| (j, true)),
+                    Next::Same | Next::Wait => Some((last, asking)),
+                };
+                let (to, asking) = to.unwrap_or((last, asking));
+                self.with_client(token, |me, ctx| {
+                    resend(p, to, asking, me, ctx);
+                });
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -122,7 +122,7 @@ pub struct Proxy {
     /// timeout) uses it. A clock read costs ~26 instructions, and reading it wherever a time
     /// was needed made eight reads per proxied request.
     now: Instant,
-    clients: Slab<Client>,
+    pub(crate) clients: Slab<Client>,
     pub(crate) backends: Vec<Backend>,
     /// Indices of the links that are not dormant, the only ones the loop's per-iteration
     /// checks (congestion, poll timeout, retries) visit: the link table has a link per
@@ -157,7 +157,7 @@ pub struct Proxy {
     /// Clients whose transaction runs again later, after a `-TRYAGAIN` (`crate::txmove`).
     tx_reruns: Vec<usize>,
     /// Clients with blocking commands to send again after slot moves (`crate::blockmove`).
-    block_resends: Vec<usize>,
+    pub(crate) block_resends: Vec<usize>,
     shutdown: Arc<AtomicBool>,
 }
 
@@ -1210,46 +1210,6 @@ impl Proxy {
         }
     }
 
-    /// Sends again the blocking commands whose time has come (`crate::blockmove`): each
-    /// `-MOVED` applied to the table first (and a refresh asked for).
-    fn block_resends_due(&mut self, now: Instant) {
-        use crate::blockmove::Next;
-        let mut k = 0;
-        while k < self.block_resends.len() {
-            let token = self.block_resends[k];
-            let Some(c) = self.clients.get_mut(token) else {
-                self.block_resends.swap_remove(k);
-                continue;
-            };
-            let due = c.bmove.take_due(now);
-            if c.bmove.due().is_some() {
-                k += 1;
-            } else {
-                self.block_resends.swap_remove(k);
-            }
-            for p in due {
-                let (last, asking) = crate::blockmove::last(&p);
-                let to = match p.next() {
-                    Next::Moved { slot, addr } => {
-                        let j = self.instance_named(addr, now);
-                        if let Some(j) = j {
-                            self.fleet.slots.set(*slot, j);
-                        }
-                        self.redirects.want_refresh();
-                        self.refresh_if_wanted(now);
-                        j.map(|j| (j, false))
-                    }
-                    Next::Ask { addr } => self.instance_named(addr, now).map(|j| (j, true)),
-                    Next::Same | Next::Wait => Some((last, asking)),
-                };
-                let (to, asking) = to.unwrap_or((last, asking));
-                self.with_client(token, |me, ctx| {
-                    crate::blockmove::resend(p, to, asking, me, ctx);
-                });
-            }
-        }
-    }
-
     /// Runs again the transactions whose time has come (`crate::txmove`).
     fn tx_reruns_due(&mut self, now: Instant) {
         let mut k = 0;
@@ -1303,7 +1263,7 @@ impl Proxy {
 
     /// Runs `f` on client `token` as the request loop sees it (its [`Me`] and the shared
     /// [`Ctx`]), then marks the client to be flushed. Nothing when the client is gone.
-    fn with_client(&mut self, token: usize, f: impl FnOnce(&mut Me, &mut Ctx)) {
+    pub(crate) fn with_client(&mut self, token: usize, f: impl FnOnce(&mut Me, &mut Ctx)) {
         let Proxy {
             clients,
             poll,

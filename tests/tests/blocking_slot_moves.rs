@@ -10,7 +10,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use engine_core::cmd::cluster::node_id;
 use engine_core::slot::{instance_for_key, key_slot};
 
 struct Moving {
@@ -21,12 +20,7 @@ struct Moving {
 
 fn start() -> Moving {
     let fleet = ClusterWithProxy::start();
-    let nodes: Vec<String> = fleet.nodes.split(',').map(str::to_string).collect();
-    let ports = nodes
-        .iter()
-        .map(|n| n.rsplit(':').next().unwrap().parse().unwrap())
-        .collect();
-    let ids = nodes.iter().map(|n| node_id(n)).collect();
+    let (ports, ids) = (fleet.engine_ports(), fleet.node_ids());
     Moving { fleet, ports, ids }
 }
 

@@ -19,7 +19,6 @@ use common::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use engine_core::cmd::cluster::node_id;
 use engine_core::slot::{SLOTS, instance_for_key, key_slot};
 
 #[test]
@@ -31,12 +30,9 @@ fn a_held_slot_moves_to_a_node_redis_py_does_not_know_without_an_error() {
         python.display()
     );
     let fleet = ClusterWithProxy::start();
-    let nodes: Vec<&str> = fleet.nodes.split(',').collect();
-    let ports: Vec<u16> = nodes
-        .iter()
-        .map(|n| n.rsplit(':').next().unwrap().parse().unwrap())
-        .collect();
-    let (id0, id1) = (node_id(nodes[0]), node_id(nodes[1]));
+    let ports = fleet.engine_ports();
+    let ids = fleet.node_ids();
+    let (id0, id1) = (ids[0].clone(), ids[1].clone());
     // Engine 1 gives every slot to engine 0 (no key is anywhere yet).
     let mut reassign = Vec::new();
     let mut n = 0;

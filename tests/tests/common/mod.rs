@@ -1020,6 +1020,22 @@ pub struct ClusterWithProxy {
 }
 
 impl ClusterWithProxy {
+    /// The engines' ports, in instance order.
+    pub fn engine_ports(&self) -> Vec<u16> {
+        self.nodes
+            .split(',')
+            .map(|n| n.rsplit(':').next().unwrap().parse().unwrap())
+            .collect()
+    }
+
+    /// The engines' cluster node ids, in instance order.
+    pub fn node_ids(&self) -> Vec<String> {
+        self.nodes
+            .split(',')
+            .map(engine_core::cmd::cluster::node_id)
+            .collect()
+    }
+
     pub fn start() -> ClusterWithProxy {
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let nodes = format!("127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1]);

@@ -298,7 +298,12 @@ pub fn block_for(
             deadline_us,
             kind,
             rerun_when_gone: c.spec.name == "xreadgroup",
-            laddr: c.client.laddr.clone(),
+            // Only a cluster's engine ever announces a host to a parked client.
+            laddr: if e.cluster.enabled() {
+                c.client.laddr.clone()
+            } else {
+                String::new()
+            },
         },
     );
     c.flow = Flow::Block;

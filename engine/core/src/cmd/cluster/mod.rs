@@ -325,18 +325,24 @@ impl Cluster {
 
     /// The host to announce for node `i` to `client`.
     fn host<'a>(&'a self, i: usize, client: &'a Client) -> &'a str {
+        self.host_for(i, &client.laddr)
+    }
+
+    /// [`Self::host`] for a connection whose local address is `laddr`.
+    fn host_for<'a>(&'a self, i: usize, laddr: &'a str) -> &'a str {
         if let Some(h) = &self.nodes[i].host {
             return h;
         }
         if let Some(h) = &self.announce_host {
             return h;
         }
-        local_ip(&client.laddr)
+        local_ip(laddr)
     }
 
-    /// `<host>:<port>` of node `i` as announced to `client` (MOVED, ASK).
-    fn endpoint(&self, i: usize, client: &Client, out: &mut Vec<u8>) {
-        out.extend_from_slice(self.host(i, client).as_bytes());
+    /// `<host>:<port>` of node `i` as announced to a connection whose local address is
+    /// `laddr` (MOVED, ASK).
+    fn endpoint(&self, i: usize, laddr: &str, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.host_for(i, laddr).as_bytes());
         out.push(b':');
         out.extend_from_slice(itoa::Buffer::new().format(self.nodes[i].port).as_bytes());
     }
@@ -501,7 +507,7 @@ pub fn redirect(
         if owner == UNASSIGNED {
             out.extend_from_slice(UNBOUND);
         } else {
-            moved(cluster, s, usize::from(owner), client, out);
+            moved(cluster, s, usize::from(owner), &client.laddr, out);
         }
         return Route::Refused;
     }
@@ -577,7 +583,7 @@ pub fn redirect(
             out.extend_from_slice(b"-ASK ");
             out.extend_from_slice(itoa::Buffer::new().format(s).as_bytes());
             out.push(b' ');
-            cluster.endpoint(cluster.migrating[&s], client, out);
+            cluster.endpoint(cluster.migrating[&s], &client.laddr, out);
             out.extend_from_slice(b"\r\n");
         }
         return Route::Refused;
@@ -597,7 +603,7 @@ pub fn redirect(
         cluster,
         slot,
         usize::from(cluster.owner_of(slot)),
-        client,
+        &client.laddr,
         out,
     );
     Route::Refused
@@ -658,21 +664,17 @@ pub(crate) fn blocked_redirect(e: &Engine, key: &[u8], laddr: &str) -> Option<Ve
     if owner == UNASSIGNED {
         return Some(UNBOUND.to_vec());
     }
-    let client = Client {
-        laddr: laddr.to_string(),
-        ..Client::default()
-    };
     let mut out = Vec::new();
-    moved(cluster, s, usize::from(owner), &client, &mut out);
+    moved(cluster, s, usize::from(owner), laddr, &mut out);
     Some(out)
 }
 
 /// `-MOVED <slot> <host>:<port>` of node `owner`.
-fn moved(cluster: &Cluster, slot: u16, owner: usize, client: &Client, out: &mut Vec<u8>) {
+fn moved(cluster: &Cluster, slot: u16, owner: usize, laddr: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(b"-MOVED ");
     out.extend_from_slice(itoa::Buffer::new().format(slot).as_bytes());
     out.push(b' ');
-    cluster.endpoint(owner, client, out);
+    cluster.endpoint(owner, laddr, out);
     out.extend_from_slice(b"\r\n");
 }
 

@@ -7,7 +7,8 @@
 #
 #   scripts/bench-instructions-tx.sh /tmp/old-recached target/release/recached
 #
-# Environment: SECONDS_COUNTED (4), RECACHED_BENCH_BIN (target/release/recached-bench).
+# Environment: SECONDS_COUNTED (4), RECACHED_BENCH_BIN (target/release/recached-bench), KEEP
+# (a directory: each build's callgrind file is kept there as cg-<n>.out, for callgrind_annotate).
 # Loopback only; every process is stopped by PID.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -39,5 +40,11 @@ for bin in "$@"; do
     total=$(awk '/^summary:/ {print $2}' "$TMP/cg.out.1")
     n=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['transactions'])" "$TMP/counted.json")
     echo "$bin transactions=$n instructions/transaction=$((total / n))"
+    if [ -n "${KEEP:-}" ]; then
+        mkdir -p "$KEEP"
+        kept=$(find "$KEEP" -name 'cg-*.out' | wc -l)
+        cp "$TMP/cg.out.1" "$KEEP/cg-$kept.out"
+        echo "  kept: $KEEP/cg-$kept.out"
+    fi
     rm -f "$TMP"/cg.out*
 done

@@ -20,7 +20,10 @@
 # puts that many engines (redis-servers for nutcracker) behind the proxy, so that MGET is
 # split; CLUSTER=1 runs `BIN server` as a one-node cluster (every key's slot checked); RB_ARGS adds redis-benchmark flags to every run (e.g. "-3", "--dbnum 1"). STRACE=1 counts
 # system calls instead (`strace -c -f`, no valgrind): `<label> <cmd> <syscalls/request>` and
-# the top calls.
+# the top calls. CONFIG_SET ("name value …") is sent as one CONFIG SET to the counted server
+# before the warm-up, e.g. the cost of slowlog and latency tracking at their defaults:
+#   P=16 scripts/bench-instructions.sh target/release/recached
+#   P=16 CONFIG_SET="slowlog-log-slower-than -1 latency-tracking no" scripts/bench-instructions.sh target/release/recached
 # Loopback only; each server is stopped by PID.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -148,6 +151,11 @@ for bin in "$@"; do
             "${args[@]}" >"$TMP/server.log" 2>&1 &
         PID=$!
         for _ in $(seq 1 200); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+        if [ -n "${CONFIG_SET:-}" ]; then
+            # shellcheck disable=SC2086 # name value pairs
+            redis-cli -p "$port" CONFIG SET ${CONFIG_SET} | grep -qx OK \
+                || { echo "$0: CONFIG SET ${CONFIG_SET} refused" >&2; exit 1; }
+        fi
         load "$cmd" "$port" "$WARM"
         callgrind_control -i on "$PID" >/dev/null
         load "$cmd" "$port" "$N"

@@ -201,7 +201,7 @@ fn exec_inner(
     // above reach this client before its reply (redis `processCommand`); one test while
     // nobody tracks.
     if !client.tx.in_exec && e.tracking.active() {
-        crate::tracking::before_command(e, client.id, out);
+        crate::tracking::before_command(e, client.id, spec, argv, out);
     }
     // A script past busy-reply-threshold: only ALLOW_BUSY commands run (redis
     // `processCommand`; the script's own commands and EXEC's run inside `in_exec`).

@@ -111,13 +111,13 @@ pub type Hdr = hdrhistogram::Histogram<u64>;
 
 const HDR_MAX_NS: u64 = 1_000_000_000;
 
-/// Records a command's `usec` into its histogram, made on first use; durations outside the
-/// range are clamped to it (redis `updateCommandLatencyHistogram`).
-pub fn record(hdr: &mut Option<Box<Hdr>>, usec: u64) {
+/// Records `calls` calls of `usec` each into a command's histogram, made on first use;
+/// durations outside the range are clamped to it (redis `updateCommandLatencyHistogram`).
+pub fn record(hdr: &mut Option<Box<Hdr>>, usec: u64, calls: u64) {
     let h = hdr.get_or_insert_with(|| {
         Box::new(Hdr::new_with_bounds(1, HDR_MAX_NS, 2).expect("valid HDR bounds"))
     });
-    h.saturating_record(usec.saturating_mul(1000).clamp(1, HDR_MAX_NS));
+    h.saturating_record_n(usec.saturating_mul(1000).clamp(1, HDR_MAX_NS), calls);
 }
 
 /// INFO latencystats lines: `latency_percentiles_usec_<command>:p50=1.003,p99=…` per tracked
@@ -133,7 +133,7 @@ pub fn write_latencystats(e: &Engine, s: &mut String) {
         );
         for (i, p) in ps.iter().enumerate() {
             let sep = if i + 1 < ps.len() { "," } else { "" };
-            let v = value_at_percentile(h, *p) as f64 / 1000.0;
+            let v = value_at_percentile(&h, *p) as f64 / 1000.0;
             let _ = write!(s, "p{}={v:.3}{sep}", trim_double(*p));
         }
         s.push_str("\r\n");

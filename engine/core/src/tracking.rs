@@ -48,12 +48,14 @@
 //!
 //! # Cost of a tracked read
 //!
-//! A tracking client's GET adds one probe of the table (`table.rs`: short keys and close ids
-//! in the bucket, no allocation once the key is known, "already tracked by this client" a bit
-//! test), its mode looked up once per run of its commands (`Tracking::reader`), and a few
-//! inline tests before and after the command (nothing logged, nothing pending, no BCAST
-//! prefix, no CLIENT CACHING waiting): ~250 instructions over an untracked GET's ~1,900
-//! (callgrind, 50 clients, pipeline 16), where it was ~550.
+//! A tracking client's GET adds one probe of the table (`table.rs`: one array of cache-line
+//! buckets, short keys and close ids in the bucket, no allocation once the key is known,
+//! "already tracked by this client" a bit test), its mode looked up once per run of its
+//! commands (`Tracking::reader`), and a few inline tests before and after the command
+//! (nothing logged, nothing pending, no BCAST prefix, no CLIENT CACHING waiting): ~250
+//! instructions over an untracked GET's ~1,900 (callgrind, 50 clients, pipeline 16), where it
+//! was ~550. The key's bucket is read before the command runs ([`before_command`]), so when
+//! the table is larger than the caches its one miss overlaps the keyspace lookup's.
 
 mod client;
 mod table;
@@ -299,11 +301,28 @@ fn disable(e: &mut Engine, client_id: u64) {
 
 /// Before a command runs (redis `processCommand`, after `performEvictions`): the table limit,
 /// then invalidations caused so far (evicted keys), which reach the running client before its
-/// reply. `client` is the client about to run.
+/// reply. `client` is the client about to run. A read of one key also reads the key's
+/// tracking bucket now ([`table::Table::touch`]): its cache miss then overlaps the command's
+/// own lookup of the key, instead of following it in [`after_call`].
 #[inline]
-pub fn before_command(e: &mut Engine, client_id: u64, out: &mut Vec<u8>) {
+pub fn before_command(
+    e: &mut Engine,
+    client_id: u64,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    out: &mut Vec<u8>,
+) {
     if e.blocking.rerun_of.is_some() {
         return; // a parked command served inside another client's: that one's hooks run
+    }
+    if let Row::Keys {
+        read: true,
+        fixed: Some(pos),
+    } = row_of(e, spec)
+        && let Some(key) = argv.get(pos as usize)
+        && (e.tracking.reader == Some(client_id) || e.tracking.clients.contains_key(&client_id))
+    {
+        std::hint::black_box(e.tracking.table.touch(key));
     }
     e.tracking.current = client_id;
     let over = e.config.tracking_table_max_keys != 0
@@ -337,6 +356,19 @@ fn tell_before(e: &mut Engine, client_id: u64, over: bool, out: &mut Vec<u8>) {
     }
 }
 
+/// What `spec` means to [`after_call`], from the cache of the last row seen.
+#[inline]
+fn row_of(e: &mut Engine, spec: &CommandSpec) -> Row {
+    let addr = spec as *const CommandSpec as usize;
+    if e.tracking.last_row.0 == addr {
+        e.tracking.last_row.1
+    } else {
+        let row = Row::of(spec);
+        e.tracking.last_row = (addr, row);
+        row
+    }
+}
+
 /// After a command ran (any: top level, inside EXEC, inside a script): remembers the keys a
 /// read-only command read for a tracking client (redis `call` → `trackingRememberKeys`).
 /// Called only while some client tracks.
@@ -349,15 +381,7 @@ pub fn after_call(e: &mut Engine, client: &Client, spec: &CommandSpec, argv: &[&
         return;
     }
     let script_read = std::mem::take(&mut e.tracking.script_read);
-    let addr = spec as *const CommandSpec as usize;
-    let row = if e.tracking.last_row.0 == addr {
-        e.tracking.last_row.1
-    } else {
-        let row = Row::of(spec);
-        e.tracking.last_row = (addr, row);
-        row
-    };
-    let Row::Keys { read, fixed } = row else {
+    let Row::Keys { read, fixed } = row_of(e, spec) else {
         return;
     };
     if !(read || script_read) {

@@ -4,16 +4,26 @@
 //! for that path (callgrind: ~140 instructions per tracked GET, no allocation once a key is
 //! known):
 //!
-//! - One open-addressing hash table whose buckets hold the key and its ids ([`Slot`], 48
-//!   bytes in a 64-byte cache line), not an index into a second vector: a lookup touches the
-//!   control bytes and one line.
+//! - One array of buckets, each a cache line holding the key's hash, the key and its ids
+//!   ([`Bucket`]), probed linearly from the hash's home bucket. A lookup reads the home
+//!   line and, now and then, the next one; a hash table with separate control bytes
+//!   (hashbrown) reads a control line and a bucket line, two cache misses per tracked read of
+//!   a cold key where the table is larger than the caches (`scripts/bench-tracking.sh`, cold).
+//!   The load stays at most one half, so a successful lookup reads ~1.3 buckets on average
+//!   (Knuth's ½(1 + 1/(1 − α)) at α ≤ ½), at the price of 2–4 buckets (128–256 bytes) per
+//!   tracked key; the keys are bounded by `tracking-table-max-keys`.
+//! - [`Table::touch`] reads a key's home bucket before the command runs, so that its cache
+//!   miss overlaps the keyspace's own lookup instead of following it.
 //! - Keys up to [`INLINE_KEY`] bytes live in the bucket ([`Key`]): comparing one touches no
 //!   other memory, and remembering a new one allocates nothing.
 //! - A key's ids live in the bucket ([`Ids`]) when there are one or two, or when they lie
 //!   within 64 of each other (a bitmap: clients connected about the same time have close
 //!   ids); only ids further apart go to a sorted vector (binary search). "Already tracked by
 //!   this client" never scans the clients.
-//! - The hasher is the keyspace's (foldhash seeded with the engine's `hash_seed`).
+//! - The hasher is the keyspace's (foldhash seeded with the engine's `hash_seed`); hash 0
+//!   marks an empty bucket (a key hashing to 0 is stored as 1).
+//! - Removal shifts the following entries back (no tombstones), so lookups of absent keys
+//!   stop at the first empty bucket whatever the history.
 //!
 //! The limit (`tracking-table-max-keys`) needs random keys: [`Table::remove_random`] picks a
 //! random bucket and takes the first occupied one from there (Redis's `dictGetRandomKey` is
@@ -22,7 +32,6 @@
 use std::hash::BuildHasher;
 
 use foldhash::fast::FixedState;
-use hashbrown::HashTable;
 
 /// Keys up to this length are stored in the bucket (a [`Key`] is 24 bytes either way).
 pub const INLINE_KEY: usize = 22;
@@ -210,20 +219,36 @@ impl Iterator for IdsIter<'_> {
     }
 }
 
-/// One bucket: a key and its clients. Aligned to a cache line, so a probe reads one line, not
-/// two (48-byte buckets straddle lines half the time: callgrind's cache simulation of a tracked
-/// GET over 100,000 keys, 7.9 → 7.5 D1 read misses per GET; 16 more bytes per tracked key).
+/// One bucket: a key's hash (0: empty), the key and its clients. Aligned to a cache line, so
+/// a probe reads one line, not two.
 #[derive(Debug)]
 #[repr(align(64))]
-struct Slot {
+struct Bucket {
+    hash: u64,
     key: Key,
     ids: Ids,
 }
 
+impl Bucket {
+    fn empty() -> Bucket {
+        Bucket {
+            hash: 0,
+            key: Key::Inline(0, [0; INLINE_KEY]),
+            ids: Ids::One(0),
+        }
+    }
+}
+
+/// Fewest buckets of a table that holds anything.
+const MIN_BUCKETS: usize = 16;
+
 /// See the module docs.
 #[derive(Debug)]
 pub struct Table {
-    map: HashTable<Slot>,
+    /// A power of two long (or empty).
+    buckets: Vec<Bucket>,
+    /// Occupied buckets.
+    len: usize,
     hasher: FixedState,
     /// Ids over all keys (redis `TrackingTableTotalItems`).
     items: u64,
@@ -233,7 +258,8 @@ impl Table {
     /// Empty; `seed` keys the hasher (the engine's `hash_seed`).
     pub fn new(seed: u64) -> Table {
         Table {
-            map: HashTable::new(),
+            buckets: Vec::new(),
+            len: 0,
             hasher: FixedState::with_seed(seed),
             items: 0,
         }
@@ -242,18 +268,60 @@ impl Table {
     /// Keys.
     #[inline]
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.len
     }
 
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len == 0
     }
 
     /// Client ids over all keys.
     #[inline]
     pub fn items(&self) -> u64 {
         self.items
+    }
+
+    #[inline]
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key).max(1)
+    }
+
+    #[inline]
+    fn mask(&self) -> usize {
+        self.buckets.len().wrapping_sub(1)
+    }
+
+    /// The bucket holding `key` (of `hash`).
+    #[inline]
+    fn find(&self, hash: u64, key: &[u8]) -> Option<usize> {
+        if self.buckets.is_empty() {
+            return None;
+        }
+        let mask = self.mask();
+        let mut i = hash as usize & mask;
+        loop {
+            let b = &self.buckets[i];
+            if b.hash == hash && b.key.is(key) {
+                return Some(i);
+            }
+            if b.hash == 0 {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Reads `key`'s home bucket and returns a word of it, for `std::hint::black_box`: a
+    /// tracking client's read calls this before the command runs, so that the bucket's cache
+    /// miss overlaps the keyspace lookup and [`Self::remember`] finds the line in the cache.
+    #[inline]
+    pub fn touch(&self, key: &[u8]) -> u64 {
+        if self.buckets.is_empty() {
+            return 0;
+        }
+        let i = self.hash(key) as usize & self.mask();
+        self.buckets[i].hash
     }
 
     /// `id` may cache `key` from now on (redis `trackingRememberKeys`, one key).
@@ -264,11 +332,10 @@ impl Table {
     /// host's 32 KiB L1i: 0 misses per untracked GET, 9–13 per tracked GET before this split).
     #[inline]
     pub fn remember(&mut self, key: &[u8], id: u64) {
-        let hash = self.hasher.hash_one(key);
-        // A probe, then an insert only for a new key: leaner than `entry` for the usual hit.
-        match self.map.find_mut(hash, |s| s.key.is(key)) {
-            Some(s) => {
-                if !s.ids.insert(id) {
+        let hash = self.hash(key);
+        match self.find(hash, key) {
+            Some(i) => {
+                if !self.buckets[i].ids.insert(id) {
                     return;
                 }
             }
@@ -281,55 +348,91 @@ impl Table {
     #[cold]
     #[inline(never)]
     fn insert_new(&mut self, hash: u64, key: &[u8], id: u64) {
-        let hasher = &self.hasher;
-        let slot = Slot {
+        // At most half full (see the module docs).
+        if (self.len + 1) * 2 > self.buckets.len() {
+            self.resize((self.buckets.len() * 2).max(MIN_BUCKETS));
+        }
+        self.place(Bucket {
+            hash,
             key: Key::new(key),
             ids: Ids::One(id),
-        };
-        self.map
-            .insert_unique(hash, slot, |s| hasher.hash_one(s.key.as_bytes()));
+        });
+        self.len += 1;
+    }
+
+    /// Puts `b` (a key not in the table) in the first empty bucket from its home.
+    fn place(&mut self, b: Bucket) {
+        let mask = self.mask();
+        let mut i = b.hash as usize & mask;
+        while self.buckets[i].hash != 0 {
+            i = (i + 1) & mask;
+        }
+        self.buckets[i] = b;
+    }
+
+    /// Moves every entry to a table of `n` buckets (a power of two above twice the keys).
+    fn resize(&mut self, n: usize) {
+        debug_assert!(n.is_power_of_two() && n >= self.len * 2);
+        let old = std::mem::replace(&mut self.buckets, (0..n).map(|_| Bucket::empty()).collect());
+        for b in old {
+            if b.hash != 0 {
+                self.place(b);
+            }
+        }
+    }
+
+    /// Empties bucket `i`, returning its entry; the entries after it that may live closer to
+    /// their home move back (backward-shift deletion, so no lookup ever needs a tombstone).
+    fn take(&mut self, i: usize) -> Bucket {
+        let out = std::mem::replace(&mut self.buckets[i], Bucket::empty());
+        self.len -= 1;
+        self.items -= out.ids.len() as u64;
+        let mask = self.mask();
+        let mut hole = i;
+        let mut j = (i + 1) & mask;
+        while self.buckets[j].hash != 0 {
+            let home = self.buckets[j].hash as usize & mask;
+            // The entry may fill the hole when the hole lies between its home and it.
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.buckets.swap(hole, j);
+                hole = j;
+            }
+            j = (j + 1) & mask;
+        }
+        out
     }
 
     /// Forgets `key`, returning its ids.
     pub fn remove(&mut self, key: &[u8]) -> Option<Ids> {
-        if self.map.is_empty() {
+        if self.len == 0 {
             return None;
         }
-        let hash = self.hasher.hash_one(key);
-        let slot = self
-            .map
-            .find_entry(hash, |s| s.key.as_bytes() == key)
-            .ok()?
-            .remove()
-            .0;
-        self.items -= slot.ids.len() as u64;
-        Some(slot.ids)
+        let i = self.find(self.hash(key), key)?;
+        Some(self.take(i).ids)
     }
 
     /// Forgets a random key (`r`: a random number), returning it and its ids.
     pub fn remove_random(&mut self, r: u64) -> Option<(Key, Ids)> {
-        if self.map.is_empty() {
+        if self.len == 0 {
             return None;
         }
-        // Removals never shrink a hash table; a sparse one would make the walk below long.
-        if self.map.len() * 8 < self.map.num_buckets() && self.map.num_buckets() > 64 {
-            let hasher = &self.hasher;
-            self.map
-                .shrink_to(self.map.len(), |s| hasher.hash_one(s.key.as_bytes()));
+        // Removals never shrink the table; a sparse one would make the walk below long.
+        if self.len * 8 < self.buckets.len() && self.buckets.len() > 64 {
+            self.resize((self.len * 2).next_power_of_two().max(MIN_BUCKETS));
         }
-        let n = self.map.num_buckets();
+        let n = self.buckets.len();
         let start = (r % n as u64) as usize;
         let at = (start..n)
             .chain(0..start)
-            .find(|&i| self.map.get_bucket(i).is_some())?;
-        let slot = self.map.get_bucket_entry(at).ok()?.remove().0;
-        self.items -= slot.ids.len() as u64;
-        Some((slot.key, slot.ids))
+            .find(|&i| self.buckets[i].hash != 0)?;
+        let b = self.take(at);
+        Some((b.key, b.ids))
     }
 
     /// Forgets every key and frees the memory.
     pub fn clear(&mut self) {
-        self.map = HashTable::new();
+        self.buckets = Vec::new();
+        self.len = 0;
         self.items = 0;
     }
 }
@@ -361,8 +464,8 @@ mod tests {
     fn shapes_stay_small() {
         assert_eq!(std::mem::size_of::<Key>(), 24);
         assert_eq!(std::mem::size_of::<Ids>(), 24);
-        assert_eq!(std::mem::size_of::<Slot>(), 64);
-        assert_eq!(std::mem::align_of::<Slot>(), 64);
+        assert_eq!(std::mem::size_of::<Bucket>(), 64);
+        assert_eq!(std::mem::align_of::<Bucket>(), 64);
     }
 
     fn ids(ids: Option<Ids>) -> Vec<u64> {
@@ -443,6 +546,60 @@ mod tests {
             assert!(seen.insert(k.as_bytes().to_vec()));
         }
         assert_eq!((seen.len(), t.items()), (10_000, 0));
-        assert!(t.map.num_buckets() <= 64);
+        assert!(t.buckets.len() <= 64);
+    }
+
+    /// Random remembers and removals (plain and random) against a model: backward-shift
+    /// deletion keeps every key findable, whatever collides with what.
+    #[test]
+    fn matches_a_model_under_churn() {
+        use std::collections::BTreeMap;
+        let mut t = Table::new(99);
+        let mut model: BTreeMap<Vec<u8>, Vec<u64>> = BTreeMap::new();
+        let mut r = 0x9e3779b97f4a7c15u64;
+        let mut next = || {
+            r ^= r << 13;
+            r ^= r >> 7;
+            r ^= r << 17;
+            r
+        };
+        for step in 0..60_000 {
+            let n = next();
+            // Few distinct keys, so the table grows, empties and collides often.
+            let key = format!("k{}", n % 700).into_bytes();
+            match n >> 60 {
+                0..=9 => {
+                    let id = (n >> 20) % 5;
+                    t.remember(&key, id);
+                    let ids = model.entry(key).or_default();
+                    if !ids.contains(&id) {
+                        ids.push(id);
+                        ids.sort();
+                    }
+                }
+                10..=13 => {
+                    let got = t.remove(&key).map(|i| i.iter().collect::<Vec<_>>());
+                    assert_eq!(got, model.remove(&key), "step {step}");
+                }
+                _ => {
+                    if let Some((k, ids)) = t.remove_random(next()) {
+                        let want = model.remove(k.as_bytes()).expect("a key of the model");
+                        assert_eq!(ids.iter().collect::<Vec<_>>(), want, "step {step}");
+                    }
+                }
+            }
+            assert_eq!(t.len(), model.len());
+            assert_eq!(
+                t.items(),
+                model.values().map(|v| v.len() as u64).sum::<u64>()
+            );
+        }
+        for (k, ids) in model {
+            assert_eq!(
+                t.remove(&k).map(|i| i.iter().collect::<Vec<_>>()),
+                Some(ids)
+            );
+        }
+        assert!(t.is_empty());
     }
 }

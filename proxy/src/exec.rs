@@ -799,6 +799,7 @@ fn monitor(me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Flow {
 
 /// The client's dedicated connection to `instance`, opened if it has none: its slab id,
 /// or the error reply (limits of `crate::dedicated`, instance down).
+#[inline]
 fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize, Vec<u8>> {
     let resp3 = me.session.proto == resp::Proto::Resp3;
     if let Some(&(_, id)) = me.conns.iter().find(|(i, _)| *i == instance) {
@@ -847,6 +848,7 @@ fn conn_for(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Result<usize
 
 /// The client's dedicated connection to `instance` ([`conn_for`]), made ready for an ordinary
 /// request: out of subscribed mode, in the client's database.
+#[inline]
 pub(crate) fn ready_conn(
     instance: usize,
     me: &mut Me<'_>,

@@ -196,7 +196,19 @@ impl TxMoves {
 
 /// A reply for a waiter marked [`Hops::tx`] (a queued command, a re-queued one, or the
 /// EXEC of a transaction on one instance).
+#[inline]
 pub fn delivered(c: &mut Client, w: Waiter, reply: &[u8]) -> Handled {
+    // The usual reply (`+QUEUED`, or a queued command's own error's first byte aside): a few
+    // tests inline, on every reply of every transaction.
+    if w.part < RERUN_PART && c.txm.exec != Some(w.seq) && reply.first() != Some(&b'-') {
+        return Handled::No;
+    }
+    looked_at(c, w, reply)
+}
+
+/// [`delivered`] past its usual case.
+#[inline(never)]
+fn looked_at(c: &mut Client, w: Waiter, reply: &[u8]) -> Handled {
     if (RERUN_PART..crate::coord::COORD_PART).contains(&w.part) {
         c.txm.record(reply, Some((w.part - RERUN_PART) as usize));
         return Handled::Yes;
@@ -219,7 +231,20 @@ pub fn delivered(c: &mut Client, w: Waiter, reply: &[u8]) -> Handled {
 
 /// The outcome of the EXEC in slot `seq` (the engine's, or the coordinator's): the client's
 /// reply, or a run again.
+#[inline]
 pub fn finished(c: &mut Client, seq: u64, reply: &[u8]) -> Handled {
+    // No queued command met a move and EXEC answered an array: the client's reply.
+    if !c.txm.redirected && reply.first() != Some(&b'-') {
+        c.txm.exec = None;
+        c.replies.fill(seq, 0, reply);
+        return Handled::Yes;
+    }
+    finished_moved(c, seq, reply)
+}
+
+/// [`finished`] past its usual case.
+#[inline(never)]
+fn finished_moved(c: &mut Client, seq: u64, reply: &[u8]) -> Handled {
     let t = &mut c.txm;
     // EXEC itself refused with a redirect: a queued command's slot moved after it was queued
     // (the engine checks them again at EXEC, as Redis does, and ran none of them).

@@ -420,6 +420,7 @@ impl RequestParser {
     }
 
     /// Number of arguments of the last complete request (0 while a request is incomplete).
+    #[inline]
     pub fn argc(&self) -> usize {
         if self.phase == Phase::Done {
             self.args.len()
@@ -430,6 +431,7 @@ impl RequestParser {
 
     /// Argument `i` of the last complete request; `buf` must be the buffer given to `parse`.
     /// Panics if `i >= argc()` or `buf` is shorter than the request.
+    #[inline]
     pub fn arg<'b>(&'b self, buf: &'b [u8], i: usize) -> &'b [u8] {
         assert!(i < self.argc(), "argument {i} of {}", self.argc());
         match self.args[i] {

@@ -484,6 +484,125 @@ mod tests {
         }
     }
 
+    /// A tiny memcached server (one thread per connection) that is server `me` of `n`: it
+    /// answers `get` with `END` or a stored value and `set` with `STORED`, but answers
+    /// `SERVER_ERROR wrong server` to a key the client should have sent elsewhere. Returns
+    /// its port and its request count.
+    fn tiny_server(me: usize, n: usize) -> (u16, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+        use std::io::BufRead;
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let c = count.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().take(64) {
+                let Ok(conn) = conn else { return };
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    let mut w = conn.try_clone().unwrap();
+                    let mut r = std::io::BufReader::new(conn);
+                    let mut store = std::collections::HashMap::<Vec<u8>, Vec<u8>>::new();
+                    let mut line = Vec::new();
+                    loop {
+                        line.clear();
+                        if r.read_until(b'\n', &mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        c.fetch_add(1, Ordering::Relaxed);
+                        let l = line.strip_suffix(b"\r\n").unwrap_or(&line).to_vec();
+                        let f: Vec<&[u8]> = l.split(|&b| b == b' ').collect();
+                        let mut reply = Vec::new();
+                        let key = f.get(1).copied().unwrap_or_default().to_vec();
+                        let wrong = server_for(&key, n) != me;
+                        match f[0] {
+                            b"set" => {
+                                let len: usize =
+                                    std::str::from_utf8(f[4]).unwrap().parse().unwrap();
+                                let mut data = vec![0u8; len + 2];
+                                r.read_exact(&mut data).unwrap();
+                                data.truncate(len);
+                                store.insert(key, data);
+                                reply.extend_from_slice(b"STORED\r\n");
+                            }
+                            b"get" => {
+                                if let Some(v) = store.get(&key) {
+                                    reply.extend_from_slice(
+                                        format!(
+                                            "VALUE {} 0 {}\r\n",
+                                            String::from_utf8_lossy(&key),
+                                            v.len()
+                                        )
+                                        .as_bytes(),
+                                    );
+                                    reply.extend_from_slice(v);
+                                    reply.extend_from_slice(b"\r\n");
+                                }
+                                reply.extend_from_slice(b"END\r\n");
+                            }
+                            _ => reply.extend_from_slice(b"ERROR\r\n"),
+                        }
+                        if wrong {
+                            reply = b"SERVER_ERROR wrong server\r\n".to_vec();
+                        }
+                        if w.write_all(&reply).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (port, count)
+    }
+
+    /// Both loops of `run --protocol memcached` against two servers: every key reaches the
+    /// server its hash names (a wrong one would answer an error), both servers get about half,
+    /// gets of stored keys hit, and nothing is counted as an error.
+    #[test]
+    fn the_generator_speaks_memcached_to_the_server_each_key_hashes_to() {
+        use std::sync::atomic::Ordering;
+        let (pa, ca) = tiny_server(0, 2);
+        let (pb, cb) = tiny_server(1, 2);
+        for closed in [true, false] {
+            let params = crate::loadgen::LoadParams {
+                target: format!("127.0.0.1:{pa},127.0.0.1:{pb}"),
+                protocol: "memcached".into(),
+                closed_loop: closed,
+                rate: 2000.0,
+                duration: 0.5,
+                warmup: 0.0,
+                connections: 2,
+                keys: 50,
+                value_size: 10,
+                mix: "get:1,set:1".into(),
+                ..Default::default()
+            };
+            let o = crate::loadgen::run(&params).unwrap();
+            assert_eq!(o.error_count(), 0, "closed {closed}: {:?}", o.errors);
+            assert!(o.ok > 500, "closed {closed}: ok {}", o.ok);
+            assert!(o.cache_hits > 0 && o.cache_misses > 0);
+        }
+        let (a, b) = (ca.load(Ordering::Relaxed), cb.load(Ordering::Relaxed));
+        assert!(a > 0 && b > 0 && a.abs_diff(b) < (a + b) / 3, "{a} vs {b}");
+        // A server that gets keys it does not own shows up as errors.
+        let params = crate::loadgen::LoadParams {
+            target: format!("127.0.0.1:{pb}"),
+            protocol: "memcached".into(),
+            closed_loop: true,
+            duration: 0.2,
+            warmup: 0.0,
+            connections: 1,
+            keys: 50,
+            ..Default::default()
+        };
+        let o = crate::loadgen::run(&params).unwrap();
+        assert!(
+            o.errors.get("SERVER_ERROR").copied().unwrap_or(0) > 0,
+            "{:?}",
+            o.errors
+        );
+    }
+
     #[test]
     fn memcached_mode_refuses_other_commands_and_bad_prefixes() {
         let mix = crate::loadgen::parse_mix("get:9,set:1").unwrap();

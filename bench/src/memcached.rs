@@ -304,9 +304,11 @@ pub fn report_section(md: &mut String, docs: &[&crate::report::Doc]) {
     systems.sort_by_key(|s| (!s.starts_with("recached"), s.clone()));
     let _ = writeln!(
         md,
-        "| workload | system | peak/s | × {reference} | peak p99 | ½ own: rate/s | p50 | p95 | p99 | common: rate/s | p50 | p95 | p99 | errors | rounds |"
+        "| workload | system | peak/s | × {reference} | peak p99 | ½ own: rate/s | p50 | p95 | p99 | common: rate/s | p50 | p95 | p99 | errors | get hits | rounds |"
     );
-    md.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    md.push_str(
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
     let pick = |w: &str, s: &str, load: &str| -> Vec<&crate::report::Doc> {
         docs.iter()
             .copied()
@@ -343,11 +345,28 @@ pub fn report_section(md: &mut String, docs: &[&crate::report::Doc]) {
                 .chain(&common)
                 .map(|d| crate::doc::validate(&d.v).unwrap_or(0))
                 .sum();
+            // Share of gets that found their key, over every run of the row (the script fills
+            // the key space first, so a low figure means the gets measured misses).
+            let (hits, misses) =
+                peak.iter()
+                    .chain(&half)
+                    .chain(&common)
+                    .fold((0.0, 0.0), |a, d| {
+                        (
+                            a.0 + d.v["results"]["cache_hits"].as_f64().unwrap_or(0.0),
+                            a.1 + d.v["results"]["cache_misses"].as_f64().unwrap_or(0.0),
+                        )
+                    });
+            let hit_share = if hits + misses > 0.0 {
+                format!("{:.1}%", 100.0 * hits / (hits + misses))
+            } else {
+                "–".into()
+            };
             let [hr, h50, h95, h99] = fmt_lat(&half);
             let [cr, c50, c95, c99] = fmt_lat(&common);
             let _ = writeln!(
                 md,
-                "| {w} | {s} | {} | {} | {} | {hr} | {h50} | {h95} | {h99} | {cr} | {c50} | {c95} | {c99} | {errors} | {} |",
+                "| {w} | {s} | {} | {} | {} | {hr} | {h50} | {h95} | {h99} | {cr} | {c50} | {c95} | {c99} | {errors} | {hit_share} | {} |",
                 crate::report::thousands(p),
                 if ref_peak > 0.0 {
                     format!("{:.2}", p / ref_peak)

@@ -35,7 +35,7 @@
 # -rROUND.json, labels suite=memcached, system, workload, load (peak, half, common), round;
 # `recached-bench report` renders them (docs/BENCHMARKS.md, "The memcached port").
 # Environment: BENCH_SECONDS (5), BENCH_ROUNDS (1), BENCH_CONNECTIONS (32), BENCH_THREADS (2),
-# BENCH_OPEN_THREADS (1),
+# BENCH_OPEN_THREADS (1), BENCH_NAP_US (20; 0 = spin),
 # BENCH_KEYS (10000), BENCH_SMOKE=1 (1 s runs, 64 B only), PIN/SERVER_CPUS/BENCH_CPUS,
 # RECACHED_BIN, RECACHED_BENCH_BIN. Loopback only; every server is stopped by PID (or
 # `recached stop`) on exit (bench-lib.sh).
@@ -50,6 +50,9 @@ THREADS=${BENCH_THREADS:-2}
 # arrival is always < 2 ms away), so every generator thread keeps a core busy; two would take
 # both cores of a 2-core machine from the servers.
 OPEN_THREADS=${BENCH_OPEN_THREADS:-1}
+# …and it naps (≤ BENCH_NAP_US µs, timer slack 1 µs) instead of spinning between arrivals, so
+# the spinning does not take a core from the servers either (`recached-bench run --nap-us`).
+NAP_US=${BENCH_NAP_US:-20}
 KEYS=${BENCH_KEYS:-10000}
 SIZES=(64 1024)
 WARMUP=1
@@ -121,12 +124,13 @@ ROWS="$TMP/rows.csv" # system,workload,load,round,achieved,p50,p95,p99,errors
 load() {
     local s=$1 w=$2 l=$3 round=$4 size=$5 mix=$6 out log threads=$OPEN_THREADS
     shift 6
-    [ "$l" = peak ] && threads=$THREADS
+    local nap=(--nap-us "$NAP_US")
+    [ "$l" = peak ] && threads=$THREADS nap=()
     out="$RESULTS/memcached-$RUN_ID-$s-$w-$l-r$round.json"
     log="$TMP/run-$s-$w-$l-r$round.log"
     if ! gen "$BENCH_BIN" run --protocol memcached --target "${TARGET[$s]}" \
         --connections "${CONNS_OF[$s]}" --threads "$threads" --keys "$KEYS" --value-size "$size" \
-        --mix "$mix" --duration "$SECS" --warmup "$WARMUP" --seed "$round" --max-backlog 20000 "$@" \
+        --mix "$mix" --duration "$SECS" --warmup "$WARMUP" --seed "$round" --max-backlog 20000 "${nap[@]}" "$@" \
         --out "$out" "${LABELS[@]}" --label suite=memcached --label "system=$s" \
         --label "workload=$w" --label "load=$l" --label "round=$round" >"$log" 2>&1; then
         echo "$0: $s $w $l: recached-bench run failed:" >&2

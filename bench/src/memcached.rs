@@ -582,11 +582,13 @@ mod tests {
         use std::sync::atomic::Ordering;
         let (pa, ca) = tiny_server(0, 2);
         let (pb, cb) = tiny_server(1, 2);
-        for closed in [true, false] {
+        // Closed loop; open loop spinning; open loop napping (≤ 20 µs) between arrivals.
+        for (closed, nap_us) in [(true, 0), (false, 0), (false, 20)] {
             let params = crate::loadgen::LoadParams {
                 target: format!("127.0.0.1:{pa},127.0.0.1:{pb}"),
                 protocol: "memcached".into(),
                 closed_loop: closed,
+                nap_us,
                 rate: 2000.0,
                 duration: 0.5,
                 warmup: 0.0,
@@ -600,6 +602,12 @@ mod tests {
             assert_eq!(o.error_count(), 0, "closed {closed}: {:?}", o.errors);
             assert!(o.ok > 500, "closed {closed}: ok {}", o.ok);
             assert!(o.cache_hits > 0 && o.cache_misses > 0);
+            if !closed {
+                // Every arrival of the schedule was sent and answered, none much late.
+                assert_eq!(o.ok, o.scheduled);
+                let p50 = o.latency.value_at_quantile(0.5);
+                assert!(p50 < 2_000, "nap {nap_us}: p50 {p50} µs");
+            }
         }
         let (a, b) = (ca.load(Ordering::Relaxed), cb.load(Ordering::Relaxed));
         assert!(a > 0 && b > 0 && a.abs_diff(b) < (a + b) / 3, "{a} vs {b}");

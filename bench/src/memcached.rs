@@ -290,6 +290,18 @@ pub fn report_section(md: &mut String, docs: &[&crate::report::Doc]) {
          slowest system's peak of the round. Latencies in ms; medians over the rounds. \
          Target (issue 22): ≥ 1.0× memcached -t 2's throughput at an equal or lower p99.\n\n",
     );
+    crate::report::run_line(md, docs);
+    let loads: Vec<f64> = docs
+        .iter()
+        .filter_map(|d| d.v["host"]["loadavg_1m"].as_f64())
+        .collect();
+    let _ = writeln!(
+        md,
+        "memcached {}; 1-minute load average as the results were written: {:.1} to {:.1}.\n",
+        crate::report::label_values(docs, "memcached_version"),
+        loads.iter().copied().fold(f64::INFINITY, f64::min),
+        loads.iter().copied().fold(0.0, f64::max),
+    );
     let reference = "memcached-t2";
     let mut workloads: Vec<String> = Vec::new();
     let mut systems: Vec<String> = Vec::new();
@@ -301,7 +313,18 @@ pub fn report_section(md: &mut String, docs: &[&crate::report::Doc]) {
             }
         }
     }
-    systems.sort_by_key(|s| (!s.starts_with("recached"), s.clone()));
+    // recached, the reference, the others; workloads by value size, then name.
+    systems.sort_by_key(|s| (!s.starts_with("recached"), s != reference, s.clone()));
+    workloads.sort_by_key(|w| {
+        let digits: String = w.chars().take_while(char::is_ascii_digit).collect();
+        let n: u64 = digits.parse().unwrap_or(0);
+        let unit = if w[digits.len()..].starts_with("KB") {
+            1024
+        } else {
+            1
+        };
+        (n * unit, w.clone())
+    });
     let _ = writeln!(
         md,
         "| workload | system | peak/s | × {reference} | peak p99 | ½ own: rate/s | p50 | p95 | p99 | common: rate/s | p50 | p95 | p99 | errors | get hits | rounds |"
@@ -627,6 +650,51 @@ mod tests {
             o.errors.get("SERVER_ERROR").copied().unwrap_or(0) > 0,
             "{:?}",
             o.errors
+        );
+    }
+
+    /// The report's section: one row per workload and system, the ratio to memcached -t 2's
+    /// peak, the open-loop percentiles, in the order recached, memcached-t2, others.
+    #[test]
+    fn the_report_renders_the_memcached_suite() {
+        let doc = |system: &str, load: &str, rate: f64, p99: u64| crate::report::Doc {
+            path: format!("{system}-{load}.json"),
+            v: crate::doc::new_doc(
+                "loadgen",
+                &crate::doc::parse_labels(&[
+                    "suite=memcached".into(),
+                    "run_id=r1".into(),
+                    format!("system={system}"),
+                    "workload=64B-get".into(),
+                    format!("load={load}"),
+                    "round=1".into(),
+                ])
+                .unwrap(),
+                serde_json::json!({}),
+                serde_json::json!({ "protocol": "memcached" }),
+                serde_json::json!({ "achieved_rate": rate, "errors": {}, "cache_hits": 9,
+                    "cache_misses": 1, "latency_us": { "p50": 100, "p95": 200, "p99": p99 } }),
+            ),
+        };
+        let mut docs = Vec::new();
+        for (system, peak) in [
+            ("memcached-t1x2", 90_000.0),
+            ("memcached-t2", 100_000.0),
+            ("recached", 50_000.0),
+        ] {
+            docs.push(doc(system, "peak", peak, 900));
+            docs.push(doc(system, "half", peak / 2.0, 1500));
+            docs.push(doc(system, "common", 25_000.0, 2500));
+        }
+        let md = crate::report::render(&docs, "bench").markdown;
+        let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| 64B-get")).collect();
+        assert_eq!(
+            rows,
+            [
+                "| 64B-get | recached | 50,000 | 0.50 | 0.90 | 25,000 | 0.10 | 0.20 | 1.50 | 25,000 | 0.10 | 0.20 | 2.50 | 0 | 90.0% | 1 |",
+                "| 64B-get | memcached-t2 | 100,000 | 1.00 | 0.90 | 50,000 | 0.10 | 0.20 | 1.50 | 25,000 | 0.10 | 0.20 | 2.50 | 0 | 90.0% | 1 |",
+                "| 64B-get | memcached-t1x2 | 90,000 | 0.90 | 0.90 | 45,000 | 0.10 | 0.20 | 1.50 | 25,000 | 0.10 | 0.20 | 2.50 | 0 | 90.0% | 1 |",
+            ]
         );
     }
 

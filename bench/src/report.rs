@@ -164,7 +164,7 @@ fn latest_runs(docs: &[Doc]) -> BTreeMap<String, Vec<&Doc>> {
 }
 
 /// `a, b (pinned)` style summary of one label over a run's documents.
-fn label_values(docs: &[&Doc], k: &str) -> String {
+pub(crate) fn label_values(docs: &[&Doc], k: &str) -> String {
     let set: BTreeSet<&str> = docs
         .iter()
         .map(|d| d.label(k))
@@ -178,7 +178,7 @@ fn label_values(docs: &[&Doc], k: &str) -> String {
 }
 
 /// The common "what ran" line of a section: run id, versions, placement, persistence.
-fn run_line(md: &mut String, docs: &[&Doc]) {
+pub(crate) fn run_line(md: &mut String, docs: &[&Doc]) {
     let _ = writeln!(
         md,
         "Run `{}`; recached {}; redis-server {}; CPU placement: {}; persistence: {}; rounds: {}.\n",

@@ -7,6 +7,8 @@
 //! - [`schedule`]: the Poisson arrival schedule (intended start times).
 //! - [`loadgen`]: the open-loop load generator (mio, one poll per thread, HDR histograms), its
 //!   parameters, and the cache-aside mode.
+//! - [`memcached`]: the memcached text protocol of `run --protocol memcached` (requests, a
+//!   full reply scanner, the key-to-server hash of a client with a server list).
 //! - [`reply`]: a RESP reply scanner (where a reply ends; value, nil or error).
 //! - [`origin`]: a simulated slow origin for the cache-aside scenarios.
 //! - [`memory`]: one memory-per-data-shape sample (DBSIZE, RSS, INFO used_memory).
@@ -16,7 +18,8 @@
 //! # Subcommands (`recached-bench SUBCOMMAND`)
 //!
 //! ```text
-//! run               open-loop load against any RESP server; prints a summary, --out writes JSON
+//! run               open-loop (or --closed-loop) load against any RESP server, or a memcached
+//!                   one with --protocol memcached; prints a summary, --out writes JSON
 //! origin            the slow origin server (runs until killed)
 //! redis-benchmark   runs redis-benchmark --csv with the given args and records it as JSON
 //! rss               samples the RSS of a process tree over time into JSON
@@ -34,6 +37,7 @@ pub mod consume;
 pub mod doc;
 pub mod getloop;
 pub mod loadgen;
+pub mod memcached;
 pub mod memory;
 pub mod origin;
 pub mod reply;
@@ -54,10 +58,12 @@ use serde_json::{Value, json};
 /// `recached-bench …`
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
-    /// Open-loop load (Poisson arrivals, latency from the intended start) against a RESP server.
+    /// Open-loop load (Poisson arrivals, latency from the intended start), or a closed loop,
+    /// against a RESP server or (--protocol memcached) a memcached one.
     Run {
+        /// Boxed: the parameters are most of the enum's size.
         #[command(flatten)]
-        params: loadgen::LoadParams,
+        params: Box<loadgen::LoadParams>,
         #[command(flatten)]
         out: OutArgs,
     },
@@ -264,7 +270,8 @@ pub fn load_results(params: &loadgen::LoadParams, o: &loadgen::Outcome) -> Value
         "scheduled": o.scheduled,
         "ok": o.ok,
         "errors": o.errors,
-        "target_rate": params.rate,
+        // A closed loop has no target rate.
+        "target_rate": if params.closed_loop { Value::Null } else { json!(params.rate) },
         // A run ended by its stop file lasted its measured time, not `duration`.
         "achieved_rate": (o.achieved_rate(if params.stop_file.is_some() { 0.0 } else { params.duration }) * 10.0).round() / 10.0,
         "latency_us": loadgen::Outcome::summary(&o.latency),
@@ -280,7 +287,12 @@ pub fn load_results(params: &loadgen::LoadParams, o: &loadgen::Outcome) -> Value
 
 fn run_load(params: &loadgen::LoadParams, out: &OutArgs) -> Result<ExitCode, String> {
     let labels = doc::parse_labels(&out.labels)?;
-    let server = loadgen::server_info(params.target.split(',').next().unwrap_or_default());
+    let first = params.target.split(',').next().unwrap_or_default();
+    let server = if params.protocol == "memcached" {
+        memcached::server_info(first)
+    } else {
+        loadgen::server_info(first)
+    };
     let origin = params
         .origin
         .as_deref()
@@ -292,10 +304,14 @@ fn run_load(params: &loadgen::LoadParams, out: &OutArgs) -> Result<ExitCode, Str
     }
     let results = load_results(params, &o);
     let l = &results["latency_us"];
+    let rate = if params.closed_loop {
+        "closed loop".to_string()
+    } else {
+        format!("rate {}/s", params.rate)
+    };
     println!(
-        "target {} rate {}/s: achieved {}/s, ok {}, errors {}, latency µs p50 {} p90 {} p99 {} p99.9 {} max {} (service p99 {}, lag p99 {})",
+        "target {} {rate}: achieved {}/s, ok {}, errors {}, latency µs p50 {} p90 {} p99 {} p99.9 {} max {} (service p99 {}, lag p99 {})",
         params.target,
-        params.rate,
         results["achieved_rate"],
         o.ok,
         o.error_count(),
@@ -309,6 +325,9 @@ fn run_load(params: &loadgen::LoadParams, out: &OutArgs) -> Result<ExitCode, Str
     );
     if !o.errors.is_empty() {
         println!("errors: {:?}", o.errors);
+    }
+    if params.protocol == "memcached" && (o.cache_hits + o.cache_misses) > 0 {
+        println!("get hits {}, misses {}", o.cache_hits, o.cache_misses);
     }
     if params.mode == "cache-aside" {
         println!(

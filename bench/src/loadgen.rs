@@ -23,6 +23,10 @@
 //!   until `WouldBlock`. When the next arrival is less than [`SPIN_BELOW`] away the thread polls
 //!   with a zero timeout (epoll's timeout has millisecond resolution), so at high rates a
 //!   generator thread uses a core; on a 2-core machine it competes with the server under test.
+//!   With `--nap-us N` it sleeps instead, at most N µs (and never past the next arrival), when
+//!   a zero-timeout poll found nothing, with the thread's timer slack at 1 µs: the CPU goes to
+//!   the servers, and a reply that arrives during a nap is timed up to N µs (+ the wake-up)
+//!   late.
 //! - Requests scheduled during the warm-up are sent but not recorded. After the last arrival the
 //!   run drains for at most `drain_timeout` seconds; whatever is still unanswered then counts as
 //!   an `unfinished` error.
@@ -31,6 +35,19 @@
 //!   [`REDIAL_INTERVAL`]; while no connection of a thread is up, arrivals count as `unavailable`.
 //!   A backlog over `max_backlog` requests sheds the new arrival as `overload`, so an overloaded
 //!   server cannot make the generator's memory grow without bound.
+//!
+//! # Closed loop
+//!
+//! With `--closed-loop` there is no schedule: each thread keeps `its connections × pipeline`
+//! requests outstanding, a new one issued (to the least loaded live connection of the key's
+//! target) as soon as one is answered, for `--duration` after `--warmup`. Latency is then taken
+//! from when the request was issued: the closed-loop view, for the peak throughput.
+//!
+//! # Protocols
+//!
+//! `--protocol resp` (the default) or `--protocol memcached`: the text protocol's `get` and
+//! `set`, replies read whole and judged by [`crate::memcached`]; several targets are then
+//! chosen by a hash of the key (libmemcached's one-at-a-time, modulo N), not by key number.
 //!
 //! # Targets
 //!
@@ -159,6 +176,20 @@ pub struct LoadParams {
     /// file: `t_s,requests,p50_us,p99_us,max_us` (to see when in a run latency rose).
     #[arg(long)]
     pub timeline: Option<std::path::PathBuf>,
+    /// Sleep at most this many µs instead of spinning when the next arrival is near and
+    /// nothing is ready (0 = spin, the default); a reply arriving during a nap is timed late
+    /// by up to that much. For hosts where the generator's spinning would take a core the
+    /// servers need.
+    #[arg(long, default_value_t = 0)]
+    pub nap_us: u64,
+    /// Wire protocol: `resp`, or `memcached` (text protocol `get`/`set`; several targets are
+    /// chosen by a hash of the key, as a memcached client with a server list does).
+    #[arg(long, default_value = "resp")]
+    pub protocol: String,
+    /// Closed loop: no schedule (`--rate` is ignored); each thread keeps its connections ×
+    /// pipeline requests outstanding, the next one sent when one is answered.
+    #[arg(long)]
+    pub closed_loop: bool,
     /// Stop the arrivals when this file appears (checked every 10 ms), before `--duration`
     /// ends: a run as long as some other job (a slot move), up to `--duration`.
     #[arg(long)]
@@ -193,6 +224,9 @@ impl Default for LoadParams {
             max_backlog: 100_000,
             stop_file: None,
             timeline: None,
+            protocol: "resp".into(),
+            closed_loop: false,
+            nap_us: 0,
         }
     }
 }
@@ -243,6 +277,9 @@ pub fn parse_mix(mix: &str) -> Result<Vec<(Op, u64)>, String> {
 /// The checked, derived form of [`LoadParams`] that the threads share.
 struct Plan {
     cache_aside: bool,
+    /// `--protocol memcached`.
+    memcached: bool,
+    closed: bool,
     mix: Vec<(Op, u64)>,
     keys: KeyChooser,
     value: Vec<u8>,
@@ -271,6 +308,18 @@ impl Plan {
             "cache-aside" => return Err("cache-aside mode needs --origin".into()),
             m => return Err(format!("mode must be plain or cache-aside, got {m:?}")),
         };
+        let memcached = match p.protocol.as_str() {
+            "resp" => false,
+            "memcached" if cache_aside || p.cluster => {
+                return Err("--protocol memcached has no cache-aside mode and no --cluster".into());
+            }
+            "memcached" => true,
+            x => return Err(format!("protocol must be resp or memcached, got {x:?}")),
+        };
+        let mix = parse_mix(&p.mix)?;
+        if memcached {
+            crate::memcached::check_mix(&mix, &p.key_prefix)?;
+        }
         let keys = match p.distribution.as_str() {
             "uniform" => KeyChooser::uniform(p.keys),
             "zipf" => KeyChooser::zipf(p.keys, p.zipf_s)?,
@@ -278,7 +327,9 @@ impl Plan {
         };
         Ok(Plan {
             cache_aside,
-            mix: parse_mix(&p.mix)?,
+            memcached,
+            closed: p.closed_loop,
+            mix,
             keys,
             value: vec![b'v'; p.value_size],
             warmup_ns: (p.warmup * 1e9) as u64,
@@ -411,7 +462,7 @@ impl Outcome {
             "count": h.len(),
             "min": if h.is_empty() { 0 } else { h.min() },
             "mean": if h.is_empty() { 0.0 } else { (h.mean() * 10.0).round() / 10.0 },
-            "p50": q(0.50), "p90": q(0.90), "p99": q(0.99), "p999": q(0.999),
+            "p50": q(0.50), "p90": q(0.90), "p95": q(0.95), "p99": q(0.99), "p999": q(0.999),
             "max": if h.is_empty() { 0 } else { h.max() },
         })
     }
@@ -549,6 +600,8 @@ pub enum Router {
     Modulo(usize),
     /// Redis Cluster: slot → target index (16384 entries).
     Slots(Vec<usize>),
+    /// memcached clients' server list: [`crate::memcached::server_for`] over N targets.
+    Hash(usize),
 }
 
 /// Redis Cluster key slot: CRC16-XMODEM of the hash tag (the bytes between the first `{` and
@@ -624,6 +677,19 @@ pub fn discover_cluster(seed: SocketAddr) -> Result<(Vec<SocketAddr>, Vec<usize>
         return Err(format!("{seed}: CLUSTER SLOTS does not cover every slot"));
     }
     Ok((nodes, map))
+}
+
+/// Sets the calling thread's timer slack (Linux `PR_SET_TIMERSLACK`; the default 50 µs would
+/// make a 20 µs nap last up to 70 µs). Elsewhere a no-op.
+fn set_timer_slack_ns(ns: u64) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(PR_SET_TIMERSLACK, n) takes an integer and only changes this thread's
+    // timer slack; no memory is passed.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = ns;
 }
 
 fn resolve(addr: &str) -> Result<SocketAddr, String> {
@@ -732,6 +798,12 @@ impl<'a> Worker<'a> {
     /// Encodes the request's current stage onto the right wire.
     fn write_req(&mut self, i: usize, r: &Req) {
         let key = self.op_key(r.op, r.key);
+        if self.plan.memcached {
+            let exptime = crate::memcached::exptime(self.params.ttl_ms);
+            let out = &mut self.conns[i].cache.out;
+            crate::memcached::encode(out, r.op, &key, &self.plan.value, exptime);
+            return;
+        }
         let ttl = self.params.ttl_ms.to_string();
         let value = &self.plan.value;
         let mut buf = Vec::new();
@@ -817,7 +889,20 @@ impl<'a> Worker<'a> {
             } else {
                 &mut self.conns[i].cache
             };
-            let Some((reply, len)) = reply::scan(&wire.inbuf)? else {
+            let scanned = if self.plan.memcached {
+                let op = self.conns[i].inflight.front().map_or(Op::Get, |r| r.op);
+                let wire = &self.conns[i].cache;
+                crate::memcached::scan(&wire.inbuf)?
+                    .map(|(r, len)| (crate::memcached::classify(op, &r), len))
+            } else {
+                reply::scan(&wire.inbuf)?
+            };
+            let wire = if origin_side {
+                &mut self.conns[i].origin
+            } else {
+                &mut self.conns[i].cache
+            };
+            let Some((reply, len)) = scanned else {
                 if wire.inbuf.len() > MAX_REPLY_BYTES {
                     return Err("reply too large".into());
                 }
@@ -894,6 +979,13 @@ impl<'a> Worker<'a> {
                 (_, Stage::Cache) => {
                     if self.plan.cache_aside && r.recorded {
                         self.out.cache_hits += 1;
+                    } else if self.plan.memcached && r.op == Op::Get && r.recorded {
+                        // A memcached get's hit or miss (the bench fills its keys first).
+                        if reply == Reply::Nil {
+                            self.out.cache_misses += 1;
+                        } else {
+                            self.out.cache_hits += 1;
+                        }
                     }
                     done(&mut self.out, &r);
                 }
@@ -901,8 +993,9 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Hands one arrival to the next live connection (round robin).
-    fn dispatch(&mut self, intended_ns: u64) {
+    /// Hands one arrival to the next live connection (round robin; closed loop: the least
+    /// loaded). False when it could not be placed (no live connection, or overload).
+    fn dispatch(&mut self, intended_ns: u64) -> bool {
         let recorded = intended_ns >= self.plan.warmup_ns;
         if recorded {
             self.out.scheduled += 1;
@@ -915,20 +1008,30 @@ impl<'a> Worker<'a> {
                 let k = self.op_key(op, key);
                 map[key_slot(&k) as usize]
             }
+            Router::Hash(n) => {
+                let k = self.op_key(op, key);
+                crate::memcached::server_for(&k, *n)
+            }
         };
         let conns = &self.by_target[t];
         let n = conns.len();
-        let Some(i) = (0..n)
+        let live = (0..n)
             .map(|k| conns[(self.rr[t] + k) % n])
-            .find(|&i| self.is_up(i))
-        else {
+            .filter(|&i| self.is_up(i));
+        let chosen = if self.plan.closed {
+            let load = |i: usize| self.conns[i].backlog.len() + self.conns[i].inflight.len();
+            live.min_by_key(|&i| load(i))
+        } else {
+            live.into_iter().next()
+        };
+        let Some(i) = chosen else {
             self.out.add_error("unavailable", recorded);
-            return;
+            return false;
         };
         self.rr[t] = (self.rr[t] + 1) % n;
         if self.conns[i].backlog.len() >= self.params.max_backlog {
             self.out.add_error("overload", recorded);
-            return;
+            return false;
         }
         self.conns[i].backlog.push_back(Req {
             intended_ns,
@@ -940,6 +1043,7 @@ impl<'a> Worker<'a> {
             frames: if op == Op::Tx { 4 } else { 1 },
             failed: false,
         });
+        true
     }
 
     fn outstanding(&self) -> bool {
@@ -973,15 +1077,38 @@ impl<'a> Worker<'a> {
                     end_ns = now;
                 }
             }
-            // 1. Arrivals that are due.
-            while let Some(&t) = schedule.peek() {
-                if t > now || t >= end_ns {
-                    break;
+            // 1. Arrivals that are due (closed loop: as many as the window has room for).
+            let mut closed_stuck = false;
+            if self.plan.closed {
+                if now < end_ns {
+                    let window = self.conns.len() * self.params.pipeline;
+                    let mut have: usize = self
+                        .conns
+                        .iter()
+                        .map(|c| c.backlog.len() + c.inflight.len())
+                        .sum();
+                    while have < window {
+                        if !self.dispatch(now) {
+                            closed_stuck = true;
+                            break;
+                        }
+                        have += 1;
+                    }
                 }
-                schedule.next();
-                self.dispatch(t);
+            } else {
+                while let Some(&t) = schedule.peek() {
+                    if t > now || t >= end_ns {
+                        break;
+                    }
+                    schedule.next();
+                    self.dispatch(t);
+                }
             }
-            let arrivals_done = schedule.peek().is_none_or(|&t| t >= end_ns);
+            let arrivals_done = if self.plan.closed {
+                now >= end_ns
+            } else {
+                schedule.peek().is_none_or(|&t| t >= end_ns)
+            };
             // 2. Redials and churn.
             let wall = Instant::now();
             for i in 0..self.conns.len() {
@@ -1015,6 +1142,14 @@ impl<'a> Worker<'a> {
             // 4. Wait for I/O or the next arrival.
             let next = schedule.peek().copied().filter(|&t| t < end_ns);
             let gap = match next {
+                // Closed loop: replies wake the poll; a window that could not be filled (no
+                // live connection) is retried after 10 ms, not in a busy loop of errors.
+                _ if self.plan.closed && !arrivals_done && !closed_stuck => {
+                    Duration::from_nanos(end_ns.saturating_sub(self.now_ns()))
+                        .min(Duration::from_millis(10))
+                        .max(SPIN_BELOW)
+                }
+                _ if self.plan.closed => Duration::from_millis(10),
                 Some(t) => Duration::from_nanos(t.saturating_sub(self.now_ns())),
                 None => Duration::from_millis(10),
             };
@@ -1029,7 +1164,15 @@ impl<'a> Worker<'a> {
                 Err(e) => return Err(format!("poll: {e}")),
             }
             if events.is_empty() && timeout.is_zero() {
-                std::thread::yield_now();
+                let nap = Duration::from_micros(self.params.nap_us);
+                let until_next = next.map_or(nap, |t| {
+                    Duration::from_nanos(t.saturating_sub(self.now_ns()))
+                });
+                if nap.is_zero() || until_next.is_zero() {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(nap.min(until_next));
+                }
             }
             for ev in events.iter() {
                 let i = ev.token().0 / 2;
@@ -1092,6 +1235,9 @@ pub fn run(params: &LoadParams) -> Result<Outcome, String> {
     let (targets, router) = if params.cluster {
         let (nodes, map) = discover_cluster(first)?;
         (nodes, Router::Slots(map))
+    } else if plan.memcached {
+        let n = listed.len();
+        (listed, Router::Hash(n))
     } else {
         let n = listed.len();
         (listed, Router::Modulo(n))
@@ -1115,6 +1261,9 @@ pub fn run(params: &LoadParams) -> Result<Outcome, String> {
                 let keys_rng = rng.fork(1);
                 rng = keys_rng;
                 s.spawn(move || -> Result<Outcome, String> {
+                    if params.nap_us > 0 {
+                        set_timer_slack_ns(1000);
+                    }
                     let poll = Poll::new().map_err(|e| format!("poll: {e}"))?;
                     let conns: Vec<usize> = (0..targets.len())
                         .flat_map(|t| std::iter::repeat_n(t, per_target))

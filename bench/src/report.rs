@@ -164,7 +164,7 @@ fn latest_runs(docs: &[Doc]) -> BTreeMap<String, Vec<&Doc>> {
 }
 
 /// `a, b (pinned)` style summary of one label over a run's documents.
-fn label_values(docs: &[&Doc], k: &str) -> String {
+pub(crate) fn label_values(docs: &[&Doc], k: &str) -> String {
     let set: BTreeSet<&str> = docs
         .iter()
         .map(|d| d.label(k))
@@ -178,7 +178,7 @@ fn label_values(docs: &[&Doc], k: &str) -> String {
 }
 
 /// The common "what ran" line of a section: run id, versions, placement, persistence.
-fn run_line(md: &mut String, docs: &[&Doc]) {
+pub(crate) fn run_line(md: &mut String, docs: &[&Doc]) {
     let _ = writeln!(
         md,
         "Run `{}`; recached {}; redis-server {}; CPU placement: {}; persistence: {}; rounds: {}.\n",
@@ -654,10 +654,30 @@ fn scenarios(md: &mut String, docs: &[&Doc]) {
     md.push('\n');
 }
 
-fn soak(md: &mut String, charts: &mut Vec<(String, String)>, docs: &[&Doc], svg_rel: &str) {
-    md.push_str("## Soak (`scripts/soak.sh`)\n\n");
+/// The soak's section; `memcached`: scripts/soak-memcached.sh's (suite `soak-memcached`), the
+/// same phases over the proxy's memcached port.
+fn soak(
+    md: &mut String,
+    charts: &mut Vec<(String, String)>,
+    docs: &[&Doc],
+    svg_rel: &str,
+    memcached: bool,
+) {
+    let (tag, port) = if memcached {
+        (
+            "soak-memcached",
+            "the proxy's memcached port (`--protocol memcached`)",
+        )
+    } else {
+        ("soak", "the proxy")
+    };
+    let _ = writeln!(md, "## Soak (`scripts/{tag}.sh`)\n");
+    let _ = write!(
+        md,
+        "One fleet under open-loop load through {port}, phase after phase. "
+    );
     md.push_str(
-        "One fleet under open-loop load through the proxy, phase after phase. Errors are counted \
+        "Errors are counted \
          per phase by kind; in the *kill* phase one engine is SIGKILLed mid-load and restarted by \
          the supervisor, so errors are expected there and only there. RSS is the sum over the \
          supervisor and its children.\n\n",
@@ -749,9 +769,9 @@ fn soak(md: &mut String, charts: &mut Vec<(String, String)>, docs: &[&Doc], svg_
             last
         );
         let name = if i == 0 {
-            "soak-rss.svg".to_string()
+            format!("{tag}-rss.svg")
         } else {
-            format!("soak-rss-{i}.svg")
+            format!("{tag}-rss-{i}.svg")
         };
         charts.push((
             name.clone(),
@@ -985,7 +1005,13 @@ pub fn render(docs: &[Doc], svg_rel: &str) -> Rendered {
         scenarios(&mut md, d);
     }
     if let Some(d) = runs.get("soak") {
-        soak(&mut md, &mut charts, d, svg_rel);
+        soak(&mut md, &mut charts, d, svg_rel, false);
+    }
+    if let Some(d) = runs.get("memcached") {
+        crate::memcached::report_section(&mut md, d);
+    }
+    if let Some(d) = runs.get("soak-memcached") {
+        soak(&mut md, &mut charts, d, svg_rel, true);
     }
     if let Some(d) = runs.get("memory") {
         memory(&mut md, &mut charts, d, svg_rel);

@@ -168,7 +168,7 @@ step "benchmark smoke (scripts/bench-*.sh, scripts/soak.sh: short versions)"
 # folder, then `recached-bench validate` checks every file (and that no request failed, except in
 # the soak's kill phase, where requests to the killed engine fail by design) and the report renders.
 BENCH_SMOKE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/recached-bench-smoke.XXXXXX")
-for s in bench-scaling bench-systems bench-scenarios soak soak-memcached bench-memory-shapes bench-proxy \
+for s in bench-scaling bench-systems bench-scenarios soak soak-memcached bench-memcached bench-memory-shapes bench-proxy \
     bench-scripting bench-streams bench-datatypes bench-geo bench-tracking bench-transactions \
     bench-small-collections bench-reshard; do
     BENCH_SMOKE=1 BENCH_RESULTS="$BENCH_SMOKE_DIR" scripts/$s.sh >"$BENCH_SMOKE_DIR/$s.log" 2>&1 \

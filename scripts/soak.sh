@@ -70,38 +70,9 @@ check() { # check NAME OUTCOME DETAIL
     "$BENCH_BIN" check --name "$1" --outcome "$2" --detail "$3" \
         --out "$RESULTS/soak-$RUN_ID-check-$1.json" "${LABELS[@]}" --label suite=soak >&2
 }
-third=$(awk -v p="$P" 'BEGIN { printf "%.1f", p / 3 }')
-phase ramp-1 "ramp 1/4" $((RATE / 4)) --duration "$third" --mix get:80,set:20
-phase ramp-2 "ramp 2/4" $((RATE / 2)) --duration "$third" --mix get:80,set:20
-phase ramp-3 "ramp 3/4" $((RATE * 3 / 4)) --duration "$third" --mix get:80,set:20
-phase sustained "steady GET/SET" "$RATE" --duration "$P" --mix get:80,set:20
-phase burst "3x rate" $((RATE * 3)) --duration "$P" --mix get:80,set:20
-phase churn "redial every 50 replies" $((RATE / 2)) --duration "$P" --mix get:80,set:20 --reconnect-every 50
-phase large "64 KB values" $((RATE / 20)) --duration "$P" --mix get:50,set:50 --value-size 65536 --keys 2000
-
-# Eviction pressure.
-evict_ok=1
-for p in "${engine_ports[@]}"; do
-    r1=$(redis-cli -p "$p" CONFIG SET maxmemory "$MAXMEM" 2>&1 || true)
-    r2=$(redis-cli -p "$p" CONFIG SET maxmemory-policy allkeys-lru 2>&1 || true)
-    [ "$r1" = OK ] && [ "$r2" = OK ] || evict_ok=0
-done
-phase eviction "4 KB SETs, maxmemory $MAXMEM allkeys-lru" $((RATE / 2)) --duration "$P" --mix set:1 \
-    --value-size 4096 --keys 1000000
-if [ $evict_ok = 1 ]; then
-    detail="" outcome=passed
-    limit=$(redis-cli -p "${engine_ports[0]}" CONFIG GET maxmemory | tail -1)
-    for p in "${engine_ports[@]}"; do
-        used=$(redis-cli -p "$p" INFO memory | tr -d '\r' | sed -n 's/^used_memory://p')
-        evicted=$(redis-cli -p "$p" INFO stats | tr -d '\r' | sed -n 's/^evicted_keys://p')
-        detail+="engine :$p used_memory ${used:-?} of $limit, evicted_keys ${evicted:-?}; "
-        [ -n "$used" ] && [ "$used" -le $((limit + limit / 20)) ] || outcome=failed
-    done
-    check eviction "$outcome" "$detail"
-    for p in "${engine_ports[@]}"; do redis-cli -p "$p" CONFIG SET maxmemory 0 >/dev/null; done
-else
-    check eviction skipped "CONFIG SET maxmemory refused by the engines: $r1 / $r2"
-fi
+# The phases both soaks share (scripts/soak-phases.sh).
+source "$(dirname "${BASH_SOURCE[0]}")/soak-phases.sh"
+soak_phases GET SET
 
 # Kill one engine mid-load. First: keys on engine 0, then SAVE (the durability promise).
 E0=${engine_ports[0]}

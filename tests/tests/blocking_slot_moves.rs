@@ -12,18 +12,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use engine_core::slot::{instance_for_key, key_slot};
 
-struct Moving {
-    fleet: ClusterWithProxy,
-    ports: Vec<u16>,
-    ids: Vec<String>,
-}
-
-fn start() -> Moving {
-    let fleet = ClusterWithProxy::start();
-    let (ports, ids) = (fleet.engine_ports(), fleet.node_ids());
-    Moving { fleet, ports, ids }
-}
-
 /// A key that engine 0 owns (distinct per `name`), and its slot.
 fn key_on_engine0(name: &str) -> (String, String) {
     let key = (0..)
@@ -34,21 +22,7 @@ fn key_on_engine0(name: &str) -> (String, String) {
     (key, slot)
 }
 
-fn ok(c: &mut Resp, args: &[&str]) {
-    assert_eq!(escape(&c.cmd_str(args)), "+OK\\r\\n", "{args:?}");
-}
-
 impl Moving {
-    /// Gives the (empty) slot to engine 1: the destination first, then the source.
-    fn move_slot(&self, slot: &str) {
-        for p in [self.ports[1], self.ports[0]] {
-            ok(
-                &mut Resp::connect(p),
-                &["CLUSTER", "SETSLOT", slot, "NODE", &self.ids[1]],
-            );
-        }
-    }
-
     /// Waits (a few seconds at most) until engine 0 has no client blocked any more: it
     /// unblocked the parked one with -MOVED (its cron runs 10 times a second).
     fn wait_unblocked_on_engine0(&self) {
@@ -86,12 +60,12 @@ impl Moving {
 /// there and answers the BLPOP, sent again there by the proxy.
 #[test]
 fn a_parked_blpop_follows_its_slot_to_the_new_owner() {
-    let m = start();
+    let m = Moving::start();
     let (k, slot) = key_on_engine0("bmove-list");
     let mut blocked = Resp::connect(m.fleet.proxy_port);
     send(&mut blocked, &["BLPOP", &k, "0"]);
     m.wait_blocked_on_engine0();
-    m.move_slot(&slot);
+    m.give_to_engine1(&slot);
     m.wait_unblocked_on_engine0();
     // Sent again on engine 1, where it parks (or finds the push below).
     std::thread::sleep(Duration::from_millis(200));
@@ -112,12 +86,12 @@ fn a_parked_blpop_follows_its_slot_to_the_new_owner() {
 /// (2) The same with BZPOPMIN (and a timeout that is not 0: it starts again on engine 1).
 #[test]
 fn a_parked_bzpopmin_follows_its_slot_to_the_new_owner() {
-    let m = start();
+    let m = Moving::start();
     let (k, slot) = key_on_engine0("bmove-zset");
     let mut blocked = Resp::connect(m.fleet.proxy_port);
     send(&mut blocked, &["BZPOPMIN", &k, "30"]);
     m.wait_blocked_on_engine0();
-    m.move_slot(&slot);
+    m.give_to_engine1(&slot);
     m.wait_unblocked_on_engine0();
     std::thread::sleep(Duration::from_millis(200));
     let mut pusher = Resp::connect(m.fleet.proxy_port);
@@ -137,9 +111,9 @@ fn a_parked_bzpopmin_follows_its_slot_to_the_new_owner() {
 /// answers -MOVED at once, the command parks at the new owner.
 #[test]
 fn a_blpop_on_a_slot_moved_before_parks_at_the_new_owner() {
-    let m = start();
+    let m = Moving::start();
     let (k, slot) = key_on_engine0("bmove-before");
-    m.move_slot(&slot);
+    m.give_to_engine1(&slot);
     let mut blocked = Resp::connect(m.fleet.proxy_port);
     send(&mut blocked, &["BLPOP", &k, "0"]);
     std::thread::sleep(Duration::from_millis(300));
@@ -155,12 +129,12 @@ fn a_blpop_on_a_slot_moved_before_parks_at_the_new_owner() {
 /// (4) XREAD … BLOCK with `$`: sent again on engine 1, it answers the entry added there.
 #[test]
 fn a_parked_xread_block_follows_its_slot_to_the_new_owner() {
-    let m = start();
+    let m = Moving::start();
     let (k, slot) = key_on_engine0("bmove-stream");
     let mut blocked = Resp::connect(m.fleet.proxy_port);
     send(&mut blocked, &["XREAD", "BLOCK", "0", "STREAMS", &k, "$"]);
     m.wait_blocked_on_engine0();
-    m.move_slot(&slot);
+    m.give_to_engine1(&slot);
     m.wait_unblocked_on_engine0();
     std::thread::sleep(Duration::from_millis(200));
     let mut pusher = Resp::connect(m.fleet.proxy_port);

@@ -10,18 +10,6 @@ mod common;
 use common::*;
 use engine_core::slot::{instance_for_key, key_slot};
 
-struct Moving {
-    fleet: ClusterWithProxy,
-    ports: Vec<u16>,
-    ids: Vec<String>,
-}
-
-fn start() -> Moving {
-    let fleet = ClusterWithProxy::start();
-    let (ports, ids) = (fleet.engine_ports(), fleet.node_ids());
-    Moving { fleet, ports, ids }
-}
-
 /// Two keys sharing one slot that engine 0 owns (distinct per `name`), and that slot.
 fn keys_on_engine0(name: &str) -> (String, String, String) {
     let tag = (0..)
@@ -32,43 +20,29 @@ fn keys_on_engine0(name: &str) -> (String, String, String) {
     (format!("{{{tag}}}a"), format!("{{{tag}}}b"), slot)
 }
 
-fn ok(c: &mut Resp, args: &[&str]) {
-    assert_eq!(escape(&c.cmd_str(args)), "+OK\\r\\n", "{args:?}");
-}
-
 impl Moving {
     /// Opens the slot's move from engine 0 to engine 1 and MIGRATEs `moved` there.
     fn start_move(&self, slot: &str, moved: &[&str]) {
         let mut e0 = Resp::connect(self.ports[0]);
         let mut e1 = Resp::connect(self.ports[1]);
-        ok(
+        assert_ok(
             &mut e1,
             &["CLUSTER", "SETSLOT", slot, "IMPORTING", &self.ids[0]],
         );
-        ok(
+        assert_ok(
             &mut e0,
             &["CLUSTER", "SETSLOT", slot, "MIGRATING", &self.ids[1]],
         );
         let port = self.ports[1].to_string();
         let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
         migrate.extend_from_slice(moved);
-        ok(&mut e0, &migrate);
-    }
-
-    /// Ends the move: engine 1 owns the slot on both engines.
-    fn commit(&self, slot: &str) {
-        for p in [self.ports[1], self.ports[0]] {
-            ok(
-                &mut Resp::connect(p),
-                &["CLUSTER", "SETSLOT", slot, "NODE", &self.ids[1]],
-            );
-        }
+        assert_ok(&mut e0, &migrate);
     }
 
     /// `GET key` on engine `i` itself (after ASKING, so an importing slot answers too).
     fn on_engine(&self, i: usize, key: &str) -> String {
         let mut c = Resp::connect(self.ports[i]);
-        ok(&mut c, &["ASKING"]);
+        assert_ok(&mut c, &["ASKING"]);
         escape(&c.cmd_str(&["GET", key]))
     }
 }
@@ -81,14 +55,14 @@ fn proxy(m: &Moving) -> Resp {
 /// source. Then -MOVED: the move committed on both engines, the proxy not told.
 #[test]
 fn a_transaction_follows_ask_then_moved() {
-    let m = start();
+    let m = Moving::start();
     let (k, k2, slot) = keys_on_engine0("txask");
     let mut p = proxy(&m);
-    ok(&mut p, &["SET", &k, "old"]);
-    ok(&mut p, &["SET", &k2, "10"]);
+    assert_ok(&mut p, &["SET", &k, "old"]);
+    assert_ok(&mut p, &["SET", &k2, "10"]);
     m.start_move(&slot, &[&k]);
     // (1) -ASK path: SET k is asked to engine 1, INCR k2 still runs at engine 0.
-    ok(&mut p, &["MULTI"]);
+    assert_ok(&mut p, &["MULTI"]);
     assert_eq!(escape(&p.cmd_str(&["SET", &k, "v1"])), "+QUEUED\\r\\n");
     assert_eq!(escape(&p.cmd_str(&["INCR", &k2])), "+QUEUED\\r\\n");
     assert_eq!(escape(&p.cmd_str(&["EXEC"])), "*2\\r\\n+OK\\r\\n:11\\r\\n");
@@ -98,9 +72,9 @@ fn a_transaction_follows_ask_then_moved() {
     assert_eq!(m.on_engine(0, &k2), "$2\\r\\n11\\r\\n");
     // The rest of the slot moves and the move commits; the proxy has not been told.
     m.start_move_rest(&slot, &[&k2]);
-    m.commit(&slot);
+    m.give_to_engine1(&slot);
     // (2) -MOVED path.
-    ok(&mut p, &["MULTI"]);
+    assert_ok(&mut p, &["MULTI"]);
     assert_eq!(escape(&p.cmd_str(&["SET", &k, "v2"])), "+QUEUED\\r\\n");
     assert_eq!(escape(&p.cmd_str(&["INCR", &k2])), "+QUEUED\\r\\n");
     assert_eq!(escape(&p.cmd_str(&["GET", &k])), "+QUEUED\\r\\n");
@@ -119,7 +93,7 @@ impl Moving {
         let port = self.ports[1].to_string();
         let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
         migrate.extend_from_slice(moved);
-        ok(&mut Resp::connect(self.ports[0]), &migrate);
+        assert_ok(&mut Resp::connect(self.ports[0]), &migrate);
     }
 }
 
@@ -127,14 +101,14 @@ impl Moving {
 /// engine in it too: a transaction over two engines, coordinated.
 #[test]
 fn a_pipelined_transaction_follows_a_move() {
-    let m = start();
+    let m = Moving::start();
     let (k, k2, slot) = keys_on_engine0("txpipe");
     let other = (0..)
         .map(|i| format!("txpipe-other{i}"))
         .find(|t| instance_for_key(t.as_bytes(), 2) == 1)
         .unwrap();
     let mut p = proxy(&m);
-    ok(&mut p, &["SET", &k2, "5"]);
+    assert_ok(&mut p, &["SET", &k2, "5"]);
     m.start_move(&slot, &[&k2]);
     let mut batch = Vec::new();
     for args in [
@@ -164,7 +138,7 @@ fn a_pipelined_transaction_follows_a_move() {
     assert_eq!(m.on_engine(1, &k2), "$1\\r\\n6\\r\\n");
     assert_eq!(m.on_engine(1, &other), "$1\\r\\no\\r\\n");
     // And again once committed (-MOVED), pipelined.
-    m.commit(&slot);
+    m.give_to_engine1(&slot);
     let mut batch = Vec::new();
     for args in [&["MULTI"][..], &["INCR", &k2], &["GET", &k], &["EXEC"]] {
         let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
@@ -187,14 +161,14 @@ fn a_pipelined_transaction_follows_a_move() {
 /// "retry"; the retry (a new WATCH, MULTI, EXEC) then succeeds.
 #[test]
 fn a_watched_transaction_over_a_moved_slot_answers_null() {
-    let m = start();
+    let m = Moving::start();
     let (k, _k2, slot) = keys_on_engine0("txwatch");
     let mut p = proxy(&m);
-    ok(&mut p, &["SET", &k, "1"]);
-    ok(&mut p, &["WATCH", &k]);
+    assert_ok(&mut p, &["SET", &k, "1"]);
+    assert_ok(&mut p, &["WATCH", &k]);
     m.start_move(&slot, &[&k]);
-    m.commit(&slot);
-    ok(&mut p, &["MULTI"]);
+    m.give_to_engine1(&slot);
+    assert_ok(&mut p, &["MULTI"]);
     assert_eq!(escape(&p.cmd_str(&["INCR", &k])), "+QUEUED\\r\\n");
     assert_eq!(escape(&p.cmd_str(&["EXEC"])), "*-1\\r\\n");
     assert_eq!(m.on_engine(1, &k), "$1\\r\\n1\\r\\n", "nothing ran");
@@ -202,16 +176,16 @@ fn a_watched_transaction_over_a_moved_slot_answers_null() {
     let mut p3 = proxy(&m);
     assert!(p3.cmd_str(&["HELLO", "3"]).starts_with(b"%"));
     let (j, _, slot2) = keys_on_engine0("txwatch3");
-    ok(&mut p3, &["SET", &j, "1"]);
-    ok(&mut p3, &["WATCH", &j]);
+    assert_ok(&mut p3, &["SET", &j, "1"]);
+    assert_ok(&mut p3, &["WATCH", &j]);
     m.start_move(&slot2, &[&j]);
-    m.commit(&slot2);
-    ok(&mut p3, &["MULTI"]);
+    m.give_to_engine1(&slot2);
+    assert_ok(&mut p3, &["MULTI"]);
     assert_eq!(escape(&p3.cmd_str(&["INCR", &j])), "+QUEUED\\r\\n");
     assert_eq!(escape(&p3.cmd_str(&["EXEC"])), "_\\r\\n");
     // The client's retry: the proxy knows the new owner now.
-    ok(&mut p, &["WATCH", &k]);
-    ok(&mut p, &["MULTI"]);
+    assert_ok(&mut p, &["WATCH", &k]);
+    assert_ok(&mut p, &["MULTI"]);
     assert_eq!(escape(&p.cmd_str(&["INCR", &k])), "+QUEUED\\r\\n");
     assert_eq!(escape(&p.cmd_str(&["EXEC"])), "*1\\r\\n:2\\r\\n");
 }
@@ -222,17 +196,17 @@ fn a_watched_transaction_over_a_moved_slot_answers_null() {
 /// gets the array of one run.
 #[test]
 fn a_slot_moved_between_queueing_and_exec_runs_the_transaction_once() {
-    let m = start();
+    let m = Moving::start();
     let (k, k2, slot) = keys_on_engine0("txlate");
     let mut p = proxy(&m);
-    ok(&mut p, &["SET", &k, "old"]);
-    ok(&mut p, &["SET", &k2, "20"]);
-    ok(&mut p, &["MULTI"]);
+    assert_ok(&mut p, &["SET", &k, "old"]);
+    assert_ok(&mut p, &["SET", &k2, "20"]);
+    assert_ok(&mut p, &["MULTI"]);
     assert_eq!(escape(&p.cmd_str(&["SET", &k, "late"])), "+QUEUED\\r\\n");
     assert_eq!(escape(&p.cmd_str(&["INCR", &k2])), "+QUEUED\\r\\n");
     // Now the whole slot moves and commits, behind the queued transaction's back.
     m.start_move(&slot, &[&k, &k2]);
-    m.commit(&slot);
+    m.give_to_engine1(&slot);
     assert_eq!(escape(&p.cmd_str(&["EXEC"])), "*2\\r\\n+OK\\r\\n:21\\r\\n");
     // One run, on the new owner; nothing was left behind at the source.
     assert_eq!(m.on_engine(1, &k), "$4\\r\\nlate\\r\\n");

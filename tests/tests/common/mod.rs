@@ -1019,6 +1019,39 @@ pub struct ClusterWithProxy {
     pub proxy_port: u16,
 }
 
+/// A 2-engine cluster fleet behind a proxy whose slots a test moves by hand, with raw
+/// commands as `redis-cli --cluster reshard` sends them (tests/tests/tx_slot_moves.rs,
+/// blocking_slot_moves.rs; each adds its own steps in an `impl Moving` of its own).
+pub struct Moving {
+    pub fleet: ClusterWithProxy,
+    pub ports: Vec<u16>,
+    pub ids: Vec<String>,
+}
+
+impl Moving {
+    pub fn start() -> Moving {
+        let fleet = ClusterWithProxy::start();
+        let (ports, ids) = (fleet.engine_ports(), fleet.node_ids());
+        Moving { fleet, ports, ids }
+    }
+
+    /// Gives `slot` to engine 1 on both engines (`CLUSTER SETSLOT … NODE`), the destination
+    /// first, as `redis-cli --cluster reshard` does.
+    pub fn give_to_engine1(&self, slot: &str) {
+        for p in [self.ports[1], self.ports[0]] {
+            assert_ok(
+                &mut Resp::connect(p),
+                &["CLUSTER", "SETSLOT", slot, "NODE", &self.ids[1]],
+            );
+        }
+    }
+}
+
+/// Sends `args` and asserts the reply is `+OK`.
+pub fn assert_ok(c: &mut Resp, args: &[&str]) {
+    assert_eq!(escape(&c.cmd_str(args)), "+OK\\r\\n", "{args:?}");
+}
+
 impl ClusterWithProxy {
     /// The engines' ports, in instance order.
     pub fn engine_ports(&self) -> Vec<u16> {

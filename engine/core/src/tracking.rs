@@ -142,6 +142,10 @@ pub struct Tracking {
     /// What [`after_call`] found of the last command row it saw (its address): a pipeline
     /// of one command looks its flags and key position up once.
     last_row: (usize, Row),
+    /// The key [`before_command`] touched (its address and length in the request) and its
+    /// hash, so that [`after_call`] of the same command does not hash it again; set or
+    /// cleared by every top-level command, taken by the next call's end.
+    touched: Option<(usize, usize, u64)>,
 }
 
 /// What a command row means to [`after_call`] (from its flags and key specs alone).
@@ -182,6 +186,7 @@ impl Tracking {
             script_read: false,
             limit_rounds: 0,
             last_row: (0, Row::Never),
+            touched: None,
         }
     }
 
@@ -322,7 +327,11 @@ pub fn before_command(
         && let Some(key) = argv.get(pos as usize)
         && (e.tracking.reader == Some(client_id) || e.tracking.clients.contains_key(&client_id))
     {
-        std::hint::black_box(e.tracking.table.touch(key));
+        let hash = e.tracking.table.hash(key);
+        std::hint::black_box(e.tracking.table.touch(hash));
+        e.tracking.touched = Some((key.as_ptr() as usize, key.len(), hash));
+    } else {
+        e.tracking.touched = None;
     }
     e.tracking.current = client_id;
     let over = e.config.tracking_table_max_keys != 0
@@ -373,6 +382,7 @@ fn row_of(e: &mut Engine, spec: &CommandSpec) -> Row {
 /// read-only command read for a tracking client (redis `call` → `trackingRememberKeys`).
 /// Called only while some client tracks.
 pub fn after_call(e: &mut Engine, client: &Client, spec: &CommandSpec, argv: &[&[u8]]) {
+    let touched = e.tracking.touched.take();
     if client.addr == crate::script::SCRIPT_CLIENT_ADDR {
         // A script's own command: its caller remembers the script's declared keys.
         if spec.has_flag(Flags::READONLY) {
@@ -401,7 +411,14 @@ pub fn after_call(e: &mut Engine, client: &Client, spec: &CommandSpec, argv: &[&
     if let Some(pos) = fixed
         && (pos as usize) < argv.len()
     {
-        e.tracking.table.remember(argv[pos as usize], id);
+        let key = argv[pos as usize];
+        match touched {
+            // The same bytes before_command hashed (this command's request).
+            Some((at, len, hash)) if at == key.as_ptr() as usize && len == key.len() => {
+                e.tracking.table.remember_hashed(hash, key, id)
+            }
+            _ => e.tracking.table.remember(key, id),
+        }
         return;
     }
     if let Some(pos) = crate::command::fixed_key(spec, argv.len()) {

@@ -282,8 +282,10 @@ impl Table {
         self.items
     }
 
+    /// `key`'s hash in this table (the same for the table's whole life: the hasher's seed is
+    /// fixed), for [`Self::touch`] and [`Self::remember_hashed`].
     #[inline]
-    fn hash(&self, key: &[u8]) -> u64 {
+    pub fn hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key).max(1)
     }
 
@@ -312,16 +314,16 @@ impl Table {
         }
     }
 
-    /// Reads `key`'s home bucket and returns a word of it, for `std::hint::black_box`: a
-    /// tracking client's read calls this before the command runs, so that the bucket's cache
-    /// miss overlaps the keyspace lookup and [`Self::remember`] finds the line in the cache.
+    /// Reads the home bucket of the key of `hash` and returns a word of it, for
+    /// `std::hint::black_box`: a tracking client's read calls this before the command runs,
+    /// so that the bucket's cache miss overlaps the keyspace lookup and [`Self::remember`]
+    /// finds the line in the cache.
     #[inline]
-    pub fn touch(&self, key: &[u8]) -> u64 {
+    pub fn touch(&self, hash: u64) -> u64 {
         if self.buckets.is_empty() {
             return 0;
         }
-        let i = self.hash(key) as usize & self.mask();
-        self.buckets[i].hash
+        self.buckets[hash as usize & self.mask()].hash
     }
 
     /// `id` may cache `key` from now on (redis `trackingRememberKeys`, one key).
@@ -332,7 +334,13 @@ impl Table {
     /// host's 32 KiB L1i: 0 misses per untracked GET, 9–13 per tracked GET before this split).
     #[inline]
     pub fn remember(&mut self, key: &[u8], id: u64) {
-        let hash = self.hash(key);
+        self.remember_hashed(self.hash(key), key, id);
+    }
+
+    /// [`Self::remember`] of a key whose [`Self::hash`] is known.
+    #[inline]
+    pub fn remember_hashed(&mut self, hash: u64, key: &[u8], id: u64) {
+        debug_assert_eq!(hash, self.hash(key));
         match self.find(hash, key) {
             Some(i) => {
                 if !self.buckets[i].ids.insert(id) {

@@ -6,16 +6,20 @@
 #                                          as bench-systems.sh configures it) + 2 redis-servers,
 #                                          pipelined (-P 16) and unpipelined (-P 1)
 #   (c) a SELECTed database                `redis-benchmark --dbnum 1` vs db 0 through the proxy
+#   (d) the generator's ceiling            the same workload on one redis-server with no proxy
+#                                          (redis-direct), and the CPU redis-benchmark used: when
+#                                          it is one core's worth, the run measured the generator,
+#                                          and direct/nutcracker bounds what any proxy can show
 #
 #   scripts/bench-proxy.sh
 #   BENCH_ROUNDS=3 scripts/bench-proxy.sh
 #
 # Targets: proxy-resp2 (db 0, RESP2: the baseline of (a), (b) and (c)), proxy-resp3,
-# proxy-db1, nutcracker. Each round runs every target (the order rotates every round), each
-# from an empty keyspace (FLUSHALL on the engines / redis-servers directly), with the same
-# tests: SET and GET (`-t set,get`), then MGET of 10 keys (`mget key:__rand_int__ ×10`, as
-# scripts/benchmark.sh), 100,000 random keys, 64-byte values, BENCH_CLIENTS clients, once with
-# -P 16 and once with -P 1. The table shows the median requests/s over the rounds, then each
+# proxy-db1, nutcracker, redis-direct. Each round runs every target (the order rotates every
+# round), each from an empty keyspace (FLUSHALL on the engines / redis-servers directly), with
+# the same tests: SET and GET (`-t set,get`), then MGET of 10 keys (`mget key:__rand_int__
+# ×10`, as scripts/benchmark.sh), 100,000 random keys, 64-byte values, BENCH_CLIENTS clients,
+# once with -P 16 and once with -P 1. The table shows the median requests/s over the rounds, then each
 # ratio against the issue's threshold, PASS or BELOW. A ratio below its threshold does not
 # fail the script (the figures come from a noisy shared machine); an error does.
 #
@@ -50,6 +54,8 @@ start_fleet 2 "$TMP/fleet" "$FP" "$FE"
 free_ports 2; RN=$PORT
 start_redis "$RN"
 start_redis $((RN + 1))
+free_ports 1; RD=$PORT
+start_redis "$RD"
 free_ports 1; NUT=$PORT
 free_ports 1; NUT_STATS=$PORT
 cat >"$TMP/nutcracker.yml" <<YML
@@ -77,16 +83,19 @@ if [ "$select_reply" != OK ]; then
     echo "$0: (c) db 1 vs db 0 not measured: $DB1_NOTE" >&2
 fi
 
-TARGETS=(proxy-resp2 proxy-resp3 proxy-db1 nutcracker)
-declare -A RB=([proxy-resp2]="-p $FP" [proxy-resp3]="-p $FP -3" [proxy-db1]="-p $FP --dbnum 1" [nutcracker]="-p $NUT")
+TARGETS=(proxy-resp2 proxy-resp3 proxy-db1 nutcracker redis-direct)
+declare -A RB=([proxy-resp2]="-p $FP" [proxy-resp3]="-p $FP -3" [proxy-db1]="-p $FP --dbnum 1" [nutcracker]="-p $NUT"
+    [redis-direct]="-p $RD")
 declare -A FLUSH=([proxy-resp2]="$FE $((FE + 1))" [proxy-resp3]="$FE $((FE + 1))" [proxy-db1]="$FE $((FE + 1))"
-    [nutcracker]="$RN $((RN + 1))")
+    [nutcracker]="$RN $((RN + 1))" [redis-direct]="$RD")
 MGET=(mget)
 for _ in 1 2 3 4 5 6 7 8 9 10; do MGET+=("key:__rand_int__"); done
 echo "proxy: $ROUNDS rounds, recached $RECACHED_VERSION, redis $REDIS_VERSION, nutcracker $NUTCRACKER_VERSION, $CPU_PLACEMENT" >&2
 
 # One redis-benchmark run through the JSON recorder; appends "target,workload,test,rps" rows
-# to $TMP/rows.csv. Returns non-zero on error replies or a failed run.
+# to $TMP/rows.csv and "target,workload,setget|mget10,cpu%" to $TMP/gen.csv (the generator's CPU time
+# over the run's wall time, in % of one core: redis-benchmark is one thread, so ~100 means it
+# was the bottleneck). Returns non-zero on error replies or a failed run.
 run() {
     local t=$1 workload=$2 round=$3 what=$4 pipe n out log
     shift 4
@@ -94,7 +103,7 @@ run() {
     out="$RESULTS/proxy-$RUN_ID-$t-$workload-$what-r$round.json"
     log="$TMP/rb-$t-$workload-$what-r$round.log"
     # shellcheck disable=SC2086 # RB holds the port and the mode flags
-    if ! gen "$BENCH_BIN" redis-benchmark --out "$out" "${LABELS[@]}" --label suite=proxy \
+    if ! /usr/bin/time -f '%U %S %e' -o "$log.time" "${GEN[@]}" "$BENCH_BIN" redis-benchmark --out "$out" "${LABELS[@]}" --label suite=proxy \
         --label "system=$t" --label "workload=$workload" --label "round=$round" \
         --label "rounds=$ROUNDS" --label "pipeline=$pipe" "$@" -- -h 127.0.0.1 ${RB[$t]} \
         -c "$CLIENTS" -r 100000 -d 64 -n "$n" -P "$pipe" "${TESTS[@]}" >"$log" 2>&1; then
@@ -105,9 +114,11 @@ run() {
     # `"SET": 123456.0 rps` → target,workload,SET,123456.0
     sed -n 's/^"\([^"]*\)": \([0-9.]*\) rps$/\1 \2/p' "$log" \
         | while read -r test rps; do echo "$t,$workload,$test,$rps"; done >>"$TMP/rows.csv"
+    awk -v k="$t,$workload,$what" '$3 > 0 { printf "%s,%.0f\n", k, 100 * ($1 + $2) / $3 }' "$log.time" >>"$TMP/gen.csv"
 }
 
 : >"$TMP/rows.csv"
+: >"$TMP/gen.csv"
 for round in $(seq "$ROUNDS"); do
     k=$(( (round - 1) % ${#TARGETS[@]} ))
     order=("${TARGETS[@]:k}" "${TARGETS[@]:0:k}")
@@ -153,12 +164,12 @@ RATIOS="$RESULTS/proxy-$RUN_ID-ratios.csv"
 echo
 awk -F, 'NR > 1 { med[$1 "," $2 "," $3] = $4 }
     END {
-        printf "%-12s %-7s %12s %12s %12s %12s\n", "workload", "test", "proxy-resp2", "proxy-resp3", "proxy-db1", "nutcracker"
+        printf "%-12s %-7s %12s %12s %12s %12s %12s\n", "workload", "test", "proxy-resp2", "proxy-resp3", "proxy-db1", "nutcracker", "redis-direct"
         split("pipelined unpipelined", W, " "); split("SET GET MGET10", T, " ")
         for (i = 1; i <= 2; i++) for (j = 1; j <= 3; j++) {
             printf "%-12s %-7s", W[i], T[j]
-            split("proxy-resp2 proxy-resp3 proxy-db1 nutcracker", S, " ")
-            for (s = 1; s <= 4; s++) {
+            split("proxy-resp2 proxy-resp3 proxy-db1 nutcracker redis-direct", S, " ")
+            for (s = 1; s <= 5; s++) {
                 k = S[s] "," W[i] "," T[j]
                 if (k in med) printf " %12s", med[k]; else printf " %12s", "-"
             }
@@ -166,13 +177,21 @@ awk -F, 'NR > 1 { med[$1 "," $2 "," $3] = $4 }
         }
     }' "$MEDIANS"
 echo "(median requests/s over $ROUNDS interleaved rounds; $CLIENTS clients, 100,000 random keys, 64-byte values)"
+GENCPU="$RESULTS/proxy-$RUN_ID-generator-cpu.csv"
+{
+    echo "target,workload,tests,median_cpu_percent,rounds"
+    median_rows "$TMP/gen.csv"
+} >"$GENCPU"
+echo
+echo "redis-benchmark's CPU, % of one core (median; ~100 = the generator was the bottleneck):"
+awk -F, 'NR > 1 { printf "  %-13s %-12s %-7s %4s%%\n", $1, $2, $3, $4 }' "$GENCPU"
 
 # comparison,workload,test,a,b,ratio,threshold,verdict
 awk -F, -v note="$DB1_NOTE" 'NR > 1 { med[$1 "," $2 "," $3] = $4 }
     function cmp(name, a, b, w, t, th,   x, y, r, v) {
         x = med[a "," w "," t]; y = med[b "," w "," t]
         if (x == "" || y == "" || y == 0) { printf "%s,%s,%s,%s,%s,,%.2f,NOT MEASURED\n", name, w, t, x, y, th; return }
-        r = x / y; v = (r >= th) ? "PASS" : "BELOW"
+        r = x / y; v = (th == 0) ? "REPORTED" : (r >= th) ? "PASS" : "BELOW"
         printf "%s,%s,%s,%s,%s,%.3f,%.2f,%s\n", name, w, t, x, y, r, th, v
     }
     END {
@@ -184,12 +203,19 @@ awk -F, -v note="$DB1_NOTE" 'NR > 1 { med[$1 "," $2 "," $3] = $4 }
             cmp("proxy/nutcracker", "proxy-resp2", "nutcracker", W[i], T[j], T[j] == "MGET10" ? 2.0 : 1.5)
         for (i = 1; i <= 2; i++) for (j = 1; j <= 3; j++)
             cmp("db1/db0", "proxy-db1", "proxy-resp2", W[i], T[j], 0.97)
+        # (d): no threshold (0): what a proxy costs against none, and the most any proxy
+        # could show against nutcracker with this generator
+        for (i = 1; i <= 2; i++) for (j = 1; j <= 3; j++)
+            cmp("proxy/redis-direct", "proxy-resp2", "redis-direct", W[i], T[j], 0)
+        for (i = 1; i <= 2; i++) for (j = 1; j <= 3; j++)
+            cmp("direct/nutcracker", "redis-direct", "nutcracker", W[i], T[j], 0)
     }' "$MEDIANS" >"$RATIOS"
 
 echo
 awk -F, 'NR > 1 {
         r = ($6 == "") ? "-" : sprintf("%.2fx", $6)
-        printf "%-17s %-12s %-7s %7s  (threshold %.2fx)  %s\n", $1, $2, $3, r, $7, $8
+        if ($7 == 0) printf "%-18s %-12s %-7s %7s  (reported)\n", $1, $2, $3, r
+        else printf "%-18s %-12s %-7s %7s  (threshold %.2fx)  %s\n", $1, $2, $3, r, $7, $8
     }' "$RATIOS"
 [ -z "$DB1_NOTE" ] || echo "db1/db0 not measured: $DB1_NOTE"
-echo "results: $MEDIANS, $RATIOS and proxy-$RUN_ID-*.json"
+echo "results: $MEDIANS, $RATIOS, $GENCPU and proxy-$RUN_ID-*.json"

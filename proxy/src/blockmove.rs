@@ -76,6 +76,11 @@ pub struct BlockMoves {
 }
 
 impl BlockMoves {
+    /// A blocking request is waiting for its reply.
+    pub fn waiting(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     /// Blocking request `raw` was sent to `instance`, answered in slot `seq`.
     pub fn sent(&mut self, seq: u64, raw: &[u8], instance: usize) {
         self.pending.push(Pending {

@@ -313,6 +313,9 @@ pub struct Client {
     pub session: Session,
     /// The peer shut its side: answer what was asked, then close.
     pub read_closed: bool,
+    /// An event said the peer hung up (EPOLLRDHUP): read on to the end of file, past short
+    /// reads, since no further event will come for the end of file.
+    pub hup: bool,
     /// Input is left unparsed because a bound was hit; the loop retries it.
     pub paused: bool,
     /// Listed in the loop's to-flush list this iteration.
@@ -400,6 +403,7 @@ impl Client {
                 ..Session::default()
             },
             read_closed: false,
+            hup: false,
             paused: false,
             dirty: false,
             conns: Vec::new(),
@@ -500,6 +504,14 @@ impl Client {
     /// Nothing left to answer or send.
     pub fn idle(&self) -> bool {
         self.replies.pending_len() == 0 && self.replies.unsent() == 0 && !self.tls_wants_write()
+    }
+
+    /// A blocking command is waiting for its reply: on one engine, spread over several, or
+    /// gathered (`crate::coord::Wait`).
+    pub fn blocked(&self) -> bool {
+        self.bmove.waiting()
+            || self.spread.is_some()
+            || matches!(self.coord, Some(crate::coord::Coordinator::Wait(_)))
     }
 }
 

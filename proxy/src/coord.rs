@@ -513,6 +513,13 @@ pub enum Coordinator {
 }
 
 impl Coordinator {
+    /// Its client's connections may close now: a blocking wait between attempts holds no
+    /// lock and has changed nothing (its `TXWAIT`s end with their connections). Everything
+    /// else finishes first.
+    pub fn closable(&self) -> bool {
+        matches!(self, Coordinator::Wait(w) if w.attempt.is_none())
+    }
+
     pub fn seq(&self) -> u64 {
         match self {
             Coordinator::Exec(c) => c.seq,

@@ -316,6 +316,11 @@ impl Proxy {
                             self.to_close.push(t);
                             continue;
                         }
+                        if event.is_read_closed()
+                            && let Some(c) = self.clients.get_mut(t)
+                        {
+                            c.hup = true;
+                        }
                         if event.is_readable() || event.is_read_closed() || event.is_error() {
                             self.client_readable(t);
                         }
@@ -843,12 +848,14 @@ impl Proxy {
             }
             match input {
                 Input::Eof => c.read_closed = true,
-                Input::Data { more: true, .. } => {}
-                Input::Data { more: false, .. } => {
-                    // Short read: the socket is drained (see Backend::read).
+                Input::Data { more: false, .. } if !c.hup => {
+                    // Short read: the socket is drained (see Backend::read). Not after a
+                    // hang-up: data and the end of file came in one event, and no other
+                    // event will say the end of file is there to read.
                     self.process_client(token);
                     break;
                 }
+                Input::Data { .. } => {}
                 Input::Drained => break,
                 Input::Fail(why) => {
                     log::debug!("client {token}: {why}");
@@ -859,8 +866,10 @@ impl Proxy {
         }
         if let Some(c) = self.clients.get_mut(token)
             && c.read_closed
-            && c.idle()
+            && (c.idle() || c.blocked())
         {
+            // Answered, or blocked: as Redis frees a blocked client whose peer hung up (its
+            // BLPOP must not pop an element for nobody), the connection goes now.
             self.to_close.push(token);
         }
     }
@@ -1401,7 +1410,7 @@ impl Proxy {
             // A run spanning instances finishes first: closing its connections now could
             // leave it done on some instances and not on others.
             if let Some(c) = self.clients.get_mut(token)
-                && c.coord.is_some()
+                && c.coord.as_ref().is_some_and(|co| !co.closable())
             {
                 c.read_closed = true;
                 self.close_after_coord.push(token);

@@ -136,6 +136,11 @@ struct Conn {
     closing: bool,
     /// The peer closed its side (or an I/O error): closed at the end of the iteration.
     gone: bool,
+    /// An event said the peer hung up (EPOLLRDHUP): read on to the end of file, past short
+    /// reads, since no further event will come for it.
+    hup: bool,
+    /// The end of file was read: no more reads; closing once the input is answered.
+    eof: bool,
     dirty: bool,
 }
 
@@ -328,6 +333,11 @@ impl Loop {
                         }
                     }
                     Token(t) => {
+                        if event.is_read_closed()
+                            && let Some(c) = self.conns.get_mut(t)
+                        {
+                            c.hup = true;
+                        }
                         if event.is_readable() || event.is_read_closed() || event.is_error() {
                             self.client_readable(t);
                         }
@@ -419,6 +429,8 @@ impl Loop {
                         base_seq: 0,
                         closing: false,
                         gone: false,
+                        hup: false,
+                        eof: false,
                         dirty: false,
                     });
                     let c = self.conns.get_mut(token).expect("just inserted");
@@ -453,6 +465,11 @@ impl Loop {
         if c.closing || c.gone {
             return;
         }
+        if c.eof {
+            // Nothing more to read; input left by a pause is still answered.
+            self.process(t);
+            return;
+        }
         if c.pending.len() > MAX_PENDING || c.unsent() > OUTPUT_HIGH_WATER {
             // Not read now: resumed by `process` once it catches up.
             self.paused.push(t);
@@ -467,7 +484,9 @@ impl Loop {
         loop {
             match c.stream.read(&mut chunk) {
                 Ok(0) => {
-                    c.gone = true;
+                    // The peer's end of file: what it sent is still answered, as memcached
+                    // does, then the connection closes (`process`).
+                    c.eof = true;
                     break;
                 }
                 Ok(n) => {
@@ -476,6 +495,12 @@ impl Loop {
                     if append_input(c, &chunk[..n], self.opts.item_max) {
                         // Parse before reading more; read again next iteration.
                         self.paused.push(t);
+                        break;
+                    }
+                    if n < chunk.len() && !c.hup {
+                        // A short read drained the socket: edge-triggered epoll reports new
+                        // data (or a hang-up) with a new event, so the read that would only
+                        // say `WouldBlock` is saved (one system call per request).
                         break;
                     }
                 }
@@ -595,7 +620,12 @@ impl Loop {
             }
             let parsed = parse::parse(&c.input[c.start..], opts.item_max);
             let (req, used) = match parsed {
-                Parsed::Incomplete => break,
+                Parsed::Incomplete => {
+                    if c.eof {
+                        c.closing = true;
+                    }
+                    break;
+                }
                 Parsed::Close => {
                     c.closing = true;
                     break;

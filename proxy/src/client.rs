@@ -117,6 +117,9 @@ pub struct Followup {
     pub part: u32,
 }
 
+/// Most reply bytes [`Client::holds_output`] keeps back.
+pub const HOLD_MAX: usize = 64 << 10;
+
 /// A client's pending replies and output buffer.
 #[derive(Debug, Default)]
 pub struct Replies {
@@ -504,6 +507,23 @@ impl Client {
     /// Nothing left to answer or send.
     pub fn idle(&self) -> bool {
         self.replies.pending_len() == 0 && self.replies.unsent() == 0 && !self.tls_wants_write()
+    }
+
+    /// Ready replies wait for the replies still due before them instead of being written
+    /// now: Redis runs the requests of one read and then writes their replies at once, so a
+    /// pipelined `MULTI … EXEC` (or any pipeline spread over engines) costs its client one
+    /// read, not one per engine round trip, and the proxy one write. Not held: when a
+    /// blocking command waits (Redis writes the replies before it), for subscribers and
+    /// MONITOR (pushes come at any time), when closing, or past [`HOLD_MAX`] bytes.
+    pub fn holds_output(&self) -> bool {
+        self.replies.pending_len() > 0
+            && self.replies.unsent() > 0
+            && self.replies.unsent() < HOLD_MAX
+            && !self.replies.closing
+            && !self.read_closed
+            && !self.session.subs.active()
+            && !self.session.monitor
+            && !self.blocked()
     }
 
     /// A blocking command is waiting for its reply: on one engine, spread over several, or

@@ -1142,6 +1142,9 @@ impl Proxy {
         if c.killed {
             return; // CLIENT KILL: nothing more is written; closed this iteration
         }
+        if c.holds_output() {
+            return; // written with the rest of its batch (`Client::holds_output`)
+        }
         match c.write_output() {
             Ok(n) => self.fleet.net_output_bytes += n as u64,
             Err(e) => {

@@ -513,8 +513,9 @@ impl Client {
     /// now: Redis runs the requests of one read and then writes their replies at once, so a
     /// pipelined `MULTI … EXEC` (or any pipeline spread over engines) costs its client one
     /// read, not one per engine round trip, and the proxy one write. Not held: when a
-    /// blocking command waits (Redis writes the replies before it), for subscribers and
-    /// MONITOR (pushes come at any time), when closing, or past [`HOLD_MAX`] bytes.
+    /// blocking command waits (Redis writes the replies before it) or an EXEC waits for
+    /// another transaction's locks, for subscribers and MONITOR (pushes come at any time),
+    /// when closing, or past [`HOLD_MAX`] bytes.
     pub fn holds_output(&self) -> bool {
         self.replies.pending_len() > 0
             && self.replies.unsent() > 0
@@ -524,6 +525,7 @@ impl Client {
             && !self.session.subs.active()
             && !self.session.monitor
             && !self.blocked()
+            && !self.coord.as_ref().is_some_and(|c| c.contended())
     }
 
     /// A blocking command is waiting for its reply: on one engine, spread over several, or

@@ -303,12 +303,15 @@ pub(crate) fn info_header(fleet: &Fleet, sections: &InfoSections) -> Vec<u8> {
         s.push_str(&format!(
             "# Proxy\r\ntotal_requests:{}\r\nbackend_errors:{}\r\n\
              client_connections_received:{}\r\nclient_net_input_bytes:{}\r\n\
-             client_net_output_bytes:{}\r\ninstances:{}\r\n",
+             client_net_output_bytes:{}\r\nclient_reads_processed:{}\r\n\
+             client_writes_processed:{}\r\ninstances:{}\r\n",
             fleet.requests,
             fleet.backend_errors,
             fleet.connections_received,
             fleet.net_input_bytes,
             fleet.net_output_bytes,
+            fleet.reads_processed,
+            fleet.writes_processed,
             fleet.instances()
         ));
         for (i, addr) in fleet.addrs.iter().enumerate() {

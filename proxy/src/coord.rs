@@ -520,6 +520,12 @@ impl Coordinator {
         matches!(self, Coordinator::Wait(w) if w.attempt.is_none())
     }
 
+    /// An EXEC waiting for locks another transaction holds (the ordered acquisition after
+    /// a conflict): it may take a while, so replies before it are not kept back for it.
+    pub fn contended(&self) -> bool {
+        matches!(self, Coordinator::Exec(c) if c.phase == Phase::Locking)
+    }
+
     pub fn seq(&self) -> u64 {
         match self {
             Coordinator::Exec(c) => c.seq,

@@ -845,6 +845,7 @@ impl Proxy {
             }
             if let Input::Data { bytes, .. } = input {
                 self.fleet.net_input_bytes += bytes as u64;
+                self.fleet.reads_processed += 1;
             }
             match input {
                 Input::Eof => c.read_closed = true,
@@ -1146,7 +1147,10 @@ impl Proxy {
             return; // written with the rest of its batch (`Client::holds_output`)
         }
         match c.write_output() {
-            Ok(n) => self.fleet.net_output_bytes += n as u64,
+            Ok(n) => {
+                self.fleet.net_output_bytes += n as u64;
+                self.fleet.writes_processed += u64::from(n > 0);
+            }
             Err(e) => {
                 log::debug!("client {token}: write: {e}");
                 self.to_close.push(token);

@@ -158,6 +158,11 @@ pub struct Fleet {
     /// `client_net_input_bytes` / `client_net_output_bytes`; metrics).
     pub net_input_bytes: u64,
     pub net_output_bytes: u64,
+    /// Reads from and writes to client sockets that moved bytes (INFO
+    /// `client_reads_processed` / `client_writes_processed`, as Redis's
+    /// `total_reads_processed` / `total_writes_processed`).
+    pub reads_processed: u64,
+    pub writes_processed: u64,
     /// The memcached port's published figures (INFO `# Memcached`), when it runs.
     pub memcached: Option<crate::memcached::stats::Shared>,
     /// Requests (or parts of split requests) answered with an instance-unavailable error
@@ -195,6 +200,8 @@ impl Fleet {
             connections_received: 0,
             net_input_bytes: 0,
             net_output_bytes: 0,
+            reads_processed: 0,
+            writes_processed: 0,
             memcached: None,
             backend_errors: 0,
             acl: engine_core::acl::Acl::new(),

@@ -81,6 +81,11 @@ impl BlockMoves {
         !self.pending.is_empty()
     }
 
+    /// The instance the (first) waiting blocking request was sent to.
+    pub fn waiting_on(&self) -> Option<usize> {
+        self.pending.first().map(|p| p.instance)
+    }
+
     /// Blocking request `raw` was sent to `instance`, answered in slot `seq`.
     pub fn sent(&mut self, seq: u64, raw: &[u8], instance: usize) {
         self.pending.push(Pending {

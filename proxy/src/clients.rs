@@ -30,6 +30,11 @@ pub enum Op {
     /// `CLIENT INFO`: the caller's line.
     Info,
     Kill(Kill),
+    /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`: `error` for ERROR.
+    Unblock {
+        id: u64,
+        error: bool,
+    },
 }
 
 /// `CLIENT KILL addr` (old form) or `CLIENT KILL <filter value> …`.

@@ -165,6 +165,30 @@ pub(crate) fn client<A: Args + ?Sized>(
         },
         "unpause" => Plan::DedicatedFanOut(crate::split::Merge::AllOk),
         "info" => Plan::Clients(crate::clients::Op::Info),
+        // Redis's order of checks (networking.c, clientCommand "unblock").
+        "unblock" => {
+            let error = if argc == 4 {
+                let mode = args.arg(3);
+                if mode.eq_ignore_ascii_case(b"timeout") {
+                    false
+                } else if mode.eq_ignore_ascii_case(b"error") {
+                    true
+                } else {
+                    return reply_static(
+                        b"-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n",
+                    );
+                }
+            } else {
+                false
+            };
+            match resp::parse_i64(args.arg(2)) {
+                Some(id) => Plan::Clients(crate::clients::Op::Unblock {
+                    id: u64::try_from(id).unwrap_or(0),
+                    error,
+                }),
+                None => reply_static(b"-ERR value is not an integer or out of range\r\n"),
+            }
+        }
         "list" | "kill" => {
             let all: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
             let op = match sub_spec.short_name() {
@@ -226,7 +250,7 @@ pub(crate) fn client<A: Args + ?Sized>(
         _ => not_supported(
             sub_spec,
             "the proxy answers CLIENT SETNAME, GETNAME, ID, SETINFO, INFO, LIST, KILL, \
-             NO-EVICT, NO-TOUCH, REPLY, PAUSE, UNPAUSE and TRACKING",
+             UNBLOCK, NO-EVICT, NO-TOUCH, REPLY, PAUSE, UNPAUSE and TRACKING",
         ),
     }
 }

@@ -384,6 +384,9 @@ pub struct Wait {
     waiting: usize,
     /// A `TXWAIT` of this round answered that a key holds data.
     woken: bool,
+    /// `CLIENT UNBLOCK` of the client: `Some(true)` for ERROR. The wait ends at the end of
+    /// its slice (at most [`WAIT_SLICE_MS`]) with a null, or `-UNBLOCKED`.
+    unblocked: Option<bool>,
     pub outbox: Vec<(usize, Vec<u8>, Option<u32>)>,
 }
 
@@ -419,6 +422,7 @@ impl Wait {
             attempt: None,
             waiting: 0,
             woken: false,
+            unblocked: None,
             outbox: Vec::new(),
         };
         w.try_once();
@@ -464,6 +468,13 @@ impl Wait {
         self.waiting = self.sources.len();
     }
 
+    /// `CLIENT UNBLOCK` of its client (`error`: ERROR): it ends at the end of the current
+    /// slice, as on a timeout.
+    pub fn client_unblock(&mut self, error: bool) {
+        self.unblocked = Some(error);
+        self.deadline = Some(std::time::Instant::now());
+    }
+
     fn is_null(reply: &[u8]) -> bool {
         matches!(reply, b"*-1\r\n" | b"$-1\r\n" | b"_\r\n")
     }
@@ -499,6 +510,9 @@ impl Wait {
             self.wait();
             return None;
         }
+        if self.unblocked == Some(true) && Self::is_null(&reply) {
+            return Some(b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n".to_vec());
+        }
         Some(reply)
     }
 }
@@ -522,6 +536,14 @@ impl Coordinator {
 
     /// An EXEC waiting for locks another transaction holds (the ordered acquisition after
     /// a conflict): it may take a while, so replies before it are not kept back for it.
+    /// The wait of a blocking command over several instances, if this is one.
+    pub fn wait_mut(&mut self) -> Option<&mut Wait> {
+        match self {
+            Coordinator::Wait(w) => Some(w),
+            _ => None,
+        }
+    }
+
     pub fn contended(&self) -> bool {
         matches!(self, Coordinator::Exec(c) if c.phase == Phase::Locking)
     }

@@ -270,7 +270,7 @@ impl Dedicated {
 
     /// Queues `CLIENT ID` (once); its reply sets [`Dedicated::engine_id`].
     pub fn ask_id(&mut self) {
-        if self.inflight.iter().any(|e| e.capture_id) {
+        if self.engine_id.is_some() || self.inflight.iter().any(|e| e.capture_id) {
             return;
         }
         self.wire

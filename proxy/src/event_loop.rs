@@ -883,8 +883,75 @@ impl Proxy {
         }
     }
 
+    /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]` from client `token`: `:1` if the proxy client
+    /// `id` is blocked, and its blocking command is ended the way Redis ends it (a null, or
+    /// `-UNBLOCKED client unblocked via CLIENT UNBLOCK`): on one instance by `CLIENT UNBLOCK`
+    /// of its dedicated connection there (the instance's answer is the reply); spread over
+    /// several, every part; gathered, at the end of its wait slice. Else `:0`.
+    fn client_unblock(&mut self, token: usize, id: u64, error: bool) {
+        let target = self
+            .clients
+            .iter()
+            .find(|(_, c)| c.id == id && !c.killed)
+            .map(|(t, _)| t);
+        let mut reply: &[u8] = b":0\r\n";
+        let mut forward = None;
+        if let Some(t) = target
+            && let Some(c) = self.clients.get_mut(t)
+        {
+            if let Some(instance) = c.bmove.waiting_on() {
+                let engine_id = c
+                    .conns
+                    .iter()
+                    .find(|(i, _)| *i == instance)
+                    .and_then(|&(_, conn)| self.dedicated.get(conn))
+                    .and_then(|d| d.engine_id);
+                if let Some(engine_id) = engine_id {
+                    let id = itoa::Buffer::new().format(engine_id).to_owned();
+                    let mut request = Vec::new();
+                    let mut args: Vec<&[u8]> = vec![b"CLIENT", b"UNBLOCK", id.as_bytes()];
+                    if error {
+                        args.push(b"ERROR");
+                    }
+                    resp::encode_request(&mut request, &args);
+                    forward = Some((instance, request));
+                }
+            } else if let Some(s) = c.spread.as_mut() {
+                if let Some(unblocks) = s.client_unblock(error) {
+                    c.replies.followups.extend(unblocks);
+                    self.followups.push(t);
+                    reply = b":1\r\n";
+                }
+            } else if let Some(w) = c.coord.as_mut().and_then(|co| co.wait_mut()) {
+                w.client_unblock(error);
+                reply = b":1\r\n";
+            }
+        }
+        let Some(me) = self.clients.get_mut(token) else {
+            return;
+        };
+        match forward {
+            Some((instance, request)) => {
+                let seq = me.replies.push_plain();
+                me.replies.followups.push(crate::client::Followup {
+                    instance,
+                    request,
+                    seq,
+                    part: 0,
+                });
+                self.followups.push(token);
+            }
+            None => me.replies.push_local(reply, false),
+        }
+        mark(&mut me.dirty, &mut self.dirty_clients, token);
+    }
+
     /// CLIENT LIST / INFO / KILL of client `token` ([`crate::clients`]).
     fn clients_op(&mut self, token: usize, op: clients::Op) {
+        if let clients::Op::Unblock { id, error } = op {
+            self.client_unblock(token, id, error);
+            return;
+        }
         let Some(me) = self.clients.get(token) else {
             return;
         };

@@ -903,6 +903,8 @@ fn open(
             if let Some(login) = &ctx.fleet.login {
                 d.send(login, None, 1); // the internal credential; its reply is dropped
             }
+            // Its id on the instance, for CLIENT UNBLOCK of a command blocked on it.
+            d.ask_id();
             if resp3 {
                 d.resp3 = true;
                 d.send(HELLO3, None, 1); // the client's protocol; its reply is dropped

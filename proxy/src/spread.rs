@@ -39,6 +39,8 @@ pub struct Spread {
     pub parts: Vec<SpreadPart>,
     /// Some part answered: the others are being unblocked.
     pub released: bool,
+    /// `CLIENT UNBLOCK … ERROR` of the client: the parts are unblocked with an error.
+    pub unblock_error: bool,
 }
 
 #[derive(Debug)]
@@ -57,6 +59,7 @@ impl Spread {
             seq,
             parts: Vec::new(),
             released: false,
+            unblock_error: false,
         }
     }
 
@@ -73,6 +76,22 @@ impl Spread {
         (0..self.parts.len() as u32)
             .filter_map(|p| self.unblock(p))
             .collect()
+    }
+
+    /// The client was unblocked (`CLIENT UNBLOCK` through the proxy): every parked part is
+    /// unblocked the same way (TIMEOUT: each answers a null, so the read does; ERROR: each
+    /// answers `-UNBLOCKED`). `false` if the read was already released.
+    pub fn client_unblock(&mut self, error: bool) -> Option<Vec<Followup>> {
+        if self.released {
+            return None;
+        }
+        self.released = true;
+        self.unblock_error = error;
+        Some(
+            (0..self.parts.len() as u32)
+                .filter_map(|p| self.unblock(p))
+                .collect(),
+        )
     }
 
     /// Dedicated connection `conn` learned its instance client id: the `CLIENT UNBLOCK` to
@@ -109,10 +128,17 @@ impl Spread {
         }
         let id = itoa::Buffer::new().format(p.engine_id?).to_owned();
         let mut request = Vec::new();
-        resp::encode_request(
-            &mut request,
-            &[b"CLIENT".as_slice(), b"UNBLOCK", id.as_bytes()],
-        );
+        if self.unblock_error {
+            resp::encode_request(
+                &mut request,
+                &[b"CLIENT".as_slice(), b"UNBLOCK", id.as_bytes(), b"ERROR"],
+            );
+        } else {
+            resp::encode_request(
+                &mut request,
+                &[b"CLIENT".as_slice(), b"UNBLOCK", id.as_bytes()],
+            );
+        }
         Some(Followup {
             instance: p.instance,
             request,

@@ -1,0 +1,89 @@
+//! `CLIENT UNBLOCK id [TIMEOUT|ERROR]` through the proxy, against a real redis-server with
+//! the same transcript: the blocked client's BLPOP (one engine), BLMPOP over keys of both
+//! engines (a gathered wait) and XREAD BLOCK over streams of both engines (a spread read) end
+//! with a null or `-UNBLOCKED …`, the caller gets `:1`; `:0` for a client that is not
+//! blocked; Redis's errors for a bad id or reason. (Redis's own `client unblock tests` in
+//! unit/type/list.tcl.)
+//!
+//! Run `cargo build -p recached` first.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+
+/// `blocked_clients` of INFO clients (summed over the engines through the proxy).
+fn blocked_clients(c: &mut Resp) -> u64 {
+    let info = String::from_utf8_lossy(&c.cmd_str(&["INFO", "clients"])).into_owned();
+    info.lines()
+        .filter_map(|l| l.strip_prefix("blocked_clients:"))
+        .map(|v| v.trim().parse::<u64>().unwrap_or(0))
+        .sum()
+}
+
+fn wait_blocked(c: &mut Resp, who: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while blocked_clients(c) == 0 {
+        assert!(Instant::now() < deadline, "{who}: the client never blocked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Key names `(a, b)` on different engines of a 2-engine fleet, with `prefix`.
+fn spread_keys(prefix: &str) -> (String, String) {
+    let owner = |k: &str| engine_core::slot::instance_for_key(k.as_bytes(), 2);
+    let a = format!("{prefix}:a");
+    let b = (0..1000)
+        .map(|i| format!("{prefix}:b{i}"))
+        .find(|k| owner(k) != owner(&a))
+        .expect("a key on the other engine");
+    (a, b)
+}
+
+/// The transcript: each blocking command, unblocked each way; then the refusals.
+fn transcript(port: u16) -> Vec<String> {
+    let (l1, l2) = spread_keys("cu:l");
+    let (s1, s2) = spread_keys("cu:s");
+    let mut c = Resp::connect(port);
+    let mut blocked = Resp::connect(port);
+    let id = String::from_utf8(blocked.cmd_str(&["CLIENT", "ID"])).unwrap();
+    let id = id.trim().trim_start_matches(':').to_string();
+    let mut out = Vec::new();
+    let commands: [Vec<&str>; 3] = [
+        vec!["BLPOP", &l1, "0"],
+        vec!["BLMPOP", "0", "2", &l1, &l2, "LEFT"],
+        vec!["XREAD", "BLOCK", "0", "STREAMS", &s1, &s2, "$", "$"],
+    ];
+    for command in &commands {
+        for mode in [None, Some("TIMEOUT"), Some("ERROR")] {
+            send(&mut blocked, command);
+            wait_blocked(&mut c, &format!("{command:?}"));
+            let mut unblock = vec!["CLIENT", "UNBLOCK", id.as_str()];
+            unblock.extend(mode);
+            out.push(format!("{command:?} {mode:?}: {}", cmd(&mut c, &unblock)));
+            out.push(format!("  blocked client: {}", next(&mut blocked)));
+        }
+    }
+    // The lists and streams are untouched, and the client works.
+    out.push(cmd(&mut c, &["EXISTS", &l1, &l2, &s1, &s2]));
+    out.push(cmd(&mut blocked, &["PING"]));
+    out.push(cmd(&mut c, &["CLIENT", "UNBLOCK", &id]));
+    out.push(cmd(&mut c, &["CLIENT", "UNBLOCK", "asd"]));
+    out.push(cmd(&mut c, &["CLIENT", "UNBLOCK", &id, "NEVER"]));
+    out.push(cmd(&mut c, &["CLIENT", "UNBLOCK"]));
+    out
+}
+
+#[test]
+fn client_unblock_through_the_proxy_as_on_redis() {
+    let redis_port = free_port();
+    let _redis = start_redis(redis_port);
+    let want = transcript(redis_port);
+    assert!(
+        want[0].ends_with(":1\\r\\n"),
+        "redis-server's own transcript: {want:?}"
+    );
+    let fleet = Fleet::start("client-unblock", 2);
+    let got = transcript(fleet.proxy_port);
+    assert_eq!(got, want, "through the proxy");
+}

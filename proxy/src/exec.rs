@@ -175,8 +175,20 @@ pub(crate) fn handle<A: Args + ?Sized>(
     let client_reply = args.argc() == 3
         && args.arg(0).eq_ignore_ascii_case(b"client")
         && args.arg(1).eq_ignore_ascii_case(b"reply");
-    // `CLIENT REPLY ON` is answered (Redis clears the flag before replying).
-    me.replies.silent = !(client_reply && args.arg(2).eq_ignore_ascii_case(b"on"));
+    // `CLIENT REPLY ON` is answered (Redis clears the flag before replying). The
+    // (un)subscribe confirmations are sent whatever the reply mode, in RESP2 too (Redis 7.0
+    // sends them flagged CLIENT_PUSHING: pubsub.c, addReplyPubsubSubscribed).
+    let push = [
+        b"subscribe".as_slice(),
+        b"psubscribe",
+        b"ssubscribe",
+        b"unsubscribe",
+        b"punsubscribe",
+        b"sunsubscribe",
+    ]
+    .iter()
+    .any(|n| args.arg(0).eq_ignore_ascii_case(n));
+    me.replies.silent = !push && !(client_reply && args.arg(2).eq_ignore_ascii_case(b"on"));
     let flow = handle_request(args, raw, me, ctx);
     me.replies.silent = false;
     if flow == Flow::Wait {

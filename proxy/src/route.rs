@@ -512,7 +512,9 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         }
         _ if spec.has_flag(Flags::BLOCKING) => match keys_instance(spec, args, n) {
             Ok(Some(i)) => Plan::Blocking(i),
-            Ok(None) => not_supported(spec, "it has no key to route by"),
+            // A malformed `numkeys` (BZMPOP 1 0 …): no key, so the instance refuses it at
+            // once with Redis's text, never blocking the shared link.
+            Ok(None) => Plan::ForwardAny,
             // Keys on several instances: tried gathered, waiting between tries
             // (`crate::coord::Wait`, docs/transactions.md).
             Err(()) => Plan::GatherBlocking,
@@ -1452,6 +1454,11 @@ mod tests {
         );
         assert_eq!(run(&[b"BRPOPLPUSH", &a, &b, b"0"], 2), Plan::GatherBlocking);
         assert_eq!(run(&[b"BZPOPMIN", &b, b"0"], 2), Plan::Blocking(ib));
+        // A malformed numkeys: no key, so any instance answers the error (it cannot block).
+        assert_eq!(
+            run(&[b"BZMPOP", b"1", b"0", &a, b"MIN"], 2),
+            Plan::ForwardAny
+        );
         // Transactions.
         assert_eq!(run(&[b"MULTI"], 2), Plan::Multi);
         assert_eq!(run(&[b"WATCH", &a, &a], 2), Plan::Watch(ia));

@@ -365,3 +365,41 @@ fn disconnected_subscriber_is_forgotten() {
         assert_eq!(cmd(&mut c, &["PUBSUB", "CHANNELS"]), "*0\\r\\n", "{who}");
     });
 }
+
+/// The (un)subscribe confirmations under `CLIENT REPLY OFF` / `SKIP`, RESP2 and RESP3: sent
+/// whatever the reply mode (Redis 7.0 flags them as pushes), while an ordinary reply is not;
+/// on redis-server, an engine and the proxy of a 2-engine fleet (which silenced them).
+#[test]
+fn subscribe_confirmations_ignore_client_reply_off() {
+    let transcript = |port: u16| -> Vec<String> {
+        let mut out = Vec::new();
+        for proto in ["2", "3"] {
+            let mut c = Resp::connect(port);
+            out.push(format!("HELLO {proto}"));
+            c.cmd_str(&["HELLO", proto]);
+            for mode in ["OFF", "SKIP"] {
+                send(&mut c, &["CLIENT", "REPLY", mode]);
+                out.push(cmd(&mut c, &["SUBSCRIBE", "rc"]));
+                out.push(cmd(&mut c, &["PSUBSCRIBE", "r*"]));
+                // Silenced under OFF; under SKIP, SUBSCRIBE took the skipped turn.
+                send(&mut c, &["PING"]);
+                out.push(cmd(&mut c, &["UNSUBSCRIBE", "rc"]));
+                out.push(cmd(&mut c, &["PUNSUBSCRIBE", "r*"]));
+                out.push(cmd(&mut c, &["CLIENT", "REPLY", "ON"]));
+            }
+        }
+        out
+    };
+    let redis_port = free_port();
+    let _redis = start_redis(redis_port);
+    let want = transcript(redis_port);
+    assert!(
+        want.iter().any(|l| l.contains("subscribe")),
+        "redis-server's transcript: {want:?}"
+    );
+    let engine_port = free_port();
+    let _engine = start_engine(engine_port);
+    assert_eq!(transcript(engine_port), want, "engine");
+    let fleet = Fleet::start("pubsub-reply-off", 2);
+    assert_eq!(transcript(fleet.proxy_port), want, "proxy");
+}

@@ -188,7 +188,8 @@ pub(crate) fn handle<A: Args + ?Sized>(
     ]
     .iter()
     .any(|n| args.arg(0).eq_ignore_ascii_case(n));
-    me.replies.silent = !push && !(client_reply && args.arg(2).eq_ignore_ascii_case(b"on"));
+    let answered = push || (client_reply && args.arg(2).eq_ignore_ascii_case(b"on"));
+    me.replies.silent = !answered;
     let flow = handle_request(args, raw, me, ctx);
     me.replies.silent = false;
     if flow == Flow::Wait {

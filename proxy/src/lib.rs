@@ -92,6 +92,7 @@ mod dedicated;
 mod event_loop;
 mod exec;
 mod follow;
+mod latency;
 pub mod memcached;
 pub mod pubsub;
 mod redirect;

@@ -410,6 +410,15 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             "get" => fan_out(Merge::Concat),
             _ => Plan::ForwardAny,
         },
+        // Every engine's latency monitor and histograms, merged (`crate::latency`).
+        "latency" => match row.short_name() {
+            "latest" => fan_out(Merge::LatencyLatest),
+            "history" => fan_out(Merge::LatencyHistory),
+            "reset" => fan_out(Merge::Sum),
+            "histogram" => fan_out(Merge::LatencyHistogram(session.proto == resp::Proto::Resp3)),
+            // DOCTOR, GRAPH, HELP: one instance's report.
+            _ => Plan::ForwardAny,
+        },
         "config" => config(args, row),
         "wait" => wait(args),
         "save" => fan_out(Merge::AllOk),

@@ -96,11 +96,18 @@ pub enum Merge {
     /// confirmations written by the proxy, EXECABORT after the proxy's DISCARD).
     Fixed(Vec<u8>),
     /// RANDOMKEY sent to every instance: the first non-nil key, starting with part `start`.
-    AnyNonNil { start: usize },
+    AnyNonNil {
+        start: usize,
+    },
     /// SCRIPT KILL / FUNCTION KILL sent to every instance: `+OK` if one killed its script,
     /// else an `-UNKILLABLE` or `-BUSY` if one answered it, else the first reply
     /// (`-NOTBUSY …`).
     Kill,
+    /// `LATENCY LATEST`, `HISTORY`, `HISTOGRAM` (RESP3: `true`) over instances
+    /// ([`crate::latency`]).
+    LatencyLatest,
+    LatencyHistory,
+    LatencyHistogram(bool),
     /// XREAD/XREADGROUP (without BLOCK) over streams on several instances, split by
     /// [`split_stream_read`]: the streams the parts served, in the caller's key order (`seq`
     /// as for MGET), as an array of `[key, entries]` (RESP2) or a map (RESP3); a null when
@@ -112,7 +119,10 @@ pub enum Merge {
         proto: resp::Proto,
     },
     /// SCAN sent to one instance: rewrite the returned cursor (see [`scan_cursor_encode`]).
-    Scan { instance: usize, instances: usize },
+    Scan {
+        instance: usize,
+        instances: usize,
+    },
     /// INFO: `header` (the proxy's own sections) then a `# Keyspace` section with the
     /// instances' `db0` keys and expires added up. Errors count as unavailable instances.
     Info {
@@ -389,6 +399,9 @@ pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
             instance,
             instances,
         } => merge_scan(*instance, *instances, replies, out),
+        Merge::LatencyLatest => crate::latency::merge_latest(replies, out),
+        Merge::LatencyHistory => crate::latency::merge_history(replies, out),
+        Merge::LatencyHistogram(resp3) => crate::latency::merge_histogram(replies, *resp3, out),
         Merge::Info {
             header,
             proxy_section,
@@ -639,7 +652,7 @@ fn merge_stream_read(
 }
 
 /// The bytes of a `$len\r\nbytes\r\n` frame.
-fn bulk_body(frame: &[u8]) -> Option<&[u8]> {
+pub(crate) fn bulk_body(frame: &[u8]) -> Option<&[u8]> {
     let (line, at) = header_line(frame)?;
     let len = usize::try_from(resp::parse_i64(line.strip_prefix(b"$")?)?).ok()?;
     frame.get(at..at + len)
@@ -1093,7 +1106,7 @@ fn header_line(frame: &[u8]) -> Option<(&[u8], usize)> {
 }
 
 /// `:n` → n.
-fn integer(frame: &[u8]) -> Option<i64> {
+pub(crate) fn integer(frame: &[u8]) -> Option<i64> {
     match resp::decode(frame) {
         Ok(Some((Value::Integer(n), _))) => Some(n),
         _ => None,
@@ -1114,10 +1127,16 @@ fn bulk(frame: &[u8]) -> Option<Option<Vec<u8>>> {
 }
 
 /// The element frames of an array (`*n` or RESP3 set `~n`); `*-1` gives no elements.
-fn array_elems(frame: &[u8]) -> Option<Vec<&[u8]>> {
+pub(crate) fn array_elems(frame: &[u8]) -> Option<Vec<&[u8]>> {
+    aggregate_elems(frame, false)
+}
+
+/// [`array_elems`], and with `maps` a RESP3 map's keys and values, in turn.
+pub(crate) fn aggregate_elems(frame: &[u8], maps: bool) -> Option<Vec<&[u8]>> {
     let (line, mut at) = header_line(frame)?;
     let n = match line.first() {
         Some(b'*' | b'~') => resp::parse_i64(&line[1..])?,
+        Some(b'%') if maps => resp::parse_i64(&line[1..])?.checked_mul(2)?,
         _ => return None,
     };
     let mut elems = Vec::with_capacity(n.clamp(0, 1024) as usize);

@@ -385,3 +385,80 @@ fn latency_expire_cycle_event() {
         assert!(latest.contains("expire-cycle"), "{name}: {latest}");
     }
 }
+
+/// LATENCY through the proxy of a 2-engine fleet (issue 14: fanned out and merged, like one
+/// Redis): HISTOGRAM adds up the engines' calls and cumulative buckets (RESP2 arrays, RESP3
+/// maps), LATEST has one `command` entry though both engines logged one, HISTORY holds both
+/// engines' samples by time, RESET counts every engine's series and empties LATEST.
+#[test]
+fn latency_through_the_proxy_is_merged() {
+    let fleet = Fleet::start("latency-proxy", 2);
+    let owner = |k: &str| engine_core::slot::instance_for_key(k.as_bytes(), 2);
+    let a = "lat:a".to_string();
+    let b = (0..1000)
+        .map(|i| format!("lat:b{i}"))
+        .find(|k| owner(k) != owner(&a))
+        .unwrap();
+    let mut c = Resp::connect(fleet.proxy_port);
+    assert_eq!(c.cmd_str(&["CONFIG", "RESETSTAT"]), b"+OK\r\n");
+    for k in [&a, &a, &b] {
+        assert_eq!(c.cmd_str(&["SET", k, "v"]), b"+OK\r\n");
+    }
+    let v = parse_value(&c.cmd_str(&["LATENCY", "HISTOGRAM", "set"]));
+    let flat = v.array().expect("an array").to_vec();
+    assert_eq!(flat[0], Value::Bulk(b"set".to_vec()), "{v:?}");
+    let set = flat[1].array().expect("calls and buckets");
+    assert_eq!(set[1], Value::Int(3), "SETs on both engines: {v:?}");
+    let points = set[3].array().expect("buckets");
+    assert_eq!(points[points.len() - 1], Value::Int(3), "cumulative: {v:?}");
+    let mut c3 = Resp::connect(fleet.proxy_port);
+    c3.cmd_str(&["HELLO", "3"]);
+    let map = c3.cmd_str(&["LATENCY", "HISTOGRAM", "set"]);
+    assert!(
+        map.starts_with(b"%1\r\n$3\r\nset\r\n%2\r\n$5\r\ncalls\r\n:3\r\n"),
+        "RESP3: {}",
+        escape(&map)
+    );
+
+    // A slow command on each engine: one `command` event, two samples.
+    assert_eq!(
+        c.cmd_str(&["CONFIG", "SET", "latency-monitor-threshold", "1"]),
+        b"+OK\r\n"
+    );
+    for k in [&a, &b] {
+        let mut push: Vec<String> = vec!["RPUSH".into(), format!("{k}:big")];
+        push.extend((0..100_000u64).map(|i| ((i * 7919) % 100_000).to_string()));
+        let big = format!("{k}:big");
+        let refs: Vec<&str> = push.iter().map(String::as_str).collect();
+        assert_eq!(c.cmd_str(&refs), b":100000\r\n");
+        assert!(c.cmd_str(&["SORT", &big]).starts_with(b"*100000\r\n"));
+    }
+    let latest = parse_value(&c.cmd_str(&["LATENCY", "LATEST"]));
+    let commands = latest
+        .array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.array().unwrap()[0] == Value::Bulk(b"command".to_vec()))
+        .count();
+    assert_eq!(commands, 1, "one entry per event: {latest:?}");
+    let history = parse_value(&c.cmd_str(&["LATENCY", "HISTORY", "command"]));
+    let times: Vec<i64> = history
+        .array()
+        .unwrap()
+        .iter()
+        .map(|s| match s.array().unwrap()[0] {
+            Value::Int(t) => t,
+            ref other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(times.len() >= 2, "both engines' samples: {history:?}");
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "by time: {times:?}");
+    assert_eq!(
+        c.cmd_str(&["CONFIG", "SET", "latency-monitor-threshold", "0"]),
+        b"+OK\r\n"
+    );
+    let reset = parse_value(&c.cmd_str(&["LATENCY", "RESET"]));
+    assert!(matches!(reset, Value::Int(n) if n >= 2), "{reset:?}");
+    assert_eq!(c.cmd_str(&["LATENCY", "LATEST"]), b"*0\r\n");
+    assert!(!c.cmd_str(&["LATENCY", "DOCTOR"]).starts_with(b"-"));
+}

@@ -54,6 +54,8 @@ pub struct Kill {
 /// What the proxy knows of one client.
 pub struct View<'a> {
     pub id: u64,
+    /// Unparsed input bytes (the caller's: with the request being answered, as Redis).
+    pub qbuf: usize,
     pub addr: &'a str,
     pub laddr: &'a str,
     pub fd: i64,
@@ -234,9 +236,21 @@ pub fn line(v: &View<'_>, out: &mut String) {
     let _ = writeln!(
         out,
         "id={} addr={} laddr={} fd={} name={name} age={} idle={} flags={flags} db={} sub={} \
-         psub={} ssub=0 multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 \
+         psub={} ssub=0 multi={multi} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 \
          obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user={} redir=-1 resp={}",
-        v.id, v.addr, v.laddr, v.fd, v.age, v.idle, v.db, v.sub, v.psub, v.cmd, v.user, v.resp
+        v.id,
+        v.addr,
+        v.laddr,
+        v.fd,
+        v.age,
+        v.idle,
+        v.db,
+        v.sub,
+        v.psub,
+        v.qbuf,
+        v.cmd,
+        v.user,
+        v.resp
     );
 }
 

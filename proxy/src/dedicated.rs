@@ -114,6 +114,8 @@ pub struct Expect {
     pub error: Option<Vec<u8>>,
     /// The reply is the connection's `CLIENT ID` ([`Dedicated::engine_id`]), not a slot's.
     pub capture_id: bool,
+    /// That id was asked with `TXID`.
+    pub txid: bool,
 }
 
 /// What a frame read from a dedicated connection is.
@@ -123,8 +125,11 @@ pub enum Incoming<'a> {
     Reply(Waiter, &'a [u8]),
     /// A pub/sub message for the owning client.
     Message(&'a [u8]),
-    /// The connection learned its instance client id ([`Dedicated::engine_id`]).
-    EngineId(u64),
+    /// The connection learned its instance client id ([`Dedicated::engine_id`]); `true`:
+    /// from `TXID`.
+    EngineId(u64, bool),
+    /// The instance refused `TXID` (not a recached engine): ask it `CLIENT ID` from now on.
+    IdRefused,
 }
 
 /// A pub/sub message frame: RESP2 `message` / `pmessage` array or RESP3 push.
@@ -265,22 +270,30 @@ impl Dedicated {
             frames,
             error: None,
             capture_id: false,
+            txid: false,
         });
     }
 
-    /// Queues `CLIENT ID` (once); its reply sets [`Dedicated::engine_id`].
-    pub fn ask_id(&mut self) {
+    /// Queues `TXID` (CLIENT ID's answer, unseen by MONITOR: a recached engine's admin
+    /// command) or, with `client_id` (an instance that refused TXID: not a recached engine),
+    /// `CLIENT ID`; once. Its reply sets [`Dedicated::engine_id`].
+    pub fn ask_id(&mut self, client_id: bool) {
         if self.engine_id.is_some() || self.inflight.iter().any(|e| e.capture_id) {
             return;
         }
-        self.wire
-            .out
-            .extend_from_slice(b"*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n");
+        if client_id {
+            self.wire
+                .out
+                .extend_from_slice(b"*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n");
+        } else {
+            self.wire.out.extend_from_slice(b"*1\r\n$4\r\nTXID\r\n");
+        }
         self.inflight.push_back(Expect {
             waiter: None,
             frames: 1,
             error: None,
             capture_id: true,
+            txid: !client_id,
         });
     }
 
@@ -330,7 +343,9 @@ impl Dedicated {
                         .and_then(resp::parse_i64)
                     {
                         *engine_id = Some(id as u64);
-                        each(Incoming::EngineId(id as u64));
+                        each(Incoming::EngineId(id as u64, done.txid));
+                    } else if frame.first() == Some(&b'-') && done.txid {
+                        each(Incoming::IdRefused);
                     }
                     return Ok(());
                 }

@@ -701,12 +701,17 @@ impl Proxy {
         let Some(d) = dedicated.get_mut(id) else {
             return Ok(());
         };
-        let (owner_token, owner_id) = (d.owner_token, d.owner_id);
+        let (owner_token, owner_id, instance) = (d.owner_token, d.owner_id, d.instance);
+        let mut txid = None;
         let pubsub_limit = self.limits.client_output_buffer_limit.pubsub;
         let now_us = self.started.elapsed().as_micros() as u64;
-        d.incoming(&fleet.slots, |incoming| match incoming {
+        let result = d.incoming(&fleet.slots, |incoming| match incoming {
             Incoming::Reply(w, reply) => deliver(clients, dirty_clients, followups, w, reply),
-            Incoming::EngineId(engine_id) => {
+            Incoming::IdRefused => txid = Some(false),
+            Incoming::EngineId(engine_id, via_txid) => {
+                if via_txid {
+                    txid = Some(true);
+                }
                 // A parked part of a released spread read is unblocked once its id is known.
                 if let Some(c) = clients.get_mut(owner_token)
                     && c.id == owner_id
@@ -745,7 +750,11 @@ impl Proxy {
                 }
                 mark(&mut c.dirty, dirty_clients, owner_token);
             }
-        })
+        });
+        if let Some(ok) = txid {
+            fleet.learned_txid(instance, ok);
+        }
+        result
     }
 
     /// Drops dedicated connection `id`: its in-flight requests get the instance's
@@ -878,8 +887,8 @@ impl Proxy {
     /// Parses and routes every complete request in the client's read buffer, within bounds;
     /// CLIENT LIST/INFO/KILL are answered here, between the requests around them.
     fn process_client(&mut self, token: usize) {
-        while let Some(op) = self.process_client_once(token) {
-            self.clients_op(token, op);
+        while let Some((op, len)) = self.process_client_once(token) {
+            self.clients_op(token, op, len);
         }
     }
 
@@ -947,7 +956,8 @@ impl Proxy {
     }
 
     /// CLIENT LIST / INFO / KILL of client `token` ([`crate::clients`]).
-    fn clients_op(&mut self, token: usize, op: clients::Op) {
+    /// `len`: the request's bytes, in the caller's `qbuf` as Redis counts the command it runs.
+    fn clients_op(&mut self, token: usize, op: clients::Op, len: usize) {
         if let clients::Op::Unblock { id, error } = op {
             self.client_unblock(token, id, error);
             return;
@@ -968,6 +978,7 @@ impl Proxy {
             let s = &c.session;
             let v = clients::View {
                 id: c.id,
+                qbuf: c.rend - c.rstart + if c.id == me_id { len } else { 0 },
                 addr: &s.addr,
                 laddr: &s.laddr,
                 fd: c.stream.as_raw_fd() as i64,
@@ -1024,7 +1035,8 @@ impl Proxy {
         }
     }
 
-    fn process_client_once(&mut self, token: usize) -> Option<clients::Op> {
+    /// `Some((op, len))`: a CLIENT LIST/INFO/KILL/UNBLOCK of `len` bytes to answer now.
+    fn process_client_once(&mut self, token: usize) -> Option<(clients::Op, usize)> {
         let congested = self.congested();
         let Proxy {
             poll,
@@ -1138,7 +1150,7 @@ impl Proxy {
                     }
                     Flow::Clients(op) => {
                         *rstart += consumed;
-                        clients_op = Some(*op);
+                        clients_op = Some((*op, consumed));
                         break;
                     }
                     Flow::Wait => {

@@ -735,7 +735,7 @@ fn subscription<A: Args + ?Sized>(
                 // Asked before the connection is subscribed (a RESP2 subscriber may not
                 // run CLIENT ID).
                 if invalidate && d.engine_id.is_none() && (!d.pubsub || d.resp3) {
-                    d.ask_id();
+                    d.ask_id(ctx.fleet.txid_known(i) != Some(true));
                     mark(&mut d.dirty, ctx.dirty_dedicated, id);
                 }
             }
@@ -916,8 +916,14 @@ fn open(
             if let Some(login) = &ctx.fleet.login {
                 d.send(login, None, 1); // the internal credential; its reply is dropped
             }
-            // Its id on the instance, for CLIENT UNBLOCK of a command blocked on it.
-            d.ask_id();
+            // Its id on the instance, for CLIENT UNBLOCK of a command blocked on it: asked
+            // with TXID (no MONITOR line) where the instance is known to answer it; a spare
+            // (no owner yet, nobody waits on it) asks TXID to learn that; else CLIENT ID.
+            match ctx.fleet.txid_known(instance) {
+                Some(ok) => d.ask_id(!ok),
+                None if owner_token == usize::MAX => d.ask_id(false),
+                None => d.ask_id(true),
+            }
             if resp3 {
                 d.resp3 = true;
                 d.send(HELLO3, None, 1); // the client's protocol; its reply is dropped
@@ -1172,7 +1178,8 @@ fn blocking_split(parts: Vec<Part>, merge: Merge, me: &mut Me<'_>, ctx: &mut Ctx
             Ok(id) => {
                 let d = ctx.dedicated.get_mut(id).expect("just looked up");
                 if d.engine_id.is_none() {
-                    d.ask_id(); // answered before the part: for its CLIENT UNBLOCK
+                    // Answered before the part: for its CLIENT UNBLOCK.
+                    d.ask_id(ctx.fleet.txid_known(part.instance) != Some(true));
                 }
                 d.send(&part.request, Some(me.waiter(seq, p as u32)), 1);
                 mark(&mut d.dirty, ctx.dirty_dedicated, id);

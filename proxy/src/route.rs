@@ -177,6 +177,10 @@ pub struct Fleet {
     /// Per instance, a connected dedicated connection nobody owns yet (`crate::exec`'s
     /// `conn_for`): its slab id.
     pub spares: Vec<Option<usize>>,
+    /// Per instance, once known: whether it answers `TXID` (a recached engine: the id of a
+    /// dedicated connection without a MONITOR line) or needs `CLIENT ID`
+    /// (`Dedicated::ask_id`). Learned by the spare connections opened at start.
+    pub txid: Vec<Option<bool>>,
     /// Ids of the connected clients (CLIENT TRACKING … REDIRECT checks its target exists).
     pub client_ids: std::collections::HashSet<u64>,
     /// Slot → instance ([`crate::slots`]): what every routing decision reads.
@@ -209,6 +213,7 @@ impl Fleet {
             cluster_publish: false,
             databases: 16,
             spares: Vec::new(),
+            txid: Vec::new(),
             client_ids: Default::default(),
         }
     }
@@ -221,6 +226,19 @@ impl Fleet {
     /// also the one of fleet-wide requests that are not per database.
     pub fn primary(&self, i: usize) -> usize {
         i * self.per_instance
+    }
+
+    /// Whether instance `i` answers `TXID`, once known.
+    pub fn txid_known(&self, i: usize) -> Option<bool> {
+        self.txid.get(i).copied().flatten()
+    }
+
+    /// Instance `i` answered `TXID` (`ok`) or refused it.
+    pub fn learned_txid(&mut self, i: usize, ok: bool) {
+        if self.txid.len() <= i {
+            self.txid.resize(i + 1, None);
+        }
+        self.txid[i] = Some(ok);
     }
 
     /// The instance whose primary link is link `link`, if it is one.

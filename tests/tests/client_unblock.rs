@@ -1,4 +1,4 @@
-//! `CLIENT UNBLOCK id [TIMEOUT|ERROR]` through the proxy, against a real redis-server with
+//! The proxy's CLIENT surface: `CLIENT UNBLOCK id [TIMEOUT|ERROR]` through the proxy, against a real redis-server with
 //! the same transcript: the blocked client's BLPOP (one engine), BLMPOP over keys of both
 //! engines (a gathered wait) and XREAD BLOCK over streams of both engines (a spread read) end
 //! with a null or `-UNBLOCKED …`, the caller gets `:1`; `:0` for a client that is not
@@ -86,4 +86,45 @@ fn client_unblock_through_the_proxy_as_on_redis() {
     let fleet = Fleet::start("client-unblock", 2);
     let got = transcript(fleet.proxy_port);
     assert_eq!(got, want, "through the proxy");
+}
+
+/// What the proxy does to learn the ids it needs for CLIENT UNBLOCK stays out of MONITOR (an
+/// admin command, `TXID`, where Redis would show `CLIENT ID`), and CLIENT LIST / INFO count
+/// the caller's own request in its `qbuf`, as Redis does (Redis's introspection.tcl through
+/// the proxy).
+#[test]
+fn the_proxys_own_requests_stay_out_of_monitor_and_qbuf_counts_the_request() {
+    let fleet = Fleet::start("client-unblock-monitor", 2);
+    let mut monitor = Resp::connect(fleet.proxy_port);
+    assert_eq!(monitor.cmd_str(&["MONITOR"]), b"+OK\r\n");
+    // New clients: each BLPOP opens a dedicated connection to its key's engine.
+    let (a, b) = spread_keys("cu:m");
+    for k in [&a, &b] {
+        let mut c = Resp::connect(fleet.proxy_port);
+        assert_eq!(c.cmd_str(&["BLPOP", k, "0.01"]), b"*-1\r\n");
+        assert_eq!(c.cmd_str(&["SET", "cu:m:last", k]), b"+OK\r\n");
+    }
+    let mut lines = Vec::new();
+    loop {
+        let line = String::from_utf8_lossy(&monitor.read_frame()).into_owned();
+        let last = line.contains("\"cu:m:last\"") && line.contains(&format!("\"{b}\""));
+        lines.push(line);
+        if last {
+            break;
+        }
+    }
+    for line in &lines {
+        assert!(
+            !line.contains("\"ID\"") && !line.to_ascii_uppercase().contains("TXID"),
+            "an internal request in MONITOR: {lines:?}"
+        );
+    }
+    assert_eq!(lines.len(), 4, "BLPOP and SET, twice: {lines:?}");
+
+    let mut c = Resp::connect(fleet.proxy_port);
+    for sub in ["LIST", "INFO"] {
+        let text = String::from_utf8_lossy(&c.cmd_str(&["CLIENT", sub])).into_owned();
+        // `CLIENT LIST` and `CLIENT INFO` are 26 bytes each.
+        assert!(text.contains("qbuf=26 "), "CLIENT {sub}: {text}");
+    }
 }

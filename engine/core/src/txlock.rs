@@ -375,6 +375,14 @@ pub fn txguest(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     Ok(())
 }
 
+/// `TXID` → `:id`: the connection's client id (CLIENT ID's reply). Admin, so MONITOR does not
+/// show the proxy asking it of each connection it opens.
+pub fn txid(_e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let id = c.client.id as i64;
+    c.w().integer(id);
+    Ok(())
+}
+
 /// `TXUNLOCK` → `+OK`: releases this connection's locks (and forgets an expired one).
 pub fn txunlock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
     e.locks.expired.remove(&c.client.id);

@@ -11,6 +11,7 @@
 //!   `crate::cmd::pubsub`): delivered to this engine's subscribers only, never forwarded.
 //! - `SLOTHOLD`: a slot `recached resize` moves without `-ASK` (docs/cluster.md,
 //!   `crate::cmd::cluster::hold`).
+//! - `TXID`: the connection's client id, unseen by MONITOR (the proxy's CLIENT UNBLOCK).
 //! - `TXDISCOVER`, `TXGUEST`, `TXLOCK`, `TXUNLOCK`: key locks, guests and undeclared keys of a transaction spanning engines, taken by the proxy
 //!   (docs/transactions.md, `crate::txlock`).
 
@@ -313,6 +314,37 @@ pub static EXTRA: &[CommandSpec] = &[
                 "complexity",
                 Val::Str("O(N) where N is the number of keys."),
             ),
+        ]),
+    },
+    CommandSpec {
+        name: "txid",
+        arity: 1,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::FAST),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@fast", "@dangerous", "@connection"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txid),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "This connection's client id, as CLIENT ID, but an admin command, so MONITOR \
+                     does not show it (internal: the proxy learns the ids of its connections \
+                     for CLIENT UNBLOCK)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("connection")),
+            ("complexity", Val::Str("O(1)")),
         ]),
     },
     CommandSpec {

@@ -195,6 +195,7 @@ pub use crate::cmd::pubsub::publishlocal;
 pub use crate::cmd::cluster::hold::slothold;
 pub use crate::txlock::txdiscover;
 pub use crate::txlock::txguest;
+pub use crate::txlock::txid;
 pub use crate::txlock::txlock;
 pub use crate::txlock::txunlock;
 pub use crate::txlock::txwait;

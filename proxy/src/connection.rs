@@ -313,9 +313,6 @@ pub(crate) fn info_header(fleet: &Fleet, sections: &InfoSections) -> Vec<u8> {
             fleet.clients
         ));
     }
-    if sections.wants("persistence") {
-        s.push_str("# Persistence\r\nloading:0\r\n\r\n");
-    }
     if sections.wants("memcached")
         && let Some(totals) = &fleet.memcached
         && let Ok(t) = totals.lock()

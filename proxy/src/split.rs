@@ -763,7 +763,20 @@ fn merge_scan(instance: usize, instances: usize, replies: &[&[u8]], out: &mut Ve
 }
 
 /// Sections the proxy answers itself (see `route.rs` module docs).
-const OWN_INFO_SECTIONS: [&str; 3] = ["server", "clients", "persistence"];
+const OWN_INFO_SECTIONS: [&str; 2] = ["server", "clients"];
+
+/// `# Persistence` fields that add up over the instances (changes not yet saved, saves done,
+/// saves running); the others (times, statuses, sizes of the last fork) are the first
+/// instance's.
+const PERSISTENCE_SUMMED: &[&str] = &[
+    "rdb_changes_since_last_save",
+    "rdb_saves",
+    "rdb_bgsave_in_progress",
+    "aof_rewrite_in_progress",
+    "aof_rewrites",
+    "current_save_keys_processed",
+    "current_save_keys_total",
+];
 
 /// One merged INFO field: its name and the value summed over the instances.
 enum InfoField {
@@ -883,7 +896,8 @@ fn merge_info(
             let (Some(si), Some((k, v))) = (current, line.split_once(':')) else {
                 continue;
             };
-            let fields = &mut sections[si].1;
+            let (title, fields) = &mut sections[si];
+            let persistence = title == "Persistence";
             if k.starts_with("db") && v.starts_with("keys=") {
                 let mut kv = [0u64; 3];
                 for (i, name) in ["keys", "expires", "avg_ttl"].iter().enumerate() {
@@ -921,7 +935,9 @@ fn merge_info(
                     Some(_) => {}
                     None => fields.push(InfoField::Stats(k.to_string(), stats)),
                 }
-            } else if INFO_NOT_SUMMED.contains(&k) {
+            } else if INFO_NOT_SUMMED.contains(&k)
+                || (persistence && !PERSISTENCE_SUMMED.contains(&k))
+            {
                 if !fields
                     .iter()
                     .any(|f| matches!(f, InfoField::First(name, _) if name == k))

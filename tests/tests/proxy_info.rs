@@ -1,0 +1,57 @@
+//! INFO through the proxy of a 2-engine fleet, section by section where the proxy merges the
+//! engines' own: `# Persistence` adds up the changes not yet saved (Redis's bitops.tcl reads
+//! `rdb_changes_since_last_save` through the proxy) and keeps the first engine's times and
+//! statuses, each field once.
+//!
+//! Run `cargo build -p recached` first.
+
+mod common;
+
+use common::*;
+
+fn field(info: &str, name: &str) -> Vec<String> {
+    info.lines()
+        .filter_map(|l| l.trim_end().strip_prefix(&format!("{name}:")))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn persistence_is_merged_over_the_engines() {
+    let fleet = Fleet::start("proxy-info", 2);
+    let owner = |k: &str| engine_core::slot::instance_for_key(k.as_bytes(), 2);
+    let a = "pi:a".to_string();
+    let b = (0..1000)
+        .map(|i| format!("pi:b{i}"))
+        .find(|k| owner(k) != owner(&a))
+        .unwrap();
+    let mut c = Resp::connect(fleet.proxy_port);
+    for k in [&a, &a, &b] {
+        assert_eq!(c.cmd_str(&["SET", k, "v"]), b"+OK\r\n");
+    }
+    let engines: i64 = fleet
+        .engine_ports
+        .iter()
+        .map(|&p| {
+            let info = String::from_utf8_lossy(&Resp::connect(p).cmd_str(&["INFO", "persistence"]))
+                .into_owned();
+            field(&info, "rdb_changes_since_last_save")[0]
+                .parse::<i64>()
+                .unwrap()
+        })
+        .sum();
+    assert!(engines >= 3, "each SET is a change: {engines}");
+    let info = String::from_utf8_lossy(&c.cmd_str(&["INFO", "persistence"])).into_owned();
+    assert_eq!(
+        field(&info, "rdb_changes_since_last_save"),
+        [engines.to_string()],
+        "{info}"
+    );
+    assert_eq!(field(&info, "rdb_last_bgsave_status"), ["ok"], "{info}");
+    assert_eq!(field(&info, "loading"), ["0"], "{info}");
+    assert_eq!(
+        field(&info, "rdb_current_bgsave_time_sec"),
+        ["-1"],
+        "{info}"
+    );
+}

@@ -55,7 +55,7 @@ use crate::backend::{Backend, CONNECT_TIMEOUT, Link};
 use crate::client::Input;
 use crate::client::{Client, Waiter};
 use crate::clients;
-use crate::dedicated::{Dedicated, Incoming, Lane};
+use crate::dedicated::{Dedicated, Incoming};
 use crate::exec::{Ctx, Flow, Me, handle};
 use crate::follow::{Follower, GATHER, Gathers};
 use crate::route::{Args, Fleet};
@@ -821,15 +821,14 @@ impl Proxy {
         }
     }
 
-    /// Whether client `token` has a request in flight on a dedicated connection or is
-    /// subscribed (so a hang-up must close it now, not after its replies).
+    /// Whether client `token` waits in a blocking command or is subscribed, so a hang-up
+    /// closes it now: Redis frees a blocked client whose peer hung up. Anything else it sent
+    /// (a transaction's EXEC on its dedicated connections too) is answered first, as Redis
+    /// runs and answers what it read before it reads the end of file.
     fn awaits_dedicated(&self, token: usize) -> bool {
-        self.clients.get(token).is_some_and(|c| {
-            !c.conns.is_empty()
-                && (c.session.subs.active()
-                    || (!matches!(c.lane, Lane::Shared | Lane::Script(_))
-                        && c.replies.pending_len() > 0))
-        })
+        self.clients
+            .get(token)
+            .is_some_and(|c| !c.conns.is_empty() && (c.session.subs.active() || c.blocked()))
     }
 
     // ----- clients -----

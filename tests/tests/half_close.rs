@@ -197,3 +197,54 @@ fn keys_on_two_engines() -> (String, String) {
         .expect("a key on the other engine");
     (a, b)
 }
+
+/// A transaction whose EXEC is still on its way when the client hangs up (its engine is busy
+/// with a long script) is answered before the close: Redis would have run it and written its
+/// reply before reading the end of file; only a client blocked in a blocking command is
+/// dropped at once.
+#[test]
+fn a_transaction_in_flight_is_answered_before_the_close() {
+    let fleet = Fleet::start("half-close-exec", 2);
+    let (a, _) = keys_on_two_engines();
+    // Keeps a's engine busy for a while (about a second).
+    let mut busy = Resp::connect(fleet.proxy_port);
+    send(
+        &mut busy,
+        &[
+            "EVAL",
+            "local i = 0 while i < 100000000 do i = i + 1 end return 1",
+            "1",
+            &a,
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let tx = [
+        Resp::encode(&[b"MULTI"]),
+        Resp::encode(&[b"SET", a.as_bytes(), b"1"]),
+        Resp::encode(&[b"EXEC"]),
+    ]
+    .concat();
+    let mut s = TcpStream::connect(("127.0.0.1", fleet.proxy_port)).unwrap();
+    s.write_all(&tx).unwrap();
+    // The end of file comes in an event of its own, while the transaction waits.
+    std::thread::sleep(Duration::from_millis(50));
+    s.shutdown(Shutdown::Write).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+            Err(e) => panic!("not closed: {e} (read {})", escape(&got)),
+        }
+    }
+    assert_eq!(
+        escape(&got),
+        escape(b"+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n"),
+        "the transaction's replies, then the close"
+    );
+    assert_eq!(busy.read_frame(), b":1\r\n");
+    let mut c = Resp::connect(fleet.proxy_port);
+    assert_eq!(c.cmd_str(&["GET", &a]), b"$1\r\n1\r\n");
+}

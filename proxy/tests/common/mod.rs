@@ -74,6 +74,9 @@ impl Redis {
 impl Drop for Redis {
     fn drop(&mut self) {
         self.kill();
+        // Its directory (and any dump.rdb a test made it write) goes with it.
+        let dir = std::env::temp_dir().join(format!("recached-proxy-test-{}", self.port));
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
 

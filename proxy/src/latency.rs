@@ -32,34 +32,29 @@ fn push_int(out: &mut Vec<u8>, n: i64) {
 
 /// `LATENCY LATEST` over instances. `None`: a reply of another shape.
 pub fn merge_latest(replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
+    let Some(entries) = entries(replies) else {
+        return false;
+    };
     // event → (time, latest, max), in first-seen order.
     let mut events: Vec<(Vec<u8>, i64, i64, i64)> = Vec::new();
-    for r in replies {
-        let Some(entries) = array_elems(r) else {
+    for f in entries {
+        let (Some(name), Some(time), Some(latest), Some(max)) = (
+            f.first().and_then(|x| bulk_body(x)),
+            f.get(1).and_then(|x| integer(x)),
+            f.get(2).and_then(|x| integer(x)),
+            f.get(3).and_then(|x| integer(x)),
+        ) else {
             return false;
         };
-        for e in entries {
-            let Some(f) = array_elems(e) else {
-                return false;
-            };
-            let (Some(name), Some(time), Some(latest), Some(max)) = (
-                f.first().and_then(|x| bulk_body(x)),
-                f.get(1).and_then(|x| integer(x)),
-                f.get(2).and_then(|x| integer(x)),
-                f.get(3).and_then(|x| integer(x)),
-            ) else {
-                return false;
-            };
-            match events.iter_mut().find(|(n, ..)| n.as_slice() == name) {
-                Some(ev) => {
-                    if time > ev.1 {
-                        ev.1 = time;
-                        ev.2 = latest;
-                    }
-                    ev.3 = ev.3.max(max);
+        match events.iter_mut().find(|(n, ..)| n.as_slice() == name) {
+            Some(ev) => {
+                if time > ev.1 {
+                    ev.1 = time;
+                    ev.2 = latest;
                 }
-                None => events.push((name.to_vec(), time, latest, max)),
+                ev.3 = ev.3.max(max);
             }
+            None => events.push((name.to_vec(), time, latest, max)),
         }
     }
     push_array_header(out, events.len());
@@ -73,25 +68,31 @@ pub fn merge_latest(replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
     true
 }
 
+/// Every instance's entries (arrays of arrays), each entry's fields; `None` for another shape.
+fn entries<'a>(replies: &[&'a [u8]]) -> Option<Vec<Vec<&'a [u8]>>> {
+    let mut all = Vec::new();
+    for r in replies {
+        for e in array_elems(r)? {
+            all.push(array_elems(e)?);
+        }
+    }
+    Some(all)
+}
+
 /// `LATENCY HISTORY event` over instances.
 pub fn merge_history(replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
-    let mut samples: Vec<(i64, i64)> = Vec::new();
-    for r in replies {
-        let Some(entries) = array_elems(r) else {
+    let Some(entries) = entries(replies) else {
+        return false;
+    };
+    let mut samples: Vec<(i64, i64)> = Vec::with_capacity(entries.len());
+    for f in entries {
+        let (Some(time), Some(latency)) = (
+            f.first().and_then(|x| integer(x)),
+            f.get(1).and_then(|x| integer(x)),
+        ) else {
             return false;
         };
-        for e in entries {
-            let Some(f) = array_elems(e) else {
-                return false;
-            };
-            let (Some(time), Some(latency)) = (
-                f.first().and_then(|x| integer(x)),
-                f.get(1).and_then(|x| integer(x)),
-            ) else {
-                return false;
-            };
-            samples.push((time, latency));
-        }
+        samples.push((time, latency));
     }
     samples.sort_by_key(|s| s.0);
     let skip = samples.len().saturating_sub(HISTORY_LEN);

@@ -12,15 +12,6 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 
-/// `blocked_clients` of INFO clients (summed over the engines through the proxy).
-fn blocked_clients(c: &mut Resp) -> u64 {
-    let info = String::from_utf8_lossy(&c.cmd_str(&["INFO", "clients"])).into_owned();
-    info.lines()
-        .filter_map(|l| l.strip_prefix("blocked_clients:"))
-        .map(|v| v.trim().parse::<u64>().unwrap_or(0))
-        .sum()
-}
-
 fn wait_blocked(c: &mut Resp, who: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while blocked_clients(c) == 0 {
@@ -29,21 +20,10 @@ fn wait_blocked(c: &mut Resp, who: &str) {
     }
 }
 
-/// Key names `(a, b)` on different engines of a 2-engine fleet, with `prefix`.
-fn spread_keys(prefix: &str) -> (String, String) {
-    let owner = |k: &str| engine_core::slot::instance_for_key(k.as_bytes(), 2);
-    let a = format!("{prefix}:a");
-    let b = (0..1000)
-        .map(|i| format!("{prefix}:b{i}"))
-        .find(|k| owner(k) != owner(&a))
-        .expect("a key on the other engine");
-    (a, b)
-}
-
 /// The transcript: each blocking command, unblocked each way; then the refusals.
 fn transcript(port: u16) -> Vec<String> {
-    let (l1, l2) = spread_keys("cu:l");
-    let (s1, s2) = spread_keys("cu:s");
+    let (l1, l2) = keys_on_two_engines("cu:l");
+    let (s1, s2) = keys_on_two_engines("cu:s");
     let mut c = Resp::connect(port);
     let mut blocked = Resp::connect(port);
     let id = String::from_utf8(blocked.cmd_str(&["CLIENT", "ID"])).unwrap();
@@ -98,7 +78,7 @@ fn the_proxys_own_requests_stay_out_of_monitor_and_qbuf_counts_the_request() {
     let mut monitor = Resp::connect(fleet.proxy_port);
     assert_eq!(monitor.cmd_str(&["MONITOR"]), b"+OK\r\n");
     // New clients: each BLPOP opens a dedicated connection to its key's engine.
-    let (a, b) = spread_keys("cu:m");
+    let (a, b) = keys_on_two_engines("cu:m");
     for k in [&a, &b] {
         let mut c = Resp::connect(fleet.proxy_port);
         assert_eq!(c.cmd_str(&["BLPOP", k, "0.01"]), b"*-1\r\n");

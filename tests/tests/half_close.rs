@@ -15,7 +15,6 @@ mod common;
 use common::*;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Connections tried per case: the race (data and end of file in one event) is common on
@@ -105,34 +104,6 @@ fn blocked_sender_hung_up(port: u16, keys: &[&str], who: &str) {
     }
 }
 
-/// `blocked_clients` of INFO clients (summed over the engines when asked through the proxy).
-fn blocked_clients(c: &mut Resp) -> u64 {
-    let info = String::from_utf8_lossy(&c.cmd_str(&["INFO", "clients"])).into_owned();
-    info.lines()
-        .filter_map(|l| l.strip_prefix("blocked_clients:"))
-        .map(|v| v.trim().parse::<u64>().unwrap_or(0))
-        .sum()
-}
-
-fn start_memcached() -> (Proc, u16) {
-    let port = free_port();
-    let mut cmd = Command::new("memcached");
-    cmd.args([
-        "-p",
-        &port.to_string(),
-        "-l",
-        "127.0.0.1",
-        "-U",
-        "0",
-        "-t",
-        "2",
-    ])
-    .args(["-u", "root"]);
-    let mut p = Proc::spawn("memcached", cmd);
-    p.wait_port(port, Duration::from_secs(10));
-    (p, port)
-}
-
 #[test]
 fn replies_then_close_after_the_clients_end_of_file() {
     let pipelined: Vec<u8> = [
@@ -182,20 +153,9 @@ fn a_blocked_client_that_hung_up_takes_nothing() {
     let fleet = Fleet::start("half-close-blocked", 2);
     // One key (the client's dedicated connection to its engine), then keys on both engines
     // (a blocking read spread over engines).
-    let (a, b) = keys_on_two_engines();
+    let (a, b) = keys_on_two_engines("hc:q");
     blocked_sender_hung_up(fleet.proxy_port, &[&a], "proxy, one engine");
     blocked_sender_hung_up(fleet.proxy_port, &[&a, &b], "proxy, two engines");
-}
-
-/// Two key names whose slots belong to different engines of a 2-engine fleet.
-fn keys_on_two_engines() -> (String, String) {
-    let owner = |k: &str| engine_core::slot::instance_for_key(k.as_bytes(), 2);
-    let a = "hc:q".to_string();
-    let b = (0..1000)
-        .map(|i| format!("hc:r{i}"))
-        .find(|k| owner(k) != owner(&a))
-        .expect("a key on the other engine");
-    (a, b)
 }
 
 /// A transaction whose EXEC is still on its way when the client hangs up (its engine is busy
@@ -205,7 +165,7 @@ fn keys_on_two_engines() -> (String, String) {
 #[test]
 fn a_transaction_in_flight_is_answered_before_the_close() {
     let fleet = Fleet::start("half-close-exec", 2);
-    let (a, _) = keys_on_two_engines();
+    let (a, _) = keys_on_two_engines("hc:q");
     // Keeps a's engine busy for a while (about a second).
     let mut busy = Resp::connect(fleet.proxy_port);
     send(

@@ -77,26 +77,6 @@ fn start_fleet() -> McFleet {
     }
 }
 
-/// A real memcached on a free port (`-u root` is only read when running as root).
-fn start_memcached() -> (Proc, u16) {
-    let port = free_port();
-    let mut cmd = Command::new("memcached");
-    cmd.args([
-        "-p",
-        &port.to_string(),
-        "-l",
-        "127.0.0.1",
-        "-U",
-        "0",
-        "-t",
-        "2",
-    ])
-    .args(["-u", "root"]);
-    let mut p = Proc::spawn("memcached", cmd);
-    p.wait_port(port, START_TIMEOUT);
-    (p, port)
-}
-
 /// Sends `input` then `mn`, reads until the reply ends with `MN\r\n` or the peer closes
 /// (bounded: 10 s). A transcript has no `mn` of its own (the reply would end early).
 fn exchange(port: u16, input: &[u8]) -> Vec<u8> {

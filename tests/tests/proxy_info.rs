@@ -19,12 +19,7 @@ fn field(info: &str, name: &str) -> Vec<String> {
 #[test]
 fn persistence_is_merged_over_the_engines() {
     let fleet = Fleet::start("proxy-info", 2);
-    let owner = |k: &str| engine_core::slot::instance_for_key(k.as_bytes(), 2);
-    let a = "pi:a".to_string();
-    let b = (0..1000)
-        .map(|i| format!("pi:b{i}"))
-        .find(|k| owner(k) != owner(&a))
-        .unwrap();
+    let (a, b) = keys_on_two_engines("pi");
     let mut c = Resp::connect(fleet.proxy_port);
     for k in [&a, &a, &b] {
         assert_eq!(c.cmd_str(&["SET", k, "v"]), b"+OK\r\n");

@@ -11,17 +11,6 @@ mod common;
 
 use common::*;
 
-/// Two key names whose slots belong to different engines of a 2-engine fleet.
-fn keys_on_two_engines(prefix: &str) -> (String, String) {
-    let owner = |k: &str| engine_core::slot::instance_for_key(k.as_bytes(), 2);
-    let a = format!("{prefix}:a");
-    let b = (0..1000)
-        .map(|i| format!("{prefix}:b{i}"))
-        .find(|k| owner(k) != owner(&a))
-        .expect("a key on the other engine");
-    (a, b)
-}
-
 /// The proxy's `client_writes_processed` (INFO proxy): writes to client sockets so far.
 fn client_writes(port: u16) -> u64 {
     let mut c = Resp::connect(port);
@@ -87,11 +76,8 @@ fn a_reply_before_a_blocking_command_is_not_kept_back() {
     assert_eq!(c.cmd_str(&["SET", &a, "v"]), b"+OK\r\n");
     // GET on one engine, then a BLPOP that blocks on the other (and one over both engines):
     // the GET's reply comes while the BLPOP waits.
-    let owner = |k: &str| engine_core::slot::instance_for_key(k.as_bytes(), 2);
-    let a_list = (0..1000)
-        .map(|i| format!("rbb:l{i}"))
-        .find(|k| owner(k) != owner(&b))
-        .expect("an empty list key on a's engine");
+    // An empty list on a's engine (a's name as its hash tag: a's slot).
+    let a_list = format!("{{{a}}}:list");
     for blpop in [
         vec!["BLPOP", b.as_str(), "0"],
         vec!["BLPOP", &b, &a_list, "0"],

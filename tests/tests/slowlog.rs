@@ -393,12 +393,7 @@ fn latency_expire_cycle_event() {
 #[test]
 fn latency_through_the_proxy_is_merged() {
     let fleet = Fleet::start("latency-proxy", 2);
-    let owner = |k: &str| engine_core::slot::instance_for_key(k.as_bytes(), 2);
-    let a = "lat:a".to_string();
-    let b = (0..1000)
-        .map(|i| format!("lat:b{i}"))
-        .find(|k| owner(k) != owner(&a))
-        .unwrap();
+    let (a, b) = keys_on_two_engines("lat");
     let mut c = Resp::connect(fleet.proxy_port);
     assert_eq!(c.cmd_str(&["CONFIG", "RESETSTAT"]), b"+OK\r\n");
     for k in [&a, &a, &b] {

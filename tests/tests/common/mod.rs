@@ -1123,3 +1123,48 @@ pub fn stop_fleet_and_wait(dir: &Path, mut sup: Proc) {
     }
     let _ = std::fs::copy(&sup.log_path, dir.join("logs/supervisor-run.log"));
 }
+
+/// Two key names, `<prefix>:a` and another `<prefix>:b<i>`, whose slots belong to different
+/// engines of a 2-engine fleet.
+#[allow(dead_code)]
+pub fn keys_on_two_engines(prefix: &str) -> (String, String) {
+    let owner = |k: &str| engine_core::slot::instance_for_key(k.as_bytes(), 2);
+    let a = format!("{prefix}:a");
+    let b = (0..1000)
+        .map(|i| format!("{prefix}:b{i}"))
+        .find(|k| owner(k) != owner(&a))
+        .expect("a key on the other engine");
+    (a, b)
+}
+
+/// `blocked_clients` of INFO clients (summed over the engines when asked through the proxy).
+#[allow(dead_code)]
+pub fn blocked_clients(c: &mut Resp) -> u64 {
+    let info = String::from_utf8_lossy(&c.cmd_str(&["INFO", "clients"])).into_owned();
+    info.lines()
+        .filter_map(|l| l.strip_prefix("blocked_clients:"))
+        .map(|v| v.trim().parse::<u64>().unwrap_or(0))
+        .sum()
+}
+
+/// A real memcached (`-t 2`) on a free port, killed by PID on drop (`-u root` is only read
+/// when running as root).
+#[allow(dead_code)]
+pub fn start_memcached() -> (Proc, u16) {
+    let port = free_port();
+    let mut cmd = Command::new("memcached");
+    cmd.args([
+        "-p",
+        &port.to_string(),
+        "-l",
+        "127.0.0.1",
+        "-U",
+        "0",
+        "-t",
+        "2",
+    ])
+    .args(["-u", "root"]);
+    let mut p = Proc::spawn("memcached", cmd);
+    p.wait_port(port, Duration::from_secs(10));
+    (p, port)
+}

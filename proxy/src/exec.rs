@@ -178,16 +178,7 @@ pub(crate) fn handle<A: Args + ?Sized>(
     // `CLIENT REPLY ON` is answered (Redis clears the flag before replying). The
     // (un)subscribe confirmations are sent whatever the reply mode, in RESP2 too (Redis 7.0
     // sends them flagged CLIENT_PUSHING: pubsub.c, addReplyPubsubSubscribed).
-    let push = [
-        b"subscribe".as_slice(),
-        b"psubscribe",
-        b"ssubscribe",
-        b"unsubscribe",
-        b"punsubscribe",
-        b"sunsubscribe",
-    ]
-    .iter()
-    .any(|n| args.arg(0).eq_ignore_ascii_case(n));
+    let push = crate::pubsub::Kind::from_name(args.arg(0)).is_some();
     let answered = push || (client_reply && args.arg(2).eq_ignore_ascii_case(b"on"));
     me.replies.silent = !answered;
     let flow = handle_request(args, raw, me, ctx);

@@ -284,40 +284,54 @@ impl Coord {
         if let Some(abort) = &self.abort {
             return abort.clone();
         }
-        // Each instance's EXEC array, split into its elements.
-        let mut elements: Vec<(usize, Vec<&[u8]>)> = Vec::new();
-        let mut failed: Vec<(usize, &[u8])> = Vec::new();
-        for e in self.engines.iter().filter(|e| e.multi) {
-            let reply = e.end_reply.as_deref().unwrap_or(b"-ERR no reply\r\n");
-            match array_elements(reply) {
-                Some(items) => elements.push((e.instance, items)),
-                None => failed.push((e.instance, reply)),
-            }
-        }
-        if !failed.is_empty() {
-            return partial_failure(&failed, elements.len());
-        }
-        let element = |instance: usize, index: usize| -> &[u8] {
-            elements
-                .iter()
-                .find(|(i, _)| *i == instance)
-                .and_then(|(_, items)| items.get(index).copied())
-                .unwrap_or(b"-ERR proxy: missing transaction reply\r\n")
-        };
-        let mut out = Vec::new();
-        split::push_array_header(&mut out, self.order.len());
-        for entry in &self.order {
-            match entry {
-                Entry::One { instance, index } => out.extend_from_slice(element(*instance, *index)),
-                Entry::Split { parts, merge } => {
-                    let replies: Vec<&[u8]> =
-                        parts.iter().map(|&(i, idx)| element(i, idx)).collect();
-                    split::merge(merge, &replies, &mut out);
-                }
-            }
-        }
-        out
+        let ends: Vec<(usize, &[u8])> = self
+            .engines
+            .iter()
+            .filter(|e| e.multi)
+            .map(|e| {
+                let reply: &[u8] = e.end_reply.as_deref().unwrap_or(b"-ERR no reply\r\n");
+                (e.instance, reply)
+            })
+            .collect();
+        assemble(&self.order, &ends)
     }
+}
+
+/// The client's EXEC reply from each instance's EXEC reply (`ends`: instance, reply): the
+/// replies of the queued commands in the client's order (`order`), split ones merged; or
+/// the partial failure when an instance's EXEC did not answer an array.
+pub fn assemble(order: &[Entry], ends: &[(usize, &[u8])]) -> Vec<u8> {
+    // Each instance's EXEC array, split into its elements.
+    let mut elements: Vec<(usize, Vec<&[u8]>)> = Vec::new();
+    let mut failed: Vec<(usize, &[u8])> = Vec::new();
+    for &(instance, reply) in ends {
+        match array_elements(reply) {
+            Some(items) => elements.push((instance, items)),
+            None => failed.push((instance, reply)),
+        }
+    }
+    if !failed.is_empty() {
+        return partial_failure(&failed, elements.len());
+    }
+    let element = |instance: usize, index: usize| -> &[u8] {
+        elements
+            .iter()
+            .find(|(i, _)| *i == instance)
+            .and_then(|(_, items)| items.get(index).copied())
+            .unwrap_or(b"-ERR proxy: missing transaction reply\r\n")
+    };
+    let mut out = Vec::new();
+    split::push_array_header(&mut out, order.len());
+    for entry in order {
+        match entry {
+            Entry::One { instance, index } => out.extend_from_slice(element(*instance, *index)),
+            Entry::Split { parts, merge } => {
+                let replies: Vec<&[u8]> = parts.iter().map(|&(i, idx)| element(i, idx)).collect();
+                split::merge(merge, &replies, &mut out);
+            }
+        }
+    }
+    out
 }
 
 /// The reply when an instance has no `TXLOCK` (the proxy in front of servers other than
@@ -524,6 +538,8 @@ pub enum Coordinator {
     Exec(Coord),
     Gather(Gather),
     Wait(Wait),
+    /// A transaction over the shared links (`crate::txshared`); its outbox names links.
+    Shared(crate::txshared::SharedTx),
 }
 
 impl Coordinator {
@@ -553,6 +569,7 @@ impl Coordinator {
             Coordinator::Exec(c) => c.seq,
             Coordinator::Gather(g) => g.seq,
             Coordinator::Wait(w) => w.seq,
+            Coordinator::Shared(t) => t.seq,
         }
     }
 
@@ -561,6 +578,7 @@ impl Coordinator {
             Coordinator::Exec(c) => c.answered(part, frame),
             Coordinator::Gather(g) => g.answered(part, frame),
             Coordinator::Wait(w) => w.answered(part, frame),
+            Coordinator::Shared(t) => t.answered(part, frame),
         }
     }
 
@@ -569,6 +587,7 @@ impl Coordinator {
             Coordinator::Exec(c) => &mut c.outbox,
             Coordinator::Gather(g) => &mut g.outbox,
             Coordinator::Wait(w) => &mut w.outbox,
+            Coordinator::Shared(t) => &mut t.outbox,
         }
     }
 }

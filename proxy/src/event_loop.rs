@@ -331,7 +331,12 @@ impl Proxy {
                 }
             }
             self.resume_paused();
+            let generation = self.fleet.txkeys.borrow().generation;
             self.send_followups();
+            if self.fleet.txkeys.borrow().generation != generation {
+                // A transaction released keys while its requests were sent: its waiters go on.
+                self.resume_paused();
+            }
             // Timers before the flush: a `-TRYAGAIN` retry or a refresh they send goes out in
             // this iteration, not after the next poll (up to MAX_POLL_WAIT later).
             self.timers(self.now);
@@ -370,7 +375,11 @@ impl Proxy {
         if self
             .paused
             .iter()
-            .any(|&t| self.clients.get(t).is_some_and(|c| !c.wait_lane))
+            .any(|&t| {
+                self.clients
+                    .get(t)
+                    .is_some_and(|c| !c.wait_lane && c.wait_key.is_none())
+            })
         {
             wait = wait.min(Duration::from_millis(10));
         }
@@ -1071,6 +1080,7 @@ impl Proxy {
             txm,
             bmove,
             wait_lane,
+            wait_key,
             last_request,
             ..
         } = c;
@@ -1153,8 +1163,13 @@ impl Proxy {
                         break;
                     }
                     Flow::Wait => {
-                        // Parsed again once the earlier replies are in (resume_paused).
-                        *wait_lane = true;
+                        // Parsed again once the earlier replies are in, or once a key a
+                        // transaction holds is released (resume_paused).
+                        if std::mem::take(&mut ctx.fleet.waits_for_key) {
+                            *wait_key = Some(ctx.fleet.txkeys.borrow().generation);
+                        } else {
+                            *wait_lane = true;
+                        }
                         if !*is_paused {
                             *is_paused = true;
                             paused.push(token);
@@ -1195,6 +1210,7 @@ impl Proxy {
             return;
         }
         let list = std::mem::take(&mut self.paused);
+        let generation = self.fleet.txkeys.borrow().generation;
         for token in list {
             let Some(c) = self.clients.get_mut(token) else {
                 continue;
@@ -1202,12 +1218,14 @@ impl Proxy {
             if c.replies.pending_len() >= MAX_PENDING
                 || c.replies.unsent() >= OUTPUT_HIGH_WATER
                 || (c.wait_lane && c.replies.pending_len() > 0)
+                || c.wait_key == Some(generation)
             {
                 self.paused.push(token);
                 continue;
             }
             c.paused = false;
             c.wait_lane = false;
+            c.wait_key = None;
             self.client_readable(token);
         }
     }
@@ -1260,6 +1278,11 @@ impl Proxy {
                     c.id,
                     &mut self.dedicated,
                     &mut self.dirty_dedicated,
+                    crate::exec::Links {
+                        backends: &mut self.backends,
+                        dirty: &mut self.dirty_backends,
+                        registry: self.poll.registry(),
+                    },
                 )
             {
                 let seq = co.seq();
@@ -1638,6 +1661,13 @@ fn deliver(
 /// A coordinated run of client `c` is over with `done`: its slot is filled, unless it is a
 /// script to run again with one more key (`crate::coord::Scripts`).
 fn coord_done(c: &mut Client, seq: u64, done: &[u8], followups: &mut Vec<usize>, token: usize) {
+    if done == crate::txshared::FALLBACK {
+        // A transaction over the shared links that could not be prepared everywhere: it runs
+        // on the dedicated path (`crate::txmove::rerun`, started by `send_followups`).
+        c.txm.due = Some(Instant::now());
+        followups.push(token);
+        return;
+    }
     if c.txm.exec == Some(seq) {
         // A transaction's EXEC: a slot move is followed (`crate::txmove`).
         if crate::txmove::finished(c, seq, done) == crate::txmove::Handled::Again {

@@ -226,6 +226,15 @@ fn handle_request<A: Args + ?Sized>(
             .push_local(b"-ERR Replica can't interact with the keyspace\r\n", false);
         return Flow::Continue;
     }
+    // A key a transaction over the shared links holds between its TXPREP and its TXCOMMIT:
+    // the request waits (`crate::txshared`). One test while none is held.
+    if !ctx.fleet.txkeys.borrow().is_empty()
+        && !me.session.tx.multi
+        && waits_for_key(args, me.session.db, ctx.fleet)
+    {
+        ctx.fleet.waits_for_key = true;
+        return Flow::Wait;
+    }
     // Ordinary clients: one check, then the router.
     if me.conns.is_empty() && !me.session.tx.active() {
         let plan = route::plan(args, me.session, ctx.fleet);
@@ -298,13 +307,29 @@ fn in_transaction<A: Args + ?Sized>(
     }
     let queued = !exec && me.session.tx.multi;
     let kept = me.session.tx.unit_ends.len();
+    // Over the shared links (`crate::txshared`): the parts kept so far, taken at the end.
+    let shared = me.session.tx.shared;
+    let ends = shared && (exec || crate::txmove::is_discard(args.arg(0)));
+    let mut parts = match ends {
+        true => std::mem::take(&mut me.session.tx.shared_parts),
+        false => Vec::new(),
+    };
     let step = me
         .session
         .tx
         .step(args, raw, &ctx.fleet.up, &ctx.fleet.slots);
+    if exec && !shared {
+        // The next transaction takes the shared links if this one spans instances.
+        me.session.tx.spanned_last = matches!(step, Step::Coordinate { .. })
+            || (me.session.tx.spanned_last && matches!(step, Step::Gather { .. }));
+        me.session.tx.spanned_last &= !me.session.tracking;
+    }
     // A transaction on one instance takes its dedicated connection; one spanning instances
-    // takes the connections to each (`crate::coord`).
+    // takes the connections to each (`crate::coord`). Over the shared links nothing is sent
+    // before EXEC, which takes the shared lane (a gathered run: the dedicated connections).
     let lane = match &step {
+        Step::Gather { .. } if shared => Some(Lane::Spread),
+        _ if shared => exec.then_some(Lane::Shared),
         Step::Send { .. } if me.session.tx.spans_many() => Some(Lane::Spread),
         Step::Send { instance, .. } | Step::ExecAbort { instance } => {
             Some(Lane::Dedicated(*instance))
@@ -333,6 +358,10 @@ fn in_transaction<A: Args + ?Sized>(
     // A request kept for a run again: its reply slot is the next one (`crate::txmove`).
     if queued && me.session.tx.unit_ends.len() > kept {
         me.txm.queued(me.replies.next_seq(), kept == 0);
+    }
+    if shared && !matches!(step, Step::Route | Step::Quit) {
+        shared_step(step, raw, exec, &mut parts, me, ctx);
+        return Flow::Continue;
     }
     match step {
         Step::Reply(bytes) => me.replies.push_local(&bytes, false),
@@ -452,6 +481,112 @@ fn in_transaction<A: Args + ?Sized>(
         },
     }
     Flow::Continue
+}
+
+/// A request of a transaction over the shared links (`crate::txshared`): a queued command
+/// joins its instances' parts and is answered `+QUEUED` here; EXEC prepares and commits the
+/// parts on the shared links (or runs the transaction on the dedicated path when a key is
+/// held); DISCARD and an aborted EXEC are answered here (nothing was sent).
+fn shared_step(
+    step: Step,
+    raw: &[u8],
+    exec: bool,
+    parts: &mut Vec<tx::SharedPart>,
+    me: &mut Me<'_>,
+    ctx: &mut Ctx<'_>,
+) {
+    let tx = &mut me.session.tx;
+    match step {
+        Step::Send { .. } | Step::SendParts { .. } if !exec && tx.unit_dropped => {
+            // Past the bound on a transaction's requests (`tx::MAX_UNIT_BYTES`).
+            tx.aborted = true;
+            tx.shared_parts = Vec::new();
+            me.replies.push_local(SHARED_TOO_BIG, false);
+        }
+        Step::Send { instance, prelude } if !exec => {
+            for r in prelude.iter().map(Vec::as_slice).chain([raw]) {
+                tx::queue_shared(&mut tx.shared_parts, instance, r);
+            }
+            me.replies.push_local(b"+QUEUED\r\n", false);
+        }
+        Step::SendParts { parts: split, .. } if !exec => {
+            for part in &split {
+                for r in part.prelude.iter().chain([&part.request]) {
+                    tx::queue_shared(&mut tx.shared_parts, part.instance, r);
+                }
+            }
+            me.replies.push_local(b"+QUEUED\r\n", false);
+        }
+        Step::Coordinate { order, .. } => shared_exec(order, std::mem::take(parts), me, ctx),
+        Step::Send { instance, prelude } => {
+            // EXEC of a transaction on one instance (with its held keyless commands, if
+            // nothing else, in `prelude`).
+            for r in &prelude {
+                tx::queue_shared(parts, instance, r);
+            }
+            let commands = parts.iter().map(|p| p.commands).sum::<usize>();
+            let order = (0..commands)
+                .map(|index| crate::coord::Entry::One { instance, index })
+                .collect();
+            shared_exec(order, std::mem::take(parts), me, ctx);
+        }
+        Step::Gather { unit, keys, .. } => {
+            // Nothing was sent to any instance: the gathered run starts from scratch.
+            let seq = me.replies.push_plain();
+            me.txm.exec = Some(seq);
+            gather(Some(seq), unit, keys, Vec::new(), true, me, ctx);
+        }
+        Step::Reply(bytes) => me.replies.push_local(&bytes, false),
+        Step::ExecAbort { .. } => me.replies.push_local(tx::EXECABORT, false),
+        Step::EndAll { reply, .. } => me.replies.push_local(&reply, false),
+        // DISCARD of a transaction on one instance.
+        Step::SendParts { .. } => me.replies.push_local(b"+OK\r\n", false),
+        Step::Route | Step::Quit => unreachable!("handled by the caller"),
+    }
+}
+
+/// A command of a transaction over the shared links could not be kept: its requests pass
+/// `tx::MAX_UNIT_BYTES` (the transaction is aborted, as Redis does on a queueing error).
+const SHARED_TOO_BIG: &[u8] =
+    b"-ERR transaction too large for the recached proxy (over 64 MiB of queued requests)\r\n";
+
+/// EXEC over the shared links: `order` the client's replies, `parts` each instance's.
+fn shared_exec(
+    order: Vec<crate::coord::Entry>,
+    parts: Vec<tx::SharedPart>,
+    me: &mut Me<'_>,
+    ctx: &mut Ctx<'_>,
+) {
+    let seq = me.replies.push_plain();
+    me.txm.exec = Some(seq);
+    me.session.tx.spanned_last = parts.len() > 1 && !me.session.tracking;
+    let Some(keys) = me.txm.kept_keys() else {
+        me.txm.exec = None;
+        me.replies.fill(seq, 0, tx::EXECABORT);
+        return;
+    };
+    let resp3 = me.session.proto == resp::Proto::Resp3;
+    let per = ctx.fleet.per_instance;
+    let db = me.session.db;
+    let parts = parts
+        .into_iter()
+        .map(|p| {
+            let link = crate::backend::link_index(per, db, resp3, 0, p.instance);
+            (p.instance, link, p.body, p.elements)
+        })
+        .collect();
+    match crate::txshared::SharedTx::start(seq, parts, order, &ctx.fleet.txkeys, db, keys) {
+        Some(t) => begin_coordinator(Coordinator::Shared(t), me, ctx),
+        // Another transaction of the proxy holds one of its keys: the dedicated path waits
+        // for it in instance order.
+        None => crate::txmove::rerun(&[], me, ctx),
+    }
+}
+
+/// Whether a request touches a key held by a transaction over the shared links.
+fn waits_for_key<A: Args + ?Sized>(args: &A, db: usize, fleet: &Fleet) -> bool {
+    let table = fleet.txkeys.borrow();
+    route::key_args(args).iter().any(|k| table.holds(db, k))
 }
 
 /// EXEC of a transaction spanning instances: the coordinator starts on the client's
@@ -620,13 +755,23 @@ fn gather_blocking<A: Args + ?Sized>(args: &A, raw: &[u8], me: &mut Me<'_>, ctx:
 fn begin_coordinator(mut coord: Coordinator, me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
     let seq = coord.seq();
     let (token, client_id) = (me.token, me.id);
+    let links = Links {
+        backends: ctx.backends,
+        dirty: ctx.dirty_backends,
+        registry: ctx.registry,
+    };
     if let Some(reply) = send_outbox(
         &mut coord,
         token,
         client_id,
         ctx.dedicated,
         ctx.dirty_dedicated,
+        links,
     ) {
+        if reply == crate::txshared::FALLBACK {
+            crate::txmove::rerun(&[], me, ctx);
+            return;
+        }
         me.txm.answered_elsewhere(seq);
         me.replies.fill(seq, 0, &reply);
         return;
@@ -642,8 +787,12 @@ pub(crate) fn send_outbox(
     client_id: u64,
     dedicated: &mut Slab<Dedicated>,
     dirty_dedicated: &mut Vec<usize>,
+    links: Links<'_>,
 ) -> Option<Vec<u8>> {
     let seq = coord.seq();
+    if matches!(coord, Coordinator::Shared(_)) {
+        return send_on_links(coord, token, client_id, links);
+    }
     while !coord.outbox().is_empty() {
         for (conn, request, part) in std::mem::take(coord.outbox()) {
             if let Some(d) = dedicated.get_mut(conn) {
@@ -661,6 +810,52 @@ pub(crate) fn send_outbox(
                     coord.answered(part, b"-ERR proxy: instance connection lost\r\n")
             {
                 return Some(reply);
+            }
+        }
+    }
+    None
+}
+
+/// The shared links, for a coordinator that sends on them (`crate::txshared`).
+pub(crate) struct Links<'a> {
+    pub(crate) backends: &'a mut [Backend],
+    pub(crate) dirty: &'a mut Vec<usize>,
+    pub(crate) registry: &'a Registry,
+}
+
+/// Sends what a coordinator over the shared links asks for (its outbox names links); a link
+/// that cannot take it answers its instance's unavailable error at once. `Some`: the reply.
+fn send_on_links(
+    coord: &mut Coordinator,
+    token: usize,
+    client_id: u64,
+    links: Links<'_>,
+) -> Option<Vec<u8>> {
+    let seq = coord.seq();
+    while !coord.outbox().is_empty() {
+        for (i, request, part) in std::mem::take(coord.outbox()) {
+            let Some(part) = part else { continue };
+            let b = &mut links.backends[i];
+            if b.dormant {
+                b.dormant = false;
+                b.connect(links.registry, backend_token(i), Instant::now(), true);
+                mark(&mut b.dirty, links.dirty, i);
+            }
+            if b.accepts() {
+                let w = Waiter {
+                    token,
+                    client_id,
+                    seq,
+                    part,
+                    hops: crate::client::Hops::NONE,
+                };
+                b.send(&request, w);
+                mark(&mut b.dirty, links.dirty, i);
+            } else {
+                let error = b.unavailable.clone();
+                if let Some(reply) = coord.answered(part, &error) {
+                    return Some(reply);
+                }
             }
         }
     }
@@ -992,7 +1187,11 @@ fn run_plan<A: Args + ?Sized>(
             Flow::StopReading
         }
         Plan::Multi => {
-            me.session.tx.multi = true;
+            let tx = &mut me.session.tx;
+            tx.multi = true;
+            // No WATCH (else the transaction is under way there): a client whose last
+            // transaction spanned instances takes the shared links (`crate::txshared`).
+            tx.shared = tx.spanned_last;
             me.replies.push_local(b"+OK\r\n", false);
             Flow::Continue
         }

@@ -103,6 +103,7 @@ mod spread;
 pub mod tls;
 pub mod tx;
 mod txmove;
+mod txshared;
 
 use std::io;
 use std::sync::Arc;

@@ -187,6 +187,12 @@ pub struct Fleet {
     pub slots: Slots,
     /// Links per instance in the proxy's link table (`crate::backend::link_index`).
     pub per_instance: usize,
+    /// Keys of the transactions between their `TXPREP` and `TXCOMMIT` on the shared links
+    /// (`crate::txshared`): requests touching them wait.
+    pub(crate) txkeys: crate::txshared::SharedKeys,
+    /// Set by a request that waits for [`Self::txkeys`] (the event loop pauses its client
+    /// until a release).
+    pub(crate) waits_for_key: bool,
 }
 
 impl Fleet {
@@ -215,6 +221,8 @@ impl Fleet {
             spares: Vec::new(),
             txid: Vec::new(),
             client_ids: Default::default(),
+            txkeys: Default::default(),
+            waits_for_key: false,
         }
     }
 

@@ -84,6 +84,16 @@ pub struct Tx {
     /// A queued command has keys on several instances and cannot be split (RENAME, a
     /// script…): the whole transaction runs gathered.
     pub gather: bool,
+    /// This transaction runs over the shared links (`crate::txshared`): its commands are
+    /// answered `+QUEUED` here and kept per instance in [`Self::shared_parts`] until EXEC.
+    pub shared: bool,
+    /// Each instance's part of a shared transaction.
+    pub shared_parts: Vec<SharedPart>,
+    /// The client's last EXEC spanned instances: its next MULTI without WATCH runs over the
+    /// shared links. Kept across transactions (a client of hash-tagged keys never pays for
+    /// the shared path; one whose transactions span instances never pays for the dedicated
+    /// connections' system calls).
+    pub spanned_last: bool,
 }
 
 /// What to do with one request of a client in a transaction.
@@ -232,9 +242,13 @@ impl Tx {
             unit_ends,
             unit_dropped,
             gather,
+            shared,
+            shared_parts,
+            spanned_last: _,
         } = self;
         (*pinned, *watching, *multi, *aborted) = (None, false, false, false);
-        (*held_bytes, *unit_dropped, *gather) = (0, false, false);
+        (*held_bytes, *unit_dropped, *gather, *shared) = (0, false, false, false);
+        shared_parts.clear();
         held.clear();
         watch_on.clear();
         multi_on.clear();
@@ -397,6 +411,8 @@ impl Tx {
             }
             "multi" => {
                 self.multi = true;
+                // No WATCH: nothing ties the transaction to a connection of its own.
+                self.shared = self.spanned_last && !self.watching && self.pinned.is_none();
                 return match self.pinned {
                     Some(instance) => Step::Send {
                         instance,
@@ -620,9 +636,64 @@ fn first_up(up: &[bool]) -> usize {
     up.iter().position(|&u| u).unwrap_or(0)
 }
 
+/// `MULTI` as a request (the first of a prelude).
+pub const MULTI_REQUEST: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
+
+/// One instance's part of a transaction over the shared links (`crate::txshared`).
+#[derive(Debug, Clone, Default)]
+pub struct SharedPart {
+    pub instance: usize,
+    /// `TXPREP`'s arguments after the timeout: each command as its argument count, then its
+    /// arguments as they came.
+    pub body: Vec<u8>,
+    /// Arguments in `body`.
+    pub elements: usize,
+    /// Commands in `body`.
+    pub commands: usize,
+}
+
+/// Appends `request` (a multibulk of bulk strings) to `instance`'s part in `parts`. `false`
+/// when it is not a multibulk (never: inline requests are re-encoded before this). A
+/// prelude's `MULTI` is left out: `TXPREP` opens its own.
+pub fn queue_shared(parts: &mut Vec<SharedPart>, instance: usize, request: &[u8]) -> bool {
+    if request == MULTI_REQUEST {
+        return true;
+    }
+    let Some(rest) = request.strip_prefix(b"*") else {
+        return false;
+    };
+    let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
+        return false;
+    };
+    let (count, args) = (&rest[..eol], &rest[eol + 2..]);
+    let Some(n) = std::str::from_utf8(count)
+        .ok()
+        .and_then(|c| c.parse::<usize>().ok())
+    else {
+        return false;
+    };
+    let k = match parts.iter().position(|p| p.instance == instance) {
+        Some(k) => k,
+        None => {
+            parts.push(SharedPart {
+                instance,
+                ..SharedPart::default()
+            });
+            parts.len() - 1
+        }
+    };
+    let p = &mut parts[k];
+    p.body
+        .extend_from_slice(format!("${}\r\n{n}\r\n", count.len()).as_bytes());
+    p.body.extend_from_slice(args);
+    p.elements += 1 + n;
+    p.commands += 1;
+    true
+}
+
 fn with_multi(held: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     let mut prelude = Vec::with_capacity(held.len() + 1);
-    prelude.push(b"*1\r\n$5\r\nMULTI\r\n".to_vec());
+    prelude.push(MULTI_REQUEST.to_vec());
     prelude.extend(held);
     prelude
 }

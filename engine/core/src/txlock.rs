@@ -67,7 +67,17 @@ pub struct Locks {
     expired: HashSet<u64>,
     /// Guest keys (qualified) → the connection that restored them.
     guests: HashMap<Box<[u8]>, u64>,
+    /// Transactions `TXPREP` prepared, by (connection, transaction id): each its own client
+    /// (its MULTI queue; its locks are held under that client's id).
+    prepared: HashMap<(u64, Box<[u8]>), Client>,
+    /// A prepared transaction's client id → the connection that prepared it.
+    prepared_on: HashMap<u64, u64>,
+    /// Ids given to prepared transactions so far (from [`PREPARED_BASE`]).
+    next_prepared: u64,
 }
+
+/// First client id of the transactions `TXPREP` prepares: far above any connection's id.
+const PREPARED_BASE: u64 = 1 << 62;
 
 #[derive(Debug)]
 struct Holder {
@@ -99,12 +109,41 @@ impl Locks {
         !self.guests.is_empty() && self.guests.values().any(|&c| c == client)
     }
 
+    /// Whether another holder than `me` holds `q` (taking locks: each holder for itself).
     fn locked_by_other(&self, q: &[u8], me: u64) -> bool {
         self.by_key.get(q).is_some_and(|&h| h != me)
     }
 
+    /// The connection a holder's commands arrive on: a prepared transaction's is the
+    /// connection that prepared it.
+    fn conn_of(&self, id: u64) -> u64 {
+        if id < PREPARED_BASE {
+            return id;
+        }
+        self.prepared_on.get(&id).copied().unwrap_or(id)
+    }
+
+    /// Whether a command of `me` must wait for `q`: held by another connection. The
+    /// transactions a connection prepared (`TXPREP`) count as its own: the proxy that
+    /// multiplexes clients on that connection keeps their commands off those keys until the
+    /// transaction is committed or aborted (a command postponed there would hold up the
+    /// `TXCOMMIT` queued behind it on the same connection).
+    fn held_elsewhere(&self, q: &[u8], me: u64) -> bool {
+        self.by_key
+            .get(q)
+            .is_some_and(|&h| h != me && self.conn_of(h) != self.conn_of(me))
+    }
+
     fn other_holder(&self, me: u64) -> bool {
-        self.holders.keys().any(|&h| h != me)
+        let mine = self.conn_of(me);
+        self.holders
+            .keys()
+            .any(|&h| h != me && self.conn_of(h) != mine)
+    }
+
+    /// Transactions prepared with `TXPREP` and not yet committed or aborted.
+    pub fn prepared(&self) -> usize {
+        self.prepared.len()
     }
 }
 
@@ -149,7 +188,7 @@ pub fn check(
             let mut wanted = wanted_keys(e, client);
             let named = named_keys(argv).map(|o| o.keys).unwrap_or_default();
             wanted.extend(named.iter().map(|k| crate::keyspace::qualify(client.db, k)));
-            wanted.iter().any(|q| e.locks.locked_by_other(q, me))
+            wanted.iter().any(|q| e.locks.held_elsewhere(q, me))
         }
         "exec" => client.tx.queued_commands().any(|cmd| {
             let args: Vec<&[u8]> = cmd.iter().map(Vec::as_slice).collect();
@@ -182,7 +221,7 @@ fn touches_locked(e: &Engine, spec: &CommandSpec, argv: &[&[u8]], db: usize, me:
         if e.locks.holders.contains_key(&me) {
             return crate::command::keys(spec, argv).positions().any(|pos| {
                 e.locks
-                    .locked_by_other(&crate::keyspace::qualify(db, argv[pos]), me)
+                    .held_elsewhere(&crate::keyspace::qualify(db, argv[pos]), me)
             });
         }
         return e.locks.other_holder(me);
@@ -192,7 +231,7 @@ fn touches_locked(e: &Engine, spec: &CommandSpec, argv: &[&[u8]], db: usize, me:
     }
     crate::command::keys(spec, argv).positions().any(|pos| {
         e.locks
-            .locked_by_other(&crate::keyspace::qualify(db, argv[pos]), me)
+            .held_elsewhere(&crate::keyspace::qualify(db, argv[pos]), me)
     })
 }
 
@@ -433,11 +472,167 @@ pub fn cron(e: &mut Engine, now_us: u64) {
     }
 }
 
-/// The connection is gone: its locks are released.
+/// The connection is gone: its locks are released, and the transactions it prepared.
 pub fn client_closed(e: &mut Engine, client_id: u64) {
     e.locks.postponed.retain(|&id| id != client_id);
     e.locks.expired.remove(&client_id);
     release(e, client_id);
+    if !e.locks.prepared.is_empty() {
+        let mine: Vec<(u64, Box<[u8]>)> = e
+            .locks
+            .prepared
+            .keys()
+            .filter(|(conn, _)| *conn == client_id)
+            .cloned()
+            .collect();
+        for k in mine {
+            if let Some(p) = e.locks.prepared.remove(&k) {
+                drop_prepared(e, p);
+            }
+        }
+    }
+}
+
+/// `TXPREP txid timeout-ms n₁ arg… n₂ arg…` → `:0` when the transaction is prepared: the
+/// commands (each given as its argument count then its arguments) queued in a MULTI of a
+/// transaction of its own, and every key they touch locked for it, as `MULTI` + the commands +
+/// `TXLOCK timeout-ms NOWAIT` on a connection of its own would; it waits for `TXCOMMIT txid`
+/// or `TXABORT txid` on this connection. Else nothing is left behind and the reply says why:
+/// `:4` another connection holds one of the keys (or the engine is paused or a slot held:
+/// nothing could be queued now), `:2` a command was refused while queueing (EXEC would
+/// answer EXECABORT or a redirect). Several transactions may be prepared on one connection
+/// (the proxy's shared links), each by its id (docs/transactions.md).
+pub fn txprep(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let timeout = c.argv[2];
+    resp::parse_i64(timeout)
+        .filter(|t| (1..=MAX_TIMEOUT_MS).contains(t))
+        .ok_or(CmdError::Static(
+            "ERR TXPREP timeout must be an integer of milliseconds from 1 to 60000",
+        ))?;
+    let cmds = commands(&c.argv[3..]).ok_or(CmdError::Static("ERR syntax error"))?;
+    let key = (c.client.id, Box::<[u8]>::from(c.argv[1]));
+    if e.locks.prepared.contains_key(&key) {
+        return Err(CmdError::Static(
+            "ERR TXPREP transaction id already prepared on this connection",
+        ));
+    }
+    let id = PREPARED_BASE + e.locks.next_prepared;
+    e.locks.next_prepared += 1;
+    let mut p = Client {
+        id,
+        db: c.client.db,
+        proto: c.client.proto,
+        addr: c.client.addr.clone(),
+        laddr: c.client.laddr.clone(),
+        auth: c.client.auth.clone(),
+        created_us: c.client.created_us,
+        ..Client::default()
+    };
+    e.locks.prepared_on.insert(id, c.client.id);
+    let now = c.now_us;
+    let mut out = Vec::with_capacity(16 * cmds.len());
+    let mut flags = 0;
+    if e.exec(&mut p, &[b"MULTI"], now, &mut out) != crate::Flow::Continue {
+        flags = 4;
+    }
+    for cmd in &cmds {
+        if flags != 0 {
+            break;
+        }
+        out.clear();
+        match e.exec(&mut p, cmd, now, &mut out) {
+            crate::Flow::Continue if out == b"+QUEUED\r\n" => {}
+            crate::Flow::Continue => flags = 2,
+            // Paused, or a slot held by a resize: the proxy runs it on a connection of the
+            // client's own, which can wait.
+            _ => flags = 4,
+        }
+    }
+    if flags == 0 {
+        out.clear();
+        e.exec(&mut p, &[b"TXLOCK", timeout, b"NOWAIT"], now, &mut out);
+        flags = match out.as_slice() {
+            b":0\r\n" => 0,
+            b":4\r\n" => 4,
+            _ => 2,
+        };
+    }
+    if flags == 0 {
+        e.locks.prepared.insert(key, p);
+    } else {
+        drop_prepared(e, p);
+    }
+    c.w().integer(flags);
+    Ok(())
+}
+
+/// `n₁ arg… n₂ arg…` → the commands, or `None` when malformed or empty.
+fn commands<'a>(mut args: &[&'a [u8]]) -> Option<Vec<Vec<&'a [u8]>>> {
+    let mut cmds = Vec::new();
+    while let Some((n, rest)) = args.split_first() {
+        let n = usize::try_from(resp::parse_i64(n)?).ok().filter(|&n| n > 0)?;
+        cmds.push(rest.get(..n)?.to_vec());
+        args = &rest[n..];
+    }
+    (!cmds.is_empty()).then_some(cmds)
+}
+
+/// `TXCOMMIT txid` → the prepared transaction's `EXEC` reply (the array of its commands'
+/// replies), its locks released; `-ERR` when no transaction `txid` is prepared on this
+/// connection. Under `CLIENT PAUSE WRITE` a transaction that writes waits, as EXEC does.
+pub fn txcommit(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let key = (c.client.id, Box::<[u8]>::from(c.argv[1]));
+    let Some(mut p) = e.locks.prepared.remove(&key) else {
+        return Err(CmdError::Static(
+            "ERR TXCOMMIT no transaction prepared with this id on this connection",
+        ));
+    };
+    if e.pause.active()
+        && let Some(exec) = crate::command::lookup(b"exec")
+        && crate::pause::postpones(e, &p, exec, &[b"EXEC"], c.now_us)
+    {
+        if !e.pause.postponed.contains(&c.client.id) {
+            e.pause.postponed.push(c.client.id);
+        }
+        e.locks.prepared.insert(key, p);
+        c.flow = crate::Flow::Postpone;
+        return Ok(());
+    }
+    let now = c.now_us;
+    let (_, out) = c.parts();
+    let start = out.len();
+    if e.exec(&mut p, &[b"EXEC"], now, out) == crate::Flow::Postpone {
+        // A slot of a key it creates started moving since TXPREP (its other keys are locked
+        // and cannot move): nothing ran.
+        out.truncate(start);
+        drop_prepared(e, p);
+        return Err(CmdError::Static(
+            "ERR TXCOMMIT the transaction was not run: a slot of its keys is moving",
+        ));
+    }
+    drop_prepared(e, p);
+    Ok(())
+}
+
+/// `TXABORT txid` → `+OK`: the prepared transaction is dropped, its locks released (nothing
+/// to do when none is prepared with that id).
+pub fn txabort(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let key = (c.client.id, Box::<[u8]>::from(c.argv[1]));
+    if let Some(p) = e.locks.prepared.remove(&key) {
+        drop_prepared(e, p);
+    }
+    c.w().ok();
+    Ok(())
+}
+
+/// A prepared transaction is over: its locks released, its MULTI dropped.
+fn drop_prepared(e: &mut Engine, mut p: Client) {
+    crate::cmd::tx::reset_client(e, &mut p);
+    e.locks.prepared_on.remove(&p.id);
+    e.locks.expired.remove(&p.id);
+    e.locks.postponed.retain(|&id| id != p.id);
+    e.pause.postponed.retain(|&id| id != p.id);
+    release(e, p.id);
 }
 
 #[cfg(test)]

@@ -382,6 +382,104 @@ pub static EXTRA: &[CommandSpec] = &[
         ]),
     },
     CommandSpec {
+        name: "txabort",
+        arity: 2,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::FAST),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@fast", "@dangerous", "@transaction"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txabort),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Drop a transaction prepared with TXPREP and release its locks (internal, \
+                     docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("transactions")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys locked."),
+            ),
+        ]),
+    },
+    CommandSpec {
+        name: "txcommit",
+        arity: 2,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@slow", "@dangerous", "@transaction"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txcommit),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Run a transaction prepared with TXPREP and release its locks (internal, \
+                     docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("transactions")),
+            (
+                "complexity",
+                Val::Str("Depends on the commands of the transaction."),
+            ),
+        ]),
+    },
+    CommandSpec {
+        name: "txprep",
+        arity: -5,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@slow", "@dangerous", "@transaction"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txprep),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Queue commands as a transaction of their own and lock their keys, without \
+                     waiting, until TXCOMMIT or TXABORT (internal: the proxy's transactions \
+                     spanning engines over its shared connections, docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("transactions")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of arguments."),
+            ),
+        ]),
+    },
+    CommandSpec {
         name: "txunlock",
         arity: 1,
         flags: Flags::ADMIN

@@ -372,15 +372,11 @@ impl Proxy {
         }
         // Clients paused by a bound are retried soon; those waiting to switch lanes are
         // resumed by the reply they wait for.
-        if self
-            .paused
-            .iter()
-            .any(|&t| {
-                self.clients
-                    .get(t)
-                    .is_some_and(|c| !c.wait_lane && c.wait_key.is_none())
-            })
-        {
+        if self.paused.iter().any(|&t| {
+            self.clients
+                .get(t)
+                .is_some_and(|c| !c.wait_lane && c.wait_key.is_none())
+        }) {
             wait = wait.min(Duration::from_millis(10));
         }
         wait

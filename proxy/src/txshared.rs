@@ -200,7 +200,12 @@ impl SharedTx {
                 let ends: Vec<(usize, &[u8])> = self
                     .parts
                     .iter()
-                    .map(|p| (p.instance, p.reply.as_deref().unwrap_or(b"-ERR no reply\r\n")))
+                    .map(|p| {
+                        (
+                            p.instance,
+                            p.reply.as_deref().unwrap_or(b"-ERR no reply\r\n"),
+                        )
+                    })
                     .collect();
                 Some(crate::coord::assemble(&self.order, &ends))
             }

@@ -570,7 +570,9 @@ pub fn txprep(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
 fn commands<'a>(mut args: &[&'a [u8]]) -> Option<Vec<Vec<&'a [u8]>>> {
     let mut cmds = Vec::new();
     while let Some((n, rest)) = args.split_first() {
-        let n = usize::try_from(resp::parse_i64(n)?).ok().filter(|&n| n > 0)?;
+        let n = usize::try_from(resp::parse_i64(n)?)
+            .ok()
+            .filter(|&n| n > 0)?;
         cmds.push(rest.get(..n)?.to_vec());
         args = &rest[n..];
     }

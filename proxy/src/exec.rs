@@ -235,8 +235,10 @@ fn handle_request<A: Args + ?Sized>(
         ctx.fleet.waits_for_key = true;
         return Flow::Wait;
     }
-    // Ordinary clients: one check, then the router.
-    if me.conns.is_empty() && !me.session.tx.active() {
+    // Ordinary clients: one check, then the router. (A client whose transaction runs over
+    // the shared links has no dedicated connection: while its EXEC is under way its later
+    // requests wait below, as on the dedicated path.)
+    if me.conns.is_empty() && !me.session.tx.active() && me.coord.is_none() {
         let plan = route::plan(args, me.session, ctx.fleet);
         return run_plan(plan, args, raw, me, ctx);
     }
@@ -360,7 +362,7 @@ fn in_transaction<A: Args + ?Sized>(
         me.txm.queued(me.replies.next_seq(), kept == 0);
     }
     if shared && !matches!(step, Step::Route | Step::Quit) {
-        shared_step(step, raw, exec, &mut parts, me, ctx);
+        shared_step(step, raw, exec, ends, &mut parts, me, ctx);
         return Flow::Continue;
     }
     match step {
@@ -491,25 +493,26 @@ fn shared_step(
     step: Step,
     raw: &[u8],
     exec: bool,
+    ends: bool,
     parts: &mut Vec<tx::SharedPart>,
     me: &mut Me<'_>,
     ctx: &mut Ctx<'_>,
 ) {
     let tx = &mut me.session.tx;
     match step {
-        Step::Send { .. } | Step::SendParts { .. } if !exec && tx.unit_dropped => {
+        Step::Send { .. } | Step::SendParts { .. } if !ends && tx.unit_dropped => {
             // Past the bound on a transaction's requests (`tx::MAX_UNIT_BYTES`).
             tx.aborted = true;
             tx.shared_parts = Vec::new();
             me.replies.push_local(SHARED_TOO_BIG, false);
         }
-        Step::Send { instance, prelude } if !exec => {
+        Step::Send { instance, prelude } if !ends => {
             for r in prelude.iter().map(Vec::as_slice).chain([raw]) {
                 tx::queue_shared(&mut tx.shared_parts, instance, r);
             }
             me.replies.push_local(b"+QUEUED\r\n", false);
         }
-        Step::SendParts { parts: split, .. } if !exec => {
+        Step::SendParts { parts: split, .. } if !ends => {
             for part in &split {
                 for r in part.prelude.iter().chain([&part.request]) {
                     tx::queue_shared(&mut tx.shared_parts, part.instance, r);
@@ -518,6 +521,8 @@ fn shared_step(
             me.replies.push_local(b"+QUEUED\r\n", false);
         }
         Step::Coordinate { order, .. } => shared_exec(order, std::mem::take(parts), me, ctx),
+        // DISCARD of a transaction on one instance: nothing was sent.
+        Step::Send { .. } if !exec => me.replies.push_local(b"+OK\r\n", false),
         Step::Send { instance, prelude } => {
             // EXEC of a transaction on one instance (with its held keyless commands, if
             // nothing else, in `prelude`).
@@ -539,7 +544,6 @@ fn shared_step(
         Step::Reply(bytes) => me.replies.push_local(&bytes, false),
         Step::ExecAbort { .. } => me.replies.push_local(tx::EXECABORT, false),
         Step::EndAll { reply, .. } => me.replies.push_local(&reply, false),
-        // DISCARD of a transaction on one instance.
         Step::SendParts { .. } => me.replies.push_local(b"+OK\r\n", false),
         Step::Route | Step::Quit => unreachable!("handled by the caller"),
     }
@@ -585,8 +589,16 @@ fn shared_exec(
 
 /// Whether a request touches a key held by a transaction over the shared links.
 fn waits_for_key<A: Args + ?Sized>(args: &A, db: usize, fleet: &Fleet) -> bool {
+    let Some(spec) = route::known_row(args) else {
+        return false;
+    };
     let table = fleet.txkeys.borrow();
-    route::key_args(args).iter().any(|k| table.holds(db, k))
+    if spec.name == "publish" {
+        return false;
+    }
+    engine_core::command::keys(spec, args)
+        .positions()
+        .any(|pos| table.holds(db, args.arg(pos)))
 }
 
 /// EXEC of a transaction spanning instances: the coordinator starts on the client's
@@ -1191,7 +1203,7 @@ fn run_plan<A: Args + ?Sized>(
             tx.multi = true;
             // No WATCH (else the transaction is under way there): a client whose last
             // transaction spanned instances takes the shared links (`crate::txshared`).
-            tx.shared = tx.spanned_last;
+            tx.shared = tx.spanned_last && !me.session.tracking;
             me.replies.push_local(b"+OK\r\n", false);
             Flow::Continue
         }

@@ -331,9 +331,12 @@ impl Proxy {
                 }
             }
             self.resume_paused();
-            let generation = self.fleet.txkeys.borrow().generation;
+            let generation =
+                (!self.paused.is_empty()).then(|| self.fleet.txkeys.borrow().generation);
             self.send_followups();
-            if self.fleet.txkeys.borrow().generation != generation {
+            if let Some(g) = generation
+                && self.fleet.txkeys.borrow().generation != g
+            {
                 // A transaction released keys while its requests were sent: its waiters go on.
                 self.resume_paused();
             }
@@ -1198,10 +1201,15 @@ impl Proxy {
         self.live.iter().any(over) || self.dirty_backends.iter().any(over)
     }
 
+    #[inline]
     fn resume_paused(&mut self) {
-        if self.paused.is_empty() {
-            return;
+        if !self.paused.is_empty() {
+            self.resume_some_paused();
         }
+    }
+
+    #[inline(never)]
+    fn resume_some_paused(&mut self) {
         if self.congested() {
             return;
         }
@@ -1256,11 +1264,17 @@ impl Proxy {
 
     /// Sends the requests merges asked for on clients' behalf (CONFIG SET's restores) on
     /// the instances' RESP2 links; their replies fill the clients' slots as usual.
+    #[inline]
     fn send_followups(&mut self) {
         // Most iterations have nothing to send or run again: three tests.
         if self.followups.is_empty() && self.tx_reruns.is_empty() && self.block_resends.is_empty() {
             return;
         }
+        self.send_some_followups();
+    }
+
+    #[inline(never)]
+    fn send_some_followups(&mut self) {
         let mut retry = Vec::new();
         for token in std::mem::take(&mut self.followups) {
             let Some(c) = self.clients.get_mut(token) else {

@@ -227,8 +227,9 @@ fn handle_request<A: Args + ?Sized>(
         return Flow::Continue;
     }
     // A key a transaction over the shared links holds between its TXPREP and its TXCOMMIT:
-    // the request waits (`crate::txshared`). One test while none is held.
-    if !ctx.fleet.txkeys.borrow().is_empty()
+    // the request waits (`crate::txshared`). One test while none is under way (each holds
+    // a reference to the table).
+    if std::rc::Rc::strong_count(&ctx.fleet.txkeys) > 1
         && !me.session.tx.multi
         && waits_for_key(args, me.session.db, ctx.fleet)
     {
@@ -593,7 +594,7 @@ fn waits_for_key<A: Args + ?Sized>(args: &A, db: usize, fleet: &Fleet) -> bool {
         return false;
     };
     let table = fleet.txkeys.borrow();
-    if spec.name == "publish" {
+    if table.is_empty() || spec.name == "publish" {
         return false;
     }
     engine_core::command::keys(spec, args)

@@ -340,9 +340,6 @@ pub struct Client {
     pub bmove: crate::blockmove::BlockMoves,
     /// Paused until its pending replies are in, to switch lanes.
     pub wait_lane: bool,
-    /// Paused until a key held by a transaction over the shared links is released: the
-    /// table's generation when it paused (`crate::txshared::TxKeys`).
-    pub wait_key: Option<u64>,
     /// TLS state, for a client of the TLS port.
     pub tls: Option<Box<TlsConn>>,
     /// When its last request was parsed (the `timeout` clock, CLIENT LIST `idle`).
@@ -420,7 +417,6 @@ impl Client {
             txm: Default::default(),
             bmove: Default::default(),
             wait_lane: false,
-            wait_key: None,
             tls: None,
             last_request: Instant::now(),
             created: Instant::now(),

@@ -331,15 +331,7 @@ impl Proxy {
                 }
             }
             self.resume_paused();
-            let generation =
-                (!self.paused.is_empty()).then(|| self.fleet.txkeys.borrow().generation);
             self.send_followups();
-            if let Some(g) = generation
-                && self.fleet.txkeys.borrow().generation != g
-            {
-                // A transaction released keys while its requests were sent: its waiters go on.
-                self.resume_paused();
-            }
             // Timers before the flush: a `-TRYAGAIN` retry or a refresh they send goes out in
             // this iteration, not after the next poll (up to MAX_POLL_WAIT later).
             self.timers(self.now);
@@ -375,11 +367,11 @@ impl Proxy {
         }
         // Clients paused by a bound are retried soon; those waiting to switch lanes are
         // resumed by the reply they wait for.
-        if self.paused.iter().any(|&t| {
-            self.clients
-                .get(t)
-                .is_some_and(|c| !c.wait_lane && c.wait_key.is_none())
-        }) {
+        if self
+            .paused
+            .iter()
+            .any(|&t| self.clients.get(t).is_some_and(|c| !c.wait_lane))
+        {
             wait = wait.min(Duration::from_millis(10));
         }
         wait
@@ -1079,7 +1071,6 @@ impl Proxy {
             txm,
             bmove,
             wait_lane,
-            wait_key,
             last_request,
             ..
         } = c;
@@ -1162,13 +1153,8 @@ impl Proxy {
                         break;
                     }
                     Flow::Wait => {
-                        // Parsed again once the earlier replies are in, or once a key a
-                        // transaction holds is released (resume_paused).
-                        if std::mem::take(&mut ctx.fleet.waits_for_key) {
-                            *wait_key = Some(ctx.fleet.txkeys.borrow().generation);
-                        } else {
-                            *wait_lane = true;
-                        }
+                        // Parsed again once the earlier replies are in (resume_paused).
+                        *wait_lane = true;
                         if !*is_paused {
                             *is_paused = true;
                             paused.push(token);
@@ -1214,7 +1200,6 @@ impl Proxy {
             return;
         }
         let list = std::mem::take(&mut self.paused);
-        let generation = self.fleet.txkeys.borrow().generation;
         for token in list {
             let Some(c) = self.clients.get_mut(token) else {
                 continue;
@@ -1222,14 +1207,12 @@ impl Proxy {
             if c.replies.pending_len() >= MAX_PENDING
                 || c.replies.unsent() >= OUTPUT_HIGH_WATER
                 || (c.wait_lane && c.replies.pending_len() > 0)
-                || c.wait_key == Some(generation)
             {
                 self.paused.push(token);
                 continue;
             }
             c.paused = false;
             c.wait_lane = false;
-            c.wait_key = None;
             self.client_readable(token);
         }
     }

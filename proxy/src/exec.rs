@@ -226,16 +226,6 @@ fn handle_request<A: Args + ?Sized>(
             .push_local(b"-ERR Replica can't interact with the keyspace\r\n", false);
         return Flow::Continue;
     }
-    // A key a transaction over the shared links holds between its TXPREP and its TXCOMMIT:
-    // the request waits (`crate::txshared`). One test while none is under way (each holds
-    // a reference to the table).
-    if std::rc::Rc::strong_count(&ctx.fleet.txkeys) > 1
-        && !me.session.tx.multi
-        && waits_for_key(args, me.session.db, ctx.fleet)
-    {
-        ctx.fleet.waits_for_key = true;
-        return Flow::Wait;
-    }
     // Ordinary clients: one check, then the router. (A client whose transaction runs over
     // the shared links has no dedicated connection: while its EXEC is under way its later
     // requests wait below, as on the dedicated path.)
@@ -586,20 +576,6 @@ fn shared_exec(
         // for it in instance order.
         None => crate::txmove::rerun(&[], me, ctx),
     }
-}
-
-/// Whether a request touches a key held by a transaction over the shared links.
-fn waits_for_key<A: Args + ?Sized>(args: &A, db: usize, fleet: &Fleet) -> bool {
-    let Some(spec) = route::known_row(args) else {
-        return false;
-    };
-    let table = fleet.txkeys.borrow();
-    if table.is_empty() || spec.name == "publish" {
-        return false;
-    }
-    engine_core::command::keys(spec, args)
-        .positions()
-        .any(|pos| table.holds(db, args.arg(pos)))
 }
 
 /// EXEC of a transaction spanning instances: the coordinator starts on the client's

@@ -187,12 +187,10 @@ pub struct Fleet {
     pub slots: Slots,
     /// Links per instance in the proxy's link table (`crate::backend::link_index`).
     pub per_instance: usize,
-    /// Keys of the transactions between their `TXPREP` and `TXCOMMIT` on the shared links
-    /// (`crate::txshared`): requests touching them wait.
+    /// Keys of the transactions over the shared links between their `TXPREP` and their
+    /// decision (`crate::txshared`): another such transaction on one of them runs on the
+    /// dedicated path at once instead of failing to prepare.
     pub(crate) txkeys: crate::txshared::SharedKeys,
-    /// Set by a request that waits for [`Self::txkeys`] (the event loop pauses its client
-    /// until a release).
-    pub(crate) waits_for_key: bool,
 }
 
 impl Fleet {
@@ -222,7 +220,6 @@ impl Fleet {
             txid: Vec::new(),
             client_ids: Default::default(),
             txkeys: Default::default(),
-            waits_for_key: false,
         }
     }
 

@@ -18,12 +18,18 @@
 //!    transaction **runs again on the dedicated path** (`crate::txmove::rerun`), which waits
 //!    for locks in instance order and gives every error its usual form.
 //!
-//! **The proxy's key table.** An engine does not hold up a connection's commands for the
-//! transactions that same connection prepared (they would block the `TXCOMMIT` queued behind
-//! them), so between a `TXPREP` and its `TXCOMMIT` the proxy itself keeps other clients'
-//! requests off the transaction's keys: they wait (`TxKeys`, checked in
-//! `crate::exec::handle_request` while it is not empty). Once the `TXCOMMIT`s are decided they
-//! are written before anything sent later, and each link runs its requests in order.
+//! **Isolation.** An engine does not hold up a connection's commands for the transactions
+//! that same connection prepared (a command waiting there would hold up the `TXCOMMIT` queued
+//! behind it). It need not: a transaction's commands run at its `TXCOMMIT`s, which the proxy
+//! writes to every link in one go, and each link runs its requests in order; so a request
+//! written on a link before them runs before the transaction on that engine, and any request
+//! written after a reply that shows the transaction's effect on one engine comes after every
+//! `TXCOMMIT` on every link. Other connections wait for the engine's locks until the
+//! `TXCOMMIT` runs there (two-phase locking, as on the dedicated path).
+//!
+//! **The proxy's key table** (`TxKeys`) only spares a `TXPREP` bound to fail: a transaction
+//! with a key another of the proxy's transactions holds between its `TXPREP` and its
+//! decision runs on the dedicated path at once.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -43,14 +49,13 @@ const STEP_ABORT: u32 = 2;
 #[derive(Debug, Default)]
 pub struct TxKeys {
     /// Database → key → transactions holding it.
-    held: HashMap<usize, HashMap<Vec<u8>, u32>>,
-    /// Bumped at each release: clients waiting for a key look again.
-    pub generation: u64,
+    held: HashMap<usize, Held>,
     next_txid: u64,
 }
 
 impl TxKeys {
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.held.is_empty()
     }
 
@@ -84,11 +89,13 @@ impl TxKeys {
                 self.held.remove(&db);
             }
         }
-        self.generation += 1;
     }
 }
 
 pub type SharedKeys = Rc<RefCell<TxKeys>>;
+
+/// One database's held keys: key → transactions holding it.
+type Held = HashMap<Vec<u8>, u32>;
 
 /// One instance's part: where it goes and what it answered.
 #[derive(Debug)]

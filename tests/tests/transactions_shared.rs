@@ -255,3 +255,53 @@ fn a_key_locked_elsewhere_sends_the_transaction_to_the_dedicated_path() {
         escape(b"*3\r\n:4\r\n:16\r\n*2\r\n$1\r\n4\r\n$2\r\n16\r\n")
     );
 }
+
+#[test]
+fn a_prepared_transaction_is_isolated_from_other_connections_until_its_commit() {
+    let fleet = Fleet::start("tx-shared-wait", 2);
+    let (a, b) = keys_on_two_engines("txw");
+    let mut c = Resp::connect(fleet.proxy_port);
+    assert_eq!(raw(&mut c, &["MSET", &a, "10", &b, "10"]), "+OK\r\n");
+    c.send_raw(&transfer(&a, &b));
+    read_n(&mut c, 5);
+    let port_of = |key: &str| {
+        fleet
+            .engine_ports
+            .iter()
+            .copied()
+            .find(|&p| raw(&mut Resp::connect(p), &["EXISTS", key]) == ":1\r\n")
+            .expect("the key's engine")
+    };
+    let (a_port, b_port) = (port_of(&a), port_of(&b));
+    // b's engine pauses: the next transaction is prepared on a's engine and waits there for
+    // its TXPREP on b's.
+    let mut admin = Resp::connect(b_port);
+    assert_eq!(
+        raw(&mut admin, &["CLIENT", "PAUSE", "700", "ALL"]),
+        "+OK\r\n"
+    );
+    let started = Instant::now();
+    c.send_raw(&transfer(&a, &b));
+    std::thread::sleep(Duration::from_millis(100));
+    // A client of a's engine directly waits for the transaction's lock on a, then sees the
+    // transaction whole.
+    let mut direct = Resp::connect(a_port);
+    send(&mut direct, &["GET", &a]);
+    assert_quiet(&mut direct, "a direct GET of a prepared key");
+    // Through the proxy, on the link that prepared it, a GET runs at once, before the
+    // transaction (whose commands run at its TXCOMMITs, written to every link in one go).
+    let mut r = Resp::connect(fleet.proxy_port);
+    assert_eq!(raw(&mut r, &["GET", &a]), "$1\r\n7\r\n");
+    assert!(started.elapsed() < Duration::from_millis(600));
+    assert_eq!(
+        escape(&read_n(&mut c, 5)),
+        escape(b"+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n:4\r\n:16\r\n*2\r\n$1\r\n4\r\n$2\r\n16\r\n")
+    );
+    assert_eq!(raw_frame(&mut direct), "$1\r\n4\r\n");
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    // After it, every path sees it.
+    assert_eq!(
+        raw(&mut r, &["MGET", &a, &b]),
+        "*2\r\n$1\r\n4\r\n$2\r\n16\r\n"
+    );
+}

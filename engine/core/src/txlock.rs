@@ -58,8 +58,11 @@ pub const MAX_TIMEOUT_MS: i64 = 60_000;
 
 #[derive(Debug, Default)]
 pub struct Locks {
-    /// Qualified key (`keyspace::qualify`) → holding connection.
-    by_key: HashMap<Box<[u8]>, u64>,
+    /// Qualified key (`keyspace::qualify`) → holding connection. Probed for every command's
+    /// keys while a lock is held: foldhash, seeded per process (a client's key only probes it).
+    by_key: HashMap<Box<[u8]>, u64, foldhash::fast::RandomState>,
+    /// No holder's deadline is before this (a lower bound: the expiry scan is skipped before it).
+    earliest_deadline_us: u64,
     holders: HashMap<u64, Holder>,
     /// Connections postponed by a lock, in the order they were postponed.
     postponed: Vec<u64>,
@@ -134,6 +137,18 @@ impl Locks {
             .is_some_and(|&h| h != me && self.conn_of(h) != self.conn_of(me))
     }
 
+    /// [`Self::held_elsewhere`] of `key` in database `db`, qualified on the stack when short
+    /// (every command's keys are looked up so while a lock is held anywhere).
+    fn key_held_elsewhere(&self, db: usize, key: &[u8], me: u64) -> bool {
+        let mut buf = [0u8; 68];
+        if key.len() + 4 <= buf.len() {
+            buf[..4].copy_from_slice(&(db as u32).to_le_bytes());
+            buf[4..4 + key.len()].copy_from_slice(key);
+            return self.held_elsewhere(&buf[..4 + key.len()], me);
+        }
+        self.held_elsewhere(&crate::keyspace::qualify(db, key), me)
+    }
+
     fn other_holder(&self, me: u64) -> bool {
         let mine = self.conn_of(me);
         self.holders
@@ -166,7 +181,7 @@ pub fn check(
     now_us: u64,
 ) -> Verdict {
     expire(e, now_us);
-    if e.locks.expired.contains(&client.id) {
+    if !e.locks.expired.is_empty() && e.locks.expired.contains(&client.id) {
         if spec.name == "txunlock" {
             return Verdict::Run;
         }
@@ -219,20 +234,18 @@ fn touches_locked(e: &Engine, spec: &CommandSpec, argv: &[&[u8]], db: usize, me:
         // with scripts on one engine would each wait for the other's unlock (a deadlock until
         // the locks expire).
         if e.locks.holders.contains_key(&me) {
-            return crate::command::keys(spec, argv).positions().any(|pos| {
-                e.locks
-                    .held_elsewhere(&crate::keyspace::qualify(db, argv[pos]), me)
-            });
+            return crate::command::keys(spec, argv)
+                .positions()
+                .any(|pos| e.locks.key_held_elsewhere(db, argv[pos], me));
         }
         return e.locks.other_holder(me);
     }
     if !spec.has_keys() {
         return spec.has_flag(Flags::WRITE) && e.locks.other_holder(me);
     }
-    crate::command::keys(spec, argv).positions().any(|pos| {
-        e.locks
-            .held_elsewhere(&crate::keyspace::qualify(db, argv[pos]), me)
-    })
+    crate::command::keys(spec, argv)
+        .positions()
+        .any(|pos| e.locks.key_held_elsewhere(db, argv[pos], me))
 }
 
 /// The keys `TXLOCK` locks for `client`: its watched keys and its queued commands' keys.
@@ -278,6 +291,7 @@ pub fn txlock(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         return Ok(());
     }
     let deadline_us = c.now_us + timeout as u64 * 1000;
+    e.locks.earliest_deadline_us = e.locks.earliest_deadline_us.min(deadline_us);
     let holder = e.locks.holders.entry(me).or_insert(Holder {
         keys: Vec::new(),
         deadline_us,
@@ -452,6 +466,9 @@ fn release(e: &mut Engine, client_id: u64) {
 
 /// Locks past their deadline are released; their holders are refused until `TXUNLOCK`.
 fn expire(e: &mut Engine, now_us: u64) {
+    if now_us < e.locks.earliest_deadline_us {
+        return;
+    }
     let late: Vec<u64> = e
         .locks
         .holders
@@ -463,6 +480,13 @@ fn expire(e: &mut Engine, now_us: u64) {
         e.locks.expired.insert(id);
         release(e, id);
     }
+    e.locks.earliest_deadline_us = e
+        .locks
+        .holders
+        .values()
+        .map(|h| h.deadline_us)
+        .min()
+        .unwrap_or(u64::MAX);
 }
 
 /// Each cron tick.

@@ -31,15 +31,42 @@ fn raw_frame(c: &mut Resp) -> String {
     String::from_utf8_lossy(&c.read_frame()).into_owned()
 }
 
+/// The port of the engine holding `key` (an existing key).
+fn engine_of(fleet: &Fleet, key: &str) -> u16 {
+    fleet
+        .engine_ports
+        .iter()
+        .copied()
+        .find(|&p| raw(&mut Resp::connect(p), &["EXISTS", key]) == ":1\r\n")
+        .expect("the key's engine")
+}
+
+/// `MULTI`, the commands, `EXEC`, as one write.
+fn multi(cmds: &[&[&str]]) -> Vec<u8> {
+    let mut out = Resp::encode(&[b"MULTI"]);
+    for cmd in cmds {
+        let args: Vec<&[u8]> = cmd.iter().map(|a| a.as_bytes()).collect();
+        out.extend_from_slice(&Resp::encode(&args));
+    }
+    out.extend_from_slice(&Resp::encode(&[b"EXEC"]));
+    out
+}
+
 fn transfer(a: &str, b: &str) -> Vec<u8> {
-    [
-        Resp::encode(&[b"MULTI"]),
-        Resp::encode(&[b"DECRBY", a.as_bytes(), b"3"]),
-        Resp::encode(&[b"INCRBY", b.as_bytes(), b"3"]),
-        Resp::encode(&[b"MGET", a.as_bytes(), b.as_bytes()]),
-        Resp::encode(&[b"EXEC"]),
-    ]
-    .concat()
+    multi(&[&["DECRBY", a, "3"], &["INCRBY", b, "3"], &["MGET", a, b]])
+}
+
+/// A 2-engine fleet, keys `a` and `b` on its two engines (7 and 13), and a client whose
+/// last transaction spanned both (it ran on its own connections): its next takes the shared
+/// links.
+fn after_one_transfer(name: &str, prefix: &str) -> (Fleet, String, String, Resp) {
+    let fleet = Fleet::start(name, 2);
+    let (a, b) = keys_on_two_engines(prefix);
+    let mut c = Resp::connect(fleet.proxy_port);
+    assert_eq!(raw(&mut c, &["MSET", &a, "10", &b, "10"]), "+OK\r\n");
+    c.send_raw(&transfer(&a, &b));
+    read_n(&mut c, 5);
+    (fleet, a, b, c)
 }
 
 fn read_n(c: &mut Resp, n: usize) -> Vec<u8> {
@@ -150,16 +177,11 @@ fn a_client_whose_transactions_span_engines_uses_the_shared_links() {
     assert!(raw(&mut c, &["HELLO", "3"]).starts_with("%7"));
     assert_eq!(raw(&mut c, &["SELECT", "2"]), "+OK\r\n");
     for _ in 0..2 {
-        c.send_raw(
-            &[
-                Resp::encode(&[b"MULTI"]),
-                Resp::encode(&[b"HSET", a.as_bytes(), b"f", b"1"]),
-                Resp::encode(&[b"HGETALL", a.as_bytes()]),
-                Resp::encode(&[b"SADD", b.as_bytes(), b"m"]),
-                Resp::encode(&[b"EXEC"]),
-            ]
-            .concat(),
-        );
+        c.send_raw(&multi(&[
+            &["HSET", &a, "f", "1"],
+            &["HGETALL", &a],
+            &["SADD", &b, "m"],
+        ]));
         let got = read_n(&mut c, 5);
         assert!(
             got.ends_with(b"*3\r\n:0\r\n%1\r\n$1\r\nf\r\n$1\r\n1\r\n:0\r\n")
@@ -172,31 +194,14 @@ fn a_client_whose_transactions_span_engines_uses_the_shared_links() {
     // The hash went to database 2: database 0's `a` is still the string.
     assert_eq!(raw(&mut c, &["TYPE", &a]), "+string\r\n");
     // Errors keep Redis's forms: an error inside EXEC's array, a queueing error aborting.
-    c.send_raw(
-        &[
-            Resp::encode(&[b"MULTI"]),
-            Resp::encode(&[b"INCR", a.as_bytes()]),
-            Resp::encode(&[b"LPUSH", b.as_bytes(), b"x"]),
-            Resp::encode(&[b"EXEC"]),
-        ]
-        .concat(),
-    );
+    c.send_raw(&multi(&[&["INCR", &a], &["LPUSH", &b, "x"]]));
     let got = read_n(&mut c, 4);
     assert!(
         escape(&got).contains("-WRONGTYPE Operation against a key holding the wrong kind of value"),
         "{}",
         escape(&got)
     );
-    c.send_raw(
-        &[
-            Resp::encode(&[b"MULTI"]),
-            Resp::encode(&[b"INCR", a.as_bytes()]),
-            Resp::encode(&[b"INCR"]),
-            Resp::encode(&[b"INCR", b.as_bytes()]),
-            Resp::encode(&[b"EXEC"]),
-        ]
-        .concat(),
-    );
+    c.send_raw(&multi(&[&["INCR", &a], &["INCR"], &["INCR", &b]]));
     let got = read_n(&mut c, 5);
     assert!(
         got.ends_with(b"-EXECABORT Transaction discarded because of previous errors.\r\n"),
@@ -207,20 +212,9 @@ fn a_client_whose_transactions_span_engines_uses_the_shared_links() {
 
 #[test]
 fn a_key_locked_elsewhere_sends_the_transaction_to_the_dedicated_path() {
-    let fleet = Fleet::start("tx-shared-fallback", 2);
-    let (a, b) = keys_on_two_engines("txf");
-    let mut c = Resp::connect(fleet.proxy_port);
-    assert_eq!(raw(&mut c, &["MSET", &a, "10", &b, "10"]), "+OK\r\n");
-    // A first transaction over both engines: the next takes the shared links.
-    c.send_raw(&transfer(&a, &b));
-    read_n(&mut c, 5);
+    let (fleet, a, b, mut c) = after_one_transfer("tx-shared-fallback", "txf");
     // Another connection holds b's lock on its engine (as a transaction of another proxy).
-    let b_port = fleet
-        .engine_ports
-        .iter()
-        .copied()
-        .find(|&p| raw(&mut Resp::connect(p), &["EXISTS", &b]) == ":1\r\n")
-        .expect("b's engine");
+    let b_port = engine_of(&fleet, &b);
     let mut holder = Resp::connect(b_port);
     assert_eq!(
         raw(&mut holder, &["TXLOCK", "5000", "KEYS", "1", &b]),
@@ -258,21 +252,8 @@ fn a_key_locked_elsewhere_sends_the_transaction_to_the_dedicated_path() {
 
 #[test]
 fn a_prepared_transaction_is_isolated_from_other_connections_until_its_commit() {
-    let fleet = Fleet::start("tx-shared-wait", 2);
-    let (a, b) = keys_on_two_engines("txw");
-    let mut c = Resp::connect(fleet.proxy_port);
-    assert_eq!(raw(&mut c, &["MSET", &a, "10", &b, "10"]), "+OK\r\n");
-    c.send_raw(&transfer(&a, &b));
-    read_n(&mut c, 5);
-    let port_of = |key: &str| {
-        fleet
-            .engine_ports
-            .iter()
-            .copied()
-            .find(|&p| raw(&mut Resp::connect(p), &["EXISTS", key]) == ":1\r\n")
-            .expect("the key's engine")
-    };
-    let (a_port, b_port) = (port_of(&a), port_of(&b));
+    let (fleet, a, b, mut c) = after_one_transfer("tx-shared-wait", "txw");
+    let (a_port, b_port) = (engine_of(&fleet, &a), engine_of(&fleet, &b));
     // b's engine pauses: the next transaction is prepared on a's engine and waits there for
     // its TXPREP on b's.
     let mut admin = Resp::connect(b_port);

@@ -15,7 +15,10 @@
 # through a `recached proxy` in front of A and B, which follows -ASK/-MOVED) at half the mix's
 # peak through the proxy (redis-benchmark, unpipelined), DURING_S seconds with no move and
 # DURING_S seconds while the slots move back and forth back to back: p50/p99/p99.9 latency
-# and the error count of each (target: p99 during ≤ 2× before, zero errors).
+# and the error count of each (target: p99 during ≤ 2× before, zero errors). The control: the
+# same load for DURING_S seconds while the same moves run between the two redis-server nodes
+# instead, which the load never touches: what moving slots costs the host's cores, whoever
+# moves them.
 #
 #   scripts/bench-reshard.sh                  (KEYS=1000000, DURING_S=5, RATE=half the peak)
 #   BENCH_SMOKE=1 scripts/bench-reshard.sh    (tiny, for the test script)
@@ -150,6 +153,23 @@ touch "$stop"
 wait "$MOVER" || { echo "$0: a move under load failed" >&2; exit 1; }
 nmoves=$(wc -l <"$TMP/moves.txt")
 move_s=$(awk '{ s += $1 } END { printf "%.2f", s / NR }' "$TMP/moves.txt")
+# The control: the same load while the same moves run between the two redis-server nodes
+# instead (their keys, not the fleet's): what moving slots costs this host's cores, whoever
+# moves them (the generator, the proxy and the engines already share them).
+cstop="$TMP/stop-control-moves"
+control_moves() {
+    local from=$RB to=$RA t
+    while [ ! -e "$cstop" ]; do
+        reshard "$from" "$to" >>"$TMP/control-moves.txt"
+        t=$from; from=$to; to=$t
+    done
+}
+control_moves & CMOVER=$!
+PIDS+=($CMOVER)
+sleep 0.2
+load control "$DURING_S"
+touch "$cstop"
+wait "$CMOVER" || { echo "$0: a control move (redis-server) failed" >&2; exit 1; }
 rc_final=$(( $(dbsize "$EA") + $(dbsize "$EB") ))
 
 
@@ -204,6 +224,7 @@ PY
 }
 read -r b50 b99 b999 berr <<<"$(summary "$TMP/load-before.json")"
 read -r d50 d99 d999 derr <<<"$(summary "$TMP/load-during.json")"
+read -r c50 c99 c999 cerr <<<"$(summary "$TMP/load-control.json")"
 
 rc_rate=$(echo "$rc_moved / $rc_s" | bc -l)
 redis_rate=$(echo "$redis_moved / $redis_s" | bc -l)
@@ -217,7 +238,9 @@ printf 'recached under an open-loop load of %s req/s (get:90,set:10; the mix'"'"
 printf '| phase | p50 | p99 | p99.9 | errors |\n|---|---:|---:|---:|---:|\n'
 printf '| before the move | %s | %s | %s | %s |\n' "$b50" "$b99" "$b999" "$berr"
 printf '| during the moves | %s | %s | %s | %s |\n' "$d50" "$d99" "$d999" "$derr"
-printf '\np99 during / before: %.2fx\n' "$(echo "$d99 / $b99" | bc -l)"
+printf '| control: the same moves between the two redis-server nodes | %s | %s | %s | %s |\n' "$c50" "$c99" "$c999" "$cerr"
+printf '\np99 during / before: %.2fx; control / before: %.2fx (the host'"'"'s share); during / control: %.2fx\n' \
+    "$(echo "$d99 / $b99" | bc -l)" "$(echo "$c99 / $b99" | bc -l)" "$(echo "$d99 / $c99" | bc -l)"
 read -r r50 r99 r999 rerr <<<"$(summary "$TMP/load-resize-before.json")"
 read -r q50 q99 q999 qerr <<<"$(summary "$TMP/load-resize-during.json")"
 printf '\n## recached resize: 1 → 2 engines (half the slots move), then 2 → 1\n\n'

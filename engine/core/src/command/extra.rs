@@ -253,6 +253,71 @@ pub static EXTRA: &[CommandSpec] = &[
         ]),
     },
     CommandSpec {
+        name: "txabort",
+        arity: 2,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::FAST),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@fast", "@dangerous", "@transaction"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txabort),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Drop a transaction prepared with TXPREP and release its locks (internal, \
+                     docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("transactions")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys locked."),
+            ),
+        ]),
+    },
+    CommandSpec {
+        name: "txcommit",
+        arity: 2,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@slow", "@dangerous", "@transaction"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::txcommit),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Run a transaction prepared with TXPREP and release its locks (internal, \
+                     docs/transactions.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("transactions")),
+            (
+                "complexity",
+                Val::Str("Depends on the commands of the transaction."),
+            ),
+        ]),
+    },
+    CommandSpec {
         name: "txdiscover",
         arity: 2,
         flags: Flags::ADMIN
@@ -378,71 +443,6 @@ pub static EXTRA: &[CommandSpec] = &[
             (
                 "complexity",
                 Val::Str("O(N) where N is the number of keys to lock."),
-            ),
-        ]),
-    },
-    CommandSpec {
-        name: "txabort",
-        arity: 2,
-        flags: Flags::ADMIN
-            .union(Flags::NOSCRIPT)
-            .union(Flags::LOADING)
-            .union(Flags::STALE)
-            .union(Flags::FAST),
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        acl_categories: &["@admin", "@fast", "@dangerous", "@transaction"],
-        tips: &[],
-        key_specs: &[],
-        getkeys: None,
-        handler: Some(h::txabort),
-        subcommands: &[],
-        docs: Val::Map(&[
-            (
-                "summary",
-                Val::Str(
-                    "Drop a transaction prepared with TXPREP and release its locks (internal, \
-                     docs/transactions.md)",
-                ),
-            ),
-            ("since", Val::Str("1.0.0")),
-            ("group", Val::Str("transactions")),
-            (
-                "complexity",
-                Val::Str("O(N) where N is the number of keys locked."),
-            ),
-        ]),
-    },
-    CommandSpec {
-        name: "txcommit",
-        arity: 2,
-        flags: Flags::ADMIN
-            .union(Flags::NOSCRIPT)
-            .union(Flags::LOADING)
-            .union(Flags::STALE),
-        first_key: 0,
-        last_key: 0,
-        step: 0,
-        acl_categories: &["@admin", "@slow", "@dangerous", "@transaction"],
-        tips: &[],
-        key_specs: &[],
-        getkeys: None,
-        handler: Some(h::txcommit),
-        subcommands: &[],
-        docs: Val::Map(&[
-            (
-                "summary",
-                Val::Str(
-                    "Run a transaction prepared with TXPREP and release its locks (internal, \
-                     docs/transactions.md)",
-                ),
-            ),
-            ("since", Val::Str("1.0.0")),
-            ("group", Val::Str("transactions")),
-            (
-                "complexity",
-                Val::Str("Depends on the commands of the transaction."),
             ),
         ]),
     },

@@ -136,40 +136,29 @@ RATE=${RATE:-$(printf '%.0f' "$(echo "$peak / 2" | bc -l)")}
 # every measured request meets a move in progress (between two moves only redis-cli's start
 # and cluster check, tens of ms). The moves stop at a file's appearance, after the current one.
 load before "$DURING_S"
-stop="$TMP/stop-moves"
-moves() {
-    local from=$EB to=$EA n=0 t
-    while [ ! -e "$stop" ]; do
-        reshard "$from" "$to" >>"$TMP/moves.txt"
-        n=$((n + 1))
-        t=$from; from=$to; to=$t
-    done
+# under_moves LABEL FROM TO: the load LABEL while the slots go FROM → TO, back and forth, back
+# to back; each move's seconds in $TMP/moves-LABEL.txt.
+under_moves() {
+    local label=$1 from=$2 to=$3 stop="$TMP/stop-moves-$1" mover t
+    (
+        while [ ! -e "$stop" ]; do
+            reshard "$from" "$to" >>"$TMP/moves-$label.txt"
+            t=$from; from=$to; to=$t
+        done
+    ) & mover=$!
+    PIDS+=("$mover")
+    sleep 0.2
+    load "$label" "$DURING_S"
+    touch "$stop"
+    wait "$mover" || { echo "$0: a move under the load '$label' failed" >&2; exit 1; }
 }
-moves & MOVER=$!
-PIDS+=($MOVER)
-sleep 0.2
-load during "$DURING_S"
-touch "$stop"
-wait "$MOVER" || { echo "$0: a move under load failed" >&2; exit 1; }
-nmoves=$(wc -l <"$TMP/moves.txt")
-move_s=$(awk '{ s += $1 } END { printf "%.2f", s / NR }' "$TMP/moves.txt")
+under_moves during "$EB" "$EA"
+nmoves=$(wc -l <"$TMP/moves-during.txt")
+move_s=$(awk '{ s += $1 } END { printf "%.2f", s / NR }' "$TMP/moves-during.txt")
 # The control: the same load while the same moves run between the two redis-server nodes
 # instead (their keys, not the fleet's): what moving slots costs this host's cores, whoever
 # moves them (the generator, the proxy and the engines already share them).
-cstop="$TMP/stop-control-moves"
-control_moves() {
-    local from=$RB to=$RA t
-    while [ ! -e "$cstop" ]; do
-        reshard "$from" "$to" >>"$TMP/control-moves.txt"
-        t=$from; from=$to; to=$t
-    done
-}
-control_moves & CMOVER=$!
-PIDS+=($CMOVER)
-sleep 0.2
-load control "$DURING_S"
-touch "$cstop"
-wait "$CMOVER" || { echo "$0: a control move (redis-server) failed" >&2; exit 1; }
+under_moves control "$RB" "$RA"
 rc_final=$(( $(dbsize "$EA") + $(dbsize "$EB") ))
 
 

@@ -315,7 +315,6 @@ fn in_transaction<A: Args + ?Sized>(
         // The next transaction takes the shared links if this one spans instances.
         me.session.tx.spanned_last = matches!(step, Step::Coordinate { .. })
             || (me.session.tx.spanned_last && matches!(step, Step::Gather { .. }));
-        me.session.tx.spanned_last &= !me.session.tracking;
     }
     // A transaction on one instance takes its dedicated connection; one spanning instances
     // takes the connections to each (`crate::coord`). Over the shared links nothing is sent
@@ -554,12 +553,7 @@ fn shared_exec(
 ) {
     let seq = me.replies.push_plain();
     me.txm.exec = Some(seq);
-    me.session.tx.spanned_last = parts.len() > 1 && !me.session.tracking;
-    let Some(keys) = me.txm.kept_keys() else {
-        me.txm.exec = None;
-        me.replies.fill(seq, 0, tx::EXECABORT);
-        return;
-    };
+    me.session.tx.spanned_last = parts.len() > 1;
     let resp3 = me.session.proto == resp::Proto::Resp3;
     let per = ctx.fleet.per_instance;
     let db = me.session.db;
@@ -570,12 +564,8 @@ fn shared_exec(
             (p.instance, link, p.body, p.elements)
         })
         .collect();
-    match crate::txshared::SharedTx::start(seq, parts, order, &ctx.fleet.txkeys, db, keys) {
-        Some(t) => begin_coordinator(Coordinator::Shared(t), me, ctx),
-        // Another transaction of the proxy holds one of its keys: the dedicated path waits
-        // for it in instance order.
-        None => crate::txmove::rerun(&[], me, ctx),
-    }
+    let t = crate::txshared::SharedTx::start(seq, me.id, parts, order);
+    begin_coordinator(Coordinator::Shared(t), me, ctx);
 }
 
 /// EXEC of a transaction spanning instances: the coordinator starts on the client's
@@ -825,11 +815,7 @@ fn send_on_links(
         for (i, request, part) in std::mem::take(coord.outbox()) {
             let Some(part) = part else { continue };
             let b = &mut links.backends[i];
-            if b.dormant {
-                b.dormant = false;
-                b.connect(links.registry, backend_token(i), Instant::now(), true);
-                mark(&mut b.dirty, links.dirty, i);
-            }
+            wake(b, i, links.registry, links.dirty);
             if b.accepts() {
                 let w = Waiter {
                     token,
@@ -1444,14 +1430,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
     let registry = ctx.registry;
     let mut send = |i: usize, request: &[u8], seq: u64, part: u32, replies: &mut Replies| {
         let i = i * per + link_base;
-        let b = &mut ctx.backends[i];
-        if b.dormant {
-            b.dormant = false;
-            // Requests queue while this first connect is under way.
-            b.connect(registry, backend_token(i), Instant::now(), true);
-            // Dirty even if the connect failed at once: the loop learns of woken links so.
-            mark(&mut b.dirty, ctx.dirty_backends, i);
-        }
+        wake(&mut ctx.backends[i], i, registry, ctx.dirty_backends);
         let sent = send_to(
             ctx.backends,
             ctx.dirty_backends,
@@ -1547,6 +1526,17 @@ pub(crate) enum Flow {
     /// sees every client), then goes on with the client's input. Boxed: every request
     /// returns a `Flow`, which stays two words instead of the 96 bytes of an `Op`.
     Clients(Box<crate::clients::Op>),
+}
+
+/// Link `i` (`b`), dormant until a client needs it, starts connecting; requests queue
+/// while this first connect is under way.
+fn wake(b: &mut Backend, i: usize, registry: &Registry, dirty: &mut Vec<usize>) {
+    if b.dormant {
+        b.dormant = false;
+        b.connect(registry, backend_token(i), Instant::now(), true);
+        // Dirty even if the connect failed at once: the loop learns of woken links so.
+        mark(&mut b.dirty, dirty, i);
+    }
 }
 
 /// Queues `request` on backend `i`, or answers the slot at once if the instance is down.

@@ -187,10 +187,6 @@ pub struct Fleet {
     pub slots: Slots,
     /// Links per instance in the proxy's link table (`crate::backend::link_index`).
     pub per_instance: usize,
-    /// Keys of the transactions over the shared links between their `TXPREP` and their
-    /// decision (`crate::txshared`): another such transaction on one of them runs on the
-    /// dedicated path at once instead of failing to prepare.
-    pub(crate) txkeys: crate::txshared::SharedKeys,
 }
 
 impl Fleet {
@@ -219,7 +215,6 @@ impl Fleet {
             spares: Vec::new(),
             txid: Vec::new(),
             client_ids: Default::default(),
-            txkeys: Default::default(),
         }
     }
 

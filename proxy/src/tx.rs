@@ -411,8 +411,6 @@ impl Tx {
             }
             "multi" => {
                 self.multi = true;
-                // No WATCH: nothing ties the transaction to a connection of its own.
-                self.shared = self.spanned_last && !self.watching && self.pinned.is_none();
                 return match self.pinned {
                     Some(instance) => Step::Send {
                         instance,
@@ -652,25 +650,23 @@ pub struct SharedPart {
     pub commands: usize,
 }
 
-/// Appends `request` (a multibulk of bulk strings) to `instance`'s part in `parts`. `false`
-/// when it is not a multibulk (never: inline requests are re-encoded before this). A
-/// prelude's `MULTI` is left out: `TXPREP` opens its own.
-pub fn queue_shared(parts: &mut Vec<SharedPart>, instance: usize, request: &[u8]) -> bool {
+/// Appends `request` (a multibulk of bulk strings, as every request is by the time it gets
+/// here: inline ones are re-encoded) to `instance`'s part in `parts`: its argument count as a
+/// bulk string, then its arguments as they came. A prelude's `MULTI` is left out: `TXPREP`
+/// opens its own.
+pub fn queue_shared(parts: &mut Vec<SharedPart>, instance: usize, request: &[u8]) {
     if request == MULTI_REQUEST {
-        return true;
+        return;
     }
     let Some(rest) = request.strip_prefix(b"*") else {
-        return false;
+        return;
     };
     let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
-        return false;
+        return;
     };
     let (count, args) = (&rest[..eol], &rest[eol + 2..]);
-    let Some(n) = std::str::from_utf8(count)
-        .ok()
-        .and_then(|c| c.parse::<usize>().ok())
-    else {
-        return false;
+    let Some(n) = resp::parse_i64(count).and_then(|n| usize::try_from(n).ok()) else {
+        return;
     };
     let k = match parts.iter().position(|p| p.instance == instance) {
         Some(k) => k,
@@ -683,12 +679,19 @@ pub fn queue_shared(parts: &mut Vec<SharedPart>, instance: usize, request: &[u8]
         }
     };
     let p = &mut parts[k];
-    p.body
-        .extend_from_slice(format!("${}\r\n{n}\r\n", count.len()).as_bytes());
-    p.body.extend_from_slice(args);
+    let mut len = itoa::Buffer::new();
+    for piece in [
+        b"$",
+        len.format(count.len()).as_bytes(),
+        b"\r\n",
+        count,
+        b"\r\n",
+        args,
+    ] {
+        p.body.extend_from_slice(piece);
+    }
     p.elements += 1 + n;
     p.commands += 1;
-    true
 }
 
 fn with_multi(held: Vec<Vec<u8>>) -> Vec<Vec<u8>> {

@@ -180,20 +180,6 @@ impl TxMoves {
         true
     }
 
-    /// The keys of the queued requests kept at EXEC; `None` when they were not kept.
-    pub fn kept_keys(&self) -> Option<Vec<Vec<u8>>> {
-        self.kept.then(|| {
-            let mut keys: Vec<Vec<u8>> = self
-                .requests()
-                .into_iter()
-                .flat_map(crate::route::keys_of_request)
-                .collect();
-            keys.sort_unstable();
-            keys.dedup();
-            keys
-        })
-    }
-
     /// The queued requests kept at EXEC.
     fn requests(&self) -> Vec<&[u8]> {
         let mut start = 0;

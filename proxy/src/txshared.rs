@@ -27,13 +27,8 @@
 //! `TXCOMMIT` on every link. Other connections wait for the engine's locks until the
 //! `TXCOMMIT` runs there (two-phase locking, as on the dedicated path).
 //!
-//! **The proxy's key table** (`TxKeys`) only spares a `TXPREP` bound to fail: a transaction
-//! with a key another of the proxy's transactions holds between its `TXPREP` and its
-//! decision runs on the dedicated path at once.
-
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::rc::Rc;
+//! Two transactions of the proxy on one key need nothing of their own: the second one's
+//! `TXPREP` finds the key held (`:4`) and it runs on the dedicated path.
 
 use crate::coord::{COORD_PART, Entry};
 
@@ -43,59 +38,6 @@ pub const FALLBACK: &[u8] = b"\0fallback";
 const STEP_PREP: u32 = 0;
 const STEP_COMMIT: u32 = 1;
 const STEP_ABORT: u32 = 2;
-
-/// Keys held by transactions between their `TXPREP` and their `TXCOMMIT`/`TXABORT`, by
-/// (database, key); shared by the proxy and its transactions.
-#[derive(Debug, Default)]
-pub struct TxKeys {
-    /// Database → key → transactions holding it.
-    held: HashMap<usize, Held>,
-    next_txid: u64,
-}
-
-impl TxKeys {
-    #[cfg(test)]
-    fn is_empty(&self) -> bool {
-        self.held.is_empty()
-    }
-
-    pub fn holds(&self, db: usize, key: &[u8]) -> bool {
-        self.held.get(&db).is_some_and(|m| m.contains_key(key))
-    }
-
-    /// Takes `keys` of `db` for a transaction, or `false` (nothing taken) when one is held.
-    fn take(&mut self, db: usize, keys: &[Vec<u8>]) -> bool {
-        if keys.iter().any(|k| self.holds(db, k)) {
-            return false;
-        }
-        let m = self.held.entry(db).or_default();
-        for k in keys {
-            *m.entry(k.clone()).or_insert(0) += 1;
-        }
-        true
-    }
-
-    fn release(&mut self, db: usize, keys: &[Vec<u8>]) {
-        if let Some(m) = self.held.get_mut(&db) {
-            for k in keys {
-                if let Some(n) = m.get_mut(k.as_slice()) {
-                    *n -= 1;
-                    if *n == 0 {
-                        m.remove(k.as_slice());
-                    }
-                }
-            }
-            if m.is_empty() {
-                self.held.remove(&db);
-            }
-        }
-    }
-}
-
-pub type SharedKeys = Rc<RefCell<TxKeys>>;
-
-/// One database's held keys: key → transactions holding it.
-type Held = HashMap<Vec<u8>, u32>;
 
 /// One instance's part: where it goes and what it answered.
 #[derive(Debug)]
@@ -124,32 +66,19 @@ pub struct SharedTx {
     awaiting: usize,
     /// Requests to send: (link, request, part).
     pub outbox: Vec<(usize, Vec<u8>, Option<u32>)>,
-    table: SharedKeys,
-    db: usize,
-    /// Its keys in `table` until released (empty after).
-    keys: Vec<Vec<u8>>,
 }
 
 impl SharedTx {
-    /// Starts the EXEC: `parts` are (instance, link, `TXPREP` arguments after the timeout,
-    /// their number); `keys` every key of the transaction. `None` when one of the keys is
-    /// held by another transaction of the proxy: run it on the dedicated path.
+    /// Starts the EXEC in reply slot `seq` of client `client_id` (the two name the
+    /// transaction on the links: unique in the proxy): `parts` are (instance, link, `TXPREP`
+    /// arguments after the timeout, their number).
     pub fn start(
         seq: u64,
+        client_id: u64,
         parts: Vec<(usize, usize, Vec<u8>, usize)>,
         order: Vec<Entry>,
-        table: &SharedKeys,
-        db: usize,
-        keys: Vec<Vec<u8>>,
-    ) -> Option<SharedTx> {
-        let txid = {
-            let mut t = table.borrow_mut();
-            if !t.take(db, &keys) {
-                return None;
-            }
-            t.next_txid += 1;
-            t.next_txid.to_string()
-        };
+    ) -> SharedTx {
+        let txid = format!("{client_id}:{seq}");
         let timeout = crate::coord::LOCK_TIMEOUT_MS.to_string();
         let mut outbox = Vec::with_capacity(parts.len());
         let mut kept = Vec::with_capacity(parts.len());
@@ -167,7 +96,7 @@ impl SharedTx {
                 reply: None,
             });
         }
-        Some(SharedTx {
+        SharedTx {
             seq,
             txid,
             awaiting: kept.len(),
@@ -175,10 +104,7 @@ impl SharedTx {
             order,
             phase: Phase::Preparing,
             outbox,
-            table: table.clone(),
-            db,
-            keys,
-        })
+        }
     }
 
     /// A frame for `part` arrived: `Some(reply)` once the transaction is over (the client's
@@ -239,29 +165,12 @@ impl SharedTx {
                 self.awaiting += 1;
             }
         }
-        // Written before anything the proxy sends from now on: other clients may use the
-        // keys again (module docs).
-        self.release();
         self.phase = if commit {
             Phase::Committing
         } else {
             Phase::Aborting
         };
         (self.awaiting == 0).then(|| FALLBACK.to_vec())
-    }
-
-    fn release(&mut self) {
-        if !self.keys.is_empty() {
-            let keys = std::mem::take(&mut self.keys);
-            self.table.borrow_mut().release(self.db, &keys);
-        }
-    }
-}
-
-impl Drop for SharedTx {
-    /// A transaction dropped unfinished (its client gone) leaves no key held.
-    fn drop(&mut self) {
-        self.release();
     }
 }
 
@@ -274,35 +183,31 @@ mod tests {
     }
 
     #[test]
-    fn commits_when_every_instance_prepared_and_releases_keys_at_the_decision() {
-        let table: SharedKeys = Rc::default();
-        let keys = vec![b"a".to_vec(), b"b".to_vec()];
+    fn commits_when_every_instance_prepared() {
         let mut t = SharedTx::start(
             7,
+            42,
             vec![
                 (0, 10, b"$1\r\n2\r\n$3\r\nGET\r\n$1\r\na\r\n".to_vec(), 3),
                 (1, 11, b"$1\r\n2\r\n$3\r\nGET\r\n$1\r\nb\r\n".to_vec(), 3),
             ],
             vec![one(1, 0), one(0, 0)],
-            &table,
-            0,
-            keys.clone(),
-        )
-        .expect("free keys");
+        );
         assert_eq!(t.outbox.len(), 2);
         assert_eq!(
             t.outbox[0].1,
-            b"*6\r\n$6\r\nTXPREP\r\n$1\r\n1\r\n$5\r\n10000\r\n$1\r\n2\r\n$3\r\nGET\r\n$1\r\na\r\n"
+            b"*6\r\n$6\r\nTXPREP\r\n$4\r\n42:7\r\n$5\r\n10000\r\n$1\r\n2\r\n$3\r\nGET\r\n$1\r\na\r\n"
         );
-        assert!(table.borrow().holds(0, b"a") && !table.borrow().holds(1, b"a"));
-        // A second transaction on one of the keys goes to the dedicated path.
-        assert!(SharedTx::start(8, vec![], vec![], &table, 0, vec![b"b".to_vec()]).is_none());
+        assert_eq!((t.outbox[0].0, t.outbox[1].0), (10, 11));
         t.outbox.clear();
         assert_eq!(t.answered(COORD_PART, b":0\r\n"), None);
+        assert!(
+            t.outbox.is_empty(),
+            "nothing is committed before every TXPREP answered"
+        );
         assert_eq!(t.answered(COORD_PART + 4, b":0\r\n"), None);
-        assert!(table.borrow().is_empty());
         assert_eq!(t.outbox.len(), 2);
-        assert!(t.outbox[1].1.ends_with(b"TXCOMMIT\r\n$1\r\n1\r\n"));
+        assert!(t.outbox[1].1.ends_with(b"TXCOMMIT\r\n$4\r\n42:7\r\n"));
         assert_eq!(t.answered(COORD_PART + 1, b"*1\r\n$1\r\nx\r\n"), None);
         let reply = t.answered(COORD_PART + 5, b"*1\r\n$1\r\ny\r\n");
         assert_eq!(reply.as_deref(), Some(&b"*2\r\n$1\r\ny\r\n$1\r\nx\r\n"[..]));
@@ -310,42 +215,28 @@ mod tests {
 
     #[test]
     fn a_refusal_aborts_where_prepared_then_falls_back() {
-        let table: SharedKeys = Rc::default();
         let mut t = SharedTx::start(
+            1,
             1,
             vec![(0, 0, Vec::new(), 0), (1, 5, Vec::new(), 0)],
             vec![],
-            &table,
-            3,
-            vec![b"k".to_vec()],
-        )
-        .expect("free");
+        );
         t.outbox.clear();
         assert_eq!(t.answered(COORD_PART, b":0\r\n"), None);
         assert_eq!(t.answered(COORD_PART + 4, b":4\r\n"), None);
         assert_eq!(t.outbox.len(), 1, "TXABORT where it was prepared only");
         assert_eq!(t.outbox[0].0, 0);
-        assert!(table.borrow().is_empty());
+        assert!(t.outbox[0].1.starts_with(b"*2\r\n$7\r\nTXABORT"));
         assert_eq!(
             t.answered(COORD_PART + 2, b"+OK\r\n").as_deref(),
             Some(FALLBACK)
         );
         // Nothing prepared anywhere: back to the dedicated path at once.
-        let mut t = SharedTx::start(1, vec![(0, 0, Vec::new(), 0)], vec![], &table, 0, vec![])
-            .expect("free");
+        let mut t = SharedTx::start(1, 1, vec![(0, 0, Vec::new(), 0)], vec![]);
         assert_eq!(
             t.answered(COORD_PART, b"-ERR instance 0 is unavailable\r\n")
                 .as_deref(),
             Some(FALLBACK)
         );
-    }
-
-    #[test]
-    fn a_dropped_transaction_releases_its_keys() {
-        let table: SharedKeys = Rc::default();
-        let t = SharedTx::start(1, vec![], vec![], &table, 0, vec![b"k".to_vec()]);
-        assert!(!table.borrow().is_empty());
-        drop(t);
-        assert!(table.borrow().is_empty());
     }
 }

@@ -249,6 +249,18 @@ pub fn qualify(db: usize, key: &[u8]) -> Box<[u8]> {
     q.into()
 }
 
+/// Calls `f` with the [`qualify`]d form of `key`, built on the stack when short (a lookup
+/// by qualified key on a hot path allocates nothing).
+pub fn with_qualified<R>(db: usize, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+    let mut buf = [0u8; 68];
+    let Some(tail) = buf.get_mut(4..4 + key.len()) else {
+        return f(&qualify(db, key));
+    };
+    tail.copy_from_slice(key);
+    buf[..4].copy_from_slice(&(db as u32).to_le_bytes());
+    f(&buf[..4 + key.len()])
+}
+
 /// The database and key of a [`qualify`]d key.
 pub fn unqualify(q: &[u8]) -> (usize, &[u8]) {
     let (db, key) = q.split_at(4);
@@ -917,6 +929,18 @@ mod tests {
 
     fn sv(s: &str) -> Value {
         Value::Str(StrValue::from_slice(s.as_bytes()))
+    }
+
+    #[test]
+    fn with_qualified_matches_qualify_on_and_off_the_stack() {
+        for key in [&b""[..], b"k", &[b'x'; 64], &[b'y'; 65], &[b'z'; 300]] {
+            for db in [0, 3, 15] {
+                assert_eq!(
+                    with_qualified(db, key, |q| q.to_vec()),
+                    qualify(db, key).to_vec()
+                );
+            }
+        }
     }
 
     /// Random operations against a HashMap reference with a fake clock.

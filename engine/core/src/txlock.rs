@@ -127,26 +127,20 @@ impl Locks {
     }
 
     /// Whether a command of `me` must wait for `q`: held by another connection. The
-    /// transactions a connection prepared (`TXPREP`) count as its own: the proxy that
-    /// multiplexes clients on that connection keeps their commands off those keys until the
-    /// transaction is committed or aborted (a command postponed there would hold up the
-    /// `TXCOMMIT` queued behind it on the same connection).
+    /// transactions a connection prepared (`TXPREP`) count as its own: a command postponed
+    /// there would hold up the `TXCOMMIT` queued behind it, and a command that runs there
+    /// before the `TXCOMMIT` runs before the transaction, whose commands run at its commit
+    /// (docs/transactions.md, "Over the shared links").
     fn held_elsewhere(&self, q: &[u8], me: u64) -> bool {
         self.by_key
             .get(q)
             .is_some_and(|&h| h != me && self.conn_of(h) != self.conn_of(me))
     }
 
-    /// [`Self::held_elsewhere`] of `key` in database `db`, qualified on the stack when short
-    /// (every command's keys are looked up so while a lock is held anywhere).
+    /// [`Self::held_elsewhere`] of `key` in database `db` (every command's keys are looked
+    /// up so while a lock is held anywhere: qualified without allocating).
     fn key_held_elsewhere(&self, db: usize, key: &[u8], me: u64) -> bool {
-        let mut buf = [0u8; 68];
-        if key.len() + 4 <= buf.len() {
-            buf[..4].copy_from_slice(&(db as u32).to_le_bytes());
-            buf[4..4 + key.len()].copy_from_slice(key);
-            return self.held_elsewhere(&buf[..4 + key.len()], me);
-        }
-        self.held_elsewhere(&crate::keyspace::qualify(db, key), me)
+        crate::keyspace::with_qualified(db, key, |q| self.held_elsewhere(q, me))
     }
 
     fn other_holder(&self, me: u64) -> bool {
@@ -154,11 +148,6 @@ impl Locks {
         self.holders
             .keys()
             .any(|&h| h != me && self.conn_of(h) != mine)
-    }
-
-    /// Transactions prepared with `TXPREP` and not yet committed or aborted.
-    pub fn prepared(&self) -> usize {
-        self.prepared.len()
     }
 }
 

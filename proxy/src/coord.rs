@@ -867,7 +867,9 @@ type Guest = (usize, Vec<u8>, Option<Vec<u8>>, i64);
 /// (RENAME, SMOVE, SINTERSTORE, a script…, or a transaction holding one): **gathered** on one
 /// instance (docs/transactions.md).
 ///
-/// 1. **Locks** instance by instance in ascending order (`TXLOCK … KEYS … [DUMP]`): each
+/// 1. **Locks** every instance at once without waiting (`TXLOCK … KEYS … [DUMP] NOWAIT`), as
+///    [`Coord`] does: one round trip when no other transaction holds a key; else the locks
+///    taken are given back and taken instance by instance in ascending order, waiting. Each
 ///    instance locks its keys of the unit (and its queued/watched keys), and every instance
 ///    but the target also returns its keys' payloads and expiries.
 /// 2. **Runs** on the target (the highest instance owning a key): `TXGUEST` for the other
@@ -911,6 +913,8 @@ pub struct GatherEngine {
 
 #[derive(Debug, PartialEq)]
 enum GatherPhase {
+    /// Every instance at once, `TXLOCK … NOWAIT`: the replies so far.
+    Trying(Vec<Option<Vec<u8>>>),
     Locking,
     Aborting,
     Running,
@@ -949,12 +953,51 @@ impl Gather {
             awaiting: 0,
             outbox: Vec::new(),
         };
-        g.lock_next();
+        if g.engines.len() > 1 {
+            for i in 0..g.engines.len() {
+                g.lock(i, true);
+            }
+            g.phase = GatherPhase::Trying(vec![None; g.engines.len()]);
+        } else {
+            g.lock_next();
+        }
         g
     }
 
+    /// Every `TXLOCK … NOWAIT` answered: run (or abort) with the locks taken, or give them
+    /// back and take them in instance order.
+    fn tried(&mut self, replies: Vec<Option<Vec<u8>>>) {
+        let busy = |r: &Option<Vec<u8>>| r.as_deref().and_then(int_of) == Some(4);
+        if !replies.iter().any(busy) {
+            // In instance order, up to the first that says the unit will not run.
+            for (i, r) in replies.iter().enumerate() {
+                if self.abort.is_none() {
+                    self.locked_reply(i, r.as_deref().unwrap_or(b"-ERR no reply\r\n"));
+                }
+            }
+            self.locked = self.engines.len();
+            return match self.abort {
+                Some(_) => self.abort_all(),
+                None => self.run(),
+            };
+        }
+        for (i, r) in replies.iter().enumerate() {
+            if !busy(r) {
+                let conn = self.engines[i].conn;
+                self.outbox.push((conn, request(&["TXUNLOCK"]), None));
+            }
+        }
+        self.phase = GatherPhase::Locking;
+        self.locked = 0;
+        self.lock_next();
+    }
+
     fn lock_next(&mut self) {
-        let i = self.locked;
+        self.lock(self.locked, false);
+    }
+
+    /// `TXLOCK` of instance `i`'s keys (`NOWAIT`: when trying every instance at once).
+    fn lock(&mut self, i: usize, nowait: bool) {
         let e = &self.engines[i];
         let timeout = LOCK_TIMEOUT_MS.to_string();
         let n = e.keys.len().to_string();
@@ -966,6 +1009,9 @@ impl Gather {
             if i != self.target {
                 args.push(b"DUMP");
             }
+        }
+        if nowait {
+            args.push(b"NOWAIT");
         }
         let mut req = Vec::new();
         resp::encode_request(&mut req, &args);
@@ -1118,6 +1164,18 @@ impl Gather {
     pub fn answered(&mut self, part: u32, frame: &[u8]) -> Option<Vec<u8>> {
         let rel = part.checked_sub(COORD_PART)?;
         let (engine, step) = ((rel / 4) as usize, rel % 4);
+        if let GatherPhase::Trying(replies) = &mut self.phase {
+            if step == STEP_LOCK
+                && let Some(slot) = replies.get_mut(engine)
+            {
+                *slot = Some(frame.to_vec());
+            }
+            if replies.iter().all(Option::is_some) {
+                let replies = std::mem::take(replies);
+                self.tried(replies);
+            }
+            return None;
+        }
         match (&self.phase, step) {
             (GatherPhase::Locking, STEP_LOCK) if engine == self.locked => {
                 self.locked_reply(engine, frame);
@@ -1222,4 +1280,100 @@ fn bulk_payload(frame: &[u8]) -> Option<Vec<u8>> {
     let end = rest.iter().position(|&b| b == b'\r')?;
     let len = usize::try_from(resp::parse_i64(&rest[..end])?).ok()?;
     rest.get(end + 2..end + 2 + len).map(<[u8]>::to_vec)
+}
+
+#[cfg(test)]
+mod gather_tests {
+    use super::*;
+
+    type Sent = Vec<(usize, String, Option<u32>)>;
+
+    fn sent(g: &mut Gather) -> Sent {
+        g.outbox
+            .drain(..)
+            .map(|(conn, r, p)| (conn, String::from_utf8_lossy(&r).into_owned(), p))
+            .collect()
+    }
+
+    /// RENAME a b with `a` on instance 0 (connection 10), `b` on instance 1 (11, the target).
+    fn rename() -> Gather {
+        let engines = vec![
+            GatherEngine {
+                instance: 1,
+                conn: 11,
+                multi: false,
+                keys: vec![b"b".to_vec()],
+            },
+            GatherEngine {
+                instance: 0,
+                conn: 10,
+                multi: false,
+                keys: vec![b"a".to_vec()],
+            },
+        ];
+        Gather::start(
+            3,
+            engines,
+            vec![encode(&[b"RENAME", b"a", b"b"])],
+            false,
+            false,
+        )
+    }
+
+    #[test]
+    fn locks_every_instance_at_once_then_runs_on_the_target() {
+        let mut g = rename();
+        let s = sent(&mut g);
+        assert_eq!(s.len(), 2, "both instances at once: {s:?}");
+        assert!(
+            s.iter()
+                .all(|x| x.1.contains("TXLOCK") && x.1.contains("NOWAIT"))
+        );
+        assert!(
+            s[0].1.contains("DUMP") && s[0].0 == 10,
+            "instance 0's key is a guest"
+        );
+        assert!(!s[1].1.contains("DUMP") && s[1].0 == 11);
+        // The target answers first: nothing runs before every instance answered.
+        assert_eq!(g.answered(s[1].2.unwrap(), b":0\r\n"), None);
+        assert!(g.outbox.is_empty());
+        let locked = b"*3\r\n:0\r\n$3\r\npay\r\n:-1\r\n";
+        assert_eq!(g.answered(s[0].2.unwrap(), locked), None);
+        let s = sent(&mut g);
+        assert!(
+            s.iter().all(|x| x.0 == 11),
+            "the run goes to the target: {s:?}"
+        );
+        assert!(s.iter().any(|x| x.1.contains("TXGUEST")));
+        let exec = s.iter().find(|x| x.2.is_some()).expect("EXEC awaited");
+        assert!(exec.1.contains("EXEC"));
+        // RESTORE, RENAME, DUMP, PEXPIRETIME, DEL: `a` gone, so the owner deletes it.
+        let ran = b"*6\r\n+OK\r\n+OK\r\n+OK\r\n$-1\r\n:-2\r\n:0\r\n";
+        assert_eq!(g.answered(exec.2.unwrap(), ran), None);
+        let s = sent(&mut g);
+        assert_eq!(s.len(), 2, "write back and unlock on instance 0: {s:?}");
+        assert!(s[0].1.contains("DEL") && s[1].1.contains("TXUNLOCK") && s[0].0 == 10);
+        assert_eq!(g.answered(s[0].2.unwrap(), b":1\r\n"), None);
+        assert_eq!(g.answered(s[1].2.unwrap(), b"+OK\r\n").unwrap(), b"+OK\r\n");
+    }
+
+    #[test]
+    fn a_busy_key_gives_the_locks_back_and_locks_in_instance_order() {
+        let mut g = rename();
+        let s = sent(&mut g);
+        assert_eq!(g.answered(s[0].2.unwrap(), b":4\r\n"), None);
+        assert_eq!(g.answered(s[1].2.unwrap(), b":0\r\n"), None);
+        let s = sent(&mut g);
+        // The target's lock is given back (reply dropped), then instance 0 locked, waiting.
+        assert_eq!(s.len(), 2, "{s:?}");
+        assert_eq!((s[0].0, s[0].2), (11, None));
+        assert!(s[0].1.contains("TXUNLOCK"));
+        assert_eq!(s[1].0, 10);
+        assert!(s[1].1.contains("DUMP") && !s[1].1.contains("NOWAIT"));
+        let locked = b"*3\r\n:0\r\n$3\r\npay\r\n:-1\r\n";
+        assert_eq!(g.answered(s[1].2.unwrap(), locked), None);
+        let s = sent(&mut g);
+        assert_eq!(s.len(), 1);
+        assert!(s[0].0 == 11 && s[0].1.contains("TXLOCK") && !s[0].1.contains("NOWAIT"));
+    }
 }

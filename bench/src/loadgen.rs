@@ -19,8 +19,8 @@
 //!   `latency` (intended start → reply, the figure to quote), `service` (written → reply, what a
 //!   closed-loop tool reports) and `lag` (intended start → written: the backlog plus this
 //!   generator's own dispatch delay; when its p99 is large the generator or the server is saturated).
-//! - One mio `Poll` per thread, non-blocking sockets, edge-triggered: every read and write runs
-//!   until `WouldBlock`. When the next arrival is less than [`SPIN_BELOW`] away the thread polls
+//! - One mio `Poll` per thread, non-blocking sockets, edge-triggered: every write runs until
+//!   `WouldBlock`, every read until a short read. When the next arrival is less than [`SPIN_BELOW`] away the thread polls
 //!   with a zero timeout (epoll's timeout has millisecond resolution), so at high rates a
 //!   generator thread uses a core; on a 2-core machine it competes with the server under test.
 //!   With `--nap-us N` it sleeps instead, at most N µs (and never past the next arrival), when
@@ -538,7 +538,10 @@ impl Wire {
         Ok(())
     }
 
-    /// Reads until `WouldBlock`; an orderly close is an error (a server never closes first).
+    /// Reads until a short read or `WouldBlock`; an orderly close is an error (a server never
+    /// closes first). A short read emptied the socket's receive queue, and on Linux data (or
+    /// a close) arriving after it is a new edge, so the read that would only say `WouldBlock`
+    /// (one system call per reply) is skipped, as the proxy's loops do.
     fn fill(&mut self) -> std::io::Result<()> {
         let Some(s) = self.stream.as_mut() else {
             return Ok(());
@@ -547,7 +550,12 @@ impl Wire {
         loop {
             match s.read(&mut chunk) {
                 Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
-                Ok(n) => self.inbuf.extend_from_slice(&chunk[..n]),
+                Ok(n) => {
+                    self.inbuf.extend_from_slice(&chunk[..n]);
+                    if n < chunk.len() {
+                        return Ok(());
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),

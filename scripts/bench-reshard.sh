@@ -20,16 +20,26 @@
 # instead, which the load never touches: what moving slots costs the host's cores, whoever
 # moves them.
 #
+# Every load naps instead of spinning between arrivals (`recached-bench run --nap-us`,
+# NAP_US=20): a spinning generator takes one of this host's two cores from the servers. Each
+# load also writes a timeline (p99 of every 250 ms); reported beside each p99 is the median of
+# those windows' p99s, which the host's own stalls move less than a whole run's p99. The host
+# is probed first (`stall_probe`): one thread per CPU reads the clock in a loop for
+# PROBE_S seconds with nothing else of the bench running, and every gap over 1 ms is a time
+# the thread was not running (the hypervisor, or the kernel, took the CPU).
+#
 #   scripts/bench-reshard.sh                  (KEYS=1000000, DURING_S=5, RATE=half the peak)
 #   BENCH_SMOKE=1 scripts/bench-reshard.sh    (tiny, for the test script)
 #
-# Environment: KEYS, RATE, DURING_S, RESIZE_PACE (the loaded resize's --pace; else its default), RECACHED_BIN / RECACHED_BENCH_BIN (else built), PIN=1 SERVER_CPUS
+# Environment: KEYS, RATE, DURING_S, NAP_US, PROBE_S, RESIZE_PACE (the loaded resize's --pace; else its default), RECACHED_BIN / RECACHED_BENCH_BIN (else built), PIN=1 SERVER_CPUS
 # BENCH_CPUS (bench-lib.sh). Loopback only; every process is stopped by PID on exit.
 source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
 KEYS=${KEYS:-1000000}
 DURING_S=${DURING_S:-5}
-if [ "$SMOKE" = 1 ]; then KEYS=20000; RATE=2000; DURING_S=1; fi
+NAP_US=${NAP_US:-20}
+PROBE_S=${PROBE_S:-10}
+if [ "$SMOKE" = 1 ]; then KEYS=20000; RATE=2000; DURING_S=1; PROBE_S=1; fi
 SLOTS_MOVED=8192
 
 # RESP SET commands for key:0..KEYS-1 with 64-byte values, for redis-cli --pipe.
@@ -63,6 +73,27 @@ reshard() {
     t1=$(date +%s.%N)
     echo "$t1 - $t0" | bc -l
 }
+
+# stall_probe SECONDS → per CPU "cpuN gaps G max M ms" (gaps > 1 ms while spinning).
+stall_probe() {
+    local cpu
+    for cpu in $(seq 0 $(($(nproc) - 1))); do
+        taskset -c "$cpu" python3 - "$1" "$cpu" <<'PY' &
+import sys, time
+secs, cpu = float(sys.argv[1]), sys.argv[2]
+last = t0 = time.perf_counter()
+gaps = []
+while last - t0 < secs:
+    now = time.perf_counter()
+    if now - last > 0.001:
+        gaps.append(now - last)
+    last = now
+print("cpu%s gaps %d max %.1f ms" % (cpu, len(gaps), max(gaps, default=0) * 1000))
+PY
+    done
+    wait
+}
+PROBE=$(stall_probe "$PROBE_S" | sort | paste -sd ';' | sed 's/;/; /g')
 
 free_ports 3 22000
 RA=$PORT RB=$((PORT + 1))
@@ -104,7 +135,8 @@ load() { # label seconds [port rate extra…]
     local label=$1 secs=$2 port=${3:-$PX} rate=${4:-$RATE}
     shift 4 2>/dev/null || shift $#
     gen "$BENCH_BIN" run --target "127.0.0.1:$port" --rate "$rate" --duration "$secs" --warmup 1 \
-        --keys "$KEYS" --mix get:90,set:10 --connections 16 --out "$TMP/load-$label.json" "$@" \
+        --keys "$KEYS" --mix get:90,set:10 --connections 16 --nap-us "$NAP_US" \
+        --timeline "$TMP/timeline-$label.csv" --out "$TMP/load-$label.json" "$@" \
         >"$TMP/load-$label.log" 2>&1
 }
 # Half the slots A → B with no load: keys/s, as for redis.
@@ -195,53 +227,59 @@ moved_of() { sed -n 's/.* and \([0-9]*\) key(s) moved in \([0-9.]*\)s (\([0-9]*\
 read -r g_keys g_s g_rate <<<"$(moved_of "$TMP/resize-grow.log")"
 read -r s_keys s_s s_rate <<<"$(moved_of "$TMP/resize-shrink.log")"
 
-summary() { # file → "p50 p99 p99.9 errors"
-    python3 - "$1" <<'PY'
-import json, sys
+summary() { # label → "p50 p99 p99.9 errors window-median-p99"
+    python3 - "$TMP/load-$1.json" "$TMP/timeline-$1.csv" <<'PY'
+import csv, json, statistics, sys
 try:
     d = json.load(open(sys.argv[1]))
 except Exception as e:
-    print("n/a n/a n/a n/a"); sys.exit()
+    print("n/a n/a n/a n/a n/a"); sys.exit()
 r = d["results"]
 lat = r["latency_us"]
 def q(name):
     return lat.get("p" + name, "n/a")
 errs = r.get("errors", {})
 total = sum(errs.values()) if isinstance(errs, dict) else errs
-print(q("50"), q("99"), q("999"), total)
+try:
+    w = [int(row["p99_us"]) for row in csv.DictReader(open(sys.argv[2])) if int(row["requests"]) > 0]
+    wm = "%.0f" % statistics.median(w)
+except Exception:
+    wm = "n/a"
+print(q("50"), q("99"), q("999"), total, wm)
 PY
 }
-read -r b50 b99 b999 berr <<<"$(summary "$TMP/load-before.json")"
-read -r d50 d99 d999 derr <<<"$(summary "$TMP/load-during.json")"
-read -r c50 c99 c999 cerr <<<"$(summary "$TMP/load-control.json")"
+read -r b50 b99 b999 berr bwm <<<"$(summary before)"
+read -r d50 d99 d999 derr dwm <<<"$(summary during)"
+read -r c50 c99 c999 cerr cwm <<<"$(summary control)"
 
 rc_rate=$(echo "$rc_moved / $rc_s" | bc -l)
 redis_rate=$(echo "$redis_moved / $redis_s" | bc -l)
 printf '\n## Moving %d slots (%s keys of 64 bytes in all) from one node to another\n\n' "$SLOTS_MOVED" "$KEYS"
-printf '%s; redis-cli --cluster reshard --cluster-pipeline 100\n\n' "$CPU_PLACEMENT"
+printf '%s; redis-cli --cluster reshard --cluster-pipeline 100; loads nap %s µs\n\n' "$CPU_PLACEMENT" "$NAP_US"
 printf '| system | keys moved | seconds | keys/s |\n|---|---:|---:|---:|\n'
 printf '| recached | %d | %.2f | %.0f |\n' "$rc_moved" "$rc_s" "$rc_rate"
 printf '| redis %s | %d | %.2f | %.0f |\n' "$REDIS_VERSION" "$redis_moved" "$redis_s" "$redis_rate"
 printf '\nrecached / redis keys/s: %.2fx\n\n' "$(echo "$rc_rate / $redis_rate" | bc -l)"
 printf 'recached under an open-loop load of %s req/s (get:90,set:10; the mix'"'"'s peak through the proxy,\n16 clients unpipelined: %.0f req/s) through the proxy, µs, %s s each; during: %d moves of the\n%d slots back and forth, back to back, %s s each on average:\n\n' "$RATE" "$peak" "$DURING_S" "$nmoves" "$SLOTS_MOVED" "$move_s"
-printf '| phase | p50 | p99 | p99.9 | errors |\n|---|---:|---:|---:|---:|\n'
-printf '| before the move | %s | %s | %s | %s |\n' "$b50" "$b99" "$b999" "$berr"
-printf '| during the moves | %s | %s | %s | %s |\n' "$d50" "$d99" "$d999" "$derr"
-printf '| control: the same moves between the two redis-server nodes | %s | %s | %s | %s |\n' "$c50" "$c99" "$c999" "$cerr"
+printf '| phase | p50 | p99 | p99.9 | errors | median of the 250 ms windows'"'"' p99 |\n|---|---:|---:|---:|---:|---:|\n'
+printf '| before the move | %s | %s | %s | %s | %s |\n' "$b50" "$b99" "$b999" "$berr" "$bwm"
+printf '| during the moves | %s | %s | %s | %s | %s |\n' "$d50" "$d99" "$d999" "$derr" "$dwm"
+printf '| control: the same moves between the two redis-server nodes | %s | %s | %s | %s | %s |\n' "$c50" "$c99" "$c999" "$cerr" "$cwm"
 printf '\np99 during / before: %.2fx; control / before: %.2fx (the host'"'"'s share); during / control: %.2fx\n' \
     "$(echo "$d99 / $b99" | bc -l)" "$(echo "$c99 / $b99" | bc -l)" "$(echo "$d99 / $c99" | bc -l)"
-read -r r50 r99 r999 rerr <<<"$(summary "$TMP/load-resize-before.json")"
-read -r q50 q99 q999 qerr <<<"$(summary "$TMP/load-resize-during.json")"
+read -r r50 r99 r999 rerr rwm <<<"$(summary resize-before)"
+read -r q50 q99 q999 qerr qwm <<<"$(summary resize-during)"
 printf '\n## recached resize: 1 → 2 engines (half the slots move), then 2 → 1\n\n'
 printf '| resize | pace | keys moved | seconds moving | keys/s |\n|---|---:|---:|---:|---:|\n'
 printf '| 1 → 2, under the load below | %s | %s | %s | %s |\n' "${RESIZE_PACE:-$(default_pace)}" "$g_keys" "$g_s" "$g_rate"
 printf '| 2 → 1, no load | 1 | %s | %s | %s |\n' "$s_keys" "$s_s" "$s_rate"
 printf '\nrecached resize --pace 1 / redis-cli reshard on redis keys/s: %.2fx\n\n' "$(echo "$s_rate / $redis_rate" | bc -l)"
 printf 'Open-loop load of %s req/s (get:90,set:10, 16 connections; half the 1-engine fleet'"'"'s peak\nthrough its proxy, %.0f req/s), µs; during: from the resize'"'"'s start to its return:\n\n' "$RS_RATE" "$rs_peak"
-printf '| phase | p50 | p99 | p99.9 | errors |\n|---|---:|---:|---:|---:|\n'
-printf '| before the resize | %s | %s | %s | %s |\n' "$r50" "$r99" "$r999" "$rerr"
-printf '| during the resize | %s | %s | %s | %s |\n' "$q50" "$q99" "$q999" "$qerr"
-printf '\np99 during / before: %.2fx (target ≤ 2x)\n' "$(echo "$q99 / $r99" | bc -l)"
+printf '| phase | p50 | p99 | p99.9 | errors | median of the 250 ms windows'"'"' p99 |\n|---|---:|---:|---:|---:|---:|\n'
+printf '| before the resize | %s | %s | %s | %s | %s |\n' "$r50" "$r99" "$r999" "$rerr" "$rwm"
+printf '| during the resize | %s | %s | %s | %s | %s |\n' "$q50" "$q99" "$q999" "$qerr" "$qwm"
+printf '\np99 during / before: %.2fx (target ≤ 2x); the windows'"'"' medians: %.2fx\n' "$(echo "$q99 / $r99" | bc -l)" "$(echo "$qwm / $rwm" | bc -l)"
+printf '\nThe host, before the bench started anything (%s s per CPU, a thread reading the clock): %s\n' "$PROBE_S" "$PROBE"
 [ "$rs_final" = "$rs_keys" ] || { echo "$0: recached resize: $rs_keys keys before, $rs_final after" >&2; exit 1; }
 for n in "$rc_after" "$rc_final"; do
     [ "$n" -ge "$rc_before" ] || { echo "$0: recached lost keys ($rc_before → $n)" >&2; exit 1; }

@@ -85,6 +85,25 @@ pub struct Coord {
     pub outbox: Vec<(usize, Vec<u8>, Option<u32>)>,
 }
 
+/// A `TXLOCK … NOWAIT` reply of instance `engine` while trying every instance at once:
+/// every reply once the last one is in.
+fn record_try(
+    replies: &mut Vec<Option<Vec<u8>>>,
+    engine: usize,
+    step: u32,
+    frame: &[u8],
+) -> Option<Vec<Option<Vec<u8>>>> {
+    if step == STEP_LOCK
+        && let Some(slot) = replies.get_mut(engine)
+    {
+        *slot = Some(frame.to_vec());
+    }
+    replies
+        .iter()
+        .all(Option::is_some)
+        .then(|| std::mem::take(replies))
+}
+
 fn request(args: &[&str]) -> Vec<u8> {
     let mut out = Vec::new();
     resp::encode_request(&mut out, args);
@@ -224,14 +243,8 @@ impl Coord {
         let rel = part.checked_sub(COORD_PART)?;
         let (engine, step) = ((rel / 4) as usize, rel % 4);
         if let Phase::Trying(replies) = &mut self.phase {
-            if step == STEP_LOCK
-                && let Some(slot) = replies.get_mut(engine)
-            {
-                *slot = Some(frame.to_vec());
-            }
-            if replies.iter().all(Option::is_some) {
-                let replies = std::mem::take(replies);
-                self.tried(replies);
+            if let Some(all) = record_try(replies, engine, step, frame) {
+                self.tried(all);
             }
             return None;
         }
@@ -1165,14 +1178,8 @@ impl Gather {
         let rel = part.checked_sub(COORD_PART)?;
         let (engine, step) = ((rel / 4) as usize, rel % 4);
         if let GatherPhase::Trying(replies) = &mut self.phase {
-            if step == STEP_LOCK
-                && let Some(slot) = replies.get_mut(engine)
-            {
-                *slot = Some(frame.to_vec());
-            }
-            if replies.iter().all(Option::is_some) {
-                let replies = std::mem::take(replies);
-                self.tried(replies);
+            if let Some(all) = record_try(replies, engine, step, frame) {
+                self.tried(all);
             }
             return None;
         }

@@ -50,17 +50,14 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// `start_engine` in CI). A port below 32768 is never a source port. A port is never handed
 /// out twice in one test process (random picks could repeat where the kernel's would not).
 pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    for _ in 0..1000 {
-        let p = free_port_run(1);
-        if !given.contains(&p) {
-            given.push(p);
-            return p;
-        }
-    }
-    panic!("no free port left that this process has not handed out");
+    free_port_run(1)
 }
+
+/// Every port [`free_port_run`] (and so [`free_port`]) handed out in this test process: tests
+/// run in parallel threads, and a fleet binds its run of ports only when it starts, so a port
+/// of one test's run must not be another test's single port meanwhile (a server that cannot
+/// bind exits, and the test would talk to the other test's server).
+static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
 
 /// The workspace root (the parent of this `tests/` crate).
 pub fn workspace_root() -> PathBuf {
@@ -206,8 +203,11 @@ impl Proc {
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         loop {
             if let Ok(c) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
-                // A connection to itself (see `free_port`) is not the server listening.
-                if c.local_addr().ok() != c.peer_addr().ok() {
+                // A connection to itself (see `free_port`) is not the server listening, nor
+                // is another process's server when this child already exited (its port taken).
+                if c.local_addr().ok() != c.peer_addr().ok()
+                    && !matches!(self.child.try_wait(), Ok(Some(_)))
+                {
                     return Ok(());
                 }
             }
@@ -669,18 +669,23 @@ pub fn pings(port: u16) -> bool {
 /// The first of `n` consecutive ports that were all free a moment ago (each one bound once).
 /// Chosen at random in 15000..32000, below Linux's ephemeral range (32768–60999): a port in
 /// that range can be taken at any moment as the local port of some outgoing connection, and
-/// a fleet needs several ports to stay free between this check and its start. At most 500
-/// tries, then a panic.
+/// a fleet needs several ports to stay free between this check and its start. No port is
+/// handed out twice in one test process ([`GIVEN`]). At most 500 tries, then a panic.
 pub fn free_port_run(n: usize) -> u16 {
     use std::hash::{BuildHasher, Hasher};
     const LOW: u64 = 15_000;
     const HIGH: u64 = 32_000;
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..500 {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u128(Instant::now().elapsed().as_nanos());
         let base = (LOW + h.finish() % (HIGH - LOW - n as u64)) as u16;
-        let all_free = (0..n).all(|i| TcpListener::bind(("127.0.0.1", base + i as u16)).is_ok());
+        let run = base..base + n as u16;
+        let all_free = run
+            .clone()
+            .all(|p| !given.contains(&p) && TcpListener::bind(("127.0.0.1", p)).is_ok());
         if all_free {
+            given.extend(run);
             return base;
         }
     }

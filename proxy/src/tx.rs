@@ -57,6 +57,9 @@ pub struct Tx {
     pub watching: bool,
     /// Inside MULTI.
     pub multi: bool,
+    /// The client's `MULTI` request when not spelled as [`MULTI_REQUEST`] (`multi`, say): sent
+    /// to the engines as it came, so MONITOR shows it as the client wrote it, as Redis does.
+    pub multi_spelling: Vec<u8>,
     /// A queue-time error happened: EXEC must answer EXECABORT.
     pub aborted: bool,
     /// Keyless requests queued (answered `+QUEUED`) before the instance was known.
@@ -216,7 +219,7 @@ impl Tx {
             return Vec::new();
         }
         self.multi_on.push(instance);
-        with_multi(Vec::new())
+        with_multi(&self.multi_spelling, Vec::new())
     }
 
     fn end(&mut self) -> (Option<usize>, bool, Vec<Vec<u8>>) {
@@ -231,6 +234,7 @@ impl Tx {
             pinned,
             watching,
             multi,
+            multi_spelling,
             aborted,
             held,
             held_bytes,
@@ -247,6 +251,7 @@ impl Tx {
             spanned_last: _,
         } = self;
         (*pinned, *watching, *multi, *aborted) = (None, false, false, false);
+        multi_spelling.clear();
         (*held_bytes, *unit_dropped, *gather, *shared) = (0, false, false, false);
         shared_parts.clear();
         held.clear();
@@ -384,7 +389,7 @@ impl Tx {
         for _ in 0..held.len() {
             self.record(instance);
         }
-        self.held = with_multi(held);
+        self.held = with_multi(&self.multi_spelling, held);
     }
 
     /// Decides one request while [`Self::active`]. `raw` is the request as sent to an
@@ -411,6 +416,9 @@ impl Tx {
             }
             "multi" => {
                 self.multi = true;
+                if raw != MULTI_REQUEST {
+                    self.multi_spelling.extend_from_slice(raw);
+                }
                 return match self.pinned {
                     Some(instance) => Step::Send {
                         instance,
@@ -443,6 +451,7 @@ impl Tx {
             "exec" | "discard" if self.spans_many() => return self.end_many(spec.name),
             "exec" | "discard" => {
                 let exec = spec.name == "exec";
+                let spelling = std::mem::take(&mut self.multi_spelling);
                 let (pinned, aborted, held) = self.end();
                 return match (pinned, exec, aborted) {
                     (Some(instance), true, true) => Step::ExecAbort { instance },
@@ -455,7 +464,7 @@ impl Tx {
                     (None, true, false) if held.is_empty() => reply(b"*0\r\n"),
                     (None, true, false) => Step::Send {
                         instance: first_up(up),
-                        prelude: with_multi(held),
+                        prelude: with_multi(&spelling, held),
                     },
                 };
             }
@@ -655,7 +664,7 @@ pub struct SharedPart {
 /// bulk string, then its arguments as they came. A prelude's `MULTI` is left out: `TXPREP`
 /// opens its own.
 pub fn queue_shared(parts: &mut Vec<SharedPart>, instance: usize, request: &[u8]) {
-    if request == MULTI_REQUEST {
+    if is_multi(request) {
         return;
     }
     let Some(rest) = request.strip_prefix(b"*") else {
@@ -694,9 +703,21 @@ pub fn queue_shared(parts: &mut Vec<SharedPart>, instance: usize, request: &[u8]
     p.commands += 1;
 }
 
-fn with_multi(held: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+/// `request` is `MULTI`, however spelled.
+fn is_multi(request: &[u8]) -> bool {
+    request.len() == MULTI_REQUEST.len()
+        && request.starts_with(b"*1\r\n$5\r\n")
+        && request[8..13].eq_ignore_ascii_case(b"multi")
+}
+
+/// `MULTI` (as the client spelled it: `spelling`, else [`MULTI_REQUEST`]) and then `held`.
+fn with_multi(spelling: &[u8], held: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     let mut prelude = Vec::with_capacity(held.len() + 1);
-    prelude.push(MULTI_REQUEST.to_vec());
+    prelude.push(if spelling.is_empty() {
+        MULTI_REQUEST.to_vec()
+    } else {
+        spelling.to_vec()
+    });
     prelude.extend(held);
     prelude
 }
@@ -912,7 +933,7 @@ mod tests {
             step(&mut tx, &["INCR", &a]),
             Step::Send {
                 instance: 0,
-                prelude: with_multi(Vec::new())
+                prelude: with_multi(&[], Vec::new())
             }
         );
         assert_eq!(

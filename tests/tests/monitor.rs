@@ -125,3 +125,42 @@ fn monitor_lines_match_redis() {
         assert_quiet(&mut m, server);
     });
 }
+
+/// The commands a MONITOR shows for a transaction the worker spells in lower case, as the
+/// Tcl client does (Redis's introspection.tcl, "MONITOR correctly handles multi-exec
+/// cases"): the part after the address, of the lines from the worker's MULTI to its EXEC
+/// (another connection's lines, such as a proxy's periodic CLUSTER SLOTS, are skipped).
+fn transaction_lines(port: u16) -> Vec<String> {
+    let mut m = Resp::connect(port);
+    let mut w = Resp::connect(port);
+    assert_eq!(cmd(&mut m, &["MONITOR"]), "+OK\\r\\n");
+    for args in [&["multi"][..], &["set", "foo", "bar"], &["exec"]] {
+        w.cmd_str(args);
+    }
+    let mut shown = Vec::new();
+    for _ in 0..50 {
+        let line = String::from_utf8_lossy(&m.read_frame()).into_owned();
+        let (_, command) = line.trim_end().split_once("] ").expect("a monitor line");
+        if ["\"multi\"", "\"set\" \"foo\" \"bar\"", "\"exec\""].contains(&command) {
+            shown.push(command.to_string());
+        }
+        if command == "\"exec\"" {
+            return shown;
+        }
+    }
+    panic!("no exec among 50 monitor lines: {shown:?}");
+}
+
+#[test]
+fn monitor_through_the_proxy_shows_multi_as_the_client_spelled_it() {
+    let redis_port = free_port();
+    let _redis = start_redis(redis_port);
+    let want = transaction_lines(redis_port);
+    assert_eq!(want, ["\"multi\"", "\"set\" \"foo\" \"bar\"", "\"exec\""]);
+    let fleet = Fleet::start("monitor-multi", 2);
+    assert_eq!(
+        transaction_lines(fleet.proxy_port),
+        want,
+        "through the proxy"
+    );
+}

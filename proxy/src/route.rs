@@ -28,7 +28,8 @@
 //! | SAVE, MEMORY PURGE, CONFIG RESETSTAT / BGSAVE / LASTSAVE | every instance: `+OK` from all / the first reply / the smallest (oldest); else the first error |
 //! | CONFIG SET | [`Plan::ConfigSet`]: `CONFIG GET` of its names then the request, on every instance; all or nothing ([`Merge::ConfigSet`]: the error of the first instance that refused, answered once the others got their old values back) |
 //! | SCAN | one instance at a time, the instance encoded in the cursor ([`crate::split::scan_cursor_decode`]) |
-//! | COMMAND, TIME, CONFIG GET, MEMORY DOCTOR / STATS / MALLOC-STATS (one instance's figures), every `… HELP`, an unknown CONFIG/MEMORY/OBJECT subcommand | forwarded to the first instance that is up |
+//! | CONFIG GET | [`Plan::Rewrite`] to the first instance that is up, `port` answered as the proxy's own ([`Merge::ConfigGet`]) |
+//! | COMMAND, TIME, MEMORY DOCTOR / STATS / MALLOC-STATS (one instance's figures), every `… HELP`, an unknown CONFIG/MEMORY/OBJECT subcommand | forwarded to the first instance that is up |
 //! | unknown, CONFIG REWRITE, CLIENT PAUSE/TRACKING/…, other keyless | `-ERR` naming the command; the connection stays open |
 //!
 //! Arity is checked here with the table's arity and Redis's exact error text, so a malformed
@@ -437,7 +438,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             // DOCTOR, GRAPH, HELP: one instance's report.
             _ => Plan::ForwardAny,
         },
-        "config" => config(args, row),
+        "config" => config(args, row, fleet),
         "wait" => wait(args),
         "save" => fan_out(Merge::AllOk),
         "bgsave" => fan_out(Merge::First),
@@ -866,9 +867,20 @@ fn scan<A: Args + ?Sized>(args: &A, n: impl SlotMap + Copy) -> Plan {
 }
 
 /// `CONFIG GET` from one instance; `SET` and `RESETSTAT` on every instance.
-fn config<A: Args + ?Sized>(args: &A, row: &'static CommandSpec) -> Plan {
+fn config<A: Args + ?Sized>(args: &A, row: &'static CommandSpec, fleet: &Fleet) -> Plan {
     let argc = args.argc();
     match row.short_name() {
+        // One instance's values, with the proxy's own `port` (the one its clients use).
+        "get" if row.arity_ok(argc) => {
+            let argv: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
+            let mut request = Vec::new();
+            resp::encode_request(&mut request, &argv);
+            Plan::Rewrite {
+                instance: fleet.up.iter().position(|&up| up).unwrap_or(0),
+                request,
+                merge: Merge::ConfigGet { port: fleet.port },
+            }
+        }
         "set" => {
             // Redis's checks, before anything is changed (config.c configSetCommand).
             if !row.arity_ok(argc) {
@@ -889,7 +901,7 @@ fn config<A: Args + ?Sized>(args: &A, row: &'static CommandSpec) -> Plan {
             row,
             "the instances share the proxy's configuration file (send it to an instance)",
         ),
-        // GET, and an unknown subcommand (the instance answers Redis's error).
+        // GET's arity error, and an unknown subcommand (the instance answers Redis's error).
         _ => Plan::ForwardAny,
     }
 }

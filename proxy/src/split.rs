@@ -89,6 +89,11 @@ pub enum Merge {
     /// and the instances that accepted get their old values back ([`config_set_outcome`];
     /// `crate::client` sends those restores before the error is answered).
     ConfigSet,
+    /// CONFIG GET answered by one instance: the value of `port` is `port`, the proxy's own
+    /// (the port a client of the proxy uses), the rest as the instance gave it.
+    ConfigGet {
+        port: u16,
+    },
     /// These bytes, once the restoring requests of a refused CONFIG SET were answered
     /// (their replies are dropped).
     Restored(Vec<u8>),
@@ -381,6 +386,7 @@ pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
             out.extend_from_slice(bytes);
             true
         }
+        Merge::ConfigGet { port } => merge_config_get(*port, replies, out),
         Merge::AnyNonNil { start } => merge_any_non_nil(*start, replies, out),
         Merge::Kill => {
             let pick = replies
@@ -757,6 +763,31 @@ fn merge_scan(instance: usize, instances: usize, replies: &[&[u8]], out: &mut Ve
             out.extend_from_slice(b"-ERR instance ");
             out.extend_from_slice(itoa::Buffer::new().format(instance).as_bytes());
             out.extend_from_slice(b" returned a SCAN cursor too large to encode\r\n");
+        }
+    }
+    true
+}
+
+/// [`Merge::ConfigGet`]: the one reply (a RESP2 array of names and values, or a RESP3 map)
+/// with the value after the name `port` replaced.
+fn merge_config_get(port: u16, replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
+    let [reply] = replies else { return false };
+    let Some(elems) = aggregate_elems(reply, true) else {
+        return false;
+    };
+    let Some((line, _)) = header_line(reply) else {
+        return false;
+    };
+    out.extend_from_slice(line);
+    out.extend_from_slice(b"\r\n");
+    for pair in elems.chunks(2) {
+        out.extend_from_slice(pair[0]);
+        match pair.get(1) {
+            Some(_) if bulk(pair[0]).flatten().as_deref() == Some(b"port") => {
+                push_bulk(out, itoa::Buffer::new().format(port).as_bytes());
+            }
+            Some(value) => out.extend_from_slice(value),
+            None => {}
         }
     }
     true
@@ -1492,6 +1523,26 @@ mod tests {
         assert_eq!(scan_cursor_encode(0, 2, 3), Some(0));
         assert_eq!(scan_cursor_encode(u64::MAX / 2, 1, 3), None);
         assert_eq!(scan_cursor_encode(5, 0, 1), Some(5));
+    }
+
+    #[test]
+    fn config_get_answers_the_proxys_port() {
+        let merge = Merge::ConfigGet { port: 6380 };
+        let mut out = Vec::new();
+        let resp2: &[u8] = b"*4\r\n$4\r\nport\r\n$5\r\n17410\r\n$2\r\nhz\r\n$2\r\n10\r\n";
+        super::merge(&merge, &[resp2], &mut out);
+        assert_eq!(
+            out,
+            b"*4\r\n$4\r\nport\r\n$4\r\n6380\r\n$2\r\nhz\r\n$2\r\n10\r\n"
+        );
+        out.clear();
+        let resp3: &[u8] = b"%1\r\n$4\r\nport\r\n$5\r\n17410\r\n";
+        super::merge(&merge, &[resp3], &mut out);
+        assert_eq!(out, b"%1\r\n$4\r\nport\r\n$4\r\n6380\r\n");
+        out.clear();
+        let none: &[u8] = b"*0\r\n";
+        super::merge(&merge, &[none], &mut out);
+        assert_eq!(out, none);
     }
 
     #[test]

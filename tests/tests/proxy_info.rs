@@ -50,3 +50,31 @@ fn persistence_is_merged_over_the_engines() {
         "{info}"
     );
 }
+
+/// `CONFIG GET port` through the proxy is the proxy's port, the one its clients connect to
+/// (an engine's port is no address for them), in RESP2 and RESP3; other values are an
+/// engine's.
+#[test]
+fn config_get_port_is_the_proxys() {
+    let fleet = Fleet::start("proxy-config-port", 2);
+    let port = fleet.proxy_port.to_string();
+    let mut c = Resp::connect(fleet.proxy_port);
+    let want = format!(
+        "*4\r\n$4\r\nport\r\n${}\r\n{port}\r\n$9\r\ndatabases\r\n$2\r\n16\r\n",
+        port.len()
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&c.cmd_str(&["CONFIG", "GET", "port", "databases"])),
+        want
+    );
+    c.cmd_str(&["HELLO", "3"]);
+    let want = format!("%1\r\n$4\r\nport\r\n${}\r\n{port}\r\n", port.len());
+    assert_eq!(
+        String::from_utf8_lossy(&c.cmd_str(&["CONFIG", "GET", "port"])),
+        want
+    );
+    assert_eq!(
+        c.cmd_str(&["CONFIG", "GET"]),
+        b"-ERR wrong number of arguments for 'config|get' command\r\n"
+    );
+}

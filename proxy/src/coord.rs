@@ -967,14 +967,29 @@ impl Gather {
             outbox: Vec::new(),
         };
         if g.engines.len() > 1 {
-            for i in 0..g.engines.len() {
-                g.lock(i, true);
+            let mut replies = vec![None; g.engines.len()];
+            for (i, reply) in replies.iter_mut().enumerate() {
+                if g.locks(i) {
+                    g.lock(i, true);
+                } else {
+                    *reply = Some(b":0\r\n".to_vec());
+                }
             }
-            g.phase = GatherPhase::Trying(vec![None; g.engines.len()]);
+            g.phase = GatherPhase::Trying(replies);
         } else {
-            g.lock_next();
+            g.lock_or_run();
         }
         g
+    }
+
+    /// Whether instance `i` is locked before the run. Not the target of a lone command (or
+    /// script): its keys are read and written inside the run's MULTI, which nothing can
+    /// interleave, and its TXUNLOCK follows at once, so a lock there would only cost a round
+    /// trip. Waiting for locks stays free of cycles: a gathered run holds locks only on
+    /// instances below its target and waits only at its target (docs/transactions.md). A
+    /// transaction's target is locked: its streamed part's WATCH is checked under the lock.
+    fn locks(&self, i: usize) -> bool {
+        i != self.target || self.in_multi || self.engines.len() == 1
     }
 
     /// Every `TXLOCK … NOWAIT` answered: run (or abort) with the locks taken, or give them
@@ -995,18 +1010,26 @@ impl Gather {
             };
         }
         for (i, r) in replies.iter().enumerate() {
-            if !busy(r) {
+            if !busy(r) && self.locks(i) {
                 let conn = self.engines[i].conn;
                 self.outbox.push((conn, request(&["TXUNLOCK"]), None));
             }
         }
         self.phase = GatherPhase::Locking;
         self.locked = 0;
-        self.lock_next();
+        self.lock_or_run();
     }
 
-    fn lock_next(&mut self) {
-        self.lock(self.locked, false);
+    /// The next lock in instance order (waiting), or the run once every lock is held.
+    fn lock_or_run(&mut self) {
+        if self.locked < self.engines.len() && !self.locks(self.locked) {
+            self.locked += 1;
+        }
+        if self.locked < self.engines.len() {
+            self.lock(self.locked, false);
+        } else {
+            self.run();
+        }
     }
 
     /// `TXLOCK` of instance `i`'s keys (`NOWAIT`: when trying every instance at once).
@@ -1189,10 +1212,8 @@ impl Gather {
                 self.locked += 1;
                 if self.abort.is_some() {
                     self.abort_all();
-                } else if self.locked < self.engines.len() {
-                    self.lock_next();
                 } else {
-                    self.run();
+                    self.lock_or_run();
                 }
                 None
             }
@@ -1328,22 +1349,17 @@ mod gather_tests {
     }
 
     #[test]
-    fn locks_every_instance_at_once_then_runs_on_the_target() {
+    fn locks_the_other_instances_at_once_then_runs_on_the_target() {
         let mut g = rename();
         let s = sent(&mut g);
-        assert_eq!(s.len(), 2, "both instances at once: {s:?}");
-        assert!(
-            s.iter()
-                .all(|x| x.1.contains("TXLOCK") && x.1.contains("NOWAIT"))
-        );
+        // A lone command: the target (instance 1) is not locked, its keys are read and
+        // written inside the run's MULTI.
+        assert_eq!(s.len(), 1, "instance 0 only: {s:?}");
+        assert!(s[0].1.contains("TXLOCK") && s[0].1.contains("NOWAIT"));
         assert!(
             s[0].1.contains("DUMP") && s[0].0 == 10,
             "instance 0's key is a guest"
         );
-        assert!(!s[1].1.contains("DUMP") && s[1].0 == 11);
-        // The target answers first: nothing runs before every instance answered.
-        assert_eq!(g.answered(s[1].2.unwrap(), b":0\r\n"), None);
-        assert!(g.outbox.is_empty());
         let locked = b"*3\r\n:0\r\n$3\r\npay\r\n:-1\r\n";
         assert_eq!(g.answered(s[0].2.unwrap(), locked), None);
         let s = sent(&mut g);
@@ -1352,10 +1368,14 @@ mod gather_tests {
             "the run goes to the target: {s:?}"
         );
         assert!(s.iter().any(|x| x.1.contains("TXGUEST")));
+        assert!(
+            s.last().unwrap().1.contains("TXUNLOCK"),
+            "the guests are dropped: {s:?}"
+        );
         let exec = s.iter().find(|x| x.2.is_some()).expect("EXEC awaited");
         assert!(exec.1.contains("EXEC"));
-        // RESTORE, RENAME, DUMP, PEXPIRETIME, DEL: `a` gone, so the owner deletes it.
-        let ran = b"*6\r\n+OK\r\n+OK\r\n+OK\r\n$-1\r\n:-2\r\n:0\r\n";
+        // DEL, RESTORE, RENAME, DUMP, PEXPIRETIME, DEL: `a` gone, so the owner deletes it.
+        let ran = b"*6\r\n:0\r\n+OK\r\n+OK\r\n$-1\r\n:-2\r\n:0\r\n";
         assert_eq!(g.answered(exec.2.unwrap(), ran), None);
         let s = sent(&mut g);
         assert_eq!(s.len(), 2, "write back and unlock on instance 0: {s:?}");
@@ -1365,18 +1385,54 @@ mod gather_tests {
     }
 
     #[test]
-    fn a_busy_key_gives_the_locks_back_and_locks_in_instance_order() {
+    fn a_busy_key_locks_in_instance_order() {
         let mut g = rename();
         let s = sent(&mut g);
         assert_eq!(g.answered(s[0].2.unwrap(), b":4\r\n"), None);
+        let s = sent(&mut g);
+        // Nothing to give back; instance 0 locked again, waiting.
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!(s[0].0, 10);
+        assert!(s[0].1.contains("DUMP") && !s[0].1.contains("NOWAIT"));
+        let locked = b"*3\r\n:0\r\n$3\r\npay\r\n:-1\r\n";
+        assert_eq!(g.answered(s[0].2.unwrap(), locked), None);
+        let s = sent(&mut g);
+        assert!(s.iter().all(|x| x.0 == 11), "then the run: {s:?}");
+        assert!(s.iter().any(|x| x.1.contains("EXEC")));
+    }
+
+    #[test]
+    fn a_transactions_target_is_locked_too() {
+        let engines = vec![
+            GatherEngine {
+                instance: 0,
+                conn: 10,
+                multi: true,
+                keys: vec![b"a".to_vec()],
+            },
+            GatherEngine {
+                instance: 1,
+                conn: 11,
+                multi: true,
+                keys: vec![b"b".to_vec()],
+            },
+        ];
+        let unit = vec![encode(&[b"RENAME", b"a", b"b"])];
+        let mut g = Gather::start(3, engines, unit, true, false);
+        let s = sent(&mut g);
+        assert_eq!(s.len(), 2, "both instances at once: {s:?}");
+        assert!(
+            s.iter()
+                .all(|x| x.1.contains("TXLOCK") && x.1.contains("NOWAIT"))
+        );
+        // A busy key: the target's lock is given back, then instance 0 is locked, waiting.
+        assert_eq!(g.answered(s[0].2.unwrap(), b":4\r\n"), None);
         assert_eq!(g.answered(s[1].2.unwrap(), b":0\r\n"), None);
         let s = sent(&mut g);
-        // The target's lock is given back (reply dropped), then instance 0 locked, waiting.
         assert_eq!(s.len(), 2, "{s:?}");
         assert_eq!((s[0].0, s[0].2), (11, None));
         assert!(s[0].1.contains("TXUNLOCK"));
-        assert_eq!(s[1].0, 10);
-        assert!(s[1].1.contains("DUMP") && !s[1].1.contains("NOWAIT"));
+        assert!(s[1].0 == 10 && !s[1].1.contains("NOWAIT"));
         let locked = b"*3\r\n:0\r\n$3\r\npay\r\n:-1\r\n";
         assert_eq!(g.answered(s[1].2.unwrap(), locked), None);
         let s = sent(&mut g);

@@ -1323,29 +1323,26 @@ mod gather_tests {
             .collect()
     }
 
-    /// RENAME a b with `a` on instance 0 (connection 10), `b` on instance 1 (11, the target).
+    /// Instance `i` on connection `10 + i`, owning `key`.
+    fn engine(i: usize, multi: bool, key: &[u8]) -> GatherEngine {
+        GatherEngine {
+            instance: i,
+            conn: 10 + i,
+            multi,
+            keys: vec![key.to_vec()],
+        }
+    }
+
+    /// RENAME a b with `a` on instance 0 (connection 10), `b` on instance 1 (11, the target);
+    /// `in_multi`: inside a transaction streamed to both.
+    fn rename_in(in_multi: bool) -> Gather {
+        let engines = vec![engine(1, in_multi, b"b"), engine(0, in_multi, b"a")];
+        let unit = vec![encode(&[b"RENAME", b"a", b"b"])];
+        Gather::start(3, engines, unit, in_multi, false)
+    }
+
     fn rename() -> Gather {
-        let engines = vec![
-            GatherEngine {
-                instance: 1,
-                conn: 11,
-                multi: false,
-                keys: vec![b"b".to_vec()],
-            },
-            GatherEngine {
-                instance: 0,
-                conn: 10,
-                multi: false,
-                keys: vec![b"a".to_vec()],
-            },
-        ];
-        Gather::start(
-            3,
-            engines,
-            vec![encode(&[b"RENAME", b"a", b"b"])],
-            false,
-            false,
-        )
+        rename_in(false)
     }
 
     #[test]
@@ -1403,22 +1400,7 @@ mod gather_tests {
 
     #[test]
     fn a_transactions_target_is_locked_too() {
-        let engines = vec![
-            GatherEngine {
-                instance: 0,
-                conn: 10,
-                multi: true,
-                keys: vec![b"a".to_vec()],
-            },
-            GatherEngine {
-                instance: 1,
-                conn: 11,
-                multi: true,
-                keys: vec![b"b".to_vec()],
-            },
-        ];
-        let unit = vec![encode(&[b"RENAME", b"a", b"b"])];
-        let mut g = Gather::start(3, engines, unit, true, false);
+        let mut g = rename_in(true);
         let s = sent(&mut g);
         assert_eq!(s.len(), 2, "both instances at once: {s:?}");
         assert!(

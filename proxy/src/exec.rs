@@ -1163,10 +1163,7 @@ fn run_plan<A: Args + ?Sized>(
         }
         Plan::Multi => {
             let tx = &mut me.session.tx;
-            tx.multi = true;
-            if raw != crate::tx::MULTI_REQUEST {
-                tx.multi_spelling.extend_from_slice(raw);
-            }
+            tx.open(raw);
             // No WATCH (else the transaction is under way there): a client whose last
             // transaction spanned instances takes the shared links (`crate::txshared`).
             tx.shared = tx.spanned_last && !me.session.tracking;

@@ -222,6 +222,15 @@ impl Tx {
         with_multi(&self.multi_spelling, Vec::new())
     }
 
+    /// `MULTI` (the request `raw`): inside MULTI from now on, its spelling kept when it is not
+    /// [`MULTI_REQUEST`]'s.
+    pub fn open(&mut self, raw: &[u8]) {
+        self.multi = true;
+        if raw != MULTI_REQUEST {
+            self.multi_spelling.extend_from_slice(raw);
+        }
+    }
+
     fn end(&mut self) -> (Option<usize>, bool, Vec<Vec<u8>>) {
         let r = (self.pinned, self.aborted, std::mem::take(&mut self.held));
         self.reset();
@@ -415,10 +424,7 @@ impl Tx {
                 return reply(b"-ERR MULTI calls can not be nested\r\n");
             }
             "multi" => {
-                self.multi = true;
-                if raw != MULTI_REQUEST {
-                    self.multi_spelling.extend_from_slice(raw);
-                }
+                self.open(raw);
                 return match self.pinned {
                     Some(instance) => Step::Send {
                         instance,

@@ -61,14 +61,14 @@ PY
 
 dbsize() { redis-cli -p "$1" DBSIZE; }
 
-# reshard A B → prints seconds taken
+# reshard A B [SLOTS] → prints seconds taken
 reshard() {
-    local a=$1 b=$2 ida idb t0 t1
+    local a=$1 b=$2 n=${3:-$SLOTS_MOVED} ida idb t0 t1
     ida=$(redis-cli -p "$a" CLUSTER MYID)
     idb=$(redis-cli -p "$b" CLUSTER MYID)
     t0=$(date +%s.%N)
     srv redis-cli --cluster reshard "127.0.0.1:$a" --cluster-from "$ida" --cluster-to "$idb" \
-        --cluster-slots "$SLOTS_MOVED" --cluster-yes --cluster-pipeline 100 >"$TMP/reshard-$a.log" 2>&1 \
+        --cluster-slots "$n" --cluster-yes --cluster-pipeline 100 >"$TMP/reshard-$a.log" 2>&1 \
         || { echo "$0: reshard from $a failed:" >&2; tail -20 "$TMP/reshard-$a.log" >&2; exit 1; }
     t1=$(date +%s.%N)
     echo "$t1 - $t0" | bc -l
@@ -168,13 +168,13 @@ RATE=${RATE:-$(printf '%.0f' "$(echo "$peak / 2" | bc -l)")}
 # every measured request meets a move in progress (between two moves only redis-cli's start
 # and cluster check, tens of ms). The moves stop at a file's appearance, after the current one.
 load before "$DURING_S"
-# under_moves LABEL FROM TO: the load LABEL while the slots go FROM → TO, back and forth, back
-# to back; each move's seconds in $TMP/moves-LABEL.txt.
+# under_moves LABEL FROM TO [SLOTS]: the load LABEL while SLOTS slots go FROM → TO, back and
+# forth, back to back; each move's seconds in $TMP/moves-LABEL.txt.
 under_moves() {
-    local label=$1 from=$2 to=$3 stop="$TMP/stop-moves-$1" mover t
+    local label=$1 from=$2 to=$3 n=${4:-$SLOTS_MOVED} stop="$TMP/stop-moves-$1" mover t
     (
         while [ ! -e "$stop" ]; do
-            reshard "$from" "$to" >>"$TMP/moves-$label.txt"
+            reshard "$from" "$to" "$n" >>"$TMP/moves-$label.txt"
             t=$from; from=$to; to=$t
         done
     ) & mover=$!
@@ -189,8 +189,10 @@ nmoves=$(wc -l <"$TMP/moves-during.txt")
 move_s=$(awk '{ s += $1 } END { printf "%.2f", s / NR }' "$TMP/moves-during.txt")
 # The control: the same load while the same moves run between the two redis-server nodes
 # instead (their keys, not the fleet's): what moving slots costs this host's cores, whoever
-# moves them (the generator, the proxy and the engines already share them).
-under_moves control "$RB" "$RA"
+# moves them (the generator, the proxy and the engines already share them). One slot fewer
+# each way: a redis-server 7.0 master that gives its last slot to one node becomes that node's
+# replica (even with cluster-allow-replica-migration no), and the next move to it fails.
+under_moves control "$RB" "$RA" $((SLOTS_MOVED - 1))
 rc_final=$(( $(dbsize "$EA") + $(dbsize "$EB") ))
 
 

@@ -12,6 +12,10 @@
 //! 2. For every database that holds keys (`INFO keyspace`, read after step 1, so a key created
 //!    later goes to the destination through `-ASK`): `SELECT db`, then
 //!    `CLUSTER GETKEYSINSLOT s 100` and `MIGRATE host port "" db timeout KEYS …` until empty.
+//!    Between two recached engines each batch is **relayed** instead of MIGRATEd
+//!    (`slotmove_relay.rs`): locked and read on the source (`TXLOCK … DUMP`), restored on the
+//!    destination by the mover, then deleted on the source (`SLOTHANDOFF`), so the source
+//!    keeps serving while the destination restores.
 //! 3. `SETSLOT s NODE <dst>` on the destination first (the commit point, redis-cli's order:
 //!    issue redis#7116), then on the source, then on every other engine (pipelined).
 //!
@@ -107,6 +111,9 @@ pub struct Node {
     pub generation: u32,
     /// The last [`Node::nonempty_dbs`] answer and when it came ([`Node::nonempty_dbs_reused`]).
     dbs_seen: Option<(Instant, Vec<usize>)>,
+    /// A recached engine (`INFO server` has `recached_version`): batches between two of
+    /// them are relayed (`slotmove_relay.rs`) instead of MIGRATEd.
+    pub recached: bool,
 }
 
 impl Node {
@@ -121,6 +128,7 @@ impl Node {
             run_id: String::new(),
             generation: 0,
             dbs_seen: None,
+            recached: false,
         }
     }
 
@@ -166,6 +174,7 @@ impl Node {
         // An engine still loading its snapshot answers -LOADING: wait for it like a connect.
         let info = bulk_text(&self.call(&["INFO", "server"])?)?;
         let run_id = info_field(&info, "run_id").unwrap_or_default();
+        self.recached = info_field(&info, "recached_version").is_some();
         self.id = bulk_text(&self.call(&["CLUSTER", "MYID"])?)?;
         let restarted = !self.run_id.is_empty() && self.run_id != run_id;
         if restarted || self.run_id.is_empty() {
@@ -173,6 +182,11 @@ impl Node {
             self.run_id = run_id;
         }
         Ok(restarted)
+    }
+
+    /// Drops the connection (and whatever it holds on the engine: its key locks).
+    pub fn disconnect(&mut self) {
+        self.conn = None;
     }
 
     /// Writes `bytes` (`n` requests) and reads `n` replies. An I/O error drops the connection.
@@ -809,6 +823,18 @@ impl Mover {
                 if keys.is_empty() {
                     break;
                 }
+                // Fewer keys than asked for: the slot had no more in this database, and none
+                // can appear on the source now (a write of a missing key of the slot is sent
+                // to the destination: -ASK), so no GETKEYSINSLOT to see it empty. (A key left
+                // behind anyway makes the source refuse the commit, and the slot is retried.)
+                let last = keys.len() < BATCH;
+                if mode == From::Migrating && self.can_relay(src, dst) {
+                    moved += self.relay(src, dst, db, &keys)?;
+                    if last {
+                        break;
+                    }
+                    continue;
+                }
                 self.backup(src, dst, db, &keys, mode)?;
                 let mut migrate: Vec<Vec<u8>> = [
                     "MIGRATE",
@@ -824,11 +850,6 @@ impl Mover {
                 .collect();
                 migrate.extend(keys.iter().cloned());
                 let reply = self.nodes[src].pipeline(&asking(migrate))?.pop();
-                // Fewer keys than asked for: the slot had no more in this database, and none
-                // can appear on the source now (a write of a missing key of the slot is sent
-                // to the destination: -ASK), so no GETKEYSINSLOT to see it empty. (A key left
-                // behind anyway makes the source refuse the commit, and the slot is retried.)
-                let last = keys.len() < BATCH;
                 match reply {
                     Some(Value::Simple(_)) if last => {
                         moved += keys.len() as u64;
@@ -937,11 +958,7 @@ impl Mover {
         let mut replies = replies
             .into_iter()
             .filter(|v| !matches!(v, Value::Simple(s) if s == b"OK"));
-        let generation = self.nodes[dst].generation;
-        let entry = self
-            .backups
-            .entry(dst)
-            .or_insert((generation, Vec::new(), 0));
+        let mut batch = Vec::with_capacity(keys.len());
         for k in keys {
             let (dump, pexp) = (replies.next(), replies.next());
             let Some(Value::Bulk(payload)) = dump else {
@@ -951,16 +968,29 @@ impl Mover {
                 Some(Value::Integer(t)) if t > 0 => t,
                 _ => 0,
             };
-            // The bytes it holds, plus the struct and the Vecs' headers.
-            entry.2 += k.len() + payload.len() + std::mem::size_of::<Backup>();
-            entry.1.push(Backup {
+            batch.push(Backup {
                 db,
                 key: k.clone(),
                 expire_at_ms,
                 payload,
             });
         }
+        self.keep_backups(dst, batch);
         Ok(())
+    }
+
+    /// Keeps `batch`, moved (or about to be) to `dst`, until `dst`'s next checkpoint.
+    fn keep_backups(&mut self, dst: usize, batch: Vec<Backup>) {
+        let generation = self.nodes[dst].generation;
+        let entry = self
+            .backups
+            .entry(dst)
+            .or_insert((generation, Vec::new(), 0));
+        for b in batch {
+            // The bytes it holds, plus the struct and the Vecs' headers.
+            entry.2 += b.key.len() + b.payload.len() + std::mem::size_of::<Backup>();
+            entry.1.push(b);
+        }
     }
 
     /// Settles every key held by an engine that does not own its slot (`owner_of[s]` = node
@@ -1031,6 +1061,9 @@ impl Mover {
 fn escape(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+#[path = "slotmove_relay.rs"]
+mod relay;
 
 #[cfg(test)]
 #[path = "slotmove_tests.rs"]

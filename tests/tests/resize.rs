@@ -572,3 +572,87 @@ fn resize_under_ioredis_cluster_direct_to_the_engines() {
         "the client ran through the resizes: {out}"
     );
 }
+
+/// Between recached engines a resize moves each batch itself (supervisor
+/// `slotmove_relay.rs`): `TXLOCK … DUMP` and `SLOTHANDOFF` on the source, `RESTORE-ASKING` on
+/// the destination, never a MIGRATE that blocks the source. The source's feed records each
+/// key it handed off as `MIGRATED k`, as after a MIGRATE (docs/feed.md, *Keys that move*),
+/// never `DEL k`, which a fan-out merging the feeds could apply after the new copy.
+#[test]
+fn a_resize_relays_its_batches_and_the_source_feeds_migrated() {
+    const N: usize = 2_000;
+    let mut f = Fleet::start("relay", 2, "");
+    let base = f.base;
+    let mut c = Resp::connect(f.proxy_port());
+    for i in 0..N {
+        let k = key(i);
+        let want = if i % 7 == 0 {
+            cmd(&mut c, &["SET", &k, &value(i), "EX", "3600"])
+        } else {
+            cmd(&mut c, &["SET", &k, &value(i)])
+        };
+        assert_eq!(want, OK, "SET {k}");
+    }
+    let on0 = (0..N)
+        .filter(|&i| instance_for_slot(key_slot(key(i).as_bytes()), 2) == 0)
+        .count();
+    let stay0 = (0..N)
+        .filter(|&i| {
+            let s = key_slot(key(i).as_bytes());
+            instance_for_slot(s, 2) == 0 && instance_for_slot(s, 3) == 0
+        })
+        .count();
+    let mut feed = Resp::connect(base);
+    assert!(
+        escape(&feed.cmd_str(&["FEED", "SUBSCRIBE"])).contains("subscribed"),
+        "FEED SUBSCRIBE"
+    );
+    let out = f.resize(3);
+    assert!(out.ok, "resize 3: {}", out.text());
+    for port in [base, base + 1] {
+        let stats = cmd(&mut Resp::connect(port), &["INFO", "commandstats"]);
+        assert!(
+            stats.contains("cmdstat_slothandoff:calls="),
+            "engine {port} handed off no batch: {stats}"
+        );
+        assert!(
+            !stats.contains("cmdstat_migrate:"),
+            "engine {port} ran MIGRATE: {stats}"
+        );
+    }
+    // A key engine 0 keeps: its SET is the last effect to read.
+    let marker = (0..)
+        .map(|i| format!("relay-marker:{i}"))
+        .find(|k| instance_for_slot(key_slot(k.as_bytes()), 3) == 0)
+        .unwrap();
+    assert_eq!(cmd(&mut Resp::connect(base), &["SET", &marker, "1"]), OK);
+    let (mut migrated, mut dels) = (0, 0);
+    for _ in 0..N * 2 {
+        let Value::Array(parts) = parse_value(&feed.read_frame()) else {
+            panic!("not a feed frame");
+        };
+        let args: Vec<Vec<u8>> = parts
+            .into_iter()
+            .filter_map(|p| match p {
+                Value::Bulk(b) => Some(b),
+                _ => None,
+            })
+            .collect();
+        match args.get(2).map(Vec::as_slice) {
+            Some(b"MIGRATED") => migrated += 1,
+            Some(b"DEL") => dels += 1,
+            Some(b"SET") if args.get(3) == Some(&marker.clone().into_bytes()) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(migrated, on0 - stay0, "MIGRATED effects on engine 0's feed");
+    assert_eq!(dels, 0, "DEL effects on engine 0's feed");
+    let mut c = Resp::connect(f.proxy_port());
+    for i in 0..N {
+        assert_eq!(cmd(&mut c, &["GET", &key(i)]), bulk(&value(i)), "key {i}");
+        let ttl = cmd(&mut c, &["TTL", &key(i)]);
+        assert_eq!(ttl == ":-1\\r\\n", i % 7 != 0, "TTL of key {i}: {ttl}");
+    }
+    assert_eq!(cmd(&mut c, &["DBSIZE"]), format!(":{}\\r\\n", N + 1));
+    f.stop();
+}

@@ -284,7 +284,8 @@ fn derive(
         // carries the key's new copy (its RESTORE's effects), so a subscriber merging every
         // engine's feed must not delete it on this one's word: the two feeds race
         // (docs/feed.md, *Keys that move*). Standalone, the key leaves the fleet: `DEL`.
-        "migrate" => {
+        // SLOTHANDOFF: the same deletion, when `recached resize` relays the keys itself.
+        "migrate" | "slothandoff" => {
             let verb: &[u8] = if e.cluster.enabled() {
                 MIGRATED
             } else {

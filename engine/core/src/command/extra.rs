@@ -9,6 +9,8 @@
 //! - `FEED`: the keychange feed (docs/feed.md, `crate::feed`).
 //! - `PUBLISHLOCAL`: a PUBLISH another engine of the cluster forwards (docs/cluster.md,
 //!   `crate::cmd::pubsub`): delivered to this engine's subscribers only, never forwarded.
+//! - `SLOTHANDOFF`: keys `recached resize` restored on a slot's new owner, deleted here as
+//!   MIGRATE deletes them (docs/cluster.md, `crate::dump::migrate`).
 //! - `SLOTHOLD`: a slot `recached resize` moves without `-ASK` (docs/cluster.md,
 //!   `crate::cmd::cluster::hold`).
 //! - `TXID`: the connection's client id, unseen by MONITOR (the proxy's CLIENT UNBLOCK).
@@ -16,7 +18,7 @@
 //!   (docs/transactions.md, `crate::txlock`).
 
 use super::handlers as h;
-use super::{CommandSpec, Flags, Val};
+use super::{BeginSearch, CommandSpec, FindKeys, Flags, KeyFlags, KeySpec, Val};
 
 pub static EXTRA: &[CommandSpec] = &[
     CommandSpec {
@@ -218,6 +220,44 @@ pub static EXTRA: &[CommandSpec] = &[
                 Val::Str(
                     "O(N+M) where N is the number of clients subscribed to the receiving channel and M is the total amount of subscribed patterns (by any client).",
                 ),
+            ),
+        ]),
+    },
+    CommandSpec {
+        name: "slothandoff",
+        arity: -2,
+        flags: Flags::WRITE.union(Flags::ADMIN).union(Flags::NOSCRIPT),
+        first_key: 1,
+        last_key: -1,
+        step: 1,
+        acl_categories: &["@keyspace", "@write", "@admin", "@slow", "@dangerous"],
+        tips: &[],
+        key_specs: &[KeySpec {
+            notes: None,
+            flags: KeyFlags::RM.union(KeyFlags::DELETE),
+            begin_search: BeginSearch::Index(1),
+            find_keys: FindKeys::Range {
+                lastkey: -1,
+                keystep: 1,
+                limit: 0,
+            },
+        }],
+        getkeys: None,
+        handler: Some(h::slothandoff),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "Delete keys that the slot's new owner has taken, as MIGRATE deletes them \
+                     (internal: sent by recached resize, docs/cluster.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("cluster")),
+            (
+                "complexity",
+                Val::Str("O(N) where N is the number of keys."),
             ),
         ]),
     },

@@ -169,6 +169,7 @@ pub use crate::monitor::monitor;
 pub use crate::cmd::keys::move_;
 pub use crate::types::string::mget;
 pub use crate::dump::migrate;
+pub use crate::dump::migrate::slothandoff;
 pub use crate::types::string::mset;
 pub use crate::types::string::msetnx;
 pub use crate::cmd::tx::multi;

@@ -2,6 +2,12 @@
 //! target over a cached connection, read the replies, delete the keys the target took unless
 //! COPY. Blocking with the timeout, like Redis.
 //!
+//! `SLOTHANDOFF key…` is the source's last step of a move that `recached resize` runs itself
+//! (supervisor `slotmove`, *Relay*): the keys, locked here with `TXLOCK … DUMP`, have been
+//! restored on the slot's new owner with `RESTORE-ASKING`, so they are deleted here as
+//! MIGRATE deletes the keys its target took (keyspace event `del`; the feed records
+//! `MIGRATED k` in cluster mode). The source never waits for the target meanwhile.
+//!
 //! The core does no I/O: the server installs [`Sockets`] in [`Engine::migrate`] (its cache of
 //! connections by `host:port`, each remembering the database last selected, as Redis's
 //! `migrateCachedSocket`). Without it (a library user, the browser replica) MIGRATE fails as
@@ -249,8 +255,8 @@ fn run(
                             String::from_utf8_lossy(&errline[1..])
                         ));
                     }
-                } else if !o.copy && e.ks.delete(key, c.now_ms) {
-                    notify(e, class::GENERIC, "del", key);
+                } else if !o.copy {
+                    hand_off(e, key, c.now_ms);
                 }
             }
             if target_error.is_none() && socket_error.is_none() {
@@ -285,4 +291,24 @@ fn run(
             if writing { "writing" } else { "reading" }
         )));
     }
+}
+
+/// Deletes a key another node has taken: `del` to keyspace notifications, like Redis's MIGRATE
+/// (the feed's `MIGRATED k` is derived from the command, `crate::effect`). Whether it existed.
+fn hand_off(e: &mut Engine, key: &[u8], now_ms: u64) -> bool {
+    let gone = e.ks.delete(key, now_ms);
+    if gone {
+        notify(e, class::GENERIC, "del", key);
+    }
+    gone
+}
+
+/// `SLOTHANDOFF key [key …]` (module docs) → the number of keys deleted.
+pub fn slothandoff(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
+    let mut n = 0;
+    for key in &c.argv[1..] {
+        n += i64::from(hand_off(e, key, c.now_ms));
+    }
+    c.w().integer(n);
+    Ok(())
 }

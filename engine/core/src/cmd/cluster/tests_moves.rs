@@ -587,3 +587,57 @@ fn a_parked_client_whose_slot_moved_away_gets_moved() {
     );
     assert_eq!(e0.blocking.len(), 0);
 }
+
+/// The relay of `recached resize` (supervisor `slotmove_relay.rs`) on the source: the batch's
+/// keys are locked and read in one step, another connection's command on one of them waits
+/// (a key outside the batch is served), and once `SLOTHANDOFF` has deleted them and the lock
+/// is gone, the waiting command runs again and is asked to go to the new owner.
+#[test]
+fn a_relayed_batch_postpones_its_keys_then_asks_for_them() {
+    let mut e0 = engine(&NODES, 0);
+    let (k1, k2, s) = slot_keys();
+    let ss = s.to_string();
+    let id1 = node_id(NODES[1]);
+    let with_id = |id| Client { id, ..client() };
+    let (mut mover, mut app) = (with_id(1), with_id(2));
+    let now = 1_700_000_000_000_000u64;
+    assert_eq!(run(&mut e0, &mut mover, &["SET", &k1, "v"]), "+OK\r\n");
+    assert_eq!(run(&mut e0, &mut mover, &["SET", &k2, "w"]), "+OK\r\n");
+    run(
+        &mut e0,
+        &mut mover,
+        &["CLUSTER", "SETSLOT", &ss, "MIGRATING", &id1],
+    );
+    let locked = run(
+        &mut e0,
+        &mut mover,
+        &["TXLOCK", "5000", "KEYS", "1", &k1, "DUMP"],
+    );
+    assert!(locked.starts_with("*3\r\n:0\r\n$"), "{locked:?}");
+    let mut out = Vec::new();
+    let get: [&[u8]; 2] = [b"GET", k1.as_bytes()];
+    assert_eq!(e0.exec(&mut app, &get, now, &mut out), Flow::Postpone);
+    assert!(out.is_empty());
+    assert_eq!(run(&mut e0, &mut app, &["GET", &k2]), "$1\r\nw\r\n");
+    assert_eq!(run(&mut e0, &mut mover, &["SLOTHANDOFF", &k1]), ":1\r\n");
+    // Like any command of a migrating slot, one whose keys are all gone is asked elsewhere
+    // (so the mover names only keys it read).
+    assert_eq!(
+        run(&mut e0, &mut mover, &["SLOTHANDOFF", &k1]),
+        format!("-ASK {s} 127.0.0.1:7001\r\n")
+    );
+    assert_eq!(run(&mut e0, &mut mover, &["TXUNLOCK"]), "+OK\r\n");
+    let mut woken = Vec::new();
+    e0.take_deliveries(&mut woken);
+    assert!(woken.iter().any(|d| d.unblock && d.client_id == 2));
+    assert_eq!(
+        run(&mut e0, &mut app, &["GET", &k1]),
+        format!("-ASK {s} 127.0.0.1:7001\r\n")
+    );
+    // A key outside any batch can still be handed off; then it is asked for too.
+    assert_eq!(run(&mut e0, &mut mover, &["SLOTHANDOFF", &k2]), ":1\r\n");
+    assert_eq!(
+        run(&mut e0, &mut app, &["GET", &k2]),
+        format!("-ASK {s} 127.0.0.1:7001\r\n")
+    );
+}

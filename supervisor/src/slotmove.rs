@@ -955,26 +955,10 @@ impl Mover {
             }
         }
         let replies = self.nodes[src].pipeline(&cmds)?;
-        let mut replies = replies
+        let replies = replies
             .into_iter()
             .filter(|v| !matches!(v, Value::Simple(s) if s == b"OK"));
-        let mut batch = Vec::with_capacity(keys.len());
-        for k in keys {
-            let (dump, pexp) = (replies.next(), replies.next());
-            let Some(Value::Bulk(payload)) = dump else {
-                continue; // gone meanwhile (expired or deleted): nothing to keep
-            };
-            let expire_at_ms = match pexp {
-                Some(Value::Integer(t)) if t > 0 => t,
-                _ => 0,
-            };
-            batch.push(Backup {
-                db,
-                key: k.clone(),
-                expire_at_ms,
-                payload,
-            });
-        }
+        let batch = backups_of(db, keys, replies);
         self.keep_backups(dst, batch);
         Ok(())
     }
@@ -1056,6 +1040,31 @@ impl Mover {
         self.totals.strays += found;
         Ok(found)
     }
+}
+
+/// The backups of `keys` from their `DUMP` payload and `PEXPIRETIME`, two values per key in
+/// key order (a `DUMP` reply's, or `TXLOCK … DUMP`'s); a key gone meanwhile (nil payload:
+/// expired or deleted) has nothing to keep and is left out.
+fn backups_of(db: usize, keys: &[Vec<u8>], values: impl Iterator<Item = Value>) -> Vec<Backup> {
+    let mut values = values;
+    let mut batch = Vec::with_capacity(keys.len());
+    for k in keys {
+        let (dump, pexp) = (values.next(), values.next());
+        let Some(Value::Bulk(payload)) = dump else {
+            continue;
+        };
+        let expire_at_ms = match pexp {
+            Some(Value::Integer(t)) if t > 0 => t,
+            _ => 0,
+        };
+        batch.push(Backup {
+            db,
+            key: k.clone(),
+            expire_at_ms,
+            payload,
+        });
+    }
+    batch
 }
 
 fn escape(b: &[u8]) -> String {

@@ -24,7 +24,7 @@
 
 use resp::Value;
 
-use super::{Backup, Mover, Result};
+use super::{Mover, Result};
 
 /// `TXLOCK`'s timeout: a batch takes a millisecond or so; a batch of huge values more, so
 /// this leaves room without letting a lost lock stall the keys' clients for long.
@@ -73,24 +73,8 @@ impl Mover {
                 ));
             }
         };
-        let mut pairs = items.into_iter().skip(1);
-        let mut batch = Vec::with_capacity(keys.len());
-        for k in keys {
-            let (payload, expiry) = (pairs.next(), pairs.next());
-            let Some(Value::Bulk(payload)) = payload else {
-                continue; // gone meanwhile (expired or deleted): nothing to move
-            };
-            let expire_at_ms = match expiry {
-                Some(Value::Integer(t)) if t > 0 => t,
-                _ => 0,
-            };
-            batch.push(Backup {
-                db,
-                key: k.clone(),
-                expire_at_ms,
-                payload,
-            });
-        }
+        // After the flags: each key's payload and expiry; a key gone meanwhile is not moved.
+        let batch = super::backups_of(db, keys, items.into_iter().skip(1));
         let mut restored = 0;
         if !batch.is_empty() {
             self.nodes[dst].select(db)?;

@@ -55,14 +55,10 @@ impl Mover {
     }
 
     fn relay_locked(&mut self, src: usize, dst: usize, db: usize, keys: &[Vec<u8>]) -> Result<u64> {
-        let mut lock: Vec<Vec<u8>> = vec![
-            b"TXLOCK".to_vec(),
-            LOCK_MS.as_bytes().to_vec(),
-            b"KEYS".to_vec(),
-            keys.len().to_string().into_bytes(),
-        ];
-        lock.extend(keys.iter().cloned());
-        lock.push(b"DUMP".to_vec());
+        let n = keys.len().to_string();
+        let mut lock: Vec<&[u8]> = vec![b"TXLOCK", LOCK_MS.as_bytes(), b"KEYS", n.as_bytes()];
+        lock.extend(keys.iter().map(Vec::as_slice));
+        lock.push(b"DUMP");
         let items = match self.nodes[src].call(&lock)? {
             Value::Array(a) if a.len() == 1 + 2 * keys.len() => a,
             other => {
@@ -78,19 +74,26 @@ impl Mover {
         let mut restored = 0;
         if !batch.is_empty() {
             self.nodes[dst].select(db)?;
-            let cmds: Vec<Vec<Vec<u8>>> = batch
-                .iter()
-                .map(|b| {
-                    vec![
-                        b"RESTORE-ASKING".to_vec(),
-                        b.key.clone(),
-                        b.expire_at_ms.to_string().into_bytes(),
-                        b.payload.clone(),
-                        b"ABSTTL".to_vec(),
-                    ]
-                })
-                .collect();
-            for (v, b) in self.nodes[dst].pipeline(&cmds)?.into_iter().zip(&batch) {
+            // Encoded from the backups themselves: no copy of a payload.
+            let mut out = Vec::new();
+            for b in &batch {
+                let expiry = b.expire_at_ms.to_string();
+                resp::encode_request(
+                    &mut out,
+                    &[
+                        b"RESTORE-ASKING".as_slice(),
+                        &b.key,
+                        expiry.as_bytes(),
+                        &b.payload,
+                        b"ABSTTL",
+                    ],
+                );
+            }
+            for (v, b) in self.nodes[dst]
+                .raw(&out, batch.len())?
+                .into_iter()
+                .zip(&batch)
+            {
                 match v {
                     Value::Error(e) if e.starts_with(b"BUSYKEY") => {
                         self.totals.kept_on_destination += 1;
@@ -107,25 +110,25 @@ impl Mover {
                 }
             }
         }
-        let batch_keys: Vec<Vec<u8>> = batch.iter().map(|b| b.key.clone()).collect();
-        // Kept before the source lets go: from here the destination's copy is the only one.
-        self.keep_backups(dst, batch);
         // Only the keys read: a key of a migrating slot that is gone gets -ASK (or, with
         // others present, -TRYAGAIN), Redis's rule for every command.
-        let mut cmds = Vec::with_capacity(2);
-        if !batch_keys.is_empty() {
-            let mut handoff = vec![b"SLOTHANDOFF".to_vec()];
-            handoff.extend(batch_keys);
-            cmds.push(handoff);
+        let mut out = Vec::new();
+        if !batch.is_empty() {
+            let mut handoff: Vec<&[u8]> = vec![b"SLOTHANDOFF"];
+            handoff.extend(batch.iter().map(|b| b.key.as_slice()));
+            resp::encode_request(&mut out, &handoff);
         }
-        cmds.push(vec![b"TXUNLOCK".to_vec()]);
-        let replies = self.nodes[src].pipeline(&cmds)?;
+        resp::encode_request(&mut out, &[b"TXUNLOCK"]);
+        let sent = 1 + usize::from(!batch.is_empty());
+        // Kept before the source lets go: from here the destination's copy is the only one.
+        self.keep_backups(dst, batch);
+        let replies = self.nodes[src].raw(&out, sent)?;
         if let Some(e) = replies.iter().find_map(|v| match v {
             Value::Error(e) => Some(e),
             _ => None,
         }) {
             return Err(format!(
-                "{}: SLOTHANDOFF: {}",
+                "{}: SLOTHANDOFF + TXUNLOCK: {}",
                 self.nodes[src].addr(),
                 String::from_utf8_lossy(e)
             ));

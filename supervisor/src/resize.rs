@@ -43,7 +43,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::fleet::control::{REPLY_FILE, REQUEST_FILE, Reply, Request};
-use crate::slotmove::{ClusterView, Mover, Node, bulk_text};
+use crate::slotmove::{ClusterView, GROUP, Mover, Node, bulk_text};
 use crate::{DirArgs, Result, config, status};
 
 /// The lock file in `dir`, held by a running resize.
@@ -178,6 +178,7 @@ pub fn resize(args: &ResizeArgs) -> Result<ExitCode> {
             Some(_) => {}
         }
     }
+    let grouped = plan.len();
     // Slots left open by an interrupted run, already owned by their target: drain the other
     // side and close them.
     for (i, v) in views.iter().enumerate() {
@@ -200,20 +201,33 @@ pub fn resize(args: &ResizeArgs) -> Result<ExitCode> {
         plan.len()
     );
     let move_started = Instant::now();
-    for (k, &(s, from, to)) in plan.iter().enumerate() {
+    // Neighbouring slots with the same source and destination move as a group (`GROUP`,
+    // `slotmove_group.rs`); the slots an interrupted run left open, one by one.
+    let mut done = 0;
+    let mut k = 0;
+    while k < plan.len() {
+        let (s, from, to) = plan[k];
         if from == to {
             mover.assign(s, to)?;
+            k += 1;
             continue;
         }
-        mover.move_slot(s, from, to)?;
-        if k % 1024 == 1023 {
+        let mut end = k + 1;
+        while end < (k + GROUP).min(grouped) && (plan[end].1, plan[end].2) == (from, to) {
+            end += 1;
+        }
+        let slots: Vec<u16> = plan[k..end].iter().map(|p| p.0).collect();
+        mover.move_slots(&slots, from, to)?;
+        if (done + slots.len()) / 1024 > done / 1024 {
             println!(
                 "recached: {} of {} slots moved, {} keys",
-                k + 1,
+                done + slots.len(),
                 plan.len(),
                 mover.totals.keys
             );
         }
+        done += slots.len();
+        k = end;
     }
     let move_secs = move_started.elapsed().as_secs_f64();
     mover.checkpoint_all()?;

@@ -219,7 +219,7 @@ impl Node {
         }
     }
 
-    /// Writes one encoded request; its reply is read by [`Node::recv`].
+    /// Writes encoded requests; their replies are read by [`Node::raw`] with no bytes.
     fn send(&mut self, bytes: &[u8]) -> Result<()> {
         let addr = self.addr();
         let Some((w, _)) = self.conn.as_mut() else {
@@ -229,11 +229,6 @@ impl Node {
             self.conn = None;
             format!("{addr}: {e}")
         })
-    }
-
-    /// The reply to a request written by [`Node::send`].
-    fn recv(&mut self) -> Result<Value> {
-        Ok(self.raw(&[], 1)?.remove(0))
     }
 
     /// One command; its reply, which may be an error reply (`Value::Error`).
@@ -636,6 +631,18 @@ impl Mover {
         ))
     }
 
+    /// [`Mover::checkpoint`] of `dst` once its backups reach [`CHECKPOINT_BYTES`].
+    fn checkpoint_if_due(&mut self, dst: usize) -> Result<()> {
+        if self
+            .backups
+            .get(&dst)
+            .is_some_and(|(_, _, bytes)| *bytes >= CHECKPOINT_BYTES)
+        {
+            self.checkpoint(dst)?;
+        }
+        Ok(())
+    }
+
     pub fn checkpoint_all(&mut self) -> Result<()> {
         (0..self.nodes.len()).try_for_each(|i| self.checkpoint(i))
     }
@@ -643,25 +650,25 @@ impl Mover {
     /// Moves slot `s` from node `src` to node `dst` (see the module docs), retrying after a
     /// lost connection. Returns the keys moved.
     pub fn move_slot(&mut self, s: u16, src: usize, dst: usize) -> Result<u64> {
+        self.move_slot_from(s, src, dst, true)
+    }
+
+    /// [`Mover::move_slot`]; `planned`: the source owns the slot and the destination does not,
+    /// as the caller read them (else the first attempt asks both, as a retry does).
+    fn move_slot_from(&mut self, s: u16, src: usize, dst: usize, planned: bool) -> Result<u64> {
         let mut last = String::new();
         for attempt in 0..SLOT_ATTEMPTS {
             if attempt > 0 {
                 self.totals.retries += 1;
                 log::warn!("slot {s}: attempt {} after: {last}", attempt + 1);
             }
-            let r = self.try_move_slot(s, src, dst, attempt == 0);
+            let r = self.try_move_slot(s, src, dst, planned && attempt == 0);
             self.pacer.rest();
             match r {
                 Ok(n) => {
                     self.totals.slots += 1;
                     self.totals.keys += n;
-                    if self
-                        .backups
-                        .get(&dst)
-                        .is_some_and(|(_, _, bytes)| *bytes >= CHECKPOINT_BYTES)
-                    {
-                        self.checkpoint(dst)?;
-                    }
+                    self.checkpoint_if_due(dst)?;
                     return Ok(n);
                 }
                 Err(e) => last = e,
@@ -726,13 +733,37 @@ impl Mover {
 
     /// `SETSLOT s NODE <owner>` on the owner first, then every other node (pipelined).
     pub fn assign(&mut self, s: u16, owner: usize) -> Result<()> {
-        let slot = s.to_string();
+        self.assign_slots(&[s], owner)
+    }
+
+    /// [`Mover::assign`] of several slots: each node's requests in one write.
+    pub fn assign_slots(&mut self, slots: &[u16], owner: usize) -> Result<()> {
         let id = self.nodes[owner].id.clone();
-        self.nodes[owner].ok(&["CLUSTER", "SETSLOT", &slot, "NODE", &id])?;
+        let mut req = Vec::new();
+        for s in slots {
+            resp::encode_request(
+                &mut req,
+                &["CLUSTER", "SETSLOT", &s.to_string(), "NODE", &id],
+            );
+        }
+        let slot = match slots {
+            [s] => s.to_string(),
+            _ => format!("{}…{}", slots[0], slots[slots.len() - 1]),
+        };
+        let fail = |n: &Node, e: &[u8]| {
+            format!(
+                "{}: CLUSTER SETSLOT {slot} NODE {id}: {}",
+                n.addr(),
+                String::from_utf8_lossy(e)
+            )
+        };
+        for v in self.nodes[owner].raw(&req, slots.len())? {
+            if let Value::Error(e) = v {
+                return Err(fail(&self.nodes[owner], &e));
+            }
+        }
         // The others in parallel (each saves its nodes.conf before it answers): all the
         // requests first, then the replies.
-        let mut req = Vec::new();
-        resp::encode_request(&mut req, &["CLUSTER", "SETSLOT", &slot, "NODE", &id]);
         let others: Vec<usize> = (0..self.nodes.len()).filter(|&i| i != owner).collect();
         // Every reply of a request that was written is read, even after an error: a reply
         // left unread would be taken for the answer to the connection's next command.
@@ -747,15 +778,14 @@ impl Mover {
             }
         }
         for i in sent {
-            match self.nodes[i].recv() {
-                Ok(Value::Error(e)) => {
-                    first_err.get_or_insert(format!(
-                        "{}: CLUSTER SETSLOT {slot} NODE {id}: {}",
-                        self.nodes[i].addr(),
-                        String::from_utf8_lossy(&e)
-                    ));
+            match self.nodes[i].raw(&[], slots.len()) {
+                Ok(replies) => {
+                    if let Some(Value::Error(e)) =
+                        replies.iter().find(|v| matches!(v, Value::Error(_)))
+                    {
+                        first_err.get_or_insert(fail(&self.nodes[i], e));
+                    }
                 }
-                Ok(_) => {}
                 Err(e) => {
                     first_err.get_or_insert(e);
                 }
@@ -1073,6 +1103,11 @@ fn escape(b: &[u8]) -> String {
 
 #[path = "slotmove_relay.rs"]
 mod relay;
+
+#[path = "slotmove_group.rs"]
+mod group;
+
+pub use group::GROUP;
 
 #[cfg(test)]
 #[path = "slotmove_tests.rs"]

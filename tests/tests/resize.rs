@@ -656,3 +656,60 @@ fn a_resize_relays_its_batches_and_the_source_feeds_migrated() {
     assert_eq!(cmd(&mut c, &["DBSIZE"]), format!(":{}\\r\\n", N + 1));
     f.stop();
 }
+
+/// Neighbouring slots between the same two engines move as groups (supervisor
+/// `slotmove_group.rs`): a relayed batch carries the keys of several slots, so the sources run
+/// far fewer `TXLOCK`s than there are non-empty slots moved, and every key arrives.
+#[test]
+fn a_resize_moves_neighbouring_slots_in_groups() {
+    const N: usize = 20_000;
+    let mut f = Fleet::start("groups", 2, "");
+    let base = f.base;
+    let mut c = Resp::connect(f.proxy_port());
+    for chunk in (0..N).collect::<Vec<_>>().chunks(500) {
+        let mut args = vec!["MSET".to_string()];
+        for &i in chunk {
+            args.push(key(i));
+            args.push(value(i));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_eq!(cmd(&mut c, &args), OK, "MSET");
+    }
+    for i in (0..N).step_by(7) {
+        assert_eq!(cmd(&mut c, &["EXPIRE", &key(i), "3600"]), ":1\\r\\n");
+    }
+    // Slots moved 2 → 3 that hold at least one key.
+    let nonempty: std::collections::HashSet<u16> = (0..N)
+        .map(|i| key_slot(key(i).as_bytes()))
+        .filter(|&s| instance_for_slot(s, 2) != instance_for_slot(s, 3))
+        .collect();
+    let out = f.resize(3);
+    assert!(out.ok, "resize 3: {}", out.text());
+    assert_eq!(moved_slots(&out.text()), expected_moves(2, 3));
+    let mut txlocks = 0;
+    for port in [base, base + 1] {
+        let stats = cmd(&mut Resp::connect(port), &["INFO", "commandstats"]);
+        let calls = stats
+            .split("cmdstat_txlock:calls=")
+            .nth(1)
+            .and_then(|r| r.split(',').next())
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or_else(|| panic!("engine {port} ran no TXLOCK: {stats}"));
+        txlocks += calls;
+    }
+    // One batch per slot would be one TXLOCK per non-empty slot (about 3,800 here).
+    assert!(
+        txlocks * 4 < nonempty.len(),
+        "{txlocks} TXLOCKs for {} non-empty slots moved: not grouped",
+        nonempty.len()
+    );
+    let mut c = Resp::connect(f.proxy_port());
+    for i in 0..N {
+        assert_eq!(cmd(&mut c, &["GET", &key(i)]), bulk(&value(i)), "key {i}");
+        let ttl = cmd(&mut c, &["TTL", &key(i)]);
+        assert_eq!(ttl == ":-1\\r\\n", i % 7 != 0, "TTL of key {i}: {ttl}");
+    }
+    assert_eq!(cmd(&mut c, &["DBSIZE"]), format!(":{N}\\r\\n"));
+    assert_eq!(check_placement(base, 3), N);
+    f.stop();
+}

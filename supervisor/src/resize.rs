@@ -62,9 +62,9 @@ pub struct ResizeArgs {
     /// The number of engines the fleet should run.
     #[arg(value_parser = clap::value_parser!(u16).range(1..))]
     pub engines: u16,
-    /// Fraction of the time the move may keep the engines busy, in (0, 1]: after each batch of
-    /// keys it sleeps (1 − pace) / pace times as long as the batch took, leaving the rest to
-    /// clients. 1 moves as fast as it can (as `redis-cli --cluster reshard` does).
+    /// Fraction of the time the move may keep the engines busy, in (0, 1]: after each slot,
+    /// or group of slots, it sleeps (1 − pace) / pace times as long as the move took, leaving
+    /// the rest to clients. 1 moves as fast as it can (as `redis-cli --cluster reshard` does).
     #[arg(long, default_value_t = DEFAULT_PACE, value_parser = parse_pace)]
     pub pace: f64,
     #[command(flatten)]

@@ -19,6 +19,9 @@
 //! 3. `SETSLOT s NODE <dst>` on the destination first (the commit point, redis-cli's order:
 //!    issue redis#7116), then on the source, then on every other engine (pipelined).
 //!
+//! Between two recached engines, neighbouring slots go through these steps 16 at a time,
+//! each step pipelined over the group (`slotmove_group.rs`, [`GROUP`]).
+//!
 //! # No key lost to a `kill -9`
 //!
 //! Engines persist by snapshot only, so a key MIGRATE moved lives only in the destination's
@@ -46,7 +49,7 @@
 //! (`pace` 1.0, redis-cli's way) the source and destination are busy back to back, and on a
 //! host whose cores already serve clients their latency rises tenfold and more
 //! (`scripts/bench-reshard.sh`). With a [`Pacer`] of pace `p` < 1 the mover, after each slot
-//! (its batches and its commit) and each `SCAN` page, sleeps `(1 − p) / p` times as long as the
+//! or group (its batches and its commit) and each `SCAN` page, sleeps `(1 − p) / p` times as long as the
 //! work took, so its requests keep the engines busy about `p` of the time. It never sleeps in
 //! the middle of a slot: the source holds the slot meanwhile (`SLOTHOLD`, [`Mover::hold`]), and
 //! clients of its moved keys wait for the commit.

@@ -17,8 +17,15 @@
 //! 4. commit: `SETSLOT s NODE <dst>` for every slot on the destination, then on every other
 //!    node (each node's requests pipelined, the nodes in parallel).
 //!
-//! The pace ([`super::Pacer`]) rests after the group. A slot stays held (`SLOTHOLD`) from step
-//! 2 to its commit, a group's time instead of a slot's: a few milliseconds.
+//! The pace ([`super::Pacer`]) rests after each step: after the opening, after each round of
+//! `GETKEYSINSLOT`, after each relayed batch (never between its `TXLOCK` and its `TXUNLOCK`)
+//! and after the commit. What a move does to the clients' latency on a busy host depends on
+//! how long each stretch of its work lasts more than on its total: with a 2-core host serving
+//! an open-loop load through the proxy, a CPU hog busy 5 ms of every 40 ms raised the median
+//! of the load's 250 ms windows' p99 from 240 to 4,831 µs, and one busy 0.5 ms of every 4 ms
+//! (the same share) only from 578 to 867 µs. A group's steps are each about one round trip
+//! chain (under a millisecond), the group as a whole tens. A slot stays held (`SLOTHOLD`) from
+//! step 2 to its commit: the group's time with its rests instead of one slot's.
 //!
 //! Any failure drops both connections (and with them the relay's key locks) and moves the
 //! group's slots one by one, each from the state the engines report (`CLUSTER NODES`): the
@@ -97,6 +104,7 @@ impl Mover {
         let replies = self.nodes[src].pipeline(&opening)?;
         // An engine that refuses SLOTHOLD only leaves Redis's -ASK in place (`Mover::hold`).
         self.check(src, &replies, |i| i % 2 == 0)?;
+        self.pacer.rest();
 
         let mut moved = 0;
         for db in self.nodes[src].nonempty_dbs_reused()? {
@@ -133,8 +141,10 @@ impl Mover {
                         _ => None,
                     }));
                 }
+                self.pacer.rest();
                 for chunk in keys.chunks(GROUP_BATCH) {
                     moved += self.relay(src, dst, db, chunk)?;
+                    self.pacer.rest();
                 }
                 pending = more;
             }

@@ -90,18 +90,19 @@ impl Mover {
     fn try_move_group(&mut self, slots: &[u16], src: usize, dst: usize) -> Result<u64> {
         let names: Vec<String> = slots.iter().map(u16::to_string).collect();
         let (src_id, dst_id) = (self.nodes[src].id.clone(), self.nodes[dst].id.clone());
-        let importing: Vec<Vec<Vec<u8>>> = names
-            .iter()
-            .map(|s| args(&["CLUSTER", "SETSLOT", s, "IMPORTING", &src_id]))
-            .collect();
-        let replies = self.nodes[dst].pipeline(&importing)?;
-        self.check(dst, &replies, |_| true)?;
-        let mut opening = Vec::with_capacity(2 * names.len());
+        // Each step's requests encoded into one buffer, as `assign_slots` and the relay do.
+        let mut out = Vec::new();
         for s in &names {
-            opening.push(args(&["CLUSTER", "SETSLOT", s, "MIGRATING", &dst_id]));
-            opening.push(args(&["SLOTHOLD", s, HOLD_MS]));
+            resp::encode_request(&mut out, &["CLUSTER", "SETSLOT", s, "IMPORTING", &src_id]);
         }
-        let replies = self.nodes[src].pipeline(&opening)?;
+        let replies = self.nodes[dst].raw(&out, names.len())?;
+        self.check(dst, &replies, |_| true)?;
+        out.clear();
+        for s in &names {
+            resp::encode_request(&mut out, &["CLUSTER", "SETSLOT", s, "MIGRATING", &dst_id]);
+            resp::encode_request(&mut out, &["SLOTHOLD", s, HOLD_MS]);
+        }
+        let replies = self.nodes[src].raw(&out, 2 * names.len())?;
         // An engine that refuses SLOTHOLD only leaves Redis's -ASK in place (`Mover::hold`).
         self.check(src, &replies, |i| i % 2 == 0)?;
         self.pacer.rest();
@@ -111,6 +112,7 @@ impl Mover {
             self.nodes[src].select(db)?;
             let mut pending: Vec<&String> = names.iter().collect();
             let mut rounds = 0usize;
+            let batch = BATCH.to_string();
             while !pending.is_empty() {
                 rounds += 1;
                 if rounds > 1_000_000 {
@@ -119,12 +121,11 @@ impl Mover {
                         names[0]
                     ));
                 }
-                let batch = BATCH.to_string();
-                let asks: Vec<Vec<Vec<u8>>> = pending
-                    .iter()
-                    .map(|s| args(&["CLUSTER", "GETKEYSINSLOT", s, &batch]))
-                    .collect();
-                let replies = self.nodes[src].pipeline(&asks)?;
+                out.clear();
+                for s in &pending {
+                    resp::encode_request(&mut out, &["CLUSTER", "GETKEYSINSLOT", s, &batch]);
+                }
+                let replies = self.nodes[src].raw(&out, pending.len())?;
                 let mut keys = Vec::new();
                 let mut more = Vec::new();
                 for (s, reply) in pending.iter().zip(replies) {
@@ -168,8 +169,4 @@ impl Mover {
             _ => Ok(()),
         }
     }
-}
-
-fn args(a: &[&str]) -> Vec<Vec<u8>> {
-    a.iter().map(|s| s.as_bytes().to_vec()).collect()
 }

@@ -539,6 +539,12 @@ impl Engine {
             self.stats.active_expired_keys += removed as u64;
         }
         self.use_db(prev);
+        // A key table growing (`crate::position_index`) moves some buckets on every cron too,
+        // so one that stops growing does not keep two tables (Redis: `incrementallyRehash`).
+        for n in 0..self.dbs.len() {
+            self.db_mut(n)
+                .rehash_step(crate::position_index::CRON_BUCKETS);
+        }
         if let (Some(t0), Some(clock)) = (started, self.host.clock) {
             crate::latency::after_expire_cycle(self, clock().saturating_sub(t0), now_us);
         }

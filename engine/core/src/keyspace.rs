@@ -163,7 +163,7 @@ impl KsEvent {
 /// a flushed keyspace (FLUSHALL/FLUSHDB ASYNC), a slice at a time, or one value UNLINK
 /// removed.
 pub enum Graveyard {
-    Keys(std::vec::IntoIter<Slot>),
+    Keys(crate::chunked::Chunked<Slot>),
     Value(Value),
 }
 
@@ -208,6 +208,11 @@ impl Db {
 
     pub fn volatile_len(&self) -> usize {
         self.map.volatile_len()
+    }
+
+    /// A step of the key table's growth under way, if any ([`KeyTable::rehash_step`]).
+    pub fn rehash_step(&mut self, buckets: usize) -> usize {
+        self.map.rehash_step(buckets)
     }
 
     pub fn used_bytes(&self) -> usize {
@@ -790,7 +795,7 @@ impl Keyspace {
     /// Calls `f` for every live key (KEYS). O(n).
     pub fn for_each_live<'a>(&'a self, now_ms: u64, mut f: impl FnMut(&'a [u8], &'a Value)) {
         let m = &self.data.map;
-        for (i, s) in m.slots().iter().enumerate() {
+        for (i, s) in m.slots().enumerate() {
             if !Self::is_expired(m, i, now_ms) {
                 f(s.key(), s.value());
             }
@@ -834,7 +839,7 @@ impl Keyspace {
         self.dirty += old.len() as u64;
         self.data.used_bytes = 0;
         if lazy && !old.is_empty() {
-            self.graveyard.push(Graveyard::Keys(old.into_iter()));
+            self.graveyard.push(Graveyard::Keys(old));
         }
     }
 
@@ -846,7 +851,7 @@ impl Keyspace {
                 break;
             };
             match g {
-                Graveyard::Keys(keys) => match keys.next() {
+                Graveyard::Keys(keys) => match keys.pop() {
                     Some(_) => freed += 1,
                     None => {
                         self.graveyard.pop();
@@ -912,7 +917,7 @@ impl Keyspace {
         let m = &self.data.map;
         let mut n = 0;
         let mut bytes = 0;
-        for (i, s) in m.slots().iter().enumerate() {
+        for (i, s) in m.slots().enumerate() {
             bytes += entry_bytes(s.key(), s.value(), m.has_expire(i));
             n += usize::from(m.has_expire(i));
         }

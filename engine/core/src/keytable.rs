@@ -30,8 +30,9 @@
 use std::hash::BuildHasher;
 
 use foldhash::fast::FixedState;
-use hashbrown::HashTable;
 
+use crate::chunked::Chunked;
+use crate::position_index::PositionIndex;
 use crate::types::Value;
 
 /// Longest key stored inside its slot.
@@ -170,12 +171,12 @@ pub struct Removed {
 /// See the module doc.
 #[derive(Clone)]
 pub struct KeyTable {
-    slots: Vec<Slot>,
-    index: HashTable<u32>,
+    slots: Chunked<Slot>,
+    index: PositionIndex,
     /// Empty, or one entry per slot (see the module doc).
-    expires: Vec<u64>,
+    expires: Chunked<u64>,
     volatile: Vec<u32>,
-    vindex: HashTable<u32>,
+    vindex: PositionIndex,
     hasher: FixedState,
 }
 
@@ -183,11 +184,11 @@ impl KeyTable {
     /// An empty table whose key hashes are keyed by `seed`.
     pub fn with_seed(seed: u64) -> KeyTable {
         KeyTable {
-            slots: Vec::new(),
-            index: HashTable::new(),
-            expires: Vec::new(),
+            slots: Chunked::new(),
+            index: PositionIndex::new(),
+            expires: Chunked::new(),
             volatile: Vec::new(),
-            vindex: HashTable::new(),
+            vindex: PositionIndex::new(),
             hasher: FixedState::with_seed(seed),
         }
     }
@@ -295,17 +296,13 @@ impl KeyTable {
         let h = self.hash_key(key);
         let i = self.next_position();
         let (slots, hasher) = (&self.slots, &self.hasher);
-        match self.index.entry(
+        let inserted = self.index.insert_if_absent(
             h,
+            i as u32,
             |&j| slots[j as usize].key.key() == key,
             |&j| hasher.hash_one(slots[j as usize].key.key()),
-        ) {
-            hashbrown::hash_table::Entry::Occupied(_) => return None,
-            hashbrown::hash_table::Entry::Vacant(v) => {
-                v.insert(i as u32);
-            }
-        }
-        Some(self.push_slot(key, value, access))
+        );
+        inserted.then(|| self.push_slot(key, value, access))
     }
 
     fn next_position(&self) -> usize {
@@ -333,7 +330,7 @@ impl KeyTable {
     pub fn set_expire(&mut self, i: usize, at: u64) -> bool {
         if self.expires.is_empty() {
             // The first TTL: from now on `expires` runs parallel to `slots`.
-            self.expires = vec![0; self.slots.len()];
+            self.expires = Chunked::from_elem(0, self.slots.len());
         }
         self.expires[i] = at;
         if self.has_expire(i) {
@@ -364,12 +361,13 @@ impl KeyTable {
     /// Removes volatile entry `v` (its slot's flag is the caller's business).
     fn volatile_remove(&mut self, v: usize) {
         let h = self.hash_pos(self.volatile[v]);
-        match self.vindex.find_entry(h, |&w| w as usize == v) {
-            Ok(e) => {
-                e.remove();
-            }
-            Err(_) => unreachable!("a volatile entry is indexed"),
-        }
+        let (volatile, hasher) = (&self.volatile, &self.hasher);
+        let removed = self.vindex.remove(
+            h,
+            |&w| w as usize == v,
+            |&w| hasher.hash_one(volatile[w as usize]),
+        );
+        assert!(removed.is_some(), "a volatile entry is indexed");
         let last = self.volatile.len() - 1;
         self.volatile.swap_remove(v);
         if v < last {
@@ -387,12 +385,13 @@ impl KeyTable {
     pub fn swap_remove(&mut self, i: usize) -> Removed {
         let expire_at = self.clear_expire(i);
         let h = self.hash_key(self.slots[i].key.key());
-        match self.index.find_entry(h, |&j| j as usize == i) {
-            Ok(e) => {
-                e.remove();
-            }
-            Err(_) => unreachable!("a slot is indexed"),
-        }
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        let removed = self.index.remove(
+            h,
+            |&j| j as usize == i,
+            |&j| hasher.hash_one(slots[j as usize].key.key()),
+        );
+        assert!(removed.is_some(), "a slot is indexed");
         let last = self.slots.len() - 1;
         let slot = self.slots.swap_remove(i);
         if !self.expires.is_empty() {
@@ -409,14 +408,15 @@ impl KeyTable {
             *j = i as u32;
             if self.has_expire(i) {
                 let hl = self.hash_pos(last as u32);
-                let volatile = &self.volatile;
-                let v = match self
+                let (volatile, hasher) = (&self.volatile, &self.hasher);
+                let v = self
                     .vindex
-                    .find_entry(hl, |&v| volatile[v as usize] == last as u32)
-                {
-                    Ok(e) => e.remove().0,
-                    Err(_) => unreachable!("a volatile slot has a volatile entry"),
-                };
+                    .remove(
+                        hl,
+                        |&v| volatile[v as usize] == last as u32,
+                        |&w| hasher.hash_one(volatile[w as usize]),
+                    )
+                    .expect("a volatile slot has a volatile entry");
                 self.volatile[v as usize] = i as u32;
                 let (volatile, hasher) = (&self.volatile, &self.hasher);
                 self.vindex
@@ -449,17 +449,28 @@ impl KeyTable {
     }
 
     /// Every slot, in position order.
-    pub fn slots(&self) -> &[Slot] {
-        &self.slots
+    pub fn slots(&self) -> impl Iterator<Item = &Slot> + '_ {
+        self.slots.iter()
     }
 
     /// Every slot, owned, emptying the table (FLUSHALL ASYNC hands them to the graveyard).
-    pub fn take_slots(&mut self) -> Vec<Slot> {
-        self.index = HashTable::new();
-        self.expires = Vec::new();
+    pub fn take_slots(&mut self) -> Chunked<Slot> {
+        self.index = PositionIndex::new();
+        self.expires = Chunked::new();
         self.volatile = Vec::new();
-        self.vindex = HashTable::new();
+        self.vindex = PositionIndex::new();
         std::mem::take(&mut self.slots)
+    }
+
+    /// Moves up to `buckets` buckets of each index's growth under way (the engine's cron, as
+    /// Redis's `incrementallyRehash`); returns the buckets visited (0: no growth under way).
+    pub fn rehash_step(&mut self, buckets: usize) -> usize {
+        let (slots, volatile, hasher) = (&self.slots, &self.volatile, &self.hasher);
+        self.index
+            .rehash_step(buckets, |&j| hasher.hash_one(slots[j as usize].key.key()))
+            + self
+                .vindex
+                .rehash_step(buckets, |&w| hasher.hash_one(volatile[w as usize]))
     }
 
     /// Makes room for `n` more keys.
@@ -529,6 +540,45 @@ mod tests {
             assert_eq!(r.access, 7);
             assert!(t.is_empty());
         }
+    }
+
+    #[test]
+    fn a_growing_table_keeps_every_key_and_ttl_while_its_indexes_move() {
+        // Past INCREMENTAL_FROM both indexes grow a few buckets per insert: removals, TTLs
+        // and lookups meet keys in either table of a growth (and slots past a chunk's edge).
+        let mut t = KeyTable::with_seed(3);
+        let mut grew = (false, false);
+        let mut removed = 0;
+        for n in 0..60_000u32 {
+            let key = format!("key:{n}");
+            let i = t.insert_new(key.as_bytes(), sv("v"), n);
+            if n % 2 == 0 {
+                t.set_expire(i, u64::from(n) + 1);
+            }
+            grew.0 |= t.index.is_rehashing();
+            grew.1 |= t.vindex.is_rehashing();
+            if n % 7 == 3 {
+                let victim = format!("key:{}", n / 2);
+                if let Some(j) = t.find(victim.as_bytes()) {
+                    let r = t.swap_remove(j);
+                    assert_eq!(&r.key[..], victim.as_bytes());
+                    assert_eq!(
+                        r.expire_at,
+                        ((n / 2) % 2 == 0).then_some(u64::from(n / 2) + 1)
+                    );
+                    removed += 1;
+                }
+            }
+            if n % 4999 == 0 || t.index.is_rehashing() && n % 97 == 0 {
+                t.check();
+            }
+        }
+        assert_eq!(grew, (true, true), "both indexes grew incrementally");
+        t.check();
+        assert_eq!(t.len(), 60_000 - removed);
+        while t.rehash_step(1 << 20) > 0 {}
+        assert!(!t.index.is_rehashing() && !t.vindex.is_rehashing());
+        t.check();
     }
 
     #[test]

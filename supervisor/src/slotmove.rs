@@ -119,6 +119,8 @@ pub struct Node {
     /// A recached engine (`INFO server` has `recached_version`): batches between two of
     /// them are relayed (`slotmove_relay.rs`) instead of MIGRATEd.
     pub recached: bool,
+    /// Its slot index was built in steps on this connection (`Mover::build_slot_index`).
+    pub slot_keys_ready: bool,
 }
 
 impl Node {
@@ -134,6 +136,7 @@ impl Node {
             generation: 0,
             dbs_seen: None,
             recached: false,
+            slot_keys_ready: false,
         }
     }
 
@@ -192,6 +195,7 @@ impl Node {
     /// Drops the connection (and whatever it holds on the engine: its key locks).
     pub fn disconnect(&mut self) {
         self.conn = None;
+        self.slot_keys_ready = false;
     }
 
     /// Writes `bytes` (`n` requests) and reads `n` replies. An I/O error drops the connection.

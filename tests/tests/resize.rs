@@ -659,7 +659,8 @@ fn a_resize_relays_its_batches_and_the_source_feeds_migrated() {
 
 /// Neighbouring slots between the same two engines move as groups (supervisor
 /// `slotmove_group.rs`): a relayed batch carries the keys of several slots, so the sources run
-/// far fewer `TXLOCK`s than there are non-empty slots moved, and every key arrives.
+/// far fewer `TXLOCK`s than there are non-empty slots moved, and every key arrives. Each
+/// source built its slot index in steps (`SLOTKEYSBUILD`) first.
 #[test]
 fn a_resize_moves_neighbouring_slots_in_groups() {
     const N: usize = 20_000;
@@ -689,13 +690,18 @@ fn a_resize_moves_neighbouring_slots_in_groups() {
     let mut txlocks = 0;
     for port in [base, base + 1] {
         let stats = cmd(&mut Resp::connect(port), &["INFO", "commandstats"]);
-        let calls = stats
-            .split("cmdstat_txlock:calls=")
-            .nth(1)
-            .and_then(|r| r.split(',').next())
-            .and_then(|n| n.parse::<usize>().ok())
-            .unwrap_or_else(|| panic!("engine {port} ran no TXLOCK: {stats}"));
-        txlocks += calls;
+        let calls = |name: &str| {
+            stats
+                .split(&format!("cmdstat_{name}:calls="))
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .and_then(|n| n.parse::<usize>().ok())
+                .unwrap_or_else(|| panic!("engine {port} ran no {name}: {stats}"))
+        };
+        txlocks += calls("txlock");
+        // Each source listed its keys by slot in steps before its first group, instead of
+        // in its first GETKEYSINSLOT (supervisor `Mover::build_slot_index`).
+        assert!(calls("slotkeysbuild") >= 1);
     }
     // One batch per slot would be one TXLOCK per non-empty slot (about 3,800 here).
     assert!(

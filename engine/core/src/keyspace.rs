@@ -198,6 +198,22 @@ impl Db {
         self.index
     }
 
+    /// A step of this database's slot index walk (`SLOTKEYSBUILD`): started if there is no
+    /// index, up to `budget` keys listed; returns the keys still to list.
+    pub(crate) fn walk_slot_keys(&mut self, budget: usize, now_ms: u64) -> usize {
+        let map = &self.map;
+        let sk = self.slot_keys.get_or_insert_with(|| {
+            // The keys' bytes, estimated from 64 of them spread over the table (+ 1/8).
+            let n = map.len();
+            let picks = n.min(64);
+            let sampled: usize = (0..picks).map(|j| map.key(j * n / picks).len()).sum();
+            let bytes = (sampled * n / picks.max(1)) * 9 / 8;
+            Box::new(crate::slotkeys::SlotKeys::start(n, bytes, now_ms))
+        });
+        sk.last_use_ms = now_ms;
+        sk.walk(map.len(), |i| map.key(i), budget)
+    }
+
     pub fn len(&self) -> usize {
         self.map.len()
     }

@@ -26,6 +26,12 @@ pub const IDLE_MS: u64 = 60_000;
 
 /// Per-slot lists of keys of one database.
 pub struct SlotKeys {
+    /// Positions `0..unwalked` of the key table not yet listed: a walk in steps
+    /// ([`SlotKeys::start`], [`SlotKeys::walk`]); 0 once complete. The walk goes downwards:
+    /// a key inserted meanwhile lands above it and is listed by [`SlotKeys::added`]; a
+    /// removal moves the table's last key (already listed) into its hole, and a hole below
+    /// the walk only lists that key twice, which readers drop.
+    unwalked: usize,
     /// The bytes of every listed key, back to back: one allocation for all of them rather
     /// than one per key (and none per key listed by GETKEYSINSLOT's duplicate check).
     arena: Vec<u8>,
@@ -65,10 +71,48 @@ impl SlotKeys {
             buckets[usize::from(slot)].push(e);
         }
         SlotKeys {
+            unwalked: 0,
             arena,
             buckets,
             last_use_ms: now_ms,
         }
+    }
+
+    /// An index of a database of `len` keys that lists none yet: [`SlotKeys::walk`] lists
+    /// them a step at a time (`SLOTKEYSBUILD`, so that a large database's walk is not one
+    /// long stall of the engine).
+    /// `key_bytes`: about how many bytes its keys have in all (the arena is allocated at
+    /// once rather than copied as it doubles during the walk).
+    pub fn start(len: usize, key_bytes: usize, now_ms: u64) -> SlotKeys {
+        SlotKeys {
+            unwalked: len,
+            arena: Vec::with_capacity(key_bytes),
+            buckets: (0..SLOTS).map(|_| Vec::new()).collect(),
+            last_use_ms: now_ms,
+        }
+    }
+
+    /// Lists up to `budget` more keys of the table (`len` keys now, position `i`'s key
+    /// `key_at(i)`); returns how many are still to list.
+    pub fn walk<'a>(
+        &mut self,
+        len: usize,
+        key_at: impl Fn(usize) -> &'a [u8],
+        budget: usize,
+    ) -> usize {
+        // Removals since the last step shrank the table: what is above it is gone.
+        self.unwalked = self.unwalked.min(len);
+        let end = self.unwalked.saturating_sub(budget);
+        for i in (end..self.unwalked).rev() {
+            self.added(key_at(i));
+        }
+        self.unwalked = end;
+        end
+    }
+
+    /// Keys still to list before the index is complete.
+    pub fn unwalked(&self) -> usize {
+        self.unwalked
     }
 
     /// A key was inserted.
@@ -140,6 +184,33 @@ pub fn cron(e: &mut crate::Engine, now_ms: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_walk_in_steps_lists_every_key_despite_inserts_and_removals_between_steps() {
+        // The table as a vector with the key table's swap_remove.
+        let mut table: Vec<Vec<u8>> = (0..5000).map(|i| format!("k{i}").into_bytes()).collect();
+        let mut idx = SlotKeys::start(table.len(), 0, 0);
+        let mut step = 0;
+        while idx.walk(table.len(), |i| &table[i], 300) > 0 {
+            step += 1;
+            // Between steps: an insert (listed by the hook, as the keyspace does), and two
+            // removals, one below the walk and one above it.
+            let k = format!("new{step}").into_bytes();
+            idx.added(&k);
+            table.push(k);
+            let low = (step * 7) % idx.unwalked().max(1);
+            table.swap_remove(low);
+            let high = table.len() - 1 - step % 50;
+            table.swap_remove(high);
+        }
+        assert!(step > 10, "walked in steps");
+        let live: HashSet<&[u8]> = table.iter().map(|k| &k[..]).collect();
+        let mut listed = 0;
+        for s in 0..SLOTS {
+            listed += idx.count(s, |k| live.contains(k));
+        }
+        assert_eq!(listed, table.len(), "every key of the table listed once");
+    }
 
     #[test]
     fn lists_live_distinct_keys_and_drops_dead_ones() {

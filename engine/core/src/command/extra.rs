@@ -13,6 +13,8 @@
 //!   MIGRATE deletes them (docs/cluster.md, `crate::dump::migrate`).
 //! - `SLOTHOLD`: a slot `recached resize` moves without `-ASK` (docs/cluster.md,
 //!   `crate::cmd::cluster::hold`).
+//! - `SLOTKEYSBUILD`: the slot index `recached resize` has built in steps before it moves
+//!   slots from a node (docs/cluster.md, `crate::slotkeys`).
 //! - `TXID`: the connection's client id, unseen by MONITOR (the proxy's CLIENT UNBLOCK).
 //! - `TXDISCOVER`, `TXGUEST`, `TXLOCK`, `TXUNLOCK`: key locks, guests and undeclared keys of a transaction spanning engines, taken by the proxy
 //!   (docs/transactions.md, `crate::txlock`).
@@ -290,6 +292,36 @@ pub static EXTRA: &[CommandSpec] = &[
             ("since", Val::Str("1.0.0")),
             ("group", Val::Str("cluster")),
             ("complexity", Val::Str("O(1)")),
+        ]),
+    },
+    CommandSpec {
+        name: "slotkeysbuild",
+        arity: 2,
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE),
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        tips: &[],
+        key_specs: &[],
+        getkeys: None,
+        handler: Some(h::slotkeysbuild),
+        subcommands: &[],
+        docs: Val::Map(&[
+            (
+                "summary",
+                Val::Str(
+                    "List up to count more keys in this node's slot indexes, replying the keys \
+                     still to list (internal: sent by recached resize before it moves slots, \
+                     docs/cluster.md)",
+                ),
+            ),
+            ("since", Val::Str("1.0.0")),
+            ("group", Val::Str("cluster")),
+            ("complexity", Val::Str("O(count)")),
         ]),
     },
     CommandSpec {

@@ -194,6 +194,7 @@ pub use crate::cmd::keys::pttl;
 pub use crate::cmd::pubsub::publish_cmd as publish;
 pub use crate::cmd::pubsub::publishlocal;
 pub use crate::cmd::cluster::hold::slothold;
+pub use crate::cmd::cluster::slotkeysbuild;
 pub use crate::txlock::txabort;
 pub use crate::txlock::txcommit;
 pub use crate::txlock::txdiscover;

@@ -700,6 +700,12 @@ pub(crate) fn with_slot_keys<R>(
 ) -> R {
     let d = e.db_mut(db);
     let mut sk = match d.slot_keys.take() {
+        // A walk `SLOTKEYSBUILD` began is finished now.
+        Some(sk) if sk.unwalked() > 0 => {
+            d.slot_keys = Some(sk);
+            d.walk_slot_keys(usize::MAX, now_ms);
+            d.slot_keys.take().expect("just walked")
+        }
         Some(sk) => sk,
         None => Box::new(crate::slotkeys::SlotKeys::build(
             d.iter_entries().map(|(k, _)| k),

@@ -362,6 +362,61 @@ fn the_slot_index_follows_later_inserts() {
     );
 }
 
+/// `SLOTKEYSBUILD count` (reply.rs): the slot indexes of every database listed in steps, the
+/// reply counting the keys still to list; what the steps missed meanwhile (keys inserted,
+/// removed, or a step left unfinished) reads right through GETKEYSINSLOT.
+#[test]
+fn slotkeysbuild_lists_every_database_in_steps() {
+    let mut e = engine(&NODES, 0);
+    let mut c = client();
+    let (k1, _, s) = slot_keys();
+    let ss = s.to_string();
+    // Keys this node owns: k1's hash tag, so all in slot `s`.
+    let tag = &k1[..k1.len() - 1];
+    for i in 0..30 {
+        assert_eq!(
+            run(&mut e, &mut c, &["SET", &format!("{tag}x{i}"), "v"]),
+            "+OK\r\n"
+        );
+    }
+    run(&mut e, &mut c, &["SELECT", "2"]);
+    for i in 0..20 {
+        assert_eq!(
+            run(&mut e, &mut c, &["SET", &format!("{tag}y{i}"), "v"]),
+            "+OK\r\n"
+        );
+    }
+    assert_eq!(run(&mut e, &mut c, &["SLOTKEYSBUILD", "25"]), ":25\r\n");
+    // Between steps: a key of the slot inserted in db 2, one of db 0 deleted.
+    run(&mut e, &mut c, &["SET", &k1, "v"]);
+    run(&mut e, &mut c, &["SELECT", "0"]);
+    run(&mut e, &mut c, &["DEL", &format!("{tag}x29")]);
+    // db 0 finishes its 5; db 2 lists 5 of its 20 (k1 sits above its walk: listed already).
+    assert_eq!(run(&mut e, &mut c, &["SLOTKEYSBUILD", "10"]), ":15\r\n");
+    // Left unfinished: the first GETKEYSINSLOT finishes the walk of its database.
+    run(&mut e, &mut c, &["SELECT", "2"]);
+    assert!(
+        run(&mut e, &mut c, &["CLUSTER", "GETKEYSINSLOT", &ss, "100"]).starts_with("*21\r\n"),
+        "db 2's 20 keys and k1"
+    );
+    assert_eq!(run(&mut e, &mut c, &["SLOTKEYSBUILD", "1000"]), ":0\r\n");
+    run(&mut e, &mut c, &["SELECT", "0"]);
+    assert_eq!(
+        run(&mut e, &mut c, &["CLUSTER", "COUNTKEYSINSLOT", &ss]),
+        ":29\r\n",
+        "db 0's keys but the deleted one, each once"
+    );
+    assert_eq!(
+        run(&mut e, &mut c, &["SLOTKEYSBUILD", "0"]),
+        "-ERR SLOTKEYSBUILD count must be a positive integer\r\n"
+    );
+    let mut standalone = Engine::new(Config::default());
+    assert_eq!(
+        run(&mut standalone, &mut c, &["SLOTKEYSBUILD", "10"]),
+        "-ERR This instance has cluster support disabled\r\n"
+    );
+}
+
 /// `SLOTHOLD` (hold.rs): while the mover holds a migrating slot, a request that would get
 /// `-ASK` is postponed (keys still here run), a `BYPASS` connection gets Redis's `-ASK`, and
 /// the slot's `SETSLOT NODE` wakes the postponed connection, whose request then gets `-MOVED`.

@@ -203,11 +203,14 @@ impl Db {
     pub(crate) fn walk_slot_keys(&mut self, budget: usize, now_ms: u64) -> usize {
         let map = &self.map;
         let sk = self.slot_keys.get_or_insert_with(|| {
-            // The keys' bytes, estimated from 64 of them spread over the table (+ 1/8).
+            // The keys' bytes, estimated from 64 of them spread over the table (+ 1/8), at
+            // most ARENA_RESERVE_MAX up front (huge keys then grow it as they come).
             let n = map.len();
             let picks = n.min(64);
-            let sampled: usize = (0..picks).map(|j| map.key(j * n / picks).len()).sum();
-            let bytes = (sampled * n / picks.max(1)) * 9 / 8;
+            let stride = n / picks.max(1);
+            let sampled: usize = (0..picks).map(|j| map.key(j * stride).len()).sum();
+            let bytes = (sampled / picks.max(1)).saturating_mul(n).saturating_mul(9) / 8;
+            let bytes = bytes.min(crate::slotkeys::ARENA_RESERVE_MAX);
             Box::new(crate::slotkeys::SlotKeys::start(n, bytes, now_ms))
         });
         sk.last_use_ms = now_ms;

@@ -21,6 +21,9 @@ use std::collections::HashSet;
 
 use crate::slot::{SLOTS, key_slot};
 
+/// Most bytes of key arena a stepped walk allocates before it starts ([`SlotKeys::start`]).
+pub const ARENA_RESERVE_MAX: usize = 64 << 20;
+
 /// How long an index no slot uses is kept (ms): a reshard pauses between slots.
 pub const IDLE_MS: u64 = 60_000;
 

@@ -146,13 +146,7 @@ mod tests {
     fn behaves_as_a_vec_across_chunk_edges() {
         let mut c = Chunked::new();
         let mut v = Vec::new();
-        let mut rng = 7u64;
-        let mut next = move |n: u64| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng % n
-        };
+        let mut next = crate::test_rng::below(7);
         for step in 0..200_000u64 {
             if next(5) < 3 || v.is_empty() {
                 c.push(step);

@@ -584,13 +584,7 @@ mod tests {
     #[test]
     fn removals_repoint_the_moved_slot_and_its_ttl() {
         let mut t = KeyTable::with_seed(5);
-        let mut rng = 99u64;
-        let mut next = move |n: u64| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng % n
-        };
+        let mut next = crate::test_rng::below(99);
         for step in 0..20_000u64 {
             let key = format!("key-{}-{}", next(300), "x".repeat(next(30) as usize));
             match (t.find(key.as_bytes()), next(4)) {

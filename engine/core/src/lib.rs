@@ -91,6 +91,8 @@ pub mod slot;
 pub mod slotkeys;
 pub mod slowlog;
 pub mod snapshot;
+#[cfg(test)]
+mod test_rng;
 pub mod tracking;
 pub mod txlock;
 pub mod types;

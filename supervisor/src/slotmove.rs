@@ -50,8 +50,8 @@
 //! host whose cores already serve clients their latency rises tenfold and more
 //! (`scripts/bench-reshard.sh`). With a [`Pacer`] of pace `p` < 1 the mover, after each slot
 //! or group (its batches and its commit) and each `SCAN` page, sleeps `(1 − p) / p` times as
-//! long as the work took, so its requests keep the engines busy about `p` of the time. Moving one slot,
-//! it never sleeps in the middle of it: the source holds the slot meanwhile (`SLOTHOLD`,
+//! long as the work took, so its requests keep the engines busy about `p` of the time. Moving
+//! one slot, it never sleeps in the middle of it: the source holds the slot meanwhile (`SLOTHOLD`,
 //! [`Mover::hold`]), and clients of its moved keys wait for the commit. A group rests after
 //! each of its steps (`slotmove_group.rs` says why), its slots held meanwhile; never while a
 //! relayed batch holds its keys' locks.

@@ -615,3 +615,42 @@ impl Engine {
         self.ks.dirty
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Client, Config, Engine};
+
+    /// A key table that stops growing mid-growth is finished by the cron, not left with two
+    /// tables (and lookups probing both) until the next insert.
+    #[test]
+    fn the_cron_finishes_a_growth_no_insert_continues() {
+        let now_us = 1_767_225_600_000_000;
+        let mut e = Engine::new(Config::default());
+        let mut out = Vec::new();
+        let mut n = 0;
+        while !e.db(0).is_rehashing() {
+            assert!(n < 100_000, "no incremental growth in 100,000 keys");
+            let key = format!("key:{n}");
+            let argv: Vec<&[u8]> = vec![b"SET", key.as_bytes(), b"v"];
+            e.exec(&mut Client::default(), &argv, now_us, &mut out);
+            n += 1;
+        }
+        let mut crons = 0;
+        while e.db(0).is_rehashing() {
+            assert!(crons < 100, "the cron does not finish the growth");
+            e.cron(now_us + crons * 100_000);
+            crons += 1;
+        }
+        out.clear();
+        e.exec(&mut Client::default(), &[b"DBSIZE"], now_us, &mut out);
+        assert_eq!(out, format!(":{n}\r\n").into_bytes());
+        out.clear();
+        e.exec(
+            &mut Client::default(),
+            &[b"GET", b"key:0"],
+            now_us,
+            &mut out,
+        );
+        assert_eq!(out, b"$1\r\nv\r\n");
+    }
+}

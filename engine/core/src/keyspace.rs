@@ -198,9 +198,9 @@ impl Db {
         self.index
     }
 
-    /// A step of this database's slot index walk (`SLOTKEYSBUILD`): started if there is no
-    /// index, up to `budget` keys listed; returns the keys still to list.
-    pub(crate) fn walk_slot_keys(&mut self, budget: usize, now_ms: u64) -> usize {
+    /// A step of this database's slot index walk (`crate::slotkeys`): started if there is no
+    /// index, up to `budget` keys listed; returns the keys listed and the keys still to list.
+    pub(crate) fn walk_slot_keys(&mut self, budget: usize, now_ms: u64) -> (usize, usize) {
         let map = &self.map;
         let sk = self.slot_keys.get_or_insert_with(|| {
             // The keys' bytes, estimated from 64 of them spread over the table (+ 1/8), at
@@ -214,7 +214,8 @@ impl Db {
             Box::new(crate::slotkeys::SlotKeys::start(n, bytes, now_ms))
         });
         sk.last_use_ms = now_ms;
-        sk.walk(map.len(), |i| map.key(i), budget)
+        let listed = sk.walk(map.len(), |i| map.key(i), budget);
+        (listed, sk.unwalked())
     }
 
     pub fn len(&self) -> usize {
@@ -227,6 +228,11 @@ impl Db {
 
     pub fn volatile_len(&self) -> usize {
         self.map.volatile_len()
+    }
+
+    /// Whether the key table's growth is under way ([`KeyTable::is_rehashing`]).
+    pub fn is_rehashing(&self) -> bool {
+        self.map.is_rehashing()
     }
 
     /// A step of the key table's growth under way, if any ([`KeyTable::rehash_step`]).

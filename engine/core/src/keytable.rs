@@ -462,6 +462,11 @@ impl KeyTable {
         std::mem::take(&mut self.slots)
     }
 
+    /// Whether an index's growth is under way (`crate::position_index`).
+    pub fn is_rehashing(&self) -> bool {
+        self.index.is_rehashing() || self.vindex.is_rehashing()
+    }
+
     /// Moves up to `buckets` buckets of each index's growth under way (the engine's cron, as
     /// Redis's `incrementallyRehash`); returns the buckets visited (0: no growth under way).
     pub fn rehash_step(&mut self, buckets: usize) -> usize {

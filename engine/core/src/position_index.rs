@@ -152,13 +152,13 @@ impl PositionIndex {
         if self.table.len() < self.table.capacity() {
             return;
         }
+        // Full before a growth under way ended (module doc: never, with STEP ≥ 2): it ends
+        // now, so `old` never holds entries of two generations.
+        self.finish(rehash);
         if self.table.capacity() < INCREMENTAL_FROM {
-            // Small: hashbrown grows it in the insert itself (after any growth is finished,
-            // so `old` never holds entries of two generations).
-            self.finish(rehash);
+            // Small: hashbrown grows it in the insert itself.
             return;
         }
-        self.finish(rehash);
         let bigger = HashTable::with_capacity(self.table.capacity() * 2);
         self.old = std::mem::replace(&mut self.table, bigger);
         self.cursor = 0;

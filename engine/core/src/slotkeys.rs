@@ -5,7 +5,8 @@
 //! # Why it exists only on demand
 //!
 //! Redis keeps this index on every insert and delete of every deployment. Here it is built
-//! by one walk of a database the first time a slot command needs it, then kept current on
+//! by one walk of a database the first time a slot command needs it (or in steps, by
+//! `SLOTKEYSBUILD`), then kept current on
 //! inserts only (one CRC16 and one copy of the key per new key), and dropped by
 //! [`cron`] when no slot is migrating or importing and no slot command used it for
 //! [`IDLE_MS`]. A fleet that never moves a slot pays one `Option` test per new key. While it
@@ -58,32 +59,9 @@ impl Entry {
 }
 
 impl SlotKeys {
-    /// The index of `keys` (every key of a database): one pass to copy the keys and count
-    /// them per slot, then each bucket allocated once at its size.
-    pub fn build<'a>(keys: impl Iterator<Item = &'a [u8]>, now_ms: u64) -> SlotKeys {
-        let mut arena = Vec::new();
-        let mut placed: Vec<(u16, Entry)> = Vec::with_capacity(keys.size_hint().0);
-        let mut counts = vec![0usize; usize::from(SLOTS)];
-        for k in keys {
-            let slot = key_slot(k);
-            counts[usize::from(slot)] += 1;
-            placed.push((slot, push(&mut arena, k)));
-        }
-        let mut buckets: Vec<Vec<Entry>> = counts.iter().map(|&n| Vec::with_capacity(n)).collect();
-        for (slot, e) in placed {
-            buckets[usize::from(slot)].push(e);
-        }
-        SlotKeys {
-            unwalked: 0,
-            arena,
-            buckets,
-            last_use_ms: now_ms,
-        }
-    }
-
     /// An index of a database of `len` keys that lists none yet: [`SlotKeys::walk`] lists
-    /// them a step at a time (`SLOTKEYSBUILD`, so that a large database's walk is not one
-    /// long stall of the engine).
+    /// them, all at once for the first slot command, or a step at a time (`SLOTKEYSBUILD`, so
+    /// that a large database's walk is not one long stall of the engine).
     /// `key_bytes`: about how many bytes its keys have in all (the arena is allocated at
     /// once rather than copied as it doubles during the walk).
     pub fn start(len: usize, key_bytes: usize, now_ms: u64) -> SlotKeys {
@@ -96,7 +74,7 @@ impl SlotKeys {
     }
 
     /// Lists up to `budget` more keys of the table (`len` keys now, position `i`'s key
-    /// `key_at(i)`); returns how many are still to list.
+    /// `key_at(i)`); returns how many it listed ([`SlotKeys::unwalked`]: how many are left).
     pub fn walk<'a>(
         &mut self,
         len: usize,
@@ -104,13 +82,13 @@ impl SlotKeys {
         budget: usize,
     ) -> usize {
         // Removals since the last step shrank the table: what is above it is gone.
-        self.unwalked = self.unwalked.min(len);
-        let end = self.unwalked.saturating_sub(budget);
-        for i in (end..self.unwalked).rev() {
+        let top = self.unwalked.min(len);
+        let end = top.saturating_sub(budget);
+        for i in (end..top).rev() {
             self.added(key_at(i));
         }
         self.unwalked = end;
-        end
+        top - end
     }
 
     /// Keys still to list before the index is complete.
@@ -194,7 +172,11 @@ mod tests {
         let mut table: Vec<Vec<u8>> = (0..5000).map(|i| format!("k{i}").into_bytes()).collect();
         let mut idx = SlotKeys::start(table.len(), 0, 0);
         let mut step = 0;
-        while idx.walk(table.len(), |i| &table[i], 300) > 0 {
+        loop {
+            idx.walk(table.len(), |i| &table[i], 300);
+            if idx.unwalked() == 0 {
+                break;
+            }
             step += 1;
             // Between steps: an insert (listed by the hook, as the keyspace does), and two
             // removals, one below the walk and one above it.
@@ -219,7 +201,8 @@ mod tests {
     fn lists_live_distinct_keys_and_drops_dead_ones() {
         let keys: Vec<Vec<u8>> = (0..50).map(|i| format!("{{a}}{i}").into_bytes()).collect();
         let s = key_slot(b"{a}");
-        let mut idx = SlotKeys::build(keys.iter().map(|k| &k[..]), 0);
+        let mut idx = SlotKeys::start(keys.len(), 0, 0);
+        assert_eq!(idx.walk(keys.len(), |i| &keys[i], usize::MAX), 50);
         idx.added(b"{a}0"); // re-added: a duplicate
         let live = |k: &[u8]| k != b"{a}3";
         assert_eq!(idx.count(s, live), 49);

@@ -690,8 +690,8 @@ fn cluster_of(e: &Engine) -> Result<&Cluster, CmdError> {
     }
 }
 
-/// Runs `f` with database `db`'s slot index (built by one walk if absent) and a test of
-/// whether a key is live in that database.
+/// Runs `f` with database `db`'s slot index (built by one walk if absent, or finished if
+/// `SLOTKEYSBUILD` left it part-built) and a test of whether a key is live in that database.
 pub(crate) fn with_slot_keys<R>(
     e: &mut Engine,
     db: usize,
@@ -699,20 +699,8 @@ pub(crate) fn with_slot_keys<R>(
     f: impl FnOnce(&mut crate::slotkeys::SlotKeys, &dyn Fn(&[u8]) -> bool) -> R,
 ) -> R {
     let d = e.db_mut(db);
-    let mut sk = match d.slot_keys.take() {
-        // A walk `SLOTKEYSBUILD` began is finished now.
-        Some(sk) if sk.unwalked() > 0 => {
-            d.slot_keys = Some(sk);
-            d.walk_slot_keys(usize::MAX, now_ms);
-            d.slot_keys.take().expect("just walked")
-        }
-        Some(sk) => sk,
-        None => Box::new(crate::slotkeys::SlotKeys::build(
-            d.iter_entries().map(|(k, _)| k),
-            now_ms,
-        )),
-    };
-    sk.last_use_ms = now_ms;
+    d.walk_slot_keys(usize::MAX, now_ms);
+    let mut sk = d.slot_keys.take().expect("walked: present");
     let d = e.db(db);
     let live = |k: &[u8]| d.peek_expired(k, now_ms) == Some(false);
     let r = f(&mut sk, &live);

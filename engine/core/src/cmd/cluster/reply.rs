@@ -233,13 +233,9 @@ pub fn slotkeysbuild(e: &mut Engine, c: &mut Call) -> Result<(), CmdError> {
         if d.is_empty() && d.slot_keys.is_none() {
             continue;
         }
-        let before = d
-            .slot_keys
-            .as_ref()
-            .map_or(d.len(), |sk| sk.unwalked().min(d.len()));
-        let after = d.walk_slot_keys(budget, c.now_ms);
-        budget -= before - after;
-        left += after;
+        let (listed, unwalked) = d.walk_slot_keys(budget, c.now_ms);
+        budget -= listed;
+        left += unwalked;
     }
     c.w().integer(left as i64);
     Ok(())

@@ -7,7 +7,7 @@ Connects to the engine on P, prints the nodes it knows as one JSON line, then GE
 engine postpones it until the move ends, then answers -MOVED, which redis-py follows) and
 prints one JSON line: the value, or the exception an application would see, and the nodes it
 knows after. Without the hold the engine answers -ASK for a node redis-py does not know, and
-redis-py 8.1 fails with AttributeError (as against redis-server 7.0.15: docs/cluster.md).
+redis-py 8.1 and 8.2 fail with AttributeError (as against redis-server 7.0.15: docs/cluster.md).
 """
 import argparse
 import json

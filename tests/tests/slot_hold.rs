@@ -6,7 +6,7 @@
 //!
 //! - redis-py's `RedisCluster` (newest release; it knows only engine 0) GETs the moved key:
 //!   engine 0 postpones it instead of answering `-ASK` for a node redis-py does not know
-//!   (which redis-py 8.1 fails on with AttributeError, against redis-server 7.0.15 too); the
+//!   (which redis-py 8.1 and 8.2 fail on with AttributeError, against redis-server 7.0.15 too); the
 //!   slot's `SETSLOT NODE` wakes it and redis-py follows the `-MOVED`: the value, no error;
 //! - the proxy (its links say `SLOTHOLD BYPASS`) reads the key during the hold: it gets
 //!   `-ASK` and follows it, without waiting for the move.

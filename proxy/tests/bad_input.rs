@@ -230,7 +230,7 @@ const STEPS: &[&[&str]] = &[
 
 fn run(resp3: bool) {
     let f = Fleet::start();
-    let reference = Redis::start(free_port());
+    let reference = Redis::start_free();
     let mut p = f.conn();
     let mut r = Conn::connect(reference.port);
     if resp3 {

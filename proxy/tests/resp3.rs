@@ -20,7 +20,7 @@ struct Pair {
 impl Pair {
     fn start() -> Pair {
         let fleet = Fleet::start();
-        let reference = Redis::start(free_port());
+        let reference = Redis::start_free();
         let mut proxy = fleet.conn();
         let mut direct = Conn::connect(reference.port);
         let (p, d) = (proxy.cmd(&["HELLO", "3"]), direct.cmd(&["HELLO", "3"]));
@@ -296,7 +296,7 @@ impl Locked {
         let r = Redis { port, child };
         wait_for(Duration::from_secs(10), || {
             let mut c = Conn::try_connect(port)?;
-            (c.cmd(&["AUTH", pass]) == b"+OK\r\n").then_some(())
+            (c.try_cmd(&["AUTH", pass])? == b"+OK\r\n").then_some(())
         })
         .expect("redis-server did not start");
         Locked(r)
@@ -332,7 +332,7 @@ fn hello_3_auth_through_a_proxy_that_logs_in_to_its_instances() {
     let proxy = thread::spawn(move || recached_proxy::run_until(opts, flag));
     let mut c = wait_for(Duration::from_secs(10), || {
         let mut c = Conn::try_connect(port)?;
-        (c.cmd(&["PING"]).starts_with(b"-NOAUTH")).then_some(c)
+        (c.try_cmd(&["PING"])?.starts_with(b"-NOAUTH")).then_some(c)
     })
     .expect("proxy did not start");
     assert!(

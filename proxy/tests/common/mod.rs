@@ -43,7 +43,22 @@ pub struct Redis {
 }
 
 impl Redis {
+    /// A redis-server on `port`, which must be free: panics if it does not answer PING.
     pub fn start(port: u16) -> Redis {
+        Redis::try_start(port).expect("redis-server did not start")
+    }
+
+    /// A redis-server on a free port. A port found free can be taken by a concurrent test
+    /// before redis-server binds it; then redis-server exits and another port is tried.
+    pub fn start_free() -> Redis {
+        (0..5)
+            .find_map(|_| Redis::try_start(free_port()))
+            .expect("redis-server did not start on any of 5 free ports")
+    }
+
+    /// Spawns redis-server on `port` and waits up to 10 s for its PONG; `None` (the child
+    /// reaped) if it exited first, e.g. because the port was taken.
+    pub fn try_start(port: u16) -> Option<Redis> {
         // SAVE/BGSAVE write dump.rdb: into a directory of the test's own, not the crate's.
         let dir = std::env::temp_dir().join(format!("recached-proxy-test-{port}"));
         std::fs::create_dir_all(&dir).expect("test directory");
@@ -56,13 +71,17 @@ impl Redis {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed");
-        let r = Redis { port, child };
-        wait_for(Duration::from_secs(10), || {
+        let mut r = Redis { port, child };
+        let up = wait_for(Duration::from_secs(10), || {
+            if !matches!(r.child.try_wait(), Ok(None)) {
+                return Some(false);
+            }
+            // A probe whose connection is refused or reset just tries again.
             let mut c = Conn::try_connect(port)?;
-            (c.cmd(&["PING"]) == b"+PONG\r\n").then_some(())
-        })
-        .expect("redis-server did not start");
-        r
+            (c.try_cmd(&["PING"])? == b"+PONG\r\n").then_some(true)
+        });
+        // Drop kills and reaps the child and removes its directory.
+        (up == Some(true)).then_some(r)
     }
 
     pub fn kill(&mut self) {
@@ -106,7 +125,7 @@ impl Proxy {
         let thread = Some(thread::spawn(move || run_until(opts, flag)));
         wait_for(Duration::from_secs(10), || {
             let mut c = Conn::try_connect(port)?;
-            (c.cmd(&["PING"]) == b"+PONG\r\n").then_some(())
+            (c.try_cmd(&["PING"])? == b"+PONG\r\n").then_some(())
         })
         .expect("proxy did not start");
         Proxy { port, stop, thread }
@@ -133,7 +152,7 @@ pub struct Fleet {
 
 impl Fleet {
     pub fn start() -> Fleet {
-        let redis: Vec<Redis> = (0..2).map(|_| Redis::start(free_port())).collect();
+        let redis: Vec<Redis> = (0..2).map(|_| Redis::start_free()).collect();
         let ports: Vec<u16> = redis.iter().map(|r| r.port).collect();
         let proxy = Proxy::start(&ports);
         Fleet { redis, proxy }
@@ -185,6 +204,12 @@ impl Conn {
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
             }
         }
+    }
+
+    /// `cmd` for probes: `None` if the write fails (e.g. the connection was reset).
+    pub fn try_cmd(&mut self, args: &[&str]) -> Option<Vec<u8>> {
+        self.s.write_all(&encode(args)).ok()?;
+        Some(self.reply())
     }
 
     pub fn cmd(&mut self, args: &[&str]) -> Vec<u8> {

@@ -178,8 +178,13 @@ impl Proc {
         let deadline = Instant::now() + timeout;
         let mut last = String::new();
         while Instant::now() < deadline {
-            if let Ok(mut c) = Resp::try_connect(port) {
-                let r = c.cmd_str(&["DBSIZE"]);
+            // A connection refused, reset or closed mid-probe just tries again.
+            if let Ok(r) = Resp::try_connect(port).and_then(|mut c| {
+                c.stream
+                    .write_all(&Resp::encode(&[b"DBSIZE"]))
+                    .map_err(|e| e.to_string())?;
+                c.try_read_frame()
+            }) {
                 // A fleet with a password answers NOAUTH before routing: nothing to wait for.
                 if r.first() == Some(&b':') || r.starts_with(b"-NOAUTH") {
                     return;

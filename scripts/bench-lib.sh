@@ -63,7 +63,8 @@ bench_cleanup() {
     local rc=$?
     set +e
     for d in "${FLEETS[@]}"; do "$BIN" stop --dir "$d" >/dev/null 2>&1; done
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+    # A function run with `&` is a subshell whose PID is not its command's: its children too.
+    for pid in "${PIDS[@]}"; do pkill -TERM -P "$pid" 2>/dev/null; kill -TERM "$pid" 2>/dev/null; done
     for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
     rm -rf "$TMP"
     exit "$rc"

@@ -11,11 +11,18 @@
 # --cluster-yes --cluster-pipeline 100` moves half the slots (about KEYS/2 keys). Reported:
 # keys moved per second for each and the ratio (target ≥ 1.0×).
 #
-# recached only: an open-loop GET/SET load (recached-bench run, get:90,set:10, 16 connections,
-# through a `recached proxy` in front of A and B, which follows -ASK/-MOVED) at half the mix's
-# peak through the proxy (redis-benchmark, unpipelined), DURING_S seconds with no move and
+# recached only: an open-loop GET/SET load (recached-bench run, get:90,set:10, LOAD_CONNS
+# connections, default 64, through a `recached proxy` in front of A and B, which follows
+# -ASK/-MOVED) at half the mix's peak through the proxy (redis-benchmark, unpipelined, as many
+# clients as the load has connections), DURING_S seconds with no move and
 # DURING_S seconds while the slots move back and forth back to back: p50/p99/p99.9 latency
-# and the error count of each (target: p99 during ≤ 2× before, zero errors). The control: the
+# and the error count of each (target: p99 during ≤ 2× before, zero errors), with the p99 of
+# `service` (written → reply) and `lag` (intended start → written) beside them. The load's
+# connections must not be its own bottleneck: each carries one request at a time, so at 16
+# connections and half the peak each one is busy half the time, and a pause of a few ms
+# leaves it a backlog that it drains one round trip at a time while new arrivals keep coming
+# (measured during `resize 2`: lag p99 38 ms and max 72 ms while no reply took over 10 ms;
+# at 64 connections lag p99 2 ms). The control: the
 # same load for DURING_S seconds while the same moves run between the two redis-server nodes
 # instead, which the load never touches: what moving slots costs the host's cores, whoever
 # moves them.
@@ -31,7 +38,7 @@
 #   scripts/bench-reshard.sh                  (KEYS=1000000, DURING_S=5, RATE=half the peak)
 #   BENCH_SMOKE=1 scripts/bench-reshard.sh    (tiny, for the test script)
 #
-# Environment: KEYS, RATE, DURING_S, NAP_US, PROBE_S, RESIZE_PACE (the loaded resize's --pace; else its default), RECACHED_BIN / RECACHED_BENCH_BIN (else built), PIN=1 SERVER_CPUS
+# Environment: KEYS, RATE, DURING_S, NAP_US, PROBE_S, LOAD_CONNS, RESIZE_PACE (the loaded resize's --pace; else its default), RECACHED_BIN / RECACHED_BENCH_BIN (else built), PIN=1 SERVER_CPUS
 # BENCH_CPUS (bench-lib.sh). Loopback only; every process is stopped by PID on exit.
 source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
@@ -39,6 +46,7 @@ KEYS=${KEYS:-1000000}
 DURING_S=${DURING_S:-5}
 NAP_US=${NAP_US:-20}
 PROBE_S=${PROBE_S:-10}
+LOAD_CONNS=${LOAD_CONNS:-64}
 if [ "$SMOKE" = 1 ]; then KEYS=20000; RATE=2000; DURING_S=1; PROBE_S=1; fi
 SLOTS_MOVED=8192
 
@@ -135,7 +143,7 @@ load() { # label seconds [port rate extra…]
     local label=$1 secs=$2 port=${3:-$PX} rate=${4:-$RATE}
     shift 4 2>/dev/null || shift $#
     gen "$BENCH_BIN" run --target "127.0.0.1:$port" --rate "$rate" --duration "$secs" --warmup 1 \
-        --keys "$KEYS" --mix get:90,set:10 --connections 16 --nap-us "$NAP_US" \
+        --keys "$KEYS" --mix get:90,set:10 --connections "$LOAD_CONNS" --nap-us "$NAP_US" \
         --timeline "$TMP/timeline-$label.csv" --out "$TMP/load-$label.json" "$@" \
         >"$TMP/load-$label.log" 2>&1
 }
@@ -143,12 +151,12 @@ load() { # label seconds [port rate extra…]
 rc_s=$(reshard "$EA" "$EB")
 rc_moved=$(dbsize "$EB")
 rc_after=$(( rc_moved + $(dbsize "$EA") ))
-# The peak of the same mix through the proxy: redis-benchmark GET and SET, 16 clients, one
+# The peak of the same mix through the proxy: redis-benchmark GET and SET, LOAD_CONNS clients, one
 # request in flight each, the keys shared between A and B as during the load; the mix's peak
 # is the weighted harmonic mean (90 % GET, 10 % SET). The load runs at half of it unless RATE
 # is given.
 peak_of() { # TEST [port] → requests/s
-    gen redis-benchmark -h 127.0.0.1 -p "${2:-$PX}" -c 16 -n "$PEAK_N" -r "$KEYS" -d 64 -t "$1" --csv 2>/dev/null \
+    gen redis-benchmark -h 127.0.0.1 -p "${2:-$PX}" -c "$LOAD_CONNS" -n "$PEAK_N" -r "$KEYS" -d 64 -t "$1" --csv 2>/dev/null \
         | awk -F'"' -v t="${1^^}" '$2 == t { print $4; exit }'
 }
 PEAK_N=200000
@@ -229,13 +237,13 @@ moved_of() { sed -n 's/.* and \([0-9]*\) key(s) moved in \([0-9.]*\)s (\([0-9]*\
 read -r g_keys g_s g_rate <<<"$(moved_of "$TMP/resize-grow.log")"
 read -r s_keys s_s s_rate <<<"$(moved_of "$TMP/resize-shrink.log")"
 
-summary() { # label → "p50 p99 p99.9 errors window-median-p99"
+summary() { # label → "p50 p99 p99.9 errors window-median-p99 service-p99 lag-p99"
     python3 - "$TMP/load-$1.json" "$TMP/timeline-$1.csv" <<'PY'
 import csv, json, statistics, sys
 try:
     d = json.load(open(sys.argv[1]))
 except Exception as e:
-    print("n/a n/a n/a n/a n/a"); sys.exit()
+    print("n/a n/a n/a n/a n/a n/a n/a"); sys.exit()
 r = d["results"]
 lat = r["latency_us"]
 def q(name):
@@ -247,12 +255,13 @@ try:
     wm = "%.0f" % statistics.median(w)
 except Exception:
     wm = "n/a"
-print(q("50"), q("99"), q("999"), total, wm)
+print(q("50"), q("99"), q("999"), total, wm,
+      r.get("service_us", {}).get("p99", "n/a"), r.get("lag_us", {}).get("p99", "n/a"))
 PY
 }
-read -r b50 b99 b999 berr bwm <<<"$(summary before)"
-read -r d50 d99 d999 derr dwm <<<"$(summary during)"
-read -r c50 c99 c999 cerr cwm <<<"$(summary control)"
+read -r b50 b99 b999 berr bwm bsv blag <<<"$(summary before)"
+read -r d50 d99 d999 derr dwm dsv dlag <<<"$(summary during)"
+read -r c50 c99 c999 cerr cwm csv clag <<<"$(summary control)"
 
 rc_rate=$(echo "$rc_moved / $rc_s" | bc -l)
 redis_rate=$(echo "$redis_moved / $redis_s" | bc -l)
@@ -262,24 +271,24 @@ printf '| system | keys moved | seconds | keys/s |\n|---|---:|---:|---:|\n'
 printf '| recached | %d | %.2f | %.0f |\n' "$rc_moved" "$rc_s" "$rc_rate"
 printf '| redis %s | %d | %.2f | %.0f |\n' "$REDIS_VERSION" "$redis_moved" "$redis_s" "$redis_rate"
 printf '\nrecached / redis keys/s: %.2fx\n\n' "$(echo "$rc_rate / $redis_rate" | bc -l)"
-printf 'recached under an open-loop load of %s req/s (get:90,set:10; the mix'"'"'s peak through the proxy,\n16 clients unpipelined: %.0f req/s) through the proxy, µs, %s s each; during: %d moves of the\n%d slots back and forth, back to back, %s s each on average:\n\n' "$RATE" "$peak" "$DURING_S" "$nmoves" "$SLOTS_MOVED" "$move_s"
-printf '| phase | p50 | p99 | p99.9 | errors | median of the 250 ms windows'"'"' p99 |\n|---|---:|---:|---:|---:|---:|\n'
-printf '| before the move | %s | %s | %s | %s | %s |\n' "$b50" "$b99" "$b999" "$berr" "$bwm"
-printf '| during the moves | %s | %s | %s | %s | %s |\n' "$d50" "$d99" "$d999" "$derr" "$dwm"
-printf '| control: the same moves between the two redis-server nodes | %s | %s | %s | %s | %s |\n' "$c50" "$c99" "$c999" "$cerr" "$cwm"
+printf 'recached under an open-loop load of %s req/s (get:90,set:10; the mix'"'"'s peak through the proxy,\n%s clients unpipelined: %.0f req/s) through the proxy, %s connections, µs, %s s each; during: %d moves\nof the %d slots back and forth, back to back, %s s each on average:\n\n' "$RATE" "$LOAD_CONNS" "$peak" "$LOAD_CONNS" "$DURING_S" "$nmoves" "$SLOTS_MOVED" "$move_s"
+printf '| phase | p50 | p99 | p99.9 | errors | median of the 250 ms windows'"'"' p99 | service p99 | lag p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|\n'
+printf '| before the move | %s | %s | %s | %s | %s | %s | %s |\n' "$b50" "$b99" "$b999" "$berr" "$bwm" "$bsv" "$blag"
+printf '| during the moves | %s | %s | %s | %s | %s | %s | %s |\n' "$d50" "$d99" "$d999" "$derr" "$dwm" "$dsv" "$dlag"
+printf '| control: the same moves between the two redis-server nodes | %s | %s | %s | %s | %s | %s | %s |\n' "$c50" "$c99" "$c999" "$cerr" "$cwm" "$csv" "$clag"
 printf '\np99 during / before: %.2fx; control / before: %.2fx (the host'"'"'s share); during / control: %.2fx\n' \
     "$(echo "$d99 / $b99" | bc -l)" "$(echo "$c99 / $b99" | bc -l)" "$(echo "$d99 / $c99" | bc -l)"
-read -r r50 r99 r999 rerr rwm <<<"$(summary resize-before)"
-read -r q50 q99 q999 qerr qwm <<<"$(summary resize-during)"
+read -r r50 r99 r999 rerr rwm rsv rlag <<<"$(summary resize-before)"
+read -r q50 q99 q999 qerr qwm qsv qlag <<<"$(summary resize-during)"
 printf '\n## recached resize: 1 → 2 engines (half the slots move), then 2 → 1\n\n'
 printf '| resize | pace | keys moved | seconds moving | keys/s |\n|---|---:|---:|---:|---:|\n'
 printf '| 1 → 2, under the load below | %s | %s | %s | %s |\n' "${RESIZE_PACE:-$(default_pace)}" "$g_keys" "$g_s" "$g_rate"
 printf '| 2 → 1, no load | 1 | %s | %s | %s |\n' "$s_keys" "$s_s" "$s_rate"
 printf '\nrecached resize --pace 1 / redis-cli reshard on redis keys/s: %.2fx\n\n' "$(echo "$s_rate / $redis_rate" | bc -l)"
-printf 'Open-loop load of %s req/s (get:90,set:10, 16 connections; half the 1-engine fleet'"'"'s peak\nthrough its proxy, %.0f req/s), µs; during: from the resize'"'"'s start to its return:\n\n' "$RS_RATE" "$rs_peak"
-printf '| phase | p50 | p99 | p99.9 | errors | median of the 250 ms windows'"'"' p99 |\n|---|---:|---:|---:|---:|---:|\n'
-printf '| before the resize | %s | %s | %s | %s | %s |\n' "$r50" "$r99" "$r999" "$rerr" "$rwm"
-printf '| during the resize | %s | %s | %s | %s | %s |\n' "$q50" "$q99" "$q999" "$qerr" "$qwm"
+printf 'Open-loop load of %s req/s (get:90,set:10, %s connections; half the 1-engine fleet'"'"'s peak\nthrough its proxy, %.0f req/s), µs; during: from the resize'"'"'s start to its return:\n\n' "$RS_RATE" "$LOAD_CONNS" "$rs_peak"
+printf '| phase | p50 | p99 | p99.9 | errors | median of the 250 ms windows'"'"' p99 | service p99 | lag p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|\n'
+printf '| before the resize | %s | %s | %s | %s | %s | %s | %s |\n' "$r50" "$r99" "$r999" "$rerr" "$rwm" "$rsv" "$rlag"
+printf '| during the resize | %s | %s | %s | %s | %s | %s | %s |\n' "$q50" "$q99" "$q999" "$qerr" "$qwm" "$qsv" "$qlag"
 printf '\np99 during / before: %.2fx (target ≤ 2x); the windows'"'"' medians: %.2fx\n' "$(echo "$q99 / $r99" | bc -l)" "$(echo "$qwm / $rwm" | bc -l)"
 printf '\nThe host, before the bench started anything (%s s per CPU, a thread reading the clock): %s\n' "$PROBE_S" "$PROBE"
 [ "$rs_final" = "$rs_keys" ] || { echo "$0: recached resize: $rs_keys keys before, $rs_final after" >&2; exit 1; }

@@ -132,6 +132,42 @@ pub enum Incoming<'a> {
     IdRefused,
 }
 
+/// Whether a MONITOR line from an instance is relayed to the proxy's monitoring client: the
+/// proxy shows what its own clients run, as a redis-server shows its clients' commands. So a
+/// line goes through when the connection that ran the command is one of the proxy's (`own`:
+/// the local addresses of its links and dedicated connections), or is not an address at all
+/// (`lua`, a script's commands). Dropped: other clients of the instance (the supervisor's
+/// health checks, the fan-out's `CLUSTER NODES`, `recached resize`, clients connected to the
+/// engine directly), and the proxy's own `CLUSTER` (its slot map refresh; a client's CLUSTER
+/// is refused by the proxy) and `ASKING` (following `-ASK`), which no client sent.
+pub fn monitor_line_shown(line: &[u8], own: &std::collections::HashSet<SocketAddr>) -> bool {
+    // `+<time> [<db> <addr>] "<command>" …`
+    let Some(open) = line.iter().position(|&b| b == b'[') else {
+        return true;
+    };
+    let rest = &line[open + 1..];
+    let Some(close) = rest.iter().position(|&b| b == b']') else {
+        return true;
+    };
+    let Some(addr) = rest[..close].splitn(2, |&b| b == b' ').nth(1) else {
+        return true;
+    };
+    let Some(addr) = std::str::from_utf8(addr)
+        .ok()
+        .and_then(|a| a.parse::<SocketAddr>().ok())
+    else {
+        return true;
+    };
+    if !own.contains(&addr) {
+        return false;
+    }
+    let command = rest[close + 1..]
+        .strip_prefix(b" \"")
+        .and_then(|c| c.split(|&b| b == b'"').next())
+        .unwrap_or_default();
+    !(command.eq_ignore_ascii_case(b"cluster") || command.eq_ignore_ascii_case(b"asking"))
+}
+
 /// A pub/sub message frame: RESP2 `message` / `pmessage` array or RESP3 push.
 pub fn is_message(frame: &[u8]) -> bool {
     let body = match frame.first() {
@@ -361,6 +397,34 @@ impl Dedicated {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn monitor_lines_of_other_clients_and_of_the_proxy_s_own_upkeep_are_dropped() {
+        let own: std::collections::HashSet<SocketAddr> = [
+            "127.0.0.1:46116".parse().unwrap(),
+            "[::1]:7000".parse().unwrap(),
+        ]
+        .into();
+        let shown = |line: &str| monitor_line_shown(line.as_bytes(), &own);
+        assert!(shown(
+            "+1796380846.302687 [0 127.0.0.1:46116] \"SET\" \"foo\" \"bar\"\r\n"
+        ));
+        assert!(shown("+1796380846.302687 [3 [::1]:7000] \"get\" \"k\"\r\n"));
+        assert!(shown("+1796380846.302687 [0 lua] \"set\" \"k\" \"v\"\r\n"));
+        // The supervisor's health check, another client of the engine.
+        assert!(!shown(
+            "+1796380846.820629 [0 127.0.0.1:46134] \"PING\"\r\n"
+        ));
+        // The proxy's slot map refresh and its ASKING, on its own link.
+        assert!(!shown(
+            "+1796380846.804476 [0 127.0.0.1:46116] \"CLUSTER\" \"SLOTS\"\r\n"
+        ));
+        assert!(!shown(
+            "+1796380846.804476 [0 127.0.0.1:46116] \"asking\"\r\n"
+        ));
+        // Not a MONITOR line: relayed unchanged.
+        assert!(shown("+OK\r\n"));
+    }
 
     /// Cluster engines deliver a PUBLISH on every instance: a pattern subscriber's copy is
     /// relayed from the channel's instance only; keyspace events from every instance.

@@ -178,8 +178,11 @@ impl Proxy {
             tls,
             (LISTENER, TLS_LISTENER),
         )?;
-        let port = match (&listener, &tls_listener) {
-            (Some(l), _) | (None, Some((l, _))) => l.local_addr()?.port(),
+        let (port, listen_ip) = match (&listener, &tls_listener) {
+            (Some(l), _) | (None, Some((l, _))) => {
+                let addr = l.local_addr()?;
+                (addr.port(), addr.ip())
+            }
             (None, None) => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -188,6 +191,7 @@ impl Proxy {
             }
         };
         let mut fleet = Fleet::new(backends.iter().map(|(n, _)| n.clone()).collect(), port);
+        fleet.listen_ip = listen_ip;
         fleet.cluster_publish = limits.cluster_publish;
         fleet.databases = limits.databases.max(1);
         // The link table (`crate::backend::link_index`): per instance, per database,
@@ -692,12 +696,27 @@ impl Proxy {
         let Proxy {
             clients,
             dedicated,
+            backends,
             dirty_clients,
             to_close,
             followups,
             fleet,
             ..
         } = self;
+        // A monitor relays only its own clients' lines (`crate::dedicated::monitor_line_shown`):
+        // the proxy's connections' local addresses, asked when lines may come (MONITOR is a
+        // debugging aid; the other deliveries pay nothing).
+        let own: Option<std::collections::HashSet<std::net::SocketAddr>> = match dedicated.get(id) {
+            Some(d) if d.monitor => Some(
+                backends
+                    .iter()
+                    .map(|b| &b.wire)
+                    .chain(dedicated.iter().map(|(_, d)| &d.wire))
+                    .filter_map(|w| w.stream.as_ref()?.local_addr().ok())
+                    .collect(),
+            ),
+            _ => None,
+        };
         let Some(d) = dedicated.get_mut(id) else {
             return Ok(());
         };
@@ -722,6 +741,12 @@ impl Proxy {
                 }
             }
             Incoming::Message(frame) => {
+                if own
+                    .as_ref()
+                    .is_some_and(|own| !crate::dedicated::monitor_line_shown(frame, own))
+                {
+                    return;
+                }
                 let Some(c) = clients.get_mut(owner_token) else {
                     return;
                 };

@@ -48,6 +48,10 @@
 //! relays their lines as they come (each instance's in its order; lines of different
 //! instances interleave as they arrive). A line shows the instance's view: the database and
 //! the address of the proxy's connection that ran the command, not the application client's.
+//! Only the proxy's clients' commands are relayed: lines of the instance's other clients
+//! (the supervisor's health checks, the fan-out, `recached resize`, direct clients) and the
+//! proxy's own `CLUSTER SLOTS` refreshes and `ASKING`s are dropped
+//! (`crate::dedicated::monitor_line_shown`).
 //! While monitoring, the client is refused keyspace commands as by Redis (`-ERR Replica can't
 //! interact with the keyspace`); RESET (or closing) ends it.
 //!
@@ -938,6 +942,19 @@ fn subscription<A: Args + ?Sized>(
     Flow::Continue
 }
 
+/// CONFIG SET `port` to a port other than the proxy's (`crate::route::config_set_port`). A
+/// port this host cannot listen on answers redis `updatePort`'s error, as redis-server
+/// would. Any other is refused: the supervisor health-checks the proxy, and clients find it,
+/// at the port of the fleet's configuration, so a proxy listening elsewhere would be
+/// restarted there (docs/operations.md, "Ports of a running engine"). Nothing is changed
+/// either way.
+fn config_set_port(ip: std::net::IpAddr, port: u16) -> &'static [u8] {
+    if port != 0 && std::net::TcpListener::bind((ip, port)).is_err() {
+        return b"-ERR CONFIG SET failed (possibly related to argument 'port') - Unable to listen on this port. Check server logs.\r\n";
+    }
+    b"-ERR CONFIG SET failed (possibly related to argument 'port') - can't change the port of a fleet's proxy (its port is in the fleet's configuration)\r\n"
+}
+
 /// MONITOR: `MONITOR` on the client's dedicated connection to every instance (its lane is
 /// the pub/sub one: what comes back is relayed unasked), `+OK` once all said `+OK`. A second
 /// MONITOR gets no reply, as from Redis.
@@ -1160,6 +1177,11 @@ fn run_plan<A: Args + ?Sized>(
         Plan::ReplyThenClose(bytes) => {
             me.replies.push_local(&bytes, true);
             Flow::StopReading
+        }
+        Plan::ConfigSetPort(port) => {
+            me.replies
+                .push_local(config_set_port(ctx.fleet.listen_ip, port), false);
+            Flow::Continue
         }
         Plan::Multi => {
             let tx = &mut me.session.tx;
@@ -1480,13 +1502,14 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
                 send(i, request, seq, part as u32, replies);
             }
         }
-        Plan::ConfigSet { get } => {
+        Plan::ConfigSet { get, request } => {
             // Per instance its old values, then the change: 2 parts each, in that order
             // on the instance's connection ([`Merge::ConfigSet`]).
             let seq = replies.push_parts(2 * n, Merge::ConfigSet);
+            let request = request.as_deref().unwrap_or(raw);
             for i in 0..n {
                 send(i, &get, seq, 2 * i as u32, replies);
-                send(i, raw, seq, 2 * i as u32 + 1, replies);
+                send(i, request, seq, 2 * i as u32 + 1, replies);
             }
         }
         Plan::Rewrite {
@@ -1499,6 +1522,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         }
         Plan::Reply(_)
         | Plan::ReplyThenClose(_)
+        | Plan::ConfigSetPort(_)
         | Plan::Blocking(_)
         | Plan::BlockingSplit { .. }
         | Plan::DedicatedFanOut(_)

@@ -26,7 +26,7 @@
 //! | CLIENT LIST / INFO / KILL | [`Plan::Clients`]: the event loop answers over the proxy's own clients ([`crate::clients`]) |
 //! | DBSIZE, FLUSHALL, FLUSHDB, KEYS, RANDOMKEY, INFO | sent to every instance (on the links of the client's database), merged |
 //! | SAVE, MEMORY PURGE, CONFIG RESETSTAT / BGSAVE / LASTSAVE | every instance: `+OK` from all / the first reply / the smallest (oldest); else the first error |
-//! | CONFIG SET | [`Plan::ConfigSet`]: `CONFIG GET` of its names then the request, on every instance; all or nothing ([`Merge::ConfigSet`]: the error of the first instance that refused, answered once the others got their old values back) |
+//! | CONFIG SET | [`Plan::ConfigSet`]: `CONFIG GET` of its names then the request, on every instance; all or nothing ([`Merge::ConfigSet`]: the error of the first instance that refused, answered once the others got their old values back). `port` is the proxy's: its own value is dropped from the request, another is answered by the proxy ([`Plan::ConfigSetPort`]) |
 //! | SCAN | one instance at a time, the instance encoded in the cursor ([`crate::split::scan_cursor_decode`]) |
 //! | CONFIG GET | [`Plan::Rewrite`] to the first instance that is up, `port` answered as the proxy's own ([`Merge::ConfigGet`]) |
 //! | COMMAND, TIME, MEMORY DOCTOR / STATS / MALLOC-STATS (one instance's figures), every `… HELP`, an unknown CONFIG/MEMORY/OBJECT subcommand | forwarded to the first instance that is up |
@@ -147,6 +147,8 @@ pub struct Fleet {
     pub clients: usize,
     /// Listening port (INFO).
     pub port: u16,
+    /// The address it listens on (CONFIG SET `port`'s check, `crate::exec`).
+    pub listen_ip: std::net::IpAddr,
     /// Start time (INFO uptime).
     pub started: Instant,
     /// Advanced by every RANDOMKEY, to spread the first instance asked.
@@ -199,6 +201,7 @@ impl Fleet {
             addrs,
             clients: 0,
             port,
+            listen_ip: std::net::IpAddr::from([127, 0, 0, 1]),
             started: Instant::now(),
             rotation: 0,
             requests: 0,
@@ -312,9 +315,15 @@ pub enum Plan {
     },
     /// CLIENT LIST / INFO / KILL: the event loop answers it, as it alone sees every client.
     Clients(crate::clients::Op),
-    /// CONFIG SET: `get` (`CONFIG GET` of its names) then the request, to every instance;
-    /// merged by [`Merge::ConfigSet`] (all or nothing).
-    ConfigSet { get: Vec<u8> },
+    /// CONFIG SET: `get` (`CONFIG GET` of its names) then `request` (or, if `None`, the
+    /// request unchanged), to every instance; merged by [`Merge::ConfigSet`] (all or nothing).
+    ConfigSet {
+        get: Vec<u8>,
+        request: Option<Vec<u8>>,
+    },
+    /// CONFIG SET of the proxy's `port` to another port: answered by the proxy, nothing is
+    /// changed ([`config_set_port`]).
+    ConfigSetPort(u16),
     /// MONITOR: the client's dedicated connection to every instance turns into a monitor;
     /// their lines are relayed to it as they come (`crate::exec`, "MONITOR").
     Monitor,
@@ -735,6 +744,21 @@ fn pubsub_introspection<A: Args + ?Sized>(
     }
 }
 
+/// CONFIG SET `port` through the proxy: the port asked for is the proxy's (CONFIG GET `port`
+/// answers it), not an instance's, whose ports are in the fleet's topology and refuse any
+/// change. `None`: not a port (0..=65535), left to the instances' error. `Some(Ok)`: the
+/// proxy's own port, nothing to change (as redis `updatePort` for an unchanged value): the
+/// pair is dropped from the request. `Some(Err)`: another port, answered by
+/// [`Plan::ConfigSetPort`].
+fn config_set_port(value: &[u8], current: u16) -> Option<Result<(), Plan>> {
+    let n = resp::parse_i64(value).filter(|n| (0..=65535).contains(n))? as u16;
+    Some(if n == current {
+        Ok(())
+    } else {
+        Err(Plan::ConfigSetPort(n))
+    })
+}
+
 pub(crate) fn reply_static(bytes: &'static [u8]) -> Plan {
     Plan::Reply(Cow::Borrowed(bytes))
 }
@@ -889,11 +913,42 @@ fn config<A: Args + ?Sized>(args: &A, row: &'static CommandSpec, fleet: &Fleet) 
             if !argc.is_multiple_of(2) {
                 return reply_static(b"-ERR syntax error\r\n");
             }
+            // The proxy's `port` is the one its clients use ([`config_set_port`]).
+            let mut names: Vec<usize> = (2..argc).step_by(2).collect();
+            let mut rewritten = None;
+            let ports: Vec<usize> = names
+                .iter()
+                .copied()
+                .filter(|&i| args.arg(i).eq_ignore_ascii_case(b"port"))
+                .collect();
+            if let [i] = ports[..] {
+                // An invalid value (or a duplicate) is left to the instances' own errors.
+                match config_set_port(args.arg(i + 1), fleet.port) {
+                    Some(Err(plan)) => return plan,
+                    Some(Ok(())) => {
+                        names.retain(|&n| n != i);
+                        if names.is_empty() {
+                            return reply_static(b"+OK\r\n");
+                        }
+                        let mut set: Vec<&[u8]> = vec![args.arg(0), args.arg(1)];
+                        for &n in &names {
+                            set.extend([args.arg(n), args.arg(n + 1)]);
+                        }
+                        let mut request = Vec::new();
+                        resp::encode_request(&mut request, &set);
+                        rewritten = Some(request);
+                    }
+                    None => {}
+                }
+            }
             let mut get: Vec<&[u8]> = vec![b"CONFIG", b"GET"];
-            get.extend((2..argc).step_by(2).map(|i| args.arg(i)));
+            get.extend(names.iter().map(|&i| args.arg(i)));
             let mut request = Vec::new();
             resp::encode_request(&mut request, &get);
-            Plan::ConfigSet { get: request }
+            Plan::ConfigSet {
+                get: request,
+                request: rewritten,
+            }
         }
         "resetstat" if !row.arity_ok(argc) => Plan::Reply(arity_error(row.name).into()),
         "resetstat" => fan_out(Merge::AllOk),

@@ -164,3 +164,38 @@ fn monitor_through_the_proxy_shows_multi_as_the_client_spelled_it() {
         "through the proxy"
     );
 }
+
+/// Through the proxy, MONITOR shows what the proxy's clients run, as a redis-server shows its
+/// clients' commands: not the fleet's upkeep (the supervisor's health-check `PING`s and the
+/// proxy's `CLUSTER SLOTS` refresh, each about once a second) nor a client connected to an
+/// engine directly.
+#[test]
+fn monitor_through_the_proxy_shows_only_the_proxy_s_clients() {
+    let fleet = Fleet::start("monitor-own", 2);
+    let mut monitor = Resp::connect(fleet.proxy_port);
+    assert_eq!(monitor.cmd_str(&["MONITOR"]), b"+OK\r\n");
+    let mut c = Resp::connect(fleet.proxy_port);
+    assert_eq!(c.cmd_str(&["SET", "mo:first", "1"]), b"+OK\r\n");
+    let mut direct = Resp::connect(fleet.engine_ports[0]);
+    // 2.5 s: two rounds of health checks and of the proxy's periodic refresh at least.
+    for i in 0..5 {
+        direct.cmd_str(&["PING"]);
+        direct.cmd_str(&["SET", &format!("{{mo}}direct{i}"), "1"]);
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert_eq!(c.cmd_str(&["SET", "mo:last", "1"]), b"+OK\r\n");
+    let mut lines = Vec::new();
+    for _ in 0..100 {
+        let line = String::from_utf8_lossy(&monitor.read_frame()).into_owned();
+        let last = line.contains("\"mo:last\"");
+        lines.push(line.split_once("] ").unwrap().1.trim_end().to_string());
+        if last {
+            break;
+        }
+    }
+    assert_eq!(
+        lines,
+        ["\"SET\" \"mo:first\" \"1\"", "\"SET\" \"mo:last\" \"1\""],
+        "only the proxy's client's commands"
+    );
+}

@@ -141,3 +141,56 @@ fn a_fleet_engine_keeps_its_port() {
     );
     assert_eq!(cmd(&mut Resp::connect(port), &["PING"]), "+PONG\\r\\n");
 }
+
+/// Through the proxy, `port` is the proxy's own (CONFIG GET answers it). Setting it to itself
+/// is OK and the other parameters of the request apply; a port this host cannot listen on
+/// gets redis-server's text (Redis's introspection.tcl, "CONFIG SET rollback on apply
+/// error"); any other port is refused, since the fleet's configuration names the proxy's
+/// port. Nothing changes on a refusal.
+#[test]
+fn through_the_proxy_port_is_the_proxy_s() {
+    let fleet = Fleet::start("rebind-proxy", 2);
+    let px = fleet.proxy_port.to_string();
+    let mut c = Resp::connect(fleet.proxy_port);
+    let maxmemory = |c: &mut Resp| cmd(c, &["CONFIG", "GET", "maxmemory"]);
+    let before = maxmemory(&mut c);
+    assert_eq!(cmd(&mut c, &["CONFIG", "SET", "port", &px]), "+OK\\r\\n");
+    let taken = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let busy = taken.local_addr().unwrap().port().to_string();
+    assert_eq!(
+        cmd(
+            &mut c,
+            &["CONFIG", "SET", "maxmemory", "12345678", "port", &busy]
+        ),
+        "-ERR CONFIG SET failed (possibly related to argument 'port') - Unable to listen on this port. Check server logs.\\r\\n"
+    );
+    assert_eq!(maxmemory(&mut c), before, "nothing changed");
+    let other = free_port_except(&[fleet.proxy_port]).to_string();
+    assert_eq!(
+        cmd(
+            &mut c,
+            &["CONFIG", "SET", "port", &other, "maxmemory", "12345678"]
+        ),
+        "-ERR CONFIG SET failed (possibly related to argument 'port') - can't change the port of a fleet's proxy (its port is in the fleet's configuration)\\r\\n"
+    );
+    assert_eq!(maxmemory(&mut c), before, "nothing changed");
+    assert_eq!(
+        cmd(
+            &mut c,
+            &["CONFIG", "SET", "PORT", &px, "maxmemory", "12345678"]
+        ),
+        "+OK\\r\\n"
+    );
+    for port in &fleet.engine_ports {
+        assert_eq!(
+            maxmemory(&mut Resp::connect(*port)),
+            "*2\\r\\n$9\\r\\nmaxmemory\\r\\n$8\\r\\n12345678\\r\\n",
+            "every engine"
+        );
+    }
+    assert_eq!(
+        cmd(&mut c, &["CONFIG", "GET", "port"]),
+        get_port(fleet.proxy_port)
+    );
+    drop(taken);
+}

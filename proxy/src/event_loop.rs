@@ -145,6 +145,9 @@ pub struct Proxy {
     dirty_clients: Vec<usize>,
     dirty_backends: Vec<usize>,
     dirty_dedicated: Vec<usize>,
+    /// MONITOR lines of commands the proxy answered itself, for every monitoring client at
+    /// the end of the iteration (`crate::exec::feed_local_end`).
+    monitor_feed: Vec<Vec<u8>>,
     /// Clients whose input is parked behind a bound.
     paused: Vec<usize>,
     /// Clients to close at the end of this iteration.
@@ -237,6 +240,7 @@ impl Proxy {
             dirty_clients: Vec::new(),
             dirty_backends: Vec::new(),
             dirty_dedicated: Vec::new(),
+            monitor_feed: Vec::new(),
             paused: Vec::new(),
             to_close: Vec::new(),
             close_after_coord: Vec::new(),
@@ -914,6 +918,24 @@ impl Proxy {
         while let Some((op, len)) = self.process_client_once(token) {
             self.clients_op(token, op, len);
         }
+        self.feed_monitors();
+    }
+
+    /// Gives every monitoring client the lines of commands answered here
+    /// (`crate::exec::feed_local_end`), after what it was sent before.
+    fn feed_monitors(&mut self) {
+        if self.monitor_feed.is_empty() {
+            return;
+        }
+        let lines = std::mem::take(&mut self.monitor_feed);
+        for (token, c) in self.clients.iter_mut() {
+            if c.session.monitor && !c.killed {
+                for line in &lines {
+                    c.replies.push_local(line, false);
+                }
+                mark(&mut c.dirty, &mut self.dirty_clients, token);
+            }
+        }
     }
 
     /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]` from client `token`: `:1` if the proxy client
@@ -1074,6 +1096,7 @@ impl Proxy {
             paused,
             followups,
             now,
+            monitor_feed,
             ..
         } = self;
         let c = clients.get_mut(token)?;
@@ -1106,6 +1129,7 @@ impl Proxy {
             fleet,
             dirty_backends,
             dirty_dedicated,
+            monitor_feed,
         };
         let mut me = Me {
             token,
@@ -1412,6 +1436,7 @@ impl Proxy {
             dirty_backends,
             dirty_dedicated,
             dirty_clients,
+            monitor_feed,
             ..
         } = self;
         let Some(c) = clients.get_mut(token) else {
@@ -1438,6 +1463,7 @@ impl Proxy {
                 fleet,
                 dirty_backends,
                 dirty_dedicated,
+                monitor_feed,
             };
             let mut me = Me {
                 token,
@@ -1477,6 +1503,8 @@ impl Proxy {
     }
 
     fn flush_all(&mut self) {
+        // Lines of requests run outside `process_client` (follow-ups) too.
+        self.feed_monitors();
         let now = self.now;
         // The lists are taken and given back with their capacity: iterating them by value
         // freed them, and every iteration with a request allocated them again.

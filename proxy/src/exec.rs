@@ -51,7 +51,10 @@
 //! Only the proxy's clients' commands are relayed: lines of the instance's other clients
 //! (the supervisor's health checks, the fan-out, `recached resize`, direct clients) and the
 //! proxy's own `CLUSTER SLOTS` refreshes and `ASKING`s are dropped
-//! (`crate::dedicated::monitor_line_shown`).
+//! (`crate::dedicated::monitor_line_shown`). A transaction that ends here without reaching an
+//! instance (aborted while queueing, discarded, empty) gets the proxy's own lines for its
+//! MULTI and its EXEC or DISCARD, with the client's address ([`feed_local_end`]); one aborted
+//! on its instance is aborted there by an EXEC, so the instance shows it as Redis does.
 //! While monitoring, the client is refused keyspace commands as by Redis (`-ERR Replica can't
 //! interact with the keyspace`); RESET (or closing) ends it.
 //!
@@ -106,6 +109,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) fleet: &'a mut Fleet,
     pub(crate) dirty_backends: &'a mut Vec<usize>,
     pub(crate) dirty_dedicated: &'a mut Vec<usize>,
+    /// MONITOR lines of commands answered here, for every monitoring client
+    /// ([`feed_local_end`]).
+    pub(crate) monitor_feed: &'a mut Vec<Vec<u8>>,
 }
 
 /// The requesting client's state (its read buffer is borrowed by the request's args).
@@ -356,11 +362,15 @@ fn in_transaction<A: Args + ?Sized>(
         me.txm.queued(me.replies.next_seq(), kept == 0);
     }
     if shared && !matches!(step, Step::Route | Step::Quit) {
-        shared_step(step, raw, exec, ends, &mut parts, me, ctx);
+        shared_step(step, args, raw, exec, ends, &mut parts, me, ctx);
         return Flow::Continue;
     }
     match step {
         Step::Reply(bytes) => me.replies.push_local(&bytes, false),
+        Step::LocalEnd { reply, multi } => {
+            me.replies.push_local(reply, false);
+            feed_local_end(&multi, args, me, ctx);
+        }
         Step::Quit => {
             me.replies.push_local(b"+OK\r\n", true);
             return Flow::StopReading;
@@ -470,7 +480,11 @@ fn in_transaction<A: Args + ?Sized>(
                 let seq = me
                     .replies
                     .push_parts(1, Merge::Fixed(tx::EXECABORT.to_vec()));
-                d.send(b"*1\r\n$7\r\nDISCARD\r\n", Some(me.waiter(seq, 0)), 1);
+                // A GET without its key is refused while queueing, as the client's command
+                // was here, so the instance's EXEC (the client's, as spelled) answers
+                // EXECABORT and MONITOR shows it.
+                d.send(b"*1\r\n$3\r\nGET\r\n", None, 1);
+                d.send(raw, Some(me.waiter(seq, 0)), 1);
                 mark(&mut d.dirty, ctx.dirty_dedicated, id);
             }
             Err(_) => me.replies.push_local(tx::EXECABORT, false),
@@ -483,8 +497,10 @@ fn in_transaction<A: Args + ?Sized>(
 /// joins its instances' parts and is answered `+QUEUED` here; EXEC prepares and commits the
 /// parts on the shared links (or runs the transaction on the dedicated path when a key is
 /// held); DISCARD and an aborted EXEC are answered here (nothing was sent).
-fn shared_step(
+#[allow(clippy::too_many_arguments)]
+fn shared_step<A: Args + ?Sized>(
     step: Step,
+    args: &A,
     raw: &[u8],
     exec: bool,
     ends: bool,
@@ -536,10 +552,40 @@ fn shared_step(
             gather(Some(seq), unit, keys, Vec::new(), true, me, ctx);
         }
         Step::Reply(bytes) => me.replies.push_local(&bytes, false),
+        Step::LocalEnd { reply, multi } => {
+            me.replies.push_local(reply, false);
+            feed_local_end(&multi, args, me, ctx);
+        }
         Step::ExecAbort { .. } => me.replies.push_local(tx::EXECABORT, false),
         Step::EndAll { reply, .. } => me.replies.push_local(&reply, false),
         Step::SendParts { .. } => me.replies.push_local(b"+OK\r\n", false),
         Step::Route | Step::Quit => unreachable!("handled by the caller"),
+    }
+}
+
+/// The MONITOR lines of a transaction that ended here without reaching an instance
+/// ([`Step::LocalEnd`]): its MULTI, then its EXEC or DISCARD, as Redis shows them, with the
+/// client's own address (no instance connection ran them).
+fn feed_local_end<A: Args + ?Sized>(multi: &[u8], args: &A, me: &Me<'_>, ctx: &mut Ctx<'_>) {
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    let argv: Vec<&[u8]> = (0..args.argc()).map(|i| args.arg(i)).collect();
+    for argv in [&[multi][..], &argv] {
+        let mut line = format!(
+            "+{}.{:06} [{} {}]",
+            now_us / 1_000_000,
+            now_us % 1_000_000,
+            me.session.db,
+            me.session.addr
+        )
+        .into_bytes();
+        for a in argv {
+            line.push(b' ');
+            engine_core::monitor::repr(&mut line, a);
+        }
+        line.extend_from_slice(b"\r\n");
+        ctx.monitor_feed.push(line);
     }
 }
 

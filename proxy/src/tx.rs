@@ -111,8 +111,17 @@ pub enum Step {
         instance: usize,
         prelude: Vec<Vec<u8>>,
     },
-    /// Send `DISCARD` to `instance` and answer EXECABORT once it is done.
+    /// Abort the transaction open on `instance` the way the client's was (a command refused
+    /// while queueing, then `EXEC`), so that the instance's MONITOR shows the `EXEC` Redis
+    /// shows, and answer EXECABORT once it is done.
     ExecAbort { instance: usize },
+    /// EXEC or DISCARD of a transaction that reached no instance: answer `reply` here and
+    /// show the client's MULTI (`multi`, as spelled) and this request to the proxy's
+    /// monitors, the lines Redis shows for it (`crate::exec`, "MONITOR").
+    LocalEnd {
+        reply: &'static [u8],
+        multi: Vec<u8>,
+    },
     /// Send each part's prelude then request to its instance's dedicated connection; one
     /// reply, merged (a command split over instances inside MULTI, a WATCH of keys on
     /// several instances).
@@ -459,15 +468,19 @@ impl Tx {
                 let exec = spec.name == "exec";
                 let spelling = std::mem::take(&mut self.multi_spelling);
                 let (pinned, aborted, held) = self.end();
+                let local = |reply: &'static [u8]| Step::LocalEnd {
+                    reply,
+                    multi: multi_name(&spelling),
+                };
                 return match (pinned, exec, aborted) {
                     (Some(instance), true, true) => Step::ExecAbort { instance },
-                    (None, true, true) => reply(EXECABORT),
+                    (None, true, true) => local(EXECABORT),
                     (Some(instance), _, _) => Step::Send {
                         instance,
                         prelude: Vec::new(),
                     },
-                    (None, false, _) => reply(b"+OK\r\n"),
-                    (None, true, false) if held.is_empty() => reply(b"*0\r\n"),
+                    (None, false, _) => local(b"+OK\r\n"),
+                    (None, true, false) if held.is_empty() => local(b"*0\r\n"),
                     (None, true, false) => Step::Send {
                         instance: first_up(up),
                         prelude: with_multi(&spelling, held),
@@ -631,6 +644,18 @@ impl Tx {
             self.pinned = None;
         }
         self.aborted = true;
+    }
+}
+
+/// The command name of the client's MULTI request as it spelled it: `spelling` is the
+/// request's RESP bytes when they are not [`MULTI_REQUEST`]'s ([`Tx::open`]), else empty.
+fn multi_name(spelling: &[u8]) -> Vec<u8> {
+    let mut lines = spelling
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    match (lines.next(), lines.next(), lines.next()) {
+        (Some(b"*1"), Some(len), Some(name)) if len.first() == Some(&b'$') => name.to_vec(),
+        _ => b"MULTI".to_vec(),
     }
 }
 
@@ -1009,12 +1034,28 @@ mod tests {
         };
         assert!(matches!(step(&mut tx, &["SUBSCRIBE", "c"]), Step::Reply(_)));
         assert!(tx.aborted);
-        // Never pinned: EXEC of nothing is an empty array, DISCARD is OK.
+        // Never pinned: EXEC of nothing is an empty array, DISCARD is OK, answered here
+        // with the client's MULTI as spelled for MONITOR.
         let mut tx = Tx {
             multi: true,
             ..Tx::default()
         };
-        assert_eq!(step(&mut tx, &["EXEC"]), reply(b"*0\r\n"));
+        assert_eq!(
+            step(&mut tx, &["EXEC"]),
+            Step::LocalEnd {
+                reply: b"*0\r\n",
+                multi: b"MULTI".to_vec()
+            }
+        );
+        let mut tx = Tx::default();
+        tx.open(b"*1\r\n$5\r\nmulti\r\n");
+        assert_eq!(
+            step(&mut tx, &["DISCARD"]),
+            Step::LocalEnd {
+                reply: b"+OK\r\n",
+                multi: b"multi".to_vec()
+            }
+        );
         assert_eq!(
             step(&mut Tx::default(), &["EXEC"]),
             reply(b"-ERR EXEC without MULTI\r\n")

@@ -199,3 +199,61 @@ fn monitor_through_the_proxy_shows_only_the_proxy_s_clients() {
         "only the proxy's client's commands"
     );
 }
+
+/// The MONITOR lines of transactions that end without running: aborted by a command refused
+/// while queueing (with and without a queued command before it), discarded, and empty. The
+/// proxy answers some of them without an instance; each shows what redis-server shows
+/// (Redis's introspection.tcl, "MONITOR correctly handles multi-exec cases").
+fn ended_transaction_lines(port: u16) -> Vec<String> {
+    let mut m = Resp::connect(port);
+    let mut w = Resp::connect(port);
+    assert_eq!(cmd(&mut m, &["MONITOR"]), "+OK\\r\\n");
+    let script: &[&[&str]] = &[
+        &["MULTI"],
+        &["syntax", "error"],
+        &["EXEC"],
+        &["multi"],
+        &["set", "mo:t", "1"],
+        &["bogus"],
+        &["exec"],
+        &["MULTI"],
+        &["set", "mo:t", "2"],
+        &["DISCARD"],
+        &["MULTI"],
+        &["discard"],
+        &["MULTI"],
+        &["EXEC"],
+        &["set", "mo:t", "end"],
+    ];
+    let mut replies = Vec::new();
+    for args in script {
+        replies.push(cmd(&mut w, args));
+    }
+    assert!(replies[2].starts_with("-EXECABORT"), "{replies:?}");
+    assert!(replies[6].starts_with("-EXECABORT"), "{replies:?}");
+    assert_eq!(cmd(&mut w, &["GET", "mo:t"]), "$3\\r\\nend\\r\\n");
+    let mut shown = vec![format!("{replies:?}")];
+    for _ in 0..50 {
+        let line = String::from_utf8_lossy(&m.read_frame()).into_owned();
+        let (_, command) = line.trim_end().split_once("] ").expect("a monitor line");
+        shown.push(command.to_string());
+        if command.contains("\"end\"") {
+            return shown;
+        }
+    }
+    panic!("no end among 50 monitor lines: {shown:?}");
+}
+
+#[test]
+fn monitor_through_the_proxy_shows_transactions_that_did_not_run_as_redis() {
+    let redis_port = free_port();
+    let _redis = start_redis(redis_port);
+    let want = ended_transaction_lines(redis_port);
+    assert_eq!(want.len(), 12, "redis-server's own lines: {want:?}");
+    let fleet = Fleet::start("monitor-ended", 2);
+    assert_eq!(
+        ended_transaction_lines(fleet.proxy_port),
+        want,
+        "through the proxy"
+    );
+}

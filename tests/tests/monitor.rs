@@ -137,18 +137,24 @@ fn transaction_lines(port: u16) -> Vec<String> {
     for args in [&["multi"][..], &["set", "foo", "bar"], &["exec"]] {
         w.cmd_str(args);
     }
+    let mut shown = commands_until(&mut m, |c| c == "\"exec\"");
+    shown.retain(|c| ["\"multi\"", "\"set\" \"foo\" \"bar\"", "\"exec\""].contains(&c.as_str()));
+    shown
+}
+
+/// The commands (each line's part after the address) of the monitor `m`'s next lines, up to
+/// and including the first for which `last` holds; at most 100 lines.
+fn commands_until(m: &mut Resp, last: impl Fn(&str) -> bool) -> Vec<String> {
     let mut shown = Vec::new();
-    for _ in 0..50 {
+    for _ in 0..100 {
         let line = String::from_utf8_lossy(&m.read_frame()).into_owned();
         let (_, command) = line.trim_end().split_once("] ").expect("a monitor line");
-        if ["\"multi\"", "\"set\" \"foo\" \"bar\"", "\"exec\""].contains(&command) {
-            shown.push(command.to_string());
-        }
-        if command == "\"exec\"" {
+        shown.push(command.to_string());
+        if last(command) {
             return shown;
         }
     }
-    panic!("no exec among 50 monitor lines: {shown:?}");
+    panic!("not found among 100 monitor lines: {shown:?}");
 }
 
 #[test]
@@ -184,15 +190,7 @@ fn monitor_through_the_proxy_shows_only_the_proxy_s_clients() {
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
     assert_eq!(c.cmd_str(&["SET", "mo:last", "1"]), b"+OK\r\n");
-    let mut lines = Vec::new();
-    for _ in 0..100 {
-        let line = String::from_utf8_lossy(&monitor.read_frame()).into_owned();
-        let last = line.contains("\"mo:last\"");
-        lines.push(line.split_once("] ").unwrap().1.trim_end().to_string());
-        if last {
-            break;
-        }
-    }
+    let lines = commands_until(&mut monitor, |c| c.contains("\"mo:last\""));
     assert_eq!(
         lines,
         ["\"SET\" \"mo:first\" \"1\"", "\"SET\" \"mo:last\" \"1\""],
@@ -233,15 +231,8 @@ fn ended_transaction_lines(port: u16) -> Vec<String> {
     assert!(replies[6].starts_with("-EXECABORT"), "{replies:?}");
     assert_eq!(cmd(&mut w, &["GET", "mo:t"]), "$3\\r\\nend\\r\\n");
     let mut shown = vec![format!("{replies:?}")];
-    for _ in 0..50 {
-        let line = String::from_utf8_lossy(&m.read_frame()).into_owned();
-        let (_, command) = line.trim_end().split_once("] ").expect("a monitor line");
-        shown.push(command.to_string());
-        if command.contains("\"end\"") {
-            return shown;
-        }
-    }
-    panic!("no end among 50 monitor lines: {shown:?}");
+    shown.extend(commands_until(&mut m, |c| c.contains("\"end\"")));
+    shown
 }
 
 #[test]

@@ -402,6 +402,9 @@ impl<'a> Sent<'a> {
 /// connection, `crate::dedicated`): unsent requests, unparsed replies, the frame scanner.
 pub struct Wire {
     pub stream: Option<TcpStream>,
+    /// The socket's own address once connected: how an instance names this connection
+    /// (MONITOR lines, `crate::dedicated::monitor_line_shown`).
+    pub local: Option<SocketAddr>,
     /// Requests not yet written: `out[out_pos..]`. With `retain`, `out[acked..out_pos]` are
     /// requests written and not answered yet (a shared link re-sends one elsewhere when its
     /// reply is a redirect, `crate::redirect`), kept without a copy per request.
@@ -421,6 +424,7 @@ impl Wire {
     pub fn new() -> Self {
         Wire {
             stream: None,
+            local: None,
             out: Vec::new(),
             out_pos: 0,
             acked: 0,
@@ -451,6 +455,7 @@ impl Wire {
         match stream.peer_addr() {
             Ok(_) => {
                 let _ = stream.set_nodelay(true);
+                self.local = stream.local_addr().ok();
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
@@ -463,6 +468,7 @@ impl Wire {
         if let Some(mut s) = self.stream.take() {
             let _ = registry.deregister(&mut s);
         }
+        self.local = None;
         self.out.clear();
         self.out_pos = 0;
         self.acked = 0;

@@ -708,15 +708,15 @@ impl Proxy {
             ..
         } = self;
         // A monitor relays only its own clients' lines (`crate::dedicated::monitor_line_shown`):
-        // the proxy's connections' local addresses, asked when lines may come (MONITOR is a
-        // debugging aid; the other deliveries pay nothing).
+        // the proxy's connections' local addresses, gathered for a monitor's delivery only
+        // (MONITOR is a debugging aid; the other deliveries pay nothing).
         let own: Option<std::collections::HashSet<std::net::SocketAddr>> = match dedicated.get(id) {
             Some(d) if d.monitor => Some(
                 backends
                     .iter()
                     .map(|b| &b.wire)
                     .chain(dedicated.iter().map(|(_, d)| &d.wire))
-                    .filter_map(|w| w.stream.as_ref()?.local_addr().ok())
+                    .filter_map(|w| w.local)
                     .collect(),
             ),
             _ => None,
@@ -918,7 +918,6 @@ impl Proxy {
         while let Some((op, len)) = self.process_client_once(token) {
             self.clients_op(token, op, len);
         }
-        self.feed_monitors();
     }
 
     /// Gives every monitoring client the lines of commands answered here
@@ -1503,7 +1502,7 @@ impl Proxy {
     }
 
     fn flush_all(&mut self) {
-        // Lines of requests run outside `process_client` (follow-ups) too.
+        // Before the clients' output is written: lines of the iteration's requests.
         self.feed_monitors();
         let now = self.now;
         // The lists are taken and given back with their capacity: iterating them by value

@@ -571,22 +571,11 @@ fn feed_local_end<A: Args + ?Sized>(multi: &[u8], args: &A, me: &Me<'_>, ctx: &m
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64);
     let argv: Vec<&[u8]> = (0..args.argc()).map(|i| args.arg(i)).collect();
-    for argv in [&[multi][..], &argv] {
-        let mut line = format!(
-            "+{}.{:06} [{} {}]",
-            now_us / 1_000_000,
-            now_us % 1_000_000,
-            me.session.db,
-            me.session.addr
-        )
-        .into_bytes();
-        for a in argv {
-            line.push(b' ');
-            engine_core::monitor::repr(&mut line, a);
-        }
-        line.extend_from_slice(b"\r\n");
-        ctx.monitor_feed.push(line);
-    }
+    let (db, addr) = (me.session.db, &me.session.addr);
+    let line =
+        |name: &str, argv: &[&[u8]]| engine_core::monitor::line_of(db, addr, name, argv, now_us);
+    ctx.monitor_feed.push(line("multi", &[multi]));
+    ctx.monitor_feed.push(line("exec", &argv));
 }
 
 /// A command of a transaction over the shared links could not be kept: its requests pass

@@ -182,18 +182,34 @@ fn monitor_through_the_proxy_shows_only_the_proxy_s_clients() {
     assert_eq!(monitor.cmd_str(&["MONITOR"]), b"+OK\r\n");
     let mut c = Resp::connect(fleet.proxy_port);
     assert_eq!(c.cmd_str(&["SET", "mo:first", "1"]), b"+OK\r\n");
-    let mut direct = Resp::connect(fleet.engine_ports[0]);
-    // 2.5 s: two rounds of health checks and of the proxy's periodic refresh at least.
+    let mut direct: Vec<Resp> = fleet
+        .engine_ports
+        .iter()
+        .map(|&p| Resp::connect(p))
+        .collect();
+    // 2.5 s: two rounds of health checks and of the proxy's periodic refresh at least. Each
+    // round a direct client writes a key on the engine that owns it (the other answers
+    // -MOVED): a command an engine runs, for another client than the proxy's.
     for i in 0..5 {
-        direct.cmd_str(&["PING"]);
-        direct.cmd_str(&["SET", &format!("{{mo}}direct{i}"), "1"]);
+        let key = format!("mo:direct{i}");
+        let ran = direct
+            .iter_mut()
+            .map(|d| d.cmd_str(&["SET", &key, "1"]))
+            .filter(|r| r == b"+OK\r\n")
+            .count();
+        assert_eq!(ran, 1, "{key} is written on its one owner");
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
+    assert_eq!(c.cmd_str(&["GET", "mo:direct4"]), b"$1\r\n1\r\n");
     assert_eq!(c.cmd_str(&["SET", "mo:last", "1"]), b"+OK\r\n");
     let lines = commands_until(&mut monitor, |c| c.contains("\"mo:last\""));
     assert_eq!(
         lines,
-        ["\"SET\" \"mo:first\" \"1\"", "\"SET\" \"mo:last\" \"1\""],
+        [
+            "\"SET\" \"mo:first\" \"1\"",
+            "\"GET\" \"mo:direct4\"",
+            "\"SET\" \"mo:last\" \"1\""
+        ],
         "only the proxy's client's commands"
     );
 }

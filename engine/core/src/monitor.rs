@@ -111,15 +111,22 @@ pub fn feed_always(
 
 /// One MONITOR line (see the module docs).
 pub fn line(client: &Client, spec: &CommandSpec, argv: &[&[u8]], now_us: u64) -> Vec<u8> {
+    line_of(client.db, &client.addr, spec.name, argv, now_us)
+}
+
+/// One MONITOR line of the command `name` (a table row's name, for the redactions) run with
+/// `argv` by the client at `addr` in database `db`; also the proxy's, for the commands it
+/// answers itself.
+pub fn line_of(db: usize, addr: &str, name: &str, argv: &[&[u8]], now_us: u64) -> Vec<u8> {
     let mut s = Vec::with_capacity(64 + argv.iter().map(|a| a.len() + 3).sum::<usize>());
     s.push(b'+');
     s.extend_from_slice(itoa::Buffer::new().format(now_us / 1_000_000).as_bytes());
     s.extend_from_slice(format!(".{:06} [", now_us % 1_000_000).as_bytes());
-    s.extend_from_slice(itoa::Buffer::new().format(client.db).as_bytes());
+    s.extend_from_slice(itoa::Buffer::new().format(db).as_bytes());
     s.push(b' ');
-    s.extend_from_slice(client.addr.as_bytes());
+    s.extend_from_slice(addr.as_bytes());
     s.push(b']');
-    let redacted = |i: usize| match spec.name {
+    let redacted = |i: usize| match name {
         "auth" => i >= 1,
         "hello" => argv
             .iter()

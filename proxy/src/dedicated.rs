@@ -139,7 +139,9 @@ pub enum Incoming<'a> {
 /// (`lua`, a script's commands). Dropped: other clients of the instance (the supervisor's
 /// health checks, the fan-out's `CLUSTER NODES`, `recached resize`, clients connected to the
 /// engine directly), and the proxy's own `CLUSTER` (its slot map refresh; a client's CLUSTER
-/// is refused by the proxy) and `ASKING` (following `-ASK`), which no client sent.
+/// is refused by the proxy), `ASKING` (following `-ASK`), and `HELLO` and `AUTH` (a new
+/// connection's set-up; a client's own HELLO and AUTH are answered by the proxy), which no
+/// client sent.
 pub fn monitor_line_shown(line: &[u8], own: &std::collections::HashSet<SocketAddr>) -> bool {
     // `+<time> [<db> <addr>] "<command>" …`
     let Some(open) = line.iter().position(|&b| b == b'[') else {
@@ -165,7 +167,9 @@ pub fn monitor_line_shown(line: &[u8], own: &std::collections::HashSet<SocketAdd
         .strip_prefix(b" \"")
         .and_then(|c| c.split(|&b| b == b'"').next())
         .unwrap_or_default();
-    !(command.eq_ignore_ascii_case(b"cluster") || command.eq_ignore_ascii_case(b"asking"))
+    ![&b"cluster"[..], b"asking", b"hello", b"auth"]
+        .iter()
+        .any(|upkeep| command.eq_ignore_ascii_case(upkeep))
 }
 
 /// A pub/sub message frame: RESP2 `message` / `pmessage` array or RESP3 push.
@@ -421,6 +425,13 @@ mod tests {
         ));
         assert!(!shown(
             "+1796380846.804476 [0 127.0.0.1:46116] \"asking\"\r\n"
+        ));
+        // A new link's set-up.
+        assert!(!shown(
+            "+1796380846.804476 [0 127.0.0.1:46116] \"HELLO\" \"3\"\r\n"
+        ));
+        assert!(!shown(
+            "+1796380846.804476 [0 127.0.0.1:46116] \"AUTH\" \"(redacted)\"\r\n"
         ));
         // Not a MONITOR line: relayed unchanged.
         assert!(shown("+OK\r\n"));

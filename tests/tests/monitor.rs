@@ -173,14 +173,16 @@ fn monitor_through_the_proxy_shows_multi_as_the_client_spelled_it() {
 
 /// Through the proxy, MONITOR shows what the proxy's clients run, as a redis-server shows its
 /// clients' commands: not the fleet's upkeep (the supervisor's health-check `PING`s and the
-/// proxy's `CLUSTER SLOTS` refresh, each about once a second) nor a client connected to an
-/// engine directly.
+/// proxy's `CLUSTER SLOTS` refresh, each about once a second, and its new links' `HELLO`) nor
+/// a client connected to an engine directly.
 #[test]
 fn monitor_through_the_proxy_shows_only_the_proxy_s_clients() {
     let fleet = Fleet::start("monitor-own", 2);
     let mut monitor = Resp::connect(fleet.proxy_port);
     assert_eq!(monitor.cmd_str(&["MONITOR"]), b"+OK\r\n");
     let mut c = Resp::connect(fleet.proxy_port);
+    // RESP3, as redis-py and node-redis by default: the proxy opens RESP3 links (`HELLO 3`).
+    assert!(c.cmd_str(&["HELLO", "3"]).starts_with(b"%"));
     assert_eq!(c.cmd_str(&["SET", "mo:first", "1"]), b"+OK\r\n");
     let mut direct: Vec<Resp> = fleet
         .engine_ports

@@ -636,10 +636,15 @@ pub struct ScriptRetry {
     pub started: bool,
 }
 
-/// The key a `-TXNEEDKEY <hex> …` reply asks for.
-pub fn needed_key(reply: &[u8]) -> Option<Vec<u8>> {
+/// The keys a `-TXNEEDKEY <hex>[,<hex>…] …` reply asks for (one from a script, every key
+/// SORT's patterns name elsewhere: engine `types/sort.rs`).
+pub fn needed_keys(reply: &[u8]) -> Option<Vec<Vec<u8>>> {
     let rest = reply.strip_prefix(b"-TXNEEDKEY ")?;
-    let hex = &rest[..rest.iter().position(|&b| b == b' ' || b == b'\r')?];
+    let list = &rest[..rest.iter().position(|&b| b == b' ' || b == b'\r')?];
+    list.split(|&b| b == b',').map(unhex).collect()
+}
+
+fn unhex(hex: &[u8]) -> Option<Vec<u8>> {
     if hex.len() % 2 != 0 {
         return None;
     }
@@ -649,8 +654,22 @@ pub fn needed_key(reply: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Redis Cluster's error for a script that touched an undeclared key of another instance
-/// too late (after a write) or too often: the `-TXNEEDKEY …` text rewritten.
+/// too late (after a write) or too often: the `-TXNEEDKEY …` text rewritten. For SORT (its
+/// `-TXNEEDKEY … BY|GET`), Redis's refusal of that pattern in cluster mode.
 pub fn non_local_error(reply: &[u8]) -> Vec<u8> {
+    let sort = |opt: &str| {
+        format!(
+            "-ERR {opt} option of SORT denied in Cluster mode when keys formed by the pattern \
+             may be in different slots.\r\n"
+        )
+        .into_bytes()
+    };
+    if reply.ends_with(b" BY\r\n") {
+        return sort("BY");
+    }
+    if reply.ends_with(b" GET\r\n") {
+        return sort("GET");
+    }
     let tail = reply
         .windows(8)
         .position(|w| w == b" script:")
@@ -671,11 +690,11 @@ impl Scripts {
             return false;
         }
         let (seq, request) = self.inflight.pop_front().expect("front checked");
-        let Some(key) = needed_key(reply) else {
+        let Some(needed) = needed_keys(reply) else {
             return false;
         };
         let mut keys = crate::route::keys_of_request(&request);
-        keys.push(key);
+        keys.extend(needed);
         self.retries.push_back(ScriptRetry {
             seq,
             request,
@@ -698,15 +717,16 @@ impl Scripts {
         let Some(r) = self.retries.front_mut().filter(|r| r.seq == seq) else {
             return Ok(false);
         };
-        let Some(key) = needed_key(reply) else {
+        let Some(needed) = needed_keys(reply) else {
             self.retries.pop_front();
             return Ok(false);
         };
-        if r.attempts >= SCRIPT_RETRIES || r.keys.contains(&key) {
+        let new: Vec<Vec<u8>> = needed.into_iter().filter(|k| !r.keys.contains(k)).collect();
+        if r.attempts >= SCRIPT_RETRIES || new.is_empty() {
             self.retries.pop_front();
             return Err(non_local_error(reply));
         }
-        r.keys.push(key);
+        r.keys.extend(new);
         r.attempts += 1;
         r.started = false;
         Ok(true)
@@ -825,10 +845,15 @@ mod tests {
     #[test]
     fn scripts_discover_keys_until_the_retries_are_used_up() {
         assert_eq!(
-            needed_key(b"-TXNEEDKEY 6230 script: x\r\n"),
-            Some(b"b0".to_vec())
+            needed_keys(b"-TXNEEDKEY 6230 script: x\r\n"),
+            Some(vec![b"b0".to_vec()])
         );
-        assert_eq!(needed_key(b"-ERR x\r\n"), None);
+        assert_eq!(
+            needed_keys(b"-TXNEEDKEY 6230,,6231 BY\r\n"),
+            Some(vec![b"b0".to_vec(), Vec::new(), b"b1".to_vec()])
+        );
+        assert_eq!(needed_keys(b"-TXNEEDKEY 623 BY\r\n"), None);
+        assert_eq!(needed_keys(b"-ERR x\r\n"), None);
         let mut s = Scripts::default();
         let eval = |key: &str| {
             let mut r = Vec::new();

@@ -1235,7 +1235,20 @@ fn run_plan<A: Args + ?Sized>(
                 return Flow::Wait;
             }
             let keys = route::key_args(args);
-            gather(None, vec![raw.to_vec()], keys, Vec::new(), false, me, ctx);
+            // A script or a SORT with patterns may name more keys than it declares: its
+            // gathered run asks for them and runs again (`crate::coord::Scripts`).
+            let slot = (me.scripts.retries.is_empty() && route::discovers_keys(args)).then(|| {
+                let seq = me.replies.push_plain();
+                me.scripts.retries.push_back(crate::coord::ScriptRetry {
+                    seq,
+                    request: raw.to_vec(),
+                    keys: keys.clone(),
+                    attempts: 1,
+                    started: true,
+                });
+                seq
+            });
+            gather(slot, vec![raw.to_vec()], keys, Vec::new(), false, me, ctx);
             Flow::Continue
         }
         Plan::GatherBlocking => {

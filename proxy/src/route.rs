@@ -556,6 +556,16 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             // (`crate::coord::Wait`, docs/transactions.md).
             Err(()) => Plan::GatherBlocking,
         },
+        // SORT's BY/GET patterns name keys no key spec declares: sent like a script, to the
+        // instance of its declared keys on a script link, which answers `-TXNEEDKEY` for
+        // the keys it lacks; then it runs gathered with them (`crate::coord::Scripts`).
+        "sort" | "sort_ro" if n.instances() > 1 && sort_patterns_read_keys(args) => {
+            match keys_instance(row, args, n) {
+                Ok(Some(i)) => Plan::Script(Some(i)),
+                Ok(None) => Plan::ForwardAny,
+                Err(()) => Plan::Gather,
+            }
+        }
         _ if row.has_keys() => {
             match keys_instance(row, args, n) {
                 Ok(Some(i)) => Plan::Forward(i),
@@ -569,6 +579,47 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         }
         _ => not_supported(spec, "it has no key to route by"),
     }
+}
+
+/// Whether a lone request may touch keys it does not declare, which its engine then asks for
+/// (`-TXNEEDKEY`, `crate::coord::Scripts`): a script, or a SORT whose patterns name keys.
+pub(crate) fn discovers_keys<A: Args + ?Sized>(args: &A) -> bool {
+    let name = args.arg(0);
+    [
+        "eval",
+        "evalsha",
+        "eval_ro",
+        "evalsha_ro",
+        "fcall",
+        "fcall_ro",
+    ]
+    .iter()
+    .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
+        || ((name.eq_ignore_ascii_case(b"sort") || name.eq_ignore_ascii_case(b"sort_ro"))
+            && sort_patterns_read_keys(args))
+}
+
+/// Whether a SORT's `BY` or `GET` pattern names keys (has a `*` and is not `#`; engine
+/// `types/sort.rs`, *Patterns*). Options as SORT parses them; a malformed request is the
+/// engine's to refuse.
+pub(crate) fn sort_patterns_read_keys<A: Args + ?Sized>(args: &A) -> bool {
+    let mut j = 2;
+    while j < args.argc() {
+        let a = args.arg(j);
+        if a.eq_ignore_ascii_case(b"limit") {
+            j += 3;
+        } else if a.eq_ignore_ascii_case(b"store") {
+            j += 2;
+        } else if a.eq_ignore_ascii_case(b"by") || a.eq_ignore_ascii_case(b"get") {
+            if j + 1 < args.argc() && args.arg(j + 1) != b"#" && args.arg(j + 1).contains(&b'*') {
+                return true;
+            }
+            j += 2;
+        } else {
+            j += 1;
+        }
+    }
+    false
 }
 
 /// XREAD/XREADGROUP without BLOCK whose streams live on several instances: one part per

@@ -183,6 +183,42 @@ const STEPS: &[&[&str]] = &[
         "{2}n",
     ],
     &["MGET", "{0}n", "{1}n", "{2}n"],
+    // A script whose declared keys span engines and that reads an undeclared key of a third
+    // (or the first) engine: its gathered run asks for the key and runs again (the client
+    // got the internal `-TXNEEDKEY` before).
+    &["SET", "{2}late", "found"],
+    &[
+        "EVAL",
+        "return {redis.call('GET', ARGV[1]), redis.call('GET', KEYS[1]), \
+         redis.call('INCR', KEYS[2])}",
+        "2",
+        "{0}n",
+        "{1}n",
+        "{2}late",
+    ],
+    // SORT's BY and GET patterns name keys of any engine (here the weights and hashes hash
+    // wherever their names put them), one Redis's replies; STORE to another engine too.
+    &["RPUSH", "{0}sl", "3", "1", "2", "4"],
+    &["MSET", "sw_1", "30", "sw_2", "20", "sw_3", "10"],
+    &["HSET", "sh_1", "f", "a"],
+    &["HSET", "sh_2", "f", "b"],
+    &["HSET", "sh_3", "f", "c"],
+    &["SORT", "{0}sl", "BY", "sw_*"],
+    &["SORT", "{0}sl", "BY", "sw_*", "GET", "sh_*->f", "GET", "#"],
+    &["SORT", "{0}sl", "GET", "sh_*->f", "DESC"],
+    &["SORT_RO", "{0}sl", "BY", "nosort", "GET", "sw_*"],
+    &["SORT", "{0}sl", "BY", "sh_*->f", "ALPHA", "LIMIT", "1", "2"],
+    &[
+        "SORT", "{0}sl", "BY", "sw_*", "DESC", "GET", "sh_*->f", "STORE", "{1}sdst",
+    ],
+    &["LRANGE", "{1}sdst", "0", "-1"],
+    &[
+        "SORT", "{0}sl", "BY", "sw_*", "GET", "#", "STORE", "{0}sdst",
+    ],
+    &["LRANGE", "{0}sdst", "0", "-1"],
+    &["SET", "sw_2", "heavy"],
+    &["SORT", "{0}sl", "BY", "sw_*"],
+    &["SORT", "{0}sl", "BY", "sw_*", "ALPHA"],
     // Errors are the commands' own.
     &["SET", "{0}str", "x"],
     &["SMOVE", "{0}str", "{1}y", "b"],

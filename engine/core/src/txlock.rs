@@ -369,6 +369,24 @@ pub fn need_key(key: &[u8]) -> String {
     msg
 }
 
+/// The error (without its `-`) asking the proxy to run a command again with `keys` brought
+/// to the engine: `TXNEEDKEY <hex>,<hex>… <option>` (SORT's patterns, `crate::types::sort`;
+/// `option`, `BY` or `GET`, names the error to give if it cannot).
+pub fn need_keys(keys: &[Vec<u8>], option: &str) -> String {
+    let mut msg = String::from("TXNEEDKEY ");
+    for (i, key) in keys.iter().enumerate() {
+        if i > 0 {
+            msg.push(',');
+        }
+        for b in key {
+            msg.push_str(&format!("{b:02x}"));
+        }
+    }
+    msg.push(' ');
+    msg.push_str(option);
+    msg
+}
+
 /// `TXWAIT LIST|ZSET timeout key…` → `:1` once one of the keys holds a list (a sorted set),
 /// a null array at the timeout (seconds, as BLPOP's; 0 = forever). Reads and changes
 /// nothing: the proxy waits so for a blocking command whose keys span engines, then runs it

@@ -28,6 +28,15 @@
 //! SORT denied in Cluster mode when keys formed by the pattern may be in different slots.`).
 //! `GET #` and patterns without `*` read no key and are always allowed.
 //!
+//! Through the proxy a fleet is one Redis, so SORT reads keys of any engine there: on the
+//! proxy's script links (`TXDISCOVER ON`, outside scripts) a pattern the rule above refuses
+//! is checked key by key instead. When every key it names is owned here or is a guest (a key
+//! of another engine brought here by the proxy's gathered run, `crate::txlock`), SORT runs;
+//! otherwise it answers `-TXNEEDKEY <hex>,<hex>… BY|GET` listing them all (and the option
+//! whose error applies if they cannot be brought), before it writes anything, and the proxy runs it again gathered with those keys (docs/transactions.md).
+//! A connection that holds guests but has no `TXDISCOVER` gets the error above for a key
+//! that is neither.
+//!
 //! # ACL
 //! As in Redis, `BY` with a pattern and every `GET` need a user that may read every key
 //! (`allkeys` or `%R~*`): `… denied due to insufficient ACL permissions.`
@@ -98,10 +107,11 @@ fn pattern_allowed(e: &Engine, pat: &[u8]) -> bool {
         || pattern_slot(pat).is_some_and(|s| e.cluster.owns(s))
 }
 
-/// redis `lookupKeyByPattern`: the value `pat` names for element `subst`.
-fn lookup_by_pattern(e: &mut Engine, pat: &[u8], subst: &[u8], now_ms: u64) -> Option<Vec<u8>> {
+/// The key `pat` names for element `subst`, and the hash field after `->` if any; None for
+/// `#` and for a pattern without `*` (redis `lookupKeyByPattern`).
+fn pattern_key<'p>(pat: &'p [u8], subst: &[u8]) -> Option<(Vec<u8>, Option<&'p [u8]>)> {
     if pat == b"#" {
-        return Some(subst.to_vec());
+        return None;
     }
     let star = pat.iter().position(|&b| b == b'*')?;
     let after = &pat[star + 1..];
@@ -113,6 +123,43 @@ fn lookup_by_pattern(e: &mut Engine, pat: &[u8], subst: &[u8], now_ms: u64) -> O
     key.extend_from_slice(&pat[..star]);
     key.extend_from_slice(subst);
     key.extend_from_slice(post);
+    Some((key, field))
+}
+
+/// Most keys one `-TXNEEDKEY` may ask for; a SORT naming more keys of other engines gets the
+/// cluster error instead (each is a round trip's payload in the proxy's gathered run).
+const MAX_NEEDED_KEYS: usize = 100_000;
+
+/// The keys `o`'s patterns name for the elements `v` that are neither owned here nor guests
+/// (module docs, *Cluster mode*), in order of first use, each once.
+fn keys_elsewhere(e: &Engine, c: &Call, o: &Opts<'_>, v: &[Item]) -> Vec<Vec<u8>> {
+    let by = o.by.filter(|_| !o.dontsort);
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for it in v {
+        for pat in by.iter().chain(o.gets.iter()) {
+            let Some((key, _)) = pattern_key(pat, &it.obj) else {
+                continue;
+            };
+            let s = slot::key_slot(&key);
+            let asked = c.client.cluster.asked && e.cluster.importing.contains_key(&s);
+            if e.cluster.owns(s) || asked || e.locks.is_guest(c.client.db, &key) {
+                continue;
+            }
+            if seen.insert(key.clone()) {
+                out.push(key);
+            }
+        }
+    }
+    out
+}
+
+/// redis `lookupKeyByPattern`: the value `pat` names for element `subst`.
+fn lookup_by_pattern(e: &mut Engine, pat: &[u8], subst: &[u8], now_ms: u64) -> Option<Vec<u8>> {
+    if pat == b"#" {
+        return Some(subst.to_vec());
+    }
+    let (key, field) = pattern_key(pat, subst)?;
     let i = e.ks.lookup_read(&key, now_ms)?;
     match (e.ks.value(i), field) {
         (Value::Hash(h), Some(f)) => h.get(f).map(<[u8]>::to_vec),
@@ -131,6 +178,9 @@ struct Opts<'a> {
     /// `BY` without `*`: keep the container's order.
     dontsort: bool,
     gets: Vec<&'a [u8]>,
+    /// A pattern the cluster rule refuses, allowed if every key it names is local (module
+    /// docs, *Cluster mode*): the error for a key that is not, `BY`'s if BY's pattern is one.
+    check_keys: Option<CmdError>,
 }
 
 fn parse_opts<'a>(
@@ -147,7 +197,12 @@ fn parse_opts<'a>(
         by: None,
         dontsort: false,
         gets: Vec::new(),
+        check_keys: None,
     };
+    // Through the proxy, or in its gathered run: checked key by key (module docs).
+    let per_key = e.cluster.enabled()
+        && c.client.addr != crate::script::SCRIPT_CLIENT_ADDR
+        && (c.client.txdiscover || e.locks.holds_guests(c.client.id));
     let mut j = 2;
     while j < argv.len() {
         let a = argv[j];
@@ -167,9 +222,13 @@ fn parse_opts<'a>(
         } else if args::is(a, "by") && left >= 1 {
             let pat = argv[j + 1];
             o.by = Some(pat);
+            if pat.contains(&b'*') && !pattern_allowed(e, pat) && per_key {
+                // The first refused pattern's error, as Redis's parse would give it.
+                o.check_keys.get_or_insert(ERR_BY_CLUSTER);
+            }
             if !pat.contains(&b'*') {
                 o.dontsort = true;
-            } else if !pattern_allowed(e, pat) {
+            } else if !pattern_allowed(e, pat) && !per_key {
                 return Err(ERR_BY_CLUSTER);
             } else if !e.acl.reads_all_keys(&c.client.auth) {
                 return Err(ERR_BY_ACL);
@@ -177,7 +236,10 @@ fn parse_opts<'a>(
             j += 1;
         } else if args::is(a, "get") && left >= 1 {
             if !pattern_allowed(e, argv[j + 1]) {
-                return Err(ERR_GET_CLUSTER);
+                if !per_key {
+                    return Err(ERR_GET_CLUSTER);
+                }
+                o.check_keys.get_or_insert(ERR_GET_CLUSTER);
             }
             // Redis 7.0 asks this of every GET, `#` included.
             if !e.acl.reads_all_keys(&c.client.auth) {
@@ -322,6 +384,22 @@ fn sort_generic(e: &mut Engine, c: &mut Call, read_only: bool) -> Result<(), Cmd
         }
         Some(Value::ZSet(z)) => v.extend(z.iter().map(|(m, _)| Item::new(m))),
         _ => {}
+    }
+    if let Some(refused) = o.check_keys.take() {
+        let elsewhere = keys_elsewhere(e, c, &o, &v);
+        if !elsewhere.is_empty() {
+            if !c.client.txdiscover || elsewhere.len() > MAX_NEEDED_KEYS {
+                return Err(refused);
+            }
+            let option = if refused == ERR_BY_CLUSTER {
+                "BY"
+            } else {
+                "GET"
+            };
+            return Err(CmdError::Other(crate::txlock::need_keys(
+                &elsewhere, option,
+            )));
+        }
     }
     if !o.dontsort {
         let mut bad = false;

@@ -645,7 +645,7 @@ pub fn needed_keys(reply: &[u8]) -> Option<Vec<Vec<u8>>> {
 }
 
 fn unhex(hex: &[u8]) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
     hex.chunks(2)

@@ -836,6 +836,17 @@ impl Proxy {
             c.session.tx.instance_lost(d.instance);
             return;
         }
+        if (c.session.subs.active() || c.session.monitor) && !self.fleet.slots.serves(d.instance) {
+            // An instance retired by `recached resize` (it owns no slot, and its keys moved):
+            // the client's subscriptions and MONITOR go on through the other instances, which
+            // every PUBLISH reaches and which run every command now.
+            log::info!(
+                "client {}: dedicated connection to retired instance {} closed ({why})",
+                d.owner_id,
+                d.instance
+            );
+            return;
+        }
         if c.session.subs.active() || c.session.monitor {
             log::warn!(
                 "client {}: lost its dedicated connection to instance {} ({why}); \

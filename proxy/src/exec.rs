@@ -1000,9 +1000,10 @@ fn monitor(me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Flow {
     if !me.enter_lane(Lane::PubSub) {
         return Flow::Wait;
     }
-    let n = ctx.fleet.instances();
+    let instances = serving(ctx);
+    let n = instances.len();
     let mut ids = Vec::with_capacity(n);
-    for i in 0..n {
+    for i in instances {
         match conn_for(i, me, ctx) {
             Ok(id) => ids.push(id),
             Err(error) => {
@@ -1021,6 +1022,16 @@ fn monitor(me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Flow {
         mark(&mut d.dirty, ctx.dirty_dedicated, id);
     }
     Flow::Continue
+}
+
+/// The instances that own a slot. Fan-outs on dedicated connections leave out one that gave
+/// all its slots away (retired by `recached resize`, perhaps stopped), as [`Plan::FanOut`]
+/// does on the shared links.
+fn serving(ctx: &Ctx<'_>) -> Vec<usize> {
+    let slots = &ctx.fleet.slots;
+    (0..ctx.fleet.instances())
+        .filter(|&i| slots.serves(i))
+        .collect()
 }
 
 /// The client's dedicated connection to `instance`, opened if it has none: its slab id,
@@ -1322,17 +1333,17 @@ fn dedicated_fan_out(raw: &[u8], merge: Merge, me: &mut Me<'_>, ctx: &mut Ctx<'_
     if !me.enter_lane(Lane::Spread) {
         return Flow::Wait;
     }
-    let n = ctx.fleet.instances();
-    let seq = me.replies.push_parts(n, merge);
-    for i in 0..n {
+    let instances = serving(ctx);
+    let seq = me.replies.push_parts(instances.len(), merge);
+    for (part, i) in instances.into_iter().enumerate() {
         match conn_for(i, me, ctx) {
             Ok(id) => {
                 let d = ctx.dedicated.get_mut(id).expect("just looked up");
                 d.pubsub = false;
-                d.send(raw, Some(me.waiter(seq, i as u32)), 1);
+                d.send(raw, Some(me.waiter(seq, part as u32)), 1);
                 mark(&mut d.dirty, ctx.dirty_dedicated, id);
             }
-            Err(error) => me.replies.fill(seq, i as u32, &error),
+            Err(error) => me.replies.fill(seq, part as u32, &error),
         }
     }
     Flow::Continue
@@ -1363,19 +1374,23 @@ fn tracking_redirect(
     if !me.enter_lane(Lane::Spread) {
         return Flow::Wait;
     }
-    let n = ctx.fleet.instances();
-    let ids: Vec<Option<u64>> = (0..n)
+    let instances = serving(ctx);
+    let n = instances.len();
+    let ids: Vec<(usize, Option<u64>)> = instances
+        .into_iter()
         .map(|i| {
-            ctx.dedicated
+            let id = ctx
+                .dedicated
                 .iter()
                 .find(|(_, d)| d.owner_id == target && d.instance == i && d.pubsub)
-                .and_then(|(_, d)| d.engine_id)
+                .and_then(|(_, d)| d.engine_id);
+            (i, id)
         })
         .collect();
     me.session.tracking = true;
     me.session.redirect = Some(target);
     let seq = me.replies.push_parts(n, Merge::AllOk);
-    for (i, id) in ids.into_iter().enumerate() {
+    for (part, (i, id)) in ids.into_iter().enumerate() {
         let mut a = args.clone();
         match id {
             Some(id) => a[at] = itoa::Buffer::new().format(id).as_bytes().to_vec(),
@@ -1390,10 +1405,10 @@ fn tracking_redirect(
             Ok(id) => {
                 let d = ctx.dedicated.get_mut(id).expect("just looked up");
                 d.pubsub = false;
-                d.send(&request, Some(me.waiter(seq, i as u32)), 1);
+                d.send(&request, Some(me.waiter(seq, part as u32)), 1);
                 mark(&mut d.dirty, ctx.dirty_dedicated, id);
             }
-            Err(error) => me.replies.fill(seq, i as u32, &error),
+            Err(error) => me.replies.fill(seq, part as u32, &error),
         }
     }
     Flow::Continue
@@ -1553,11 +1568,14 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         Plan::ConfigSet { get, request } => {
             // Per instance its old values, then the change: 2 parts each, in that order
             // on the instance's connection ([`Merge::ConfigSet`]).
-            let seq = replies.push_parts(2 * n, Merge::ConfigSet);
+            // Instances that own slots, as for a fan-out.
+            let slots = &ctx.fleet.slots;
+            let serving: Vec<usize> = (0..n).filter(|&i| slots.serves(i)).collect();
+            let seq = replies.push_parts(2 * serving.len(), Merge::ConfigSet);
             let request = request.as_deref().unwrap_or(raw);
-            for i in 0..n {
-                send(i, &get, seq, 2 * i as u32, replies);
-                send(i, request, seq, 2 * i as u32 + 1, replies);
+            for (part, i) in serving.into_iter().enumerate() {
+                send(i, &get, seq, 2 * part as u32, replies);
+                send(i, request, seq, 2 * part as u32 + 1, replies);
             }
         }
         Plan::Rewrite {

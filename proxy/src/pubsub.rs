@@ -188,7 +188,7 @@ impl Subscriptions {
                 .iter()
                 .filter(|c| !self.channels.contains(**c))
                 .flat_map(|c| match *c == INVALIDATE {
-                    true => (0..n.instances()).collect(),
+                    true => (0..n.instances()).filter(|&i| n.serves(i)).collect(),
                     false => vec![n.of(c)],
                 })
                 .collect(),
@@ -197,8 +197,9 @@ impl Subscriptions {
                 .filter(|c| !self.shard.contains(**c))
                 .map(|c| n.of(c))
                 .collect(),
+            // Every instance that owns a slot (one retired by a resize is left out).
             Kind::Psubscribe if names.iter().any(|p| !self.patterns.contains(*p)) => {
-                (0..n.instances()).collect()
+                (0..n.instances()).filter(|&i| n.serves(i)).collect()
             }
             _ => Vec::new(),
         };
@@ -258,8 +259,11 @@ impl Subscriptions {
             };
             if changed {
                 if kind.is_pattern() || (!kind.is_shard() && name == INVALIDATE) {
-                    for list in per_instance.iter_mut() {
-                        list.push(name.to_vec());
+                    // Every instance that owns a slot (one retired by a resize is left out).
+                    for (i, list) in per_instance.iter_mut().enumerate() {
+                        if n.serves(i) {
+                            list.push(name.to_vec());
+                        }
                     }
                 } else {
                     per_instance[n.of(name)].push(name.to_vec());

@@ -719,3 +719,62 @@ fn a_resize_moves_neighbouring_slots_in_groups() {
     assert_eq!(check_placement(base, 3), N);
     f.stop();
 }
+
+/// After a shrink the retired engine stops: requests the proxy sends to every engine on a
+/// client's own connections (PSUBSCRIBE, MONITOR, CLIENT TRACKING, CLIENT GETREDIR, CONFIG
+/// SET) leave it out, as DBSIZE does, and a client pattern-subscribed before the shrink keeps
+/// its subscription. Before, each got `-ERR instance 2 (…) is unavailable` for good, and the
+/// subscribed client got that error as a message, then its connection was closed.
+#[test]
+fn after_a_shrink_commands_to_every_engine_leave_the_retired_one_out() {
+    let mut f = Fleet::start("shrink-fanout", 3, "");
+    let proxy = f.proxy_port();
+    let mut sub = Resp::connect(proxy);
+    assert!(cmd(&mut sub, &["PSUBSCRIBE", "ev*"]).contains("psubscribe"));
+    let out = f.resize(2);
+    assert!(out.ok, "resize 2: {}", out.text());
+    // The retired engine is stopped after its grace period (bounded wait).
+    let retired = f.base + 2;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", retired)).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "engine {retired} still listening"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut c = Resp::connect(proxy);
+    // Every channel's owner, old and new, reaches the pattern subscriber.
+    for ch in ["ev0", "ev1", "ev2", "ev3", "ev4", "ev5"] {
+        assert_eq!(
+            cmd(&mut c, &["PUBLISH", ch, "x"]),
+            ":1\\r\\n",
+            "PUBLISH {ch}"
+        );
+        let got = next(&mut sub);
+        assert!(
+            got.contains("pmessage") && got.contains(ch),
+            "the subscriber got {got}"
+        );
+    }
+    for (args, want) in [
+        (
+            &["CONFIG", "SET", "notify-keyspace-events", "KEA"][..],
+            "+OK\\r\\n",
+        ),
+        (&["CLIENT", "TRACKING", "ON"][..], "+OK\\r\\n"),
+        (&["CLIENT", "GETREDIR"][..], ":0\\r\\n"),
+        (&["CLIENT", "TRACKING", "OFF"][..], "+OK\\r\\n"),
+    ] {
+        assert_eq!(cmd(&mut c, args), want, "{args:?}");
+    }
+    let mut p = Resp::connect(proxy);
+    let got = cmd(&mut p, &["PSUBSCRIBE", "x*"]);
+    assert!(
+        got.contains("psubscribe"),
+        "PSUBSCRIBE after the shrink: {got}"
+    );
+    let mut m = Resp::connect(proxy);
+    assert_eq!(cmd(&mut m, &["MONITOR"]), "+OK\\r\\n");
+    f.stop();
+}

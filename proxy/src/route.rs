@@ -774,21 +774,45 @@ fn pubsub_introspection<A: Args + ?Sized>(
     match sub_spec.short_name() {
         "channels" | "shardchannels" => fan_out(Merge::Concat),
         "numpat" => fan_out(Merge::Max),
+        // Each channel's count from its instance (where the proxy subscribes it), merged in
+        // the caller's order.
         "numsub" | "shardnumsub" => {
-            let mut owner = None;
+            if args.argc() == 2 {
+                return reply_static(b"*0\r\n");
+            }
+            let mut instances: Vec<usize> = Vec::new();
+            let mut names: Vec<Vec<&[u8]>> = Vec::new();
+            let mut seq = Vec::with_capacity(args.argc() - 2);
             for i in 2..args.argc() {
                 let inst = n.of(args.arg(i));
-                if owner.is_some_and(|o| o != inst) {
-                    return not_supported(
-                        sub_spec,
-                        "its channels live on different instances (ask one instance at a time)",
-                    );
-                }
-                owner = Some(inst);
+                let part = match instances.iter().position(|&x| x == inst) {
+                    Some(p) => p,
+                    None => {
+                        instances.push(inst);
+                        names.push(Vec::new());
+                        instances.len() - 1
+                    }
+                };
+                seq.push((part as u32, names[part].len() as u32));
+                names[part].push(args.arg(i));
             }
-            match owner {
-                Some(i) => Plan::Forward(i),
-                None => reply_static(b"*0\r\n"),
+            if let [only] = instances[..] {
+                return Plan::Forward(only);
+            }
+            let parts = instances
+                .into_iter()
+                .zip(names)
+                .map(|(instance, list)| {
+                    let mut argv: Vec<&[u8]> = vec![args.arg(0), args.arg(1)];
+                    argv.extend(list);
+                    let mut request = Vec::new();
+                    resp::encode_request(&mut request, &argv);
+                    split::Part { instance, request }
+                })
+                .collect();
+            Plan::Split {
+                parts,
+                merge: Merge::ValuePairs(seq),
             }
         }
         _ => not_supported(sub_spec, "sharded pub/sub is not relayed"),

@@ -66,6 +66,9 @@ pub struct Split {
 pub enum Merge {
     /// MGET: an array of the values in the caller's key order; needs the split's `seq`.
     Values(Vec<(u32, u32)>),
+    /// PUBSUB NUMSUB / SHARDNUMSUB: each name answered by its part as two elements (name,
+    /// count), in the caller's order; `seq` as for [`Merge::Values`].
+    ValuePairs(Vec<(u32, u32)>),
     /// DEL, UNLINK, EXISTS, TOUCH, DBSIZE: the sum of the integer replies.
     Sum,
     /// MSET, FLUSHALL, FLUSHDB: `+OK` if every part answered `+OK`.
@@ -309,6 +312,7 @@ pub fn merge(merge: &Merge, replies: &[&[u8]], out: &mut Vec<u8>) {
     }
     let ok = match merge {
         Merge::Values(seq) => merge_values(seq, replies, out),
+        Merge::ValuePairs(seq) => merge_value_pairs(seq, replies, out),
         Merge::StreamRead { seq, keys, proto } => {
             merge_stream_read(seq, keys, *proto, replies, out)
         }
@@ -472,6 +476,29 @@ fn config_pairs(frame: &[u8]) -> Option<Vec<Vec<u8>>> {
 
 /// Sent when an instance answers with a shape the command cannot have (not a RESP server?).
 pub const UNEXPECTED_REPLY: &[u8] = b"-ERR unexpected reply from an instance\r\n";
+
+fn merge_value_pairs(seq: &[(u32, u32)], replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
+    let mut elems: Vec<Vec<&[u8]>> = Vec::with_capacity(replies.len());
+    for r in replies {
+        match array_elems(r) {
+            Some(e) => elems.push(e),
+            None => return false,
+        }
+    }
+    let mut merged = Vec::new();
+    push_array_header(&mut merged, 2 * seq.len());
+    for &(part, pos) in seq {
+        let e = elems.get(part as usize);
+        for i in [2 * pos as usize, 2 * pos as usize + 1] {
+            match e.and_then(|e| e.get(i)) {
+                Some(v) => merged.extend_from_slice(v),
+                None => return false,
+            }
+        }
+    }
+    out.extend_from_slice(&merged);
+    true
+}
 
 fn merge_values(seq: &[(u32, u32)], replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
     let mut elems: Vec<Vec<&[u8]>> = Vec::with_capacity(replies.len());
@@ -1363,6 +1390,22 @@ mod tests {
             out,
             b"*5\r\n$2\r\nva\r\n$2\r\nvb\r\n$-1\r\n$2\r\nvd\r\n$4\r\nv\r\ne\r\n".to_vec()
         );
+    }
+
+    #[test]
+    fn numsub_pairs_merge_in_the_caller_s_order() {
+        // PUBSUB NUMSUB 1a 0b 1c: part 0 (instance 1) answered a and c, part 1 answered b.
+        let seq = vec![(0, 0), (1, 0), (0, 1)];
+        let r0: &[u8] = b"*4\r\n$2\r\n1a\r\n:2\r\n$2\r\n1c\r\n:0\r\n";
+        let r1: &[u8] = b"*2\r\n$2\r\n0b\r\n:1\r\n";
+        let mut out = Vec::new();
+        merge(&Merge::ValuePairs(seq.clone()), &[r0, r1], &mut out);
+        assert_eq!(
+            out,
+            b"*6\r\n$2\r\n1a\r\n:2\r\n$2\r\n0b\r\n:1\r\n$2\r\n1c\r\n:0\r\n".to_vec()
+        );
+        // A short part is not merged.
+        assert!(!merge_value_pairs(&seq, &[r1, r1], &mut Vec::new()));
     }
 
     #[test]

@@ -403,3 +403,46 @@ fn subscribe_confirmations_ignore_client_reply_off() {
     let fleet = Fleet::start("pubsub-reply-off", 2);
     assert_eq!(transcript(fleet.proxy_port), want, "proxy");
 }
+
+/// PUBSUB NUMSUB and SHARDNUMSUB over channels of several engines: each count from the
+/// channel's engine, in the caller's order, as redis-server answers the same subscriptions
+/// (was: "not supported … its channels live on different instances").
+#[test]
+fn numsub_over_channels_of_several_engines_answers_as_redis() {
+    let redis_port = free_port();
+    let _redis = start_redis(redis_port);
+    let fleet = Fleet::start("pubsub-numsub", 2);
+    // Channels on both engines of the fleet (the proxy subscribes a channel on its owner).
+    let chans: Vec<String> = (0..6).map(|i| format!("numsub:{i}")).collect();
+    let owners: std::collections::BTreeSet<u32> = chans
+        .iter()
+        .map(|c| engine_core::slot::instance_for_key(c.as_bytes(), 2))
+        .collect();
+    assert_eq!(owners.len(), 2, "the channels must span both engines");
+    let transcript = |port: u16| -> Vec<String> {
+        let mut subs: Vec<Resp> = Vec::new();
+        for (i, ch) in chans.iter().enumerate().take(4) {
+            for _ in 0..=i {
+                let mut s = Resp::connect(port);
+                assert!(cmd(&mut s, &["SUBSCRIBE", ch]).contains("subscribe"));
+                subs.push(s);
+            }
+        }
+        let mut c = Resp::connect(port);
+        let mut out = Vec::new();
+        for proto in ["2", "3"] {
+            c.cmd_str(&["HELLO", proto]);
+            let mut args = vec!["PUBSUB", "NUMSUB"];
+            args.extend(chans.iter().rev().map(String::as_str));
+            args.push("numsub:0");
+            out.push(cmd(&mut c, &args));
+            args[1] = "SHARDNUMSUB";
+            out.push(cmd(&mut c, &args));
+            out.push(cmd(&mut c, &["PUBSUB", "NUMSUB"]));
+        }
+        out
+    };
+    let want = transcript(redis_port);
+    assert!(want[0].contains(":4"), "redis-server: {want:?}");
+    assert_eq!(transcript(fleet.proxy_port), want, "proxy vs redis-server");
+}

@@ -477,14 +477,15 @@ fn config_pairs(frame: &[u8]) -> Option<Vec<Vec<u8>>> {
 /// Sent when an instance answers with a shape the command cannot have (not a RESP server?).
 pub const UNEXPECTED_REPLY: &[u8] = b"-ERR unexpected reply from an instance\r\n";
 
+/// The elements of each part's array reply; None if one is not an array.
+fn parts_elems<'a>(replies: &[&'a [u8]]) -> Option<Vec<Vec<&'a [u8]>>> {
+    replies.iter().map(|r| array_elems(r)).collect()
+}
+
 fn merge_value_pairs(seq: &[(u32, u32)], replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
-    let mut elems: Vec<Vec<&[u8]>> = Vec::with_capacity(replies.len());
-    for r in replies {
-        match array_elems(r) {
-            Some(e) => elems.push(e),
-            None => return false,
-        }
-    }
+    let Some(elems) = parts_elems(replies) else {
+        return false;
+    };
     let mut merged = Vec::new();
     push_array_header(&mut merged, 2 * seq.len());
     for &(part, pos) in seq {
@@ -501,13 +502,9 @@ fn merge_value_pairs(seq: &[(u32, u32)], replies: &[&[u8]], out: &mut Vec<u8>) -
 }
 
 fn merge_values(seq: &[(u32, u32)], replies: &[&[u8]], out: &mut Vec<u8>) -> bool {
-    let mut elems: Vec<Vec<&[u8]>> = Vec::with_capacity(replies.len());
-    for r in replies {
-        match array_elems(r) {
-            Some(e) => elems.push(e),
-            None => return false,
-        }
-    }
+    let Some(elems) = parts_elems(replies) else {
+        return false;
+    };
     let mut merged = Vec::new();
     push_array_header(&mut merged, seq.len());
     for &(part, pos) in seq {

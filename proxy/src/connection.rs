@@ -229,9 +229,14 @@ pub(crate) fn client<A: Args + ?Sized>(
             if on {
                 session.tracking = true;
                 session.redirect = None;
+                let argv: Vec<&[u8]> = (0..argc).map(|i| args.arg(i)).collect();
+                let mut request = Vec::new();
+                resp::encode_request(&mut request, &argv);
+                session.tracking_request = Some(request);
             } else if all[0].eq_ignore_ascii_case(b"off") {
                 session.tracking = false;
                 session.redirect = None;
+                session.tracking_request = None;
             }
             Plan::DedicatedFanOut(crate::split::Merge::AllOk)
         }

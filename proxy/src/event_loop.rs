@@ -343,6 +343,9 @@ impl Proxy {
             // Timers before the flush: a `-TRYAGAIN` retry or a refresh they send goes out in
             // this iteration, not after the next poll (up to MAX_POLL_WAIT later).
             self.timers(self.now);
+            if self.fleet.slots.any_started() {
+                self.extend_clients();
+            }
             self.flush_all();
             self.close_finished();
         }
@@ -1491,6 +1494,30 @@ impl Proxy {
             f(&mut me, &mut ctx);
         }
         mark(&mut c.dirty, dirty_clients, token);
+    }
+
+    /// Instances started serving slots: every client's patterns, MONITOR and tracking reach
+    /// them too (`crate::exec::extend_to`).
+    #[inline(never)]
+    fn extend_clients(&mut self) {
+        for instance in self.fleet.slots.take_started() {
+            let tokens: Vec<usize> = self
+                .clients
+                .iter()
+                .filter(|(_, c)| {
+                    c.session.subs.patterns() > 0 || c.session.monitor || c.session.tracking
+                })
+                .map(|(t, _)| t)
+                .collect();
+            log::info!(
+                "instance {instance} serves slots now: {} client(s) with patterns, MONITOR or \
+                 tracking follow",
+                tokens.len()
+            );
+            for token in tokens {
+                self.with_client(token, |me, ctx| crate::exec::extend_to(instance, me, ctx));
+            }
+        }
     }
 
     /// Runs client `token`'s script again, gathered with the undeclared keys it touched

@@ -1024,6 +1024,57 @@ fn monitor(me: &mut Me<'_>, ctx: &mut Ctx<'_>) -> Flow {
     Flow::Continue
 }
 
+/// An instance started serving slots (a grow; `crate::slots::Slots::take_started`): what the
+/// client holds on every instance — its patterns, MONITOR, CLIENT TRACKING without REDIRECT —
+/// is set up there too, as if the instance had served when the client asked, so a message
+/// published to a channel of the new instance's slots, its MONITOR lines and its keys'
+/// invalidations reach the client. The instance's replies are dropped (the client had its
+/// own); an instance that cannot be reached is skipped.
+pub(crate) fn extend_to(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
+    let patterns: Vec<Vec<u8>> = me
+        .session
+        .subs
+        .pattern_names()
+        .map(<[u8]>::to_vec)
+        .collect();
+    let tracking = me
+        .session
+        .tracking_request
+        .clone()
+        .filter(|_| me.session.tracking && me.session.redirect.is_none());
+    if patterns.is_empty() && !me.session.monitor && tracking.is_none() {
+        return;
+    }
+    let id = match conn_for(instance, me, ctx) {
+        Ok(id) => id,
+        Err(e) => {
+            log::warn!(
+                "client {}: instance {instance} serves slots now, but: {}",
+                me.id,
+                String::from_utf8_lossy(&e).trim_end()
+            );
+            return;
+        }
+    };
+    let d = ctx.dedicated.get_mut(id).expect("just looked up");
+    if let Some(request) = tracking {
+        d.send(&request, None, 1);
+    }
+    if !patterns.is_empty() {
+        let mut args: Vec<&[u8]> = vec![b"PSUBSCRIBE"];
+        args.extend(patterns.iter().map(Vec::as_slice));
+        let mut request = Vec::new();
+        resp::encode_request(&mut request, &args);
+        d.pubsub = true;
+        d.send(&request, None, patterns.len() as u32);
+    }
+    if me.session.monitor {
+        d.monitor = true;
+        d.send(b"*1\r\n$7\r\nMONITOR\r\n", None, 1);
+    }
+    mark(&mut d.dirty, ctx.dirty_dedicated, id);
+}
+
 /// The instances that own a slot. Fan-outs on dedicated connections leave out one that gave
 /// all its slots away (retired by `recached resize`, perhaps stopped), as [`Plan::FanOut`]
 /// does on the shared links.

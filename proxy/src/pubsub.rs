@@ -148,6 +148,11 @@ impl Subscriptions {
         self.patterns.len()
     }
 
+    /// The patterns subscribed to, in order.
+    pub fn pattern_names(&self) -> impl Iterator<Item = &[u8]> {
+        self.patterns.iter().map(Vec::as_slice)
+    }
+
     /// Shard channels subscribed to (CLIENT LIST `ssub`).
     pub fn shard_channels(&self) -> usize {
         self.shard.len()

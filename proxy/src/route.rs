@@ -122,6 +122,9 @@ pub struct Session {
     pub tracking: bool,
     /// The proxy client id its tracking redirects to (CLIENT TRACKING … REDIRECT id).
     pub redirect: Option<u64>,
+    /// The CLIENT TRACKING ON request that turned tracking on without REDIRECT, sent again to
+    /// an instance that starts serving slots (`crate::exec::extend_to`).
+    pub tracking_request: Option<Vec<u8>>,
 }
 
 /// `CLIENT REPLY ON|OFF|SKIP`.

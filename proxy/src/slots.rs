@@ -61,6 +61,10 @@ pub struct Slots {
     /// `owned[i]`: slots instance `i` owns (0: a retired or not yet used instance, left out
     /// of fan-outs).
     owned: Vec<u32>,
+    /// Instances that owned no slot and got one since [`Slots::take_started`] (a grow, or a
+    /// retired port re-added): what clients hold on every instance goes there too. Each at
+    /// most once, so the list stays small for a table nobody drains.
+    started: Vec<usize>,
 }
 
 impl Slots {
@@ -77,7 +81,11 @@ impl Slots {
         for &o in owner.iter() {
             owned[usize::from(o)] += 1;
         }
-        Slots { owner, owned }
+        Slots {
+            owner,
+            owned,
+            started: Vec::new(),
+        }
     }
 
     /// The owner of `slot` (reduced mod 16384).
@@ -94,9 +102,22 @@ impl Slots {
             return false;
         }
         self.owned[old] -= 1;
+        if self.owned[instance] == 0 && !self.started.contains(&instance) {
+            self.started.push(instance);
+        }
         self.owned[instance] += 1;
         self.owner[slot] = instance as u16;
         true
+    }
+
+    /// The instances that started serving since the last call ([`Slots::started`]).
+    pub fn take_started(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.started)
+    }
+
+    /// Whether an instance started serving since [`Slots::take_started`].
+    pub fn any_started(&self) -> bool {
+        !self.started.is_empty()
     }
 
     /// Makes room for instances `0..n`.
@@ -167,5 +188,26 @@ mod tests {
         assert_eq!(t.owned(2), 1);
         assert!(t.serves(from));
         assert!(!t.set(slot, 7), "unknown instance refused");
+    }
+
+    #[test]
+    fn an_instance_that_gets_its_first_slot_is_reported_once() {
+        let mut t = Slots::jump(2);
+        assert!(!t.any_started(), "the initial map starts nobody");
+        t.grow(3);
+        t.set(5, 2);
+        t.set(6, 2);
+        assert!(t.any_started());
+        assert_eq!(t.take_started(), vec![2]);
+        assert!(t.take_started().is_empty());
+        // Retired (its last slot given away), then serving again: reported again.
+        t.set(5, 0);
+        t.set(6, 0);
+        assert!(!t.serves(2));
+        t.set(7, 2);
+        assert_eq!(t.take_started(), vec![2]);
+        // Slots moving between serving instances report nothing.
+        t.set(8, 1);
+        assert!(!t.any_started());
     }
 }

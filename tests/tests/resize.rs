@@ -778,3 +778,69 @@ fn after_a_shrink_commands_to_every_engine_leave_the_retired_one_out() {
     assert_eq!(cmd(&mut m, &["MONITOR"]), "+OK\\r\\n");
     f.stop();
 }
+
+/// After a grow, what a client holds on every engine reaches the new one too: a pattern
+/// subscriber gets messages published to channels of the new engine's slots, a MONITOR shows
+/// its commands, and a RESP3 client tracking its reads gets the invalidation of a key it read
+/// there. Before, the proxy relayed such a `pmessage` only from the channel's engine, where
+/// the client had no pattern (PUBLISH answered 0 and nothing arrived), the monitor showed
+/// nothing of the new engine, and the key's invalidation never came.
+#[test]
+fn after_a_grow_patterns_monitor_and_tracking_reach_the_new_engine() {
+    use engine_core::slot::instance_for_key;
+    let mut f = Fleet::start("grow-everywhere", 2, "");
+    let proxy = f.proxy_port();
+    let on_new = |prefix: &str| {
+        (0..)
+            .map(|i| format!("{prefix}{i}"))
+            .find(|k| instance_for_key(k.as_bytes(), 3) == 2)
+            .unwrap()
+    };
+    let (chan, key) = (on_new("ev:"), on_new("tracked:"));
+    let mut sub = Resp::connect(proxy);
+    assert!(cmd(&mut sub, &["PSUBSCRIBE", "ev:*"]).contains("psubscribe"));
+    let mut mon = Resp::connect(proxy);
+    assert_eq!(cmd(&mut mon, &["MONITOR"]), "+OK\\r\\n");
+    let mut t = Resp::connect(proxy);
+    t.cmd_str(&["HELLO", "3"]);
+    assert_eq!(cmd(&mut t, &["CLIENT", "TRACKING", "ON"]), "+OK\\r\\n");
+    let out = f.resize(3);
+    assert!(out.ok, "resize 3: {}", out.text());
+    let mut c = Resp::connect(proxy);
+    // The proxy learns the new owner within its refresh interval (1 s); bounded wait for the
+    // first message, then every one must arrive.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = cmd(&mut c, &["PUBLISH", &chan, "first"]);
+        if let Ok(frame) = sub.try_read_frame() {
+            let got = escape(&frame);
+            assert!(got.contains("pmessage") && got.contains("first"), "{got}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pmessage for {chan} (PUBLISH: {n})"
+        );
+    }
+    assert_eq!(cmd(&mut c, &["PUBLISH", &chan, "second"]), ":1\\r\\n");
+    assert!(next(&mut sub).contains("second"));
+    // The monitor shows a write served by the new engine.
+    assert_eq!(cmd(&mut c, &["SET", &key, "v1"]), OK);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let line = next(&mut mon);
+        if line.contains(&key) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "MONITOR never showed {key}");
+    }
+    // The tracking client reads the key (on the new engine), another client changes it.
+    assert_eq!(cmd(&mut t, &["GET", &key]), "$2\\r\\nv1\\r\\n");
+    assert_eq!(cmd(&mut c, &["SET", &key, "v2"]), OK);
+    let inv = next(&mut t);
+    assert!(
+        inv.contains("invalidate") && inv.contains(&key),
+        "invalidation of {key}: {inv}"
+    );
+    f.stop();
+}

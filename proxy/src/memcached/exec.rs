@@ -472,11 +472,17 @@ fn single(instance: usize, request: Vec<u8>, render: Render, noreply: bool) -> J
     }
 }
 
-/// An engine error as memcached's `SERVER_ERROR …` line.
+/// An engine error as memcached's `SERVER_ERROR …` line. The tail Redis adds to an error
+/// raised in a script (` script: <sha>, on @user_script:<line>.`) names the port's own
+/// scripts, not the client's request: it is cut.
 pub(super) fn server_error(msg: &[u8]) -> Vec<u8> {
     if msg.starts_with(b"OOM") {
         return b"SERVER_ERROR out of memory storing object\r\n".to_vec();
     }
+    let msg = msg
+        .windows(9)
+        .position(|w| w == b" script: ")
+        .map_or(msg, |i| &msg[..i]);
     let text: Vec<u8> = msg
         .iter()
         .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b })
@@ -626,6 +632,25 @@ pub fn render(render: &Render, raw: &[Vec<u8>], counters: &mut Counters) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_errors_keep_the_engine_s_text_without_the_script_tail() {
+        assert_eq!(
+            server_error(
+                b"WRONGTYPE Operation against a key holding the wrong kind of value script: \
+                  870e7771, on @user_script:4."
+            ),
+            b"SERVER_ERROR WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+        );
+        assert_eq!(
+            server_error(b"ERR a\r\nb"),
+            b"SERVER_ERROR ERR a  b\r\n".to_vec()
+        );
+        assert_eq!(
+            server_error(b"OOM command not allowed"),
+            b"SERVER_ERROR out of memory storing object\r\n".to_vec()
+        );
+    }
 
     #[test]
     fn meta_key_shares_the_slot() {

@@ -215,6 +215,10 @@ pub struct Dedicated {
     /// The instance's client id of this connection (`CLIENT ID`, asked before its first part), for
     /// `CLIENT UNBLOCK` of a blocking read spread over several instances (`crate::spread`).
     pub engine_id: Option<u64>,
+    /// The channels subscribed on it (SUBSCRIBE, not patterns or shard channels): when the
+    /// instance is retired and the connection closes, they are subscribed again on their
+    /// owners (`crate::event_loop`, `fail_dedicated`).
+    pub channels: Vec<Vec<u8>>,
 }
 
 /// Whether a `pmessage` frame read from `instance`'s connection is relayed, when every one of
@@ -299,6 +303,7 @@ impl Dedicated {
             monitor: false,
             instances: 0,
             engine_id: None,
+            channels: Vec::new(),
         })
     }
 

@@ -346,6 +346,9 @@ impl Proxy {
             if self.fleet.slots.any_started() {
                 self.extend_clients();
             }
+            if self.fleet.slots.any_stopped() {
+                self.move_retired_channels();
+            }
             self.flush_all();
             self.close_finished();
         }
@@ -842,12 +845,20 @@ impl Proxy {
         if (c.session.subs.active() || c.session.monitor) && !self.fleet.slots.serves(d.instance) {
             // An instance retired by `recached resize` (it owns no slot, and its keys moved):
             // the client's subscriptions and MONITOR go on through the other instances, which
-            // every PUBLISH reaches and which run every command now.
+            // every PUBLISH reaches and which run every command now; its channels there are
+            // subscribed again on their owners.
             log::info!(
                 "client {}: dedicated connection to retired instance {} closed ({why})",
                 d.owner_id,
                 d.instance
             );
+            let channels = std::mem::take(&mut d.channels);
+            if !channels.is_empty() {
+                let (token, owner) = (d.owner_token, d.owner_id);
+                self.with_client(token, |me, ctx| {
+                    crate::exec::resubscribe(owner, channels, me, ctx);
+                });
+            }
             return;
         }
         if c.session.subs.active() || c.session.monitor {
@@ -1516,6 +1527,38 @@ impl Proxy {
             );
             for token in tokens {
                 self.with_client(token, |me, ctx| crate::exec::extend_to(instance, me, ctx));
+            }
+        }
+    }
+
+    /// Instances gave their last slot away (a shrink): the channels clients subscribed there
+    /// are subscribed on their new owners and unsubscribed there, before the instance stops
+    /// (`crate::exec::resubscribe`).
+    #[inline(never)]
+    fn move_retired_channels(&mut self) {
+        for instance in self.fleet.slots.take_stopped() {
+            type Move = (usize, usize, u64, Vec<Vec<u8>>);
+            let moves: Vec<Move> = self
+                .dedicated
+                .iter_mut()
+                .filter(|(_, d)| d.instance == instance && !d.channels.is_empty())
+                .map(|(id, d)| {
+                    let channels = std::mem::take(&mut d.channels);
+                    (id, d.owner_token, d.owner_id, channels)
+                })
+                .collect();
+            for (id, token, owner, channels) in moves {
+                if let Some(d) = self.dedicated.get_mut(id) {
+                    let mut args: Vec<&[u8]> = vec![b"UNSUBSCRIBE"];
+                    args.extend(channels.iter().map(Vec::as_slice));
+                    let mut request = Vec::new();
+                    resp::encode_request(&mut request, &args);
+                    d.send(&request, None, channels.len() as u32);
+                    mark(&mut d.dirty, &mut self.dirty_dedicated, id);
+                }
+                self.with_client(token, |me, ctx| {
+                    crate::exec::resubscribe(owner, channels, me, ctx);
+                });
             }
         }
     }

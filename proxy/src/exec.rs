@@ -964,6 +964,11 @@ fn subscription<A: Args + ?Sized>(
                 if matches!(kind, Kind::Subscribe | Kind::Psubscribe | Kind::Ssubscribe) {
                     d.pubsub = true;
                 }
+                match kind {
+                    Kind::Subscribe => d.channels.extend(send.names.iter().cloned()),
+                    Kind::Unsubscribe => d.channels.retain(|c| !send.names.contains(c)),
+                    _ => {}
+                }
                 d.send(&send.request, Some(waiter), send.frames);
                 mark(&mut d.dirty, ctx.dirty_dedicated, id);
             }
@@ -1073,6 +1078,50 @@ pub(crate) fn extend_to(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         d.send(b"*1\r\n$7\r\nMONITOR\r\n", None, 1);
     }
     mark(&mut d.dirty, ctx.dirty_dedicated, id);
+}
+
+/// Client `owner`'s connection to an instance that gave its last slot away (retired by a
+/// shrink): the channels it had subscribed there are subscribed again on their owners now,
+/// confirmations dropped, so the client keeps getting their messages once the instance stops
+/// (every PUBLISH reaches every engine).
+pub(crate) fn resubscribe(owner: u64, channels: Vec<Vec<u8>>, me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
+    if me.id != owner {
+        return; // the connection's client is gone (its slab token reused)
+    }
+    let mut by_owner: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+    for ch in channels {
+        if ch.as_slice() == crate::pubsub::INVALIDATE || !me.session.subs.has_channel(&ch) {
+            continue; // on every serving instance already, or unsubscribed since
+        }
+        let owner = ctx.fleet.slots.of(&ch);
+        match by_owner.iter_mut().find(|(i, _)| *i == owner) {
+            Some((_, list)) => list.push(ch),
+            None => by_owner.push((owner, vec![ch])),
+        }
+    }
+    for (instance, list) in by_owner {
+        let id = match conn_for(instance, me, ctx) {
+            Ok(id) => id,
+            Err(e) => {
+                log::warn!(
+                    "client {}: {} channel(s) of a retired instance not subscribed again: {}",
+                    me.id,
+                    list.len(),
+                    String::from_utf8_lossy(&e).trim_end()
+                );
+                continue;
+            }
+        };
+        let d = ctx.dedicated.get_mut(id).expect("just looked up");
+        let mut args: Vec<&[u8]> = vec![b"SUBSCRIBE"];
+        args.extend(list.iter().map(Vec::as_slice));
+        let mut request = Vec::new();
+        resp::encode_request(&mut request, &args);
+        d.pubsub = true;
+        d.send(&request, None, list.len() as u32);
+        d.channels.extend(list);
+        mark(&mut d.dirty, ctx.dirty_dedicated, id);
+    }
 }
 
 /// The instances that own a slot. Fan-outs on dedicated connections leave out one that gave

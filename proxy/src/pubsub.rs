@@ -122,6 +122,8 @@ pub struct Send {
     pub request: Vec<u8>,
     /// Confirmation frames it produces (one per channel or pattern sent).
     pub frames: u32,
+    /// The channels or patterns it names.
+    pub names: Vec<Vec<u8>>,
 }
 
 /// What a (un)subscribe request does: the confirmations for the client (sent once every
@@ -146,6 +148,11 @@ impl Subscriptions {
     /// Patterns subscribed to (CLIENT LIST `psub`).
     pub fn patterns(&self) -> usize {
         self.patterns.len()
+    }
+
+    /// Whether the client is subscribed to channel `name`.
+    pub fn has_channel(&self, name: &[u8]) -> bool {
+        self.channels.contains(name)
     }
 
     /// The patterns subscribed to, in order.
@@ -308,6 +315,7 @@ impl Subscriptions {
                     instance,
                     request,
                     frames: list.len() as u32,
+                    names: list,
                 }
             })
             .collect();

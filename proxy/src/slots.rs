@@ -65,6 +65,9 @@ pub struct Slots {
     /// retired port re-added): what clients hold on every instance goes there too. Each at
     /// most once, so the list stays small for a table nobody drains.
     started: Vec<usize>,
+    /// Instances that gave their last slot away since [`Slots::take_stopped`] (retired by a
+    /// shrink): the channels clients subscribed there move to the new owners.
+    stopped: Vec<usize>,
 }
 
 impl Slots {
@@ -85,6 +88,7 @@ impl Slots {
             owner,
             owned,
             started: Vec::new(),
+            stopped: Vec::new(),
         }
     }
 
@@ -102,6 +106,9 @@ impl Slots {
             return false;
         }
         self.owned[old] -= 1;
+        if self.owned[old] == 0 && !self.stopped.contains(&old) {
+            self.stopped.push(old);
+        }
         if self.owned[instance] == 0 && !self.started.contains(&instance) {
             self.started.push(instance);
         }
@@ -118,6 +125,16 @@ impl Slots {
     /// Whether an instance started serving since [`Slots::take_started`].
     pub fn any_started(&self) -> bool {
         !self.started.is_empty()
+    }
+
+    /// The instances that stopped serving since the last call ([`Slots::stopped`]).
+    pub fn take_stopped(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.stopped)
+    }
+
+    /// Whether an instance stopped serving since [`Slots::take_stopped`].
+    pub fn any_stopped(&self) -> bool {
+        !self.stopped.is_empty()
     }
 
     /// Makes room for instances `0..n`.
@@ -206,8 +223,10 @@ mod tests {
         assert!(!t.serves(2));
         t.set(7, 2);
         assert_eq!(t.take_started(), vec![2]);
+        assert_eq!(t.take_stopped(), vec![2], "it stopped once in between");
         // Slots moving between serving instances report nothing.
         t.set(8, 1);
         assert!(!t.any_started());
+        assert!(!t.any_stopped());
     }
 }

@@ -731,6 +731,13 @@ fn after_a_shrink_commands_to_every_engine_leave_the_retired_one_out() {
     let proxy = f.proxy_port();
     let mut sub = Resp::connect(proxy);
     assert!(cmd(&mut sub, &["PSUBSCRIBE", "ev*"]).contains("psubscribe"));
+    // A channel subscriber whose channel lives on the engine the shrink retires.
+    let chan = (0..)
+        .map(|i| format!("retiring:{i}"))
+        .find(|c| engine_core::slot::instance_for_key(c.as_bytes(), 3) == 2)
+        .unwrap();
+    let mut csub = Resp::connect(proxy);
+    assert!(cmd(&mut csub, &["SUBSCRIBE", &chan]).contains("subscribe"));
     let out = f.resize(2);
     assert!(out.ok, "resize 2: {}", out.text());
     // The retired engine is stopped after its grace period (bounded wait).
@@ -744,6 +751,18 @@ fn after_a_shrink_commands_to_every_engine_leave_the_retired_one_out() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let mut c = Resp::connect(proxy);
+    // The channel subscriber gets each message once, from the channel's new owner.
+    for i in 0..3 {
+        let msg = format!("m{i}");
+        assert_eq!(
+            cmd(&mut c, &["PUBLISH", &chan, &msg]),
+            ":1\\r\\n",
+            "PUBLISH {chan}"
+        );
+        let got = next(&mut csub);
+        assert!(got.contains(&msg), "the channel subscriber got {got}");
+    }
+    assert_quiet(&mut csub, "the channel subscriber");
     // Every channel's owner, old and new, reaches the pattern subscriber.
     for ch in ["ev0", "ev1", "ev2", "ev3", "ev4", "ev5"] {
         assert_eq!(

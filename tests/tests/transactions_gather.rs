@@ -216,6 +216,13 @@ const STEPS: &[&[&str]] = &[
         "SORT", "{0}sl", "BY", "sw_*", "GET", "#", "STORE", "{0}sdst",
     ],
     &["LRANGE", "{0}sdst", "0", "-1"],
+    // In a script, before it writes: the script runs again gathered with the keys.
+    &[
+        "EVAL",
+        "return redis.call('SORT', KEYS[1], 'BY', 'sw_*', 'GET', 'sh_*->f')",
+        "1",
+        "{0}sl",
+    ],
     &["SET", "sw_2", "heavy"],
     &["SORT", "{0}sl", "BY", "sw_*"],
     &["SORT", "{0}sl", "BY", "sw_*", "ALPHA"],

@@ -342,6 +342,11 @@ pub fn call(
     if write {
         run.write_dirty = true;
     }
+    // After a write the script cannot be run again: its commands may no longer ask the proxy
+    // for keys of other engines (cluster_check, SORT's patterns in `crate::types::sort`).
+    if wrote_before {
+        run.client.txdiscover = false;
+    }
     if e.cluster.enabled() {
         cluster_check(e, run, spec, argv, wrote_before).map_err(|msg| refused(e, spec, &msg))?;
     }

@@ -29,11 +29,13 @@
 //! `GET #` and patterns without `*` read no key and are always allowed.
 //!
 //! Through the proxy a fleet is one Redis, so SORT reads keys of any engine there: on the
-//! proxy's script links (`TXDISCOVER ON`, outside scripts) a pattern the rule above refuses
-//! is checked key by key instead. When every key it names is owned here or is a guest (a key
-//! of another engine brought here by the proxy's gathered run, `crate::txlock`), SORT runs;
-//! otherwise it answers `-TXNEEDKEY <hex>,<hex>… BY|GET` listing them all (and the option
-//! whose error applies if they cannot be brought), before it writes anything, and the proxy runs it again gathered with those keys (docs/transactions.md).
+//! proxy's script links (`TXDISCOVER ON`; in a script, until its first write) a pattern the
+//! rule above refuses is checked key by key instead. When every key it names is owned here
+//! or is a guest (a key of another engine brought here by the proxy's gathered run,
+//! `crate::txlock`), SORT runs; otherwise it answers `-TXNEEDKEY <hex>,<hex>… BY|GET`
+//! listing them all (and the option whose error applies if they cannot be brought), before
+//! it writes anything, and the proxy runs it again gathered with those keys
+//! (docs/transactions.md).
 //! A connection that holds guests but has no `TXDISCOVER` gets the error above for a key
 //! that is neither.
 //!
@@ -199,10 +201,9 @@ fn parse_opts<'a>(
         gets: Vec::new(),
         check_keys: None,
     };
-    // Through the proxy, or in its gathered run: checked key by key (module docs).
-    let per_key = e.cluster.enabled()
-        && c.client.addr != crate::script::SCRIPT_CLIENT_ADDR
-        && (c.client.txdiscover || e.locks.holds_guests(c.client.id));
+    // Through the proxy, or in its gathered run: checked key by key (module docs). A script's
+    // client has TXDISCOVER until the script's first write (`crate::script`).
+    let per_key = e.cluster.enabled() && (c.client.txdiscover || e.locks.holds_guests(c.client.id));
     let mut j = 2;
     while j < argv.len() {
         let a = argv[j];

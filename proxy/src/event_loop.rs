@@ -1549,10 +1549,7 @@ impl Proxy {
                 .collect();
             for (id, token, owner, channels) in moves {
                 if let Some(d) = self.dedicated.get_mut(id) {
-                    let mut args: Vec<&[u8]> = vec![b"UNSUBSCRIBE"];
-                    args.extend(channels.iter().map(Vec::as_slice));
-                    let mut request = Vec::new();
-                    resp::encode_request(&mut request, &args);
+                    let request = crate::exec::names_request(b"UNSUBSCRIBE", &channels);
                     d.send(&request, None, channels.len() as u32);
                     mark(&mut d.dirty, &mut self.dirty_dedicated, id);
                 }

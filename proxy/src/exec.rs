@@ -1066,12 +1066,12 @@ pub(crate) fn extend_to(instance: usize, me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         d.send(&request, None, 1);
     }
     if !patterns.is_empty() {
-        let mut args: Vec<&[u8]> = vec![b"PSUBSCRIBE"];
-        args.extend(patterns.iter().map(Vec::as_slice));
-        let mut request = Vec::new();
-        resp::encode_request(&mut request, &args);
         d.pubsub = true;
-        d.send(&request, None, patterns.len() as u32);
+        d.send(
+            &names_request(b"PSUBSCRIBE", &patterns),
+            None,
+            patterns.len() as u32,
+        );
     }
     if me.session.monitor {
         d.monitor = true;
@@ -1113,15 +1113,21 @@ pub(crate) fn resubscribe(owner: u64, channels: Vec<Vec<u8>>, me: &mut Me<'_>, c
             }
         };
         let d = ctx.dedicated.get_mut(id).expect("just looked up");
-        let mut args: Vec<&[u8]> = vec![b"SUBSCRIBE"];
-        args.extend(list.iter().map(Vec::as_slice));
-        let mut request = Vec::new();
-        resp::encode_request(&mut request, &args);
         d.pubsub = true;
-        d.send(&request, None, list.len() as u32);
+        d.send(&names_request(b"SUBSCRIBE", &list), None, list.len() as u32);
         d.channels.extend(list);
         mark(&mut d.dirty, ctx.dirty_dedicated, id);
     }
+}
+
+/// `word name…` as a request (a (P)(UN)SUBSCRIBE the proxy sends on a client's behalf).
+pub(crate) fn names_request(word: &[u8], names: &[Vec<u8>]) -> Vec<u8> {
+    let mut args: Vec<&[u8]> = Vec::with_capacity(1 + names.len());
+    args.push(word);
+    args.extend(names.iter().map(Vec::as_slice));
+    let mut request = Vec::new();
+    resp::encode_request(&mut request, &args);
+    request
 }
 
 /// The instances that own a slot. Fan-outs on dedicated connections leave out one that gave

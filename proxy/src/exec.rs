@@ -1347,14 +1347,15 @@ fn run_plan<A: Args + ?Sized>(
         Plan::PubSub(kind) => subscription(kind, args, me, ctx),
         Plan::Monitor => monitor(me, ctx),
         Plan::Clients(op) => Flow::Clients(Box::new(op)),
-        Plan::Gather => {
+        Plan::Gather | Plan::GatherDiscovering => {
             if !me.enter_lane(Lane::Spread) {
                 return Flow::Wait;
             }
             let keys = route::key_args(args);
             // A script or a SORT with patterns may name more keys than it declares: its
             // gathered run asks for them and runs again (`crate::coord::Scripts`).
-            let slot = (me.scripts.retries.is_empty() && route::discovers_keys(args)).then(|| {
+            let discovering = matches!(plan, Plan::GatherDiscovering);
+            let slot = (me.scripts.retries.is_empty() && discovering).then(|| {
                 let seq = me.replies.push_plain();
                 me.scripts.retries.push_back(crate::coord::ScriptRetry {
                     seq,
@@ -1702,6 +1703,7 @@ fn execute(plan: Plan, raw: &[u8], me: &mut Me<'_>, ctx: &mut Ctx<'_>) {
         | Plan::Watch(_)
         | Plan::WatchMany
         | Plan::Gather
+        | Plan::GatherDiscovering
         | Plan::GatherBlocking
         | Plan::Multi
         | Plan::Clients(_)

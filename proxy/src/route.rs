@@ -296,9 +296,13 @@ pub enum Plan {
     /// `WATCH` with every key on this instance: pin the client to it ([`crate::tx`]).
     Watch(usize),
     /// A command whose keys live on several instances and cannot be split (RENAME, SMOVE,
-    /// MSETNX, a script…): run gathered on one instance (`crate::coord::Gather`,
+    /// MSETNX…): run gathered on one instance (`crate::coord::Gather`,
     /// docs/transactions.md).
     Gather,
+    /// [`Plan::Gather`] for a request that may touch keys it does not declare, which its
+    /// engine then asks for (`-TXNEEDKEY`): a script, or a SORT whose patterns name keys. Run
+    /// again with them (`crate::coord::Scripts`).
+    GatherDiscovering,
     /// A blocking command whose keys live on several instances (`crate::coord::Wait`).
     GatherBlocking,
     /// `WATCH` of keys on several instances: each instance's keys on the client's
@@ -485,7 +489,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
                 // No key, or a malformed `numkeys`: any instance gives the right reply.
                 Ok(None) => Plan::Script(None),
                 // Declared keys on several instances: run gathered (docs/transactions.md).
-                Err(()) => Plan::Gather,
+                Err(()) => Plan::GatherDiscovering,
             }
         }
         "dbsize" => fan_out(Merge::Sum),
@@ -566,7 +570,7 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
             match keys_instance(row, args, n) {
                 Ok(Some(i)) => Plan::Script(Some(i)),
                 Ok(None) => Plan::ForwardAny,
-                Err(()) => Plan::Gather,
+                Err(()) => Plan::GatherDiscovering,
             }
         }
         _ if row.has_keys() => {
@@ -582,24 +586,6 @@ pub fn plan<A: Args + ?Sized>(args: &A, session: &mut Session, fleet: &mut Fleet
         }
         _ => not_supported(spec, "it has no key to route by"),
     }
-}
-
-/// Whether a lone request may touch keys it does not declare, which its engine then asks for
-/// (`-TXNEEDKEY`, `crate::coord::Scripts`): a script, or a SORT whose patterns name keys.
-pub(crate) fn discovers_keys<A: Args + ?Sized>(args: &A) -> bool {
-    let name = args.arg(0);
-    [
-        "eval",
-        "evalsha",
-        "eval_ro",
-        "evalsha_ro",
-        "fcall",
-        "fcall_ro",
-    ]
-    .iter()
-    .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
-        || ((name.eq_ignore_ascii_case(b"sort") || name.eq_ignore_ascii_case(b"sort_ro"))
-            && sort_patterns_read_keys(args))
 }
 
 /// Whether a SORT's `BY` or `GET` pattern names keys (has a `*` and is not `#`; engine
@@ -1117,7 +1103,7 @@ mod tests {
         );
         assert_eq!(run(&[b"EVALSHA_RO", s, b"0", b"x"], 2), Plan::Script(None));
         // Declared keys on both instances: run gathered on one.
-        assert_eq!(run(&[b"EVAL", s, b"2", &a, &b], 2), Plan::Gather);
+        assert_eq!(run(&[b"EVAL", s, b"2", &a, &b], 2), Plan::GatherDiscovering);
         assert_eq!(
             reply(run(&[b"EVAL"], 2)),
             b"-ERR wrong number of arguments for 'eval' command\r\n".to_vec()
@@ -1148,7 +1134,10 @@ mod tests {
             Plan::Script(Some(instance_of(&a, 2)))
         );
         assert_eq!(run(&[b"FCALL_RO", b"f", b"0", b"x"], 2), Plan::Script(None));
-        assert_eq!(run(&[b"FCALL", b"f", b"2", &a, &b], 2), Plan::Gather);
+        assert_eq!(
+            run(&[b"FCALL", b"f", b"2", &a, &b], 2),
+            Plan::GatherDiscovering
+        );
         for sub in [&b"LOAD"[..], b"DELETE", b"RESTORE"] {
             assert!(matches!(
                 run(&[b"FUNCTION", sub, b"x"], 2),
